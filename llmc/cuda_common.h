@@ -1,0 +1,173 @@
+/*
+Common CUDA utilities for every kernel header, trainer and test:
+- selects the executor: nvcc builds for the GPU, any other compiler builds for the host
+  backend (llmc/hostcuda.h), from the same source;
+- LAUNCH(grid, block, shared_bytes, stream, kernel)(args...), the one way kernels are launched;
+- cudaCheck with file:line, the precision typedefs (floatX), 128-bit packed loads/stores,
+  warp reductions, and dynamic shared memory that works on both executors.
+*/
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#define HOST_BACKEND 0
+// The kernel name goes last so that template arguments with commas need no parentheses.
+#define LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
+#else
+#include "hostcuda.h"
+#define HOST_BACKEND 1
+#define LAUNCH(grid, block, shared_bytes, stream, ...) \
+    ::hostcuda::Launch(#__VA_ARGS__, grid, block, shared_bytes, stream, __VA_ARGS__)
+#endif
+
+// ----------------------------------------------------------------------------------------
+// error checking
+
+inline void cuda_check(cudaError_t error, const char* file, int line) {
+    if (error != cudaSuccess) {
+        fflush(stdout);
+        fprintf(stderr, "[CUDA ERROR] at %s:%d: %s\n", file, line, cudaGetErrorString(error));
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudaCheck(err) (cuda_check(err, __FILE__, __LINE__))
+
+// Call after a launch: reports a bad launch configuration at the caller's line.
+#define cudaCheckLaunch() (cuda_check(cudaGetLastError(), __FILE__, __LINE__))
+
+template <typename T>
+T* cuda_malloc_check(size_t count, const char* file, int line) {
+    T* ptr = nullptr;
+    cudaError_t error = cudaMalloc(reinterpret_cast<void**>(&ptr), count * sizeof(T));
+    if (error != cudaSuccess) {
+        fprintf(stderr, "[CUDA ERROR] at %s:%d: cudaMalloc of %zu bytes: %s\n", file, line, count * sizeof(T),
+                cudaGetErrorString(error));
+        exit(EXIT_FAILURE);
+    }
+    return ptr;
+}
+// Allocates `count` elements of T on the device (host memory on the host backend).
+#define cudaMallocElements(T, count) (cuda_malloc_check<T>((count), __FILE__, __LINE__))
+
+// Host <-> device copies of whole arrays, for tests and set-up code.
+template <typename T>
+T* copy_to_device(const std::vector<T>& host) {
+    T* device = cudaMallocElements(T, host.size());
+    cudaCheck(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return device;
+}
+template <typename T>
+std::vector<T> copy_from_device(const T* device, size_t count) {
+    std::vector<T> host(count);
+    cudaCheck(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+#define CEIL_DIV(m, n) (((m) + (n) - 1) / (n))
+
+// ----------------------------------------------------------------------------------------
+// precision: floatX is the type of parameters and activations
+
+enum class PrecisionMode { FP32, BF16 };
+#if defined(ENABLE_FP32)
+typedef float floatX;
+constexpr PrecisionMode PRECISION_MODE = PrecisionMode::FP32;
+#define PRECISION_NAME "fp32"
+#else
+typedef __nv_bfloat16 floatX;
+constexpr PrecisionMode PRECISION_MODE = PrecisionMode::BF16;
+#define PRECISION_NAME "bf16"
+#endif
+
+// Conversions that read the same for float and bf16 on both executors.
+__host__ __device__ inline float to_float(float x) { return x; }
+__host__ __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__host__ __device__ inline T from_float(float x) {
+    if constexpr (std::is_same<T, float>::value) {
+        return x;
+    } else {
+        return __float2bfloat16_rn(x);
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// 128-bit packed loads and stores: one memory transaction per 16 bytes on the GPU
+
+template <typename T>
+struct alignas(16) Packed128 {
+    static constexpr int size = 16 / sizeof(T);
+    T payload[size];
+
+    Packed128() = default;
+    __device__ explicit Packed128(int4 bits) { memcpy(payload, &bits, sizeof(bits)); }
+    __device__ static Packed128 constant(T value) {
+        Packed128 result;
+        for (int k = 0; k < size; k++) { result.payload[k] = value; }
+        return result;
+    }
+    __device__ static Packed128 zeros() { return constant(from_float<T>(0.0f)); }
+    __device__ T& operator[](int index) { return payload[index]; }
+    __device__ const T& operator[](int index) const { return payload[index]; }
+    __device__ int4 get_bits() const {
+        int4 bits;
+        memcpy(&bits, payload, sizeof(bits));
+        return bits;
+    }
+};
+typedef Packed128<float> f128;
+typedef Packed128<floatX> x128;
+
+// `address` must be 16-byte aligned.
+template <typename T>
+__device__ inline Packed128<T> load128(const T* address) {
+    return Packed128<T>{*reinterpret_cast<const int4*>(address)};
+}
+// Streaming load: the data is used once, so do not keep it in cache.
+template <typename T>
+__device__ inline Packed128<T> load128cs(const T* address) {
+    return Packed128<T>{__ldcs(reinterpret_cast<const int4*>(address))};
+}
+template <typename T>
+__device__ inline void store128(T* target, Packed128<T> value) {
+    *reinterpret_cast<int4*>(target) = value.get_bits();
+}
+template <typename T>
+__device__ inline void store128cs(T* target, Packed128<T> value) {
+    __stcs(reinterpret_cast<int4*>(target), value.get_bits());
+}
+template <typename T>
+__device__ inline void store128cg(T* target, Packed128<T> value) {
+    __stcg(reinterpret_cast<int4*>(target), value.get_bits());
+}
+
+// ----------------------------------------------------------------------------------------
+// warp reductions (every lane of a full warp gets the result) and dynamic shared memory
+
+__device__ inline float warp_reduce_sum(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) { value += __shfl_xor_sync(0xffffffffu, value, offset); }
+    return value;
+}
+__device__ inline float warp_reduce_max(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) { value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset)); }
+    return value;
+}
+
+// The block's dynamic shared memory (the launch's shared_bytes), 16-byte aligned.
+template <typename T>
+__device__ inline T* dynamic_shared_memory() {
+#if defined(__CUDACC__)
+    extern __shared__ __align__(16) unsigned char dynamic_shared_bytes[];
+    return reinterpret_cast<T*>(dynamic_shared_bytes);
+#else
+    return reinterpret_cast<T*>(hostcuda::dynamic_shared_memory());
+#endif
+}

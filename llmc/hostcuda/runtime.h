@@ -1,0 +1,232 @@
+/*
+Host backend: stand-ins for the CUDA runtime API calls the trainers and tests use.
+"Device" memory is host memory (256-byte aligned, like cudaMalloc). Every stream is the
+same synchronous queue: a kernel launch runs to completion before it returns, so
+cudaMemcpyAsync copies at once, synchronisation calls return at once, and an event
+records the wall-clock time of the moment it is recorded (so cudaEventElapsedTime
+times the work between two events, as on the GPU). Errors follow the CUDA convention:
+API calls return them, launch errors are kept for cudaGetLastError().
+*/
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "scheduler.h"
+
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNotReady = 600,
+};
+typedef cudaError_t cudaError;
+
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+};
+
+enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+    cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+
+struct CUstream_st {};
+struct CUevent_st {
+    std::chrono::steady_clock::time_point time;
+    bool recorded = false;
+};
+typedef CUstream_st* cudaStream_t;
+typedef CUevent_st* cudaEvent_t;
+
+#define cudaStreamDefault 0x0
+#define cudaStreamNonBlocking 0x1
+#define cudaEventDefault 0x0
+#define cudaEventDisableTiming 0x2
+#define cudaHostAllocDefault 0x0
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;
+    size_t sharedMemPerMultiprocessor;
+    int regsPerBlock;
+    int warpSize;
+    int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
+    int maxThreadsPerMultiProcessor;
+    int multiProcessorCount;
+    int l2CacheSize;
+    int major;
+    int minor;
+};
+
+namespace hostcuda {
+
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+constexpr size_t kMaxSharedBytesOptin = 227 * 1024;  // what an sm_90 block can opt in to
+
+inline thread_local cudaError_t last_error = cudaSuccess;
+
+inline cudaError_t set_error(cudaError_t e) {
+    if (e != cudaSuccess) { last_error = e; }
+    return e;
+}
+
+// Dynamic shared memory limits raised with cudaFuncSetAttribute, per kernel.
+inline std::mutex& attribute_mutex() {
+    static std::mutex m;
+    return m;
+}
+inline std::unordered_map<const void*, size_t>& max_dynamic_shared() {
+    static std::unordered_map<const void*, size_t> limits;
+    return limits;
+}
+
+}  // namespace hostcuda
+
+inline const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorNotReady: return "device not ready";
+    }
+    return "unknown error";
+}
+inline const char* cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
+inline cudaError_t cudaGetLastError() {
+    cudaError_t e = hostcuda::last_error;
+    hostcuda::last_error = cudaSuccess;
+    return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return hostcuda::last_error; }
+
+// --- devices -----------------------------------------------------------------------------
+inline cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int device) {
+    return hostcuda::set_error(device == 0 ? cudaSuccess : cudaErrorInvalidDevice);
+}
+inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+    if (device != 0) { return hostcuda::set_error(cudaErrorInvalidDevice); }
+    memset(prop, 0, sizeof(*prop));
+    snprintf(prop->name, sizeof(prop->name), "host backend (%d CPU workers)",
+             hostcuda::Pool::instance().num_workers());
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    prop->totalGlobalMem = static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+    prop->sharedMemPerBlock = hostcuda::kDefaultSharedBytes;
+    prop->sharedMemPerBlockOptin = hostcuda::kMaxSharedBytesOptin;
+    prop->sharedMemPerMultiprocessor = hostcuda::kMaxSharedBytesOptin + 1024;
+    prop->regsPerBlock = 65536;
+    prop->warpSize = hostcuda::kWarpSize;
+    prop->maxThreadsPerBlock = hostcuda::kMaxThreadsPerBlock;
+    prop->maxThreadsDim[0] = 1024; prop->maxThreadsDim[1] = 1024; prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647; prop->maxGridSize[1] = 65535; prop->maxGridSize[2] = 65535;
+    prop->maxThreadsPerMultiProcessor = 2048;
+    prop->multiProcessorCount = hostcuda::Pool::instance().num_workers();
+    prop->l2CacheSize = 4 * 1024 * 1024;
+    prop->major = 0;  // not a GPU: code that branches on compute capability sees "none"
+    prop->minor = 0;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    long total = sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE);
+    long avail = sysconf(_SC_AVPHYS_PAGES) * sysconf(_SC_PAGESIZE);
+    *free_bytes = static_cast<size_t>(avail);
+    *total_bytes = static_cast<size_t>(total);
+    return cudaSuccess;
+}
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, int value) {
+    if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || static_cast<size_t>(value) > hostcuda::kMaxSharedBytesOptin) {
+            return hostcuda::set_error(cudaErrorInvalidValue);
+        }
+        std::lock_guard<std::mutex> lock(hostcuda::attribute_mutex());
+        hostcuda::max_dynamic_shared()[reinterpret_cast<const void*>(kernel)] = static_cast<size_t>(value);
+    }
+    return cudaSuccess;
+}
+
+// --- memory ------------------------------------------------------------------------------
+inline cudaError_t cudaMalloc(void** ptr, size_t size) {
+    *ptr = nullptr;
+    if (size == 0) { return cudaSuccess; }
+    void* p = aligned_alloc(256, (size + 255) / 256 * 256);
+    if (p == nullptr) { return hostcuda::set_error(cudaErrorMemoryAllocation); }
+    *ptr = p;
+    return cudaSuccess;
+}
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, size_t size) { return cudaMalloc(reinterpret_cast<void**>(ptr), size); }
+inline cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaMalloc(ptr, size); }
+template <typename T>
+cudaError_t cudaMallocHost(T** ptr, size_t size) { return cudaMalloc(reinterpret_cast<void**>(ptr), size); }
+template <typename T>
+cudaError_t cudaMallocManaged(T** ptr, size_t size, unsigned = 1) {
+    return cudaMalloc(reinterpret_cast<void**>(ptr), size);
+}
+inline cudaError_t cudaFree(void* ptr) { free(ptr); return cudaSuccess; }
+inline cudaError_t cudaFreeHost(void* ptr) { free(ptr); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
+    if (count > 0) { memmove(dst, src, count); }
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                   cudaStream_t = nullptr) {
+    return cudaMemcpy(dst, src, count, kind);
+}
+inline cudaError_t cudaMemset(void* dst, int value, size_t count) {
+    if (count > 0) { memset(dst, value, count); }
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t = nullptr) {
+    return cudaMemset(dst, value, count);
+}
+template <typename T>
+cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t count, size_t offset = 0,
+                               cudaMemcpyKind = cudaMemcpyHostToDevice) {
+    if (offset + count > sizeof(T)) { return hostcuda::set_error(cudaErrorInvalidValue); }
+    memcpy(reinterpret_cast<char*>(&symbol) + offset, src, count);
+    return cudaSuccess;
+}
+
+// --- streams and events ------------------------------------------------------------------
+inline cudaError_t cudaStreamCreate(cudaStream_t* stream) { *stream = new CUstream_st(); return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) { return cudaStreamCreate(stream); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t stream) { delete stream; return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* event) { *event = new CUevent_st(); return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) { return cudaEventCreate(event); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t event) { delete event; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t = nullptr) {
+    event->time = std::chrono::steady_clock::now();
+    event->recorded = true;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start->recorded || !end->recorded) { return hostcuda::set_error(cudaErrorInvalidValue); }
+    *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+    return cudaSuccess;
+}

@@ -1,0 +1,483 @@
+/*
+Host backend: runs a kernel launch (grid of blocks of threads) on the CPU.
+
+Blocks are spread over a pool of OS threads ("workers"; HOSTCUDA_THREADS, default: all
+cores). A worker runs its blocks one after another. Inside a block, GPU threads run as
+fibers on the worker:
+
+- A fiber claims the next not-yet-started thread of the block and calls the kernel body
+  for it. If the thread returns without waiting for anybody, the same fiber claims the
+  next thread: a kernel without barriers or warp collectives costs one function call per
+  GPU thread and no context switch.
+- At __syncthreads, or in a warp collective (__shfl_*_sync, votes, __syncwarp), a thread
+  posts what it brings and, unless it is the last to arrive, parks its fiber and switches
+  to the worker's scheduler loop; a new fiber then starts the next threads. The last
+  thread to arrive completes the operation (computes every lane's shuffle result, or
+  releases the barrier), moves the waiters to the run queue, and goes on.
+- A barrier releases when every thread of the block that has not exited has arrived, as
+  on the hardware, where exited threads no longer count.
+- If the run queue empties while threads are still parked, the block can never finish:
+  the backend prints what each parked thread waits for and aborts, instead of hanging.
+
+The order in which threads run is fixed by the launch alone, so results are deterministic
+for a given number of workers (and for any number if blocks do not race through atomics).
+*/
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "fiber.h"
+#include "types.h"
+
+namespace hostcuda {
+
+[[noreturn]] inline void die(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline void die(const char* fmt, ...) {
+    fflush(stdout);
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "host backend: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    abort();
+}
+
+constexpr int kWarpSize = 32;
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr size_t kFiberStackBytes = 256 * 1024;
+
+enum class CollectiveKind { Shuffle, Ballot, All, Any, SyncWarp };
+
+struct Fiber {
+    Context context;
+    FiberStack stack;
+    int linear_tid = -1;  // the GPU thread this fiber is running
+    dim3 thread_idx;
+    uint64_t collective_result = 0;
+    const char* waiting_for = nullptr;  // for deadlock reports
+};
+
+// One warp's collective in progress. All lanes in `participants` must arrive with the
+// same kind before any of them gets its result.
+struct WarpCollective {
+    uint32_t participants = 0;
+    uint32_t arrived = 0;
+    CollectiveKind kind = CollectiveKind::SyncWarp;
+    uint64_t value[kWarpSize];
+    int source_lane[kWarpSize];
+    Fiber* fiber[kWarpSize];
+};
+
+struct Worker;
+
+// Per-OS-thread view of "which GPU thread is running now"; threadIdx & co read from here.
+struct ThreadState {
+    Worker* worker;
+    Fiber* fiber;
+    dim3 thread_idx;
+    dim3 block_idx;
+    dim3 block_dim;
+    dim3 grid_dim;
+};
+inline thread_local ThreadState tls{};
+
+struct Worker {
+    Context scheduler;
+    std::vector<Fiber*> all_fibers;
+    std::vector<Fiber*> idle_fibers;
+    std::deque<Fiber*> run_queue;
+
+    // the block being run
+    const char* kernel_name = nullptr;
+    void (*body)(void*) = nullptr;
+    void* body_arg = nullptr;
+    uint64_t launch_id = 0;
+    int num_threads = 0;
+    int next_unstarted = 0;
+    int finished = 0;
+    int barrier_arrived = 0;
+    int barrier_predicate_count = 0;
+    int barrier_result = 0;
+    std::vector<Fiber*> barrier_waiters;
+    WarpCollective warps[kMaxThreadsPerBlock / kWarpSize];
+    std::vector<unsigned char> dynamic_shared;  // sized per launch, 16-byte aligned start
+
+    ~Worker() {
+        for (Fiber* f : all_fibers) {
+            f->stack.release();
+            delete f;
+        }
+    }
+
+    Fiber* acquire_fiber();
+    void run_block(dim3 block_idx);
+    void block_current_fiber(Fiber* self, const char* reason);
+    void on_thread_finished();
+    void release_barrier();
+    [[noreturn]] void report_deadlock();
+    unsigned char* shared_base() {
+        uintptr_t p = reinterpret_cast<uintptr_t>(dynamic_shared.data());
+        return reinterpret_cast<unsigned char*>((p + 15) & ~static_cast<uintptr_t>(15));
+    }
+};
+
+inline dim3 unflatten(int linear, dim3 dims) {
+    return dim3(linear % dims.x, (linear / dims.x) % dims.y, linear / (dims.x * dims.y));
+}
+
+// The function every fiber runs: claim unstarted threads of the current block and run
+// them; when none are left, park as idle until the next block needs a fiber.
+inline void fiber_main() {
+    for (;;) {
+        Worker& w = *tls.worker;
+        Fiber* self = tls.fiber;
+        while (w.next_unstarted < w.num_threads) {
+            int t = w.next_unstarted++;
+            self->linear_tid = t;
+            self->thread_idx = unflatten(t, tls.block_dim);
+            tls.thread_idx = self->thread_idx;
+            w.body(w.body_arg);
+            w.on_thread_finished();
+        }
+        self->linear_tid = -1;
+        w.idle_fibers.push_back(self);
+        switch_context(self->context, w.scheduler);
+    }
+}
+
+inline Fiber* Worker::acquire_fiber() {
+    if (!idle_fibers.empty()) {
+        Fiber* f = idle_fibers.back();
+        idle_fibers.pop_back();
+        return f;
+    }
+    Fiber* f = new Fiber();
+    f->stack.allocate(kFiberStackBytes);
+    f->context.prepare(f->stack, fiber_main);
+    all_fibers.push_back(f);
+    return f;
+}
+
+inline bool all_threads_at_barrier(const Worker& w) {
+    return w.next_unstarted == w.num_threads && w.barrier_arrived + w.finished == w.num_threads;
+}
+
+inline void Worker::release_barrier() {
+    barrier_result = barrier_predicate_count;
+    barrier_predicate_count = 0;
+    barrier_arrived = 0;
+    for (Fiber* f : barrier_waiters) { run_queue.push_back(f); }
+    barrier_waiters.clear();
+}
+
+inline void Worker::on_thread_finished() {
+    finished++;
+    // The exiting thread may have been the last one a pending barrier waited for.
+    if (barrier_arrived > 0 && all_threads_at_barrier(*this)) { release_barrier(); }
+}
+
+// Parks the running fiber and switches to the scheduler loop, first making sure that a
+// fiber exists to start the threads that have not started yet.
+inline void Worker::block_current_fiber(Fiber* self, const char* reason) {
+    self->waiting_for = reason;
+    if (next_unstarted < num_threads) { run_queue.push_back(acquire_fiber()); }
+    switch_context(self->context, scheduler);
+    self->waiting_for = nullptr;
+}
+
+inline void Worker::run_block(dim3 block_idx) {
+    tls.block_idx = block_idx;
+    next_unstarted = 0;
+    finished = 0;
+    barrier_arrived = 0;
+    barrier_predicate_count = 0;
+    run_queue.push_back(acquire_fiber());
+    while (!run_queue.empty()) {
+        Fiber* f = run_queue.front();
+        run_queue.pop_front();
+        tls.fiber = f;
+        tls.thread_idx = f->thread_idx;
+        switch_context(scheduler, f->context);
+    }
+    tls.fiber = nullptr;
+    if (finished != num_threads) { report_deadlock(); }
+}
+
+inline void Worker::report_deadlock() {
+    fprintf(stderr,
+            "host backend: kernel '%s', block (%u,%u,%u): deadlock: %d of %d threads finished, the "
+            "others wait forever:\n",
+            kernel_name, tls.block_idx.x, tls.block_idx.y, tls.block_idx.z, finished, num_threads);
+    int shown = 0;
+    for (Fiber* f : all_fibers) {
+        if (f->linear_tid >= 0 && f->waiting_for != nullptr && shown++ < 8) {
+            fprintf(stderr, "  thread (%u,%u,%u) (warp %d lane %d) waits in %s\n", f->thread_idx.x,
+                    f->thread_idx.y, f->thread_idx.z, f->linear_tid / kWarpSize,
+                    f->linear_tid % kWarpSize, f->waiting_for);
+        }
+    }
+    die("a __syncthreads or warp collective that not every required thread reaches "
+        "(divergent barrier, or a lane in the mask that exited)");
+}
+
+// ----------------------------------------------------------------------------------------
+// operations called from inside kernels
+
+inline Worker& current_worker(const char* what) {
+    if (tls.fiber == nullptr) { die("%s called outside a kernel", what); }
+    return *tls.worker;
+}
+
+// __syncthreads_count semantics; plain __syncthreads passes 0.
+inline int block_barrier(int predicate) {
+    Worker& w = current_worker("__syncthreads");
+#if defined(HOSTCUDA_MUTATION_SYNCTHREADS_NOOP)
+    return predicate != 0;
+#endif
+    w.barrier_arrived++;
+    w.barrier_predicate_count += predicate != 0;
+    if (all_threads_at_barrier(w)) {
+        w.release_barrier();
+    } else {
+        Fiber* self = tls.fiber;
+        w.barrier_waiters.push_back(self);
+        w.block_current_fiber(self, "__syncthreads");
+    }
+    return w.barrier_result;
+}
+
+// Lanes of warp `warp` that exist in a block of `num_threads` threads.
+inline uint32_t existing_lanes(int warp, int num_threads) {
+    int n = std::min(kWarpSize, num_threads - warp * kWarpSize);
+    return n >= kWarpSize ? 0xffffffffu : ((1u << n) - 1u);
+}
+
+// A warp collective: every lane in `mask` posts `value` (and, for shuffles, the lane it
+// reads from). The last to arrive computes each lane's result.
+inline uint64_t warp_collective(CollectiveKind kind, uint32_t mask, uint64_t value, int source_lane,
+                                const char* name) {
+    Worker& w = current_worker(name);
+    Fiber* self = tls.fiber;
+    int lane = self->linear_tid % kWarpSize;
+    int warp = self->linear_tid / kWarpSize;
+    WarpCollective& c = w.warps[warp];
+    uint32_t participants = mask & existing_lanes(warp, w.num_threads);
+    if (!(participants >> lane & 1u)) {
+        die("kernel '%s': %s called by lane %d of warp %d with mask 0x%08x that excludes it", w.kernel_name,
+            name, lane, warp, mask);
+    }
+    if (c.arrived == 0) {
+        c.participants = participants;
+        c.kind = kind;
+    } else if (c.participants != participants || c.kind != kind) {
+        die("kernel '%s': warp %d: lane %d calls %s (mask 0x%08x) while other lanes wait in a "
+            "different collective (mask 0x%08x); divergent warp collectives are not supported",
+            w.kernel_name, warp, lane, name, participants, c.participants);
+    }
+    c.value[lane] = value;
+    c.source_lane[lane] = source_lane;
+    c.fiber[lane] = self;
+    c.arrived |= 1u << lane;
+    if (c.arrived != c.participants) {
+        w.block_current_fiber(self, name);
+        return self->collective_result;
+    }
+    // last to arrive: compute every participant's result and wake them
+    uint64_t votes = 0;
+    for (int l = 0; l < kWarpSize; l++) {
+        if ((participants >> l & 1u) && c.value[l] != 0) { votes |= 1ull << l; }
+    }
+    for (int l = 0; l < kWarpSize; l++) {
+        if (!(participants >> l & 1u)) { continue; }
+        uint64_t result = 0;
+        switch (kind) {
+            case CollectiveKind::Shuffle: {
+                int src = c.source_lane[l];
+                result = (src >= 0 && src < kWarpSize && (participants >> src & 1u)) ? c.value[src] : c.value[l];
+                break;
+            }
+            case CollectiveKind::Ballot: result = votes; break;
+            case CollectiveKind::All: result = votes == participants; break;
+            case CollectiveKind::Any: result = votes != 0; break;
+            case CollectiveKind::SyncWarp: break;
+        }
+        c.fiber[l]->collective_result = result;
+        if (l != lane) { w.run_queue.push_back(c.fiber[l]); }
+    }
+    c.arrived = 0;
+    return self->collective_result;
+}
+
+inline uint32_t active_lanes() {
+    Worker& w = current_worker("__activemask");
+    int warp = tls.fiber->linear_tid / kWarpSize;
+    return existing_lanes(warp, w.num_threads);
+}
+
+inline unsigned char* dynamic_shared_memory() { return current_worker("dynamic shared memory").shared_base(); }
+
+// ----------------------------------------------------------------------------------------
+// the worker pool: runs index ranges [0, n) in chunks on all workers, caller included
+
+class Pool {
+public:
+    static Pool& instance() {
+        static Pool pool;
+        return pool;
+    }
+    int num_workers() const { return static_cast<int>(threads_.size()) + 1; }
+
+    // Calls fn(ctx, i) for every i in [0, n); returns when all are done. Worker index
+    // `w` of the caller is 0. Not reentrant: a task must not call parallel_for.
+    void parallel_for(int64_t n, int64_t chunk, void (*fn)(void*, int64_t), void* ctx) {
+        if (threads_.empty() || n <= chunk || in_parallel_region) {
+            for (int64_t i = 0; i < n; i++) { fn(ctx, i); }
+            return;
+        }
+        std::lock_guard<std::mutex> serialize(launch_mutex_);
+        job_fn_ = fn;
+        job_ctx_ = ctx;
+        job_n_ = n;
+        job_chunk_ = chunk;
+        next_.store(0, std::memory_order_relaxed);
+        busy_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            generation_.fetch_add(1, std::memory_order_release);
+        }
+        wake_.notify_all();
+        run_chunks();
+        while (busy_.load(std::memory_order_acquire) != 0) { cpu_relax(); }
+    }
+
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stop_ = true;
+            generation_.fetch_add(1);
+        }
+        wake_.notify_all();
+        for (auto& t : threads_) { t.join(); }
+    }
+
+    static inline thread_local bool in_parallel_region = false;
+
+private:
+    Pool() {
+        int n = static_cast<int>(std::thread::hardware_concurrency());
+        if (const char* env = getenv("HOSTCUDA_THREADS")) { n = atoi(env); }
+        n = std::max(1, std::min(n, 256));
+        for (int i = 1; i < n; i++) {
+            threads_.emplace_back([this] { thread_main(); });
+        }
+    }
+    static void cpu_relax() {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+    void run_chunks() {
+        in_parallel_region = true;
+        for (;;) {
+            int64_t start = next_.fetch_add(job_chunk_, std::memory_order_relaxed);
+            if (start >= job_n_) { break; }
+            int64_t end = std::min(job_n_, start + job_chunk_);
+            for (int64_t i = start; i < end; i++) { job_fn_(job_ctx_, i); }
+        }
+        in_parallel_region = false;
+    }
+    void thread_main() {
+        uint64_t seen = 0;
+        for (;;) {
+            // spin briefly (launches come in quick succession), then sleep
+            uint64_t gen = generation_.load(std::memory_order_acquire);
+            for (int spin = 0; gen == seen && spin < 20000; spin++) {
+                cpu_relax();
+                gen = generation_.load(std::memory_order_acquire);
+            }
+            if (gen == seen) {
+                std::unique_lock<std::mutex> lock(mutex_);
+                wake_.wait(lock, [&] { return generation_.load() != seen; });
+                gen = generation_.load();
+            }
+            seen = gen;
+            if (stop_) { return; }
+            run_chunks();
+            busy_.fetch_sub(1, std::memory_order_acq_rel);
+        }
+    }
+
+    std::vector<std::thread> threads_;
+    std::mutex launch_mutex_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int64_t> next_{0};
+    std::atomic<int> busy_{0};
+    bool stop_ = false;
+    void (*job_fn_)(void*, int64_t) = nullptr;
+    void* job_ctx_ = nullptr;
+    int64_t job_n_ = 0;
+    int64_t job_chunk_ = 1;
+};
+
+inline Worker& this_thread_worker() {
+    static thread_local Worker worker;
+    return worker;
+}
+
+struct GridLaunch {
+    const char* kernel_name;
+    dim3 grid, block;
+    size_t shared_bytes;
+    void (*body)(void*);
+    void* body_arg;
+    uint64_t id;  // unique per launch, so a worker knows when to take the new parameters
+};
+
+inline void run_block_task(void* ctx, int64_t block_linear) {
+    const GridLaunch& launch = *static_cast<const GridLaunch*>(ctx);
+    Worker& w = this_thread_worker();
+    if (w.launch_id != launch.id) {
+        w.launch_id = launch.id;
+        tls.worker = &w;
+        tls.block_dim = launch.block;
+        tls.grid_dim = launch.grid;
+        w.kernel_name = launch.kernel_name;
+        w.body = launch.body;
+        w.body_arg = launch.body_arg;
+        w.num_threads = static_cast<int>(launch.block.x * launch.block.y * launch.block.z);
+        if (w.dynamic_shared.size() < launch.shared_bytes + 16) { w.dynamic_shared.resize(launch.shared_bytes + 16); }
+    }
+    dim3 b(static_cast<unsigned>(block_linear % launch.grid.x),
+           static_cast<unsigned>((block_linear / launch.grid.x) % launch.grid.y),
+           static_cast<unsigned>(block_linear / (static_cast<int64_t>(launch.grid.x) * launch.grid.y)));
+    w.run_block(b);
+}
+
+// Runs every block of the launch and returns when all are done.
+inline void run_grid(GridLaunch launch) {
+    static std::atomic<uint64_t> launch_counter{0};
+    launch.id = ++launch_counter;
+    int64_t num_blocks = static_cast<int64_t>(launch.grid.x) * launch.grid.y * launch.grid.z;
+    int64_t threads_per_block = static_cast<int64_t>(launch.block.x) * launch.block.y * launch.block.z;
+    // Small grids are not worth waking the pool for.
+    Pool& pool = Pool::instance();
+    int64_t chunk = std::max<int64_t>(1, num_blocks / (8 * pool.num_workers()));
+    if (num_blocks * threads_per_block < 4096) { chunk = num_blocks; }
+    pool.parallel_for(num_blocks, chunk, run_block_task, &launch);
+}
+
+}  // namespace hostcuda

@@ -1,0 +1,146 @@
+/*
+Host-side utilities shared by the trainers, the loaders and the tests: checked file I/O
+whose errors name the file and what was being read, checked allocation, and an atomic
+file writer (write to "<path>.tmp", fsync, rename) so a crash never leaves a half-written
+checkpoint under the real name. Plain C++17, no CUDA.
+*/
+#pragma once
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <unistd.h>
+
+// Print "error: <message>" and exit(1). printf-style.
+[[noreturn]] __attribute__((format(printf, 1, 2))) inline void fatal(const char* fmt, ...) {
+    fflush(stdout);
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    exit(EXIT_FAILURE);
+}
+
+// ----------------------------------------------------------------------------------------
+// allocation
+
+inline void* malloc_check(size_t size, const char* file, int line) {
+    void* ptr = malloc(size);
+    if (ptr == nullptr && size > 0) {
+        fatal("out of memory: malloc(%zu bytes) failed at %s:%d", size, file, line);
+    }
+    return ptr;
+}
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+
+// ----------------------------------------------------------------------------------------
+// checked files: every failure names the file, the operation and what was expected
+
+class CheckedFile {
+public:
+    // mode as for fopen; fails with the OS reason when the file cannot be opened
+    CheckedFile(const std::string& path, const char* mode) : path_(path) {
+        file_ = fopen(path.c_str(), mode);
+        if (file_ == nullptr) {
+            fatal("cannot open file '%s' (mode \"%s\"): %s", path.c_str(), mode, strerror(errno));
+        }
+    }
+    ~CheckedFile() {
+        if (file_ != nullptr) { fclose(file_); }
+    }
+    CheckedFile(const CheckedFile&) = delete;
+    CheckedFile& operator=(const CheckedFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    FILE* handle() { return file_; }
+
+    // Reads exactly `bytes` bytes; `what` names the item for the error message.
+    void read(void* dst, size_t bytes, const char* what) {
+        long offset = ftell(file_);
+        size_t got = fread(dst, 1, bytes, file_);
+        if (got != bytes) {
+            if (ferror(file_)) {
+                fatal("file '%s': read error while reading %s at byte %ld: %s", path_.c_str(), what,
+                      offset, strerror(errno));
+            }
+            fatal("file '%s' is truncated: expected %zu bytes of %s at byte %ld, found only %zu",
+                  path_.c_str(), bytes, what, offset, got);
+        }
+    }
+    template <typename T>
+    T read_value(const char* what) {
+        T value;
+        read(&value, sizeof(T), what);
+        return value;
+    }
+    template <typename T>
+    void read_vector(std::vector<T>& dst, size_t count, const char* what) {
+        dst.resize(count);
+        read(dst.data(), count * sizeof(T), what);
+    }
+
+    void write(const void* src, size_t bytes, const char* what) {
+        if (fwrite(src, 1, bytes, file_) != bytes) {
+            fatal("file '%s': failed to write %zu bytes of %s: %s", path_.c_str(), bytes, what,
+                  strerror(errno));
+        }
+    }
+    template <typename T>
+    void write_value(const T& value, const char* what) { write(&value, sizeof(T), what); }
+
+    void seek(long offset, int whence = SEEK_SET) {
+        if (fseek(file_, offset, whence) != 0) {
+            fatal("file '%s': cannot seek to byte %ld: %s", path_.c_str(), offset, strerror(errno));
+        }
+    }
+    long tell() { return ftell(file_); }
+    long size() {
+        long here = tell();
+        seek(0, SEEK_END);
+        long end = tell();
+        seek(here);
+        return end;
+    }
+    // Flushes and closes; reports a failure (e.g. disk full) instead of losing it silently.
+    void close() {
+        if (file_ == nullptr) { return; }
+        bool ok = fflush(file_) == 0 && fsync(fileno(file_)) == 0;
+        ok = (fclose(file_) == 0) && ok;
+        file_ = nullptr;
+        if (!ok) { fatal("file '%s': failed to flush/close: %s", path_.c_str(), strerror(errno)); }
+    }
+
+private:
+    std::string path_;
+    FILE* file_ = nullptr;
+};
+
+// Writes a file atomically: the caller writes into `file()`, which is "<path>.tmp";
+// commit() closes it and renames it over `path`. If commit() is never reached (crash,
+// fatal error) the old file under `path` is untouched.
+class AtomicFileWriter {
+public:
+    explicit AtomicFileWriter(const std::string& path)
+        : path_(path), tmp_path_(path + ".tmp"), file_(tmp_path_, "wb") {}
+    CheckedFile& file() { return file_; }
+    void commit() {
+        file_.close();
+        if (rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+            fatal("cannot rename '%s' to '%s': %s", tmp_path_.c_str(), path_.c_str(), strerror(errno));
+        }
+    }
+
+private:
+    std::string path_;
+    std::string tmp_path_;
+    CheckedFile file_;
+};
+
+inline bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
