@@ -1,0 +1,138 @@
+"""
+Eval sets: the .bin format read by llmc/evalset.h (doc/formats.md, "Eval sets"), and the
+lm-eval-style encoding of (context, continuation) pairs.
+
+File: header 256 x int32
+  [0] EVAL_MAGIC  [1] version 1  [2] number of items  [3] kind (0 multiple choice, 1 cloze)
+  [4] vocab size of the tokenizer  [5] most choices in an item  [6] most tokens in an item
+  (context + longest continuation)  [7] 1 if every context starts with BOS  [8] byte length
+  of the description; rest 0
+then the description (UTF-8, e.g. "SANITY SET ..."), then per item, all int32:
+  n_choices, gold, n_ctx, ctx[n_ctx], and per choice: n_tok, n_chars, tok[n_tok]
+n_chars is the character length of the continuation text (for acc_norm). A cloze item has
+one choice (the target) and gold 0.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+EVAL_MAGIC = 20260313
+EVAL_VERSION = 1
+KIND_MC, KIND_CLOZE = 0, 1
+
+
+def encode_pair(tok, context: str, continuation: str, bos: bool = True) -> tuple[list[int], list[int]]:
+    """lm-eval's split: trailing spaces of the context move to the continuation; the
+    continuation's ids are those of encode(context + continuation) after encode(context)'s,
+    falling back to encoding the continuation alone where the two disagree."""
+    n_spaces = len(context) - len(context.rstrip(" "))
+    if n_spaces:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    ctx = tok.encode(context)
+    whole = tok.encode(context + continuation)
+    if whole[:len(ctx)] == ctx and len(whole) > len(ctx):
+        cont = whole[len(ctx):]
+    else:
+        cont = tok.encode(continuation)
+    if bos:
+        ctx = [tok.bos_id] + ctx
+    return ctx, cont
+
+
+def make_item(tok, context: str, continuations: list[str], gold: int, bos: bool = True) -> dict:
+    ctx = None
+    choices = []
+    for c in continuations:
+        cx, ct = encode_pair(tok, context, c, bos)
+        ctx = cx if ctx is None else ctx
+        if cx != ctx:  # cannot happen with encode_pair (context encoding is independent of c)
+            raise AssertionError("context encoding depends on the continuation")
+        choices.append(ct)
+    return {"context": ctx, "choices": choices, "choice_chars": [len(c) for c in continuations],
+            "gold": int(gold)}
+
+
+def write_evalset(path, items: list[dict], kind: int, vocab_size: int, description: str,
+                  bos: bool = True) -> None:
+    if kind not in (KIND_MC, KIND_CLOZE):
+        raise ValueError("kind must be KIND_MC or KIND_CLOZE")
+    desc = description.encode("utf-8")
+    h = np.zeros(256, dtype="<i4")
+    h[0], h[1], h[2], h[3], h[4] = EVAL_MAGIC, EVAL_VERSION, len(items), kind, vocab_size
+    h[5] = max((len(it["choices"]) for it in items), default=0)
+    h[6] = max((len(it["context"]) + max(len(c) for c in it["choices"]) for it in items), default=0)
+    h[7], h[8] = int(bos), len(desc)
+    body = []
+    for i, it in enumerate(items):
+        nc = len(it["choices"])
+        if nc < 1 or not 0 <= it["gold"] < nc or len(it["choice_chars"]) != nc:
+            raise ValueError(f"item {i}: bad choices/gold")
+        if kind == KIND_CLOZE and nc != 1:
+            raise ValueError(f"item {i}: a cloze item has exactly one continuation")
+        toks = list(it["context"]) + [t for c in it["choices"] for t in c]
+        if any(t < 0 or t >= vocab_size for t in toks):
+            raise ValueError(f"item {i}: token id outside 0..{vocab_size - 1}")
+        if not it["context"]:
+            raise ValueError(f"item {i}: empty context")
+        rec = [nc, it["gold"], len(it["context"])] + list(it["context"])
+        for c, n in zip(it["choices"], it["choice_chars"]):
+            if len(c) == 0:
+                raise ValueError(f"item {i}: empty continuation")
+            rec += [len(c), int(n)] + list(c)
+        body.append(np.asarray(rec, dtype="<i4"))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(h.tobytes())
+        f.write(desc)
+        for b in body:
+            f.write(b.tobytes())
+    os.replace(tmp, path)
+
+
+def read_evalset(path) -> dict:
+    """Reads an eval .bin back (for tests and tools), validating it like llmc/evalset.h."""
+    data = Path(path).read_bytes()
+    if len(data) < 1024:
+        raise ValueError(f"{path}: truncated header")
+    h = np.frombuffer(data[:1024], dtype="<i4")
+    if h[0] != EVAL_MAGIC:
+        raise ValueError(f"{path}: bad magic {h[0]}")
+    if h[1] != EVAL_VERSION:
+        raise ValueError(f"{path}: unsupported version {h[1]}")
+    pos = 1024 + int(h[8])
+    if pos > len(data):
+        raise ValueError(f"{path}: truncated description")
+    desc = data[1024:pos].decode("utf-8")
+    rest = len(data) - pos
+    if rest % 4:
+        raise ValueError(f"{path}: item data is not a whole number of int32")
+    v = np.frombuffer(data[pos:], dtype="<i4")
+    j, items = 0, []
+
+    def take(n):
+        nonlocal j
+        if j + n > len(v):
+            raise ValueError(f"{path}: truncated in item {len(items)}")
+        out = v[j:j + n]
+        j += n
+        return out
+
+    for _ in range(int(h[2])):
+        nc, gold, nctx = (int(x) for x in take(3))
+        ctx = take(nctx).tolist()
+        choices, chars = [], []
+        for _c in range(nc):
+            nt, nch = (int(x) for x in take(2))
+            choices.append(take(nt).tolist())
+            chars.append(nch)
+        items.append({"context": ctx, "choices": choices, "choice_chars": chars, "gold": gold})
+    if j != len(v):
+        raise ValueError(f"{path}: {len(v) - j} trailing int32 after the last item")
+    return {"kind": int(h[3]), "vocab_size": int(h[4]), "max_choices": int(h[5]), "max_tokens": int(h[6]),
+            "bos": bool(h[7]), "description": desc, "items": items}

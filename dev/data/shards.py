@@ -1,0 +1,200 @@
+"""
+Token shards and region sidecars: the binary files the C++ data loader (llmc/dataloader.h)
+reads. Formats (documented in doc/formats.md):
+
+  token shard  <name>.bin      header 256 x int32: [0] 20240520, [1] version (1 = uint16
+                               tokens, 2 = uint32 tokens), [2] number of tokens, rest 0;
+                               then the tokens, little-endian.
+  region file  <name>.regions  header 256 x int32: [0] REGIONS_MAGIC, [1] 1, [2] number of
+                               tokens (equal to its shard's), rest 0; then one uint8 per
+                               token: 0 other, 1 query, 2 trace, 3 answer.
+
+A ShardWriter takes documents (token ids, optional region labels) and cuts them into
+shards of a fixed number of tokens named <prefix>_<split>_<index:06d>.bin, so that train
+and validation files are told apart by the patterns *_train_*.bin and *_val_*.bin.
+Documents are packed back to back; a document may continue in the next shard.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+HEADER_INTS = 256
+HEADER_BYTES = HEADER_INTS * 4
+
+SHARD_MAGIC = 20240520
+SHARD_VERSION_U16 = 1
+SHARD_VERSION_U32 = 2
+
+REGIONS_MAGIC = 20260311
+REGIONS_VERSION = 1
+REGIONS_SUFFIX = ".regions"
+
+# region labels, one uint8 per token
+OTHER, QUERY, TRACE, ANSWER = 0, 1, 2, 3
+REGION_NAMES = {OTHER: "other", QUERY: "query", TRACE: "trace", ANSWER: "answer"}
+
+
+def regions_path(shard_path: str | os.PathLike) -> Path:
+    """The sidecar that belongs to a shard: 'x_train_000001.bin' -> 'x_train_000001.regions'."""
+    p = Path(shard_path)
+    if p.suffix != ".bin":
+        raise ValueError(f"shard file name must end in .bin: {p}")
+    return p.with_suffix(REGIONS_SUFFIX)
+
+
+def _header(magic: int, version: int, ntok: int) -> np.ndarray:
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    h[0], h[1], h[2] = magic, version, ntok
+    return h
+
+
+def _write_atomic(path: Path, header: np.ndarray, payload: np.ndarray) -> None:
+    """Writes header+payload to path.tmp and renames it, so readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(header.tobytes())
+        f.write(payload.tobytes())
+    os.replace(tmp, path)
+
+
+def shard_version_for_vocab(vocab_size: int) -> int:
+    """uint16 tokens when every id fits, else uint32."""
+    return SHARD_VERSION_U16 if vocab_size <= 65536 else SHARD_VERSION_U32
+
+
+def write_shard(path, tokens, version: int | None = None) -> None:
+    """Writes one token shard. version None picks uint16 when every token fits."""
+    toks = np.asarray(tokens)
+    if toks.ndim != 1:
+        raise ValueError("tokens must be one-dimensional")
+    if toks.size and (toks.min() < 0):
+        raise ValueError("negative token id")
+    maxtok = int(toks.max()) if toks.size else 0
+    if version is None:
+        version = SHARD_VERSION_U16 if maxtok < 65536 else SHARD_VERSION_U32
+    if version == SHARD_VERSION_U16:
+        if maxtok >= 65536:
+            raise ValueError(f"token id {maxtok} does not fit a uint16 shard (version 1)")
+        payload = toks.astype("<u2")
+    elif version == SHARD_VERSION_U32:
+        if maxtok >= 2**32:
+            raise ValueError(f"token id {maxtok} does not fit uint32")
+        payload = toks.astype("<u4")
+    else:
+        raise ValueError(f"unknown shard version {version}")
+    _write_atomic(Path(path), _header(SHARD_MAGIC, version, toks.size), payload)
+
+
+def write_regions(path, regions) -> None:
+    """Writes one region sidecar (path should be regions_path(shard))."""
+    r = np.asarray(regions)
+    if r.ndim != 1:
+        raise ValueError("regions must be one-dimensional")
+    if r.size and (r.min() < 0 or r.max() > ANSWER):
+        raise ValueError("region labels must be in 0..3")
+    _write_atomic(Path(path), _header(REGIONS_MAGIC, REGIONS_VERSION, r.size), r.astype(np.uint8))
+
+
+def _read_header(path: Path, data: bytes, magic: int, versions: tuple) -> np.ndarray:
+    if len(data) < HEADER_BYTES:
+        raise ValueError(f"{path}: file is truncated: {len(data)} bytes, less than the {HEADER_BYTES}-byte header")
+    h = np.frombuffer(data[:HEADER_BYTES], dtype="<i4")
+    if h[0] != magic:
+        raise ValueError(f"{path}: bad magic number {h[0]} (expected {magic})")
+    if h[1] not in versions:
+        raise ValueError(f"{path}: unsupported version {h[1]} (expected one of {versions})")
+    if h[2] < 0:
+        raise ValueError(f"{path}: negative token count {h[2]}")
+    return h
+
+
+def read_shard(path) -> np.ndarray:
+    """Reads a token shard, checking magic, version and size; returns uint16 or uint32 array."""
+    path = Path(path)
+    data = path.read_bytes()
+    h = _read_header(path, data, SHARD_MAGIC, (SHARD_VERSION_U16, SHARD_VERSION_U32))
+    dtype = "<u2" if h[1] == SHARD_VERSION_U16 else "<u4"
+    width = np.dtype(dtype).itemsize
+    expect = HEADER_BYTES + int(h[2]) * width
+    if len(data) != expect:
+        raise ValueError(f"{path}: size {len(data)} bytes but the header says {h[2]} tokens ({expect} bytes)")
+    return np.frombuffer(data[HEADER_BYTES:], dtype=dtype)
+
+
+def read_regions(path) -> np.ndarray:
+    path = Path(path)
+    data = path.read_bytes()
+    h = _read_header(path, data, REGIONS_MAGIC, (REGIONS_VERSION,))
+    expect = HEADER_BYTES + int(h[2])
+    if len(data) != expect:
+        raise ValueError(f"{path}: size {len(data)} bytes but the header says {h[2]} labels ({expect} bytes)")
+    return np.frombuffer(data[HEADER_BYTES:], dtype=np.uint8)
+
+
+class ShardWriter:
+    """Packs documents into fixed-size shards <outdir>/<prefix>_<split>_<i:06d>.bin.
+
+    with_regions: also write a .regions sidecar per shard (every document must then come
+    with labels). vocab_size picks the token width (uint16 up to 65536 ids).
+    """
+
+    def __init__(self, outdir, prefix: str, split: str, shard_tokens: int, vocab_size: int,
+                 with_regions: bool = False):
+        if split not in ("train", "val"):
+            raise ValueError("split must be 'train' or 'val'")
+        self.outdir = Path(outdir)
+        self.outdir.mkdir(parents=True, exist_ok=True)
+        self.prefix, self.split = prefix, split
+        self.shard_tokens = int(shard_tokens)
+        self.version = shard_version_for_vocab(vocab_size)
+        self.vocab_size = vocab_size
+        self.with_regions = with_regions
+        self.dtype = np.uint16 if self.version == SHARD_VERSION_U16 else np.uint32
+        self.buf = np.empty(self.shard_tokens, dtype=self.dtype)
+        self.rbuf = np.empty(self.shard_tokens, dtype=np.uint8) if with_regions else None
+        self.fill = 0
+        self.index = 0
+        self.paths: list[Path] = []
+        self.total_tokens = 0
+        self.total_docs = 0
+
+    def add(self, tokens, regions=None) -> None:
+        toks = np.asarray(tokens)
+        if toks.size and (toks.min() < 0 or toks.max() >= self.vocab_size):
+            raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
+        if self.with_regions:
+            if regions is None or len(regions) != len(toks):
+                raise ValueError("with_regions: each document needs one region label per token")
+            regs = np.asarray(regions, dtype=np.uint8)
+        pos = 0
+        n = len(toks)
+        while pos < n:
+            take = min(n - pos, self.shard_tokens - self.fill)
+            self.buf[self.fill:self.fill + take] = toks[pos:pos + take]
+            if self.with_regions:
+                self.rbuf[self.fill:self.fill + take] = regs[pos:pos + take]
+            self.fill += take
+            pos += take
+            if self.fill == self.shard_tokens:
+                self._flush()
+        self.total_tokens += n
+        self.total_docs += 1
+
+    def _flush(self) -> None:
+        if self.fill == 0:
+            return
+        path = self.outdir / f"{self.prefix}_{self.split}_{self.index:06d}.bin"
+        write_shard(path, self.buf[:self.fill], version=self.version)
+        if self.with_regions:
+            write_regions(regions_path(path), self.rbuf[:self.fill])
+        self.paths.append(path)
+        self.index += 1
+        self.fill = 0
+
+    def close(self) -> list[Path]:
+        self._flush()
+        return self.paths
