@@ -641,14 +641,14 @@ def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_fr
     if not 0 <= step < total:
         raise ValueError(f"step {step} outside [0, {total})")
     W = round_steps(warmup_frac, total)
+    D = round_steps(decay_frac, total) if kind == "wsd" else 0
+    if W + D > total:
+        raise ValueError(f"warmup ({W}) + decay ({D}) steps exceed total ({total})")
     if step < W:
         return (step + 1) / W
     if kind == "constant":
         return 1.0
     if kind == "wsd":
-        D = round_steps(decay_frac, total)
-        if W + D > total:
-            raise ValueError(f"warmup ({W}) + decay ({D}) steps exceed total ({total})")
         start = total - D
         if step < start:
             return 1.0
