@@ -1,0 +1,388 @@
+/*
+Data loader over llm.c-style token shards (doc/formats.md, "Token shards" and "Region
+sidecars"). Host-only C++17.
+
+Files: every file matching the glob pattern(s) (comma-separated; sorted; "*.regions" and
+"*.tmp" skipped) is a shard: 256 x int32 header [magic 20240520, version 1 (uint16 tokens)
+or 2 (uint32), token count], then the tokens. A shard "x.bin" may have a region sidecar
+"x.regions" (uint8 per token: 0 other, 1 query, 2 trace, 3 answer). Headers, versions
+and sizes are checked when the loader opens; errors name the file and what is wrong.
+
+Samples: a shard of n tokens holds (n - 1) / T windows of T+1 tokens, window k covering
+tokens [k*T, k*T + T] (consecutive windows overlap by one token, so every token is a
+target once). An epoch orders all windows of all shards: shards in file order and windows
+in order, or, with shuffle, shards and the windows inside each shard permuted from
+(seed, epoch). Step s of an epoch is the global batch of windows [s*B*P, (s+1)*B*P) of
+that order (P = number of processes); process r gets the B windows starting at
+s*B*P + r*B, so the P processes together read every window of the epoch at most once
+(the last partial global batch of an epoch is skipped). After the last step the next
+epoch starts, reshuffled.
+
+Per batch (row-major, row b at b*(T+1)):
+  tokens  B x (T+1) int32   the windows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]
+  inputs, targets  B x T int32 (copies, for trainers that want them apart)
+  regions B x (T+1) uint8   region labels of the same positions (0 where a shard has none)
+  doc_ids B x (T+1) int32   document index within the row: 0 at position 0, +1 at every
+                            token equal to doc_start_token (BOS); -1 disables (all 0). Causal
+                            document mask: i sees j iff j <= i and doc_ids[i] == doc_ids[j];
+                            the target of input t crosses a boundary iff doc_ids[t+1] != doc_ids[t].
+Resume: position() returns {epoch, step, fingerprint}; set_position() continues exactly
+there (the fingerprint checks that data, T, global batch B*P, shuffle and seed match).
+*/
+#pragma once
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "utils.h"
+
+constexpr int SHARD_MAGIC = 20240520;
+constexpr int SHARD_VERSION_U16 = 1;
+constexpr int SHARD_VERSION_U32 = 2;
+constexpr int REGIONS_MAGIC = 20260311;
+constexpr int REGIONS_VERSION = 1;
+constexpr int DATA_HEADER_INTS = 256;
+constexpr long DATA_HEADER_BYTES = DATA_HEADER_INTS * 4;
+enum Region : uint8_t { REGION_OTHER = 0, REGION_QUERY = 1, REGION_TRACE = 2, REGION_ANSWER = 3 };
+
+// "dir/x_train_000001.bin" -> "dir/x_train_000001.regions"
+inline std::string regions_path_for(const std::string& shard) {
+    size_t n = shard.size();
+    if (n >= 4 && shard.compare(n - 4, 4, ".bin") == 0) { return shard.substr(0, n - 4) + ".regions"; }
+    return shard + ".regions";
+}
+
+// Expands comma-separated glob patterns into a sorted, de-duplicated list of shard files.
+inline std::vector<std::string> glob_shards(const std::string& patterns) {
+    std::vector<std::string> files;
+    size_t start = 0;
+    while (start <= patterns.size()) {
+        size_t comma = patterns.find(',', start);
+        if (comma == std::string::npos) { comma = patterns.size(); }
+        std::string pat = patterns.substr(start, comma - start);
+        start = comma + 1;
+        if (pat.empty()) { continue; }
+        glob_t g;
+        int rc = glob(pat.c_str(), 0, nullptr, &g);
+        if (rc != 0 && rc != GLOB_NOMATCH) { fatal("glob failed for pattern '%s'", pat.c_str()); }
+        std::vector<std::string> here;
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            std::string f = g.gl_pathv[i];
+            auto ends = [&](const char* s) {
+                size_t m = strlen(s);
+                return f.size() >= m && f.compare(f.size() - m, m, s) == 0;
+            };
+            if (!ends(".regions") && !ends(".tmp")) { here.push_back(f); }
+        }
+        globfree(&g);
+        if (here.empty()) { fatal("no data shards match the pattern '%s'", pat.c_str()); }
+        files.insert(files.end(), here.begin(), here.end());
+    }
+    if (files.empty()) { fatal("empty data pattern '%s'", patterns.c_str()); }
+    std::sort(files.begin(), files.end());
+    files.erase(std::unique(files.begin(), files.end()), files.end());
+    return files;
+}
+
+// Reads and checks a 256-int32 header; returns it. `kind` names the format in errors.
+inline std::vector<int32_t> read_data_header(CheckedFile& f, int magic, const char* kind) {
+    long size = f.size();
+    if (size < DATA_HEADER_BYTES) {
+        fatal("file '%s' is truncated: %ld bytes, shorter than the %ld-byte %s header", f.path().c_str(), size,
+              DATA_HEADER_BYTES, kind);
+    }
+    std::vector<int32_t> h;
+    f.seek(0);
+    f.read_vector(h, DATA_HEADER_INTS, "header");
+    if (h[0] != magic) {
+        fatal("file '%s' is not a %s: magic number %d, expected %d", f.path().c_str(), kind, h[0], magic);
+    }
+    if (h[2] < 0) { fatal("file '%s': negative token count %d in the %s header", f.path().c_str(), h[2], kind); }
+    return h;
+}
+
+struct ShardInfo {
+    std::string path, regions_path;  // regions_path empty when there is no sidecar
+    int version = 0;
+    int width = 0;        // bytes per token
+    int64_t ntok = 0;
+    int64_t nwin = 0;     // windows of T+1 tokens
+};
+
+// Opens and validates one shard (and its sidecar if present).
+inline ShardInfo inspect_shard(const std::string& path) {
+    ShardInfo s;
+    s.path = path;
+    CheckedFile f(path, "rb");
+    std::vector<int32_t> h = read_data_header(f, SHARD_MAGIC, "token shard");
+    s.version = h[1];
+    if (s.version == SHARD_VERSION_U16) { s.width = 2; }
+    else if (s.version == SHARD_VERSION_U32) { s.width = 4; }
+    else { fatal("token shard '%s': unsupported version %d (1 = uint16, 2 = uint32)", path.c_str(), s.version); }
+    s.ntok = h[2];
+    long expect = DATA_HEADER_BYTES + (long)s.ntok * s.width;
+    long size = f.size();
+    if (size < expect) {
+        fatal("token shard '%s' is truncated: header says %lld tokens (%ld bytes), file has %ld bytes",
+              path.c_str(), (long long)s.ntok, expect, size);
+    }
+    if (size > expect) {
+        fatal("token shard '%s': %ld bytes after the %lld tokens the header announces", path.c_str(),
+              size - expect, (long long)s.ntok);
+    }
+    std::string rp = regions_path_for(path);
+    if (file_exists(rp)) {
+        CheckedFile r(rp, "rb");
+        std::vector<int32_t> rh = read_data_header(r, REGIONS_MAGIC, "region sidecar");
+        if (rh[1] != REGIONS_VERSION) { fatal("region sidecar '%s': unsupported version %d", rp.c_str(), rh[1]); }
+        if (rh[2] != s.ntok) {
+            fatal("region sidecar '%s' has %d labels but its shard '%s' has %lld tokens", rp.c_str(), rh[2],
+                  path.c_str(), (long long)s.ntok);
+        }
+        long rexpect = DATA_HEADER_BYTES + (long)s.ntok;
+        long rsize = r.size();
+        if (rsize != rexpect) {
+            fatal("region sidecar '%s' %s: expected %ld bytes, file has %ld", rp.c_str(),
+                  rsize < rexpect ? "is truncated" : "is too long", rexpect, rsize);
+        }
+        s.regions_path = rp;
+    }
+    return s;
+}
+
+// Reads a whole shard into int32 (for tools and tests).
+inline std::vector<int32_t> read_token_shard(const std::string& path) {
+    ShardInfo s = inspect_shard(path);
+    CheckedFile f(path, "rb");
+    f.seek(DATA_HEADER_BYTES);
+    std::vector<int32_t> out(s.ntok);
+    if (s.width == 2) {
+        std::vector<uint16_t> t;
+        f.read_vector(t, s.ntok, "tokens");
+        for (int64_t i = 0; i < s.ntok; i++) { out[i] = t[i]; }
+    } else {
+        std::vector<uint32_t> t;
+        f.read_vector(t, s.ntok, "tokens");
+        for (int64_t i = 0; i < s.ntok; i++) { out[i] = (int32_t)t[i]; }
+    }
+    return out;
+}
+
+// splitmix64: a small deterministic generator (same sequence on every platform)
+struct SplitMix64 {
+    uint64_t state;
+    explicit SplitMix64(uint64_t seed) : state(seed) {}
+    uint64_t next() {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    uint64_t below(uint64_t n) { return (uint64_t)(((unsigned __int128)next() * n) >> 64); }  // [0, n)
+};
+
+// permutation of 0..n-1 (Fisher-Yates)
+inline void seeded_permutation(std::vector<int64_t>& p, int64_t n, uint64_t seed) {
+    p.resize(n);
+    for (int64_t i = 0; i < n; i++) { p[i] = i; }
+    SplitMix64 rng(seed);
+    for (int64_t i = n - 1; i > 0; i--) { std::swap(p[i], p[(int64_t)rng.below(i + 1)]); }
+}
+
+struct DataLoaderConfig {
+    std::string pattern;       // glob(s), comma-separated
+    int B = 1, T = 1;          // rows per process, tokens per row (windows are T+1)
+    int rank = 0, nproc = 1;   // this process and the number of processes
+    bool shuffle = false;
+    uint64_t seed = 0;
+    int doc_start_token = -1;  // token that starts a document (BOS); -1: no document ids
+    int vocab_size = 0;        // > 0: every token read is checked to be below it
+};
+
+struct DataPosition {
+    int64_t epoch = 0, step = 0;
+    uint64_t fingerprint = 0;
+};
+
+class DataLoader {
+public:
+    explicit DataLoader(const DataLoaderConfig& cfg) : B(cfg.B), T(cfg.T), cfg_(cfg) {
+        if (B < 1 || T < 1) { fatal("data loader: B and T must be positive (got B=%d, T=%d)", B, T); }
+        if (cfg.nproc < 1 || cfg.rank < 0 || cfg.rank >= cfg.nproc) {
+            fatal("data loader: bad rank %d of %d processes", cfg.rank, cfg.nproc);
+        }
+        for (const std::string& f : glob_shards(cfg.pattern)) {
+            ShardInfo s = inspect_shard(f);
+            s.nwin = s.ntok >= 1 ? (s.ntok - 1) / T : 0;
+            has_regions = has_regions || !s.regions_path.empty();
+            num_windows_ += s.nwin;
+            shards_.push_back(s);
+        }
+        int64_t global = (int64_t)B * cfg.nproc;
+        steps_per_epoch_ = num_windows_ / global;
+        if (steps_per_epoch_ < 1) {
+            fatal("data '%s' holds %lld windows of %d tokens, fewer than one global batch of %d x %d processes",
+                  cfg.pattern.c_str(), (long long)num_windows_, T + 1, B, cfg.nproc);
+        }
+        // fingerprint of everything that decides the sample order
+        SplitMix64 h((uint64_t)num_windows_ * 1000003u + (uint64_t)T);
+        uint64_t fp = h.next() ^ (uint64_t)global * 0x9E3779B97F4A7C15ull;
+        fp = SplitMix64(fp ^ (cfg.shuffle ? cfg.seed * 2 + 1 : 0)).next();
+        for (const ShardInfo& s : shards_) { fp = SplitMix64(fp ^ (uint64_t)s.ntok).next(); }
+        fingerprint_ = fp;
+        tokens.resize((size_t)B * (T + 1));
+        regions.assign((size_t)B * (T + 1), 0);
+        doc_ids.assign((size_t)B * (T + 1), 0);
+        inputs.resize((size_t)B * T);
+        targets.resize((size_t)B * T);
+        set_position(DataPosition{0, 0, fingerprint_});
+    }
+
+    const int B, T;
+    bool has_regions = false;
+    std::vector<int32_t> tokens, inputs, targets, doc_ids;
+    std::vector<uint8_t> regions;
+
+    int64_t steps_per_epoch() const { return steps_per_epoch_; }
+    int64_t num_windows() const { return num_windows_; }
+    size_t num_shards() const { return shards_.size(); }
+    const std::vector<ShardInfo>& shards() const { return shards_; }
+
+    DataPosition position() const { return DataPosition{epoch_, step_, fingerprint_}; }
+    void set_position(const DataPosition& p) {
+        if (p.fingerprint != fingerprint_) {
+            fatal("data loader: the resume position was saved for different data or settings (fingerprint "
+                  "%llx, this run %llx; data '%s')", (unsigned long long)p.fingerprint,
+                  (unsigned long long)fingerprint_, cfg_.pattern.c_str());
+        }
+        if (p.epoch < 0 || p.step < 0 || p.step >= steps_per_epoch_) {
+            fatal("data loader: bad resume position epoch %lld step %lld (%lld steps per epoch)",
+                  (long long)p.epoch, (long long)p.step, (long long)steps_per_epoch_);
+        }
+        if (p.epoch != epoch_ || order_.empty()) { build_epoch_order(p.epoch); }
+        step_ = p.step;
+    }
+    void reset() { set_position(DataPosition{0, 0, fingerprint_}); }
+
+    // The window of global sample index g of the current epoch: (shard, window within shard).
+    void locate(int64_t g, int64_t* shard, int64_t* window) {
+        int64_t p = std::upper_bound(cum_.begin(), cum_.end(), g) - cum_.begin() - 1;
+        int64_t sh = order_[p];
+        int64_t w = g - cum_[p];
+        if (cfg_.shuffle) {
+            if (perm_shard_ != sh) {
+                seeded_permutation(perm_, shards_[sh].nwin, mix(cfg_.seed, (uint64_t)epoch_, (uint64_t)sh + 1));
+                perm_shard_ = sh;
+            }
+            w = perm_[w];
+        }
+        *shard = sh;
+        *window = w;
+    }
+
+    // Fills tokens/inputs/targets/regions/doc_ids with this process's rows of the current
+    // step, then advances (to the next epoch after its last step).
+    void next_batch() {
+        int64_t base = step_ * (int64_t)B * cfg_.nproc + (int64_t)cfg_.rank * B;
+        for (int b = 0; b < B; b++) {
+            int64_t sh, w;
+            locate(base + b, &sh, &w);
+            read_window(sh, w, &tokens[(size_t)b * (T + 1)], &regions[(size_t)b * (T + 1)]);
+        }
+        for (int b = 0; b < B; b++) {
+            const int32_t* row = &tokens[(size_t)b * (T + 1)];
+            int32_t* d = &doc_ids[(size_t)b * (T + 1)];
+            int32_t id = 0;
+            d[0] = 0;
+            for (int t = 1; t <= T; t++) {
+                if (cfg_.doc_start_token >= 0 && row[t] == cfg_.doc_start_token) { id++; }
+                d[t] = id;
+            }
+            std::copy(row, row + T, &inputs[(size_t)b * T]);
+            std::copy(row + 1, row + T + 1, &targets[(size_t)b * T]);
+        }
+        step_++;
+        if (step_ == steps_per_epoch_) {
+            build_epoch_order(epoch_ + 1);
+            step_ = 0;
+        }
+    }
+
+private:
+    static uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
+        SplitMix64 r(a ^ 0xD1B54A32D192ED03ull);
+        uint64_t x = r.next() ^ b;
+        x = SplitMix64(x).next() ^ c;
+        return SplitMix64(x).next();
+    }
+
+    void build_epoch_order(int64_t epoch) {
+        epoch_ = epoch;
+        int64_t n = (int64_t)shards_.size();
+        if (cfg_.shuffle) {
+            seeded_permutation(order_, n, mix(cfg_.seed, (uint64_t)epoch, 0));
+        } else {
+            order_.resize(n);
+            for (int64_t i = 0; i < n; i++) { order_[i] = i; }
+        }
+        cum_.assign(n + 1, 0);
+        for (int64_t i = 0; i < n; i++) { cum_[i + 1] = cum_[i] + shards_[order_[i]].nwin; }
+        perm_shard_ = -1;
+    }
+
+    void read_window(int64_t sh, int64_t w, int32_t* out, uint8_t* reg) {
+        const ShardInfo& s = shards_[sh];
+        if (open_shard_ != sh) {
+            file_.reset(new CheckedFile(s.path, "rb"));
+            rfile_.reset(s.regions_path.empty() ? nullptr : new CheckedFile(s.regions_path, "rb"));
+            open_shard_ = sh;
+        }
+        int64_t first = w * T;
+        file_->seek(DATA_HEADER_BYTES + first * s.width);
+        if (s.width == 2) {
+            buf16_.resize(T + 1);
+            file_->read(buf16_.data(), (size_t)(T + 1) * 2, "tokens");
+            for (int t = 0; t <= T; t++) { out[t] = buf16_[t]; }
+        } else {
+            buf32_.resize(T + 1);
+            file_->read(buf32_.data(), (size_t)(T + 1) * 4, "tokens");
+            for (int t = 0; t <= T; t++) { out[t] = (int32_t)buf32_[t]; }
+        }
+        if (cfg_.vocab_size > 0) {
+            for (int t = 0; t <= T; t++) {
+                if (out[t] < 0 || out[t] >= cfg_.vocab_size) {
+                    fatal("token shard '%s': token %u at position %lld is outside the vocabulary (size %d)",
+                          s.path.c_str(), (unsigned)out[t], (long long)(first + t), cfg_.vocab_size);
+                }
+            }
+        }
+        if (rfile_) {
+            rfile_->seek(DATA_HEADER_BYTES + first);
+            rfile_->read(reg, (size_t)T + 1, "region labels");
+            for (int t = 0; t <= T; t++) {
+                if (reg[t] > REGION_ANSWER) {
+                    fatal("region sidecar '%s': label %d at position %lld is not 0..3", s.regions_path.c_str(),
+                          reg[t], (long long)(first + t));
+                }
+            }
+        } else {
+            std::fill(reg, reg + T + 1, (uint8_t)0);
+        }
+    }
+
+    DataLoaderConfig cfg_;
+    std::vector<ShardInfo> shards_;
+    int64_t num_windows_ = 0, steps_per_epoch_ = 0;
+    uint64_t fingerprint_ = 0;
+    int64_t epoch_ = -1, step_ = 0;
+    std::vector<int64_t> order_, cum_, perm_;
+    int64_t perm_shard_ = -1, open_shard_ = -1;
+    std::unique_ptr<CheckedFile> file_, rfile_;
+    std::vector<uint16_t> buf16_;
+    std::vector<uint32_t> buf32_;
+};
