@@ -1,0 +1,112 @@
+/*
+Small helpers for the data-side C++ tests (test_dataloader.cpp, test_tokenizer.cpp,
+test_evalset.cpp): a CHECK macro that counts failures, a fresh temporary directory for
+fixture files, raw file writing, and expect_fatal(), which runs code that should stop with
+fatal() in a forked child and checks its exit status and its error message.
+*/
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+static int g_failures = 0;
+static int g_checks = 0;
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        g_checks++;                                                                   \
+        if (!(cond)) {                                                                \
+            g_failures++;                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
+        }                                                                             \
+    } while (0)
+
+inline std::string make_temp_dir(const char* tag) {
+    const char* base = getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/attn_" + tag + "_XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data()) == nullptr) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    return std::string(buf.data());
+}
+
+inline void remove_dir(const std::string& dir) {
+    std::string cmd = "rm -rf '" + dir + "'";
+    if (system(cmd.c_str()) != 0) { fprintf(stderr, "warning: could not remove %s\n", dir.c_str()); }
+}
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+    FILE* f = fopen(path.c_str(), "wb");
+    if (!f) { perror(path.c_str()); exit(2); }
+    if (!bytes.empty() && fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) { perror("fwrite"); exit(2); }
+    fclose(f);
+}
+
+template <typename T>
+inline void append_le(std::vector<uint8_t>& out, T v) {  // little-endian append
+    for (size_t i = 0; i < sizeof(T); i++) { out.push_back((uint8_t)(((uint64_t)v >> (8 * i)) & 0xFF)); }
+}
+
+// a 256-int32 header with the first entries given
+inline std::vector<uint8_t> header_bytes(std::vector<int32_t> first) {
+    std::vector<uint8_t> out;
+    first.resize(256, 0);
+    for (int32_t v : first) { append_le<uint32_t>(out, (uint32_t)v); }
+    return out;
+}
+
+// Runs fn in a child process; true if it exited with a non-zero status and its stderr
+// contains every one of `needles`.
+inline bool expect_fatal(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); exit(2); }
+    if (pid == 0) {
+        close(pipefd[0]);
+        dup2(pipefd[1], 2);
+        dup2(pipefd[1], 1);
+        fn();
+        fflush(stdout);
+        fflush(stderr);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    std::string msg;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) { msg.append(buf, (size_t)n); }
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    bool failed = WIFEXITED(status) && WEXITSTATUS(status) != 0;
+    bool ok = failed;
+    for (const std::string& s : needles) { ok = ok && msg.find(s) != std::string::npos; }
+    if (!ok) {
+        fprintf(stderr, "  expected a fatal error mentioning:");
+        for (const std::string& s : needles) { fprintf(stderr, " [%s]", s.c_str()); }
+        fprintf(stderr, "\n  got (exit %s): %s\n", failed ? "non-zero" : "zero", msg.c_str());
+    }
+    return ok;
+}
+
+inline int report(const char* name) {
+    if (g_failures == 0) {
+        printf("%s: all %d checks passed\n", name, g_checks);
+        return 0;
+    }
+    printf("%s: %d of %d checks FAILED\n", name, g_failures, g_checks);
+    return 1;
+}

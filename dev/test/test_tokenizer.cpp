@@ -1,0 +1,77 @@
+/*
+Tests llmc/tokenizer.h on a tokenizer .bin written here by hand from doc/formats.md:
+normal pieces (spaces already decoded from SentencePiece's marker), byte-fallback pieces
+that together form a UTF-8 character and a newline, control pieces (hidden unless asked),
+user-defined markers, <unk>; and clear failures on bad files.
+  g++ -std=c++17 -O2 -Wall -I. dev/test/test_tokenizer.cpp -o build/host/test_tokenizer
+*/
+#include "llmc/tokenizer.h"
+#include "dev/test/data_test_util.h"
+
+struct Piece { uint8_t type; std::string bytes; };
+
+static std::vector<uint8_t> tokenizer_bytes(const std::vector<Piece>& pieces, int bos, int eos, int max_len = -1,
+                                            int magic = TOKENIZER_MAGIC, int version = TOKENIZER_VERSION) {
+    int ml = 0;
+    for (auto& p : pieces) { ml = std::max(ml, (int)p.bytes.size()); }
+    std::vector<uint8_t> b = header_bytes({magic, version, (int32_t)pieces.size(), TOKENIZER_SENTENCEPIECE, bos, eos,
+                                           0, 3, max_len >= 0 ? max_len : ml});
+    for (auto& p : pieces) {
+        b.push_back(p.type);
+        append_le<uint16_t>(b, (uint16_t)p.bytes.size());
+        b.insert(b.end(), p.bytes.begin(), p.bytes.end());
+    }
+    return b;
+}
+
+static std::vector<Piece> fixture_pieces() {
+    return {
+        {PIECE_CONTROL, "<pad>"}, {PIECE_CONTROL, "</s>"}, {PIECE_CONTROL, "<s>"}, {PIECE_UNKNOWN, "<unk>"},
+        {PIECE_USER, "<|im_start|>"},                               // 4
+        {PIECE_BYTE, "\n"}, {PIECE_BYTE, "\xE2"}, {PIECE_BYTE, "\x81"}, {PIECE_BYTE, "\x87"},  // 5..8
+        {PIECE_NORMAL, "In"}, {PIECE_NORMAL, " the"}, {PIECE_NORMAL, " beginning"},  // 9..11
+        {PIECE_NORMAL, " "}, {PIECE_UNUSED, "<unused>"},                             // 12, 13
+    };
+}
+
+int main() {
+    std::string dir = make_temp_dir("tokenizer");
+    std::string path = dir + "/tok.bin";
+    write_bytes(path, tokenizer_bytes(fixture_pieces(), 2, 1));
+    Tokenizer tok(path);
+    CHECK(tok.vocab_size == 14);
+    CHECK(tok.bos_id == 2 && tok.eos_id == 1 && tok.pad_id == 0 && tok.unk_id == 3);
+    CHECK(tok.kind == TOKENIZER_SENTENCEPIECE);
+    // BOS <|im_start|> In the beginning \n ⁇(3 bytes) ' ' EOS
+    std::vector<int> ids = {2, 4, 9, 10, 11, 5, 6, 7, 8, 12, 1};
+    CHECK(tok.decode(ids) == "<|im_start|>In the beginning\n\xE2\x81\x87 ");
+    CHECK(tok.decode(ids, true) == "<s><|im_start|>In the beginning\n\xE2\x81\x87 </s>");
+    CHECK(tok.decode(3) == " \xE2\x81\x87 ");  // <unk> as SentencePiece prints it
+    CHECK(tok.decode(13).empty() && tok.decode(13, true) == "<unused>");
+    CHECK(tok.type(5) == PIECE_BYTE && tok.piece(5) == "\n");
+    CHECK(tok.type(4) == PIECE_USER);
+    // errors
+    CHECK(expect_fatal([&] { tok.decode(14); }, {"tok.bin", "token id 14 outside"}));
+    CHECK(expect_fatal([&] { tok.decode(-1); }, {"token id -1 outside"}));
+    auto expect_load_fails = [&](const std::vector<uint8_t>& bytes, const char* name, std::vector<std::string> needles) {
+        std::string p = dir + "/" + name;
+        write_bytes(p, bytes);
+        needles.push_back(name);
+        return expect_fatal([p] { Tokenizer t(p); }, needles);
+    };
+    std::vector<uint8_t> good = tokenizer_bytes(fixture_pieces(), 2, 1);
+    CHECK(expect_load_fails(tokenizer_bytes(fixture_pieces(), 2, 1, -1, 20240520), "magic.bin", {"not a tokenizer", "20240520"}));
+    CHECK(expect_load_fails(tokenizer_bytes(fixture_pieces(), 2, 1, -1, TOKENIZER_MAGIC, 9), "version.bin", {"unsupported version 9"}));
+    CHECK(expect_load_fails(std::vector<uint8_t>(good.begin(), good.end() - 4), "cut.bin", {"truncated"}));
+    CHECK(expect_load_fails(std::vector<uint8_t>(good.begin(), good.begin() + 500), "header.bin", {"truncated"}));
+    std::vector<uint8_t> extra = good;
+    extra.push_back(0);
+    CHECK(expect_load_fails(extra, "extra.bin", {"1 bytes after the last piece"}));
+    CHECK(expect_load_fails(tokenizer_bytes(fixture_pieces(), 2, 1, 3), "maxlen.bin", {"longer than the header's maximum 3"}));
+    CHECK(expect_load_fails(tokenizer_bytes(fixture_pieces(), 2, 99), "special.bin", {"special id 99"}));
+    std::vector<Piece> badtype = fixture_pieces();
+    badtype[9].type = 7;
+    CHECK(expect_load_fails(tokenizer_bytes(badtype, 2, 1), "type.bin", {"piece 9 has unknown type 7"}));
+    remove_dir(dir);
+    return report("test_tokenizer");
+}
