@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import train_san as ts  # noqa: E402
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)   # tiny tensors: threads only add contention
 
 # a micro config for float64 gradient checks; V=20 pads to 128
 MICRO = dict(vocab_size=20, seq_len=8, n_layer=2, n_embd=8, n_head=2, n_kv_head=1,
@@ -122,6 +122,85 @@ def test_init_follows_spec():
             assert torch.all(b == 1), n
         else:
             assert torch.equal(a, b), n          # gains consume no random numbers
+
+
+# ------------------------------------------------------------------------------------------
+# the forward pass against a second, loop-based implementation written from the spec
+
+def spec_forward(cfg, P, idx):
+    """Logits of one row idx (T,) written from shared/papers/SAN.md with per-head loops,
+    complex-number RoPE and an explicit allowed-key list (float64)."""
+    d, hd, T = cfg.n_embd, cfg.n_embd // cfg.n_head, len(idx)
+
+    def norm(x, g):
+        r = x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+        return r * (1 + g) if cfg.norm == "zcn" else r * g
+
+    def rope(v, t):                         # v (hd,), position t
+        z = torch.complex(v[: hd // 2], v[hd // 2:])
+        ang = torch.tensor([t / cfg.rope_theta ** (2 * i / hd) for i in range(hd // 2)], dtype=torch.float64)
+        z = z * torch.exp(1j * ang)
+        return torch.cat([z.real, z.imag])
+
+    def add(x, h, pre):
+        if cfg.sandwich:
+            h = norm(h, P[pre + "_post_norm.weight"])
+        if cfg.residual == "gated":
+            return x + torch.sigmoid(P[pre + "_gate"]) * h
+        if cfg.residual == "rezero":
+            return x + P[pre + "_gate"] * h
+        return x + h if cfg.residual == "standard" else h
+
+    doc, seen = [], 0
+    for tok in idx.tolist():
+        seen += tok == cfg.bos_id
+        doc.append(seen if cfg.doc_mask else 0)
+    x = P["wte"][idx] * math.sqrt(d)
+    for i in range(cfg.n_layer):
+        L = f"layers.{i}."
+        u = norm(x, P[L + "attn_norm.weight"])
+        heads = []
+        for h in range(cfg.n_head):
+            kvh = h * cfg.n_kv_head // cfg.n_head
+            Wq = P[L + "attn.wq"][h * hd:(h + 1) * hd]
+            Wk = P[L + "attn.wk"][kvh * hd:(kvh + 1) * hd]
+            Wv = P[L + "attn.wv"][kvh * hd:(kvh + 1) * hd]
+            q, k, v = u @ Wq.T, u @ Wk.T, u @ Wv.T
+            if cfg.qk_norm:
+                q, k = norm(q, P[L + "attn.q_norm.weight"]), norm(k, P[L + "attn.k_norm.weight"])
+            q = torch.stack([rope(q[t], t) for t in range(T)])
+            k = torch.stack([rope(k[t], t) for t in range(T)])
+            out = []
+            for t in range(T):
+                keys = [s for s in range(t + 1) if doc[s] == doc[t]]
+                w = torch.softmax(torch.stack([q[t] @ k[s] for s in keys]) / math.sqrt(hd), 0)
+                out.append(sum(wi * v[s] for wi, s in zip(w, keys)))
+            heads.append(torch.stack(out))
+        x = add(x, torch.cat(heads, -1) @ P[L + "attn.wo"].T, L + "attn")
+        if cfg.ffn == "swiglu":
+            u = norm(x, P[L + "ffn_norm.weight"])
+            a = u @ P[L + "ffn.w_gate"].T
+            hid = a * torch.sigmoid(a) * (u @ P[L + "ffn.w_up"].T)
+            x = add(x, hid @ P[L + "ffn.w_down"].T, L + "ffn")
+    return norm(x, P["final_norm.weight"]) @ P["wte"].T
+
+
+@pytest.mark.parametrize("kw", [
+    {}, dict(ffn="swiglu", d_ff=12, sandwich=True, norm="rms"), dict(residual="rezero", qk_norm=False),
+    dict(residual="none", n_kv_head=2), dict(residual="standard", doc_mask=False, n_head=4, n_embd=16)])
+def test_forward_matches_spec_implementation(kw):
+    cfg = micro(**kw)
+    model = ts.SAN(cfg).init_weights(8).double()
+    randomize_gains(model)
+    with torch.no_grad():
+        for n, p in model.ordered_parameters():
+            if n.endswith("_gate"):
+                p.fill_(0.4)
+    P = {n: p.detach() for n, p in model.ordered_parameters()}
+    x, _ = batch_with_docs(cfg, 2)
+    logits = model(x)[0].detach()
+    for b in range(2):
+        torch.testing.assert_close(logits[b], spec_forward(cfg, P, x[b]), rtol=1e-9, atol=1e-10)
 
 
 # ------------------------------------------------------------------------------------------
@@ -515,18 +594,18 @@ def test_debug_state_contents(tmp_path):
     np.testing.assert_allclose(t["traj.lr_matrix"], lrs, rtol=1e-6)
 
 
-def test_cli_writes_debug_state(tmp_path):
+def test_cli_writes_debug_state(tmp_path, capsys):
     out = tmp_path / "cli.bin"
     r = subprocess.run([sys.executable, str(ROOT / "train_san.py"), "--preset", "tiny", "--n-layer", "1",
                         "--residual", "rezero", "--optimizer", "adamw", "--debug-steps", "3",
-                        "--write-debug-state", str(out)], capture_output=True, text=True, cwd=tmp_path)
+                        "--write-debug-state", str(out)], capture_output=True, text=True, cwd=tmp_path,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr
     _, meta, t = ts.read_container(out, ts.KIND_DEBUG_STATE)
     assert meta["residual"] == "rezero" and meta["n_layer"] == "1" and meta["opt.optimizer"] == "adamw"
     assert meta["opt.lr"] == repr(6e-4) and len(t["traj.loss"]) == 3
-    r = subprocess.run([sys.executable, str(ROOT / "train_san.py"), "--n-head", "3"],
-                       capture_output=True, text=True, cwd=tmp_path)
-    assert r.returncode == 1 and "n_embd (64) must be divisible by n_head (3)" in r.stderr
+    assert ts.main(["--n-head", "3"]) == 1
+    assert "n_embd (64) must be divisible by n_head (3)" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------
