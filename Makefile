@@ -1,0 +1,183 @@
+# attn.c: builds what this machine can, says what it skipped, `make test` runs every check it can.
+#
+# Every .cu file is built twice from the same source:
+#   build/host-<precision>/NAME  with the host C++ compiler and the host backend (llmc/hostcuda.h): always
+#   build/gpu-<precision>/NAME   with nvcc for sm_$(GPU_COMPUTE_CAPABILITY): when nvcc is found (no GPU needed)
+# Trainers (train_*.cu) and their tests (test_*.cu) at the top level are also copied to ./NAME,
+# from the GPU build when a GPU is present, else from the host build.
+#
+# Switches (make VAR=value):
+#   PRECISION=BF16|FP32          type of parameters/activations (floatX); default BF16
+#   GPU_COMPUTE_CAPABILITY=90    nvcc target architecture
+#   USE_CUDNN=0|1                cuDNN attention (GPU only; needs the cudnn-frontend headers)
+#   NO_MULTI_GPU=1               build without MPI and NCCL;  NO_USE_MPI=1: without MPI only
+#   HAS_GPU=0|1                  override GPU detection (nvidia-smi)
+#   NVCC=path  HOST_CXX=g++      compilers
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+MAKEFLAGS += --jobs=$(JOBS) --output-sync=target
+
+PRECISION ?= BF16
+GPU_COMPUTE_CAPABILITY ?= 90
+USE_CUDNN ?= 0
+NO_MULTI_GPU ?= 0
+NO_USE_MPI ?= 0
+HOST_CXX ?= g++
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+HAS_GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+PYTHON := .venv/bin/python
+
+ifeq ($(PRECISION),BF16)
+  PRECISION_FLAGS := -DENABLE_BF16
+else ifeq ($(PRECISION),FP32)
+  PRECISION_FLAGS := -DENABLE_FP32
+else
+  $(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
+endif
+precision := $(shell echo $(PRECISION) | tr A-Z a-z)
+HOST_DIR := build/host-$(precision)
+GPU_DIR := build/gpu-$(precision)
+
+# ---- host backend build ------------------------------------------------------------------
+HOST_CXXFLAGS := -std=c++17 -O2 -march=native -g -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
+HOST_LDFLAGS := -pthread
+
+# ---- GPU build ---------------------------------------------------------------------------
+NVCC_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo \
+  --generate-code arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[compute_$(GPU_COMPUTE_CAPABILITY),sm_$(GPU_COMPUTE_CAPABILITY)] \
+  $(PRECISION_FLAGS)
+NVCC_LDFLAGS := -lcublas -lcublasLt
+SKIPPED :=
+
+ifeq ($(NVCC),)
+  SKIPPED += "GPU binaries: nvcc not found (install the CUDA toolkit or set NVCC=)"
+else
+  CUDA_ROOT := $(abspath $(dir $(NVCC))/..)
+  # NVML (GPU clocks/temperature in logs): only where the driver's library exists
+  ifneq ($(shell ldconfig -p 2>/dev/null | grep -c libnvidia-ml.so),0)
+    NVCC_FLAGS += -DUSE_NVML=1
+    NVCC_LDFLAGS += -lnvidia-ml
+  else
+    SKIPPED += "NVML: libnvidia-ml not found (GPU binaries log no clocks/temperatures)"
+  endif
+  ifeq ($(USE_CUDNN),1)
+    CUDNN_FRONTEND ?= $(firstword $(wildcard $(HOME)/cudnn-frontend/include /usr/local/include/cudnn_frontend.h $(CUDA_ROOT)/include/cudnn_frontend.h))
+    ifeq ($(CUDNN_FRONTEND),)
+      SKIPPED += "cuDNN attention: USE_CUDNN=1 but cudnn_frontend.h not found (set CUDNN_FRONTEND=dir)"
+    else
+      NVCC_FLAGS += -DENABLE_CUDNN -I$(dir $(CUDNN_FRONTEND))
+      NVCC_LDFLAGS += -lcudnn
+    endif
+  endif
+  ifneq ($(NO_MULTI_GPU),1)
+    ifneq ($(wildcard $(CUDA_ROOT)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h),)
+      NVCC_FLAGS += -DMULTI_GPU
+      NVCC_LDFLAGS += -lnccl
+    else
+      SKIPPED += "NCCL: nccl.h not found (GPU binaries are single-GPU)"
+    endif
+  endif
+endif
+
+# MPI starts multi-process runs (and stands in for NCCL on the host backend)
+ifneq ($(NO_MULTI_GPU),1)
+ifneq ($(NO_USE_MPI),1)
+  MPI_CFLAGS := $(shell mpicxx --showme:compile 2>/dev/null)
+  MPI_LIBS := $(shell mpicxx --showme:link 2>/dev/null)
+  ifneq ($(MPI_LIBS),)
+    HOST_CXXFLAGS += -DUSE_MPI $(MPI_CFLAGS)
+    HOST_LDFLAGS += $(MPI_LIBS)
+    NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(MPI_CFLAGS))
+    NVCC_LDFLAGS += $(filter -L% -l%,$(MPI_LIBS))
+  else
+    SKIPPED += "MPI: mpicxx not found (no multi-process runs; apt-get install libopenmpi-dev)"
+  endif
+endif
+endif
+
+# ---- what to build -----------------------------------------------------------------------
+CU_SOURCES := $(wildcard dev/test/test_*.cu dev/cuda/*.cu train_*.cu test_*.cu)
+CPP_TESTS := $(wildcard dev/test/test_*.cpp)
+TOP_LEVEL := $(basename $(wildcard train_*.cu test_*.cu))
+
+HOST_BINS := $(addprefix $(HOST_DIR)/,$(notdir $(basename $(CU_SOURCES) $(CPP_TESTS))))
+GPU_BINS := $(if $(NVCC),$(addprefix $(GPU_DIR)/,$(notdir $(basename $(CU_SOURCES)))))
+# what `make test` runs: the test binaries and the dev/cuda playground files (which validate
+# every kernel version); not the trainers and not benchmark-only programs
+BENCHMARK_ONLY := backend_overhead
+TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SOURCES) $(CPP_TESTS))))
+GPU_TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SOURCES))))
+BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
+
+.PHONY: all host gpu test test-host test-gpu test-python mutation-check setup clean report demo
+all: report
+host: $(HOST_BINS)
+gpu: $(GPU_BINS)
+
+report: host gpu $(TOP_LEVEL)
+	@for s in $(SKIPPED); do echo "make: skipped: $$s"; done
+	@echo "make: built host-backend binaries in $(HOST_DIR)$(if $(NVCC),; GPU binaries (sm_$(GPU_COMPUTE_CAPABILITY)) in $(GPU_DIR))$(if $(TOP_LEVEL),; ./$(TOP_LEVEL) from $(BEST_DIR))"
+
+vpath %.cu dev/test dev/cuda .
+vpath %.cpp dev/test
+
+$(HOST_DIR)/%: %.cu | $(HOST_DIR)
+	$(HOST_CXX) $(HOST_CXXFLAGS) -x c++ $< -o $@ $(HOST_LDFLAGS)
+$(HOST_DIR)/%: %.cpp | $(HOST_DIR)
+	$(HOST_CXX) $(HOST_CXXFLAGS) $< -o $@ $(HOST_LDFLAGS)
+$(GPU_DIR)/%: %.cu | $(GPU_DIR)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDFLAGS)
+$(TOP_LEVEL): %: $(BEST_DIR)/%
+	cp $< $@
+$(HOST_DIR) $(GPU_DIR):
+	mkdir -p $@
+
+-include $(wildcard $(HOST_DIR)/*.d $(GPU_DIR)/*.d)
+
+# ---- tests -------------------------------------------------------------------------------
+# `make test`: set up what is missing (venv, Debian packages), then every check this machine
+# can run, in both precisions. Exits non-zero if anything failed.
+test: setup
+	$(MAKE) --no-print-directory test-host PRECISION=BF16
+	$(MAKE) --no-print-directory test-host PRECISION=FP32
+	$(MAKE) --no-print-directory mutation-check
+	$(MAKE) --no-print-directory test-python
+ifneq ($(NVCC),)
+	$(MAKE) --no-print-directory gpu PRECISION=BF16
+	$(MAKE) --no-print-directory gpu PRECISION=FP32
+ifeq ($(HAS_GPU),1)
+	$(MAKE) --no-print-directory test-gpu PRECISION=BF16
+	$(MAKE) --no-print-directory test-gpu PRECISION=FP32
+endif
+endif
+	@$(MAKE) --no-print-directory report
+	@echo "make test: all checks passed$(if $(filter 1,$(HAS_GPU)),, (no GPU here: GPU tests run in scripts/gpu_check.sh))"
+
+setup:
+	@bash scripts/setup.sh
+
+# The main job (README): set up, build, and run the demo of what has landed so far.
+demo: setup all
+	@bash scripts/demo.sh
+
+test-host: host
+	@bash scripts/run_tests.sh $(HOST_DIR) $(TEST_NAMES)
+
+test-gpu: gpu
+	@bash scripts/run_tests.sh $(GPU_DIR) $(GPU_TEST_NAMES)
+
+test-python: setup
+	$(PYTHON) -m pytest
+
+# The backend tests must FAIL against a deliberately broken backend.
+mutation-check:
+	@bash scripts/mutation_check.sh "$(HOST_CXX) $(HOST_CXXFLAGS)" build/mutants
+
+# scripts read lists from here, e.g. `make -s print-GPU_TEST_NAMES`
+print-%:
+	@echo $($*)
+
+clean:
+	rm -rf build $(TOP_LEVEL)
