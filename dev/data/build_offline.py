@@ -58,7 +58,7 @@ def main():
     kjv_train, kjv_val = kjv.split(chapters)
     world = World(args.world_seed)
     synth_train = list(generate(args.synth_train_docs, args.seed, world, "train"))
-    synth_val = list(generate(args.synth_val_docs, args.seed + 1000003, world, "val"))
+    synth_val = list(generate(args.synth_val_docs, args.seed + 1000003, world, "val", cover_world=False))
     print(f"[{time.time() - t0:5.1f}s] corpora: KJV {len(kjv_train)}+{len(kjv_val)} chapters, "
           f"synth {len(synth_train)}+{len(synth_val)} documents")
 

@@ -120,8 +120,8 @@ class World:
 EXERCISE_WEIGHTS = [("memorization", 0.25), ("recall", 0.2), ("mcq", 0.1), ("rag", 0.25), ("math", 0.2)]
 
 
-def gen_memorization(world, rng):
-    p = rng.choice(world.people)
+def gen_memorization(world, rng, person=None):
+    p = person if person is not None else rng.choice(world.people)
     n = p["name"]
     q = rng.choice([f"Tell me about {n}.", f"Who is {n}?", f"Write a short encyclopedia entry about {n}."])
     attrs = ATTRS[:]
@@ -129,7 +129,7 @@ def gen_memorization(world, rng):
     reasoning = (f"The user asks about {n}. I should give the main facts: "
                  + ", ".join(ATTR_NAME[a] for a in attrs) + ".")
     answer = " ".join(fact_sentence(rng, n, a, p[a]) for a in attrs)
-    return q, reasoning, answer, {"kind": "parametric", "person": n}
+    return q, reasoning, answer, {"kind": "parametric", "person": n, "facts": {a: p[a] for a in ATTRS}}
 
 
 def gen_recall(world, rng):
@@ -207,15 +207,28 @@ GENERATORS = {"memorization": gen_memorization, "recall": gen_recall, "mcq": gen
               "math": gen_math}
 
 
-def generate(num_docs: int, seed: int, world: World | None = None, id_prefix: str = "gen"):
-    """Yields num_docs documents (dicts with SYNTH's columns plus 'meta'), deterministic in seed."""
+def generate(num_docs: int, seed: int, world: World | None = None, id_prefix: str = "gen",
+             cover_world: bool = True):
+    """Yields num_docs documents (dicts with SYNTH's columns plus 'meta'), deterministic in seed.
+
+    cover_world: every world person gets at least one memorization document (when num_docs
+    allows), spread evenly over the stream, so every recall question is answerable from
+    training data; the rest is drawn by EXERCISE_WEIGHTS.
+    """
     world = world or World()
     rng = random.Random(seed)
     names = [e for e, _ in EXERCISE_WEIGHTS]
     weights = [w for _, w in EXERCISE_WEIGHTS]
+    cover = list(range(len(world.people))) if cover_world else []
+    rng.shuffle(cover)
+    stride = max(1, num_docs // max(1, len(cover)))
     for i in range(num_docs):
-        ex = rng.choices(names, weights)[0]
-        q, r, a, meta = GENERATORS[ex](world, rng)
+        if cover and i % stride == 0 and i // stride < len(cover):
+            ex = "memorization"
+            q, r, a, meta = gen_memorization(world, rng, world.people[cover[i // stride]])
+        else:
+            ex = rng.choices(names, weights)[0]
+            q, r, a, meta = GENERATORS[ex](world, rng)
         yield {"synth_id": f"{id_prefix}_{seed}_{i}", "language": "en", "exercise": ex, "query": q,
                "synthetic_reasoning": r, "synthetic_answer": a, "meta": meta}
 

@@ -1,0 +1,70 @@
+/*
+Inspects data files with the C++ readers (llmc/dataloader.h, llmc/tokenizer.h,
+llmc/evalset.h); the Python tests use it to check that both sides agree.
+  g++ -std=c++17 -O2 -Wall -I. dev/data/datatool.cpp -o build/host/datatool
+  datatool decode TOKENIZER.bin SHARD.bin     decoded text of the whole shard (control tokens hidden)
+  datatool regions SHARD.bin                   "tokens N" and the count of each region label
+  datatool eval EVAL.bin                       kind, items, and per item: gold, n_ctx, choice lengths
+  datatool batch PATTERN B T [BOS]             first batch of a DataLoader: one line per row,
+                                               "tokens | regions | doc ids"
+*/
+#include <cstdio>
+#include <cstdlib>
+
+#include "llmc/dataloader.h"
+#include "llmc/evalset.h"
+#include "llmc/tokenizer.h"
+
+int main(int argc, char** argv) {
+    std::string cmd = argc > 1 ? argv[1] : "";
+    if (cmd == "decode" && argc == 4) {
+        Tokenizer tok(argv[2]);
+        std::vector<int32_t> ids = read_token_shard(argv[3]);
+        std::string text = tok.decode(ids.data(), ids.size());
+        fwrite(text.data(), 1, text.size(), stdout);
+    } else if (cmd == "regions" && argc == 3) {
+        ShardInfo s = inspect_shard(argv[2]);
+        long counts[4] = {0, 0, 0, 0};
+        if (!s.regions_path.empty()) {
+            CheckedFile f(s.regions_path, "rb");
+            f.seek(DATA_HEADER_BYTES);
+            std::vector<uint8_t> r;
+            f.read_vector(r, s.ntok, "region labels");
+            for (uint8_t v : r) {
+                if (v > 3) { fatal("'%s': bad label %d", s.regions_path.c_str(), v); }
+                counts[v]++;
+            }
+        }
+        printf("tokens %lld\nother %ld\nquery %ld\ntrace %ld\nanswer %ld\n", (long long)s.ntok, counts[0], counts[1],
+               counts[2], counts[3]);
+    } else if (cmd == "eval" && argc == 3) {
+        EvalSet es = load_evalset(argv[2]);
+        printf("kind %d items %zu vocab %d\n", es.kind, es.items.size(), es.vocab_size);
+        for (const EvalItem& it : es.items) {
+            printf("%d %zu", it.gold, it.context.size());
+            for (size_t c = 0; c < it.choices.size(); c++) { printf(" %zu:%d", it.choices[c].size(), it.choice_chars[c]); }
+            printf("\n");
+        }
+    } else if (cmd == "batch" && (argc == 5 || argc == 6)) {
+        DataLoaderConfig c;
+        c.pattern = argv[2];
+        c.B = atoi(argv[3]);
+        c.T = atoi(argv[4]);
+        c.doc_start_token = argc == 6 ? atoi(argv[5]) : -1;
+        DataLoader dl(c);
+        dl.next_batch();
+        for (int b = 0; b < dl.B; b++) {
+            size_t o = (size_t)b * (dl.T + 1);
+            for (int t = 0; t <= dl.T; t++) { printf("%d ", dl.tokens[o + t]); }
+            printf("|");
+            for (int t = 0; t <= dl.T; t++) { printf(" %d", dl.regions[o + t]); }
+            printf(" |");
+            for (int t = 0; t <= dl.T; t++) { printf(" %d", dl.doc_ids[o + t]); }
+            printf("\n");
+        }
+    } else {
+        fprintf(stderr, "usage: datatool decode TOKENIZER SHARD | regions SHARD | eval EVAL | batch PATTERN B T [BOS]\n");
+        return 2;
+    }
+    return 0;
+}

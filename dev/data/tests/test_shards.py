@@ -1,0 +1,95 @@
+"""Token shard and region sidecar round trips, parsed independently with struct."""
+import struct
+
+import numpy as np
+import pytest
+
+import shards
+from shards import ShardWriter, read_regions, read_shard, regions_path, write_regions, write_shard
+
+
+def parse_raw(path, width_by_version={1: 2, 2: 4}):
+    data = open(path, "rb").read()
+    head = struct.unpack("<256i", data[:1024])
+    return head, data[1024:]
+
+
+@pytest.mark.parametrize("version,maxval", [(1, 65535), (2, 2**32 - 1)])
+def test_shard_round_trip_and_layout(tmp_path, version, maxval):
+    rng = np.random.default_rng(0)
+    toks = rng.integers(0, maxval, size=1234, dtype=np.int64)
+    toks[0] = maxval
+    p = tmp_path / "x_train_000000.bin"
+    write_shard(p, toks, version=version)
+    head, body = parse_raw(p)
+    assert head[:3] == (20240520, version, 1234)
+    assert all(v == 0 for v in head[3:])
+    fmt = "<%d%s" % (1234, "H" if version == 1 else "I")
+    assert list(struct.unpack(fmt, body)) == toks.tolist()
+    assert read_shard(p).tolist() == toks.tolist()
+
+
+def test_version_choice_and_range(tmp_path):
+    write_shard(tmp_path / "a.bin", [0, 65535])
+    assert parse_raw(tmp_path / "a.bin")[0][1] == 1
+    write_shard(tmp_path / "b.bin", [0, 65536])
+    assert parse_raw(tmp_path / "b.bin")[0][1] == 2
+    with pytest.raises(ValueError):
+        write_shard(tmp_path / "c.bin", [70000], version=1)
+    with pytest.raises(ValueError):
+        write_shard(tmp_path / "d.bin", [-1])
+
+
+def test_regions_round_trip(tmp_path):
+    labels = np.arange(1000) % 4
+    p = tmp_path / "x.regions"
+    write_regions(p, labels)
+    head, body = parse_raw(p)
+    assert head[:3] == (shards.REGIONS_MAGIC, 1, 1000)
+    assert list(body) == labels.tolist()
+    assert read_regions(p).tolist() == labels.tolist()
+    with pytest.raises(ValueError):
+        write_regions(p, [4])
+    assert regions_path("d/x_val_000003.bin").name == "x_val_000003.regions"
+
+
+def test_readers_reject_bad_files(tmp_path):
+    p = tmp_path / "s.bin"
+    write_shard(p, list(range(100)))
+    data = p.read_bytes()
+    (tmp_path / "cut.bin").write_bytes(data[:-2])
+    with pytest.raises(ValueError, match="cut.bin.*size"):
+        read_shard(tmp_path / "cut.bin")
+    (tmp_path / "hdr.bin").write_bytes(data[:100])
+    with pytest.raises(ValueError, match="truncated"):
+        read_shard(tmp_path / "hdr.bin")
+    bad = bytearray(data)
+    bad[0:4] = struct.pack("<i", 7)
+    (tmp_path / "magic.bin").write_bytes(bytes(bad))
+    with pytest.raises(ValueError, match="magic"):
+        read_shard(tmp_path / "magic.bin")
+    with pytest.raises(ValueError, match="magic"):
+        read_regions(p)  # a shard is not a sidecar
+
+
+def test_shard_writer_packs_documents(tmp_path):
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(0, 500, size=rng.integers(1, 300)).tolist() for _ in range(200)]
+    regs = [[(t + i) % 4 for i, t in enumerate(d)] for d in docs]
+    w = ShardWriter(tmp_path, "c", "train", shard_tokens=1000, vocab_size=500, with_regions=True)
+    for d, r in zip(docs, regs):
+        w.add(d, r)
+    paths = w.close()
+    total = sum(len(d) for d in docs)
+    assert len(paths) == -(-total // 1000)
+    assert [p.name for p in paths] == [f"c_train_{i:06d}.bin" for i in range(len(paths))]
+    got = np.concatenate([read_shard(p) for p in paths]).tolist()
+    assert got == [t for d in docs for t in d]
+    got_r = np.concatenate([read_regions(regions_path(p)) for p in paths]).tolist()
+    assert got_r == [x for r in regs for x in r]
+    assert all(len(read_shard(p)) == 1000 for p in paths[:-1])
+    assert w.total_docs == 200 and w.total_tokens == total
+    with pytest.raises(ValueError):
+        w.add([500])  # outside the vocabulary
+    with pytest.raises(ValueError):
+        ShardWriter(tmp_path, "c", "test", 10, 10)
