@@ -1091,6 +1091,7 @@ def build_parser():
     r.add_argument("--val-every", type=int, default=50)
     r.add_argument("--val-batches", type=int, default=4)
     r.add_argument("--sample-tokens", type=int, default=0, help="tokens to sample at the end (printed as ids)")
+    r.add_argument("--spm-model", metavar="PATH", help="SentencePiece model to decode the sample with")
     r.add_argument("--attn-impl", choices=("explicit", "sdpa"), default="explicit")
     return p
 
@@ -1126,6 +1127,10 @@ def main(argv=None):
         device = resolve_device(args.device)
         step0, ckpt_tensors, ckpt_meta = 0, None, None
         if args.load_checkpoint:
+            given = [f.name for f in fields(SANConfig) if getattr(args, f.name) is not None]
+            if given:
+                raise ValueError(f"model config flags ({', '.join(given)}) cannot be combined with "
+                                 f"--load-checkpoint: the config comes from the checkpoint")
             model, step0, ckpt_meta, ckpt_tensors = load_checkpoint(args.load_checkpoint, device)
             cfg = model.cfg
         else:
@@ -1193,6 +1198,10 @@ def main(argv=None):
     if args.sample_tokens > 0:
         toks = sample(model, [cfg.bos_id], args.sample_tokens, seed=args.seed)
         print("sample (token ids):", " ".join(map(str, toks)))
+        if args.spm_model:
+            import sentencepiece as spm
+            sp = spm.SentencePieceProcessor(model_file=args.spm_model)
+            print("sample (text):", sp.decode([t for t in toks if t < sp.get_piece_size()]))
     return 0
 
 

@@ -682,3 +682,5 @@ def test_cli_train_save_load(tmp_path, capsys):
                     "--batch-size", "4", "--device", "cpu", "--sample-tokens", "5"]) == 0
     out2 = capsys.readouterr().out
     assert f"val loss {vals[1]:.4f}" in out2 and "sample (token ids): 2 " in out2
+    assert ts.main(["--load-checkpoint", str(ck), "--n-layer", "2"]) == 1
+    assert "cannot be combined with --load-checkpoint" in capsys.readouterr().err
