@@ -684,3 +684,18 @@ def test_cli_train_save_load(tmp_path, capsys):
     assert f"val loss {vals[1]:.4f}" in out2 and "sample (token ids): 2 " in out2
     assert ts.main(["--load-checkpoint", str(ck), "--n-layer", "2"]) == 1
     assert "cannot be combined with --load-checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_matches_cpu():
+    cfg = micro(ffn="swiglu", d_ff=12, n_head=4, n_kv_head=2, n_embd=16)
+    model = ts.SAN(cfg).init_weights(2)
+    randomize_gains(model)
+    x, y = batch_with_docs(cfg, 2)
+    l_cpu, (loss_cpu, _, _) = model(x, y)
+    gpu = ts.SAN(cfg).cuda()
+    gpu.load_state_dict(model.state_dict())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    l_gpu, (loss_gpu, _, _) = gpu(x.cuda(), y.cuda())
+    torch.testing.assert_close(l_gpu.cpu(), l_cpu, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loss_gpu.cpu(), loss_cpu, rtol=1e-5, atol=1e-6)
