@@ -17,7 +17,9 @@
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-MAKEFLAGS += --jobs=$(JOBS) --output-sync=target
+ifeq ($(MAKELEVEL),0)
+  MAKEFLAGS += --jobs=$(JOBS) --output-sync=target
+endif
 
 PRECISION ?= BF16
 GPU_COMPUTE_CAPABILITY ?= 90
