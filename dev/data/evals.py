@@ -84,8 +84,15 @@ def build(task: str, rows, tok, path, limit: int = 0) -> int:
 def task_rows(task: str):
     from hf import download, iter_rows, list_files
     repo, patterns = SOURCES[task]
-    for f in list_files(repo, patterns):
-        yield from iter_rows(download(repo, f))
+    for pattern in patterns:  # the first pattern that matches decides (no duplicate copies)
+        try:
+            files = list_files(repo, [pattern])
+        except RuntimeError:
+            continue
+        for f in files:
+            yield from iter_rows(download(repo, f))
+        return
+    raise RuntimeError(f"{task}: no data file in {repo} matches any of {patterns}")
 
 
 def main():
