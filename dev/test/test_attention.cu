@@ -1,0 +1,344 @@
+/*
+Tests of the causal GQA attention kernels (llmc/attention.cuh) against an independent
+plain C++ reference in double precision that builds the full T x T score matrix with an
+explicit mask, a full softmax, and the analytic gradients written out term by term.
+
+- forward: out and lse, for MHA and GQA (ratios 2 and 4), hd 6/8/16/48/64/128, T not a
+  multiple of the 64-row tile, B > 1, with and without the document mask (several
+  documents per row, rows that start mid-document, unsorted ids);
+- backward: dq, dk, dv against the reference's analytic gradients (same cases);
+- fp32 build: a central finite-difference check of all three gradients on a tiny case;
+- gradients are overwritten (outputs and scratch filled with NaN before the call);
+- determinism: two runs are bitwise equal.
+In the bf16 build the reference gets the same bf16-rounded inputs as the kernels; the
+tolerance is relative 2^-7 plus an absolute part proportional to the array's largest
+reference value (bf16 rounding of out, dout and of the outputs themselves).
+
+Usage: test_attention [name-filter]
+*/
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "llmc/attention.cuh"
+#include "dev/test/testing.h"
+
+constexpr bool kFp32 = PRECISION_MODE == PrecisionMode::FP32;
+
+struct Shape {
+    int B, T, Hq, Hkv, hd;
+    size_t q_size() const { return (size_t)B * T * Hq * hd; }
+    size_t kv_size() const { return (size_t)B * T * Hkv * hd; }
+    size_t stat_size() const { return (size_t)B * Hq * T; }
+};
+
+// Inputs of one case, as floats that are exactly representable in floatX.
+struct Inputs {
+    std::vector<float> q, k, v, dout;
+    std::vector<int> doc;  // empty: no document mask
+};
+
+static std::vector<float> random_floatx(size_t n, std::mt19937& rng, float scale) {
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> x(n);
+    for (auto& value : x) { value = to_float(from_float<floatX>(dist(rng))); }
+    return x;
+}
+
+// Document ids as the model makes them: row b starts mid-document (id 0) unless
+// `start_with_bos`; a new document starts at random positions (ids count up).
+static std::vector<int> sorted_doc_ids(int B, int T, std::mt19937& rng, int mean_doc_length) {
+    std::vector<int> doc((size_t)B * T);
+    std::uniform_int_distribution<int> coin(0, mean_doc_length - 1);
+    for (int b = 0; b < B; b++) {
+        int id = 0;
+        for (int t = 0; t < T; t++) {
+            if (t > 0 && coin(rng) == 0) { id++; }
+            doc[(size_t)b * T + t] = id;
+        }
+    }
+    return doc;
+}
+
+static Inputs make_inputs(const Shape& s, uint32_t seed, float qk_scale, int doc_mode) {
+    std::mt19937 rng(seed);
+    Inputs in;
+    in.q = random_floatx(s.q_size(), rng, qk_scale);
+    in.k = random_floatx(s.kv_size(), rng, qk_scale);
+    in.v = random_floatx(s.kv_size(), rng, 1.0f);
+    in.dout = random_floatx(s.q_size(), rng, 1.0f);
+    if (doc_mode == 1) { in.doc = sorted_doc_ids(s.B, s.T, rng, 20); }
+    if (doc_mode == 2) {  // unsorted ids: interleaved "documents"
+        in.doc.resize((size_t)s.B * s.T);
+        for (int b = 0; b < s.B; b++)
+            for (int t = 0; t < s.T; t++) in.doc[(size_t)b * s.T + t] = (t / 3 + b) % 4;
+    }
+    return in;
+}
+
+// ----------------------------------------------------------------------------------------
+// reference: full scores, explicit mask, softmax, analytic gradients, all in double
+
+struct Reference {
+    std::vector<double> out, lse, dq, dk, dv;
+};
+
+static Reference reference_attention(const Shape& s, const Inputs& in) {
+    const int B = s.B, T = s.T, Hq = s.Hq, Hkv = s.Hkv, hd = s.hd;
+    auto qi = [&](int b, int t, int h, int e) { return (((size_t)b * T + t) * Hq + h) * hd + e; };
+    auto ki = [&](int b, int t, int j, int e) { return (((size_t)b * T + t) * Hkv + j) * hd + e; };
+    auto allowed = [&](int b, int t, int tau) {
+        if (tau > t) { return false; }
+        return in.doc.empty() || in.doc[(size_t)b * T + tau] == in.doc[(size_t)b * T + t];
+    };
+    Reference r;
+    r.out.assign(s.q_size(), 0.0);
+    r.lse.assign(s.stat_size(), 0.0);
+    r.dq.assign(s.q_size(), 0.0);
+    r.dk.assign(s.kv_size(), 0.0);
+    r.dv.assign(s.kv_size(), 0.0);
+    double scale = 1.0 / std::sqrt((double)hd);
+    std::vector<double> score(T), prob(T), dprob(T);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < Hq; h++) {
+            int j = h / (Hq / Hkv);
+            for (int t = 0; t < T; t++) {
+                double max_score = -INFINITY;
+                for (int tau = 0; tau < T; tau++) {
+                    score[tau] = -INFINITY;
+                    if (!allowed(b, t, tau)) { continue; }
+                    double dot = 0.0;
+                    for (int e = 0; e < hd; e++) { dot += (double)in.q[qi(b, t, h, e)] * in.k[ki(b, tau, j, e)]; }
+                    score[tau] = dot * scale;
+                    max_score = std::max(max_score, score[tau]);
+                }
+                double sum = 0.0;
+                for (int tau = 0; tau < T; tau++) {
+                    prob[tau] = std::isinf(score[tau]) ? 0.0 : std::exp(score[tau] - max_score);
+                    sum += prob[tau];
+                }
+                r.lse[((size_t)b * Hq + h) * T + t] = max_score + std::log(sum);
+                for (int tau = 0; tau < T; tau++) { prob[tau] /= sum; }
+                // out = P V
+                for (int e = 0; e < hd; e++) {
+                    double o = 0.0;
+                    for (int tau = 0; tau < T; tau++) { o += prob[tau] * in.v[ki(b, tau, j, e)]; }
+                    r.out[qi(b, t, h, e)] = o;
+                }
+                // dP = dout . v;  dS = P (dP - sum_tau P dP)  (softmax Jacobian, written out)
+                double weighted = 0.0;
+                for (int tau = 0; tau < T; tau++) {
+                    double d = 0.0;
+                    for (int e = 0; e < hd; e++) { d += (double)in.dout[qi(b, t, h, e)] * in.v[ki(b, tau, j, e)]; }
+                    dprob[tau] = d;
+                    weighted += prob[tau] * d;
+                }
+                for (int tau = 0; tau < T; tau++) {
+                    if (prob[tau] == 0.0) { continue; }
+                    double ds = prob[tau] * (dprob[tau] - weighted);
+                    for (int e = 0; e < hd; e++) {
+                        r.dq[qi(b, t, h, e)] += ds * scale * in.k[ki(b, tau, j, e)];
+                        r.dk[ki(b, tau, j, e)] += ds * scale * in.q[qi(b, t, h, e)];
+                        r.dv[ki(b, tau, j, e)] += prob[tau] * in.dout[qi(b, t, h, e)];
+                    }
+                }
+            }
+        }
+    }
+    return r;
+}
+
+// ----------------------------------------------------------------------------------------
+// running the kernels
+
+struct Result {
+    std::vector<float> out, lse, dq, dk, dv;
+};
+
+template <typename T>
+static std::vector<T> filled_with_nan(size_t n) {
+    std::vector<T> x(n);
+    memset(x.data(), 0xff, n * sizeof(T));  // NaN in float and bf16
+    return x;
+}
+
+static std::vector<floatX> convert_floats(const std::vector<float>& x) {
+    std::vector<floatX> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) { y[i] = from_float<floatX>(x[i]); }
+    return y;
+}
+
+static std::vector<float> to_floats(const std::vector<floatX>& x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) { y[i] = to_float(x[i]); }
+    return y;
+}
+
+static Result run_kernels(const Shape& s, const Inputs& in, bool backward = true) {
+    floatX* d_q = copy_to_device(convert_floats(in.q));
+    floatX* d_k = copy_to_device(convert_floats(in.k));
+    floatX* d_v = copy_to_device(convert_floats(in.v));
+    floatX* d_dout = copy_to_device(convert_floats(in.dout));
+    int* d_doc = in.doc.empty() ? nullptr : copy_to_device(in.doc);
+    floatX* d_out = copy_to_device(filled_with_nan<floatX>(s.q_size()));
+    float* d_lse = copy_to_device(filled_with_nan<float>(s.stat_size()));
+    Result r;
+    attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, s.B, s.T, s.Hq, s.Hkv, s.hd, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    r.out = to_floats(copy_from_device(d_out, s.q_size()));
+    r.lse = copy_from_device(d_lse, s.stat_size());
+    if (backward) {
+        floatX* d_dq = copy_to_device(filled_with_nan<floatX>(s.q_size()));
+        floatX* d_dk = copy_to_device(filled_with_nan<floatX>(s.kv_size()));
+        floatX* d_dv = copy_to_device(filled_with_nan<floatX>(s.kv_size()));
+        float* d_scratch = copy_to_device(filled_with_nan<float>(s.stat_size()));
+        attention_backward(d_dq, d_dk, d_dv, d_scratch, d_dout, d_out, d_q, d_k, d_v, d_lse, d_doc, s.B, s.T, s.Hq,
+                           s.Hkv, s.hd, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        r.dq = to_floats(copy_from_device(d_dq, s.q_size()));
+        r.dk = to_floats(copy_from_device(d_dk, s.kv_size()));
+        r.dv = to_floats(copy_from_device(d_dv, s.kv_size()));
+        for (void* p : {(void*)d_dq, (void*)d_dk, (void*)d_dv, (void*)d_scratch}) { cudaCheck(cudaFree(p)); }
+    }
+    for (void* p : {(void*)d_q, (void*)d_k, (void*)d_v, (void*)d_dout, (void*)d_out, (void*)d_lse}) {
+        cudaCheck(cudaFree(p));
+    }
+    if (d_doc != nullptr) { cudaCheck(cudaFree(d_doc)); }
+    return r;
+}
+
+static double max_abs(const std::vector<double>& x) {
+    double m = 0.0;
+    for (double value : x) { m = std::max(m, std::fabs(value)); }
+    return m;
+}
+
+// |got - ref| <= abs_frac * max|ref| + |ref| * eps
+#define CHECK_ARRAY(name, got, ref, abs_frac, eps) \
+    CHECK_CLOSE(name, (got).data(), (ref).data(), (ref).size(), (abs_frac) * max_abs(ref), (eps))
+
+static void check_case(const Shape& s, uint32_t seed, float qk_scale, int doc_mode) {
+    Inputs in = make_inputs(s, seed, qk_scale, doc_mode);
+    Reference ref = reference_attention(s, in);
+    Result got = run_kernels(s, in);
+    // fp32: summation order only. bf16: one rounding of each output (2^-8), plus the
+    // kernels' use of the bf16-rounded out in D = dout . out.
+    double eps = kFp32 ? 1e-5 : 1.0 / 128;
+    double out_abs = kFp32 ? 1e-6 : 2e-3, grad_abs = kFp32 ? 1e-5 : 1e-2;
+    CHECK_ARRAY("out", got.out, ref.out, out_abs, eps);
+    CHECK_CLOSE("lse", got.lse.data(), ref.lse.data(), ref.lse.size(), kFp32 ? 1e-5 : 1e-3, 1e-5);
+    CHECK_ARRAY("dq", got.dq, ref.dq, grad_abs, eps);
+    CHECK_ARRAY("dk", got.dk, ref.dk, grad_abs, eps);
+    CHECK_ARRAY("dv", got.dv, ref.dv, grad_abs, eps);
+}
+
+// ----------------------------------------------------------------------------------------
+// cases
+
+TEST_CASE(mha_small_single_tile) { check_case({1, 17, 2, 2, 8}, 1, 1.0f, 0); }
+TEST_CASE(mha_hd16_T_not_multiple_of_tile_B2) { check_case({2, 150, 3, 3, 16}, 2, 1.0f, 0); }
+TEST_CASE(gqa2_hd64_B2) { check_case({2, 130, 4, 2, 64}, 3, 1.0f, 0); }
+TEST_CASE(gqa4_hd16) { check_case({1, 200, 8, 2, 16}, 4, 1.0f, 0); }
+TEST_CASE(gqa4_hd8_single_kv_head) { check_case({2, 70, 4, 1, 8}, 5, 1.0f, 0); }
+TEST_CASE(large_scores_online_softmax) { check_case({1, 190, 2, 1, 16}, 6, 3.0f, 0); }
+TEST_CASE(odd_head_dims_6_and_48) {
+    check_case({1, 80, 2, 1, 6}, 7, 1.0f, 1);
+    check_case({1, 80, 2, 2, 48}, 8, 1.0f, 1);
+}
+TEST_CASE(head_dim_128_large_shared) { check_case({1, 100, 2, 1, 128}, 9, 1.0f, 1); }
+TEST_CASE(doc_mask_mha_B3) { check_case({3, 150, 2, 2, 16}, 10, 1.0f, 1); }
+TEST_CASE(doc_mask_gqa2_hd64) { check_case({2, 140, 4, 2, 64}, 11, 1.5f, 1); }
+TEST_CASE(doc_mask_gqa4_hd8) { check_case({2, 200, 4, 1, 8}, 12, 1.0f, 1); }
+TEST_CASE(doc_mask_unsorted_ids) { check_case({2, 100, 2, 1, 16}, 13, 1.0f, 2); }
+TEST_CASE(seq_len_one) { check_case({2, 1, 2, 1, 8}, 14, 1.0f, 1); }
+
+// Long documents that end inside tiles: whole tiles are skipped for some blocks and not
+// for others; one document spans the first tile boundary, the row starts mid-document.
+TEST_CASE(doc_mask_tile_skipping) {
+    Shape s{2, 260, 2, 1, 16};
+    Inputs in = make_inputs(s, 15, 1.0f, 0);
+    in.doc.resize((size_t)s.B * s.T);
+    int starts[2][4] = {{0, 70, 140, 200}, {0, 3, 128, 129}};
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++) {
+            int id = 0;
+            for (int d = 1; d < 4; d++) id += t >= starts[b][d];
+            in.doc[(size_t)b * s.T + t] = id + 5 * b;
+        }
+    Reference ref = reference_attention(s, in);
+    Result got = run_kernels(s, in);
+    double eps = kFp32 ? 1e-5 : 1.0 / 128, out_abs = kFp32 ? 1e-6 : 2e-3, grad_abs = kFp32 ? 1e-5 : 1e-2;
+    CHECK_ARRAY("out", got.out, ref.out, out_abs, eps);
+    CHECK_ARRAY("dq", got.dq, ref.dq, grad_abs, eps);
+    CHECK_ARRAY("dk", got.dk, ref.dk, grad_abs, eps);
+    CHECK_ARRAY("dv", got.dv, ref.dv, grad_abs, eps);
+}
+
+// The first query of a document attends only to itself: out equals its v row exactly
+// (up to the output rounding), and lse equals its own score.
+TEST_CASE(document_start_sees_only_itself) {
+    Shape s{1, 90, 2, 1, 16};
+    Inputs in = make_inputs(s, 16, 1.0f, 1);
+    Result got = run_kernels(s, in, false);
+    int checked = 0;
+    for (int t = 0; t < s.T; t++) {
+        if (t > 0 && in.doc[t] == in.doc[t - 1]) { continue; }
+        for (int h = 0; h < s.Hq; h++) {
+            for (int e = 0; e < s.hd; e++) {
+                float o = got.out[((size_t)t * s.Hq + h) * s.hd + e];
+                CHECK(o == to_float(from_float<floatX>(in.v[(size_t)t * s.hd + e])));
+            }
+            checked++;
+        }
+    }
+    CHECK(checked >= 4);
+}
+
+TEST_CASE(deterministic_bitwise) {
+    Shape s{2, 150, 4, 2, 16};
+    Inputs in = make_inputs(s, 17, 1.0f, 1);
+    Result a = run_kernels(s, in), b = run_kernels(s, in);
+    CHECK(memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)) == 0);
+    CHECK(memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0);
+    CHECK(memcmp(a.dq.data(), b.dq.data(), a.dq.size() * sizeof(float)) == 0);
+    CHECK(memcmp(a.dk.data(), b.dk.data(), a.dk.size() * sizeof(float)) == 0);
+    CHECK(memcmp(a.dv.data(), b.dv.data(), a.dv.size() * sizeof(float)) == 0);
+}
+
+// fp32 only: the kernels' gradients of L = sum(out * dout) against central differences
+// of the kernels' own forward, for every input element of a tiny GQA + doc-mask case.
+TEST_CASE(finite_differences_fp32) {
+    if (!kFp32) {
+        printf("  (finite differences run in the fp32 build only)\n");
+        return;
+    }
+    Shape s{1, 9, 4, 2, 8};
+    Inputs in = make_inputs(s, 18, 1.0f, 0);
+    in.doc = {0, 0, 0, 1, 1, 1, 1, 2, 2};
+    Result got = run_kernels(s, in);
+    auto loss = [&](const Inputs& x) {
+        Result r = run_kernels(s, x, false);
+        double l = 0.0;
+        for (size_t i = 0; i < r.out.size(); i++) { l += (double)r.out[i] * x.dout[i]; }
+        return l;
+    };
+    const float h = 1e-2f;
+    auto check_fd = [&](const char* name, std::vector<float> Inputs::*field, const std::vector<float>& grad) {
+        std::vector<double> fd(grad.size());
+        for (size_t i = 0; i < grad.size(); i++) {
+            Inputs plus = in, minus = in;
+            (plus.*field)[i] += h;
+            (minus.*field)[i] -= h;
+            fd[i] = (loss(plus) - loss(minus)) / (2.0 * h);
+        }
+        CHECK_CLOSE(name, grad.data(), fd.data(), fd.size(), 2e-4, 1e-3);
+    };
+    check_fd("dq_vs_fd", &Inputs::q, got.dq);
+    check_fd("dk_vs_fd", &Inputs::k, got.dk);
+    check_fd("dv_vs_fd", &Inputs::v, got.dv);
+}
+
+TEST_MAIN()
