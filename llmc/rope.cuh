@@ -1,0 +1,117 @@
+/*
+Rotary position embedding, rotate-half convention (doc/san-model.md "RoPE"), on (B, T, H, hd)
+tensors (query or key heads), position t = index in the row:
+
+    z1 = z[:hd/2], z2 = z[hd/2:]:   RoPE(z) = [z1 * cos - z2 * sin,  z2 * cos + z1 * sin]
+    backward (the transpose, a rotation by -angle): [d1 * cos + d2 * sin,  d2 * cos - d1 * sin]
+
+The cos/sin table is computed once on the HOST in fp64 (inv_freq[i] = theta^(-2i/hd),
+angle = t * inv_freq[i], as train_san.py's rope_cos_sin) and rounded to fp32, the compute
+dtype: table (T, hd) fp32 with table[t*hd + i] = cos, table[t*hd + hd/2 + i] = sin, i < hd/2.
+Copy it to the device once. All maths in fp32, one rounding of the output.
+
+Launch layout: one thread per V pairs (i, i + hd/2) of one head vector, V = x128::size when
+hd/2 is a multiple of it and the pointers are 16-byte aligned (two 128-bit loads, two stores),
+else V = 1. Each thread reads both halves before writing them, so out may alias inp (and
+dinp may alias dout). No barriers.
+*/
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "llmc/cuda_common.h"
+
+inline std::vector<float> rope_table(int T, int hd, double theta) {
+    int half = hd / 2;
+    std::vector<float> table((size_t)T * hd);
+    for (int i = 0; i < half; i++) {
+        double inv_freq = std::pow(theta, -((double)i * 2.0 / hd));
+        for (int t = 0; t < T; t++) {
+            double angle = (double)t * inv_freq;
+            table[(size_t)t * hd + i] = (float)std::cos(angle);
+            table[(size_t)t * hd + half + i] = (float)std::sin(angle);
+        }
+    }
+    return table;
+}
+
+template <int V>
+__device__ inline void rope_load(float* dst, const floatX* src) {
+    if constexpr (V == x128::size) {
+        x128 packed = load128(src);
+        for (int k = 0; k < V; k++) { dst[k] = to_float(packed[k]); }
+    } else {
+        for (int k = 0; k < V; k++) { dst[k] = to_float(src[k]); }
+    }
+}
+template <int V>
+__device__ inline void rope_store(floatX* dst, const float* src) {
+    if constexpr (V == x128::size) {
+        x128 packed;
+        for (int k = 0; k < V; k++) { packed[k] = from_float<floatX>(src[k]); }
+        store128(dst, packed);
+    } else {
+        for (int k = 0; k < V; k++) { dst[k] = from_float<floatX>(src[k]); }
+    }
+}
+
+// direction +1: forward rotation; -1: backward (rotation by -angle). (hd/2) % V == 0.
+template <int V>
+__global__ void rope_kernel(floatX* out, const floatX* inp, const float* table, int B, int T, int H, int hd,
+                            float direction) {
+    int half = hd / 2;
+    int chunks_per_head = half / V;
+    size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t total = (size_t)B * T * H * chunks_per_head;
+    if (index >= total) { return; }
+    int i = (int)(index % chunks_per_head) * V;
+    size_t head_vector = index / chunks_per_head;  // (b, t, h) flattened
+    int t = (int)((head_vector / H) % T);
+    size_t base = head_vector * hd;
+    float z1[V], z2[V], c[V], s[V];
+    rope_load<V>(z1, inp + base + i);
+    rope_load<V>(z2, inp + base + half + i);
+    for (int k = 0; k < V; k++) {
+        c[k] = table[(size_t)t * hd + i + k];
+        s[k] = direction * table[(size_t)t * hd + half + i + k];
+    }
+    float o1[V], o2[V];
+    for (int k = 0; k < V; k++) {
+        o1[k] = z1[k] * c[k] - z2[k] * s[k];
+        o2[k] = z2[k] * c[k] + z1[k] * s[k];
+    }
+    rope_store<V>(out + base + i, o1);
+    rope_store<V>(out + base + half + i, o2);
+}
+
+inline void rope_launch(floatX* out, const floatX* inp, const float* table, int B, int T, int H, int hd,
+                        float direction, cudaStream_t stream) {
+    int half = hd / 2;
+    bool vector = half % x128::size == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(inp) % 16 == 0;
+    int V = vector ? x128::size : 1;
+    size_t threads = (size_t)B * T * H * (half / V);
+    if (threads == 0) { return; }
+    const int block_size = 256;
+    unsigned grid = (unsigned)CEIL_DIV(threads, (size_t)block_size);
+    if (vector) {
+        LAUNCH(grid, block_size, 0, stream, rope_kernel<x128::size>)(out, inp, table, B, T, H, hd, direction);
+    } else {
+        LAUNCH(grid, block_size, 0, stream, rope_kernel<1>)(out, inp, table, B, T, H, hd, direction);
+    }
+    cudaCheckLaunch();
+}
+
+// out = RoPE(inp); out may alias inp. table: rope_table(T_table >= T, hd, theta) on the device.
+inline void rope_forward(floatX* out, const floatX* inp, const float* table, int B, int T, int H, int hd,
+                         cudaStream_t stream) {
+    rope_launch(out, inp, table, B, T, H, hd, 1.0f, stream);
+}
+
+// dinp = RoPE^T(dout), OVERWRITTEN; dinp may alias dout.
+inline void rope_backward(floatX* dinp, const floatX* dout, const float* table, int B, int T, int H, int hd,
+                          cudaStream_t stream) {
+    rope_launch(dinp, dout, table, B, T, H, hd, -1.0f, stream);
+}
