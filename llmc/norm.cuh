@@ -22,7 +22,7 @@ Backward (dinp and dgain ACCUMULATED):
     dgain += sum over rows of dout * y
 Deterministic dgain without atomics: a grid of at most kNormBackwardMaxBlocks blocks; each
 row group loops over rows (grid-stride) accumulating dout*y into its own shared-memory row
-of C floats (each lane owns fixed columns, so no conflicts); at the end the block sums its
+of C floats (each lane owns fixed columns, so no races); at the end the block sums its
 groups in fixed order into scratch[block, :], and a second kernel sums the blocks in fixed
 order and adds the result to dgain. dinp must not alias dout or inp.
 */
@@ -104,9 +104,12 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
     int groups = blockDim.x / lanes;
     int group = threadIdx.x / lanes;
     int lane = threadIdx.x % lanes;
-    float* acc = dynamic_shared_memory<float>() + (size_t)group * C;  // this group's dgain partials
+    // this group's dgain partials, column c at (c % V) * (C / V) + c / V: consecutive lanes
+    // touch consecutive words (no bank conflicts with 128-bit chunks)
+    const int chunks = C / V;
+    float* acc = dynamic_shared_memory<float>() + (size_t)group * C;
     for (int c = lane * V; c < C; c += lanes * V) {
-        for (int k = 0; k < V; k++) { acc[c + k] = 0.0f; }
+        for (int k = 0; k < V; k++) { acc[k * chunks + c / V] = 0.0f; }
     }
     int stride = gridDim.x * groups;
     int iterations = CEIL_DIV(N, stride);  // the same for every group of the block: shuffles stay converged
@@ -125,7 +128,7 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
                 for (int k = 0; k < V; k++) {
                     float y = x[k] * s;
                     sum_dy_y += d[k] * (gain_offset + g[k]) * y;
-                    acc[c + k] += d[k] * y;
+                    acc[k * chunks + c / V] += d[k] * y;
                 }
             }
         }
@@ -150,7 +153,8 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
     const float* all = dynamic_shared_memory<float>();
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float sum = 0.0f;
-        for (int g = 0; g < groups; g++) { sum += all[(size_t)g * C + c]; }
+        int position = (c % V) * chunks + c / V;
+        for (int g = 0; g < groups; g++) { sum += all[(size_t)g * C + position]; }
         scratch[(size_t)blockIdx.x * C + c] = sum;
     }
 }
