@@ -164,10 +164,16 @@ setup:
 demo: setup all
 	@bash scripts/demo.sh
 
-test-host: host
+# debug states of the PyTorch reference that test_san compares the trainer against
+DEBUG_STATES := build/debug-states/.complete
+$(DEBUG_STATES): train_san.py dev/test/make_debug_states.py
+	$(PYTHON) dev/test/make_debug_states.py $(dir $@)
+	@touch $@
+
+test-host: host $(DEBUG_STATES)
 	@bash scripts/run_tests.sh $(HOST_DIR) $(TEST_NAMES)
 
-test-gpu: gpu
+test-gpu: gpu $(DEBUG_STATES)
 	@bash scripts/run_tests.sh $(GPU_DIR) $(GPU_TEST_NAMES)
 
 test-python: setup

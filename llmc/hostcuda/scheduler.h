@@ -26,6 +26,9 @@ for a given number of workers (and for any number if blocks do not race through 
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <map>
+#include <string>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdint>
@@ -339,8 +342,13 @@ public:
     }
     int num_workers() const { return static_cast<int>(threads_.size()) + 1; }
 
-    // Calls fn(ctx, i) for every i in [0, n); returns when all are done. Worker index
-    // `w` of the caller is 0. Not reentrant: a task must not call parallel_for.
+    // Calls fn(ctx, i) for every i in [0, n); returns when all are done. The caller works
+    // too. Not reentrant: a task must not call parallel_for.
+    //
+    // Workers join a job only while it is open; when the caller has run out of chunks it
+    // closes the job and waits only for the workers that joined (they are running). So a
+    // worker that is asleep or descheduled never delays a launch: its share is done by
+    // whoever is awake.
     void parallel_for(int64_t n, int64_t chunk, void (*fn)(void*, int64_t), void* ctx) {
         if (threads_.empty() || n <= chunk || in_parallel_region) {
             for (int64_t i = 0; i < n; i++) { fn(ctx, i); }
@@ -352,21 +360,30 @@ public:
         job_n_ = n;
         job_chunk_ = chunk;
         next_.store(0, std::memory_order_relaxed);
-        busy_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
+        finished_.store(0, std::memory_order_relaxed);
+        uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            generation_.fetch_add(1, std::memory_order_release);
+            state_.store(generation << 32, std::memory_order_release);  // open, nobody joined
         }
         wake_.notify_all();
         run_chunks();
-        while (busy_.load(std::memory_order_acquire) != 0) { cpu_relax(); }
+        uint64_t closed = state_.fetch_or(kClosed, std::memory_order_acq_rel);
+        uint64_t joined = closed & kJoinedMask;
+        for (int spin = 0; finished_.load(std::memory_order_acquire) != joined; spin++) {
+            if (spin < 1000) {
+                cpu_relax();
+            } else {
+                std::this_thread::yield();
+            }
+        }
     }
 
     ~Pool() {
         {
             std::lock_guard<std::mutex> lock(mutex_);
             stop_ = true;
-            generation_.fetch_add(1);
+            state_.fetch_add(1ull << 32);
         }
         wake_.notify_all();
         for (auto& t : threads_) { t.join(); }
@@ -375,6 +392,9 @@ public:
     static inline thread_local bool in_parallel_region = false;
 
 private:
+    static constexpr uint64_t kClosed = 1ull << 31;
+    static constexpr uint64_t kJoinedMask = kClosed - 1;
+
     Pool() {
         int n = static_cast<int>(std::thread::hardware_concurrency());
         if (const char* env = getenv("HOSTCUDA_THREADS")) { n = atoi(env); }
@@ -398,24 +418,34 @@ private:
         }
         in_parallel_region = false;
     }
+    // Joins the open job of generation `generation`; false if it is closed or superseded.
+    bool join(uint64_t generation) {
+        uint64_t s = state_.load(std::memory_order_acquire);
+        while ((s >> 32) == generation && !(s & kClosed)) {
+            if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) { return true; }
+        }
+        return false;
+    }
     void thread_main() {
         uint64_t seen = 0;
         for (;;) {
             // spin briefly (launches come in quick succession), then sleep
-            uint64_t gen = generation_.load(std::memory_order_acquire);
+            uint64_t gen = state_.load(std::memory_order_acquire) >> 32;
             for (int spin = 0; gen == seen && spin < 20000; spin++) {
                 cpu_relax();
-                gen = generation_.load(std::memory_order_acquire);
+                gen = state_.load(std::memory_order_acquire) >> 32;
             }
             if (gen == seen) {
                 std::unique_lock<std::mutex> lock(mutex_);
-                wake_.wait(lock, [&] { return generation_.load() != seen; });
-                gen = generation_.load();
+                wake_.wait(lock, [&] { return (state_.load() >> 32) != seen || stop_; });
+                gen = state_.load() >> 32;
             }
             seen = gen;
             if (stop_) { return; }
-            run_chunks();
-            busy_.fetch_sub(1, std::memory_order_acq_rel);
+            if (join(gen)) {
+                run_chunks();
+                finished_.fetch_add(1, std::memory_order_acq_rel);
+            }
         }
     }
 
@@ -423,10 +453,10 @@ private:
     std::mutex launch_mutex_;
     std::mutex mutex_;
     std::condition_variable wake_;
-    std::atomic<uint64_t> generation_{0};
+    std::atomic<uint64_t> state_{0};  // generation << 32 | closed bit | number of workers joined
     std::atomic<int64_t> next_{0};
-    std::atomic<int> busy_{0};
-    bool stop_ = false;
+    std::atomic<uint64_t> finished_{0};
+    std::atomic<bool> stop_{false};
     void (*job_fn_)(void*, int64_t) = nullptr;
     void* job_ctx_ = nullptr;
     int64_t job_n_ = 0;
@@ -467,6 +497,40 @@ inline void run_block_task(void* ctx, int64_t block_linear) {
     w.run_block(b);
 }
 
+// HOSTCUDA_PROFILE=1: at exit, print the wall time spent in each kernel (by name).
+class KernelProfile {
+public:
+    static KernelProfile* instance() {
+        static KernelProfile* profile = getenv("HOSTCUDA_PROFILE") != nullptr ? new KernelProfile() : nullptr;
+        return profile;
+    }
+    void add(const char* name, double seconds) {
+        Entry& e = entries_[name];
+        e.seconds += seconds;
+        e.launches++;
+    }
+    ~KernelProfile() = default;
+
+private:
+    struct Entry {
+        double seconds = 0.0;
+        long launches = 0;
+    };
+    KernelProfile() { atexit([] { instance()->print(); }); }
+    void print() const {
+        std::vector<std::pair<std::string, Entry>> rows(entries_.begin(), entries_.end());
+        std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+        double total = 0.0;
+        for (const auto& r : rows) { total += r.second.seconds; }
+        fprintf(stderr, "host backend profile: %.3f s in kernels\n%10s %8s %10s  %s\n", total, "seconds", "share", "launches", "kernel");
+        for (const auto& r : rows) {
+            fprintf(stderr, "%10.3f %7.1f%% %10ld  %s\n", r.second.seconds, 100.0 * r.second.seconds / total,
+                    r.second.launches, r.first.c_str());
+        }
+    }
+    std::map<std::string, Entry> entries_;
+};
+
 // Runs every block of the launch and returns when all are done.
 inline void run_grid(GridLaunch launch) {
     static std::atomic<uint64_t> launch_counter{0};
@@ -477,7 +541,12 @@ inline void run_grid(GridLaunch launch) {
     Pool& pool = Pool::instance();
     int64_t chunk = std::max<int64_t>(1, num_blocks / (8 * pool.num_workers()));
     if (num_blocks * threads_per_block < 4096) { chunk = num_blocks; }
+    KernelProfile* profile = KernelProfile::instance();
+    auto start = profile != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     pool.parallel_for(num_blocks, chunk, run_block_task, &launch);
+    if (profile != nullptr) {
+        profile->add(launch.kernel_name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
 }
 
 }  // namespace hostcuda

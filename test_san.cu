@@ -1,0 +1,274 @@
+/*
+test_san.cu: checks the CUDA trainer (train_san.cu, included with TESTING) against debug
+states written by the PyTorch reference train_san.py (doc/formats.md "Debug state"), on
+whichever executor built it (host backend in `make test`, the GPU in gpu_check.sh):
+
+  1. parameter count: the trainer's count, a count written out here from the
+     architecture, and the reference's tensors agree;
+  2. masks: the trainer's loss mask equals the reference's batch.loss_mask;
+  3. forward: logits and loss (ce, lse_sq parts);
+  4. backward: the gradient of every parameter tensor;
+  5. training: 10 AdamW steps on the debug batch: the loss and grad norm before each step,
+     the scheduled rates, and the final parameters;
+  6. resume: 4 steps, save a checkpoint, 6 more; versus load + the same 6: bit-identical.
+
+Usage: test_san [DEBUG_STATE_DIR (default build/debug-states)] [name-filter]
+`make test` writes the debug states (dev/test/make_debug_states.py) before running it.
+
+Tolerances: |got - ref| <= atol * max|ref of that tensor| + rtol * |ref|. The reference is
+computed in fp64, so the fp32 figures are this trainer's own rounding error; bf16 keeps 8
+mantissa bits in every activation and gradient, hence its looser figures.
+Final parameters after 10 AdamW steps are compared twice: per tensor in relative L2
+norm (tight: catches any systematic error, e.g. a missing weight decay), and per element
+within a fraction of the learning rate. Adam divides each gradient by its own running
+RMS, so an element whose gradient is near zero may move by up to ~lr per step in either
+implementation on rounding noise alone; the element-wise bound allows for that and no more.
+*/
+#define TESTING
+#include "train_san.cu"
+
+#include <dirent.h>
+
+#include <algorithm>
+
+#include "dev/test/testing.h"
+
+struct Tolerance {
+    double atol, rtol, abs = 0.0;  // allowed = atol * max|ref| + rtol * |ref| + abs
+};
+struct Tolerances {
+    Tolerance logits, loss, grads, traj_loss, traj_norm;
+    double grads_l2_matrix;  // relative L2 error per gradient tensor: matrices
+    double grads_l2_other;   // ... embedding, gains and gates
+    double final_l2_matrix;  // relative L2 error per matrix (tight enough to see weight decay)
+    double final_l2_other;   // ... per embedding/gain/gate tensor (small tensors of tiny values)
+    double final_lr_fraction;  // per element: |error| <= this * lr
+};
+#if defined(ENABLE_FP32)
+constexpr Tolerances kTol = {{2e-6, 1e-5}, {0, 2e-6}, {2e-5, 1e-4}, {0, 2e-5}, {0, 2e-4}, 1e-5, 1e-4, 3e-5, 3e-4, 0.5};
+#else
+constexpr Tolerances kTol = {{3e-2, 3e-2}, {0, 5e-3}, {1.5e-1, 1e-1}, {0, 1e-2}, {0, 5e-2}, 0.1, 0.5, 0.05, 0.3, 10.0};
+#endif
+
+// Relative L2 error ||got - ref|| / ||ref|| of one tensor.
+static bool compare_l2(const std::string& what, const float* got, const float* ref, size_t n, double tol) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        diff += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        norm += (double)ref[i] * ref[i];
+    }
+    double rel = norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+    bool ok = rel <= tol;
+    if (getenv("TEST_SAN_VERBOSE") != nullptr || !ok) {
+        printf("    %-40s %s relative L2 error %.3g (tol %.3g)\n", what.c_str(), ok ? "ok  " : "FAIL", rel, tol);
+    }
+    if (!ok) { testing::report_failure(__FILE__, __LINE__, what + ": relative L2 error out of tolerance"); }
+    return ok;
+}
+
+// Compares got with ref under tol; reports the worst element and returns true if all pass.
+static bool compare(const std::string& what, const float* got, const float* ref, size_t n, Tolerance tol) {
+    double max_ref = 0.0;
+    for (size_t i = 0; i < n; i++) { max_ref = std::max(max_ref, (double)std::fabs(ref[i])); }
+    size_t bad = 0, worst = 0;
+    double worst_ratio = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double err = std::fabs((double)got[i] - (double)ref[i]);
+        double allowed = tol.atol * max_ref + tol.rtol * std::fabs(ref[i]) + tol.abs;
+        double ratio = allowed > 0.0 ? err / allowed : (err > 0.0 ? INFINITY : 0.0);
+        if (!(ratio <= 1.0)) { bad++; }
+        if (!(ratio <= worst_ratio)) {
+            worst_ratio = ratio;
+            worst = i;
+        }
+    }
+    if (getenv("TEST_SAN_VERBOSE") != nullptr || bad > 0) {
+        printf("    %-40s %s worst err/allowed %.3f at [%zu]: %.9g vs %.9g (max|ref| %.3g)\n", what.c_str(),
+               bad ? "FAIL" : "ok  ", worst_ratio, worst, n ? got[worst] : 0.0f, n ? ref[worst] : 0.0f, max_ref);
+    }
+    if (bad > 0) {
+        testing::report_failure(__FILE__, __LINE__, what + ": " + std::to_string(bad) + " of " + std::to_string(n) +
+                                                         " elements out of tolerance");
+    }
+    return bad == 0;
+}
+
+// The parameter count written out from the architecture (not from parameter_spec).
+static int64_t expected_parameter_count(const SANConfig& c) {
+    int64_t d = c.n_embd, hd = c.n_embd / c.n_head, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
+    bool gated = c.residual == "gated" || c.residual == "rezero";
+    int64_t attention = d /*pre-norm*/ + qd * d /*wq*/ + 2 * kvd * d /*wk, wv*/ + qd * d /*wo*/ +
+                        (c.qk_norm ? 2 * hd : 0) + (c.sandwich ? d : 0) + (gated ? 1 : 0);
+    int64_t ffn = c.ffn == "swiglu" ? d + 3 * d * c.d_ff + (c.sandwich ? d : 0) + (gated ? 1 : 0) : 0;
+    int64_t padded_vocab = (c.vocab_size + 127) / 128 * 128;
+    return padded_vocab * d + c.n_layer * (attention + ffn) + d /*final norm*/;
+}
+
+static OptimizerConfig optimizer_from(const TensorFileReader& r) {
+    OptimizerConfig o;
+    o.optimizer = r.str("opt.optimizer");
+    o.lr = r.real("opt.lr");
+    o.lr_other = r.real("opt.lr_other");
+    o.weight_decay = r.real("opt.weight_decay");
+    o.beta1 = r.real("opt.beta1");
+    o.beta2 = r.real("opt.beta2");
+    o.eps = r.real("opt.eps");
+    o.grad_clip = r.real("opt.grad_clip");
+    o.schedule.kind = r.str("opt.schedule");
+    o.schedule.warmup_frac = r.real("opt.warmup_frac");
+    o.schedule.decay_frac = r.real("opt.decay_frac");
+    o.schedule.final_frac = r.real("opt.final_frac");
+    return o;
+}
+
+struct DebugCase {
+    TensorFileReader r;
+    SANConfig cfg;
+    int B, T;
+    std::vector<int> inputs, targets;
+    std::vector<float> init;  // initial parameters, canonical order
+    explicit DebugCase(const std::string& path) : r(path, TENSOR_FILE_DEBUG_STATE) {
+        cfg = read_config(r);
+        B = (int)r.integer("debug.batch_size");
+        T = cfg.seq_len;
+        inputs = r.ints("batch.inputs", (int64_t)B * T);
+        targets = r.ints("batch.targets", (int64_t)B * T);
+        for (const ParamSpec& s : parameter_spec(cfg)) {
+            std::vector<float> t = r.floats(s.name, s.numel());
+            init.insert(init.end(), t.begin(), t.end());
+        }
+    }
+    float loss_scale() const {
+        std::vector<int> mask = r.ints("batch.loss_mask");
+        int64_t count = 0;
+        for (int m : mask) { count += m; }
+        return 1.0f / (float)std::max<int64_t>(count, 1);
+    }
+    // One optimizer step on the debug batch; returns the loss before it.
+    double train_step(SAN& model, const OptimizerConfig& opt, long k, long total, float* grad_norm) const {
+        model.zero_grad();
+        LossStats s = model.forward(inputs.data(), targets.data(), B, T, loss_scale());
+        model.backward();
+        double f = opt.schedule.multiplier(k, total);
+        *grad_norm = model.update(opt, opt.lr * f, opt.lr_other * f);
+        return s.loss(cfg.z_loss);
+    }
+};
+
+static void check_state(const std::string& path) {
+    DebugCase dc(path);
+    const SANConfig& c = dc.cfg;
+    const int N = dc.B * dc.T, Vp = c.padded_vocab();
+    std::vector<ParamSpec> spec = parameter_spec(c);
+
+    // 1. parameter counts
+    int64_t from_file = 0;
+    for (const ParamSpec& s : spec) { from_file += dc.r.tensor(s.name).numel(); }
+    CHECK_EQ(count_parameters(c).first, expected_parameter_count(c));
+    CHECK_EQ(from_file, expected_parameter_count(c));
+
+    // 2.-4. forward and backward
+    SAN model(c, dc.B, dc.T);
+    model.set_parameters(dc.init);
+    model.zero_grad();
+    LossStats stats = model.forward(dc.inputs.data(), dc.targets.data(), dc.B, dc.T, dc.loss_scale());
+    std::vector<int> ref_mask = dc.r.ints("batch.loss_mask");
+    int mask_mismatch = 0;
+    for (int i = 0; i < N; i++) { mask_mismatch += (model.host_targets_masked[i] >= 0) != (ref_mask[i] != 0); }
+    CHECK_EQ(mask_mismatch, 0);
+    model.backward();
+    std::vector<float> logits = copy_from_device(model.logits, (size_t)N * Vp);
+    compare("logits", logits.data(), dc.r.floats("logits", (int64_t)N * Vp).data(), logits.size(), kTol.logits);
+    float loss = (float)stats.loss(c.z_loss), ce = (float)(stats.ce_sum / stats.count),
+          lse_sq = (float)(stats.lse_sq_sum / stats.count);
+    compare("loss", &loss, dc.r.floats("loss", 1).data(), 1, kTol.loss);
+    compare("loss.ce", &ce, dc.r.floats("loss.ce", 1).data(), 1, kTol.loss);
+    compare("loss.lse_sq", &lse_sq, dc.r.floats("loss.lse_sq", 1).data(), 1, kTol.loss);
+    std::vector<float> grads = model.get_gradients();
+    size_t offset = 0;
+    for (const ParamSpec& s : spec) {
+        std::vector<float> ref = dc.r.floats("grad." + s.name, s.numel());
+        compare("grad." + s.name, grads.data() + offset, ref.data(), s.numel(), kTol.grads);
+        compare_l2("grad." + s.name, grads.data() + offset, ref.data(), s.numel(),
+                   s.matrix ? kTol.grads_l2_matrix : kTol.grads_l2_other);
+        offset += s.numel();
+    }
+
+    // 5. the trajectory
+    OptimizerConfig opt = optimizer_from(dc.r);
+    long steps = (long)dc.r.integer("debug.steps"), total = (long)dc.r.integer("debug.schedule_steps");
+    SAN trained(c, dc.B, dc.T);
+    trained.set_parameters(dc.init);
+    std::vector<float> traj_loss, traj_norm, traj_lr, traj_lr_other;
+    for (long k = 0; k < steps; k++) {
+        float norm = 0.0f;
+        traj_loss.push_back((float)dc.train_step(trained, opt, k, total, &norm));
+        traj_norm.push_back(norm);
+        double f = opt.schedule.multiplier(k, total);
+        traj_lr.push_back((float)(opt.lr * f));
+        traj_lr_other.push_back((float)(opt.lr_other * f));
+    }
+    compare("traj.loss", traj_loss.data(), dc.r.floats("traj.loss", steps).data(), steps, kTol.traj_loss);
+    compare("traj.grad_norm", traj_norm.data(), dc.r.floats("traj.grad_norm", steps).data(), steps, kTol.traj_norm);
+    compare("traj.lr_matrix", traj_lr.data(), dc.r.floats("traj.lr_matrix", steps).data(), steps, {0, 1e-6});
+    compare("traj.lr_other", traj_lr_other.data(), dc.r.floats("traj.lr_other", steps).data(), steps, {0, 1e-6});
+    std::vector<float> final_params = trained.get_parameters();
+    offset = 0;
+    for (const ParamSpec& s : spec) {
+        std::vector<float> ref = dc.r.floats("final." + s.name, s.numel());
+        double lr = s.matrix ? opt.lr : opt.lr_other;
+        compare_l2("final." + s.name, final_params.data() + offset, ref.data(), s.numel(),
+                   s.matrix ? kTol.final_l2_matrix : kTol.final_l2_other);
+        compare("final." + s.name, final_params.data() + offset, ref.data(), s.numel(),
+                {0.0, 0.0, kTol.final_lr_fraction * lr});
+        offset += s.numel();
+    }
+
+    // 6. save -> load -> continue is bit-identical to continuing
+    const long split = 4;
+    std::string checkpoint = "build/test_san_resume_" + std::to_string(getpid()) + ".bin";
+    SAN straight(c, dc.B, dc.T);
+    straight.set_parameters(dc.init);
+    float norm = 0.0f;
+    for (long k = 0; k < split; k++) { dc.train_step(straight, opt, k, total, &norm); }
+    straight.save_checkpoint(checkpoint, opt, {});
+    for (long k = split; k < steps; k++) { dc.train_step(straight, opt, k, total, &norm); }
+    SAN resumed(c, dc.B, dc.T);
+    {
+        TensorFileReader ckpt(checkpoint, TENSOR_FILE_CHECKPOINT);
+        CHECK(read_config(ckpt).n_layer == c.n_layer);
+        resumed.load_parameters(ckpt, true);
+    }
+    CHECK_EQ((long)resumed.step, split);
+    for (long k = split; k < steps; k++) { dc.train_step(resumed, opt, k, total, &norm); }
+    std::vector<float> a = straight.get_parameters(), b = resumed.get_parameters();
+    CHECK(memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    std::vector<float> ma = copy_from_device(straight.adam_m, straight.num_params);
+    std::vector<float> mb = copy_from_device(resumed.adam_m, resumed.num_params);
+    CHECK(memcmp(ma.data(), mb.data(), ma.size() * sizeof(float)) == 0);
+    remove(checkpoint.c_str());
+}
+
+int main(int argc, char** argv) {
+    std::string dir = argc > 1 ? argv[1] : "build/debug-states";
+    const char* filter = argc > 2 ? argv[2] : nullptr;
+    std::vector<std::string> files;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+            std::string name = e->d_name;
+            if (name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) { files.push_back(name); }
+        }
+        closedir(d);
+    }
+    if (files.empty()) {
+        fatal("no debug states in '%s': run `make test` (or python dev/test/make_debug_states.py %s)", dir.c_str(),
+              dir.c_str());
+    }
+    std::sort(files.begin(), files.end());
+    for (const std::string& f : files) {
+        std::string name = f.substr(0, f.size() - 4);
+        std::string path = dir + "/" + f;
+        testing::register_case(strdup(name.c_str()), [path] { check_state(path); });
+    }
+    return testing::run_all(argv[0], filter);
+}
