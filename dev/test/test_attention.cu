@@ -49,8 +49,8 @@ static std::vector<float> random_floatx(size_t n, std::mt19937& rng, float scale
     return x;
 }
 
-// Document ids as the model makes them: row b starts mid-document (id 0) unless
-// `start_with_bos`; a new document starts at random positions (ids count up).
+// Document ids as the model makes them: every row starts mid-document (id 0: the tail of
+// a document from an earlier row), then new documents start at random positions.
 static std::vector<int> sorted_doc_ids(int B, int T, std::mt19937& rng, int mean_doc_length) {
     std::vector<int> doc((size_t)B * T);
     std::uniform_int_distribution<int> coin(0, mean_doc_length - 1);
