@@ -36,11 +36,13 @@ the padding lanes are zero, so they add nothing).
 With doc_ids, a tile that no row of the block can see (another document) is skipped
 before it is loaded (__syncthreads_or over the rows' checks).
 
-Cost notes: GPU, hd = 64: the forward holds 2 x 64 floats per thread, the dq kernel 3 x 64,
-the dk/dv kernel 4 x 64 (this one spills some registers); hd = 128 needs 64 KiB of
-shared memory per block (raised with cudaFuncSetAttribute) and spills. Host backend: one
-fiber switch per thread per barrier, i.e. two per 64 x 64 tile, against ~64 x hd x 4 flops
-of plain per-thread work per tile.
+Cost notes (ptxas, sm_90, bf16): hd = 64: forward 168 registers, no spills; dq kernel 255
+registers + 132 B spilled, dk/dv kernel 255 + 408 B spilled (3 and 4 HD-arrays per thread).
+hd = 128 needs 64 KiB of shared memory per block (raised with cudaFuncSetAttribute); its
+forward spills a little, its backward keeps the row arrays in local memory (correct, slow).
+Not measured on a GPU yet. Host backend: one fiber switch per thread per barrier, i.e. two
+per 64 x 64 tile, against ~64 x hd x 4 flops of plain per-thread work per tile; the kernels
+are compiled with O3 there (below), ~15 GFLOP/s on 2 cores at hd = 64, a third of it expf.
 */
 #pragma once
 
