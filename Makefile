@@ -43,7 +43,8 @@ HOST_DIR := build/host-$(precision)
 GPU_DIR := build/gpu-$(precision)
 
 # ---- host backend build ------------------------------------------------------------------
-HOST_CXXFLAGS := -std=c++17 -O2 -march=native -g -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
+# -O3: the vectoriser makes the host-backend kernels' inner loops several times faster
+HOST_CXXFLAGS := -std=c++17 -O3 -march=native -g -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
 HOST_LDFLAGS := -pthread
 
 # ---- GPU build ---------------------------------------------------------------------------
@@ -162,7 +163,7 @@ setup:
 
 # The main job (README): set up, build, and run the demo of what has landed so far.
 demo: setup all
-	@bash scripts/demo.sh
+	@bash scripts/demo.sh $(ARGS)
 
 # debug states of the PyTorch reference that test_san compares the trainer against
 DEBUG_STATES := build/debug-states/.complete
@@ -176,8 +177,9 @@ test-host: host $(DEBUG_STATES)
 test-gpu: gpu $(DEBUG_STATES)
 	@bash scripts/run_tests.sh $(GPU_DIR) $(GPU_TEST_NAMES)
 
-test-python: setup
-	$(PYTHON) -m pytest
+# (the Python tests also run the trainer binary end to end: CLI errors, exact resume)
+test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san)
+	TRAIN_SAN_BIN=$(HOST_DIR)/train_san $(PYTHON) -m pytest
 
 # The backend tests must FAIL against a deliberately broken backend.
 mutation-check:

@@ -993,6 +993,7 @@ ValResult evaluate(SAN& model, DataLoader& val, int batches) {
 }
 
 int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
     Options o = parse_args(argc, argv);
     int resume_data_epoch = 0;
     long long resume_data_step = 0;

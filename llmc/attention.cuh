@@ -51,14 +51,6 @@ are compiled with O3 there (below), ~15 GFLOP/s on 2 cores at hd = 64, a third o
 
 #include "cuda_common.h"
 
-// The host backend runs these kernels as plain C++: their inner loops over HD are what
-// -O3's vectoriser is for (4-5x faster than the build's -O2 with g++ 12), so this header
-// asks for it, for its own functions only.
-#if HOST_BACKEND && defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("O3")
-#define ATTN_POP_OPTIONS 1
-#endif
 
 constexpr int kAttnRows = 64;  // rows (threads) per block
 constexpr int kAttnTile = 64;  // rows of the other operand per shared-memory tile
@@ -325,10 +317,6 @@ __global__ void __launch_bounds__(kAttnRows)
     }
 }
 
-#if defined(ATTN_POP_OPTIONS)
-#pragma GCC pop_options
-#undef ATTN_POP_OPTIONS
-#endif
 
 // ----------------------------------------------------------------------------------------
 // launchers

@@ -193,7 +193,10 @@ inline NormLayout norm_layout(int C, std::initializer_list<const void*> pointers
     for (const void* p : pointers) { layout.vector = layout.vector && norm_aligned(p); }
     int chunks = layout.vector ? C / x128::size : C;
     layout.lanes = 1;
-    while (layout.lanes < 32 && layout.lanes < chunks) { layout.lanes *= 2; }
+    // On the host backend every shuffle is a fiber switch per lane, and lanes run one after
+    // another anyway: one lane per row is fastest there.
+    int max_lanes = HOST_BACKEND ? 1 : 32;
+    while (layout.lanes < max_lanes && layout.lanes < chunks) { layout.lanes *= 2; }
     return layout;
 }
 

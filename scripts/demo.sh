@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The main job, run by `make demo` after set-up and build: builds the default offline
-# dataset and trains a small SAN on it (on the GPU when there is one, else on the CPU
-# through the host backend), printing falling losses and a sample.
-#
-# Until the SAN trainer (train_san.cu) lands, this runs what exists: the dataset build
-# and the executor benchmark, and says that training is not there yet.
+# dataset (once) and trains a small SAN on its SYNTH-format part (on the GPU when there is
+# one, else on the CPU through the host backend), printing falling train and validation
+# losses (per token region: query / trace / answer) and a sample. Extra arguments go to
+# train_san (e.g. `make demo ARGS="--ffn swiglu"` trains the FFN control arm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
@@ -20,10 +19,10 @@ if [ -f dev/data/build_offline.py ]; then
   fi
 fi
 
-if [ -x ./train_san ]; then
-  ./train_san --preset demo --data "$data_dir" "$@"
-else
-  echo "demo: ./train_san has not landed yet (issue 4); running the executor benchmark instead"
-  best=$(make -s print-BEST_DIR)
-  "$best/backend_overhead"
-fi
+mkdir -p logs/demo
+./train_san --preset demo \
+  --train-data "$data_dir/synth/synth_train_*.bin" --val-data "$data_dir/synth/synth_val_*.bin" \
+  --tokenizer "$data_dir/tokenizer.bin" \
+  --steps 300 --lr 2e-3 --batch-size 8 --val-every 100 --val-batches 8 --log-every 10 \
+  --sample-tokens 64 --temperature 0.8 \
+  --log logs/demo/log.jsonl --checkpoint-dir logs/demo "$@"

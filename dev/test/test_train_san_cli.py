@@ -1,0 +1,98 @@
+"""End-to-end checks of the train_san binary (the host-backend build named by TRAIN_SAN_BIN,
+which `make test` sets): command-line errors, a short run whose loss falls, and an exact
+resume — 8 steps straight, and 8 steps resumed from the straight run's step-4 checkpoint,
+must write byte-identical final checkpoints (model, AdamW state, data position and RNG)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+from shards import write_shard  # noqa: E402
+
+BIN = os.environ.get("TRAIN_SAN_BIN")
+pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
+
+VOCAB = 250
+BOS = 2
+
+
+def run(args, check=True):
+    proc = subprocess.run([os.path.join(ROOT, BIN)] + args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train_san failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A learnable corpus: each document repeats one of four fixed short patterns."""
+    rng = np.random.default_rng(0)
+    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
+    d = tmp_path_factory.mktemp("data")
+    for split, n_docs in (("train", 400), ("val", 40)):
+        tokens = []
+        for _ in range(n_docs):
+            pattern = patterns[rng.integers(len(patterns))]
+            tokens += [BOS] + list(np.tile(pattern, 6))
+        write_shard(d / f"toy_{split}_000000.bin", np.array(tokens, dtype=np.int64))
+    return d
+
+
+def common(data, tmp):
+    return ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data",
+            str(data / "toy_val_*.bin"), "--batch-size", "4", "--lr", "3e-3", "--sample-tokens", "0",
+            "--val-batches", "2", "--checkpoint-dir", str(tmp)]
+
+
+def test_help_lists_every_option_with_defaults():
+    out = run(["-h"]).stdout
+    for flag in ("--preset", "--n-layer", "--residual", "--doc-mask", "--lr", "--schedule", "--resume"):
+        assert flag in out
+    assert "gated" in out and "wsd" in out  # defaults are shown
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--no-such-flag", "1"], "unknown option '--no-such-flag'"),
+    (["--n-layer", "abc"], "--n-layer: cannot parse 'abc'"),
+    (["--residual", "sideways", "--train-data", "x"], "--residual"),
+    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--n-embd", "60", "--n-head", "8", "--train-data", "x"], "multiple of --n-head"),
+    (["--train-data", "/nonexistent/*.bin"], "/nonexistent/*.bin"),
+])
+def test_bad_options_fail_clearly(args, message):
+    proc = run(args, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+
+
+def test_loss_falls(data, tmp_path):
+    out = run(common(data, tmp_path) + ["--steps", "30", "--val-every", "0", "--schedule", "constant"]).stdout
+    losses = [float(line.split("|")[1].split()[1]) for line in out.splitlines() if line.startswith("step ") and "|" in line]
+    assert len(losses) >= 2
+    assert losses[-1] < losses[0] - 1.0, out
+
+
+def test_resume_is_exact(data, tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight.mkdir()
+    resumed.mkdir()
+    run(common(data, straight) + ["--steps", "8", "--save-every", "4"])
+    # as if the run had been killed after step 4: resume from its step-4 checkpoint
+    run(common(data, resumed) + ["--steps", "8", "--resume", str(straight / "step_4.bin")])
+    assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
+
+
+def test_corrupt_checkpoint_is_refused(data, tmp_path):
+    run(common(data, tmp_path) + ["--steps", "2"])
+    path = tmp_path / "final.bin"
+    blob = path.read_bytes()
+    (tmp_path / "truncated.bin").write_bytes(blob[: len(blob) // 2])
+    proc = run(common(data, tmp_path) + ["--steps", "4", "--resume", str(tmp_path / "truncated.bin")], check=False)
+    assert proc.returncode != 0 and "truncated.bin" in proc.stderr
+    (tmp_path / "badmagic.bin").write_bytes(b"NOTATTN!" + blob[8:])
+    proc = run(common(data, tmp_path) + ["--steps", "4", "--resume", str(tmp_path / "badmagic.bin")], check=False)
+    assert proc.returncode != 0 and "magic" in proc.stderr
