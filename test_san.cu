@@ -106,18 +106,7 @@ static int64_t expected_parameter_count(const SANConfig& c) {
 
 static OptimizerConfig optimizer_from(const TensorFileReader& r) {
     OptimizerConfig o;
-    o.optimizer = r.str("opt.optimizer");
-    o.lr = r.real("opt.lr");
-    o.lr_other = r.real("opt.lr_other");
-    o.weight_decay = r.real("opt.weight_decay");
-    o.beta1 = r.real("opt.beta1");
-    o.beta2 = r.real("opt.beta2");
-    o.eps = r.real("opt.eps");
-    o.grad_clip = r.real("opt.grad_clip");
-    o.schedule.kind = r.str("opt.schedule");
-    o.schedule.warmup_frac = r.real("opt.warmup_frac");
-    o.schedule.decay_frac = r.real("opt.decay_frac");
-    o.schedule.final_frac = r.real("opt.final_frac");
+    o.read(r);
     return o;
 }
 
@@ -239,12 +228,12 @@ static void check_state(const std::string& path) {
         CHECK(read_config(ckpt).n_layer == c.n_layer);
         resumed.load_parameters(ckpt, true);
     }
-    CHECK_EQ((long)resumed.step, split);
+    CHECK_EQ((long)resumed.steps_done(), split);
     for (long k = split; k < steps; k++) { dc.train_step(resumed, opt, k, total, &norm); }
     std::vector<float> a = straight.get_parameters(), b = resumed.get_parameters();
     CHECK(memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    std::vector<float> ma = copy_from_device(straight.adam_m, straight.num_params);
-    std::vector<float> mb = copy_from_device(resumed.adam_m, resumed.num_params);
+    std::vector<float> ma = copy_from_device(straight.optimizer->adam_m(), straight.num_params);
+    std::vector<float> mb = copy_from_device(resumed.optimizer->adam_m(), resumed.num_params);
     CHECK(memcmp(ma.data(), mb.data(), ma.size() * sizeof(float)) == 0);
     remove(checkpoint.c_str());
 }

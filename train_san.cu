@@ -20,6 +20,7 @@ against the PyTorch reference train_san.py.
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,8 +36,8 @@ against the PyTorch reference train_san.py.
 #include "llmc/swiglu.cuh"
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
-#include "llmc/adamw.cuh"
-#include "llmc/schedule.h"
+#include "llmc/optimizer.h"
+#include "llmc/cli.h"
 #include "llmc/tensor_file.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
@@ -179,19 +180,6 @@ SANConfig read_config(const TensorFileReader& r) {
 // ========================================================================================
 // parameters: one contiguous buffer, tensors in the canonical order of doc/san-model.md
 
-struct ParamSpec {
-    std::string name;
-    std::vector<int64_t> shape;
-    bool matrix;      // matrix group: weight decay (and Muon, issue 5)
-    float init_std;   // > 0: N(0, init_std); 0: constant init_value
-    float init_value;
-    int64_t numel() const {
-        int64_t n = 1;
-        for (int64_t s : shape) { n *= s; }
-        return n;
-    }
-};
-
 std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
     int64_t d = c.n_embd, hd = c.head_dim(), qd = (int64_t)c.n_head * hd, kvd = (int64_t)c.n_kv_head * hd;
     float gain = c.norm == "zcn" ? 0.0f : 1.0f;
@@ -293,20 +281,6 @@ struct LayerActivations {
     float *fu_rstd, *f_rstd;
 };
 
-// Device memory that is freed when the owner goes away.
-struct DeviceArena {
-    std::vector<void*> blocks;
-    template <typename T>
-    T* alloc(size_t count) {
-        T* p = cudaMallocElements(T, std::max<size_t>(count, 1));
-        blocks.push_back(p);
-        return p;
-    }
-    ~DeviceArena() {
-        for (void* p : blocks) { cudaFree(p); }
-    }
-};
-
 // ========================================================================================
 // the model
 
@@ -314,13 +288,6 @@ struct LossStats {
     double ce_sum = 0.0, lse_sq_sum = 0.0;
     int64_t count = 0;
     double loss(double z_loss) const { return count == 0 ? 0.0 : (ce_sum + z_loss * lse_sq_sum) / (double)count; }
-};
-
-struct OptimizerConfig {
-    std::string optimizer = "adamw";
-    double lr = 6e-4, lr_other = -1.0;  // lr_other < 0: same as lr
-    double weight_decay = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
-    Schedule schedule;
 };
 
 struct SAN {
@@ -333,9 +300,8 @@ struct SAN {
     floatX* params = nullptr;
     floatX* grads = nullptr;
     float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
-    float *adam_m = nullptr, *adam_v = nullptr;
     ModelTensors<floatX> P, G;
-    int64_t step = 0;  // optimizer steps done
+    std::unique_ptr<ParamOptimizer> optimizer;
 
     // activations
     std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
@@ -352,7 +318,6 @@ struct SAN {
     floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_qlin = nullptr, *d_klin = nullptr;
     floatX *d_sw = nullptr, *d_gate = nullptr, *d_up = nullptr;
     float* scratch = nullptr;
-    float* grad_norm_sq = nullptr;
     EmbeddingBuckets buckets;
     int last_B = 0, last_T = 0;
     std::vector<int> host_targets_masked;
@@ -361,7 +326,7 @@ struct SAN {
     SAN(const SANConfig& config, int batch, int seq) : cfg(config), B(batch), T(seq) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
         spec = parameter_spec(cfg);
-        for (const ParamSpec& s : spec) { num_params += s.numel(); }
+        num_params = total_numel(spec);
         params = arena.alloc<floatX>(num_params);
         grads = arena.alloc<floatX>(num_params);
         cudaCheck(cudaMemset(grads, 0, num_params * sizeof(floatX)));
@@ -369,6 +334,7 @@ struct SAN {
         P.point_into(params, cfg);
         G.point_into(grads, cfg);
         allocate_activations();
+        optimizer = std::make_unique<ParamOptimizer>(spec, params, master, grads, scratch);
         std::vector<float> table = rope_table(cfg.seq_len, cfg.head_dim(), cfg.rope_theta);
         rope = copy_to_device(table);
         arena.blocks.push_back(rope);
@@ -441,7 +407,6 @@ struct SAN {
                                           norm_backward_scratch_floats((int)(N * cfg.n_head), (int)hd),
                                           N * cfg.n_head, (size_t)kReduceBlocks + 1});
         scratch = arena.alloc<float>(scratch_floats);
-        grad_norm_sq = arena.alloc<float>(1);
     }
 
     // ---- parameters in and out (fp32 host vectors in canonical order) --------------------
@@ -665,39 +630,12 @@ struct SAN {
     void zero_grad() { cudaCheck(cudaMemsetAsync(grads, 0, num_params * sizeof(floatX), stream)); }
 
     // ---- update -------------------------------------------------------------------------
-    // One AdamW step on the accumulated gradients (clipped to the global norm); returns
+    // One optimizer step on the accumulated gradients (clipped to the global norm); returns
     // the global gradient norm before clipping.
     float update(const OptimizerConfig& opt, double lr_matrix, double lr_other) {
-        if (adam_m == nullptr) {
-            adam_m = arena.alloc<float>(num_params);
-            adam_v = arena.alloc<float>(num_params);
-            cudaCheck(cudaMemset(adam_m, 0, num_params * sizeof(float)));
-            cudaCheck(cudaMemset(adam_v, 0, num_params * sizeof(float)));
-        }
-        dot_product(grad_norm_sq, scratch, grads, grads, num_params, 1.0f, false, stream);
-        float norm_sq = 0.0f;
-        cudaCheck(cudaMemcpy(&norm_sq, grad_norm_sq, sizeof(float), cudaMemcpyDeviceToHost));
-        float grad_norm = std::sqrt(norm_sq);
-        if (!std::isfinite(grad_norm)) { fatal("step %" PRId64 ": the gradient norm is %f (NaN or inf): the run diverged", step + 1, grad_norm); }
-        float grad_scale = opt.grad_clip > 0.0 ? std::min(1.0f, (float)(opt.grad_clip / (grad_norm + 1e-6))) : 1.0f;
-        step++;
-        size_t offset = 0;
-        for (const ParamSpec& s : spec) {
-            AdamWStep a;
-            a.lr = (float)(s.matrix ? lr_matrix : lr_other);
-            a.beta1 = (float)opt.beta1;
-            a.beta2 = (float)opt.beta2;
-            a.eps = (float)opt.eps;
-            a.weight_decay = s.matrix ? (float)opt.weight_decay : 0.0f;
-            a.beta1_correction = (float)(1.0 - std::pow(opt.beta1, (double)step));
-            a.beta2_correction = (float)(1.0 - std::pow(opt.beta2, (double)step));
-            a.grad_scale = grad_scale;
-            adamw_update(params + offset, master != nullptr ? master + offset : nullptr, grads + offset,
-                         adam_m + offset, adam_v + offset, s.numel(), a, stream);
-            offset += s.numel();
-        }
-        return grad_norm;
+        return optimizer->update(opt, lr_matrix, lr_other, stream);
     }
+    int64_t steps_done() const { return optimizer->step; }
 
     // ---- checkpoint ---------------------------------------------------------------------
     // Model + AdamW state in the container of doc/formats.md (readable by train_san.py);
@@ -706,69 +644,26 @@ struct SAN {
                          const std::vector<std::pair<std::string, std::string>>& extra) const {
         TensorFileWriter w(TENSOR_FILE_CHECKPOINT);
         write_config(w, cfg);
-        w.set("step", (long long)step);
-        w.set("has_optimizer", adam_m != nullptr ? 1 : 0);
-        w.set("opt.optimizer", opt.optimizer);
-        w.set("opt.lr", opt.lr);
-        w.set("opt.lr_other", opt.lr_other < 0 ? opt.lr : opt.lr_other);
-        w.set("opt.weight_decay", opt.weight_decay);
-        w.set("opt.beta1", opt.beta1);
-        w.set("opt.beta2", opt.beta2);
-        w.set("opt.eps", opt.eps);
-        w.set("opt.grad_clip", opt.grad_clip);
-        w.set("opt.schedule", opt.schedule.kind);
-        w.set("opt.warmup_frac", opt.schedule.warmup_frac);
-        w.set("opt.decay_frac", opt.schedule.decay_frac);
-        w.set("opt.final_frac", opt.schedule.final_frac);
+        optimizer->save(w, opt);
         for (const auto& kv : extra) { w.set(kv.first, kv.second); }
         std::vector<float> values = get_parameters();
-        std::vector<float> m, v;
-        if (adam_m != nullptr) {
-            m = copy_from_device(adam_m, num_params);
-            v = copy_from_device(adam_v, num_params);
-        }
         size_t offset = 0;
         for (const ParamSpec& s : spec) {
             w.add_floats(s.name, s.shape, values.data() + offset);
             offset += s.numel();
         }
-        if (adam_m != nullptr) {
-            offset = 0;
-            for (const ParamSpec& s : spec) {
-                w.add_floats("opt.m." + s.name, s.shape, m.data() + offset);
-                w.add_floats("opt.v." + s.name, s.shape, v.data() + offset);
-                offset += s.numel();
-            }
-        }
-        w.write(path);
+                w.write(path);
     }
 
     // Loads parameters (and the AdamW state and step, if the file has them) by name.
     void load_parameters(const TensorFileReader& r, bool with_optimizer) {
-        std::vector<float> values, m, v;
-        bool has_opt = with_optimizer && r.integer("has_optimizer") == 1;
-        if (has_opt && r.str("opt.optimizer") != "adamw") {
-            r.fail("holds %s optimizer state; this trainer resumes AdamW only", r.str("opt.optimizer").c_str());
-        }
+        std::vector<float> values;
         for (const ParamSpec& s : spec) {
             std::vector<float> t = r.floats(s.name, s.numel());
             values.insert(values.end(), t.begin(), t.end());
-            if (has_opt) {
-                std::vector<float> tm = r.floats("opt.m." + s.name, s.numel()), tv = r.floats("opt.v." + s.name, s.numel());
-                m.insert(m.end(), tm.begin(), tm.end());
-                v.insert(v.end(), tv.begin(), tv.end());
-            }
         }
         set_parameters(values);
-        if (has_opt) {
-            if (adam_m == nullptr) {
-                adam_m = arena.alloc<float>(num_params);
-                adam_v = arena.alloc<float>(num_params);
-            }
-            cudaCheck(cudaMemcpy(adam_m, m.data(), num_params * sizeof(float), cudaMemcpyHostToDevice));
-            cudaCheck(cudaMemcpy(adam_v, v.data(), num_params * sizeof(float), cudaMemcpyHostToDevice));
-            step = r.integer("step");
-        }
+        if (with_optimizer) { optimizer->load(r); }
     }
 
     // ---- sampling -----------------------------------------------------------------------
@@ -816,46 +711,6 @@ struct Options {
     uint64_t seed = 42;
     int shuffle = 1;
 };
-
-// One flag: its name, a printable default, a help line, and how to parse a value.
-struct Flag {
-    std::string name, help;
-    std::function<std::string()> show;
-    std::function<bool(const char*)> parse;
-};
-
-template <typename T>
-Flag make_flag(const std::string& name, T* target, const std::string& help) {
-    Flag f;
-    f.name = name;
-    f.help = help;
-    f.show = [target]() {
-        if constexpr (std::is_same<T, std::string>::value) {
-            return target->empty() ? std::string("\"\"") : *target;
-        } else {
-            char text[64];
-            if constexpr (std::is_floating_point<T>::value) {
-                snprintf(text, sizeof(text), "%g", (double)*target);
-            } else {
-                snprintf(text, sizeof(text), "%lld", (long long)*target);
-            }
-            return std::string(text);
-        }
-    };
-    f.parse = [target](const char* text) {
-        char* end = nullptr;
-        if constexpr (std::is_same<T, std::string>::value) {
-            *target = text;
-            return true;
-        } else if constexpr (std::is_floating_point<T>::value) {
-            *target = (T)strtod(text, &end);
-        } else {
-            *target = (T)strtoll(text, &end, 10);
-        }
-        return end != text && *end == '\0';
-    };
-    return f;
-}
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
@@ -913,33 +768,15 @@ std::vector<Flag> make_flags(Options& o) {
     };
 }
 
-void print_usage(std::vector<Flag>& flags) {
-    printf("usage: train_san [options]   (every option takes a value: --name value)\n\n");
-    for (Flag& f : flags) { printf("  %-16s %-14s %s\n", f.name.c_str(), f.show().c_str(), f.help.c_str()); }
-    printf("  %-16s %-14s %s\n", "-h, --help", "", "print this and exit");
-}
-
-// Parses argv in two passes: --preset first (it sets the model defaults), then the rest.
+// Parses argv: --preset first (it sets the model defaults), then every flag.
 Options parse_args(int argc, char** argv) {
     Options o;
-    for (int i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], "--preset") == 0) { o.preset = argv[i + 1]; }
-    }
+    std::string preset = find_flag_value(argc, argv, "--preset");
+    if (!preset.empty()) { o.preset = preset; }
     auto all = presets();
     if (!all.count(o.preset)) { fatal("--preset: unknown preset '%s' (see -h)", o.preset.c_str()); }
     o.model = all[o.preset];
-    std::vector<Flag> flags = make_flags(o);
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            print_usage(flags);
-            exit(EXIT_SUCCESS);
-        }
-        auto it = std::find_if(flags.begin(), flags.end(), [&](const Flag& f) { return f.name == argv[i]; });
-        if (it == flags.end()) { fatal("unknown option '%s' (train_san -h lists them)", argv[i]); }
-        if (i + 1 >= argc) { fatal("option %s needs a value", argv[i]); }
-        if (!it->parse(argv[i + 1])) { fatal("option %s: cannot parse '%s'", argv[i], argv[i + 1]); }
-        i++;
-    }
+    parse_flags(argc, argv, make_flags(o), "train_san");
     return o;
 }
 
@@ -947,13 +784,6 @@ Options parse_args(int argc, char** argv) {
 // main loop
 
 #ifndef TESTING
-
-struct Timer {
-    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    double ms() const {
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    }
-};
 
 // Validation loss over the first `batches` batches of the validation data, overall and
 // per token region (the region of each target) when the shards have region sidecars.
@@ -1065,12 +895,12 @@ int main(int argc, char** argv) {
         DataPosition pos{resume_data_epoch, resume_data_step, (uint64_t)std::stoull(checkpoint->str("resume.data_fingerprint"))};
         train.set_position(pos);
         rng.seed(resume_rng);
-        printf("resumed from %s at step %" PRId64 "\n", o.resume_path.c_str(), model.step);
+        printf("resumed from %s at step %" PRId64 "\n", o.resume_path.c_str(), model.steps_done());
     }
     checkpoint.reset();
     FILE* log = nullptr;
     if (!o.log_path.empty()) {
-        log = fopen(o.log_path.c_str(), model.step > 0 ? "a" : "w");
+        log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
         if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
     }
     auto save = [&](const std::string& name) {
@@ -1119,7 +949,7 @@ int main(int argc, char** argv) {
 
     const double tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len;
     double total_ms = 0.0;
-    long first_step = (long)model.step;
+    long first_step = (long)model.steps_done();
     for (long step = first_step; step < o.steps; step++) {
         Timer timer;
         model.zero_grad();

@@ -71,6 +71,23 @@ std::vector<T> copy_from_device(const T* device, size_t count) {
     return host;
 }
 
+// Device allocations freed together when the owner goes away.
+struct DeviceArena {
+    std::vector<void*> blocks;
+    DeviceArena() = default;
+    DeviceArena(const DeviceArena&) = delete;
+    DeviceArena& operator=(const DeviceArena&) = delete;
+    template <typename T>
+    T* alloc(size_t count) {
+        T* p = cudaMallocElements(T, count > 0 ? count : 1);
+        blocks.push_back(p);
+        return p;
+    }
+    ~DeviceArena() {
+        for (void* p : blocks) { cudaFree(p); }
+    }
+};
+
 #define CEIL_DIV(m, n) (((m) + (n) - 1) / (n))
 
 // ----------------------------------------------------------------------------------------

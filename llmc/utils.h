@@ -7,6 +7,7 @@ checkpoint under the real name. Plain C++17, no CUDA.
 #pragma once
 
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -144,3 +145,9 @@ private:
 };
 
 inline bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// Wall-clock milliseconds since construction.
+struct Timer {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    double ms() const { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); }
+};
