@@ -1,0 +1,91 @@
+/*
+AdamW step (llmc/adamw.cuh) against a double reference, with and without fp32 master
+weights (bf16 builds keep them; fp32 builds update the parameters directly):
+    m = b1 m + (1-b1) g s;  v = b2 v + (1-b2) (g s)^2
+    p = p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+and the global gradient norm with clipping (llmc/reduce.cuh: deterministic two-pass sum
+of squares; bit-identical when repeated).
+
+version 1: llmc/adamw.cuh, one thread per element
+
+    ./build/<dir>/adamw
+*/
+#include "dev/cuda/common.h"
+#include "llmc/adamw.cuh"
+#include "llmc/reduce.cuh"
+
+int main() {
+    size_t n = HOST_BACKEND ? 50001 : 64 * 1024 * 1024;
+    const int t = 3;  // third step: bias corrections differ from 1
+    AdamWStep s;
+    s.lr = 1e-3f;
+    s.beta1 = 0.9f;
+    s.beta2 = 0.95f;
+    s.eps = 1e-8f;
+    s.weight_decay = 0.1f;
+    s.beta1_correction = (float)(1.0 - std::pow(0.9, t));
+    s.beta2_correction = (float)(1.0 - std::pow(0.95, t));
+    std::vector<float> p0 = make_random_float(n, 1), g_f = make_random_float(n, 2), m0 = make_random_float(n, 3, -0.1f, 0.1f),
+                       v0 = make_random_float(n, 4, 0.0f, 0.01f);
+    std::vector<floatX> p_x = convert_vector<floatX>(p0), g_x = convert_vector<floatX>(g_f);
+
+    // global norm and clip factor first (as the trainer does)
+    double norm_sq = 0.0;
+    for (size_t i = 0; i < n; i++) { norm_sq += (double)to_float(g_x[i]) * to_float(g_x[i]); }
+    float* d_scratch = cudaMallocElements(float, kReduceBlocks);
+    float* d_norm_sq = cudaMallocElements(float, 1);
+    floatX* d_g = copy_to_device(g_x);
+    dot_product(d_norm_sq, d_scratch, d_g, d_g, n, 1.0f, false, 0);
+    float ref_norm_sq = (float)norm_sq;
+    printf("adamw (%s), n=%zu\n", PRECISION_NAME, n);
+    bool ok = validate_result(d_norm_sq, &ref_norm_sq, "norm^2", 1, 0.0f, 1e-5f);
+    std::vector<float> first = copy_from_device(d_norm_sq, 1);
+    dot_product(d_norm_sq, d_scratch, d_g, d_g, n, 1.0f, false, 0);
+    std::vector<float> again = copy_from_device(d_norm_sq, 1);
+    printf("    norm bit-identical on rerun: %s\n", first[0] == again[0] ? "yes" : "NO");
+    ok &= first[0] == again[0];
+    s.grad_scale = std::min(1.0f, 10.0f / (std::sqrt(first[0]) + 1e-6f));  // clip to 10
+
+    for (bool with_master : {false, true}) {
+        if (!with_master && PRECISION_MODE != PrecisionMode::FP32) { continue; }  // bf16 always has masters
+        std::vector<float> p_ref(n), m_ref(n), v_ref(n);
+        for (size_t i = 0; i < n; i++) {
+            double g = (double)to_float(g_x[i]) * s.grad_scale;
+            double m = s.beta1 * (double)m0[i] + (1 - s.beta1) * g, v = s.beta2 * (double)v0[i] + (1 - s.beta2) * g * g;
+            double p = with_master ? p0[i] : to_float(p_x[i]);
+            p = p * (1 - (double)s.lr * s.weight_decay) - s.lr * (m / s.beta1_correction) / (std::sqrt(v / s.beta2_correction) + s.eps);
+            p_ref[i] = (float)p;
+            m_ref[i] = (float)m;
+            v_ref[i] = (float)v;
+        }
+        floatX* d_p = copy_to_device(p_x);
+        float* d_master = with_master ? copy_to_device(p0) : nullptr;
+        float* d_m = copy_to_device(m0);
+        float* d_v = copy_to_device(v0);
+        adamw_update(d_p, d_master, d_g, d_m, d_v, n, s, 0);
+        printf("  %s master weights\n", with_master ? "with" : "without");
+        ok &= validate_result(d_m, m_ref.data(), "m", n, 1e-9f, 1e-5f);
+        ok &= validate_result(d_v, v_ref.data(), "v", n, 1e-12f, 1e-5f);
+        // the step is ~lr; fp32 rounding of p (|p| <= 1) is ~6e-8
+        if (with_master) { ok &= validate_result(d_master, p_ref.data(), "master", n, 2e-7f, 1e-6f); }
+        ok &= validate_result(d_p, p_ref.data(), "params", n, 2e-7f, PRECISION_MODE == PrecisionMode::FP32 ? 1e-6f : 1.0f / 256);
+        if (kBenchmarksEnabled) {
+            float ms = benchmark_kernel(10, adamw_update, d_p, d_master, d_g, d_m, d_v, n, s, (cudaStream_t)0);
+            print_table_header();
+            print_result_row(with_master ? "adamw (master)" : "adamw", 1, ms, (double)n * (3 * sizeof(floatX) + 4 * sizeof(float) + (with_master ? 8 : 0)), ms);
+        }
+        cudaCheck(cudaFree(d_p));
+        if (d_master) { cudaCheck(cudaFree(d_master)); }
+        cudaCheck(cudaFree(d_m));
+        cudaCheck(cudaFree(d_v));
+    }
+    cudaCheck(cudaFree(d_scratch));
+    cudaCheck(cudaFree(d_norm_sq));
+    cudaCheck(cudaFree(d_g));
+    if (!ok) {
+        printf("adamw: VALIDATION FAILED\n");
+        return EXIT_FAILURE;
+    }
+    if (!kBenchmarksEnabled) { printf("adamw: valid (benchmarks run on a GPU only)\n"); }
+    return 0;
+}
