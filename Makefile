@@ -171,10 +171,16 @@ $(DEBUG_STATES): train_san.py dev/test/make_debug_states.py
 	$(PYTHON) dev/test/make_debug_states.py $(dir $@)
 	@touch $@
 
-test-host: host $(DEBUG_STATES)
+# and those of train_gpt2.py that test_gpt2 compares the GPT-2 trainer against
+DEBUG_STATES_GPT2 := build/debug-states-gpt2/.complete
+$(DEBUG_STATES_GPT2): train_gpt2.py train_san.py dev/test/make_gpt2_debug_states.py
+	$(PYTHON) dev/test/make_gpt2_debug_states.py $(dir $@)
+	@touch $@
+
+test-host: host $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(HOST_DIR) $(TEST_NAMES)
 
-test-gpu: gpu $(DEBUG_STATES)
+test-gpu: gpu $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(GPU_DIR) $(GPU_TEST_NAMES)
 
 # (the Python tests also run the trainer binary end to end: CLI errors, exact resume)

@@ -40,6 +40,7 @@ step() {
 step machine 60 bash -c 'nvidia-smi; nvcc --version; echo; uname -a; nproc'
 # the PyTorch reference's debug states for test_san (needs torch in $PYTHON)
 step debug-states 180 bash -c "$PYTHON dev/test/make_debug_states.py build/debug-states && touch build/debug-states/.complete"
+step debug-states-gpt2 120 bash -c "$PYTHON dev/test/make_gpt2_debug_states.py build/debug-states-gpt2 && touch build/debug-states-gpt2/.complete"
 
 for precision in BF16 FP32; do
   p=$(echo $precision | tr A-Z a-z)

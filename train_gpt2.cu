@@ -1,0 +1,890 @@
+/*
+train_gpt2.cu: trains the GPT-2 baseline (doc/gpt2.md): learned token and position
+embeddings, pre-LayerNorm blocks (LayerNorm with bias), multi-head causal attention with a
+fused qkv projection, a tanh-GELU MLP of width 4d, biases on every linear layer, a final
+LayerNorm and the LM head tied to the token embedding.
+
+Reads top to bottom: config -> parameters -> activations -> forward -> backward -> update
+-> checkpoint (ours and llm.c's model files) -> main loop. The kernels live in llmc/ and
+are the SAN trainer's where the two models agree (attention, GEMM, embedding, classifier,
+residual add, AdamW); GPT-2's own pieces are llmc/layernorm.cuh, gelu.cuh, bias.cuh and
+position.cuh. Built by nvcc for the GPU and by g++ for the host backend from this one
+source; `test_gpt2.cu` includes this file with TESTING defined and checks it against the
+PyTorch reference train_gpt2.py.
+
+    make && ./train_gpt2 -h
+*/
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "llmc/utils.h"
+#include "llmc/cuda_common.h"
+#include "llmc/gemm.cuh"
+#include "llmc/embedding.cuh"
+#include "llmc/position.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/bias.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/residual.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/optimizer.h"
+#include "llmc/cli.h"
+#include "llmc/tensor_file.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/sampling.h"
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr float kInitStd = 0.02f;
+
+// ========================================================================================
+// config
+
+struct GPT2Config {
+    int vocab_size = 250;  // real vocabulary V (the embedding is padded to a multiple of 128)
+    int seq_len = 64;      // max context T (rows of wpe)
+    int n_layer = 2;
+    int n_embd = 64;
+    int n_head = 4;
+    int bos_id = 2;  // first token of a sample (GPT-2 BPE: 50256)
+
+    int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
+    int head_dim() const { return n_embd / n_head; }
+
+    void resolve_and_check() const {
+        auto require = [](bool ok, const char* what) {
+            if (!ok) { fatal("bad model config: %s", what); }
+        };
+        require(vocab_size > 0 && seq_len > 0 && n_layer > 0 && n_embd > 0, "vocab, seq_len, layers and width must be positive");
+        require(n_head > 0 && n_embd % n_head == 0, "--n-embd must be a multiple of --n-head");
+        require(head_dim() <= 128, "head_dim = n_embd / n_head must be at most 128");
+        require(bos_id >= 0 && bos_id < vocab_size, "--bos-id must be a token id below the vocabulary size");
+    }
+};
+
+std::map<std::string, GPT2Config> presets() {
+    GPT2Config tiny;  // the defaults above: the PyTorch reference's "tiny" (padded vocab 256)
+    GPT2Config wide = tiny;
+    wide.vocab_size = 384;
+    wide.seq_len = 32;
+    wide.n_layer = 3;
+    wide.n_embd = 96;
+    wide.n_head = 2;
+    GPT2Config demo = tiny;  // learns the offline corpus on a CPU in minutes (vocab from the tokenizer)
+    demo.vocab_size = 8192;
+    demo.seq_len = 128;
+    demo.n_layer = 4;
+    demo.n_embd = 128;
+    demo.n_head = 4;
+    auto gpt2 = [](int layers, int width, int heads) {
+        GPT2Config c;
+        c.vocab_size = 50257;
+        c.seq_len = 1024;
+        c.bos_id = 50256;
+        c.n_layer = layers;
+        c.n_embd = width;
+        c.n_head = heads;
+        return c;
+    };
+    return {{"tiny", tiny},
+            {"tiny-wide", wide},
+            {"demo", demo},
+            {"gpt2", gpt2(12, 768, 12)},          // 124M
+            {"gpt2-medium", gpt2(24, 1024, 16)},  // 350M
+            {"gpt2-large", gpt2(36, 1280, 20)},   // 774M
+            {"gpt2-xl", gpt2(48, 1600, 25)}};     // 1558M
+}
+
+void write_config(TensorFileWriter& w, const GPT2Config& c) {
+    w.set("model", std::string("gpt2"));
+    w.set("vocab_size", c.vocab_size);
+    w.set("seq_len", c.seq_len);
+    w.set("n_layer", c.n_layer);
+    w.set("n_embd", c.n_embd);
+    w.set("n_head", c.n_head);
+    w.set("bos_id", c.bos_id);
+    w.set("padded_vocab_size", c.padded_vocab());
+    w.set("head_dim", c.head_dim());
+}
+
+GPT2Config read_config(const TensorFileReader& r) {
+    if (!r.has_key("model") || r.str("model") != "gpt2") {
+        r.fail("is not a GPT-2 file (config key model=%s; a SAN checkpoint goes to train_san)",
+               r.has_key("model") ? r.str("model").c_str() : "<missing>");
+    }
+    GPT2Config c;
+    c.vocab_size = (int)r.integer("vocab_size");
+    c.seq_len = (int)r.integer("seq_len");
+    c.n_layer = (int)r.integer("n_layer");
+    c.n_embd = (int)r.integer("n_embd");
+    c.n_head = (int)r.integer("n_head");
+    c.bos_id = (int)r.integer("bos_id");
+    c.resolve_and_check();
+    if (r.integer("padded_vocab_size") != c.padded_vocab() || r.integer("head_dim") != c.head_dim()) {
+        r.fail("padded_vocab_size/head_dim do not follow from the config");
+    }
+    return c;
+}
+
+// ========================================================================================
+// parameters: one contiguous buffer, tensors in the canonical order of doc/formats.md
+// "GPT-2 checkpoints"; weights in PyTorch (out, in) layout
+
+// Per-layer tensors in canonical order: name, shape in units of d (rows, cols; cols 0 = 1-D),
+// matrix group, init (std in units of kInitStd, or a constant)
+struct LayerField {
+    const char* name;
+    int rows, cols;  // multiples of d
+    bool matrix;
+    bool residual_projection;  // std kInitStd / sqrt(2 L)
+    float value;               // constant init of 1-D tensors
+};
+constexpr LayerField kLayerFields[] = {
+    {"ln_1.weight", 1, 0, false, false, 1.0f},       {"ln_1.bias", 1, 0, false, false, 0.0f},
+    {"attn.c_attn.weight", 3, 1, true, false, 0.0f}, {"attn.c_attn.bias", 3, 0, false, false, 0.0f},
+    {"attn.c_proj.weight", 1, 1, true, true, 0.0f},  {"attn.c_proj.bias", 1, 0, false, false, 0.0f},
+    {"ln_2.weight", 1, 0, false, false, 1.0f},       {"ln_2.bias", 1, 0, false, false, 0.0f},
+    {"mlp.c_fc.weight", 4, 1, true, false, 0.0f},    {"mlp.c_fc.bias", 4, 0, false, false, 0.0f},
+    {"mlp.c_proj.weight", 1, 4, true, true, 0.0f},   {"mlp.c_proj.bias", 1, 0, false, false, 0.0f},
+};
+constexpr int kNumLayerFields = sizeof(kLayerFields) / sizeof(kLayerFields[0]);
+
+std::vector<ParamSpec> parameter_spec(const GPT2Config& c) {
+    int64_t d = c.n_embd;
+    float out_std = kInitStd / std::sqrt(2.0f * c.n_layer);
+    std::vector<ParamSpec> spec;
+    spec.push_back({"wte", {c.padded_vocab(), d}, false, kInitStd, 0.0f});
+    spec.push_back({"wpe", {c.seq_len, d}, false, kInitStd, 0.0f});
+    for (int l = 0; l < c.n_layer; l++) {
+        for (const LayerField& f : kLayerFields) {
+            std::vector<int64_t> shape = f.cols == 0 ? std::vector<int64_t>{f.rows * d} : std::vector<int64_t>{f.rows * d, f.cols * d};
+            float std_dev = f.matrix ? (f.residual_projection ? out_std : kInitStd) : 0.0f;
+            spec.push_back({"layers." + std::to_string(l) + "." + f.name, shape, f.matrix, std_dev, f.value});
+        }
+    }
+    spec.push_back({"ln_f.weight", {d}, false, 0.0f, 1.0f});
+    spec.push_back({"ln_f.bias", {d}, false, 0.0f, 0.0f});
+    return spec;
+}
+
+// Pointers to the tensors inside a buffer laid out by parameter_spec (parameters or
+// gradients), in the order of kLayerFields.
+template <typename T>
+struct LayerTensors {
+    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+template <typename T>
+struct ModelTensors {
+    T *wte = nullptr, *wpe = nullptr, *lnfw = nullptr, *lnfb = nullptr;
+    std::vector<LayerTensors<T>> layers;
+
+    void point_into(T* base, const GPT2Config& c) {
+        std::vector<ParamSpec> spec = parameter_spec(c);
+        std::vector<T*> ptrs;
+        T* p = base;
+        for (const ParamSpec& s : spec) {
+            ptrs.push_back(p);
+            p += s.numel();
+        }
+        wte = ptrs[0];
+        wpe = ptrs[1];
+        layers.resize(c.n_layer);
+        for (int l = 0; l < c.n_layer; l++) {
+            T** f = &ptrs[2 + (size_t)l * kNumLayerFields];
+            layers[l] = LayerTensors<T>{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11]};
+        }
+        lnfw = ptrs[ptrs.size() - 2];
+        lnfb = ptrs[ptrs.size() - 1];
+    }
+};
+
+// (total, non-embedding) parameter counts; total includes the padded wte rows, non-embedding
+// excludes wte and wpe
+std::pair<int64_t, int64_t> count_parameters(const GPT2Config& c) {
+    int64_t total = (int64_t)total_numel(parameter_spec(c));
+    return {total, total - ((int64_t)c.padded_vocab() + c.seq_len) * c.n_embd};
+}
+// Training FLOPs per token (PaLM convention, as train_gpt2.py and train_san.cu)
+double flops_per_token(const GPT2Config& c) {
+    double nonemb = (double)count_parameters(c).second;
+    return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * c.n_layer * (double)c.seq_len * c.n_embd;
+}
+
+// ========================================================================================
+// activations: everything the backward pass needs, for B x T positions
+
+struct LayerActivations {
+    floatX *ln1, *q, *k, *v, *o, *x_mid, *ln2, *fc, *gelu;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+};
+
+// ========================================================================================
+// the model
+
+struct LossSums {
+    double ce_sum = 0.0;
+    int64_t count = 0;
+    double loss() const { return count == 0 ? 0.0 : ce_sum / (double)count; }
+};
+
+struct GPT2 {
+    GPT2Config cfg;
+    int B, T;  // capacity of the activations
+    std::vector<ParamSpec> spec;
+    size_t num_params = 0;
+    DeviceArena arena;
+
+    floatX* params = nullptr;
+    floatX* grads = nullptr;
+    float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
+    ModelTensors<floatX> P, G;
+    std::unique_ptr<ParamOptimizer> optimizer;
+
+    // activations
+    std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
+    std::vector<LayerActivations> acts;
+    floatX* branch = nullptr;  // output of the current sub-layer before it joins the stream (N, d)
+    floatX* xf = nullptr;
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    float* logits = nullptr;  // (N, Vp) fp32
+    floatX* dlogits = nullptr;
+    float *row_loss = nullptr, *row_lse_sq = nullptr;
+    int *d_inputs = nullptr, *d_targets = nullptr;
+    // backward scratch
+    floatX *dx = nullptr, *dxf = nullptr, *d_ln = nullptr, *d_o = nullptr, *d_q = nullptr, *d_k = nullptr,
+           *d_v = nullptr, *d_fc = nullptr;
+    float* scratch = nullptr;
+    EmbeddingBuckets buckets;
+    int last_B = 0, last_T = 0;
+    std::vector<int> host_targets;
+    cudaStream_t stream = nullptr;
+
+    GPT2(const GPT2Config& config, int batch, int seq) : cfg(config), B(batch), T(seq) {
+        if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
+        spec = parameter_spec(cfg);
+        num_params = total_numel(spec);
+        params = arena.alloc<floatX>(num_params);
+        grads = arena.alloc<floatX>(num_params);
+        cudaCheck(cudaMemset(grads, 0, num_params * sizeof(floatX)));
+        if (PRECISION_MODE != PrecisionMode::FP32) { master = arena.alloc<float>(num_params); }
+        P.point_into(params, cfg);
+        G.point_into(grads, cfg);
+        allocate_activations();
+        optimizer = std::make_unique<ParamOptimizer>(spec, params, master, grads, scratch);
+    }
+
+    void allocate_activations() {
+        size_t N = (size_t)B * T, d = cfg.n_embd, Vp = cfg.padded_vocab(), H = cfg.n_head;
+        for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
+        acts.resize(cfg.n_layer);
+        for (LayerActivations& a : acts) {
+            a.ln1 = arena.alloc<floatX>(N * d);
+            a.q = arena.alloc<floatX>(N * d);
+            a.k = arena.alloc<floatX>(N * d);
+            a.v = arena.alloc<floatX>(N * d);
+            a.o = arena.alloc<floatX>(N * d);
+            a.x_mid = arena.alloc<floatX>(N * d);
+            a.ln2 = arena.alloc<floatX>(N * d);
+            a.fc = arena.alloc<floatX>(N * 4 * d);
+            a.gelu = arena.alloc<floatX>(N * 4 * d);
+            a.ln1_mean = arena.alloc<float>(N);
+            a.ln1_rstd = arena.alloc<float>(N);
+            a.ln2_mean = arena.alloc<float>(N);
+            a.ln2_rstd = arena.alloc<float>(N);
+            a.lse = arena.alloc<float>(N * H);
+        }
+        branch = arena.alloc<floatX>(N * d);
+        xf = arena.alloc<floatX>(N * d);
+        lnf_mean = arena.alloc<float>(N);
+        lnf_rstd = arena.alloc<float>(N);
+        logits = arena.alloc<float>(N * Vp);
+        dlogits = arena.alloc<floatX>(N * Vp);
+        row_loss = arena.alloc<float>(N);
+        row_lse_sq = arena.alloc<float>(N);
+        d_inputs = arena.alloc<int>(N);
+        d_targets = arena.alloc<int>(N);
+        dx = arena.alloc<floatX>(N * d);
+        dxf = arena.alloc<floatX>(N * d);
+        d_ln = arena.alloc<floatX>(N * d);
+        d_o = arena.alloc<floatX>(N * d);
+        d_q = arena.alloc<floatX>(N * d);
+        d_k = arena.alloc<floatX>(N * d);
+        d_v = arena.alloc<floatX>(N * d);
+        d_fc = arena.alloc<floatX>(N * 4 * d);
+        size_t scratch_floats = std::max({layernorm_backward_scratch_floats((int)N, (int)d),
+                                          bias_backward_scratch_floats((int)N, (int)(4 * d)), N * H,
+                                          (size_t)kReduceBlocks + 1});
+        scratch = arena.alloc<float>(scratch_floats);
+    }
+
+    // ---- parameters in and out (fp32 host vectors in canonical order) --------------------
+    void set_parameters(const std::vector<float>& values) {
+        if (values.size() != num_params) { fatal("set_parameters: %zu values for %zu parameters", values.size(), num_params); }
+        std::vector<floatX> converted(num_params);
+        for (size_t i = 0; i < num_params; i++) { converted[i] = from_float<floatX>(values[i]); }
+        cudaCheck(cudaMemcpy(params, converted.data(), num_params * sizeof(floatX), cudaMemcpyHostToDevice));
+        if (master != nullptr) { cudaCheck(cudaMemcpy(master, values.data(), num_params * sizeof(float), cudaMemcpyHostToDevice)); }
+    }
+    std::vector<float> get_parameters() const {
+        std::vector<float> out(num_params);
+        if (master != nullptr) {
+            cudaCheck(cudaMemcpy(out.data(), master, num_params * sizeof(float), cudaMemcpyDeviceToHost));
+        } else {
+            std::vector<floatX> values = copy_from_device(params, num_params);
+            for (size_t i = 0; i < num_params; i++) { out[i] = to_float(values[i]); }
+        }
+        return out;
+    }
+    std::vector<float> get_gradients() const {
+        std::vector<floatX> values = copy_from_device(grads, num_params);
+        std::vector<float> out(num_params);
+        for (size_t i = 0; i < num_params; i++) { out[i] = to_float(values[i]); }
+        return out;
+    }
+
+    // GPT-2 init (doc/gpt2.md) from our own random stream (the reference's stream is not
+    // reproduced: tests load parameters instead). Padded wte rows are 0.
+    void init_parameters(uint64_t seed) {
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> values;
+        values.reserve(num_params);
+        for (const ParamSpec& s : spec) {
+            int64_t row_size = s.shape.size() == 2 ? s.shape[1] : s.numel();
+            int64_t rows_used = s.name == "wte" ? cfg.vocab_size : s.numel() / row_size;
+            for (int64_t i = 0; i < s.numel(); i++) {
+                bool padded_row = i / row_size >= rows_used;
+                values.push_back(s.init_std > 0.0f && !padded_row ? s.init_std * normal(rng) : s.init_value);
+            }
+        }
+        set_parameters(values);
+    }
+
+    // ---- forward ------------------------------------------------------------------------
+    // inputs, targets: host (Bn, Tn) token ids (targets < 0 are ignored). Computes the mean
+    // cross-entropy; with dloss_scale != 0 also leaves d(loss_sum * dloss_scale)/d logits
+    // for backward(). row_losses, if given, receives the per-position losses.
+    LossSums forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
+                     std::vector<float>* row_losses = nullptr) {
+        if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
+            fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
+        }
+        last_B = Bn;
+        last_T = Tn;
+        const int N = Bn * Tn, d = cfg.n_embd, H = cfg.n_head, hd = cfg.head_dim(), V = cfg.vocab_size,
+                  Vp = cfg.padded_vocab();
+        LossSums sums;
+        host_targets.assign(targets, targets + N);
+        for (int i = 0; i < N; i++) {
+            if (inputs[i] < 0 || inputs[i] >= V) { fatal("input token %d at %d is outside the vocabulary of %d", inputs[i], i, V); }
+            if (targets[i] >= V) { fatal("target token %d at %d is outside the vocabulary of %d", targets[i], i, V); }
+            sums.count += targets[i] >= 0;
+        }
+        cudaCheck(cudaMemcpy(d_inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_targets, targets, N * sizeof(int), cudaMemcpyHostToDevice));
+        if (dloss_scale != 0.0f) { buckets.build(inputs, N, stream); }
+
+        embedding_forward(residual[0], d_inputs, P.wte, N, d, 1.0f, stream);
+        position_forward(residual[0], P.wpe, Bn, Tn, d, stream);
+        for (int l = 0; l < cfg.n_layer; l++) {
+            const LayerTensors<floatX>& p = P.layers[l];
+            LayerActivations& a = acts[l];
+            // attention block: the fused qkv weight (3d, d) is three (d, d) row blocks
+            layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual[l], p.ln1w, p.ln1b, N, d, kLayerNormEps, stream);
+            floatX* qkv[3] = {a.q, a.k, a.v};
+            for (int j = 0; j < 3; j++) {
+                gemm(qkv[j], a.ln1, p.qkvw + (size_t)j * d * d, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                bias_forward(qkv[j], qkv[j], p.qkvb + (size_t)j * d, N, d, stream);
+            }
+            attention_forward(a.o, a.lse, a.q, a.k, a.v, nullptr, Bn, Tn, H, H, hd, stream);
+            gemm(branch, a.o, p.attprojw, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            bias_forward(branch, branch, p.attprojb, N, d, stream);
+            residual_forward(a.x_mid, residual[l], branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
+            // MLP block
+            layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.ln2w, p.ln2b, N, d, kLayerNormEps, stream);
+            gemm(a.fc, a.ln2, p.fcw, N, 4 * d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            bias_forward(a.fc, a.fc, p.fcb, N, 4 * d, stream);
+            gelu_forward(a.gelu, a.fc, (size_t)N * 4 * d, stream);
+            gemm(branch, a.gelu, p.fcprojw, N, d, 4 * d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            bias_forward(branch, branch, p.fcprojb, N, d, stream);
+            residual_forward(residual[l + 1], a.x_mid, branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
+        }
+        layernorm_forward(xf, lnf_mean, lnf_rstd, residual[cfg.n_layer], P.lnfw, P.lnfb, N, d, kLayerNormEps, stream);
+        gemm(logits, xf, P.wte, N, Vp, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
+                                    d_targets, N, V, Vp, 0.0f, dloss_scale, stream);
+
+        std::vector<float> losses = copy_from_device(row_loss, N);
+        for (int i = 0; i < N; i++) { sums.ce_sum += losses[i]; }
+        if (row_losses != nullptr) { *row_losses = losses; }
+        return sums;
+    }
+
+    // ---- backward -----------------------------------------------------------------------
+    // Accumulates d(loss * dloss_scale)/d params into grads (zero them with zero_grad()),
+    // for the batch of the last forward() that was given a non-zero dloss_scale.
+    void backward() {
+        const int Bn = last_B, Tn = last_T, N = Bn * Tn, d = cfg.n_embd, H = cfg.n_head, hd = cfg.head_dim();
+        const int Vp = cfg.padded_vocab();
+
+        // LM head (tied embedding) and final LayerNorm
+        gemm(G.wte, dlogits, xf, Vp, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+        gemm(dxf, dlogits, P.wte, N, d, Vp, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        cudaCheck(cudaMemsetAsync(dx, 0, (size_t)N * d * sizeof(floatX), stream));
+        layernorm_backward(dx, G.lnfw, G.lnfb, scratch, dxf, residual[cfg.n_layer], P.lnfw, lnf_mean, lnf_rstd, N, d, stream);
+
+        // dx holds dL/d(residual stream); a standard residual passes it to both the stream
+        // and the branch unchanged, so each branch's output gradient is dx itself
+        for (int l = cfg.n_layer - 1; l >= 0; l--) {
+            const LayerTensors<floatX>& p = P.layers[l];
+            const LayerTensors<floatX>& g = G.layers[l];
+            LayerActivations& a = acts[l];
+            // MLP block
+            bias_backward(g.fcprojb, scratch, dx, N, d, stream);
+            gemm(g.fcprojw, dx, a.gelu, d, 4 * d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+            gemm(d_fc, dx, p.fcprojw, N, 4 * d, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            gelu_backward(d_fc, d_fc, a.fc, (size_t)N * 4 * d, stream);
+            bias_backward(g.fcb, scratch, d_fc, N, 4 * d, stream);
+            gemm(g.fcw, d_fc, a.ln2, 4 * d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+            gemm(d_ln, d_fc, p.fcw, N, d, 4 * d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            layernorm_backward(dx, g.ln2w, g.ln2b, scratch, d_ln, a.x_mid, p.ln2w, a.ln2_mean, a.ln2_rstd, N, d, stream);
+            // attention block
+            bias_backward(g.attprojb, scratch, dx, N, d, stream);
+            gemm(g.attprojw, dx, a.o, d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+            gemm(d_o, dx, p.attprojw, N, d, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, nullptr, Bn, Tn, H, H, hd, stream);
+            floatX* dqkv[3] = {d_q, d_k, d_v};
+            for (int j = 0; j < 3; j++) {
+                bias_backward(g.qkvb + (size_t)j * d, scratch, dqkv[j], N, d, stream);
+                gemm(g.qkvw + (size_t)j * d * d, dqkv[j], a.ln1, d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, false, false, 1.0f, j == 0 ? 0.0f : 1.0f, 1, 0,
+                     0, 0, stream);
+            }
+            layernorm_backward(dx, g.ln1w, g.ln1b, scratch, d_ln, residual[l], p.ln1w, a.ln1_mean, a.ln1_rstd, N, d, stream);
+        }
+        embedding_backward(G.wte, dx, buckets, d, 1.0f, stream);
+        position_backward(G.wpe, dx, Bn, Tn, d, stream);
+    }
+
+    void zero_grad() { cudaCheck(cudaMemsetAsync(grads, 0, num_params * sizeof(floatX), stream)); }
+
+    // ---- update -------------------------------------------------------------------------
+    // One AdamW step on the accumulated gradients (clipped to the global norm); returns the
+    // global gradient norm before clipping. Matrices decay; embeddings, biases and
+    // LayerNorm parameters do not (ParamSpec::matrix).
+    float update(const OptimizerConfig& opt, double lr_matrix, double lr_other) {
+        return optimizer->update(opt, lr_matrix, lr_other, stream);
+    }
+    int64_t steps_done() const { return optimizer->step; }
+
+    // ---- checkpoint ---------------------------------------------------------------------
+    // Model + AdamW state in the container of doc/formats.md (readable by train_gpt2.py);
+    // `extra` adds keys such as the data position for an exact resume.
+    void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
+                         const std::vector<std::pair<std::string, std::string>>& extra) const {
+        TensorFileWriter w(TENSOR_FILE_CHECKPOINT);
+        write_config(w, cfg);
+        optimizer->save(w, opt);
+        for (const auto& kv : extra) { w.set(kv.first, kv.second); }
+        std::vector<float> values = get_parameters();
+        size_t offset = 0;
+        for (const ParamSpec& s : spec) {
+            w.add_floats(s.name, s.shape, values.data() + offset);
+            offset += s.numel();
+        }
+        w.write(path);
+    }
+
+    // Loads parameters (and the AdamW state and step, if the file has them) by name.
+    void load_parameters(const TensorFileReader& r, bool with_optimizer) {
+        std::vector<float> values;
+        for (const ParamSpec& s : spec) {
+            std::vector<float> t = r.floats(s.name, s.numel());
+            values.insert(values.end(), t.begin(), t.end());
+        }
+        set_parameters(values);
+        if (with_optimizer) { optimizer->load(r); }
+    }
+
+    // ---- sampling -----------------------------------------------------------------------
+    // Continues `tokens` by n tokens (llmc/sampling.h; temperature 0: greedy). Recomputes the
+    // whole row per token; the context is the last T tokens.
+    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng) {
+        const int Vp = cfg.padded_vocab();
+        std::vector<int> row(T), no_targets(T, -1);
+        std::vector<float> last(Vp);
+        for (int k = 0; k < n; k++) {
+            int start = std::max(0, (int)tokens.size() - T);
+            int len = (int)tokens.size() - start;
+            std::fill(row.begin(), row.end(), cfg.bos_id);
+            std::copy(tokens.begin() + start, tokens.end(), row.begin());
+            forward(row.data(), no_targets.data(), 1, T, 0.0f);
+            cudaCheck(cudaMemcpy(last.data(), logits + (size_t)(len - 1) * Vp, Vp * sizeof(float), cudaMemcpyDeviceToHost));
+            tokens.push_back(sample_token(last.data(), cfg.vocab_size, temperature, rng));
+        }
+        return tokens;
+    }
+};
+
+// ========================================================================================
+// llm.c model files (doc/formats.md "GPT-2 checkpoints", llm.c compatibility): a 256 x i32
+// header [20240326, version 3 (fp32) or 5 (bf16), maxT, V, L, H, C, Vp, 0...], then the
+// parameters with each per-layer kind stacked over the layers (wte (Vp, C), wpe (maxT, C),
+// ln_1.weight (L, C), ln_1.bias, c_attn.weight (L, 3C, C), ... in kLayerFields order,
+// ln_f.weight, ln_f.bias), weights (out, in) as ours. Only the storage order differs.
+
+constexpr int kLlmcMagic = 20240326;
+
+struct LlmcModel {
+    GPT2Config cfg;
+    std::vector<float> values;  // canonical order of parameter_spec(cfg)
+};
+
+// bos_id: the config's first sample token, which the file does not hold (< 0: 50256 for
+// the GPT-2 BPE vocabulary of 50257, else 0).
+LlmcModel load_llmc(const std::string& path, int bos_id) {
+    CheckedFile file(path, "rb");
+    long size = file.size();
+    if (size < 1024) { fatal("llm.c model file '%s': %ld bytes, shorter than the 1024-byte header", path.c_str(), size); }
+    int32_t h[256];
+    file.read(h, sizeof(h), "the header");
+    if (h[0] != kLlmcMagic) {
+        fatal("'%s' is not an llm.c GPT-2 model file (magic %d, expected %d)", path.c_str(), h[0], kLlmcMagic);
+    }
+    if (h[1] != 3 && h[1] != 5) {
+        fatal("llm.c model file '%s': version %d (this reader knows 3 = fp32, 5 = bf16)", path.c_str(), h[1]);
+    }
+    LlmcModel m;
+    GPT2Config& c = m.cfg;
+    c.seq_len = h[2];
+    c.vocab_size = h[3];
+    c.n_layer = h[4];
+    c.n_head = h[5];
+    c.n_embd = h[6];
+    int64_t Vp_file = h[7];
+    c.bos_id = bos_id >= 0 ? bos_id : (c.vocab_size == 50257 ? 50256 : 0);
+    if (c.vocab_size <= 0 || c.seq_len <= 0 || c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || Vp_file < c.vocab_size) {
+        fatal("llm.c model file '%s': bad header (maxT %d, V %d, L %d, H %d, C %d, Vp %lld)", path.c_str(), c.seq_len,
+              c.vocab_size, c.n_layer, c.n_head, c.n_embd, (long long)Vp_file);
+    }
+    c.resolve_and_check();
+    const int64_t d = c.n_embd, L = c.n_layer;
+    // sizes of the file's tensors in its order: wte, wpe, the stacked layer fields, ln_f
+    std::vector<int64_t> field_numel;
+    for (const LayerField& f : kLayerFields) { field_numel.push_back(f.rows * d * (f.cols == 0 ? 1 : f.cols * d)); }
+    int64_t total = Vp_file * d + (int64_t)c.seq_len * d + 2 * d;
+    for (int64_t n : field_numel) { total += L * n; }
+    size_t item = h[1] == 3 ? 4 : 2;
+    if ((uint64_t)size != 1024 + (uint64_t)total * item) {
+        fatal("llm.c model file '%s': %ld bytes, expected %llu for its header (version %d)", path.c_str(), size,
+              (unsigned long long)(1024 + (uint64_t)total * item), h[1]);
+    }
+    std::vector<float> raw(total);
+    if (item == 4) {
+        file.read(raw.data(), (size_t)total * sizeof(float), "the fp32 parameters");
+    } else {
+        std::vector<uint16_t> bits(total);
+        file.read(bits.data(), (size_t)total * sizeof(uint16_t), "the bf16 parameters");
+        for (int64_t i = 0; i < total; i++) {
+            uint32_t u = (uint32_t)bits[i] << 16;
+            memcpy(&raw[i], &u, sizeof(float));
+        }
+    }
+    // file offsets of each block
+    int64_t wte_at = 0, wpe_at = Vp_file * d, field_at = wpe_at + (int64_t)c.seq_len * d;
+    std::vector<int64_t> field_start;
+    for (int64_t n : field_numel) {
+        field_start.push_back(field_at);
+        field_at += L * n;
+    }
+    int64_t lnf_at = field_at;
+    // canonical order
+    const int64_t Vp = c.padded_vocab();
+    m.values.assign((size_t)count_parameters(c).first, 0.0f);
+    float* out = m.values.data();
+    std::copy(raw.begin() + wte_at, raw.begin() + wte_at + (int64_t)c.vocab_size * d, out);  // rows >= V stay 0
+    out += Vp * d;
+    std::copy(raw.begin() + wpe_at, raw.begin() + wpe_at + (int64_t)c.seq_len * d, out);
+    out += (int64_t)c.seq_len * d;
+    for (int64_t l = 0; l < L; l++) {
+        for (int f = 0; f < kNumLayerFields; f++) {
+            int64_t from = field_start[f] + l * field_numel[f];
+            std::copy(raw.begin() + from, raw.begin() + from + field_numel[f], out);
+            out += field_numel[f];
+        }
+    }
+    std::copy(raw.begin() + lnf_at, raw.begin() + lnf_at + 2 * d, out);
+    return m;
+}
+
+// ========================================================================================
+// command line
+
+struct Options {
+    std::string preset = "tiny";
+    GPT2Config model;
+    OptimizerConfig opt;
+    std::string train_data, val_data, tokenizer_path, log_path, checkpoint_dir, resume_path, init_from, init_from_llmc;
+    int batch_size = 8, seq_len = 0, grad_accum = 1;
+    long steps = 100;
+    int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
+    float temperature = 1.0f;
+    uint64_t seed = 42;
+    int shuffle = 1;
+};
+
+std::vector<Flag> make_flags(Options& o) {
+    GPT2Config& m = o.model;
+    OptimizerConfig& p = o.opt;
+    return {
+        make_flag("--preset", &o.preset, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it"),
+        make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
+        make_flag("--max-seq-len", &m.seq_len, "model context T (rows of the position embedding)"),
+        make_flag("--n-layer", &m.n_layer, "layers L"),
+        make_flag("--n-embd", &m.n_embd, "width d"),
+        make_flag("--n-head", &m.n_head, "attention heads"),
+        make_flag("--bos-id", &m.bos_id, "token that starts a sample"),
+        make_flag("--train-data", &o.train_data, "training shards (glob, comma-separated globs)"),
+        make_flag("--val-data", &o.val_data, "validation shards (glob); empty: no validation"),
+        make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin to decode samples (and take V and BOS from)"),
+        make_flag("--batch-size", &o.batch_size, "rows per micro-batch B"),
+        make_flag("--seq-len", &o.seq_len, "tokens per row (0: the model's T)"),
+        make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step"),
+        make_flag("--steps", &o.steps, "optimizer steps"),
+        make_flag("--optimizer", &p.optimizer, "adamw"),
+        make_flag("--lr", &p.lr, "peak rate of the matrix group"),
+        make_flag("--lr-other", &p.lr_other, "peak rate of embeddings/biases/LayerNorm (<0: same as --lr)"),
+        make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices only)"),
+        make_flag("--beta1", &p.beta1, "AdamW beta1"),
+        make_flag("--beta2", &p.beta2, "AdamW beta2"),
+        make_flag("--eps", &p.eps, "AdamW epsilon"),
+        make_flag("--grad-clip", &p.grad_clip, "global grad-norm clip (0: off)"),
+        make_flag("--schedule", &p.schedule.kind, "wsd | cosine | linear | constant"),
+        make_flag("--warmup-frac", &p.schedule.warmup_frac, "warmup fraction of the steps"),
+        make_flag("--decay-frac", &p.schedule.decay_frac, "wsd: decay fraction of the steps"),
+        make_flag("--final-frac", &p.schedule.final_frac, "final rate as a fraction of the peak"),
+        make_flag("--seed", &o.seed, "seed of init, data order and sampling"),
+        make_flag("--shuffle", &o.shuffle, "shuffle training windows 0|1"),
+        make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
+        make_flag("--val-batches", &o.val_batches, "validation micro-batches"),
+        make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
+        make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
+        make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),
+        make_flag("--log", &o.log_path, "machine-readable log (JSON lines); empty: none"),
+        make_flag("--log-every", &o.log_every, "print a progress line every N steps"),
+        make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none)"),
+        make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
+        make_flag("--resume", &o.resume_path, "checkpoint to resume exactly (model, optimizer, data position, RNG)"),
+        make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from"),
+        make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"),
+    };
+}
+
+// Parses argv: --preset first (it sets the model defaults), then every flag.
+Options parse_args(int argc, char** argv) {
+    Options o;
+    std::string preset = find_flag_value(argc, argv, "--preset");
+    if (!preset.empty()) { o.preset = preset; }
+    auto all = presets();
+    if (!all.count(o.preset)) { fatal("--preset: unknown preset '%s' (see -h)", o.preset.c_str()); }
+    o.model = all[o.preset];
+    parse_flags(argc, argv, make_flags(o), "train_gpt2");
+    return o;
+}
+
+// ========================================================================================
+// main loop
+
+#ifndef TESTING
+
+// Mean validation loss over the first `batches` batches of the validation data.
+double evaluate(GPT2& model, DataLoader& val, int batches) {
+    val.reset();
+    double sum = 0.0;
+    int64_t count = 0;
+    for (int k = 0; k < batches; k++) {
+        val.next_batch();
+        LossSums s = model.forward(val.inputs.data(), val.targets.data(), val.B, val.T, 0.0f);
+        sum += s.ce_sum;
+        count += s.count;
+    }
+    return count > 0 ? sum / count : 0.0;
+}
+
+int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
+    Options o = parse_args(argc, argv);
+    std::unique_ptr<TensorFileReader> checkpoint;
+    std::unique_ptr<LlmcModel> llmc;
+    int sources = !o.resume_path.empty() + !o.init_from.empty() + !o.init_from_llmc.empty();
+    if (sources > 1) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
+    if (!o.resume_path.empty() || !o.init_from.empty()) {
+        const std::string& path = o.resume_path.empty() ? o.init_from : o.resume_path;
+        checkpoint = std::make_unique<TensorFileReader>(path, TENSOR_FILE_CHECKPOINT);
+        o.model = read_config(*checkpoint);
+    }
+    if (!o.init_from_llmc.empty()) {
+        bool bos_given = !find_flag_value(argc, argv, "--bos-id").empty();
+        llmc = std::make_unique<LlmcModel>(load_llmc(o.init_from_llmc, bos_given ? o.model.bos_id : -1));
+        o.model = llmc->cfg;
+    }
+    Tokenizer tokenizer;
+    if (!o.tokenizer_path.empty()) {
+        tokenizer.load(o.tokenizer_path);
+        if (checkpoint == nullptr && llmc == nullptr) {
+            o.model.vocab_size = tokenizer.vocab_size;
+            if (tokenizer.bos_id >= 0 && find_flag_value(argc, argv, "--bos-id").empty()) { o.model.bos_id = tokenizer.bos_id; }
+        }
+    }
+    o.model.resolve_and_check();
+    const GPT2Config& c = o.model;
+    if (o.seq_len == 0) { o.seq_len = c.seq_len; }
+    if (o.opt.optimizer != "adamw") { fatal("--optimizer: '%s' is not available for GPT-2 (adamw)", o.opt.optimizer.c_str()); }
+    if (o.opt.lr_other < 0) { o.opt.lr_other = o.opt.lr; }
+    if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > c.seq_len) { fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", c.seq_len); }
+    if (o.grad_accum <= 0 || o.steps <= 0) { fatal("--grad-accum and --steps must be positive"); }
+    if (o.train_data.empty()) { fatal("--train-data is required (e.g. \"data/offline/kjv/kjv_train_*.bin\"; make demo builds it)"); }
+    o.opt.schedule.check(o.steps);
+
+    // config, sizes, FLOPs
+    auto counts = count_parameters(c);
+    printf("train_gpt2 (%s, %s)\n", HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
+    printf("model: GPT-2 L=%d d=%d heads %d (head_dim %d), vocab %d (padded %d), context %d, bos %d\n", c.n_layer, c.n_embd,
+           c.n_head, c.head_dim(), c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
+    printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
+           flops_per_token(c) / 1e6);
+    printf("training: %ld steps x %d micro-batches x %d x %d tokens; adamw lr %g (other %g) wd %g clip %g, schedule %s\n",
+           o.steps, o.grad_accum, o.batch_size, o.seq_len, o.opt.lr, o.opt.lr_other, o.opt.weight_decay, o.opt.grad_clip,
+           o.opt.schedule.kind.c_str());
+
+    GPT2 model(c, o.batch_size, o.seq_len);
+    if (checkpoint != nullptr) {
+        model.load_parameters(*checkpoint, !o.resume_path.empty());
+    } else if (llmc != nullptr) {
+        model.set_parameters(llmc->values);
+        printf("initialised from llm.c model file %s\n", o.init_from_llmc.c_str());
+        llmc.reset();
+    } else {
+        model.init_parameters(o.seed);
+    }
+
+    DataLoaderConfig train_cfg;
+    train_cfg.pattern = o.train_data;
+    train_cfg.B = o.batch_size;
+    train_cfg.T = o.seq_len;
+    train_cfg.shuffle = o.shuffle != 0;
+    train_cfg.seed = o.seed;
+    train_cfg.doc_start_token = -1;  // GPT-2 attends across documents, as llm.c does
+    train_cfg.vocab_size = c.vocab_size;
+    DataLoader train(train_cfg);
+    std::unique_ptr<DataLoader> val;
+    if (!o.val_data.empty()) {
+        DataLoaderConfig val_cfg = train_cfg;
+        val_cfg.pattern = o.val_data;
+        val_cfg.shuffle = false;
+        val = std::make_unique<DataLoader>(val_cfg);
+    }
+    std::mt19937_64 rng(o.seed);
+    if (!o.resume_path.empty()) {
+        DataPosition pos{checkpoint->integer("resume.data_epoch"), checkpoint->integer("resume.data_step"),
+                         (uint64_t)std::stoull(checkpoint->str("resume.data_fingerprint"))};
+        train.set_position(pos);
+        rng.seed((uint64_t)std::stoull(checkpoint->str("resume.rng_seed")));
+        printf("resumed from %s at step %" PRId64 "\n", o.resume_path.c_str(), model.steps_done());
+    }
+    checkpoint.reset();
+    FILE* log = nullptr;
+    if (!o.log_path.empty()) {
+        log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
+        if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
+    }
+    auto save = [&](const std::string& name) {
+        if (o.checkpoint_dir.empty()) { return; }
+        DataPosition pos = train.position();
+        uint64_t rng_seed = rng();  // reseeding from a drawn value makes the resumed stream exact
+        rng.seed(rng_seed);
+        std::string path = o.checkpoint_dir + "/" + name;
+        model.save_checkpoint(path, o.opt, {{"resume.data_epoch", std::to_string(pos.epoch)},
+                                            {"resume.data_step", std::to_string(pos.step)},
+                                            {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
+                                            {"resume.rng_seed", std::to_string(rng_seed)}});
+        printf("saved %s\n", path.c_str());
+    };
+    auto print_sample = [&]() {
+        if (o.sample_tokens <= 0) { return; }
+        std::vector<int> out = model.sample({c.bos_id}, o.sample_tokens, o.temperature, rng);
+        printf("sample: ");
+        if (tokenizer.loaded()) {
+            printf("%s\n", tokenizer.decode(out).c_str());
+        } else {
+            for (int t : out) { printf("%d ", t); }
+            printf("\n");
+        }
+    };
+    auto validate = [&](long step) {
+        if (val == nullptr) { return; }
+        double loss = evaluate(model, *val, o.val_batches);
+        printf("step %ld: val loss %.4f\n", step, loss);
+        if (log != nullptr) {
+            fprintf(log, "{\"step\": %ld, \"val_loss\": %.6f}\n", step, loss);
+            fflush(log);
+        }
+    };
+
+    const double tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len;
+    double total_ms = 0.0;
+    long first_step = (long)model.steps_done();
+    if (first_step == 0) { validate(0); }
+    for (long step = first_step; step < o.steps; step++) {
+        Timer timer;
+        model.zero_grad();
+        double loss = 0.0;
+        for (int micro = 0; micro < o.grad_accum; micro++) {
+            train.next_batch();
+            int64_t count = 0;
+            for (int i = 0; i < o.batch_size * o.seq_len; i++) { count += train.targets[i] >= 0; }
+            float scale = 1.0f / (float)(std::max<int64_t>(count, 1) * o.grad_accum);
+            LossSums s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale);
+            model.backward();
+            loss += s.loss() / o.grad_accum;
+        }
+        if (!std::isfinite(loss)) { fatal("step %ld: loss is %f: the run diverged", step + 1, loss); }
+        double f = o.opt.schedule.multiplier(step, o.steps);
+        float grad_norm = model.update(o.opt, o.opt.lr * f, o.opt.lr_other * f);
+        cudaCheck(cudaDeviceSynchronize());
+        double ms = timer.ms();
+        total_ms += ms;
+        long done = step + 1;
+        double eta_s = total_ms / (done - first_step) * (o.steps - done) / 1e3;
+        if (done % o.log_every == 0 || done == o.steps || done == first_step + 1) {
+            printf("step %5ld/%ld | loss %.4f | lr %.3e | norm %6.3f | %7.1f ms | %8.0f tok/s | eta %.0fs\n", done, o.steps,
+                   loss, o.opt.lr * f, grad_norm, ms, tokens_per_step / (ms / 1e3), eta_s);
+        }
+        if (log != nullptr) {
+            fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f}\n", done, loss,
+                    o.opt.lr * f, grad_norm, ms);
+            fflush(log);
+        }
+        if (o.val_every > 0 && done % o.val_every == 0 && done != o.steps) { validate(done); }
+        if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(); }
+        if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
+    }
+    validate(o.steps);
+    print_sample();
+    save("final.bin");
+    printf("trained %ld steps in %.1f s (%.0f tok/s)\n", o.steps - first_step, total_ms / 1e3,
+           tokens_per_step * (o.steps - first_step) / (total_ms / 1e3));
+    if (log != nullptr) { fclose(log); }
+    return 0;
+}
+#endif
