@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
     int first = 1, last = 2;
     if (argc > 1) { first = last = atoi(argv[1]); }
     std::vector<float> x = make_random_float(N, 1, -6.0f, 6.0f), dout = make_random_float(N, 2);
+    const float extremes[] = {0.0f, 1e-8f, -1e-8f, 15.0f, -15.0f, 30.0f, -30.0f, 100.0f, -100.0f, 1e30f, -1e30f};
+    for (size_t i = 0; i < sizeof(extremes) / sizeof(float); i++) { x[i * 7] = extremes[i]; }  // tails and limits
     std::vector<floatX> x_d = convert_vector<floatX>(x), dout_d = convert_vector<floatX>(dout);
     for (size_t i = 0; i < N; i++) {
         x[i] = to_float(x_d[i]);
