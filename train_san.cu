@@ -638,7 +638,7 @@ struct SAN {
     int64_t steps_done() const { return optimizer->step; }
 
     // ---- checkpoint ---------------------------------------------------------------------
-    // Model + AdamW state in the container of doc/formats.md (readable by train_san.py);
+    // Model + optimizer state (AdamW or Muon) in the container of doc/formats.md (readable by train_san.py);
     // `extra` adds keys such as the data position for an exact resume.
     void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
                          const std::vector<std::pair<std::string, std::string>>& extra) const {
@@ -655,7 +655,7 @@ struct SAN {
                 w.write(path);
     }
 
-    // Loads parameters (and the AdamW state and step, if the file has them) by name.
+    // Loads parameters (and the optimizer state and step, if the file has them) by name.
     void load_parameters(const TensorFileReader& r, bool with_optimizer) {
         std::vector<float> values;
         for (const ParamSpec& s : spec) {
@@ -702,7 +702,12 @@ struct SAN {
 struct Options {
     std::string preset = "tiny";
     SANConfig model;
-    OptimizerConfig opt;
+    OptimizerConfig opt = [] {
+        OptimizerConfig c;
+        c.lr = -1.0;  // the optimizer's default (OptimizerConfig::resolve_rates)
+        return c;
+    }();
+    int lr_scale_gpus = 1;
     std::string train_data, val_data, tokenizer_path, log_path, checkpoint_dir, resume_path, init_from;
     int batch_size = 8, seq_len = 0, grad_accum = 1;
     long steps = 100;
@@ -740,9 +745,14 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--seq-len", &o.seq_len, "tokens per row (0: the model's T)"),
         make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step"),
         make_flag("--steps", &o.steps, "optimizer steps"),
-        make_flag("--optimizer", &p.optimizer, "adamw (muon: issue 5)"),
-        make_flag("--lr", &p.lr, "peak rate of the matrix group"),
-        make_flag("--lr-other", &p.lr_other, "peak rate of embedding/gains/gates (<0: same as --lr)"),
+        make_flag("--optimizer", &p.optimizer, "adamw | muon (Muon on the matrices, AdamW without decay on the rest)"),
+        make_flag("--lr", &p.lr, "peak rate of the matrix group (<0: muon 0.02, adamw 6e-4)"),
+        make_flag("--lr-other", &p.lr_other, "peak rate of embedding/gains/gates (<0: muon 3e-4, adamw same as --lr)"),
+        make_flag("--lr-scale-gpus", &o.lr_scale_gpus, "scale the rates for N GPUs: AdamW rates x N, the Muon rate x sqrt(N)"),
+        make_flag("--muon-order", &p.muon_order, "keller (momentum, then orthogonalise, shape factor) | paper (orthogonalise, then momentum)"),
+        make_flag("--muon-momentum", &p.muon_momentum, "Muon momentum"),
+        make_flag("--ns-steps", &p.ns_steps, "Newton-Schulz steps"),
+        make_flag("--ns-fp32", &p.ns_fp32, "Newton-Schulz in fp32 also in bf16 builds 0|1"),
         make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices only)"),
         make_flag("--beta1", &p.beta1, "AdamW beta1"),
         make_flag("--beta2", &p.beta2, "AdamW beta2"),
@@ -843,8 +853,8 @@ int main(int argc, char** argv) {
     o.model.resolve_and_check();
     const SANConfig& c = o.model;
     if (o.seq_len == 0) { o.seq_len = c.seq_len; }
-    if (o.opt.optimizer != "adamw") { fatal("--optimizer: '%s' is not available yet (adamw; Muon is issue 5)", o.opt.optimizer.c_str()); }
-    if (o.opt.lr_other < 0) { o.opt.lr_other = o.opt.lr; }
+    o.opt.check();
+    o.opt.resolve_rates(o.lr_scale_gpus);
     if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > c.seq_len) { fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", c.seq_len); }
     if (o.grad_accum <= 0 || o.steps <= 0) { fatal("--grad-accum and --steps must be positive"); }
     if (o.train_data.empty()) { fatal("--train-data is required (e.g. \"data/offline/*_train_*.bin\"; make demo builds it)"); }
@@ -860,9 +870,15 @@ int main(int argc, char** argv) {
     printf("vocab %d (padded %d), context %d\n", c.vocab_size, c.padded_vocab(), c.seq_len);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
            flops_per_token(c) / 1e6);
-    printf("training: %ld steps x %d micro-batches x %d x %d tokens; adamw lr %g (other %g) wd %g clip %g, schedule %s\n",
-           o.steps, o.grad_accum, o.batch_size, o.seq_len, o.opt.lr, o.opt.lr_other, o.opt.weight_decay, o.opt.grad_clip,
-           o.opt.schedule.kind.c_str());
+    printf("training: %ld steps x %d micro-batches x %d x %d tokens\n", o.steps, o.grad_accum, o.batch_size, o.seq_len);
+    if (o.opt.is_muon()) {
+        printf("optimizer: muon (%s order, momentum %g, %d NS steps in %s) lr %g, adamw on the rest lr %g",
+               o.opt.muon_order.c_str(), o.opt.muon_momentum, o.opt.ns_steps,
+               o.opt.ns_fp32 || PRECISION_MODE == PrecisionMode::FP32 ? "fp32" : "bf16", o.opt.lr, o.opt.lr_other);
+    } else {
+        printf("optimizer: adamw lr %g (other %g)", o.opt.lr, o.opt.lr_other);
+    }
+    printf("; wd %g clip %g, schedule %s\n", o.opt.weight_decay, o.opt.grad_clip, o.opt.schedule.kind.c_str());
 
     SAN model(c, o.batch_size, o.seq_len);
     if (checkpoint != nullptr) {

@@ -1,23 +1,30 @@
 /*
-The optimizer step shared by the trainers (doc/san-model.md, "Optimizers"): parameters
-live in one device buffer in the order of a list of ParamSpec; each tensor is in the
-matrix group (2-D weights: weight decay, and the matrix optimizer) or the other group
-(embeddings, gains, gates, biases: no weight decay, own learning rate).
+The optimizer step shared by the trainers (doc/san-model.md, "Optimizers";
+doc/optimizers.md): parameters live in one device buffer in the order of a list of
+ParamSpec; each tensor is in the matrix group (2-D weights: weight decay, and the matrix
+optimizer) or the other group (embeddings, gains, gates, biases: no weight decay, own
+learning rate).
 
 One step: global gradient norm over all tensors (deterministic, llmc/reduce.cuh), clip
-factor min(1, clip / (norm + 1e-6)), then AdamW per tensor with the group's rate and
-decay. The state (fp32 m and v) is saved and loaded by name as opt.m.<param> and
-opt.v.<param> (doc/formats.md, "Model checkpoints").
+factor min(1, clip / (norm + 1e-6)), then
+  optimizer "adamw": AdamW per tensor with the group's rate and decay;
+  optimizer "muon":  Muon (llmc/muon.cuh, order keller or paper) on the matrix group with
+                     the matrix rate and decay, AdamW without decay on the other group.
+The state is saved and loaded by name (doc/formats.md, "Model checkpoints"): fp32
+opt.m.<param> and opt.v.<param> for every AdamW tensor, fp32 opt.mom.<param> for every
+Muon matrix. All state buffers share the parameters' layout (offsets).
 */
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "adamw.cuh"
 #include "cuda_common.h"
+#include "muon.cuh"
 #include "reduce.cuh"
 #include "schedule.h"
 #include "tensor_file.h"
@@ -42,10 +49,39 @@ inline size_t total_numel(const std::vector<ParamSpec>& spec) {
 }
 
 struct OptimizerConfig {
-    std::string optimizer = "adamw";
-    double lr = 6e-4, lr_other = -1.0;  // lr_other < 0: same as lr
+    std::string optimizer = "adamw";    // adamw | muon
+    double lr = 6e-4, lr_other = -1.0;  // lr_other < 0: same as lr (resolve_rates: the optimizer's defaults)
     double weight_decay = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+    std::string muon_order = "keller";  // keller | paper
+    double muon_momentum = 0.95;
+    int ns_steps = 5;
+    int ns_fp32 = 0;  // 1: Newton-Schulz in fp32 also in bf16 builds
     Schedule schedule;
+
+    bool is_muon() const { return optimizer == "muon"; }
+    void check() const {
+        if (optimizer != "adamw" && optimizer != "muon") { fatal("--optimizer: unknown optimizer '%s' (adamw, muon)", optimizer.c_str()); }
+        parse_muon_order(muon_order);
+        if (ns_steps < 0) { fatal("--ns-steps must be >= 0, got %d", ns_steps); }
+        if (!(muon_momentum >= 0.0 && muon_momentum < 1.0)) { fatal("--muon-momentum must be in [0, 1), got %g", muon_momentum); }
+    }
+    // The reference's defaults for rates left < 0 (muon: lr 0.02, lr_other 3e-4; adamw:
+    // lr 6e-4, lr_other = lr), then the N-GPU rule: AdamW rates x N, the Muon rate x sqrt(N).
+    void resolve_rates(int lr_scale_gpus = 1) {
+        if (lr_scale_gpus < 1) { fatal("--lr-scale-gpus must be >= 1, got %d", lr_scale_gpus); }
+        if (lr < 0) { lr = is_muon() ? 0.02 : 6e-4; }
+        if (lr_other < 0) { lr_other = is_muon() ? 3e-4 : lr; }
+        lr *= is_muon() ? std::sqrt((double)lr_scale_gpus) : (double)lr_scale_gpus;
+        lr_other *= lr_scale_gpus;
+    }
+    MuonConfig muon() const {
+        MuonConfig m;
+        m.order = parse_muon_order(muon_order);
+        m.momentum = (float)muon_momentum;
+        m.ns_steps = ns_steps;
+        m.ns_fp32 = ns_fp32 != 0;
+        return m;
+    }
 
     void write(TensorFileWriter& w) const {
         w.set("opt.optimizer", optimizer);
@@ -56,6 +92,10 @@ struct OptimizerConfig {
         w.set("opt.beta2", beta2);
         w.set("opt.eps", eps);
         w.set("opt.grad_clip", grad_clip);
+        w.set("opt.muon_order", muon_order);
+        w.set("opt.muon_momentum", muon_momentum);
+        w.set("opt.ns_steps", (long long)ns_steps);
+        w.set("opt.ns_fp32", (long long)ns_fp32);
         w.set("opt.schedule", schedule.kind);
         w.set("opt.warmup_frac", schedule.warmup_frac);
         w.set("opt.decay_frac", schedule.decay_frac);
@@ -70,6 +110,11 @@ struct OptimizerConfig {
         beta2 = r.real("opt.beta2");
         eps = r.real("opt.eps");
         grad_clip = r.real("opt.grad_clip");
+        // absent from files written before Muon existed
+        if (r.has_key("opt.muon_order")) { muon_order = r.str("opt.muon_order"); }
+        if (r.has_key("opt.muon_momentum")) { muon_momentum = r.real("opt.muon_momentum"); }
+        if (r.has_key("opt.ns_steps")) { ns_steps = (int)r.integer("opt.ns_steps"); }
+        if (r.has_key("opt.ns_fp32")) { ns_fp32 = (int)r.integer("opt.ns_fp32"); }
         schedule.kind = r.str("opt.schedule");
         schedule.warmup_frac = r.real("opt.warmup_frac");
         schedule.decay_frac = r.real("opt.decay_frac");
@@ -91,12 +136,15 @@ public:
             cudaFree(m_);
             cudaFree(v_);
         }
+        if (mom_ != nullptr) { cudaFree(mom_); }
     }
     ParamOptimizer(const ParamOptimizer&) = delete;
     ParamOptimizer& operator=(const ParamOptimizer&) = delete;
 
     bool has_state() const { return m_ != nullptr; }
     const float* adam_m() const { return m_; }
+    const float* muon_momentum() const { return mom_; }  // null unless the state is Muon's
+    const std::string& state_kind() const { return kind_; }  // "adamw", "muon", or "" before the first step
 
     // Global L2 norm of all gradients.
     float grad_norm(cudaStream_t stream) {
@@ -108,25 +156,33 @@ public:
 
     // One step with the given rates; returns the gradient norm before clipping.
     float update(const OptimizerConfig& opt, double lr_matrix, double lr_other, cudaStream_t stream) {
-        allocate_state();
+        opt.check();
+        allocate_state(opt.optimizer);
         float norm = grad_norm(stream);
         if (!std::isfinite(norm)) { fatal("step %lld: the gradient norm is %f: the run diverged", (long long)step + 1, norm); }
         float grad_scale = opt.grad_clip > 0.0 ? std::min(1.0f, (float)(opt.grad_clip / (norm + 1e-6))) : 1.0f;
         step++;
+        const bool muon = opt.is_muon();
         size_t offset = 0;
         for (const ParamSpec& s : spec_) {
-            AdamWStep a;
-            a.lr = (float)(s.matrix ? lr_matrix : lr_other);
-            a.beta1 = (float)opt.beta1;
-            a.beta2 = (float)opt.beta2;
-            a.eps = (float)opt.eps;
-            a.weight_decay = s.matrix ? (float)opt.weight_decay : 0.0f;
-            a.beta1_correction = (float)(1.0 - std::pow(opt.beta1, (double)step));
-            a.beta2_correction = (float)(1.0 - std::pow(opt.beta2, (double)step));
-            a.grad_scale = grad_scale;
-            adamw_update(params_ + offset, master_ != nullptr ? master_ + offset : nullptr, grads_ + offset, m_ + offset,
-                         v_ + offset, s.numel(), a, stream);
+            if (!(muon && s.matrix)) {
+                AdamWStep a;
+                a.lr = (float)(s.matrix ? lr_matrix : lr_other);
+                a.beta1 = (float)opt.beta1;
+                a.beta2 = (float)opt.beta2;
+                a.eps = (float)opt.eps;
+                a.weight_decay = s.matrix ? (float)opt.weight_decay : 0.0f;
+                a.beta1_correction = (float)(1.0 - std::pow(opt.beta1, (double)step));
+                a.beta2_correction = (float)(1.0 - std::pow(opt.beta2, (double)step));
+                a.grad_scale = grad_scale;
+                adamw_update(params_ + offset, master_ != nullptr ? master_ + offset : nullptr, grads_ + offset,
+                             m_ + offset, v_ + offset, s.numel(), a, stream);
+            }
             offset += s.numel();
+        }
+        if (muon) {
+            muon_->step(params_, master_, grads_, mom_, grad_scale, (float)lr_matrix, (float)opt.weight_decay, opt.muon(),
+                        stream);
         }
         return norm;
     }
@@ -134,42 +190,94 @@ public:
     void save(TensorFileWriter& w, const OptimizerConfig& opt) const {
         w.set("step", (long long)step);
         w.set("has_optimizer", has_state() ? 1 : 0);
+        if (has_state() && kind_ != opt.optimizer) {
+            fatal("checkpoint: the optimizer state is %s's but the config says %s", kind_.c_str(), opt.optimizer.c_str());
+        }
         opt.write(w);
         if (!has_state()) { return; }
         std::vector<float> m = copy_from_device(m_, num_params_), v = copy_from_device(v_, num_params_);
+        std::vector<float> mom = mom_ != nullptr ? copy_from_device(mom_, num_params_) : std::vector<float>();
         size_t offset = 0;
         for (const ParamSpec& s : spec_) {
-            w.add_floats("opt.m." + s.name, s.shape, m.data() + offset);
-            w.add_floats("opt.v." + s.name, s.shape, v.data() + offset);
+            if (uses_muon(s)) {
+                w.add_floats("opt.mom." + s.name, s.shape, mom.data() + offset);
+            } else {
+                w.add_floats("opt.m." + s.name, s.shape, m.data() + offset);
+                w.add_floats("opt.v." + s.name, s.shape, v.data() + offset);
+            }
             offset += s.numel();
         }
     }
 
-    // Restores the AdamW state and step, if the file has them.
+    // Restores the optimizer state (AdamW's or Muon's, as the file says) and step, if the
+    // file has them. Continuing it with the other optimizer is refused by update().
     void load(const TensorFileReader& r) {
         if (r.integer("has_optimizer") != 1) { return; }
-        if (r.str("opt.optimizer") != "adamw") {
-            r.fail("holds %s optimizer state; this build resumes AdamW only", r.str("opt.optimizer").c_str());
-        }
-        std::vector<float> m, v;
+        std::string kind = r.str("opt.optimizer");
+        if (kind != "adamw" && kind != "muon") { r.fail("holds state of an unknown optimizer '%s'", kind.c_str()); }
+        release_state();
+        allocate_state(kind);
+        std::vector<float> m(num_params_, 0.0f), v(num_params_, 0.0f), mom;
+        if (mom_ != nullptr) { mom.assign(num_params_, 0.0f); }
+        size_t offset = 0;
         for (const ParamSpec& s : spec_) {
-            std::vector<float> tm = r.floats("opt.m." + s.name, s.numel()), tv = r.floats("opt.v." + s.name, s.numel());
-            m.insert(m.end(), tm.begin(), tm.end());
-            v.insert(v.end(), tv.begin(), tv.end());
+            if (uses_muon(s)) {
+                std::vector<float> t = r.floats("opt.mom." + s.name, s.numel());
+                std::copy(t.begin(), t.end(), mom.begin() + offset);
+            } else {
+                std::vector<float> tm = r.floats("opt.m." + s.name, s.numel()), tv = r.floats("opt.v." + s.name, s.numel());
+                std::copy(tm.begin(), tm.end(), m.begin() + offset);
+                std::copy(tv.begin(), tv.end(), v.begin() + offset);
+            }
+            offset += s.numel();
         }
-        allocate_state();
         cudaCheck(cudaMemcpy(m_, m.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(v_, v.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
+        if (mom_ != nullptr) { cudaCheck(cudaMemcpy(mom_, mom.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice)); }
         step = r.integer("step");
     }
 
 private:
-    void allocate_state() {
-        if (m_ != nullptr) { return; }
+    bool uses_muon(const ParamSpec& s) const { return kind_ == "muon" && s.matrix; }
+
+    // m, v (and for Muon the momentum) in the parameters' layout; the parts no tensor uses
+    // stay zero. The Muon grouping and workspace are made with the state.
+    void allocate_state(const std::string& kind) {
+        if (m_ != nullptr) {
+            if (kind != kind_) {
+                fatal("the optimizer state is %s's (e.g. from a checkpoint); it cannot be continued with %s",
+                      kind_.c_str(), kind.c_str());
+            }
+            return;
+        }
+        kind_ = kind;
         m_ = cudaMallocElements(float, num_params_);
         v_ = cudaMallocElements(float, num_params_);
         cudaCheck(cudaMemset(m_, 0, num_params_ * sizeof(float)));
         cudaCheck(cudaMemset(v_, 0, num_params_ * sizeof(float)));
+        if (kind == "muon") {
+            mom_ = cudaMallocElements(float, num_params_);
+            cudaCheck(cudaMemset(mom_, 0, num_params_ * sizeof(float)));
+            std::vector<MuonMatrix> matrices;
+            size_t offset = 0;
+            for (const ParamSpec& s : spec_) {
+                if (s.matrix) {
+                    if (s.shape.size() != 2) { fatal("Muon: matrix-group tensor %s is not 2-D", s.name.c_str()); }
+                    matrices.push_back({(int64_t)offset, (int)s.shape[0], (int)s.shape[1]});
+                }
+                offset += s.numel();
+            }
+            muon_ = std::make_unique<MuonOptimizer>(matrices);
+        }
+    }
+    void release_state() {
+        if (m_ == nullptr) { return; }
+        cudaFree(m_);
+        cudaFree(v_);
+        if (mom_ != nullptr) { cudaFree(mom_); }
+        m_ = v_ = mom_ = nullptr;
+        muon_.reset();
+        kind_.clear();
     }
 
     std::vector<ParamSpec> spec_;
@@ -179,5 +287,7 @@ private:
     floatX* grads_;
     float* scratch_;  // kReduceBlocks floats
     float* norm_sq_ = nullptr;
-    float *m_ = nullptr, *v_ = nullptr;
+    float *m_ = nullptr, *v_ = nullptr, *mom_ = nullptr;
+    std::string kind_;
+    std::unique_ptr<MuonOptimizer> muon_;
 };

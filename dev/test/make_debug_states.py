@@ -4,7 +4,8 @@ configuration of the test matrix (issue 4), each made by train_san.py's own comm
 
     python dev/test/make_debug_states.py OUT_DIR
 
-The C++ trainer implements AdamW (Muon is issue 5), so every state uses --optimizer adamw.
+The architecture matrix runs with --optimizer adamw; the Muon states (both orders, the SAN
+and FFN arms, GQA shapes, with clipping) check the Muon step (issue 5).
 """
 import os
 import sys
@@ -16,19 +17,29 @@ import torch  # noqa: E402
 import train_san  # noqa: E402
 
 ADAMW = ["--optimizer", "adamw"]
+MUON = ["--optimizer", "muon", "--muon-order", "keller"]
+PAPER = ["--optimizer", "muon", "--muon-order", "paper"]
 MATRIX = {
-    "san": ["--preset", "tiny"],                              # GQA 4/2, zcn, qk-norm, gated, doc mask
-    "ffn": ["--preset", "tiny-ffn"],
-    "rms": ["--preset", "tiny", "--norm", "rms"],
-    "noqk": ["--preset", "tiny", "--qk-norm", "0"],
-    "standard": ["--preset", "tiny-ffn", "--residual", "standard"],
-    "rezero": ["--preset", "tiny-ffn", "--residual", "rezero"],
-    "noresidual": ["--preset", "tiny-ffn", "--residual", "none"],
-    "sandwich": ["--preset", "tiny-ffn", "--sandwich", "1"],
-    "gqa4": ["--preset", "tiny", "--n-kv-head", "1"],
-    "mha": ["--preset", "tiny", "--n-kv-head", "4"],
-    "nodoc": ["--preset", "tiny", "--doc-mask", "0"],
-    "clip": ["--preset", "tiny-ffn", "--grad-clip", "0.05", "--schedule", "cosine"],
+    "san": ["--preset", "tiny"] + ADAMW,                      # GQA 4/2, zcn, qk-norm, gated, doc mask
+    "ffn": ["--preset", "tiny-ffn"] + ADAMW,
+    "rms": ["--preset", "tiny", "--norm", "rms"] + ADAMW,
+    "noqk": ["--preset", "tiny", "--qk-norm", "0"] + ADAMW,
+    "standard": ["--preset", "tiny-ffn", "--residual", "standard"] + ADAMW,
+    "rezero": ["--preset", "tiny-ffn", "--residual", "rezero"] + ADAMW,
+    "noresidual": ["--preset", "tiny-ffn", "--residual", "none"] + ADAMW,
+    "sandwich": ["--preset", "tiny-ffn", "--sandwich", "1"] + ADAMW,
+    "gqa4": ["--preset", "tiny", "--n-kv-head", "1"] + ADAMW,
+    "mha": ["--preset", "tiny", "--n-kv-head", "4"] + ADAMW,
+    "nodoc": ["--preset", "tiny", "--doc-mask", "0"] + ADAMW,
+    "clip": ["--preset", "tiny-ffn", "--grad-clip", "0.05", "--schedule", "cosine"] + ADAMW,
+    # Muon: matrix shapes (tiny: wq/wo 64x64, wk/wv 32x64 GQA; tiny-ffn adds w_gate/w_up
+    # 128x64 tall and w_down 64x128 wide; gqa4: wk/wv 16x64)
+    "muon_san": ["--preset", "tiny"] + MUON,
+    "muon_ffn": ["--preset", "tiny-ffn"] + MUON,
+    "muon_gqa4": ["--preset", "tiny", "--n-kv-head", "1"] + MUON,
+    "muon_clip": ["--preset", "tiny-ffn", "--grad-clip", "0.05", "--schedule", "cosine"] + MUON,
+    "paper_san": ["--preset", "tiny"] + PAPER,
+    "paper_ffn": ["--preset", "tiny-ffn"] + PAPER,
 }
 
 
@@ -40,7 +51,7 @@ def main():
     torch.set_num_threads(1)  # deterministic and polite on small CI machines
     for name, flags in MATRIX.items():
         path = os.path.join(out, name + ".bin")
-        rc = train_san.main(flags + ADAMW + ["--device", "cpu", "--write-debug-state", path])
+        rc = train_san.main(flags + ["--device", "cpu", "--write-debug-state", path])
         if rc not in (None, 0):
             sys.exit(f"train_san.py failed for {name}")
     print(f"wrote {len(MATRIX)} debug states to {out}")
