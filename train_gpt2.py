@@ -447,7 +447,7 @@ def load_hf_weights(name):
 def gpt2_from_hf(name, seq_len=None):
     """Our GPT2 with the pretrained weights of Hugging Face model `name` (its preset's
     size; seq_len may shorten the context: wpe keeps its first rows)."""
-    preset = name.split("/")[-1].replace("openai-community-", "")
+    preset = name.split("/")[-1]  # "gpt2" or "openai-community/gpt2"
     if preset not in PRESETS:
         raise ValueError(f"--init-from-hf: unknown model {name!r} (gpt2, gpt2-medium, gpt2-large, gpt2-xl)")
     kw = dict(PRESETS[preset])
