@@ -12,6 +12,8 @@ plain C++ double references written here from doc/san-model.md ("Optimizers",
                    so they lie inside the band [lo, hi] that map gives on the input's range;
   muon_step_*      full Muon steps (keller and paper orders, clip scale, decay, momentum
                    state) on a small mixed layout vs a double reference of the equations;
+  rates_*          default rates per optimizer and the N-GPU scaling (train_san.py's
+                   opt_from_args);
   schedule_*       f(s) at the boundaries of warmup, plateau and decay, derived from the
                    definition, and the W + D > S error.
 The NS coefficients here are literals (3.4445, -4.7750, 2.0315), not muon.cuh's constant,
@@ -26,6 +28,7 @@ so a wrong coefficient there fails, as does a wrong orientation of tall matrices
 #include <vector>
 
 #include "llmc/muon.cuh"
+#include "llmc/optimizer.h"
 #include "llmc/schedule.h"
 #include "dev/test/testing.h"
 
@@ -127,6 +130,33 @@ TEST_CASE(schedule_errors) {
     CHECK(exit_status_of_check(make_schedule("cosine", 1.0, 0.6, 0.0), 10) == 0);  // decay applies to wsd only
     CHECK(exit_status_of_check(make_schedule("step", 0.1, 0.1, 0.0), 10) != 0);
     CHECK(exit_status_of_check(make_schedule("wsd", 0.1, 0.1, 0.0), 0) != 0);
+}
+
+// ----------------------------------------------------------------------------------------
+// default rates and --lr-scale-gpus (OptimizerConfig::resolve_rates vs opt_from_args)
+
+static OptimizerConfig rates(const char* optimizer, double lr, double lr_other, int gpus) {
+    OptimizerConfig o;
+    o.optimizer = optimizer;
+    o.lr = lr;
+    o.lr_other = lr_other;
+    o.resolve_rates(gpus);
+    return o;
+}
+
+TEST_CASE(rates_defaults_and_gpu_scaling) {
+    OptimizerConfig m = rates("muon", -1, -1, 1);
+    CHECK(m.lr == 0.02 && m.lr_other == 3e-4);
+    OptimizerConfig a = rates("adamw", -1, -1, 1);
+    CHECK(a.lr == 6e-4 && a.lr_other == 6e-4);
+    OptimizerConfig a2 = rates("adamw", 1e-3, -1, 1);  // lr_other follows an explicit --lr
+    CHECK(a2.lr == 1e-3 && a2.lr_other == 1e-3);
+    OptimizerConfig m4 = rates("muon", -1, -1, 4);  // Muon x sqrt(4), its AdamW group x 4
+    CHECK(std::fabs(m4.lr - 0.04) < 1e-15 && std::fabs(m4.lr_other - 1.2e-3) < 1e-15);
+    OptimizerConfig a4 = rates("adamw", -1, -1, 4);
+    CHECK(std::fabs(a4.lr - 2.4e-3) < 1e-15 && std::fabs(a4.lr_other - 2.4e-3) < 1e-15);
+    OptimizerConfig m2 = rates("muon", 0.01, 1e-3, 2);
+    CHECK(std::fabs(m2.lr - 0.01 * std::sqrt(2.0)) < 1e-15 && std::fabs(m2.lr_other - 2e-3) < 1e-15);
 }
 
 // ----------------------------------------------------------------------------------------
