@@ -95,11 +95,11 @@ struct DebugCase {
     // One optimizer step on the debug batch; returns the loss before it.
     double train_step(GPT2& model, const OptimizerConfig& opt, long k, long total, float* grad_norm) const {
         model.zero_grad();
-        LossSums s = model.forward(inputs.data(), targets.data(), B, T, loss_scale());
+        LossStats s = model.forward(inputs.data(), targets.data(), B, T, loss_scale());
         model.backward();
         double f = opt.schedule.multiplier(k, total);
         *grad_norm = model.update(opt, opt.lr * f, opt.lr_other * f);
-        return s.loss();
+        return model.loss_value(s);
     }
 };
 
@@ -119,7 +119,7 @@ static void check_state(const std::string& path) {
     GPT2 model(c, dc.B, dc.T);
     model.set_parameters(dc.init);
     model.zero_grad();
-    LossSums sums = model.forward(dc.inputs.data(), dc.targets.data(), dc.B, dc.T, dc.loss_scale());
+    LossStats sums = model.forward(dc.inputs.data(), dc.targets.data(), dc.B, dc.T, dc.loss_scale());
     std::vector<int> ref_mask = dc.r.ints("batch.loss_mask");
     int64_t ref_count = 0;
     for (int m : ref_mask) { ref_count += m; }
@@ -127,7 +127,7 @@ static void check_state(const std::string& path) {
     model.backward();
     std::vector<float> logits = copy_from_device(model.logits, (size_t)N * Vp);
     compare("logits", logits.data(), dc.r.floats("logits", (int64_t)N * Vp).data(), logits.size(), kTol.logits);
-    float loss = (float)sums.loss();
+    float loss = (float)model.loss_value(sums);
     compare("loss", &loss, dc.r.floats("loss", 1).data(), 1, kTol.loss);
     compare("loss.ce", &loss, dc.r.floats("loss.ce", 1).data(), 1, kTol.loss);
     std::vector<float> grads = model.get_gradients();

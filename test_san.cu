@@ -37,11 +37,9 @@ implementation on rounding noise alone; the element-wise bound allows for that a
 
 #include <algorithm>
 
+#include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
-struct Tolerance {
-    double atol, rtol, abs = 0.0;  // allowed = atol * max|ref| + rtol * |ref| + abs
-};
 struct Tolerances {
     Tolerance logits, loss, grads, traj_loss, traj_norm;
     double grads_l2_matrix;  // relative L2 error per gradient tensor: matrices
@@ -57,48 +55,6 @@ constexpr Tolerances kTol = {{2e-6, 1e-5}, {0, 2e-6}, {2e-5, 1e-4}, {0, 2e-5}, {
 constexpr Tolerances kTol = {{3e-2, 3e-2}, {0, 5e-3}, {3e-1, 2e-1}, {0, 1e-2}, {0, 5e-2}, 0.1, 0.5, 0.05, 0.3, 20.0};
 #endif
 
-// Relative L2 error ||got - ref|| / ||ref|| of one tensor.
-static bool compare_l2(const std::string& what, const float* got, const float* ref, size_t n, double tol) {
-    double diff = 0.0, norm = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        diff += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    double rel = norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-    bool ok = rel <= tol;
-    if (getenv("TEST_SAN_VERBOSE") != nullptr || !ok) {
-        printf("    %-40s %s relative L2 error %.3g (tol %.3g)\n", what.c_str(), ok ? "ok  " : "FAIL", rel, tol);
-    }
-    if (!ok) { testing::report_failure(__FILE__, __LINE__, what + ": relative L2 error out of tolerance"); }
-    return ok;
-}
-
-// Compares got with ref under tol; reports the worst element and returns true if all pass.
-static bool compare(const std::string& what, const float* got, const float* ref, size_t n, Tolerance tol) {
-    double max_ref = 0.0;
-    for (size_t i = 0; i < n; i++) { max_ref = std::max(max_ref, (double)std::fabs(ref[i])); }
-    size_t bad = 0, worst = 0;
-    double worst_ratio = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double err = std::fabs((double)got[i] - (double)ref[i]);
-        double allowed = tol.atol * max_ref + tol.rtol * std::fabs(ref[i]) + tol.abs;
-        double ratio = allowed > 0.0 ? err / allowed : (err > 0.0 ? INFINITY : 0.0);
-        if (!(ratio <= 1.0)) { bad++; }
-        if (!(ratio <= worst_ratio)) {
-            worst_ratio = ratio;
-            worst = i;
-        }
-    }
-    if (getenv("TEST_SAN_VERBOSE") != nullptr || bad > 0) {
-        printf("    %-40s %s worst err/allowed %.3f at [%zu]: %.9g vs %.9g (max|ref| %.3g)\n", what.c_str(),
-               bad ? "FAIL" : "ok  ", worst_ratio, worst, n ? got[worst] : 0.0f, n ? ref[worst] : 0.0f, max_ref);
-    }
-    if (bad > 0) {
-        testing::report_failure(__FILE__, __LINE__, what + ": " + std::to_string(bad) + " of " + std::to_string(n) +
-                                                         " elements out of tolerance");
-    }
-    return bad == 0;
-}
 
 // The parameter count written out from the architecture (not from parameter_spec).
 static int64_t expected_parameter_count(const SANConfig& c) {

@@ -38,6 +38,8 @@ PyTorch reference train_gpt2.py.
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/optimizer.h"
+#include "llmc/parameters.h"
+#include "llmc/training.h"
 #include "llmc/cli.h"
 #include "llmc/tensor_file.h"
 #include "llmc/dataloader.h"
@@ -163,7 +165,7 @@ std::vector<ParamSpec> parameter_spec(const GPT2Config& c) {
     int64_t d = c.n_embd;
     float out_std = kInitStd / std::sqrt(2.0f * c.n_layer);
     std::vector<ParamSpec> spec;
-    spec.push_back({"wte", {c.padded_vocab(), d}, false, kInitStd, 0.0f});
+    spec.push_back({"wte", {c.padded_vocab(), d}, false, kInitStd, 0.0f, c.vocab_size});
     spec.push_back({"wpe", {c.seq_len, d}, false, kInitStd, 0.0f});
     for (int l = 0; l < c.n_layer; l++) {
         for (const LayerField& f : kLayerFields) {
@@ -231,24 +233,13 @@ struct LayerActivations {
 // ========================================================================================
 // the model
 
-struct LossSums {
-    double ce_sum = 0.0;
-    int64_t count = 0;
-    double loss() const { return count == 0 ? 0.0 : ce_sum / (double)count; }
-};
-
-struct GPT2 {
+// The model: its parameters, gradients and optimizer (llmc/parameters.h) and, for B rows
+// of T positions, the activations and scratch of forward and backward.
+struct GPT2 : ModelParameters {
     GPT2Config cfg;
     int B, T;  // capacity of the activations
-    std::vector<ParamSpec> spec;
-    size_t num_params = 0;
     DeviceArena arena;
-
-    floatX* params = nullptr;
-    floatX* grads = nullptr;
-    float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
     ModelTensors<floatX> P, G;
-    std::unique_ptr<ParamOptimizer> optimizer;
 
     // activations
     std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
@@ -267,20 +258,13 @@ struct GPT2 {
     EmbeddingBuckets buckets;
     int last_B = 0, last_T = 0;
     std::vector<int> host_targets;
-    cudaStream_t stream = nullptr;
 
-    GPT2(const GPT2Config& config, int batch, int seq) : cfg(config), B(batch), T(seq) {
+    GPT2(const GPT2Config& config, int batch, int seq)
+        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
-        spec = parameter_spec(cfg);
-        num_params = total_numel(spec);
-        params = arena.alloc<floatX>(num_params);
-        grads = arena.alloc<floatX>(num_params);
-        cudaCheck(cudaMemset(grads, 0, num_params * sizeof(floatX)));
-        if (PRECISION_MODE != PrecisionMode::FP32) { master = arena.alloc<float>(num_params); }
         P.point_into(params, cfg);
         G.point_into(grads, cfg);
         allocate_activations();
-        optimizer = std::make_unique<ParamOptimizer>(spec, params, master, grads, scratch);
     }
 
     void allocate_activations() {
@@ -327,54 +311,20 @@ struct GPT2 {
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- parameters in and out (fp32 host vectors in canonical order) --------------------
-    void set_parameters(const std::vector<float>& values) {
-        if (values.size() != num_params) { fatal("set_parameters: %zu values for %zu parameters", values.size(), num_params); }
-        std::vector<floatX> converted(num_params);
-        for (size_t i = 0; i < num_params; i++) { converted[i] = from_float<floatX>(values[i]); }
-        cudaCheck(cudaMemcpy(params, converted.data(), num_params * sizeof(floatX), cudaMemcpyHostToDevice));
-        if (master != nullptr) { cudaCheck(cudaMemcpy(master, values.data(), num_params * sizeof(float), cudaMemcpyHostToDevice)); }
+    // ---- loss bookkeeping (llmc/training.h): every target >= 0 counts ---------------------
+    int64_t count_loss_targets(const int* targets, int n) const {
+        int64_t count = 0;
+        for (int i = 0; i < n; i++) { count += targets[i] >= 0; }
+        return count;
     }
-    std::vector<float> get_parameters() const {
-        std::vector<float> out(num_params);
-        if (master != nullptr) {
-            cudaCheck(cudaMemcpy(out.data(), master, num_params * sizeof(float), cudaMemcpyDeviceToHost));
-        } else {
-            std::vector<floatX> values = copy_from_device(params, num_params);
-            for (size_t i = 0; i < num_params; i++) { out[i] = to_float(values[i]); }
-        }
-        return out;
-    }
-    std::vector<float> get_gradients() const {
-        std::vector<floatX> values = copy_from_device(grads, num_params);
-        std::vector<float> out(num_params);
-        for (size_t i = 0; i < num_params; i++) { out[i] = to_float(values[i]); }
-        return out;
-    }
-
-    // GPT-2 init (doc/gpt2.md) from our own random stream (the reference's stream is not
-    // reproduced: tests load parameters instead). Padded wte rows are 0.
-    void init_parameters(uint64_t seed) {
-        std::mt19937_64 rng(seed);
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        std::vector<float> values;
-        values.reserve(num_params);
-        for (const ParamSpec& s : spec) {
-            int64_t row_size = s.shape.size() == 2 ? s.shape[1] : s.numel();
-            int64_t rows_used = s.name == "wte" ? cfg.vocab_size : s.numel() / row_size;
-            for (int64_t i = 0; i < s.numel(); i++) {
-                bool padded_row = i / row_size >= rows_used;
-                values.push_back(s.init_std > 0.0f && !padded_row ? s.init_std * normal(rng) : s.init_value);
-            }
-        }
-        set_parameters(values);
-    }
+    double loss_value(const LossStats& s) const { return s.loss(0.0); }
+    const std::vector<int>& loss_targets() const { return host_targets; }
 
     // ---- forward ------------------------------------------------------------------------
     // inputs, targets: host (Bn, Tn) token ids (targets < 0 are ignored). Computes the mean
     // cross-entropy; with dloss_scale != 0 also leaves d(loss_sum * dloss_scale)/d logits
     // for backward(). row_losses, if given, receives the per-position losses.
-    LossSums forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
+    LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                      std::vector<float>* row_losses = nullptr) {
         if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
             fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
@@ -383,7 +333,7 @@ struct GPT2 {
         last_T = Tn;
         const int N = Bn * Tn, d = cfg.n_embd, H = cfg.n_head, hd = cfg.head_dim(), V = cfg.vocab_size,
                   Vp = cfg.padded_vocab();
-        LossSums sums;
+        LossStats sums;
         host_targets.assign(targets, targets + N);
         for (int i = 0; i < N; i++) {
             if (inputs[i] < 0 || inputs[i] >= V) { fatal("input token %d at %d is outside the vocabulary of %d", inputs[i], i, V); }
@@ -476,44 +426,12 @@ struct GPT2 {
         position_backward(G.wpe, dx, Bn, Tn, d, stream);
     }
 
-    void zero_grad() { cudaCheck(cudaMemsetAsync(grads, 0, num_params * sizeof(floatX), stream)); }
-
-    // ---- update -------------------------------------------------------------------------
-    // One AdamW step on the accumulated gradients (clipped to the global norm); returns the
-    // global gradient norm before clipping. Matrices decay; embeddings, biases and
-    // LayerNorm parameters do not (ParamSpec::matrix).
-    float update(const OptimizerConfig& opt, double lr_matrix, double lr_other) {
-        return optimizer->update(opt, lr_matrix, lr_other, stream);
-    }
-    int64_t steps_done() const { return optimizer->step; }
-
     // ---- checkpoint ---------------------------------------------------------------------
-    // Model + AdamW state in the container of doc/formats.md (readable by train_gpt2.py);
-    // `extra` adds keys such as the data position for an exact resume.
+    // Config, optimizer state and parameters in the container of doc/formats.md (readable
+    // by train_gpt2.py); `extra` adds keys such as the resume position.
     void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
                          const std::vector<std::pair<std::string, std::string>>& extra) const {
-        TensorFileWriter w(TENSOR_FILE_CHECKPOINT);
-        write_config(w, cfg);
-        optimizer->save(w, opt);
-        for (const auto& kv : extra) { w.set(kv.first, kv.second); }
-        std::vector<float> values = get_parameters();
-        size_t offset = 0;
-        for (const ParamSpec& s : spec) {
-            w.add_floats(s.name, s.shape, values.data() + offset);
-            offset += s.numel();
-        }
-        w.write(path);
-    }
-
-    // Loads parameters (and the AdamW state and step, if the file has them) by name.
-    void load_parameters(const TensorFileReader& r, bool with_optimizer) {
-        std::vector<float> values;
-        for (const ParamSpec& s : spec) {
-            std::vector<float> t = r.floats(s.name, s.numel());
-            values.insert(values.end(), t.begin(), t.end());
-        }
-        set_parameters(values);
-        if (with_optimizer) { optimizer->load(r); }
+        ModelParameters::save_checkpoint(path, opt, extra, [this](TensorFileWriter& w) { write_config(w, cfg); });
     }
 
     // ---- sampling -----------------------------------------------------------------------
@@ -633,20 +551,13 @@ LlmcModel load_llmc(const std::string& path, int bos_id) {
 struct Options {
     std::string preset = "tiny";
     GPT2Config model;
-    OptimizerConfig opt;
-    std::string train_data, val_data, tokenizer_path, log_path, checkpoint_dir, resume_path, init_from, init_from_llmc;
-    int batch_size = 8, seq_len = 0, grad_accum = 1;
-    long steps = 100;
-    int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
-    float temperature = 1.0f;
-    uint64_t seed = 42;
-    int shuffle = 1;
+    TrainOptions train;
+    std::string init_from_llmc;
 };
 
 std::vector<Flag> make_flags(Options& o) {
     GPT2Config& m = o.model;
-    OptimizerConfig& p = o.opt;
-    return {
+    std::vector<Flag> flags = {
         make_flag("--preset", &o.preset, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it"),
         make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
         make_flag("--max-seq-len", &m.seq_len, "model context T (rows of the position embedding)"),
@@ -654,40 +565,10 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--n-embd", &m.n_embd, "width d"),
         make_flag("--n-head", &m.n_head, "attention heads"),
         make_flag("--bos-id", &m.bos_id, "token that starts a sample"),
-        make_flag("--train-data", &o.train_data, "training shards (glob, comma-separated globs)"),
-        make_flag("--val-data", &o.val_data, "validation shards (glob); empty: no validation"),
-        make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin to decode samples (and take V and BOS from)"),
-        make_flag("--batch-size", &o.batch_size, "rows per micro-batch B"),
-        make_flag("--seq-len", &o.seq_len, "tokens per row (0: the model's T)"),
-        make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step"),
-        make_flag("--steps", &o.steps, "optimizer steps"),
-        make_flag("--optimizer", &p.optimizer, "adamw"),
-        make_flag("--lr", &p.lr, "peak rate of the matrix group"),
-        make_flag("--lr-other", &p.lr_other, "peak rate of embeddings/biases/LayerNorm (<0: same as --lr)"),
-        make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices only)"),
-        make_flag("--beta1", &p.beta1, "AdamW beta1"),
-        make_flag("--beta2", &p.beta2, "AdamW beta2"),
-        make_flag("--eps", &p.eps, "AdamW epsilon"),
-        make_flag("--grad-clip", &p.grad_clip, "global grad-norm clip (0: off)"),
-        make_flag("--schedule", &p.schedule.kind, "wsd | cosine | linear | constant"),
-        make_flag("--warmup-frac", &p.schedule.warmup_frac, "warmup fraction of the steps"),
-        make_flag("--decay-frac", &p.schedule.decay_frac, "wsd: decay fraction of the steps"),
-        make_flag("--final-frac", &p.schedule.final_frac, "final rate as a fraction of the peak"),
-        make_flag("--seed", &o.seed, "seed of init, data order and sampling"),
-        make_flag("--shuffle", &o.shuffle, "shuffle training windows 0|1"),
-        make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
-        make_flag("--val-batches", &o.val_batches, "validation micro-batches"),
-        make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
-        make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
-        make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),
-        make_flag("--log", &o.log_path, "machine-readable log (JSON lines); empty: none"),
-        make_flag("--log-every", &o.log_every, "print a progress line every N steps"),
-        make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none)"),
-        make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
-        make_flag("--resume", &o.resume_path, "checkpoint to resume exactly (model, optimizer, data position, RNG)"),
-        make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from"),
         make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"),
     };
+    add_training_flags(flags, o.train);
+    return flags;
 }
 
 // Parses argv: --preset first (it sets the model defaults), then every flag.
@@ -707,30 +588,16 @@ Options parse_args(int argc, char** argv) {
 
 #ifndef TESTING
 
-// Mean validation loss over the first `batches` batches of the validation data.
-double evaluate(GPT2& model, DataLoader& val, int batches) {
-    val.reset();
-    double sum = 0.0;
-    int64_t count = 0;
-    for (int k = 0; k < batches; k++) {
-        val.next_batch();
-        LossSums s = model.forward(val.inputs.data(), val.targets.data(), val.B, val.T, 0.0f);
-        sum += s.ce_sum;
-        count += s.count;
-    }
-    return count > 0 ? sum / count : 0.0;
-}
-
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
     Options o = parse_args(argc, argv);
+    TrainOptions& t = o.train;
     std::unique_ptr<TensorFileReader> checkpoint;
     std::unique_ptr<LlmcModel> llmc;
-    int sources = !o.resume_path.empty() + !o.init_from.empty() + !o.init_from_llmc.empty();
-    if (sources > 1) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
-    if (!o.resume_path.empty() || !o.init_from.empty()) {
-        const std::string& path = o.resume_path.empty() ? o.init_from : o.resume_path;
-        checkpoint = std::make_unique<TensorFileReader>(path, TENSOR_FILE_CHECKPOINT);
+    std::string start = start_checkpoint(t);
+    if (!start.empty() && !o.init_from_llmc.empty()) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
+    if (!start.empty()) {
+        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
         o.model = read_config(*checkpoint);
     }
     if (!o.init_from_llmc.empty()) {
@@ -739,8 +606,8 @@ int main(int argc, char** argv) {
         o.model = llmc->cfg;
     }
     Tokenizer tokenizer;
-    if (!o.tokenizer_path.empty()) {
-        tokenizer.load(o.tokenizer_path);
+    if (!t.tokenizer_path.empty()) {
+        tokenizer.load(t.tokenizer_path);
         if (checkpoint == nullptr && llmc == nullptr) {
             o.model.vocab_size = tokenizer.vocab_size;
             if (tokenizer.bos_id >= 0 && find_flag_value(argc, argv, "--bos-id").empty()) { o.model.bos_id = tokenizer.bos_id; }
@@ -748,13 +615,8 @@ int main(int argc, char** argv) {
     }
     o.model.resolve_and_check();
     const GPT2Config& c = o.model;
-    if (o.seq_len == 0) { o.seq_len = c.seq_len; }
-    if (o.opt.optimizer != "adamw") { fatal("--optimizer: '%s' is not available for GPT-2 (adamw)", o.opt.optimizer.c_str()); }
-    if (o.opt.lr_other < 0) { o.opt.lr_other = o.opt.lr; }
-    if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > c.seq_len) { fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", c.seq_len); }
-    if (o.grad_accum <= 0 || o.steps <= 0) { fatal("--grad-accum and --steps must be positive"); }
-    if (o.train_data.empty()) { fatal("--train-data is required (e.g. \"data/offline/kjv/kjv_train_*.bin\"; make demo builds it)"); }
-    o.opt.schedule.check(o.steps);
+    check_training_options(t, c.seq_len);
+    if (t.opt.is_muon()) { fatal("--optimizer: muon is not available for GPT-2 here (adamw); its fused qkv matrix would be orthogonalised as one"); }
 
     // config, sizes, FLOPs
     auto counts = count_parameters(c);
@@ -763,128 +625,21 @@ int main(int argc, char** argv) {
            c.n_head, c.head_dim(), c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
            flops_per_token(c) / 1e6);
-    printf("training: %ld steps x %d micro-batches x %d x %d tokens; adamw lr %g (other %g) wd %g clip %g, schedule %s\n",
-           o.steps, o.grad_accum, o.batch_size, o.seq_len, o.opt.lr, o.opt.lr_other, o.opt.weight_decay, o.opt.grad_clip,
-           o.opt.schedule.kind.c_str());
+    printf("training: %ld steps x %d micro-batches x %d x %d tokens\n", t.steps, t.grad_accum, t.batch_size, t.seq_len);
+    print_optimizer(t.opt);
 
-    GPT2 model(c, o.batch_size, o.seq_len);
+    GPT2 model(c, t.batch_size, t.seq_len);
     if (checkpoint != nullptr) {
-        model.load_parameters(*checkpoint, !o.resume_path.empty());
+        model.load_parameters(*checkpoint, !t.resume_path.empty());
     } else if (llmc != nullptr) {
         model.set_parameters(llmc->values);
         printf("initialised from llm.c model file %s\n", o.init_from_llmc.c_str());
         llmc.reset();
     } else {
-        model.init_parameters(o.seed);
+        model.init_parameters(t.seed);
     }
-
-    DataLoaderConfig train_cfg;
-    train_cfg.pattern = o.train_data;
-    train_cfg.B = o.batch_size;
-    train_cfg.T = o.seq_len;
-    train_cfg.shuffle = o.shuffle != 0;
-    train_cfg.seed = o.seed;
-    train_cfg.doc_start_token = -1;  // GPT-2 attends across documents, as llm.c does
-    train_cfg.vocab_size = c.vocab_size;
-    DataLoader train(train_cfg);
-    std::unique_ptr<DataLoader> val;
-    if (!o.val_data.empty()) {
-        DataLoaderConfig val_cfg = train_cfg;
-        val_cfg.pattern = o.val_data;
-        val_cfg.shuffle = false;
-        val = std::make_unique<DataLoader>(val_cfg);
-    }
-    std::mt19937_64 rng(o.seed);
-    if (!o.resume_path.empty()) {
-        DataPosition pos{checkpoint->integer("resume.data_epoch"), checkpoint->integer("resume.data_step"),
-                         (uint64_t)std::stoull(checkpoint->str("resume.data_fingerprint"))};
-        train.set_position(pos);
-        rng.seed((uint64_t)std::stoull(checkpoint->str("resume.rng_seed")));
-        printf("resumed from %s at step %" PRId64 "\n", o.resume_path.c_str(), model.steps_done());
-    }
-    checkpoint.reset();
-    FILE* log = nullptr;
-    if (!o.log_path.empty()) {
-        log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
-        if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
-    }
-    auto save = [&](const std::string& name) {
-        if (o.checkpoint_dir.empty()) { return; }
-        DataPosition pos = train.position();
-        uint64_t rng_seed = rng();  // reseeding from a drawn value makes the resumed stream exact
-        rng.seed(rng_seed);
-        std::string path = o.checkpoint_dir + "/" + name;
-        model.save_checkpoint(path, o.opt, {{"resume.data_epoch", std::to_string(pos.epoch)},
-                                            {"resume.data_step", std::to_string(pos.step)},
-                                            {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
-                                            {"resume.rng_seed", std::to_string(rng_seed)}});
-        printf("saved %s\n", path.c_str());
-    };
-    auto print_sample = [&]() {
-        if (o.sample_tokens <= 0) { return; }
-        std::vector<int> out = model.sample({c.bos_id}, o.sample_tokens, o.temperature, rng);
-        printf("sample: ");
-        if (tokenizer.loaded()) {
-            printf("%s\n", tokenizer.decode(out).c_str());
-        } else {
-            for (int t : out) { printf("%d ", t); }
-            printf("\n");
-        }
-    };
-    auto validate = [&](long step) {
-        if (val == nullptr) { return; }
-        double loss = evaluate(model, *val, o.val_batches);
-        printf("step %ld: val loss %.4f\n", step, loss);
-        if (log != nullptr) {
-            fprintf(log, "{\"step\": %ld, \"val_loss\": %.6f}\n", step, loss);
-            fflush(log);
-        }
-    };
-
-    const double tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len;
-    double total_ms = 0.0;
-    long first_step = (long)model.steps_done();
-    if (first_step == 0) { validate(0); }
-    for (long step = first_step; step < o.steps; step++) {
-        Timer timer;
-        model.zero_grad();
-        double loss = 0.0;
-        for (int micro = 0; micro < o.grad_accum; micro++) {
-            train.next_batch();
-            int64_t count = 0;
-            for (int i = 0; i < o.batch_size * o.seq_len; i++) { count += train.targets[i] >= 0; }
-            float scale = 1.0f / (float)(std::max<int64_t>(count, 1) * o.grad_accum);
-            LossSums s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale);
-            model.backward();
-            loss += s.loss() / o.grad_accum;
-        }
-        if (!std::isfinite(loss)) { fatal("step %ld: loss is %f: the run diverged", step + 1, loss); }
-        double f = o.opt.schedule.multiplier(step, o.steps);
-        float grad_norm = model.update(o.opt, o.opt.lr * f, o.opt.lr_other * f);
-        cudaCheck(cudaDeviceSynchronize());
-        double ms = timer.ms();
-        total_ms += ms;
-        long done = step + 1;
-        double eta_s = total_ms / (done - first_step) * (o.steps - done) / 1e3;
-        if (done % o.log_every == 0 || done == o.steps || done == first_step + 1) {
-            printf("step %5ld/%ld | loss %.4f | lr %.3e | norm %6.3f | %7.1f ms | %8.0f tok/s | eta %.0fs\n", done, o.steps,
-                   loss, o.opt.lr * f, grad_norm, ms, tokens_per_step / (ms / 1e3), eta_s);
-        }
-        if (log != nullptr) {
-            fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f}\n", done, loss,
-                    o.opt.lr * f, grad_norm, ms);
-            fflush(log);
-        }
-        if (o.val_every > 0 && done % o.val_every == 0 && done != o.steps) { validate(done); }
-        if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(); }
-        if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
-    }
-    validate(o.steps);
-    print_sample();
-    save("final.bin");
-    printf("trained %ld steps in %.1f s (%.0f tok/s)\n", o.steps - first_step, total_ms / 1e3,
-           tokens_per_step * (o.steps - first_step) / (total_ms / 1e3));
-    if (log != nullptr) { fclose(log); }
+    // GPT-2 attends across documents, as llm.c does: no document ids
+    run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size, -1, c.bos_id);
     return 0;
 }
 #endif

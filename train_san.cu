@@ -37,6 +37,9 @@ against the PyTorch reference train_san.py.
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/optimizer.h"
+#include "llmc/parameters.h"
+#include "llmc/sampling.h"
+#include "llmc/training.h"
 #include "llmc/cli.h"
 #include "llmc/tensor_file.h"
 #include "llmc/dataloader.h"
@@ -186,7 +189,7 @@ std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
     float out_std = kInitStd / std::sqrt(2.0f * c.n_layer);
     bool gated = residual_has_gate(c.residual_mode());
     std::vector<ParamSpec> spec;
-    spec.push_back({"wte", {c.padded_vocab(), d}, false, kInitStd, 0.0f});
+    spec.push_back({"wte", {c.padded_vocab(), d}, false, kInitStd, 0.0f, c.vocab_size});
     for (int l = 0; l < c.n_layer; l++) {
         std::string p = "layers." + std::to_string(l) + ".";
         spec.push_back({p + "attn_norm.weight", {d}, false, 0.0f, gain});
@@ -284,24 +287,13 @@ struct LayerActivations {
 // ========================================================================================
 // the model
 
-struct LossStats {
-    double ce_sum = 0.0, lse_sq_sum = 0.0;
-    int64_t count = 0;
-    double loss(double z_loss) const { return count == 0 ? 0.0 : (ce_sum + z_loss * lse_sq_sum) / (double)count; }
-};
-
-struct SAN {
+// The model: its parameters, gradients and optimizer (llmc/parameters.h) and, for B rows
+// of T positions, the activations and scratch of forward and backward.
+struct SAN : ModelParameters {
     SANConfig cfg;
     int B, T;  // capacity of the activations: B rows of T positions
-    std::vector<ParamSpec> spec;
-    size_t num_params = 0;
     DeviceArena arena;
-
-    floatX* params = nullptr;
-    floatX* grads = nullptr;
-    float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
     ModelTensors<floatX> P, G;
-    std::unique_ptr<ParamOptimizer> optimizer;
 
     // activations
     std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
@@ -321,20 +313,13 @@ struct SAN {
     EmbeddingBuckets buckets;
     int last_B = 0, last_T = 0;
     std::vector<int> host_targets_masked;
-    cudaStream_t stream = nullptr;
 
-    SAN(const SANConfig& config, int batch, int seq) : cfg(config), B(batch), T(seq) {
+    SAN(const SANConfig& config, int batch, int seq)
+        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
-        spec = parameter_spec(cfg);
-        num_params = total_numel(spec);
-        params = arena.alloc<floatX>(num_params);
-        grads = arena.alloc<floatX>(num_params);
-        cudaCheck(cudaMemset(grads, 0, num_params * sizeof(floatX)));
-        if (PRECISION_MODE != PrecisionMode::FP32) { master = arena.alloc<float>(num_params); }
         P.point_into(params, cfg);
         G.point_into(grads, cfg);
         allocate_activations();
-        optimizer = std::make_unique<ParamOptimizer>(spec, params, master, grads, scratch);
         std::vector<float> table = rope_table(cfg.seq_len, cfg.head_dim(), cfg.rope_theta);
         rope = copy_to_device(table);
         arena.blocks.push_back(rope);
@@ -409,48 +394,17 @@ struct SAN {
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- parameters in and out (fp32 host vectors in canonical order) --------------------
-    void set_parameters(const std::vector<float>& values) {
-        if (values.size() != num_params) { fatal("set_parameters: %zu values for %zu parameters", values.size(), num_params); }
-        std::vector<floatX> converted(num_params);
-        for (size_t i = 0; i < num_params; i++) { converted[i] = from_float<floatX>(values[i]); }
-        cudaCheck(cudaMemcpy(params, converted.data(), num_params * sizeof(floatX), cudaMemcpyHostToDevice));
-        if (master != nullptr) { cudaCheck(cudaMemcpy(master, values.data(), num_params * sizeof(float), cudaMemcpyHostToDevice)); }
+    // ---- loss bookkeeping (llmc/training.h) ----------------------------------------------
+    // A target counts if it is >= 0 and, with the document mask, not the BOS of the next
+    // document (doc/san-model.md, "Document mask and loss mask").
+    bool counts(int target) const { return target >= 0 && !(cfg.doc_mask && target == cfg.bos_id); }
+    int64_t count_loss_targets(const int* targets, int n) const {
+        int64_t count = 0;
+        for (int i = 0; i < n; i++) { count += counts(targets[i]); }
+        return count;
     }
-    std::vector<float> get_parameters() const {
-        std::vector<float> out(num_params);
-        if (master != nullptr) {
-            cudaCheck(cudaMemcpy(out.data(), master, num_params * sizeof(float), cudaMemcpyDeviceToHost));
-        } else {
-            std::vector<floatX> values = copy_from_device(params, num_params);
-            for (size_t i = 0; i < num_params; i++) { out[i] = to_float(values[i]); }
-        }
-        return out;
-    }
-    std::vector<float> get_gradients() const {
-        std::vector<floatX> values = copy_from_device(grads, num_params);
-        std::vector<float> out(num_params);
-        for (size_t i = 0; i < num_params; i++) { out[i] = to_float(values[i]); }
-        return out;
-    }
-
-    // Parameter init of doc/san-model.md (our own random stream; the reference's stream is
-    // not reproduced: tests load parameters instead).
-    void init_parameters(uint64_t seed) {
-        std::mt19937_64 rng(seed);
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        std::vector<float> values;
-        values.reserve(num_params);
-        for (const ParamSpec& s : spec) {
-            int64_t rows_used = s.name == "wte" ? cfg.vocab_size : (s.shape.empty() ? 1 : s.shape[0]);
-            int64_t row_size = s.numel() / (s.shape.empty() ? 1 : s.shape[0]);
-            for (int64_t i = 0; i < s.numel(); i++) {
-                bool padded_row = i / row_size >= rows_used;
-                values.push_back(s.init_std > 0.0f && !padded_row ? s.init_std * normal(rng) : s.init_value);
-            }
-        }
-        set_parameters(values);
-    }
+    double loss_value(const LossStats& s) const { return s.loss(cfg.z_loss); }
+    const std::vector<int>& loss_targets() const { return host_targets_masked; }
 
     // ---- forward ------------------------------------------------------------------------
     // inputs, targets: host (Bn, Tn) token ids (targets < 0 are ignored). Computes the loss;
@@ -479,9 +433,8 @@ struct SAN {
                 if (targets[i] >= V) { fatal("target token %d at (%d, %d) is outside the vocabulary of %d", targets[i], b, t, V); }
                 doc += inputs[i] == cfg.bos_id;
                 doc_ids[i] = doc;
-                bool counts = targets[i] >= 0 && !(cfg.doc_mask && targets[i] == cfg.bos_id);
-                masked[i] = counts ? targets[i] : -1;
-                count += counts;
+                masked[i] = counts(targets[i]) ? targets[i] : -1;
+                count += masked[i] >= 0;
             }
         }
         host_targets_masked = masked;
@@ -627,43 +580,12 @@ struct SAN {
         embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
     }
 
-    void zero_grad() { cudaCheck(cudaMemsetAsync(grads, 0, num_params * sizeof(floatX), stream)); }
-
-    // ---- update -------------------------------------------------------------------------
-    // One optimizer step on the accumulated gradients (clipped to the global norm); returns
-    // the global gradient norm before clipping.
-    float update(const OptimizerConfig& opt, double lr_matrix, double lr_other) {
-        return optimizer->update(opt, lr_matrix, lr_other, stream);
-    }
-    int64_t steps_done() const { return optimizer->step; }
-
     // ---- checkpoint ---------------------------------------------------------------------
-    // Model + optimizer state (AdamW or Muon) in the container of doc/formats.md (readable by train_san.py);
-    // `extra` adds keys such as the data position for an exact resume.
+    // Config, optimizer state and parameters in the container of doc/formats.md (readable
+    // by train_san.py); `extra` adds keys such as the resume position.
     void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
                          const std::vector<std::pair<std::string, std::string>>& extra) const {
-        TensorFileWriter w(TENSOR_FILE_CHECKPOINT);
-        write_config(w, cfg);
-        optimizer->save(w, opt);
-        for (const auto& kv : extra) { w.set(kv.first, kv.second); }
-        std::vector<float> values = get_parameters();
-        size_t offset = 0;
-        for (const ParamSpec& s : spec) {
-            w.add_floats(s.name, s.shape, values.data() + offset);
-            offset += s.numel();
-        }
-                w.write(path);
-    }
-
-    // Loads parameters (and the optimizer state and step, if the file has them) by name.
-    void load_parameters(const TensorFileReader& r, bool with_optimizer) {
-        std::vector<float> values;
-        for (const ParamSpec& s : spec) {
-            std::vector<float> t = r.floats(s.name, s.numel());
-            values.insert(values.end(), t.begin(), t.end());
-        }
-        set_parameters(values);
-        if (with_optimizer) { optimizer->load(r); }
+        ModelParameters::save_checkpoint(path, opt, extra, [this](TensorFileWriter& w) { write_config(w, cfg); });
     }
 
     // ---- sampling -----------------------------------------------------------------------
@@ -680,17 +602,7 @@ struct SAN {
             forward(row.data(), no_targets.data(), 1, Tn, 0.0f);
             std::vector<float> last(Vp);
             cudaCheck(cudaMemcpy(last.data(), logits + (size_t)(len - 1) * Vp, Vp * sizeof(float), cudaMemcpyDeviceToHost));
-            int next = 0;
-            if (temperature <= 0.0f) {
-                next = (int)(std::max_element(last.begin(), last.begin() + V) - last.begin());
-            } else {
-                float mx = *std::max_element(last.begin(), last.begin() + V);
-                std::vector<double> p(V);
-                for (int j = 0; j < V; j++) { p[j] = std::exp((last[j] - mx) / temperature); }
-                std::discrete_distribution<int> dist(p.begin(), p.end());
-                next = dist(rng);
-            }
-            tokens.push_back(next);
+            tokens.push_back(sample_token(last.data(), V, temperature, rng));
         }
         return tokens;
     }
@@ -702,25 +614,12 @@ struct SAN {
 struct Options {
     std::string preset = "tiny";
     SANConfig model;
-    OptimizerConfig opt = [] {
-        OptimizerConfig c;
-        c.lr = -1.0;  // the optimizer's default (OptimizerConfig::resolve_rates)
-        return c;
-    }();
-    int lr_scale_gpus = 1;
-    std::string train_data, val_data, tokenizer_path, log_path, checkpoint_dir, resume_path, init_from;
-    int batch_size = 8, seq_len = 0, grad_accum = 1;
-    long steps = 100;
-    int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
-    float temperature = 1.0f;
-    uint64_t seed = 42;
-    int shuffle = 1;
+    TrainOptions train;
 };
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
-    OptimizerConfig& p = o.opt;
-    return {
+    std::vector<Flag> flags = {
         make_flag("--preset", &o.preset, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); flags below override it"),
         make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
         make_flag("--max-seq-len", &m.seq_len, "model context T (RoPE table size)"),
@@ -738,46 +637,10 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
         make_flag("--bos-id", &m.bos_id, "token that starts a document"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
-        make_flag("--train-data", &o.train_data, "training shards (glob, comma-separated globs)"),
-        make_flag("--val-data", &o.val_data, "validation shards (glob); empty: no validation"),
-        make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin to decode samples (and take V from)"),
-        make_flag("--batch-size", &o.batch_size, "rows per micro-batch B"),
-        make_flag("--seq-len", &o.seq_len, "tokens per row (0: the model's T)"),
-        make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step"),
-        make_flag("--steps", &o.steps, "optimizer steps"),
-        make_flag("--optimizer", &p.optimizer, "adamw | muon (Muon on the matrices, AdamW without decay on the rest)"),
-        make_flag("--lr", &p.lr, "peak rate of the matrix group (<0: muon 0.02, adamw 6e-4)"),
-        make_flag("--lr-other", &p.lr_other, "peak rate of embedding/gains/gates (<0: muon 3e-4, adamw same as --lr)"),
-        make_flag("--lr-scale-gpus", &o.lr_scale_gpus, "scale the rates for N GPUs: AdamW rates x N, the Muon rate x sqrt(N)"),
-        make_flag("--muon-order", &p.muon_order, "keller (momentum, then orthogonalise, shape factor) | paper (orthogonalise, then momentum)"),
-        make_flag("--muon-momentum", &p.muon_momentum, "Muon momentum"),
-        make_flag("--ns-steps", &p.ns_steps, "Newton-Schulz steps"),
-        make_flag("--ns-fp32", &p.ns_fp32, "Newton-Schulz in fp32 also in bf16 builds 0|1"),
-        make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices only)"),
-        make_flag("--beta1", &p.beta1, "AdamW beta1"),
-        make_flag("--beta2", &p.beta2, "AdamW beta2"),
-        make_flag("--eps", &p.eps, "AdamW epsilon"),
-        make_flag("--grad-clip", &p.grad_clip, "global grad-norm clip (0: off)"),
-        make_flag("--schedule", &p.schedule.kind, "wsd | cosine | linear | constant"),
-        make_flag("--warmup-frac", &p.schedule.warmup_frac, "warmup fraction of the steps"),
-        make_flag("--decay-frac", &p.schedule.decay_frac, "wsd: decay fraction of the steps"),
-        make_flag("--final-frac", &p.schedule.final_frac, "final rate as a fraction of the peak"),
-        make_flag("--seed", &o.seed, "seed of init, data order and sampling"),
-        make_flag("--shuffle", &o.shuffle, "shuffle training windows 0|1"),
-        make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
-        make_flag("--val-batches", &o.val_batches, "validation micro-batches"),
-        make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
-        make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
-        make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),
-        make_flag("--log", &o.log_path, "machine-readable log (JSON lines); empty: none"),
-        make_flag("--log-every", &o.log_every, "print a progress line every N steps"),
-        make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none)"),
-        make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
-        make_flag("--resume", &o.resume_path, "checkpoint to resume exactly (model, optimizer, data position, RNG)"),
-        make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from"),
     };
+    add_training_flags(flags, o.train);
+    return flags;
 }
-
 // Parses argv: --preset first (it sets the model defaults), then every flag.
 Options parse_args(int argc, char** argv) {
     Options o;
@@ -795,70 +658,24 @@ Options parse_args(int argc, char** argv) {
 
 #ifndef TESTING
 
-// Validation loss over the first `batches` batches of the validation data, overall and
-// per token region (the region of each target) when the shards have region sidecars.
-struct ValResult {
-    double loss = 0.0;
-    double region_loss[4] = {0, 0, 0, 0};
-    int64_t region_count[4] = {0, 0, 0, 0};
-    bool has_regions = false;
-};
-ValResult evaluate(SAN& model, DataLoader& val, int batches) {
-    val.reset();
-    ValResult r;
-    double weighted = 0.0;
-    int64_t count = 0;
-    std::vector<float> row_losses;
-    for (int k = 0; k < batches; k++) {
-        val.next_batch();
-        LossStats s = model.forward(val.inputs.data(), val.targets.data(), val.B, val.T, 0.0f, &row_losses);
-        weighted += s.ce_sum + model.cfg.z_loss * s.lse_sq_sum;
-        count += s.count;
-        if (val.has_regions) {
-            r.has_regions = true;
-            for (int b = 0; b < val.B; b++) {
-                for (int t = 0; t < val.T; t++) {
-                    int i = b * val.T + t;
-                    if (model.host_targets_masked[i] < 0) { continue; }
-                    int region = val.regions[(size_t)b * (val.T + 1) + t + 1];
-                    r.region_loss[region] += row_losses[i];
-                    r.region_count[region]++;
-                }
-            }
-        }
-    }
-    r.loss = count > 0 ? weighted / count : 0.0;
-    for (int g = 0; g < 4; g++) { r.region_loss[g] = r.region_count[g] > 0 ? r.region_loss[g] / r.region_count[g] : 0.0; }
-    return r;
-}
-
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
     Options o = parse_args(argc, argv);
-    int resume_data_epoch = 0;
-    long long resume_data_step = 0;
-    uint64_t resume_rng = 0;
+    TrainOptions& t = o.train;
     std::unique_ptr<TensorFileReader> checkpoint;
-    if (!o.resume_path.empty() || !o.init_from.empty()) {
-        if (!o.resume_path.empty() && !o.init_from.empty()) { fatal("--resume and --init-from are exclusive"); }
-        const std::string& path = o.resume_path.empty() ? o.init_from : o.resume_path;
-        checkpoint = std::make_unique<TensorFileReader>(path, TENSOR_FILE_CHECKPOINT);
+    std::string start = start_checkpoint(t);
+    if (!start.empty()) {
+        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
         o.model = read_config(*checkpoint);
     }
     Tokenizer tokenizer;
-    if (!o.tokenizer_path.empty()) {
-        tokenizer.load(o.tokenizer_path);
+    if (!t.tokenizer_path.empty()) {
+        tokenizer.load(t.tokenizer_path);
         if (checkpoint == nullptr) { o.model.vocab_size = tokenizer.vocab_size; }
     }
     o.model.resolve_and_check();
     const SANConfig& c = o.model;
-    if (o.seq_len == 0) { o.seq_len = c.seq_len; }
-    o.opt.check();
-    o.opt.resolve_rates(o.lr_scale_gpus);
-    if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > c.seq_len) { fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", c.seq_len); }
-    if (o.grad_accum <= 0 || o.steps <= 0) { fatal("--grad-accum and --steps must be positive"); }
-    if (o.train_data.empty()) { fatal("--train-data is required (e.g. \"data/offline/*_train_*.bin\"; make demo builds it)"); }
-    o.opt.schedule.check(o.steps);
+    check_training_options(t, c.seq_len);
 
     // config, sizes, FLOPs
     auto counts = count_parameters(c);
@@ -870,143 +687,17 @@ int main(int argc, char** argv) {
     printf("vocab %d (padded %d), context %d\n", c.vocab_size, c.padded_vocab(), c.seq_len);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
            flops_per_token(c) / 1e6);
-    printf("training: %ld steps x %d micro-batches x %d x %d tokens\n", o.steps, o.grad_accum, o.batch_size, o.seq_len);
-    if (o.opt.is_muon()) {
-        printf("optimizer: muon (%s order, momentum %g, %d NS steps in %s) lr %g, adamw on the rest lr %g",
-               o.opt.muon_order.c_str(), o.opt.muon_momentum, o.opt.ns_steps,
-               o.opt.ns_fp32 || PRECISION_MODE == PrecisionMode::FP32 ? "fp32" : "bf16", o.opt.lr, o.opt.lr_other);
-    } else {
-        printf("optimizer: adamw lr %g (other %g)", o.opt.lr, o.opt.lr_other);
-    }
-    printf("; wd %g clip %g, schedule %s\n", o.opt.weight_decay, o.opt.grad_clip, o.opt.schedule.kind.c_str());
+    printf("training: %ld steps x %d micro-batches x %d x %d tokens\n", t.steps, t.grad_accum, t.batch_size, t.seq_len);
+    print_optimizer(t.opt);
 
-    SAN model(c, o.batch_size, o.seq_len);
+    SAN model(c, t.batch_size, t.seq_len);
     if (checkpoint != nullptr) {
-        model.load_parameters(*checkpoint, !o.resume_path.empty());
+        model.load_parameters(*checkpoint, !t.resume_path.empty());
     } else {
-        model.init_parameters(o.seed);
+        model.init_parameters(t.seed);
     }
-
-    DataLoaderConfig train_cfg;
-    train_cfg.pattern = o.train_data;
-    train_cfg.B = o.batch_size;
-    train_cfg.T = o.seq_len;
-    train_cfg.shuffle = o.shuffle != 0;
-    train_cfg.seed = o.seed;
-    train_cfg.doc_start_token = c.doc_mask ? c.bos_id : -1;
-    train_cfg.vocab_size = c.vocab_size;
-    DataLoader train(train_cfg);
-    std::unique_ptr<DataLoader> val;
-    if (!o.val_data.empty()) {
-        DataLoaderConfig val_cfg = train_cfg;
-        val_cfg.pattern = o.val_data;
-        val_cfg.shuffle = false;
-        val = std::make_unique<DataLoader>(val_cfg);
-    }
-    std::mt19937_64 rng(o.seed);
-    if (!o.resume_path.empty()) {
-        resume_data_epoch = (int)checkpoint->integer("resume.data_epoch");
-        resume_data_step = checkpoint->integer("resume.data_step");
-        resume_rng = (uint64_t)std::stoull(checkpoint->str("resume.rng_seed"));
-        DataPosition pos{resume_data_epoch, resume_data_step, (uint64_t)std::stoull(checkpoint->str("resume.data_fingerprint"))};
-        train.set_position(pos);
-        rng.seed(resume_rng);
-        printf("resumed from %s at step %" PRId64 "\n", o.resume_path.c_str(), model.steps_done());
-    }
-    checkpoint.reset();
-    FILE* log = nullptr;
-    if (!o.log_path.empty()) {
-        log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
-        if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
-    }
-    auto save = [&](const std::string& name) {
-        if (o.checkpoint_dir.empty()) { return; }
-        DataPosition pos = train.position();
-        uint64_t rng_seed = rng();  // reseeding from a drawn value makes the resumed stream exact
-        rng.seed(rng_seed);
-        std::string path = o.checkpoint_dir + "/" + name;
-        model.save_checkpoint(path, o.opt, {{"resume.data_epoch", std::to_string(pos.epoch)},
-                                            {"resume.data_step", std::to_string(pos.step)},
-                                            {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
-                                            {"resume.rng_seed", std::to_string(rng_seed)}});
-        printf("saved %s\n", path.c_str());
-    };
-    auto print_sample = [&]() {
-        if (o.sample_tokens <= 0) { return; }
-        std::vector<int> out = model.sample({c.bos_id}, o.sample_tokens, o.temperature, rng);
-        printf("sample: ");
-        if (tokenizer.loaded()) {
-            printf("%s\n", tokenizer.decode(out).c_str());
-        } else {
-            for (int t : out) { printf("%d ", t); }
-            printf("\n");
-        }
-    };
-    auto validate = [&](long step) {
-        if (val == nullptr) { return; }
-        ValResult r = evaluate(model, *val, o.val_batches);
-        printf("step %ld: val loss %.4f", step, r.loss);
-        static const char* names[4] = {"other", "query", "trace", "answer"};
-        if (r.has_regions) {
-            for (int g = 0; g < 4; g++) {
-                if (r.region_count[g] > 0) { printf(" | %s %.4f", names[g], r.region_loss[g]); }
-            }
-        }
-        printf("\n");
-        if (log != nullptr) {
-            fprintf(log, "{\"step\": %ld, \"val_loss\": %.6f", step, r.loss);
-            for (int g = 0; g < 4 && r.has_regions; g++) {
-                if (r.region_count[g] > 0) { fprintf(log, ", \"val_loss_%s\": %.6f", names[g], r.region_loss[g]); }
-            }
-            fprintf(log, "}\n");
-            fflush(log);
-        }
-    };
-
-    const double tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len;
-    double total_ms = 0.0;
-    long first_step = (long)model.steps_done();
-    for (long step = first_step; step < o.steps; step++) {
-        Timer timer;
-        model.zero_grad();
-        double loss = 0.0;
-        for (int micro = 0; micro < o.grad_accum; micro++) {
-            train.next_batch();
-            int64_t count = 0;
-            for (int i = 0; i < o.batch_size * o.seq_len; i++) {
-                int y = train.targets[i];
-                count += y >= 0 && !(c.doc_mask && y == c.bos_id);
-            }
-            float scale = 1.0f / (float)(std::max<int64_t>(count, 1) * o.grad_accum);
-            LossStats s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale);
-            model.backward();
-            loss += s.loss(c.z_loss) / o.grad_accum;
-        }
-        if (!std::isfinite(loss)) { fatal("step %ld: loss is %f: the run diverged", step + 1, loss); }
-        double f = o.opt.schedule.multiplier(step, o.steps);
-        float grad_norm = model.update(o.opt, o.opt.lr * f, o.opt.lr_other * f);
-        cudaCheck(cudaDeviceSynchronize());
-        double ms = timer.ms();
-        total_ms += ms;
-        long done = step + 1;
-        double eta_s = total_ms / (done - first_step) * (o.steps - done) / 1e3;
-        if (done % o.log_every == 0 || done == o.steps || done == first_step + 1) {
-            printf("step %5ld/%ld | loss %.4f | lr %.3e | norm %6.3f | %7.1f ms | %8.0f tok/s | eta %.0fs\n", done, o.steps,
-                   loss, o.opt.lr * f, grad_norm, ms, tokens_per_step / (ms / 1e3), eta_s);
-        }
-        if (log != nullptr) {
-            fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f}\n", done, loss,
-                    o.opt.lr * f, grad_norm, ms);
-            fflush(log);
-        }
-        if (o.val_every > 0 && done % o.val_every == 0 && done != o.steps) { validate(done); }
-        if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(); }
-        if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
-    }
-    validate(o.steps);
-    print_sample();
-    save("final.bin");
-    if (log != nullptr) { fclose(log); }
+    run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size,
+                 c.doc_mask ? c.bos_id : -1, c.bos_id);
     return 0;
 }
 #endif

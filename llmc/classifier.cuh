@@ -24,6 +24,14 @@ cheaper there than a block per row, and on the GPU a row of 16k logits keeps a w
 
 #include "cuda_common.h"
 
+// The classifier's per-row outputs summed over a batch on the host (in double):
+// loss = (sum of cross-entropies + z_loss * sum of lse^2) / number of counted rows.
+struct LossStats {
+    double ce_sum = 0.0, lse_sq_sum = 0.0;
+    int64_t count = 0;
+    double loss(double z_loss) const { return count == 0 ? 0.0 : (ce_sum + z_loss * lse_sq_sum) / (double)count; }
+};
+
 constexpr int kClassifierRowsPerBlock = 4;
 
 template <typename TGrad>

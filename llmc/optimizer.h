@@ -35,6 +35,7 @@ struct ParamSpec {
     bool matrix;      // matrix group: weight decay (and the matrix optimizer)
     float init_std;   // > 0: N(0, init_std); 0: constant init_value
     float init_value;
+    int64_t init_rows = -1;  // rows drawn from N(0, init_std) (-1: all; padded vocabulary rows stay init_value)
     int64_t numel() const {
         int64_t n = 1;
         for (int64_t s : shape) { n *= s; }

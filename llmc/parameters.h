@@ -1,0 +1,124 @@
+/*
+The trainable parameters of a model, shared by the trainers: every tensor of a ParamSpec
+list in one device buffer (canonical order, doc/formats.md), their gradients, the fp32
+master copy (bf16 builds: the optimizer updates it and rounds into the floatX copy), and
+the optimizer (llmc/optimizer.h). A trainer's model derives from ModelParameters and adds
+its activations, forward and backward.
+
+Values go in and out as fp32 host vectors in canonical order; checkpoints hold the master
+weights, so a bf16 run resumes bit for bit.
+*/
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_common.h"
+#include "optimizer.h"
+#include "tensor_file.h"
+
+class ModelParameters {
+public:
+    std::vector<ParamSpec> spec;
+    size_t num_params = 0;
+    floatX* params = nullptr;
+    floatX* grads = nullptr;
+    float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
+    std::unique_ptr<ParamOptimizer> optimizer;
+    cudaStream_t stream = nullptr;
+
+    explicit ModelParameters(std::vector<ParamSpec> parameter_spec) : spec(std::move(parameter_spec)) {
+        num_params = total_numel(spec);
+        params = arena_.alloc<floatX>(num_params);
+        grads = arena_.alloc<floatX>(num_params);
+        cudaCheck(cudaMemset(grads, 0, num_params * sizeof(floatX)));
+        if (PRECISION_MODE != PrecisionMode::FP32) { master = arena_.alloc<float>(num_params); }
+        float* scratch = arena_.alloc<float>(kReduceBlocks);
+        optimizer = std::make_unique<ParamOptimizer>(spec, params, master, grads, scratch);
+    }
+
+    void set_parameters(const std::vector<float>& values) {
+        if (values.size() != num_params) { fatal("set_parameters: %zu values for %zu parameters", values.size(), num_params); }
+        std::vector<floatX> converted(num_params);
+        for (size_t i = 0; i < num_params; i++) { converted[i] = from_float<floatX>(values[i]); }
+        cudaCheck(cudaMemcpy(params, converted.data(), num_params * sizeof(floatX), cudaMemcpyHostToDevice));
+        if (master != nullptr) { cudaCheck(cudaMemcpy(master, values.data(), num_params * sizeof(float), cudaMemcpyHostToDevice)); }
+    }
+    std::vector<float> get_parameters() const {
+        if (master != nullptr) { return copy_from_device(master, num_params); }
+        return to_floats(copy_from_device(params, num_params));
+    }
+    std::vector<float> get_gradients() const { return to_floats(copy_from_device(grads, num_params)); }
+
+    // N(0, init_std) for the first init_rows rows of a tensor (all rows when init_rows < 0),
+    // init_value elsewhere: padded vocabulary rows stay zero. Our own random stream: the
+    // tests load the reference's parameters instead of reproducing its generator.
+    void init_parameters(uint64_t seed) {
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> values;
+        values.reserve(num_params);
+        for (const ParamSpec& s : spec) {
+            int64_t rows = s.shape.empty() ? 1 : s.shape[0];
+            int64_t row_size = s.numel() / rows;
+            int64_t random_rows = s.init_rows >= 0 ? s.init_rows : rows;
+            for (int64_t i = 0; i < s.numel(); i++) {
+                bool random = s.init_std > 0.0f && i / row_size < random_rows;
+                values.push_back(random ? s.init_std * normal(rng) : s.init_value);
+            }
+        }
+        set_parameters(values);
+    }
+
+    void zero_grad() { cudaCheck(cudaMemsetAsync(grads, 0, num_params * sizeof(floatX), stream)); }
+
+    // One optimizer step on the accumulated gradients (clipped to the global norm); returns
+    // the global gradient norm before clipping.
+    float update(const OptimizerConfig& opt, double lr_matrix, double lr_other) {
+        return optimizer->update(opt, lr_matrix, lr_other, stream);
+    }
+    int64_t steps_done() const { return optimizer->step; }
+
+    // Writes a checkpoint: the model's config keys (write_config), the optimizer settings
+    // and state, `extra` keys (e.g. the resume position), and every parameter.
+    void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
+                         const std::vector<std::pair<std::string, std::string>>& extra,
+                         const std::function<void(TensorFileWriter&)>& write_config) const {
+        TensorFileWriter w(TENSOR_FILE_CHECKPOINT);
+        write_config(w);
+        optimizer->save(w, opt);
+        for (const auto& kv : extra) { w.set(kv.first, kv.second); }
+        std::vector<float> values = get_parameters();
+        size_t offset = 0;
+        for (const ParamSpec& s : spec) {
+            w.add_floats(s.name, s.shape, values.data() + offset);
+            offset += s.numel();
+        }
+        w.write(path);
+    }
+
+    // Loads every parameter by name (and the optimizer state and step, if asked and present).
+    void load_parameters(const TensorFileReader& r, bool with_optimizer) {
+        std::vector<float> values;
+        values.reserve(num_params);
+        for (const ParamSpec& s : spec) {
+            std::vector<float> t = r.floats(s.name, s.numel());
+            values.insert(values.end(), t.begin(), t.end());
+        }
+        set_parameters(values);
+        if (with_optimizer) { optimizer->load(r); }
+    }
+
+private:
+    static std::vector<float> to_floats(const std::vector<floatX>& values) {
+        std::vector<float> out(values.size());
+        for (size_t i = 0; i < values.size(); i++) { out[i] = to_float(values[i]); }
+        return out;
+    }
+    DeviceArena arena_;
+};
