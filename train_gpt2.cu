@@ -639,7 +639,7 @@ int main(int argc, char** argv) {
         model.init_parameters(t.seed);
     }
     // GPT-2 attends across documents, as llm.c does: no document ids
-    run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size, -1, c.bos_id);
+    run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size, -1, c.bos_id, flops_per_token(c));
     return 0;
 }
 #endif

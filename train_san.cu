@@ -614,7 +614,11 @@ struct SAN : ModelParameters {
 struct Options {
     std::string preset = "tiny";
     SANConfig model;
-    TrainOptions train;
+    TrainOptions train = [] {
+        TrainOptions t;
+        t.opt.optimizer = "muon";  // the paper's optimizer, and train_san.py's default
+        return t;
+    }();
 };
 
 std::vector<Flag> make_flags(Options& o) {
@@ -697,7 +701,7 @@ int main(int argc, char** argv) {
         model.init_parameters(t.seed);
     }
     run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size,
-                 c.doc_mask ? c.bos_id : -1, c.bos_id);
+                 c.doc_mask ? c.bos_id : -1, c.bos_id, flops_per_token(c));
     return 0;
 }
 #endif

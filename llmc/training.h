@@ -165,12 +165,23 @@ ValResult evaluate(Model& model, DataLoader& val, int batches) {
     return r;
 }
 
-// Trains `model` as the options say. `checkpoint` is the file given with --resume (its
+// Trains `model` as the options say (flops_per_token: for the MFU shown on a GPU). `checkpoint` is the file given with --resume (its
 // data position and RNG are restored; the model has already loaded its state) or null.
 // doc_start_token: the token the data loader marks document starts with (-1: none).
+// Peak dense FLOP/s of this device for the build's precision, for the MFU figure; 0 where
+// unknown (the host backend, GPUs other than sm_90).
+inline double peak_flops_per_second() {
+    if (HOST_BACKEND) { return 0.0; }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major != 9) { return 0.0; }
+    // H100/H200 SXM: 989 TFLOP/s dense bf16 on tensor cores; fp32 builds use plain fp32 (67)
+    return PRECISION_MODE == PrecisionMode::FP32 ? 67e12 : 989e12;
+}
+
 template <typename Model>
 void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
-                  int vocab_size, int doc_start_token, int bos_id) {
+                  int vocab_size, int doc_start_token, int bos_id, double flops_per_token) {
     DataLoaderConfig train_cfg;
     train_cfg.pattern = o.train_data;
     train_cfg.B = o.batch_size;
@@ -242,6 +253,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     };
 
     const double tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len;
+    const double peak = peak_flops_per_second();
     double total_ms = 0.0;
     const long first_step = (long)model.steps_done();
     for (long step = first_step; step < o.steps; step++) {
@@ -266,8 +278,11 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         long done = step + 1;
         double eta_s = total_ms / (done - first_step) * (o.steps - done) / 1e3;
         if (done % o.log_every == 0 || done == o.steps || done == first_step + 1) {
-            printf("step %5ld/%ld | loss %.4f | lr %.3e | norm %6.3f | %7.1f ms | %8.0f tok/s | eta %.0fs\n", done, o.steps,
-                   loss, o.opt.lr * f, grad_norm, ms, tokens_per_step / (ms / 1e3), eta_s);
+            double tokens_per_second = tokens_per_step / (ms / 1e3);
+            printf("step %5ld/%ld | loss %.4f | lr %.3e | norm %6.3f | %7.1f ms | %8.0f tok/s", done, o.steps, loss,
+                   o.opt.lr * f, grad_norm, ms, tokens_per_second);
+            if (peak > 0.0) { printf(" | MFU %4.1f%%", 100.0 * flops_per_token * tokens_per_second / peak); }
+            printf(" | eta %.0fs\n", eta_s);
         }
         if (log != nullptr) {
             fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f}\n", done, loss,

@@ -23,6 +23,6 @@ mkdir -p logs/demo
 ./train_san --preset demo \
   --train-data "$data_dir/synth/synth_train_*.bin" --val-data "$data_dir/synth/synth_val_*.bin" \
   --tokenizer "$data_dir/tokenizer.bin" \
-  --steps 300 --lr 2e-3 --batch-size 8 --val-every 100 --val-batches 8 --log-every 10 \
+  --optimizer adamw --steps 300 --lr 2e-3 --batch-size 8 --val-every 100 --val-batches 8 --log-every 10 \
   --sample-tokens 64 --temperature 0.8 \
   --log logs/demo/log.jsonl --checkpoint-dir logs/demo "$@"

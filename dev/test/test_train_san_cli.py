@@ -42,10 +42,10 @@ def data(tmp_path_factory):
     return d
 
 
-def common(data, tmp):
+def common(data, tmp, optimizer=("--optimizer", "adamw", "--lr", "3e-3")):
     return ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data",
-            str(data / "toy_val_*.bin"), "--batch-size", "4", "--lr", "3e-3", "--sample-tokens", "0",
-            "--val-batches", "2", "--checkpoint-dir", str(tmp)]
+            str(data / "toy_val_*.bin"), "--batch-size", "4", "--sample-tokens", "0",
+            "--val-batches", "2", "--checkpoint-dir", str(tmp)] + list(optimizer)
 
 
 def test_help_lists_every_option_with_defaults():
@@ -76,14 +76,21 @@ def test_loss_falls(data, tmp_path):
     assert losses[-1] < losses[0] - 1.0, out
 
 
-def test_resume_is_exact(data, tmp_path):
+@pytest.mark.parametrize("optimizer", [("--optimizer", "adamw", "--lr", "3e-3"), ("--optimizer", "muon"),
+                                       ("--optimizer", "muon", "--muon-order", "paper")])
+def test_resume_is_exact(data, tmp_path, optimizer):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     straight.mkdir()
     resumed.mkdir()
-    run(common(data, straight) + ["--steps", "8", "--save-every", "4"])
+    run(common(data, straight, optimizer) + ["--steps", "8", "--save-every", "4"])
     # as if the run had been killed after step 4: resume from its step-4 checkpoint
-    run(common(data, resumed) + ["--steps", "8", "--resume", str(straight / "step_4.bin")])
+    run(common(data, resumed, optimizer) + ["--steps", "8", "--resume", str(straight / "step_4.bin")])
     assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
+
+
+def test_default_optimizer_is_muon(data, tmp_path):
+    out = run(common(data, tmp_path, ()) + ["--steps", "1"]).stdout
+    assert "optimizer: muon (keller order" in out and "lr 0.02" in out
 
 
 def test_corrupt_checkpoint_is_refused(data, tmp_path):
