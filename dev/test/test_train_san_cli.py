@@ -103,3 +103,23 @@ def test_corrupt_checkpoint_is_refused(data, tmp_path):
     (tmp_path / "badmagic.bin").write_bytes(b"NOTATTN!" + blob[8:])
     proc = run(common(data, tmp_path) + ["--steps", "4", "--resume", str(tmp_path / "badmagic.bin")], check=False)
     assert proc.returncode != 0 and "magic" in proc.stderr
+
+
+def progress(out):
+    """(loss, grad norm) of every progress line."""
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("step ") and "|" in line]
+    return [(float(r[1].split()[1]), float(r[3].split()[1])) for r in rows]
+
+
+def test_grad_accumulation_matches_the_larger_batch(data, tmp_path):
+    """8 rows in one micro-batch and 2 x 4 rows read the same windows; with every target
+    counted (no document mask) each micro-batch's mean and the accumulation by 1/2 give the
+    same gradient, so the first step's loss and gradient norm agree up to rounding (a
+    missing 1/grad_accum would double the norm; Adam itself would hide it in the loss)."""
+    base = common(data, tmp_path) + ["--doc-mask", "0", "--steps", "2", "--shuffle", "0", "--val-data", ""]
+    one = progress(run(base + ["--batch-size", "8", "--grad-accum", "1"]).stdout)
+    two = progress(run(base + ["--batch-size", "4", "--grad-accum", "2"]).stdout)
+    assert len(one) == len(two) == 2
+    for (loss_a, norm_a), (loss_b, norm_b) in zip(one, two):
+        assert abs(loss_a - loss_b) <= 2e-3 * loss_a
+        assert abs(norm_a - norm_b) <= 2e-2 * norm_a
