@@ -166,6 +166,28 @@ __device__ inline void store128cg(T* target, Packed128<T> value) {
     __stcg(reinterpret_cast<int4*>(target), value.get_bits());
 }
 
+// V consecutive floatX elements to / from fp32 registers: one 128-bit access when
+// V == x128::size (the address must then be 16-byte aligned), else V scalar accesses.
+template <int V>
+__device__ inline void load_floats(float* dst, const floatX* src) {
+    if constexpr (V == x128::size) {
+        x128 packed = load128(src);
+        for (int k = 0; k < V; k++) { dst[k] = to_float(packed[k]); }
+    } else {
+        for (int k = 0; k < V; k++) { dst[k] = to_float(src[k]); }
+    }
+}
+template <int V>
+__device__ inline void store_floats(floatX* dst, const float* src) {
+    if constexpr (V == x128::size) {
+        x128 packed;
+        for (int k = 0; k < V; k++) { packed[k] = from_float<floatX>(src[k]); }
+        store128(dst, packed);
+    } else {
+        for (int k = 0; k < V; k++) { dst[k] = from_float<floatX>(src[k]); }
+    }
+}
+
 // ----------------------------------------------------------------------------------------
 // warp reductions (every lane of a full warp gets the result) and dynamic shared memory
 

@@ -44,7 +44,7 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     if (valid) {
         for (int c = lane * V; c < C; c += lanes * V) {
             float x[V];
-            norm_load<V>(x, row + c);
+            load_floats<V>(x, row + c);
             for (int k = 0; k < V; k++) { sum += x[k]; }
         }
     }
@@ -53,7 +53,7 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     if (valid) {
         for (int c = lane * V; c < C; c += lanes * V) {
             float x[V];
-            norm_load<V>(x, row + c);
+            load_floats<V>(x, row + c);
             for (int k = 0; k < V; k++) { sum_sq += (x[k] - m) * (x[k] - m); }
         }
     }
@@ -62,11 +62,11 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     float s = rsqrtf(sum_sq / C + eps);
     for (int c = lane * V; c < C; c += lanes * V) {
         float x[V], w[V], b[V], y[V];
-        norm_load<V>(x, row + c);
-        norm_load<V>(w, weight + c);
-        norm_load<V>(b, bias + c);
+        load_floats<V>(x, row + c);
+        load_floats<V>(w, weight + c);
+        load_floats<V>(b, bias + c);
         for (int k = 0; k < V; k++) { y[k] = ((x[k] - m) * s) * w[k] + b[k]; }
-        norm_store<V>(out + (size_t)r * C + c, y);
+        store_floats<V>(out + (size_t)r * C + c, y);
     }
     if (lane == 0) {
         if (mean != nullptr) { mean[r] = m; }
@@ -105,9 +105,9 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* scratch, const fl
         if (valid) {
             for (int c = lane * V; c < C; c += lanes * V) {
                 float x[V], d[V], w[V];
-                norm_load<V>(x, inp + offset + c);
-                norm_load<V>(d, dout + offset + c);
-                norm_load<V>(w, weight + c);
+                load_floats<V>(x, inp + offset + c);
+                load_floats<V>(d, dout + offset + c);
+                load_floats<V>(w, weight + c);
                 for (int k = 0; k < V; k++) {
                     float xhat = (x[k] - m) * s;
                     float dy = d[k] * w[k];
@@ -124,15 +124,15 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* scratch, const fl
             float mean_dy = sum_dy / C, mean_dy_xhat = sum_dy_xhat / C;
             for (int c = lane * V; c < C; c += lanes * V) {
                 float x[V], d[V], w[V], di[V];
-                norm_load<V>(x, inp + offset + c);
-                norm_load<V>(d, dout + offset + c);
-                norm_load<V>(w, weight + c);
-                norm_load<V>(di, dinp + offset + c);
+                load_floats<V>(x, inp + offset + c);
+                load_floats<V>(d, dout + offset + c);
+                load_floats<V>(w, weight + c);
+                load_floats<V>(di, dinp + offset + c);
                 for (int k = 0; k < V; k++) {
                     float xhat = (x[k] - m) * s;
                     di[k] += s * (d[k] * w[k] - mean_dy - xhat * mean_dy_xhat);
                 }
-                norm_store<V>(dinp + offset + c, di);
+                store_floats<V>(dinp + offset + c, di);
             }
         }
     }

@@ -37,27 +37,7 @@ constexpr int kNormBackwardMaxBlocks = 512;
 constexpr int kNormMaxSharedBytes = 48 * 1024;
 
 // ----------------------------------------------------------------------------------------
-// helpers: V consecutive elements to / from fp32 registers (V = x128::size: one 128-bit access)
-
-template <int V>
-__device__ inline void norm_load(float* dst, const floatX* src) {
-    if constexpr (V == x128::size) {
-        x128 packed = load128(src);
-        for (int k = 0; k < V; k++) { dst[k] = to_float(packed[k]); }
-    } else {
-        for (int k = 0; k < V; k++) { dst[k] = to_float(src[k]); }
-    }
-}
-template <int V>
-__device__ inline void norm_store(floatX* dst, const float* src) {
-    if constexpr (V == x128::size) {
-        x128 packed;
-        for (int k = 0; k < V; k++) { packed[k] = from_float<floatX>(src[k]); }
-        store128(dst, packed);
-    } else {
-        for (int k = 0; k < V; k++) { dst[k] = from_float<floatX>(src[k]); }
-    }
-}
+// helpers (rows are read and written V elements at a time: load_floats / store_floats)
 
 // Sum over the L lanes of a row group (L a power of two <= 32); every lane of the warp calls it.
 __device__ inline float norm_group_sum(float value, int lanes) {
@@ -79,7 +59,7 @@ __global__ void norm_forward_kernel(floatX* out, float* rstd, const floatX* inp,
     if (valid) {
         for (int c = lane * V; c < C; c += lanes * V) {
             float x[V];
-            norm_load<V>(x, row + c);
+            load_floats<V>(x, row + c);
             for (int k = 0; k < V; k++) { sum_sq += x[k] * x[k]; }
         }
     }
@@ -88,10 +68,10 @@ __global__ void norm_forward_kernel(floatX* out, float* rstd, const floatX* inp,
     float s = rsqrtf(sum_sq / C + eps);
     for (int c = lane * V; c < C; c += lanes * V) {
         float x[V], g[V], y[V];
-        norm_load<V>(x, row + c);  // second read hits the cache
-        norm_load<V>(g, gain + c);
+        load_floats<V>(x, row + c);  // second read hits the cache
+        load_floats<V>(g, gain + c);
         for (int k = 0; k < V; k++) { y[k] = (x[k] * s) * (gain_offset + g[k]); }
-        norm_store<V>(out + (size_t)r * C + c, y);
+        store_floats<V>(out + (size_t)r * C + c, y);
     }
     if (lane == 0 && rstd != nullptr) { rstd[r] = s; }
 }
@@ -122,9 +102,9 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
         if (valid) {
             for (int c = lane * V; c < C; c += lanes * V) {
                 float x[V], d[V], g[V];
-                norm_load<V>(x, inp + offset + c);
-                norm_load<V>(d, dout + offset + c);
-                norm_load<V>(g, gain + c);
+                load_floats<V>(x, inp + offset + c);
+                load_floats<V>(d, dout + offset + c);
+                load_floats<V>(g, gain + c);
                 for (int k = 0; k < V; k++) {
                     float y = x[k] * s;
                     sum_dy_y += d[k] * (gain_offset + g[k]) * y;
@@ -137,15 +117,15 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
             float mean_dy_y = sum_dy_y / C;
             for (int c = lane * V; c < C; c += lanes * V) {
                 float x[V], d[V], g[V], di[V];
-                norm_load<V>(x, inp + offset + c);
-                norm_load<V>(d, dout + offset + c);
-                norm_load<V>(g, gain + c);
-                norm_load<V>(di, dinp + offset + c);
+                load_floats<V>(x, inp + offset + c);
+                load_floats<V>(d, dout + offset + c);
+                load_floats<V>(g, gain + c);
+                load_floats<V>(di, dinp + offset + c);
                 for (int k = 0; k < V; k++) {
                     float dy = d[k] * (gain_offset + g[k]);
                     di[k] += s * (dy - (x[k] * s) * mean_dy_y);
                 }
-                norm_store<V>(dinp + offset + c, di);
+                store_floats<V>(dinp + offset + c, di);
             }
         }
     }

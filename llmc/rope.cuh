@@ -37,25 +37,6 @@ inline std::vector<float> rope_table(int T, int hd, double theta) {
     return table;
 }
 
-template <int V>
-__device__ inline void rope_load(float* dst, const floatX* src) {
-    if constexpr (V == x128::size) {
-        x128 packed = load128(src);
-        for (int k = 0; k < V; k++) { dst[k] = to_float(packed[k]); }
-    } else {
-        for (int k = 0; k < V; k++) { dst[k] = to_float(src[k]); }
-    }
-}
-template <int V>
-__device__ inline void rope_store(floatX* dst, const float* src) {
-    if constexpr (V == x128::size) {
-        x128 packed;
-        for (int k = 0; k < V; k++) { packed[k] = from_float<floatX>(src[k]); }
-        store128(dst, packed);
-    } else {
-        for (int k = 0; k < V; k++) { dst[k] = from_float<floatX>(src[k]); }
-    }
-}
 
 // direction +1: forward rotation; -1: backward (rotation by -angle). (hd/2) % V == 0.
 template <int V>
@@ -71,8 +52,8 @@ __global__ void rope_kernel(floatX* out, const floatX* inp, const float* table, 
     int t = (int)((head_vector / H) % T);
     size_t base = head_vector * hd;
     float z1[V], z2[V], c[V], s[V];
-    rope_load<V>(z1, inp + base + i);
-    rope_load<V>(z2, inp + base + half + i);
+    load_floats<V>(z1, inp + base + i);
+    load_floats<V>(z2, inp + base + half + i);
     for (int k = 0; k < V; k++) {
         c[k] = table[(size_t)t * hd + i + k];
         s[k] = direction * table[(size_t)t * hd + half + i + k];
@@ -82,8 +63,8 @@ __global__ void rope_kernel(floatX* out, const floatX* inp, const float* table, 
         o1[k] = z1[k] * c[k] - z2[k] * s[k];
         o2[k] = z2[k] * c[k] + z1[k] * s[k];
     }
-    rope_store<V>(out + base + i, o1);
-    rope_store<V>(out + base + half + i, o2);
+    store_floats<V>(out + base + i, o1);
+    store_floats<V>(out + base + half + i, o2);
 }
 
 inline void rope_launch(floatX* out, const floatX* inp, const float* table, int B, int T, int H, int hd,
