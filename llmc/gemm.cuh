@@ -9,8 +9,8 @@ Consecutive batch matrices are `stride_*` elements apart (0 broadcasts one matri
 A and B are float or bf16 (the same type); C is float or bf16; accumulation is fp32.
 beta == 0 means C is not read, so it may hold garbage (NaN included), as in cuBLAS.
 
-GPU: cublasGemmStridedBatchedEx, computing in fp32 (no TF32, so fp32 builds match the
-reference tightly). Host backend: a packed, register-tiled CPU GEMM spread over the host
+GPU: cublasGemmStridedBatchedEx, computing in fp32 (CUBLAS_COMPUTE_32F, no TF32, so fp32
+builds match the reference tightly; bf16 inputs run on tensor cores). Host backend: a packed, register-tiled CPU GEMM spread over the host
 backend's worker pool. Not safe to call from two host threads at once.
 */
 #pragma once
@@ -37,7 +37,10 @@ inline cublasHandle_t cublas_handle() {
     static cublasHandle_t handle = [] {
         cublasHandle_t h;
         cublasCheck(cublasCreate(&h));
-        cublasCheck(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH));  // exact fp32, no TF32
+        // default math: fp32 GEMMs stay fp32 (TF32 only with CUBLAS_TF32_TENSOR_OP_MATH or
+        // COMPUTE_32F_FAST_TF32, which we never ask for); bf16 GEMMs use tensor cores.
+        // Pedantic mode would also keep fp32 exact but may forbid the fastest bf16 kernels.
+        cublasCheck(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
         return h;
     }();
     return handle;
