@@ -36,6 +36,7 @@ rounding noise alone).
 #include <algorithm>
 
 #include "dev/test/compare.h"
+#include "dev/test/debug_state.h"
 #include "dev/test/testing.h"
 
 struct Tolerances {
@@ -69,42 +70,9 @@ static bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-struct DebugCase {
-    TensorFileReader r;
-    GPT2Config cfg;
-    int B, T;
-    std::vector<int> inputs, targets;
-    std::vector<float> init;  // initial parameters, canonical order
-    explicit DebugCase(const std::string& path) : r(path, TENSOR_FILE_DEBUG_STATE) {
-        cfg = read_config(r);
-        B = (int)r.integer("debug.batch_size");
-        T = cfg.seq_len;
-        inputs = r.ints("batch.inputs", (int64_t)B * T);
-        targets = r.ints("batch.targets", (int64_t)B * T);
-        for (const ParamSpec& s : parameter_spec(cfg)) {
-            std::vector<float> t = r.floats(s.name, s.numel());
-            init.insert(init.end(), t.begin(), t.end());
-        }
-    }
-    float loss_scale() const {
-        std::vector<int> mask = r.ints("batch.loss_mask");
-        int64_t count = 0;
-        for (int m : mask) { count += m; }
-        return 1.0f / (float)std::max<int64_t>(count, 1);
-    }
-    // One optimizer step on the debug batch; returns the loss before it.
-    double train_step(GPT2& model, const OptimizerConfig& opt, long k, long total, float* grad_norm) const {
-        model.zero_grad();
-        LossStats s = model.forward(inputs.data(), targets.data(), B, T, loss_scale());
-        model.backward();
-        double f = opt.schedule.multiplier(k, total);
-        *grad_norm = model.update(opt, opt.lr * f, opt.lr_other * f);
-        return model.loss_value(s);
-    }
-};
 
 static void check_state(const std::string& path) {
-    DebugCase dc(path);
+    DebugCase<GPT2> dc(path);
     const GPT2Config& c = dc.cfg;
     const int N = dc.B * dc.T, Vp = c.padded_vocab();
     std::vector<ParamSpec> spec = parameter_spec(c);
@@ -189,34 +157,12 @@ static void check_state(const std::string& path) {
     }
 
     // 5. save -> load -> continue is bit-identical to continuing
-    const long split = 4;
-    std::string checkpoint = "build/test_gpt2_resume_" + std::to_string(getpid()) + ".bin";
-    GPT2 straight(c, dc.B, dc.T);
-    straight.set_parameters(dc.init);
-    float norm = 0.0f;
-    for (long k = 0; k < split; k++) { dc.train_step(straight, opt, k, total, &norm); }
-    straight.save_checkpoint(checkpoint, opt, {});
-    for (long k = split; k < steps; k++) { dc.train_step(straight, opt, k, total, &norm); }
-    GPT2 resumed(c, dc.B, dc.T);
-    {
-        TensorFileReader ckpt(checkpoint, TENSOR_FILE_CHECKPOINT);
-        GPT2Config back = read_config(ckpt);
-        CHECK(back.n_layer == c.n_layer && back.vocab_size == c.vocab_size && back.bos_id == c.bos_id);
-        resumed.load_parameters(ckpt, true);
-    }
-    CHECK_EQ((long)resumed.steps_done(), split);
-    for (long k = split; k < steps; k++) { dc.train_step(resumed, opt, k, total, &norm); }
-    std::vector<float> a = straight.get_parameters(), b = resumed.get_parameters();
-    CHECK(memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    std::vector<float> ma = copy_from_device(straight.optimizer->adam_m(), straight.num_params);
-    std::vector<float> mb = copy_from_device(resumed.optimizer->adam_m(), resumed.num_params);
-    CHECK(memcmp(ma.data(), mb.data(), ma.size() * sizeof(float)) == 0);
-    remove(checkpoint.c_str());
+    check_resume(dc, opt, 4, steps, total, "build/test_gpt2_resume_" + std::to_string(getpid()) + ".bin");
 }
 
 // llm.c model files of the state's initial parameters (written by train_gpt2.py --write-llmc)
 static void check_llmc(const std::string& state_path, const std::string& llmc_prefix) {
-    DebugCase dc(state_path);
+    DebugCase<GPT2> dc(state_path);
     const GPT2Config& c = dc.cfg;
     for (const char* dtype : {"fp32", "bf16"}) {
         std::string path = llmc_prefix + "." + dtype + ".llmc";

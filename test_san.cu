@@ -38,6 +38,7 @@ implementation on rounding noise alone; the element-wise bound allows for that a
 #include <algorithm>
 
 #include "dev/test/compare.h"
+#include "dev/test/debug_state.h"
 #include "dev/test/testing.h"
 
 struct Tolerances {
@@ -94,42 +95,9 @@ static OptimizerConfig optimizer_from(const TensorFileReader& r) {
     return o;
 }
 
-struct DebugCase {
-    TensorFileReader r;
-    SANConfig cfg;
-    int B, T;
-    std::vector<int> inputs, targets;
-    std::vector<float> init;  // initial parameters, canonical order
-    explicit DebugCase(const std::string& path) : r(path, TENSOR_FILE_DEBUG_STATE) {
-        cfg = read_config(r);
-        B = (int)r.integer("debug.batch_size");
-        T = cfg.seq_len;
-        inputs = r.ints("batch.inputs", (int64_t)B * T);
-        targets = r.ints("batch.targets", (int64_t)B * T);
-        for (const ParamSpec& s : parameter_spec(cfg)) {
-            std::vector<float> t = r.floats(s.name, s.numel());
-            init.insert(init.end(), t.begin(), t.end());
-        }
-    }
-    float loss_scale() const {
-        std::vector<int> mask = r.ints("batch.loss_mask");
-        int64_t count = 0;
-        for (int m : mask) { count += m; }
-        return 1.0f / (float)std::max<int64_t>(count, 1);
-    }
-    // One optimizer step on the debug batch; returns the loss before it.
-    double train_step(SAN& model, const OptimizerConfig& opt, long k, long total, float* grad_norm) const {
-        model.zero_grad();
-        LossStats s = model.forward(inputs.data(), targets.data(), B, T, loss_scale());
-        model.backward();
-        double f = opt.schedule.multiplier(k, total);
-        *grad_norm = model.update(opt, opt.lr * f, opt.lr_other * f);
-        return s.loss(cfg.z_loss);
-    }
-};
 
 static void check_state(const std::string& path) {
-    DebugCase dc(path);
+    DebugCase<SAN> dc(path);
     const SANConfig& c = dc.cfg;
     const int N = dc.B * dc.T, Vp = c.padded_vocab();
     std::vector<ParamSpec> spec = parameter_spec(c);
@@ -203,41 +171,14 @@ static void check_state(const std::string& path) {
     }
 
     // 6. save -> load -> continue is bit-identical to continuing
-    const long split = 4;
-    std::string checkpoint = "build/test_san_resume_" + std::to_string(getpid()) + ".bin";
-    SAN straight(c, dc.B, dc.T);
-    straight.set_parameters(dc.init);
-    float norm = 0.0f;
-    for (long k = 0; k < split; k++) { dc.train_step(straight, opt, k, total, &norm); }
-    straight.save_checkpoint(checkpoint, opt, {});
-    for (long k = split; k < steps; k++) { dc.train_step(straight, opt, k, total, &norm); }
-    SAN resumed(c, dc.B, dc.T);
-    {
-        TensorFileReader ckpt(checkpoint, TENSOR_FILE_CHECKPOINT);
-        CHECK(read_config(ckpt).n_layer == c.n_layer);
-        resumed.load_parameters(ckpt, true);
-    }
-    CHECK_EQ((long)resumed.steps_done(), split);
-    for (long k = split; k < steps; k++) { dc.train_step(resumed, opt, k, total, &norm); }
-    std::vector<float> a = straight.get_parameters(), b = resumed.get_parameters();
-    CHECK(memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    std::vector<float> ma = copy_from_device(straight.optimizer->adam_m(), straight.num_params);
-    std::vector<float> mb = copy_from_device(resumed.optimizer->adam_m(), resumed.num_params);
-    CHECK(memcmp(ma.data(), mb.data(), ma.size() * sizeof(float)) == 0);
-    CHECK(straight.optimizer->state_kind() == opt.optimizer && resumed.optimizer->state_kind() == opt.optimizer);
-    if (opt.is_muon()) {
-        std::vector<float> ua = copy_from_device(straight.optimizer->muon_momentum(), straight.num_params);
-        std::vector<float> ub = copy_from_device(resumed.optimizer->muon_momentum(), resumed.num_params);
-        CHECK(memcmp(ua.data(), ub.data(), ua.size() * sizeof(float)) == 0);
-    }
-    remove(checkpoint.c_str());
+    check_resume(dc, opt, 4, steps, total, "build/test_san_resume_" + std::to_string(getpid()) + ".bin");
 }
 
 // The noise-floor pair: ZCN (gain g, effective 1 + g) and RMSNorm (gain 1 + g) from the
 // same matrices; gains sit in the other group (no decay), so both train identically up to
 // rounding. Init and batch from the zcn debug state `path`.
 static void check_zcn_rms_pair(const std::string& path, const std::string& optimizer) {
-    DebugCase dc(path);
+    DebugCase<SAN> dc(path);
     CHECK(dc.cfg.norm == "zcn");
     SANConfig rms_cfg = dc.cfg;
     rms_cfg.norm = "rms";
