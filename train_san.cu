@@ -645,17 +645,7 @@ std::vector<Flag> make_flags(Options& o) {
     add_training_flags(flags, o.train);
     return flags;
 }
-// Parses argv: --preset first (it sets the model defaults), then every flag.
-Options parse_args(int argc, char** argv) {
-    Options o;
-    std::string preset = find_flag_value(argc, argv, "--preset");
-    if (!preset.empty()) { o.preset = preset; }
-    auto all = presets();
-    if (!all.count(o.preset)) { fatal("--preset: unknown preset '%s' (see -h)", o.preset.c_str()); }
-    o.model = all[o.preset];
-    parse_flags(argc, argv, make_flags(o), "train_san");
-    return o;
-}
+
 
 // ========================================================================================
 // main loop
@@ -664,7 +654,7 @@ Options parse_args(int argc, char** argv) {
 
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
-    Options o = parse_args(argc, argv);
+    Options o = parse_with_preset<Options>(argc, argv, presets(), make_flags, "train_san");
     TrainOptions& t = o.train;
     std::unique_ptr<TensorFileReader> checkpoint;
     std::string start = start_checkpoint(t);
