@@ -18,6 +18,7 @@ A model type used with run_training provides:
 #pragma once
 
 #include <cerrno>
+#include <sys/stat.h>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -197,6 +198,15 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         val_cfg.pattern = o.val_data;
         val_cfg.shuffle = false;
         val = std::make_unique<DataLoader>(val_cfg);
+    }
+    if (!o.checkpoint_dir.empty()) {  // fail now, not after hours of training
+        if (mkdir(o.checkpoint_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+            fatal("--checkpoint-dir '%s': cannot create it: %s", o.checkpoint_dir.c_str(), strerror(errno));
+        }
+        struct stat st;
+        if (stat(o.checkpoint_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fatal("--checkpoint-dir '%s' is not a directory", o.checkpoint_dir.c_str());
+        }
     }
     std::mt19937_64 rng(o.seed);
     if (checkpoint != nullptr) {

@@ -123,3 +123,29 @@ def test_grad_accumulation_matches_the_larger_batch(data, tmp_path):
     for (loss_a, norm_a), (loss_b, norm_b) in zip(one, two):
         assert abs(loss_a - loss_b) <= 2e-3 * loss_a
         assert abs(norm_a - norm_b) <= 2e-2 * norm_a
+
+
+def test_checkpoint_dir_is_created_up_front(data, tmp_path):
+    proc = run(common(data, tmp_path / "new" / "dir") + ["--steps", "1"], check=False)  # parent missing
+    assert proc.returncode != 0 and "cannot create" in proc.stderr
+    assert not any(line.startswith("step ") for line in proc.stdout.splitlines())  # failed before training
+    proc = run(common(data, tmp_path / "made") + ["--steps", "1"])
+    assert (tmp_path / "made" / "final.bin").exists(), proc.stdout
+    (tmp_path / "file").write_text("x")
+    proc = run(common(data, tmp_path / "file") + ["--steps", "1"], check=False)
+    assert proc.returncode != 0 and "is not a directory" in proc.stderr
+
+
+def test_reference_reads_the_trainers_checkpoint(data, tmp_path):
+    """The CUDA trainer's checkpoint, evaluated by train_san.py, gives the validation loss
+    the trainer printed (one validation batch: both average over its counted targets)."""
+    out = run(common(data, tmp_path) + ["--steps", "5", "--val-batches", "1"]).stdout
+    cuda_val = float([l for l in out.splitlines() if l.startswith("step 5: val loss")][0].split()[4])
+    ref = subprocess.run([sys.executable, os.path.join(ROOT, "train_san.py"), "--load-checkpoint",
+                          str(tmp_path / "final.bin"), "--val-data", str(data / "toy_val_*.bin"),
+                          "--val-batches", "1", "--batch-size", "4", "--device", "cpu"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    ref_val = float([l for l in ref.stdout.splitlines() if l.startswith("val loss")][-1].split()[2])
+    # the trainer ran in floatX (bf16 activations in the default build); the reference in fp32
+    assert abs(cuda_val - ref_val) <= 5e-3 * ref_val, (cuda_val, ref_val)
