@@ -111,6 +111,31 @@ __device__ __forceinline__ bool attn_key_seen_by_tile(const int* doc_row, int st
     return false;
 }
 
+// The query-side kernels' key tile: K, V (float) and the document ids of keys
+// start .. start + kAttnTile - 1 into shared memory, between two block barriers (the first
+// one also means the previous tile is consumed). Returns false, after the first barrier
+// only, when no row of the block sees any key of the tile (other documents): the block
+// skips it. Every thread of the block calls it, so the result is the same for all.
+template <int HD>
+__device__ inline bool attn_load_key_tile(float* k_tile, float* v_tile, int* doc_tile, const floatX* k, const floatX* v,
+                                          const int* doc_row, int b, int start, int kv_head, int T, int Hkv, int hd,
+                                          bool active, int t, int my_doc) {
+    if (doc_row != nullptr) {
+        bool sees = active && attn_query_sees_tile(doc_row, start, t, T, my_doc);
+        if (!__syncthreads_or(sees)) { return false; }
+    } else {
+        __syncthreads();
+    }
+    attn_load_tile<HD>(k_tile, k, b, start, kv_head, T, Hkv, hd);
+    attn_load_tile<HD>(v_tile, v, b, start, kv_head, T, Hkv, hd);
+    if (threadIdx.x < kAttnTile) {
+        int tau = start + threadIdx.x;
+        doc_tile[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
+    }
+    __syncthreads();
+    return true;
+}
+
 // ----------------------------------------------------------------------------------------
 // forward
 
@@ -138,20 +163,10 @@ __global__ void __launch_bounds__(kAttnRows)
 
     int last_row = min(T, (row_block + 1) * kAttnRows) - 1;
     for (int start = 0; start <= last_row; start += kAttnTile) {
-        // barrier: the previous tile is consumed; skip tiles of other documents entirely
-        if (doc_row != nullptr) {
-            bool sees = active && attn_query_sees_tile(doc_row, start, t, T, my_doc);
-            if (!__syncthreads_or(sees)) { continue; }
-        } else {
-            __syncthreads();
+        if (!attn_load_key_tile<HD>(k_tile, v_tile, doc_tile, k, v, doc_row, b, start, kv_head, T, Hkv, hd, active, t,
+                                    my_doc)) {
+            continue;
         }
-        attn_load_tile<HD>(k_tile, k, b, start, kv_head, T, Hkv, hd);
-        attn_load_tile<HD>(v_tile, v, b, start, kv_head, T, Hkv, hd);
-        if (threadIdx.x < kAttnTile) {
-            int tau = start + threadIdx.x;
-            doc_tile[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
-        }
-        __syncthreads();
         if (!active) { continue; }
         int n = min(kAttnTile, t - start + 1);  // causal: keys start .. t
         for (int j = 0; j < n; j++) {
@@ -211,19 +226,10 @@ __global__ void __launch_bounds__(kAttnRows)
 
     int last_row = min(T, (row_block + 1) * kAttnRows) - 1;
     for (int start = 0; start <= last_row; start += kAttnTile) {
-        if (doc_row != nullptr) {
-            bool sees = active && attn_query_sees_tile(doc_row, start, t, T, my_doc);
-            if (!__syncthreads_or(sees)) { continue; }
-        } else {
-            __syncthreads();
+        if (!attn_load_key_tile<HD>(k_tile, v_tile, doc_tile, k, v, doc_row, b, start, kv_head, T, Hkv, hd, active, t,
+                                    my_doc)) {
+            continue;
         }
-        attn_load_tile<HD>(k_tile, k, b, start, kv_head, T, Hkv, hd);
-        attn_load_tile<HD>(v_tile, v, b, start, kv_head, T, Hkv, hd);
-        if (threadIdx.x < kAttnTile) {
-            int tau = start + threadIdx.x;
-            doc_tile[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
-        }
-        __syncthreads();
         if (!active) { continue; }
         int n = min(kAttnTile, t - start + 1);
         for (int j = 0; j < n; j++) {
