@@ -31,6 +31,7 @@ order and adds the result to dgain. dinp must not alias dout or inp.
 #include <cstdint>
 #include <initializer_list>
 
+#include "llmc/align.h"
 #include "llmc/cuda_common.h"
 
 constexpr int kNormBackwardMaxBlocks = 512;
@@ -165,12 +166,9 @@ struct NormLayout {
     int lanes;    // lanes per row
 };
 
-inline bool norm_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 inline NormLayout norm_layout(int C, std::initializer_list<const void*> pointers) {
     NormLayout layout;
-    layout.vector = C % x128::size == 0;
-    for (const void* p : pointers) { layout.vector = layout.vector && norm_aligned(p); }
+    layout.vector = C % x128::size == 0 && aligned16(pointers);
     int chunks = layout.vector ? C / x128::size : C;
     layout.lanes = 1;
     // On the host backend every shuffle is a fiber switch per lane, and lanes run one after

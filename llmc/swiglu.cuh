@@ -18,6 +18,7 @@ element for element (out = gate, dgate = gate, dup = up, dgate = dout, ... are a
 #include <cstdint>
 #include <initializer_list>
 
+#include "llmc/align.h"
 #include "llmc/cuda_common.h"
 
 __device__ inline float swiglu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -66,17 +67,10 @@ __global__ void swiglu_backward_kernel(floatX* dgate, floatX* dup, const floatX*
     }
 }
 
-inline bool swiglu_aligned(std::initializer_list<const void*> pointers) {
-    for (const void* p : pointers) {
-        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) { return false; }
-    }
-    return true;
-}
-
 inline void swiglu_forward(floatX* out, const floatX* gate, const floatX* up, size_t N, cudaStream_t stream) {
     if (N == 0) { return; }
     const int block_size = 256;
-    if (swiglu_aligned({out, gate, up})) {
+    if (aligned16({out, gate, up})) {
         unsigned grid = (unsigned)CEIL_DIV(N, (size_t)block_size * x128::size);
         LAUNCH(grid, block_size, 0, stream, swiglu_forward_kernel<x128::size>)(out, gate, up, N);
     } else {
@@ -90,7 +84,7 @@ inline void swiglu_backward(floatX* dgate, floatX* dup, const floatX* dout, cons
                             size_t N, cudaStream_t stream) {
     if (N == 0) { return; }
     const int block_size = 256;
-    if (swiglu_aligned({dgate, dup, dout, gate, up})) {
+    if (aligned16({dgate, dup, dout, gate, up})) {
         unsigned grid = (unsigned)CEIL_DIV(N, (size_t)block_size * x128::size);
         LAUNCH(grid, block_size, 0, stream, swiglu_backward_kernel<x128::size>)(dgate, dup, dout, gate, up, N);
     } else {
