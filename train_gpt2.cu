@@ -318,6 +318,7 @@ struct GPT2 : ModelParameters {
         return count;
     }
     double loss_value(const LossStats& s) const { return s.loss(0.0); }
+    double z_loss_coefficient() const { return 0.0; }
     const std::vector<int>& loss_targets() const { return host_targets; }
 
     // ---- forward ------------------------------------------------------------------------
@@ -603,7 +604,7 @@ int main(int argc, char** argv) {
     }
     o.model.resolve_and_check();
     const GPT2Config& c = o.model;
-    check_training_options(t, c.seq_len);
+    check_training_options(t, c.seq_len, DefaultRates{});
     if (t.opt.is_muon()) { fatal("--optimizer: muon is not available for GPT-2 here (adamw); its fused qkv matrix would be orthogonalised as one"); }
 
     // config, sizes, FLOPs
@@ -613,8 +614,8 @@ int main(int argc, char** argv) {
            c.n_head, c.head_dim(), c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
            flops_per_token(c) / 1e6);
-    printf("training: %ld steps x %d micro-batches x %d x %d tokens\n", t.steps, t.grad_accum, t.batch_size, t.seq_len);
-    print_optimizer(t.opt);
+    printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
+    print_optimizer(t);
 
     GPT2 model(c, t.batch_size, t.seq_len);
     if (checkpoint != nullptr) {

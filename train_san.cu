@@ -274,6 +274,16 @@ double flops_per_token(const SANConfig& c) {
     return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * c.n_layer * (double)c.seq_len * c.n_embd;
 }
 
+// The SAN paper's locked per-device peak rates for this arm (llmc/optimizer.h DefaultRates).
+DefaultRates default_rates(const SANConfig& c) {
+    DefaultRates r;
+    if (c.has_ffn()) {
+        r.muon = 0.04;
+        r.adamw = 2.4e-3;
+    }
+    return r;
+}
+
 // ========================================================================================
 // activations: everything the backward pass needs, for B x T positions
 
@@ -404,12 +414,14 @@ struct SAN : ModelParameters {
         return count;
     }
     double loss_value(const LossStats& s) const { return s.loss(cfg.z_loss); }
+    double z_loss_coefficient() const { return cfg.z_loss; }
     const std::vector<int>& loss_targets() const { return host_targets_masked; }
 
     // ---- forward ------------------------------------------------------------------------
     // inputs, targets: host (Bn, Tn) token ids (targets < 0 are ignored). Computes the loss;
     // with dloss_scale != 0 also leaves d(loss * dloss_scale)/d logits for backward().
-    // Returns the per-row statistics: the loss is their ce + z * lse_sq over the count.
+    // Returns the per-row statistics: the loss is their ce + z * lse_sq over the count;
+    // row_losses, if given, receives each position's cross-entropy.
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                       std::vector<float>* row_losses = nullptr) {
         if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
@@ -499,10 +511,7 @@ struct SAN : ModelParameters {
             stats.lse_sq_sum += lse_sq[i];
         }
         stats.count = count;
-        if (row_losses != nullptr) {
-            row_losses->resize(N);
-            for (int i = 0; i < N; i++) { (*row_losses)[i] = losses[i] + (float)cfg.z_loss * lse_sq[i]; }
-        }
+        if (row_losses != nullptr) { *row_losses = losses; }
         return stats;
     }
 
@@ -580,6 +589,64 @@ struct SAN : ModelParameters {
         embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
     }
 
+    // ---- measurements (logged at every validation; llmc/training.h LayerMeasurements) ----
+    // The residual gates come from the parameters; one forward pass over Bn rows of Tn
+    // tokens gives the effective rank of the residual stream after each layer
+    // (llmc/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
+    // attention mask lets a query see. On the host, in double: a measurement, not a hot path.
+    LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
+        LayerMeasurements m;
+        const ResidualMode mode = cfg.residual_mode();
+        auto gate_value = [&](const floatX* gate) {
+            size_t offset = (size_t)(gate - params);
+            float g = 0.0f;
+            if (master != nullptr) {
+                cudaCheck(cudaMemcpy(&g, master + offset, sizeof(float), cudaMemcpyDeviceToHost));
+            } else {
+                floatX x;
+                cudaCheck(cudaMemcpy(&x, params + offset, sizeof(floatX), cudaMemcpyDeviceToHost));
+                g = to_float(x);
+            }
+            return mode == ResidualMode::Gated ? 1.0 / (1.0 + std::exp(-(double)g)) : (double)g;
+        };
+        if (residual_has_gate(mode)) {
+            for (const LayerTensors<floatX>& p : P.layers) {
+                m.attn_gate.push_back(gate_value(p.attn_gate));
+                if (cfg.has_ffn()) { m.ffn_gate.push_back(gate_value(p.ffn_gate)); }
+            }
+        }
+        if (Bn <= 0 || Tn <= 0) { return m; }
+        const int N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
+        std::vector<int> no_targets(N, -1);
+        forward(inputs, no_targets.data(), Bn, Tn, 0.0f);
+        std::vector<int> doc = copy_from_device(d_doc_ids, N);
+        const double scale = 1.0 / std::sqrt((double)hd);
+        for (int l = 0; l < cfg.n_layer; l++) {
+            std::vector<float> h = to_floats(copy_from_device(residual[l + 1], (size_t)N * d));
+            m.erank.push_back(effective_rank(h, N, d));
+            std::vector<float> q = to_floats(copy_from_device(acts[l].q, (size_t)N * Hq * hd));
+            std::vector<float> k = to_floats(copy_from_device(acts[l].k, (size_t)N * Hkv * hd));
+            double largest = 0.0;
+            for (int b = 0; b < Bn; b++) {
+                for (int h = 0; h < Hq; h++) {
+                    int j = h / (Hq / Hkv);
+                    for (int t = 0; t < Tn; t++) {
+                        const float* qt = &q[(((size_t)b * Tn + t) * Hq + h) * hd];
+                        for (int tau = 0; tau <= t; tau++) {
+                            if (cfg.doc_mask && doc[b * Tn + tau] != doc[b * Tn + t]) { continue; }
+                            const float* kt = &k[(((size_t)b * Tn + tau) * Hkv + j) * hd];
+                            double dot = 0.0;
+                            for (int c = 0; c < hd; c++) { dot += (double)qt[c] * kt[c]; }
+                            largest = std::max(largest, std::fabs(dot) * scale);
+                        }
+                    }
+                }
+            }
+            m.max_logit.push_back(largest);
+        }
+        return m;
+    }
+
     // ---- checkpoint ---------------------------------------------------------------------
     // Config, optimizer state and parameters in the container of doc/formats.md (readable
     // by train_san.py); `extra` adds keys such as the resume position.
@@ -614,12 +681,31 @@ struct SAN : ModelParameters {
 struct Options {
     std::string preset = "tiny";
     SANConfig model;
+    int paper_setup = 0;
     TrainOptions train = [] {
         TrainOptions t;
         t.opt.optimizer = "muon";  // the paper's optimizer, and train_san.py's default
         return t;
     }();
 };
+
+// --paper-setup 1: the SAN paper's reference recipe (its code, run on 8 devices at 64 rows
+// each) as defaults that explicit flags override: a global batch of 512 rows, rates scaled
+// as for 8 devices (AdamW x 8, Muon x sqrt(8)), Muon in the paper's order, Newton-Schulz and
+// gradient accumulation in fp32, WSD 5% / 15% / 0.05, milestone checkpoints.
+void apply_paper_setup(TrainOptions& t) {
+    t.global_batch = 512;
+    t.lr_scale_gpus = 8;
+    t.opt.optimizer = "muon";
+    t.opt.muon_order = "paper";
+    t.opt.ns_fp32 = 1;
+    t.grad_fp32 = 1;
+    t.opt.schedule.kind = "wsd";
+    t.opt.schedule.warmup_frac = 0.05;
+    t.opt.schedule.decay_frac = 0.15;
+    t.opt.schedule.final_frac = 0.05;
+    t.milestones = 1;
+}
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
@@ -641,6 +727,7 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
         make_flag("--bos-id", &m.bos_id, "token that starts a document"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
+        make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
     };
     add_training_flags(flags, o.train);
     return flags;
@@ -653,7 +740,11 @@ std::vector<Flag> make_flags(Options& o) {
 
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
-    Options o = parse_with_preset<Options>(argc, argv, presets(), make_flags, "train_san");
+    Options o = parse_with_preset<Options>(argc, argv, presets(), make_flags, "train_san", [&](Options& opts) {
+        std::string paper = find_flag_value(argc, argv, "--paper-setup");
+        if (!paper.empty() && paper != "0" && paper != "1") { fatal("option --paper-setup: must be 0 or 1, not '%s'", paper.c_str()); }
+        if (paper == "1") { apply_paper_setup(opts.train); }
+    });
     TrainOptions& t = o.train;
     std::unique_ptr<TensorFileReader> checkpoint;
     std::string start = start_checkpoint(t);
@@ -668,7 +759,7 @@ int main(int argc, char** argv) {
     }
     o.model.resolve_and_check();
     const SANConfig& c = o.model;
-    check_training_options(t, c.seq_len);
+    check_training_options(t, c.seq_len, default_rates(c));
 
     // config, sizes, FLOPs
     auto counts = count_parameters(c);
@@ -680,8 +771,9 @@ int main(int argc, char** argv) {
     printf("vocab %d (padded %d), context %d\n", c.vocab_size, c.padded_vocab(), c.seq_len);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
            flops_per_token(c) / 1e6);
-    printf("training: %ld steps x %d micro-batches x %d x %d tokens\n", t.steps, t.grad_accum, t.batch_size, t.seq_len);
-    print_optimizer(t.opt);
+    if (o.paper_setup) { printf("recipe: the SAN paper's setup (--paper-setup 1), with the flags given on top\n"); }
+    printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
+    print_optimizer(t);
 
     SAN model(c, t.batch_size, t.seq_len);
     if (checkpoint != nullptr) {

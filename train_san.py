@@ -584,8 +584,8 @@ class SANOptimizer:
             upd = newton_schulz(u, oc.ns_steps) * math.sqrt(max(1.0, rows / cols))
         else:                                                    # paper: orthogonalise first
             o = newton_schulz(g, oc.ns_steps)
-            mom.mul_(mu).add_(o, alpha=1 - mu)
-            upd = o * (1 - mu) + mom * mu
+            mom.mul_(mu).add_(o)                                 # M = mu M + O (no 1-mu)
+            upd = o + mom * mu
         p.mul_(1 - lr * wd)
         p.sub_(lr * upd)
 
@@ -1005,18 +1005,26 @@ def write_debug_state(path, cfg, oc, seed=42, batch_size=4, n_steps=10, schedule
 # -----------------------------------------------------------------------------------------
 # Evaluation and sampling
 
+VAL_BATCHES = 8  # the CUDA trainers' --val-batches default
+
+
 @torch.no_grad()
-def evaluate(model, loader, n_batches):
+def evaluate(model, loader, n_batches=VAL_BATCHES):
+    """Validation loss over the first n_batches batches: cross-entropy only (the z-loss term
+    is not part of it), token-weighted: the sum over every counted target / their number."""
     model.eval()
     loader.reset()
-    total = 0.0
+    ce_sum, count = 0.0, 0
+    dev = model.wte.device
     for _ in range(n_batches):
         x, y = loader.next_batch()
-        dev = model.wte.device
-        _, (loss, _, _) = model(x.to(dev), y.to(dev))
-        total += loss.item()
+        x, y = x.to(dev), y.to(dev)
+        _, (_, ce, _) = model(x, y)
+        n = int(loss_mask(y, model.cfg).sum())
+        ce_sum += ce.item() * n
+        count += n
     model.train()
-    return total / n_batches
+    return ce_sum / max(count, 1)
 
 
 @torch.no_grad()
@@ -1087,9 +1095,13 @@ def build_parser():
     r.add_argument("--val-data", metavar="GLOB", help="validation shards")
     r.add_argument("--steps", type=int, default=0, help="optimizer steps (0: no training)")
     r.add_argument("--batch-size", type=int, default=8)
-    r.add_argument("--grad-accum", type=int, default=1)
+    r.add_argument("--grad-accum", type=int, default=0,
+                   help="micro-batches per step (0: --global-batch / --batch-size, or 1)")
+    r.add_argument("--global-batch", type=int, default=0, help="rows per optimizer step (0: batch-size x grad-accum)")
+    r.add_argument("--paper-setup", type=int, choices=(0, 1), default=0,
+                   help="1: the SAN paper's recipe as defaults (doc/san-model.md 'Paper setup'); flags given win")
     r.add_argument("--val-every", type=int, default=50)
-    r.add_argument("--val-batches", type=int, default=4)
+    r.add_argument("--val-batches", type=int, default=VAL_BATCHES)
     r.add_argument("--sample-tokens", type=int, default=0, help="tokens to sample at the end (printed as ids)")
     r.add_argument("--spm-model", metavar="PATH", help="SentencePiece model to decode the sample with")
     r.add_argument("--attn-impl", choices=("explicit", "sdpa"), default="explicit")
@@ -1105,9 +1117,16 @@ def config_from_args(args):
     return SANConfig(**kw)
 
 
-def opt_from_args(args):
-    lr = args.lr if args.lr is not None else (0.02 if args.optimizer == "muon" else 6e-4)
-    lr_other = args.lr_other if args.lr_other is not None else (3e-4 if args.optimizer == "muon" else lr)
+def default_rates(cfg):
+    """The SAN paper's locked per-device peak rates of this arm: (Muon, AdamW, AdamW side of
+    Muon); the FFN arm has its own (as llmc/optimizer.h DefaultRates via train_san.cu)."""
+    return (0.04, 2.4e-3, 3e-4) if cfg.ffn != "none" else (0.02, 6e-4, 3e-4)
+
+
+def opt_from_args(args, cfg):
+    muon_rate, adamw_rate, muon_other = default_rates(cfg)
+    lr = args.lr if args.lr is not None else (muon_rate if args.optimizer == "muon" else adamw_rate)
+    lr_other = args.lr_other if args.lr_other is not None else (muon_other if args.optimizer == "muon" else lr)
     n = args.lr_scale_gpus
     if n < 1:
         raise ValueError("--lr-scale-gpus must be >= 1")
@@ -1120,10 +1139,35 @@ def opt_from_args(args):
     return oc
 
 
+# --paper-setup 1: the SAN paper's reference recipe as defaults that explicit flags override
+# (as train_san.cu): a global batch of 512 rows (gradient accumulation over --batch-size
+# rows), rates scaled as for 8 devices, Muon in the paper's order, WSD 5% / 15% / 0.05.
+# (Newton-Schulz and gradient accumulation are fp32 here anyway.)
+PAPER_SETUP = dict(global_batch=512, lr_scale_gpus=8, optimizer="muon", muon_order="paper", schedule="wsd",
+                   warmup_frac=0.05, decay_frac=0.15, final_frac=0.05)
+
+
+def parse_args(argv=None):
+    parser = build_parser()
+    early, _ = parser.parse_known_args(argv)
+    if early.paper_setup:
+        parser.set_defaults(**PAPER_SETUP)
+    args = parser.parse_args(argv)
+    if args.global_batch:
+        if args.global_batch % args.batch_size:
+            parser.error(f"--global-batch {args.global_batch} is not a multiple of --batch-size {args.batch_size}")
+        accum = args.global_batch // args.batch_size
+        if args.grad_accum and args.grad_accum != accum:
+            parser.error(f"--grad-accum {args.grad_accum} contradicts --global-batch {args.global_batch} / "
+                         f"--batch-size {args.batch_size} = {accum} micro-batches")
+        args.grad_accum = accum
+    args.grad_accum = args.grad_accum or 1
+    return args
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
-        oc = opt_from_args(args)
         device = resolve_device(args.device)
         step0, ckpt_tensors, ckpt_meta = 0, None, None
         if args.load_checkpoint:
@@ -1136,6 +1180,7 @@ def main(argv=None):
         else:
             cfg = config_from_args(args)
             model = None
+        oc = opt_from_args(args, cfg)
     except (ValueError, ContainerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

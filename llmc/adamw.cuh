@@ -6,7 +6,7 @@ tensor of n elements; one thread per element:
     m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
     p = p (1 - lr wd) - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 
-m, v are fp32. With a master copy (bf16 builds), the update runs on the fp32 master
+m, v are fp32; the gradients floatX, or fp32 when accumulated in fp32. With a master copy (bf16 builds), the update runs on the fp32 master
 weights and the floatX parameters receive them rounded to nearest; without one (fp32
 builds, master == nullptr) it runs on the parameters directly.
 */
@@ -20,7 +20,8 @@ struct AdamWStep {
     float grad_scale;
 };
 
-__global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
+template <typename TGrad>
+__global__ void adamw_kernel(floatX* params, float* master, const TGrad* grads, float* m, float* v, size_t n,
                              AdamWStep s) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
@@ -36,9 +37,10 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
     params[i] = from_float<floatX>(p);
 }
 
-void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n, const AdamWStep& step,
+template <typename TGrad>
+void adamw_update(floatX* params, float* master, const TGrad* grads, float* m, float* v, size_t n, const AdamWStep& step,
                   cudaStream_t stream) {
     const int block = 256;
-    LAUNCH(CEIL_DIV(n, block), block, 0, stream, adamw_kernel)(params, master, grads, m, v, n, step);
+    LAUNCH(CEIL_DIV(n, block), block, 0, stream, adamw_kernel<TGrad>)(params, master, grads, m, v, n, step);
     cudaCheckLaunch();
 }

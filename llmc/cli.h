@@ -91,14 +91,21 @@ inline std::string find_flag_value(int argc, char** argv, const char* name) {
 
 // Parses argv for options whose model config comes from a named preset (o.preset, o.model):
 // --preset first, since it sets the defaults the other flags override, then every flag.
-template <typename Options, typename Presets, typename MakeFlags>
-Options parse_with_preset(int argc, char** argv, const Presets& presets, MakeFlags make_flags, const char* program) {
+// `set_defaults(o)` runs between the two, for other switches that set defaults.
+template <typename Options, typename Presets, typename MakeFlags, typename SetDefaults>
+Options parse_with_preset(int argc, char** argv, const Presets& presets, MakeFlags make_flags, const char* program,
+                          SetDefaults set_defaults) {
     Options o;
     std::string preset = find_flag_value(argc, argv, "--preset");
     if (!preset.empty()) { o.preset = preset; }
     auto it = presets.find(o.preset);
     if (it == presets.end()) { fatal("--preset: unknown preset '%s' (%s -h lists them)", o.preset.c_str(), program); }
     o.model = it->second;
+    set_defaults(o);
     parse_flags(argc, argv, make_flags(o), program);
     return o;
+}
+template <typename Options, typename Presets, typename MakeFlags>
+Options parse_with_preset(int argc, char** argv, const Presets& presets, MakeFlags make_flags, const char* program) {
+    return parse_with_preset<Options>(argc, argv, presets, make_flags, program, [](Options&) {});
 }

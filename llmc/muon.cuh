@@ -5,7 +5,7 @@ matrix W of stored shape (rows, cols), state M (fp32), momentum mu:
     NS(G):  X = G / (||G||_F + 1e-7); in the wide orientation (rows <= cols, else X^T)
             ns_steps times: A = X X^T; X = a X + (b A + c A^2) X;  (a, b, c) = kNSCoefficients
     keller: M = mu M + (1-mu) g;  U = NS((1-mu) g + mu M) * sqrt(max(1, rows/cols))
-    paper:  O = NS(g);  M = mu M + (1-mu) O;  U = (1-mu) O + mu M
+    paper:  O = NS(g);  M = mu M + O;  U = O + mu M     (the SAN paper's code: no (1-mu) damping)
     both:   W = W (1 - lr wd) - lr U
 
 All matrices of one shape form a group that is orthogonalised together: every GEMM of the
@@ -74,7 +74,8 @@ struct MuonMatrix {
 // kernels: grid (blocks, batch); blockIdx.y is the matrix of the group
 
 // The Newton-Schulz input of element i: keller also updates the momentum (once, here).
-__device__ inline float muon_input(const floatX* g, float* m, int64_t i, float grad_scale, float mu, bool keller,
+template <typename TGrad>
+__device__ inline float muon_input(const TGrad* g, float* m, int64_t i, float grad_scale, float mu, bool keller,
                                    bool update_momentum) {
     float gi = to_float(g[i]) * grad_scale;
     if (!keller) { return gi; }
@@ -87,10 +88,11 @@ __device__ inline float muon_input(const floatX* g, float* m, int64_t i, float g
 }
 
 // kReduceThreads threads per block, kMuonNormBlocks blocks per matrix.
-__global__ void muon_prepare_kernel(float* partials, const floatX* grads, float* mom, const int64_t* offsets,
+template <typename TGrad>
+__global__ void muon_prepare_kernel(float* partials, const TGrad* grads, float* mom, const int64_t* offsets,
                                     int64_t n, float grad_scale, float mu, bool keller) {
     int b = blockIdx.y;
-    const floatX* g = grads + offsets[b];
+    const TGrad* g = grads + offsets[b];
     float* m = mom + offsets[b];
     float sum = 0.0f;
     for (int64_t i = (int64_t)blockIdx.x * kReduceThreads + threadIdx.x; i < n;
@@ -102,8 +104,8 @@ __global__ void muon_prepare_kernel(float* partials, const floatX* grads, float*
     if (threadIdx.x == 0) { partials[b * kMuonNormBlocks + blockIdx.x] = total; }
 }
 
-template <typename T>
-__global__ void muon_normalize_kernel(T* X, const float* partials, const floatX* grads, float* mom,
+template <typename T, typename TGrad>
+__global__ void muon_normalize_kernel(T* X, const float* partials, const TGrad* grads, float* mom,
                                       const int64_t* offsets, int64_t n, float grad_scale, float mu, bool keller) {
     int b = blockIdx.y;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -126,9 +128,9 @@ __global__ void muon_apply_kernel(floatX* params, float* master, float* mom, con
     if (keller) {
         u = o * shape_scale;
     } else {
-        float m = mu * mom[j] + (1.0f - mu) * o;
+        float m = mu * mom[j] + o;
         mom[j] = m;
-        u = (1.0f - mu) * o + mu * m;
+        u = o + mu * m;
     }
     float p = master != nullptr ? master[j] : to_float(params[j]);
     p = p * (1.0f - lr * weight_decay) - lr * u;
@@ -216,26 +218,28 @@ public:
 
     // Steps 1-3 for one group: the orthogonalised input of every matrix, a contiguous
     // (batch, rows, cols) array of T in the workspace (valid until the next call).
-    template <typename T>
-    const T* orthogonalize(int group, const floatX* grads, float* mom, float grad_scale, const MuonConfig& cfg,
+    template <typename T, typename TGrad>
+    const T* orthogonalize(int group, const TGrad* grads, float* mom, float grad_scale, const MuonConfig& cfg,
                            cudaStream_t stream) {
         const Group& g = groups_[group];
         const bool keller = cfg.order == MuonOrder::Keller;
         T *x0, *x1, *gram, *poly;
         workspace<T>(&x0, &x1, &gram, &poly);
         const int64_t n = g.numel();
-        LAUNCH(dim3(kMuonNormBlocks, g.batch()), kReduceThreads, 0, stream, muon_prepare_kernel)(
+        LAUNCH(dim3(kMuonNormBlocks, g.batch()), kReduceThreads, 0, stream, muon_prepare_kernel<TGrad>)(
             partials_, grads, mom, g.d_offsets, n, grad_scale, cfg.momentum, keller);
         cudaCheckLaunch();
         const int block = 256;
-        LAUNCH(dim3(CEIL_DIV(n, block), g.batch()), block, 0, stream, muon_normalize_kernel<T>)(
+        LAUNCH(dim3(CEIL_DIV(n, block), g.batch()), block, 0, stream, muon_normalize_kernel<T, TGrad>)(
             x0, partials_, grads, mom, g.d_offsets, n, grad_scale, cfg.momentum, keller);
         cudaCheckLaunch();
         return newton_schulz(x0, x1, gram, poly, g.batch(), g.rows, g.cols, cfg.ns_steps, cfg.coefficients, stream);
     }
 
-    // One Muon step on every matrix. grad_scale applies the global-norm clip.
-    void step(floatX* params, float* master, const floatX* grads, float* mom, float grad_scale, float lr,
+    // One Muon step on every matrix. grad_scale applies the global-norm clip. Gradients are
+    // floatX, or fp32 when accumulated in fp32 (TrainOptions::grad_fp32).
+    template <typename TGrad>
+    void step(floatX* params, float* master, const TGrad* grads, float* mom, float grad_scale, float lr,
               float weight_decay, const MuonConfig& cfg, cudaStream_t stream) {
         if (cfg.ns_fp32 || PRECISION_MODE == PrecisionMode::FP32) {
             step_impl<float>(params, master, grads, mom, grad_scale, lr, weight_decay, cfg, stream);
@@ -245,13 +249,13 @@ public:
     }
 
 private:
-    template <typename T>
-    void step_impl(floatX* params, float* master, const floatX* grads, float* mom, float grad_scale, float lr,
+    template <typename T, typename TGrad>
+    void step_impl(floatX* params, float* master, const TGrad* grads, float* mom, float grad_scale, float lr,
                    float weight_decay, const MuonConfig& cfg, cudaStream_t stream) {
         const bool keller = cfg.order == MuonOrder::Keller;
         for (int k = 0; k < (int)groups_.size(); k++) {
             const Group& g = groups_[k];
-            const T* X = orthogonalize<T>(k, grads, mom, grad_scale, cfg, stream);
+            const T* X = orthogonalize<T, TGrad>(k, grads, mom, grad_scale, cfg, stream);
             float shape_scale = std::sqrt(std::max(1.0f, (float)g.rows / (float)g.cols));
             const int block = 256;
             LAUNCH(dim3(CEIL_DIV(g.numel(), block), g.batch()), block, 0, stream, muon_apply_kernel<T>)(

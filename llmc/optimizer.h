@@ -49,6 +49,13 @@ inline size_t total_numel(const std::vector<ParamSpec>& spec) {
     return n;
 }
 
+// A model's default peak rates (per device, before --lr-scale-gpus): the SAN paper's locked
+// rates are 0.02 (Muon) / 6e-4 (AdamW) for the SAN and 0.04 / 2.4e-3 for the FFN arm, with
+// 3e-4 for the AdamW side of Muon.
+struct DefaultRates {
+    double muon = 0.02, adamw = 6e-4, muon_other = 3e-4;
+};
+
 struct OptimizerConfig {
     std::string optimizer = "adamw";    // adamw | muon
     double lr = 6e-4, lr_other = -1.0;  // lr_other < 0: same as lr (resolve_rates: the optimizer's defaults)
@@ -66,12 +73,13 @@ struct OptimizerConfig {
         if (ns_steps < 0) { fatal("--ns-steps must be >= 0, got %d", ns_steps); }
         if (!(muon_momentum >= 0.0 && muon_momentum < 1.0)) { fatal("--muon-momentum must be in [0, 1), got %g", muon_momentum); }
     }
-    // The reference's defaults for rates left < 0 (muon: lr 0.02, lr_other 3e-4; adamw:
-    // lr 6e-4, lr_other = lr), then the N-GPU rule: AdamW rates x N, the Muon rate x sqrt(N).
-    void resolve_rates(int lr_scale_gpus = 1) {
+    // Rates left < 0 take the model's defaults (the matrix group's rate for this optimizer;
+    // the other group: 3e-4 under Muon, the matrix rate under AdamW), then the N-GPU rule
+    // of the paper's code: AdamW rates x N, the Muon rate x sqrt(N).
+    void resolve_rates(const DefaultRates& defaults, int lr_scale_gpus = 1) {
         if (lr_scale_gpus < 1) { fatal("--lr-scale-gpus must be >= 1, got %d", lr_scale_gpus); }
-        if (lr < 0) { lr = is_muon() ? 0.02 : 6e-4; }
-        if (lr_other < 0) { lr_other = is_muon() ? 3e-4 : lr; }
+        if (lr < 0) { lr = is_muon() ? defaults.muon : defaults.adamw; }
+        if (lr_other < 0) { lr_other = is_muon() ? defaults.muon_other : lr; }
         lr *= is_muon() ? std::sqrt((double)lr_scale_gpus) : (double)lr_scale_gpus;
         lr_other *= lr_scale_gpus;
     }
@@ -147,43 +155,34 @@ public:
     const float* muon_momentum() const { return mom_; }  // null unless the state is Muon's
     const std::string& state_kind() const { return kind_; }  // "adamw", "muon", or "" before the first step
 
+    // Where update() reads the gradients: the floatX buffer the backward pass writes, or an
+    // fp32 buffer they were accumulated into (ModelParameters::grads_fp32); null: floatX.
+    void read_fp32_gradients(const float* grads) { grads_fp32_ = grads; }
+
     // Global L2 norm of all gradients.
     float grad_norm(cudaStream_t stream) {
-        dot_product(norm_sq_, scratch_, grads_, grads_, num_params_, 1.0f, false, stream);
+        if (grads_fp32_ != nullptr) {
+            dot_product(norm_sq_, scratch_, grads_fp32_, grads_fp32_, num_params_, 1.0f, false, stream);
+        } else {
+            dot_product(norm_sq_, scratch_, (const floatX*)grads_, (const floatX*)grads_, num_params_, 1.0f, false, stream);
+        }
         float norm_sq = 0.0f;
         cudaCheck(cudaMemcpy(&norm_sq, norm_sq_, sizeof(float), cudaMemcpyDeviceToHost));
         return std::sqrt(norm_sq);
     }
 
-    // One step with the given rates; returns the gradient norm before clipping.
+    // One step with the given rates; returns the gradient norm before clipping. When that
+    // norm is not finite nothing is updated (the trainer stops and names the tensor).
     float update(const OptimizerConfig& opt, double lr_matrix, double lr_other, cudaStream_t stream) {
-        opt.check();
         allocate_state(opt.optimizer);
         float norm = grad_norm(stream);
-        if (!std::isfinite(norm)) { fatal("step %lld: the gradient norm is %f: the run diverged", (long long)step + 1, norm); }
+        if (!std::isfinite(norm)) { return norm; }
         float grad_scale = opt.grad_clip > 0.0 ? std::min(1.0f, (float)(opt.grad_clip / (norm + 1e-6))) : 1.0f;
         step++;
-        const bool muon = opt.is_muon();
-        size_t offset = 0;
-        for (const ParamSpec& s : spec_) {
-            if (!(muon && s.matrix)) {
-                AdamWStep a;
-                a.lr = (float)(s.matrix ? lr_matrix : lr_other);
-                a.beta1 = (float)opt.beta1;
-                a.beta2 = (float)opt.beta2;
-                a.eps = (float)opt.eps;
-                a.weight_decay = s.matrix ? (float)opt.weight_decay : 0.0f;
-                a.beta1_correction = (float)(1.0 - std::pow(opt.beta1, (double)step));
-                a.beta2_correction = (float)(1.0 - std::pow(opt.beta2, (double)step));
-                a.grad_scale = grad_scale;
-                adamw_update(params_ + offset, master_ != nullptr ? master_ + offset : nullptr, grads_ + offset,
-                             m_ + offset, v_ + offset, s.numel(), a, stream);
-            }
-            offset += s.numel();
-        }
-        if (muon) {
-            muon_->step(params_, master_, grads_, mom_, grad_scale, (float)lr_matrix, (float)opt.weight_decay, opt.muon(),
-                        stream);
+        if (grads_fp32_ != nullptr) {
+            apply(grads_fp32_, opt, lr_matrix, lr_other, grad_scale, stream);
+        } else {
+            apply((const floatX*)grads_, opt, lr_matrix, lr_other, grad_scale, stream);
         }
         return norm;
     }
@@ -239,6 +238,33 @@ public:
     }
 
 private:
+    template <typename TGrad>
+    void apply(const TGrad* grads, const OptimizerConfig& opt, double lr_matrix, double lr_other, float grad_scale,
+               cudaStream_t stream) {
+        const bool muon = opt.is_muon();
+        size_t offset = 0;
+        for (const ParamSpec& s : spec_) {
+            if (!(muon && s.matrix)) {
+                AdamWStep a;
+                a.lr = (float)(s.matrix ? lr_matrix : lr_other);
+                a.beta1 = (float)opt.beta1;
+                a.beta2 = (float)opt.beta2;
+                a.eps = (float)opt.eps;
+                a.weight_decay = s.matrix ? (float)opt.weight_decay : 0.0f;
+                a.beta1_correction = (float)(1.0 - std::pow(opt.beta1, (double)step));
+                a.beta2_correction = (float)(1.0 - std::pow(opt.beta2, (double)step));
+                a.grad_scale = grad_scale;
+                adamw_update(params_ + offset, master_ != nullptr ? master_ + offset : nullptr, grads + offset,
+                             m_ + offset, v_ + offset, s.numel(), a, stream);
+            }
+            offset += s.numel();
+        }
+        if (muon) {
+            muon_->step(params_, master_, grads, mom_, grad_scale, (float)lr_matrix, (float)opt.weight_decay, opt.muon(),
+                        stream);
+        }
+    }
+
     bool uses_muon(const ParamSpec& s) const { return kind_ == "muon" && s.matrix; }
 
     // m, v (and for Muon the momentum) in the parameters' layout; the parts no tensor uses
@@ -286,6 +312,7 @@ private:
     floatX* params_;
     float* master_;
     floatX* grads_;
+    const float* grads_fp32_ = nullptr;
     float* scratch_;  // kReduceBlocks floats
     float* norm_sq_ = nullptr;
     float *m_ = nullptr, *v_ = nullptr, *mom_ = nullptr;

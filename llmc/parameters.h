@@ -7,9 +7,14 @@ its activations, forward and backward.
 
 Values go in and out as fp32 host vectors in canonical order; checkpoints hold the master
 weights, so a bf16 run resumes bit for bit.
+
+Gradients: backward() accumulates into `grads` (floatX). With accumulate_in_fp32() (bf16
+builds, --grad-fp32 1) every micro-batch ends with end_micro_batch(), which moves them into
+the fp32 buffer `grads_fp32` that the optimizer then reads (llmc/grad_accumulate.cuh).
 */
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +24,7 @@ weights, so a bf16 run resumes bit for bit.
 #include <vector>
 
 #include "cuda_common.h"
+#include "grad_accumulate.cuh"
 #include "optimizer.h"
 #include "tensor_file.h"
 
@@ -28,6 +34,7 @@ public:
     size_t num_params = 0;
     floatX* params = nullptr;
     floatX* grads = nullptr;
+    float* grads_fp32 = nullptr;  // the fp32 gradient accumulator, when accumulate_in_fp32() was called
     float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
     std::unique_ptr<ParamOptimizer> optimizer;
     cudaStream_t stream = nullptr;
@@ -53,7 +60,41 @@ public:
         if (master != nullptr) { return copy_from_device(master, num_params); }
         return to_floats(copy_from_device(params, num_params));
     }
-    std::vector<float> get_gradients() const { return to_floats(copy_from_device(grads, num_params)); }
+    // The gradients the optimizer would use: the fp32 accumulator when there is one.
+    std::vector<float> get_gradients() const {
+        if (grads_fp32 != nullptr) { return copy_from_device(grads_fp32, num_params); }
+        return to_floats(copy_from_device(grads, num_params));
+    }
+
+    // Accumulates micro-batch gradients in fp32 from now on (a no-op in fp32 builds, whose
+    // gradients are fp32 already).
+    void accumulate_in_fp32() {
+        if (PRECISION_MODE == PrecisionMode::FP32 || grads_fp32 != nullptr) { return; }
+        grads_fp32 = arena_.alloc<float>(num_params);
+        cudaCheck(cudaMemset(grads_fp32, 0, num_params * sizeof(float)));
+        optimizer->read_fp32_gradients(grads_fp32);
+    }
+    // After each micro-batch's backward(): moves its gradients into the fp32 accumulator.
+    void end_micro_batch() {
+        if (grads_fp32 != nullptr) { accumulate_fp32(grads_fp32, grads, num_params, stream); }
+    }
+
+    // "parameter 'name'" or "gradient 'name'" of the first tensor (canonical order,
+    // parameters first) holding a value that is not finite, or "" if there is none.
+    std::string first_nonfinite_tensor() const {
+        std::vector<float> values[2] = {get_parameters(), get_gradients()};
+        const char* kinds[2] = {"parameter", "gradient"};
+        for (int k = 0; k < 2; k++) {
+            size_t offset = 0;
+            for (const ParamSpec& s : spec) {
+                for (int64_t i = 0; i < s.numel(); i++) {
+                    if (!std::isfinite(values[k][offset + i])) { return std::string(kinds[k]) + " '" + s.name + "'"; }
+                }
+                offset += s.numel();
+            }
+        }
+        return "";
+    }
 
     // N(0, init_std) for the first init_rows rows of a tensor (all rows when init_rows < 0),
     // init_value elsewhere: padded vocabulary rows stay zero. Our own random stream: the
@@ -75,7 +116,10 @@ public:
         set_parameters(values);
     }
 
-    void zero_grad() { cudaCheck(cudaMemsetAsync(grads, 0, num_params * sizeof(floatX), stream)); }
+    void zero_grad() {
+        cudaCheck(cudaMemsetAsync(grads, 0, num_params * sizeof(floatX), stream));
+        if (grads_fp32 != nullptr) { cudaCheck(cudaMemsetAsync(grads_fp32, 0, num_params * sizeof(float), stream)); }
+    }
 
     // One optimizer step on the accumulated gradients (clipped to the global norm); returns
     // the global gradient norm before clipping.
@@ -114,11 +158,13 @@ public:
         if (with_optimizer) { optimizer->load(r); }
     }
 
-private:
+protected:
     static std::vector<float> to_floats(const std::vector<floatX>& values) {
         std::vector<float> out(values.size());
         for (size_t i = 0; i < values.size(); i++) { out[i] = to_float(values[i]); }
         return out;
     }
+
+private:
     DeviceArena arena_;
 };

@@ -135,12 +135,13 @@ TEST_CASE(schedule_errors) {
 // ----------------------------------------------------------------------------------------
 // default rates and --lr-scale-gpus (OptimizerConfig::resolve_rates vs opt_from_args)
 
-static OptimizerConfig rates(const char* optimizer, double lr, double lr_other, int gpus) {
+static OptimizerConfig rates(const char* optimizer, double lr, double lr_other, int gpus,
+                             const DefaultRates& defaults = DefaultRates{}) {
     OptimizerConfig o;
     o.optimizer = optimizer;
     o.lr = lr;
     o.lr_other = lr_other;
-    o.resolve_rates(gpus);
+    o.resolve_rates(defaults, gpus);
     return o;
 }
 
@@ -157,6 +158,14 @@ TEST_CASE(rates_defaults_and_gpu_scaling) {
     CHECK(std::fabs(a4.lr - 2.4e-3) < 1e-15 && std::fabs(a4.lr_other - 2.4e-3) < 1e-15);
     OptimizerConfig m2 = rates("muon", 0.01, 1e-3, 2);
     CHECK(std::fabs(m2.lr - 0.01 * std::sqrt(2.0)) < 1e-15 && std::fabs(m2.lr_other - 2e-3) < 1e-15);
+    // a model's own defaults (the FFN arm's: Muon 0.04, AdamW 2.4e-3) replace only the unset rates
+    DefaultRates ffn{0.04, 2.4e-3, 3e-4};
+    OptimizerConfig fm = rates("muon", -1, -1, 8, ffn);  // the paper setup's n = 8
+    CHECK(std::fabs(fm.lr - 0.04 * std::sqrt(8.0)) < 1e-15 && std::fabs(fm.lr_other - 2.4e-3) < 1e-15);
+    OptimizerConfig fa = rates("adamw", -1, -1, 1, ffn);
+    CHECK(fa.lr == 2.4e-3 && fa.lr_other == 2.4e-3);
+    OptimizerConfig fx = rates("adamw", 1e-3, -1, 1, ffn);
+    CHECK(fx.lr == 1e-3 && fx.lr_other == 1e-3);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -471,8 +480,8 @@ static void check_muon_steps(MuonOrder order, bool ns_fp32) {
                 Mat o = ns_reference(gk, m.rows, m.cols, 5);
                 U.resize(n);
                 for (size_t i = 0; i < n; i++) {
-                    M[k][i] = mu * M[k][i] + (1.0 - mu) * o[i];
-                    U[i] = (1.0 - mu) * o[i] + mu * M[k][i];
+                    M[k][i] = mu * M[k][i] + o[i];
+                    U[i] = o[i] + mu * M[k][i];
                 }
             }
             for (size_t i = 0; i < n; i++) { P[k][i] = P[k][i] * (1.0 - (double)lr * wd) - lr * U[i]; }
@@ -484,12 +493,13 @@ static void check_muon_steps(MuonOrder order, bool ns_fp32) {
         for (size_t i = 0; i < total; i++) { got_p[i] = to_float(x[i]); }
     }
     std::vector<float> got_m = copy_from_device(d_mom, total);
-    // measured: fp32 NS 6e-8 (params), 8e-8 (paper momentum); bf16 NS 1.7e-3 / 2e-4 (keller /
-    // paper params: keller's update is ~5x larger in its first steps), 1.2e-3 (paper momentum)
+    // measured: fp32 NS 6e-8 / 1.5e-7 (keller / paper params), 9.5e-7 (paper momentum, which
+    // sums the undamped NS outputs: |M| up to ~1); bf16 NS 1.7e-3 / 2.0e-3 (keller / paper
+    // params), 1.2e-2 (paper momentum)
     bool bf16_ns = !ns_fp32 && PRECISION_MODE != PrecisionMode::FP32;
     bool keller = order == MuonOrder::Keller;
-    double tol_p = bf16_ns ? (keller ? 6e-3 : 1e-3) : 5e-7;
-    double tol_m = keller ? 1e-7 : (bf16_ns ? 4e-3 : 5e-7);  // keller's momentum never sees NS
+    double tol_p = bf16_ns ? (keller ? 6e-3 : 5e-3) : 5e-7;
+    double tol_m = keller ? 1e-7 : (bf16_ns ? 3e-2 : 3e-6);  // keller's momentum never sees NS
     double err_p = 0.0, err_m = 0.0;
     for (size_t k = 0; k < mats.size(); k++) {
         for (size_t i = 0; i < P[k].size(); i++) {
