@@ -10,10 +10,10 @@ python=.venv/bin/python
 data_dir=${DATA_DIR:-data/offline}
 
 if [ -f dev/data/build_offline.py ]; then
-  if [ ! -f "$data_dir/.complete" ]; then
+  # the builder writes $data_dir/.complete last, with its format version: older builds are rebuilt
+  if ! $python dev/data/build_offline.py --out "$data_dir" --is-current; then
     echo "demo: building the offline dataset in $data_dir"
     $python dev/data/build_offline.py --out "$data_dir"
-    touch "$data_dir/.complete"
   else
     echo "demo: offline dataset already in $data_dir"
   fi

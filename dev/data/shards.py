@@ -1,5 +1,5 @@
 """
-Token shards and region sidecars: the binary files the C++ data loader (llmc/dataloader.h)
+Token shards and their region and exercise sidecars: the binary files the C++ data loader (llmc/dataloader.h)
 reads. Formats (documented in doc/formats.md):
 
   token shard  <name>.bin      header 256 x int32: [0] 20240520, [1] version (1 = uint16
@@ -8,10 +8,15 @@ reads. Formats (documented in doc/formats.md):
   region file  <name>.regions  header 256 x int32: [0] REGIONS_MAGIC, [1] 1, [2] number of
                                tokens (equal to its shard's), rest 0; then one uint8 per
                                token: 0 other, 1 query, 2 trace, 3 answer.
+  exercise file <name>.exercises  header 256 x int32: [0] EXERCISES_MAGIC, [1] 1, [2] number
+                               of tokens, [3] number of names K, [4] bytes S of the name
+                               table, rest 0; then the names (UTF-8, each ended by a NUL;
+                               name 0 is "none"); then one uint8 per token: the index of the
+                               exercise (task kind) of the document the token belongs to.
 
-A ShardWriter takes documents (token ids, optional region labels) and cuts them into
-shards of a fixed number of tokens named <prefix>_<split>_<index:06d>.bin, so that train
-and validation files are told apart by the patterns *_train_*.bin and *_val_*.bin.
+A ShardWriter takes documents (token ids, optional region labels, optional exercise name)
+and cuts them into shards of a fixed number of tokens named <prefix>_<split>_<index:06d>.bin,
+so that train and validation files are told apart by the patterns *_train_*.bin and *_val_*.bin.
 Documents are packed back to back; a document may continue in the next shard.
 """
 from __future__ import annotations
@@ -36,6 +41,12 @@ REGIONS_SUFFIX = ".regions"
 OTHER, QUERY, TRACE, ANSWER = 0, 1, 2, 3
 REGION_NAMES = {OTHER: "other", QUERY: "query", TRACE: "trace", ANSWER: "answer"}
 
+EXERCISES_MAGIC = 20260314
+EXERCISES_VERSION = 1
+EXERCISES_SUFFIX = ".exercises"
+EXERCISE_NONE = "none"   # name 0 of every table: tokens that belong to no exercise
+MAX_EXERCISES = 256      # ids are uint8
+
 
 def regions_path(shard_path: str | os.PathLike) -> Path:
     """The sidecar that belongs to a shard: 'x_train_000001.bin' -> 'x_train_000001.regions'."""
@@ -45,19 +56,30 @@ def regions_path(shard_path: str | os.PathLike) -> Path:
     return p.with_suffix(REGIONS_SUFFIX)
 
 
-def _header(magic: int, version: int, ntok: int) -> np.ndarray:
+def exercises_path(shard_path: str | os.PathLike) -> Path:
+    """The exercise sidecar of a shard: 'x_train_000001.bin' -> 'x_train_000001.exercises'."""
+    p = Path(shard_path)
+    if p.suffix != ".bin":
+        raise ValueError(f"shard file name must end in .bin: {p}")
+    return p.with_suffix(EXERCISES_SUFFIX)
+
+
+def _header(magic: int, version: int, ntok: int, *extra: int) -> np.ndarray:
     h = np.zeros(HEADER_INTS, dtype="<i4")
     h[0], h[1], h[2] = magic, version, ntok
+    for i, v in enumerate(extra):
+        h[3 + i] = v
     return h
 
 
-def _write_atomic(path: Path, header: np.ndarray, payload: np.ndarray) -> None:
-    """Writes header+payload to path.tmp and renames it, so readers never see half a file."""
+def _write_atomic(path: Path, header: np.ndarray, *payloads) -> None:
+    """Writes header+payloads to path.tmp and renames it, so readers never see half a file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(header.tobytes())
-        f.write(payload.tobytes())
+        for p in payloads:
+            f.write(p if isinstance(p, bytes) else p.tobytes())
     os.replace(tmp, path)
 
 
@@ -99,6 +121,33 @@ def write_regions(path, regions) -> None:
     _write_atomic(Path(path), _header(REGIONS_MAGIC, REGIONS_VERSION, r.size), r.astype(np.uint8))
 
 
+def _check_exercise_names(names) -> bytes:
+    """The name table as bytes; checks that name 0 is "none" and names are unique, non-empty, NUL-free."""
+    names = list(names)
+    if not names or names[0] != EXERCISE_NONE:
+        raise ValueError(f"exercise name 0 must be {EXERCISE_NONE!r} (got {names[:1]})")
+    if len(names) > MAX_EXERCISES:
+        raise ValueError(f"{len(names)} exercise names, more than the {MAX_EXERCISES} a uint8 id can index")
+    if len(set(names)) != len(names):
+        raise ValueError(f"exercise names repeat: {names}")
+    for n in names:
+        if not n or "\0" in n:
+            raise ValueError(f"bad exercise name {n!r} (empty or with a NUL)")
+    return b"".join(n.encode("utf-8") + b"\0" for n in names)
+
+
+def write_exercises(path, ids, names) -> None:
+    """Writes one exercise sidecar (path should be exercises_path(shard)): ids index names."""
+    table = _check_exercise_names(names)
+    e = np.asarray(ids)
+    if e.ndim != 1:
+        raise ValueError("exercise ids must be one-dimensional")
+    if e.size and (e.min() < 0 or e.max() >= len(names)):
+        raise ValueError(f"exercise ids must be in 0..{len(names) - 1}")
+    h = _header(EXERCISES_MAGIC, EXERCISES_VERSION, e.size, len(names), len(table))
+    _write_atomic(Path(path), h, table, e.astype(np.uint8))
+
+
 def _read_header(path: Path, data: bytes, magic: int, versions: tuple) -> np.ndarray:
     if len(data) < HEADER_BYTES:
         raise ValueError(f"{path}: file is truncated: {len(data)} bytes, less than the {HEADER_BYTES}-byte header")
@@ -135,15 +184,40 @@ def read_regions(path) -> np.ndarray:
     return np.frombuffer(data[HEADER_BYTES:], dtype=np.uint8)
 
 
+def read_exercises(path) -> tuple[np.ndarray, list[str]]:
+    """Reads an exercise sidecar: (uint8 id per token, names), checking header, table and sizes."""
+    path = Path(path)
+    data = path.read_bytes()
+    h = _read_header(path, data, EXERCISES_MAGIC, (EXERCISES_VERSION,))
+    k, nbytes = int(h[3]), int(h[4])
+    if not 1 <= k <= MAX_EXERCISES or nbytes < 0:
+        raise ValueError(f"{path}: bad name table: {k} names in {nbytes} bytes")
+    expect = HEADER_BYTES + nbytes + int(h[2])
+    if len(data) != expect:
+        raise ValueError(f"{path}: size {len(data)} bytes but the header says {expect}")
+    raw = data[HEADER_BYTES:HEADER_BYTES + nbytes]
+    if not raw.endswith(b"\0") or raw.count(b"\0") != k:
+        raise ValueError(f"{path}: the name table does not hold {k} NUL-ended names")
+    names = [n.decode("utf-8") for n in raw[:-1].split(b"\0")]
+    _check_exercise_names(names)
+    ids = np.frombuffer(data[HEADER_BYTES + nbytes:], dtype=np.uint8)
+    if ids.size and ids.max() >= k:
+        raise ValueError(f"{path}: exercise id {ids.max()} outside the table of {k} names")
+    return ids, names
+
+
 class ShardWriter:
     """Packs documents into fixed-size shards <outdir>/<prefix>_<split>_<i:06d>.bin.
 
     with_regions: also write a .regions sidecar per shard (every document must then come
-    with labels). vocab_size picks the token width (uint16 up to 65536 ids).
+    with labels). with_exercises: also write a .exercises sidecar per shard (every document
+    must then name its exercise); each shard's table holds the names seen so far, in order of
+    first appearance after "none", so a name keeps its id in all later shards.
+    vocab_size picks the token width (uint16 up to 65536 ids).
     """
 
     def __init__(self, outdir, prefix: str, split: str, shard_tokens: int, vocab_size: int,
-                 with_regions: bool = False):
+                 with_regions: bool = False, with_exercises: bool = False):
         if split not in ("train", "val"):
             raise ValueError("split must be 'train' or 'val'")
         self.outdir = Path(outdir)
@@ -156,13 +230,26 @@ class ShardWriter:
         self.dtype = np.uint16 if self.version == SHARD_VERSION_U16 else np.uint32
         self.buf = np.empty(self.shard_tokens, dtype=self.dtype)
         self.rbuf = np.empty(self.shard_tokens, dtype=np.uint8) if with_regions else None
+        self.with_exercises = with_exercises
+        self.ebuf = np.empty(self.shard_tokens, dtype=np.uint8) if with_exercises else None
+        self.exercise_names = [EXERCISE_NONE]
+        self.exercise_docs: dict[str, int] = {}  # documents per exercise
         self.fill = 0
         self.index = 0
         self.paths: list[Path] = []
         self.total_tokens = 0
         self.total_docs = 0
 
-    def add(self, tokens, regions=None) -> None:
+    def exercise_id(self, name: str) -> int:
+        """The id of an exercise name, added to the table on first use."""
+        if not name or name == EXERCISE_NONE:
+            raise ValueError(f"a document's exercise must be a name other than {EXERCISE_NONE!r} (got {name!r})")
+        if name not in self.exercise_names:
+            _check_exercise_names(self.exercise_names + [name])
+            self.exercise_names.append(name)
+        return self.exercise_names.index(name)
+
+    def add(self, tokens, regions=None, exercise: str | None = None) -> None:
         toks = np.asarray(tokens)
         if toks.size and (toks.min() < 0 or toks.max() >= self.vocab_size):
             raise ValueError(f"token id out of range 0..{self.vocab_size - 1}")
@@ -170,6 +257,11 @@ class ShardWriter:
             if regions is None or len(regions) != len(toks):
                 raise ValueError("with_regions: each document needs one region label per token")
             regs = np.asarray(regions, dtype=np.uint8)
+        if self.with_exercises:
+            if exercise is None:
+                raise ValueError("with_exercises: each document needs its exercise name")
+            ex = self.exercise_id(exercise)
+            self.exercise_docs[exercise] = self.exercise_docs.get(exercise, 0) + 1
         pos = 0
         n = len(toks)
         while pos < n:
@@ -177,6 +269,8 @@ class ShardWriter:
             self.buf[self.fill:self.fill + take] = toks[pos:pos + take]
             if self.with_regions:
                 self.rbuf[self.fill:self.fill + take] = regs[pos:pos + take]
+            if self.with_exercises:
+                self.ebuf[self.fill:self.fill + take] = ex
             self.fill += take
             pos += take
             if self.fill == self.shard_tokens:
@@ -191,6 +285,8 @@ class ShardWriter:
         write_shard(path, self.buf[:self.fill], version=self.version)
         if self.with_regions:
             write_regions(regions_path(path), self.rbuf[:self.fill])
+        if self.with_exercises:
+            write_exercises(exercises_path(path), self.ebuf[:self.fill], self.exercise_names)
         self.paths.append(path)
         self.index += 1
         self.fill = 0

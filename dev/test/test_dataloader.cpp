@@ -3,7 +3,9 @@ Tests llmc/dataloader.h on fixture shards it writes itself (by hand, from the fo
 doc/formats.md, independently of the Python writer): headers of both token widths,
 window contents, rank sharding (P processes together = one process with a P-times larger
 batch; every window at most once per epoch), seeded shuffling, exact resume, region
-labels lining up with tokens, document ids, and clear failures on bad files.
+labels and exercise ids (remapped from per-shard tables to one) lining up with tokens,
+document ids, whole-document rows checked against plain loops over the tokens, and clear
+failures on bad files.
   g++ -std=c++17 -O2 -Wall -I. dev/test/test_dataloader.cpp -o build/host/test_dataloader
 */
 #include <map>
@@ -32,7 +34,34 @@ static void write_sidecar(const std::string& path, const std::vector<uint8_t>& l
     write_bytes(path, b);
 }
 
+// an exercise sidecar: header [magic, version, N, K, table bytes], NUL-ended names, ids
+static void write_exercises(const std::string& path, const std::vector<std::string>& names,
+                            const std::vector<uint8_t>& ids, int64_t claimed = -1, int magic = EXERCISES_MAGIC,
+                            int version = 1, long cut_bytes = 0) {
+    std::vector<uint8_t> table;
+    for (const std::string& n : names) {
+        table.insert(table.end(), n.begin(), n.end());
+        table.push_back(0);
+    }
+    std::vector<uint8_t> b = header_bytes({magic, version, (int32_t)(claimed >= 0 ? claimed : (int64_t)ids.size()),
+                                           (int32_t)names.size(), (int32_t)table.size()});
+    b.insert(b.end(), table.begin(), table.end());
+    b.insert(b.end(), ids.begin(), ids.end());
+    b.resize(b.size() - cut_bytes);
+    write_bytes(path, b);
+}
+
 static uint8_t label_of(uint32_t tok) { return (uint8_t)((tok * 7 + tok / 5) % 4); }
+
+// the fixture's exercise tables differ per shard (shard 1 has none), so ids must be remapped by name
+static const std::vector<std::vector<std::string>> FX_EXERCISES = {
+    {"none", "math", "rag"}, {}, {"none", "rag", "mcq", "math", "recall"}};
+static uint8_t local_exercise_of(int shard, uint32_t tok) {  // document of 37 tokens <-> one exercise
+    return (uint8_t)(1 + (tok / 37) % (FX_EXERCISES[shard].size() - 1));
+}
+static std::string exercise_name_of(int shard, uint32_t tok) {
+    return FX_EXERCISES[shard].empty() ? "none" : FX_EXERCISES[shard][local_exercise_of(shard, tok)];
+}
 
 struct Fixture {
     std::vector<std::vector<uint32_t>> shards;  // tokens per shard, unique across the data
@@ -57,6 +86,9 @@ static Fixture make_fixture() {
             std::vector<uint8_t> lab(t.size());
             for (size_t i = 0; i < t.size(); i++) { lab[i] = label_of(t[i]); }
             write_sidecar(regions_path_for(name), lab);
+            std::vector<uint8_t> ex(t.size());
+            for (size_t i = 0; i < t.size(); i++) { ex[i] = local_exercise_of(s, t[i]); }
+            write_exercises(exercises_path_for(name), FX_EXERCISES[s], ex);
         }
         fx.shards.push_back(t);
     }
@@ -89,6 +121,8 @@ static void test_read_and_headers(const Fixture& fx) {
         CHECK(info.ntok == (int64_t)fx.shards[s].size());
         CHECK(info.width == (s == 1 ? 4 : 2));
         CHECK(info.regions_path.empty() == (s == 1));
+        CHECK(info.exercises_path.empty() == (s == 1));
+        CHECK(info.exercise_names == FX_EXERCISES[s]);
         std::vector<int32_t> got = read_token_shard(files[s]);
         bool same = got.size() == fx.shards[s].size();
         for (size_t i = 0; same && i < got.size(); i++) { same = got[i] == (int32_t)fx.shards[s][i]; }
@@ -106,12 +140,16 @@ static void test_sequential_windows(const Fixture& fx) {
     CHECK(dl.num_windows() == expect_windows);
     CHECK(dl.steps_per_epoch() == expect_windows / B);
     CHECK(dl.has_regions);
+    CHECK(dl.has_exercises);
+    // one table for all shards: "none", then the names in order of first appearance
+    std::vector<std::string> want_names = {"none", "math", "rag", "mcq", "recall"};
+    CHECK(dl.exercise_names == want_names);
     // walk the expected windows in file order
     std::vector<std::pair<int, int64_t>> order;
     for (int s = 0; s < 3; s++) {
         for (int64_t k = 0; k < ((int64_t)fx.shards[s].size() - 1) / T; k++) { order.push_back({s, k}); }
     }
-    bool tokens_ok = true, io_ok = true, regions_ok = true;
+    bool tokens_ok = true, io_ok = true, regions_ok = true, exercises_ok = true;
     for (int64_t step = 0; step < dl.steps_per_epoch(); step++) {
         dl.next_batch();
         for (int b = 0; b < B; b++) {
@@ -122,6 +160,9 @@ static void test_sequential_windows(const Fixture& fx) {
                 tokens_ok = tokens_ok && got == (int32_t)want;
                 uint8_t wl = (s == 1) ? 0 : label_of(want);
                 regions_ok = regions_ok && dl.regions[(size_t)b * (T + 1) + t] == wl;
+                uint8_t id = dl.exercises[(size_t)b * (T + 1) + t];
+                exercises_ok = exercises_ok && id < dl.exercise_names.size() &&
+                               dl.exercise_names[id] == exercise_name_of(s, want);
                 if (t < T) {
                     io_ok = io_ok && dl.inputs[(size_t)b * T + t] == (int32_t)want &&
                             dl.targets[(size_t)b * T + t] == (int32_t)fx.shards[s][k * T + t + 1];
@@ -132,6 +173,7 @@ static void test_sequential_windows(const Fixture& fx) {
     CHECK(tokens_ok);
     CHECK(io_ok);
     CHECK(regions_ok);
+    CHECK(exercises_ok);
     // the epoch wrapped: the next batch is the first again
     dl.next_batch();
     CHECK(dl.position().epoch == 1 && dl.position().step == 1);
@@ -302,10 +344,160 @@ static void test_doc_ids() {
     CHECK(dl.doc_ids == want);
     CHECK(!dl.has_regions);
     CHECK(std::all_of(dl.regions.begin(), dl.regions.end(), [](uint8_t r) { return r == 0; }));
+    CHECK(!dl.has_exercises);
+    CHECK(dl.exercise_names == std::vector<std::string>{"none"});
+    CHECK(std::all_of(dl.exercises.begin(), dl.exercises.end(), [](uint8_t e) { return e == 0; }));
     c.doc_start_token = -1;
     DataLoader nodoc(c);
     nodoc.next_batch();
     CHECK(std::all_of(nodoc.doc_ids.begin(), nodoc.doc_ids.end(), [](int32_t v) { return v == 0; }));
+}
+
+// Whole-document rows against plain loops over the concatenated tokens: documents from one
+// BOS to the next (across shard cuts), a leading fragment without BOS left out, documents
+// longer than T+1 skipped, the rest packed greedily in order, padding and document starts
+// never scored; regions and exercise names follow their tokens.
+static void test_whole_documents() {
+    std::string d = g_dir + "/whole";
+    if (system(("mkdir -p '" + d + "'").c_str()) != 0) { exit(2); }
+    const int BOS = 2, T = 16, PAD = 1;
+    std::vector<uint32_t> all;
+    std::vector<int> doc_of;  // document index per token, -1 for the leading fragment
+    for (int i = 0; i < 3; i++) { all.push_back(500 + i); doc_of.push_back(-1); }
+    SplitMix64 rng(7);
+    uint32_t next_tok = 10;
+    const int ndocs = 60;
+    for (int k = 0; k < ndocs; k++) {
+        int len = k == 5 ? T + 1 : k == 6 ? T + 2 : k % 9 == 8 ? 20 + (int)rng.below(10) : 1 + (int)rng.below(12);
+        all.push_back(BOS);
+        doc_of.push_back(k);
+        for (int i = 1; i < len; i++) { all.push_back(next_tok++); doc_of.push_back(k); }
+    }
+    // the same exercise names in another order per shard: ids must be remapped by name
+    const std::vector<std::vector<std::string>> tables = {
+        {"none", "rag", "math", "mcq"}, {"none", "mcq", "rag", "math"}, {"none", "math", "mcq", "rag"}};
+    auto name_of_doc = [&](int k) { return k < 0 ? std::string("none") : tables[0][1 + k % 3]; };
+    size_t cuts[4] = {0, 97, 230, all.size()};  // shard boundaries, inside documents
+    for (int s = 0; s < 3; s++) {
+        std::vector<uint32_t> t(all.begin() + cuts[s], all.begin() + cuts[s + 1]);
+        std::vector<uint8_t> lab, ex;
+        for (size_t i = cuts[s]; i < cuts[s + 1]; i++) {
+            lab.push_back(label_of(all[i]));
+            std::string n = name_of_doc(doc_of[i]);
+            ex.push_back((uint8_t)(std::find(tables[s].begin(), tables[s].end(), n) - tables[s].begin()));
+        }
+        char name[256];
+        snprintf(name, sizeof(name), "%s/w_val_%06d.bin", d.c_str(), s);
+        write_shard(name, t, s == 1 ? 2 : 1);
+        write_sidecar(regions_path_for(name), lab);
+        write_exercises(exercises_path_for(name), tables[s], ex);
+    }
+    // the reference: documents, filtered, packed greedily
+    std::vector<std::vector<size_t>> docs;  // token positions in `all` per document
+    for (size_t i = 0; i < all.size(); i++) {
+        if (all[i] == (uint32_t)BOS) { docs.emplace_back(); }
+        if (!docs.empty()) { docs.back().push_back(i); }
+    }
+    std::vector<std::vector<size_t>> rows_ref;  // token positions per row
+    int64_t kept = 0, skipped = 0, scored_ref = 0;
+    for (const auto& doc : docs) {
+        if ((int)doc.size() > T + 1) { skipped++; continue; }
+        kept++;
+        scored_ref += (int64_t)doc.size() - 1;
+        if (rows_ref.empty() || rows_ref.back().size() + doc.size() > (size_t)T + 1) { rows_ref.emplace_back(); }
+        rows_ref.back().insert(rows_ref.back().end(), doc.begin(), doc.end());
+    }
+    CHECK(skipped >= 5 && kept > 40);  // the fixture exercises both paths
+    auto check_row = [&](const DataLoader& dl, int b, int64_t g) {
+        static const std::vector<size_t> none;
+        const std::vector<size_t>& pos = g < (int64_t)rows_ref.size() ? rows_ref[g] : none;
+        bool ok = true;
+        for (int t = 0; t <= T; t++) {
+            size_t o = (size_t)b * (T + 1) + t;
+            bool real = t < (int)pos.size();
+            ok = ok && dl.tokens[o] == (real ? (int32_t)all[pos[t]] : PAD);
+            ok = ok && dl.regions[o] == (real ? label_of(all[pos[t]]) : 0);
+            ok = ok && dl.exercise_names[dl.exercises[o]] == (real ? name_of_doc(doc_of[pos[t]]) : "none");
+            if (t < T) {
+                bool scored = t + 1 < (int)pos.size() && all[pos[t + 1]] != (uint32_t)BOS;
+                ok = ok && dl.inputs[(size_t)b * T + t] == dl.tokens[o];
+                ok = ok && dl.targets[(size_t)b * T + t] == (scored ? (int32_t)all[pos[t + 1]] : -1);
+            }
+        }
+        return ok;
+    };
+    DataLoaderConfig c = cfg(d + "/w_val_*.bin", 3, T);
+    c.doc_start_token = BOS;
+    c.whole_documents = true;
+    c.pad_token = PAD;
+    c.vocab_size = 100000;
+    DataLoader dl(c);
+    CHECK(dl.num_documents() == kept);
+    CHECK(dl.num_skipped_documents() == skipped);
+    CHECK(dl.num_rows() == (int64_t)rows_ref.size());
+    CHECK(dl.steps_per_epoch() == ((int64_t)rows_ref.size() + 2) / 3);
+    CHECK(dl.has_regions && dl.has_exercises);
+    bool rows_ok = true;
+    int64_t scored = 0;
+    for (int64_t step = 0; step < dl.steps_per_epoch(); step++) {
+        dl.next_batch();
+        for (int b = 0; b < 3; b++) { rows_ok = rows_ok && check_row(dl, b, step * 3 + b); }
+        for (int32_t t : dl.targets) { scored += t >= 0; }
+    }
+    CHECK(rows_ok);
+    CHECK(scored == scored_ref);  // every kept document's targets exactly once per epoch
+    dl.next_batch();              // the next epoch starts over, in the same order
+    CHECK(check_row(dl, 0, 0) && dl.position().epoch == 1);
+    // two ranks read the rows of one process with the global batch
+    DataLoaderConfig c4 = c;
+    c4.B = 4;
+    DataLoader one(c4);
+    bool ranks_ok = true;
+    std::vector<std::unique_ptr<DataLoader>> ranks;
+    for (int r = 0; r < 2; r++) {
+        DataLoaderConfig cr = c;
+        cr.B = 2;
+        cr.rank = r;
+        cr.nproc = 2;
+        ranks.emplace_back(new DataLoader(cr));
+    }
+    CHECK(ranks[0]->steps_per_epoch() == one.steps_per_epoch());
+    for (int64_t step = 0; step < one.steps_per_epoch(); step++) {
+        one.next_batch();
+        for (int r = 0; r < 2; r++) {
+            ranks[r]->next_batch();
+            for (int b = 0; b < 2; b++) { ranks_ok = ranks_ok && check_row(*ranks[r], b, step * 4 + r * 2 + b); }
+        }
+    }
+    CHECK(ranks_ok);
+    // resume inside the epoch
+    DataLoader a(c), b2(c);
+    a.next_batch();
+    b2.set_position(a.position());
+    a.next_batch();
+    b2.next_batch();
+    CHECK(a.tokens == b2.tokens && a.targets == b2.targets);
+    // the window loader's fingerprint is not the whole-document one
+    CHECK(expect_fatal([&] {
+        DataLoaderConfig w = c;
+        w.whole_documents = false;
+        DataLoader x(c), y(w);
+        y.set_position(x.position());
+    }, {"resume position", "different"}));
+    // misuse
+    CHECK(expect_fatal([&] { DataLoaderConfig e = c; e.doc_start_token = -1; DataLoader x(e); },
+                       {"whole_documents", "document-start token"}));
+    CHECK(expect_fatal([&] { DataLoaderConfig e = c; e.shuffle = true; DataLoader x(e); }, {"whole_documents", "shuffle"}));
+    CHECK(expect_fatal([&] { DataLoaderConfig e = c; e.doc_start_token = 99999; DataLoader x(e); },
+                       {"w_val_", "no document-start token 99999"}));
+    write_shard(d + "/long_val_000000.bin", {2, 5, 6, 7, 2, 8, 9, 10}, 1);  // two documents of 4 tokens
+    CHECK(expect_fatal([&] {
+        DataLoaderConfig e = c;
+        e.pattern = d + "/long_val_*.bin";
+        e.T = 2;
+        DataLoader x(e);
+    }, {"long_val_", "no whole document of at most 3 tokens", "2 skipped"}));
+    CHECK(expect_fatal([&] { DataLoaderConfig e = c; e.pad_token = 100000; DataLoader x(e); }, {"pad_token 100000"}));
 }
 
 static void test_errors() {
@@ -335,6 +527,31 @@ static void test_errors() {
     CHECK(expect_fatal(load(d + "/side.bin"), {"side.regions", "not a region sidecar"}));
     write_sidecar(d + "/side.regions", std::vector<uint8_t>(100, 9));
     CHECK(expect_fatal([&] { DataLoader dl(cfg(d + "/side.bin", 1, 4)); dl.next_batch(); }, {"side.regions", "label 9"}));
+    // exercise sidecars: magic, version, count, size, table, ids
+    write_sidecar(d + "/side.regions", std::vector<uint8_t>(100, 1));
+    std::vector<std::string> names = {"none", "math", "rag"};
+    std::vector<uint8_t> ids(100, 1);
+    write_exercises(d + "/side.exercises", names, ids, -1, REGIONS_MAGIC);
+    CHECK(expect_fatal(load(d + "/side.bin"), {"side.exercises", "not an exercise sidecar", "magic number"}));
+    write_exercises(d + "/side.exercises", names, ids, -1, EXERCISES_MAGIC, 2);
+    CHECK(expect_fatal(load(d + "/side.bin"), {"side.exercises", "unsupported version 2"}));
+    write_exercises(d + "/side.exercises", names, std::vector<uint8_t>(99, 1));
+    CHECK(expect_fatal(load(d + "/side.bin"), {"side.exercises", "99 ids", "100 tokens"}));
+    write_exercises(d + "/side.exercises", names, ids, -1, EXERCISES_MAGIC, 1, 3);
+    CHECK(expect_fatal(load(d + "/side.bin"), {"side.exercises", "truncated"}));
+    write_exercises(d + "/side.exercises", {"math", "rag"}, ids);
+    CHECK(expect_fatal(load(d + "/side.bin"), {"side.exercises", "name 0 is 'math'"}));
+    write_exercises(d + "/side.exercises", {"none", "rag", "rag"}, ids);
+    CHECK(expect_fatal(load(d + "/side.bin"), {"side.exercises", "'rag' appears twice"}));
+    write_exercises(d + "/side.exercises", names, std::vector<uint8_t>(100, 3));
+    CHECK(expect_fatal([&] { DataLoader dl(cfg(d + "/side.bin", 1, 4)); dl.next_batch(); },
+                       {"side.exercises", "id 3", "table of 3 names"}));
+    write_exercises(d + "/side.exercises", names, ids);
+    {  // the repaired file loads
+        DataLoader dl(cfg(d + "/side.bin", 1, 4));
+        dl.next_batch();
+        CHECK(dl.has_exercises && dl.exercise_names == names && dl.exercises[0] == 1);
+    }
     CHECK(expect_fatal(load(d + "/nothing_*.bin"), {"no data shards match", "nothing_"}));
     write_shard(d + "/small.bin", {1, 2, 3, 4, 5}, 1);
     CHECK(expect_fatal([&] { DataLoader dl(cfg(d + "/small.bin", 2, 4)); }, {"small.bin", "fewer than one global batch"}));
@@ -358,6 +575,7 @@ int main() {
     test_resume(fx);
     test_resume_later_epoch(fx);
     test_doc_ids();
+    test_whole_documents();
     test_errors();
     remove_dir(g_dir);
     return report("test_dataloader");

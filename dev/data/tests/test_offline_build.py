@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO
 from evalset import read_evalset
-from shards import read_regions, read_shard, regions_path
+from shards import exercises_path, read_exercises, read_regions, read_shard, regions_path
 from tokenizer import SPTokenizer
 
 
@@ -61,6 +61,41 @@ def test_files_and_round_trip(built, kjv_chapters):
         assert set(np.unique(r)) == {0, 1, 2, 3}
 
 
+def test_synth_exercises_and_paper_regions(built):
+    """Every synth document carries its generator exercise on every token; the role headers
+    are labelled as the paper's code does (the first tokens after <|im_start|> are query)."""
+    from synth_generator import World, generate
+    import json
+    args = json.loads((built / "manifest.json").read_text())["args"]
+    docs = list(generate(200, args["seed"] + 1000003, World(args["world_seed"]), "val", cover_world=False))
+    ids = np.concatenate([read_shard(p) for p in shards_of(built, "synth", "val")])
+    regs = np.concatenate([read_regions(regions_path(p)) for p in shards_of(built, "synth", "val")])
+    names = []
+    for p in shards_of(built, "synth", "val"):
+        e, table = read_exercises(exercises_path(p))
+        assert len(e) == len(read_shard(p))
+        names += [table[i] for i in e]
+    starts = np.flatnonzero(ids == 2).tolist() + [len(ids)]
+    assert len(starts) - 1 == len(docs)
+    for k, d in enumerate(docs):
+        assert set(names[starts[k]:starts[k + 1]]) == {d["exercise"]}
+        assert ids[starts[k] + 1] == 4 and regs[starts[k] + 2] == 1  # <|im_start|> then "user\n" as query
+    assert {d["exercise"] for d in docs} == {"memorization", "recall", "mcq", "rag", "math"}
+
+
+def test_build_marker(built):
+    cmd = [sys.executable, os.path.join(REPO, "dev/data/build_offline.py"), "--out", str(built), "--is-current"]
+    assert subprocess.run(cmd).returncode == 0
+    assert subprocess.run(cmd + ["--region-convention", "legacy"]).returncode == 1
+    marker = built / ".complete"
+    text = marker.read_text()
+    try:
+        marker.write_text("")  # what older builds (and older demo scripts) left: rebuilt
+        assert subprocess.run(cmd).returncode == 1
+    finally:
+        marker.write_text(text)
+
+
 def test_sanity_evals(built):
     tok = SPTokenizer(built / "tokenizer.model")
     names = sorted(p.name for p in (built / "eval").glob("*.bin"))
@@ -96,13 +131,47 @@ def test_cpp_readers_agree(built, datatool):
         want = f"{it['gold']} {len(it['context'])} " + " ".join(
             f"{len(c)}:{n}" for c, n in zip(it["choices"], it["choice_chars"]))
         assert line == want
-    # the loader's first batch: windows of the val shard, regions and doc ids from BOS
+    out = subprocess.run([datatool, "exercises", str(p)], check=True, capture_output=True, text=True).stdout
+    lines = out.strip().split("\n")
+    e, names = read_exercises(exercises_path(p))
+    assert lines[0] == f"tokens {len(e)}"
+    assert lines[1:] == [f"{n} {c}" for n, c in zip(names, np.bincount(e, minlength=len(names)))]
+    # the loader's first batch: windows of the val shard, regions, exercises and doc ids from BOS
     T = 64
     out = subprocess.run([datatool, "batch", str(p), "2", str(T), str(tok.bos_id)], check=True, capture_output=True,
                          text=True).stdout.strip().split("\n")
     ids = read_shard(p)
     for b, line in enumerate(out):
-        toks, regs, docs = (list(map(int, part.split())) for part in line.split("|"))
-        assert toks == ids[b * T:b * T + T + 1].tolist()
+        toks, tgts, regs, exs, docs = (part.split() for part in line.split("|"))
+        toks, tgts, regs, docs = (list(map(int, x)) for x in (toks, tgts, regs, docs))
+        assert toks == ids[b * T:b * T + T + 1].tolist() and tgts == toks[1:]
         assert regs == r[b * T:b * T + T + 1].tolist()
+        assert exs == [names[i] for i in e[b * T:b * T + T + 1]]
         assert docs == (np.cumsum(np.asarray(toks) == tok.bos_id) - (toks[0] == tok.bos_id)).tolist()
+
+
+def test_cpp_whole_document_rows(built, datatool):
+    """Whole-document rows of the real val data against a numpy packing of its documents."""
+    tok = SPTokenizer(built / "tokenizer.model")
+    paths = shards_of(built, "synth", "val")
+    ids = np.concatenate([read_shard(p) for p in paths])
+    starts = np.flatnonzero(ids == tok.bos_id).tolist() + [len(ids)]
+    docs = [ids[a:b].tolist() for a, b in zip(starts, starts[1:])]
+    T, B = 160, 4
+    rows = []
+    for d in docs:
+        if len(d) > T + 1:
+            continue
+        if not rows or len(rows[-1]) + len(d) > T + 1:
+            rows.append([])
+        rows[-1] += d
+    assert sum(len(d) > T + 1 for d in docs) > 0 and len(rows) >= B  # both paths taken
+    pattern = str(built / "synth" / "synth_val_*.bin")
+    out = subprocess.run([datatool, "batch", pattern, str(B), str(T), str(tok.bos_id), "whole"], check=True,
+                         capture_output=True, text=True).stdout.strip().split("\n")
+    for b, line in enumerate(out):
+        toks, tgts = (list(map(int, part.split())) for part in line.split("|")[:2])
+        row = rows[b]
+        assert toks == row + [0] * (T + 1 - len(row))
+        want = [row[t + 1] if t + 1 < len(row) and row[t + 1] != tok.bos_id else -1 for t in range(T)]
+        assert tgts == want

@@ -93,3 +93,59 @@ def test_shard_writer_packs_documents(tmp_path):
         w.add([500])  # outside the vocabulary
     with pytest.raises(ValueError):
         ShardWriter(tmp_path, "c", "test", 10, 10)
+
+
+def test_exercises_round_trip_and_layout(tmp_path):
+    names = ["none", "math", "rag", "mémorisation"]
+    ids = np.arange(500) % 4
+    p = tmp_path / "x.exercises"
+    shards.write_exercises(p, ids, names)
+    head, body = parse_raw(p)
+    table = b"none\0math\0rag\0" + "mémorisation".encode() + b"\0"
+    assert head[:5] == (shards.EXERCISES_MAGIC, 1, 500, 4, len(table))
+    assert all(v == 0 for v in head[5:])
+    assert body[:len(table)] == table and list(body[len(table):]) == ids.tolist()
+    got, got_names = shards.read_exercises(p)
+    assert got.tolist() == ids.tolist() and got_names == names
+    assert shards.exercises_path("d/x_val_000003.bin").name == "x_val_000003.exercises"
+    with pytest.raises(ValueError, match="0..3"):
+        shards.write_exercises(p, [4], names)
+    with pytest.raises(ValueError, match="name 0"):
+        shards.write_exercises(p, [0], ["math", "none"])
+    with pytest.raises(ValueError, match="repeat"):
+        shards.write_exercises(p, [0], ["none", "a", "a"])
+    data = p.read_bytes()
+    (tmp_path / "cut.exercises").write_bytes(data[:-1])
+    with pytest.raises(ValueError, match="cut.exercises.*size"):
+        shards.read_exercises(tmp_path / "cut.exercises")
+    with pytest.raises(ValueError, match="magic"):
+        read_regions(p)  # an exercise sidecar is not a region sidecar
+
+
+def test_shard_writer_exercise_tables(tmp_path):
+    """Each document's tokens carry its exercise; a name keeps its id in later shards."""
+    rng = np.random.default_rng(2)
+    kinds = ["rag", "math", "recall", "mcq"]
+    docs = [(rng.integers(0, 50, size=rng.integers(1, 120)).tolist(), kinds[min(3, i // 40)]) for i in range(160)]
+    w = ShardWriter(tmp_path, "e", "val", shard_tokens=700, vocab_size=50, with_exercises=True)
+    for d, k in docs:
+        w.add(d, exercise=k)
+    paths = w.close()
+    assert len(paths) > 4
+    want = [k for d, k in docs for _ in d]
+    got = []
+    tables = []
+    for p in paths:
+        ids, names = shards.read_exercises(shards.exercises_path(p))
+        assert len(ids) == len(read_shard(p))
+        got += [names[i] for i in ids]
+        tables.append(names)
+    assert got == want
+    for a, b in zip(tables, tables[1:]):  # tables only grow, keeping earlier ids
+        assert b[:len(a)] == a
+    assert tables[-1] == ["none"] + kinds
+    assert w.exercise_docs == {k: 40 for k in kinds}
+    with pytest.raises(ValueError, match="exercise"):
+        w.add([1, 2])  # every document names its exercise
+    with pytest.raises(ValueError, match="none"):
+        w.add([1, 2], exercise="none")
