@@ -368,6 +368,7 @@ public:
     std::vector<uint8_t> regions, exercises;
     std::vector<std::string> exercise_names;   // exercise id -> name; [0] = "none"
 
+    const DataLoaderConfig& config() const { return cfg_; }
     int64_t steps_per_epoch() const { return steps_per_epoch_; }
     int64_t num_windows() const { return num_windows_; }
     // rows per epoch: the windows, or in whole-document mode the packed rows (without the

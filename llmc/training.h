@@ -21,6 +21,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 */
 #pragma once
 
+#include <array>
 #include <cerrno>
 #include <sys/stat.h>
 #include <cinttypes>
@@ -58,6 +59,7 @@ struct TrainOptions {
     long steps = 100;
     int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
     int milestones = 0;    // checkpoints at 0/25/50/75/100% of the steps
+    int val_whole_docs = 0;  // validate on rows of whole documents (DataLoaderConfig::whole_documents)
     int spike_window = 128;
     double spike_z = 5.0;
     float temperature = 1.0f;
@@ -98,7 +100,8 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o) {
         make_flag("--seed", &o.seed, "seed of init, data order and sampling"),
         make_flag("--shuffle", &o.shuffle, "shuffle training windows 0|1"),
         make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
-        make_flag("--val-batches", &o.val_batches, "validation micro-batches"),
+        make_flag("--val-batches", &o.val_batches, "validation micro-batches (0: the whole validation set once)"),
+        make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
         make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
         make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),
@@ -147,7 +150,9 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (o.steps < 0) { fatal("--steps must be >= 0"); }
     if (o.steps == 0 && o.init_from.empty()) { fatal("--steps 0 evaluates a model: it needs --init-from CKPT"); }
     if (o.steps > 0 && o.train_data.empty()) { fatal("--train-data is required (e.g. \"data/offline/synth/synth_train_*.bin\"; make demo builds it)"); }
-    if (o.milestones != 0 && o.checkpoint_dir.empty()) { fatal("--milestones 1 needs --checkpoint-dir"); }
+    if (o.milestones != 0 && o.steps > 0 && o.checkpoint_dir.empty()) {
+        fatal("--milestones 1 needs --checkpoint-dir (--paper-setup 1 turns milestones on; --milestones 0 turns them off)");
+    }
     if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
     if (o.steps > 0) { o.opt.schedule.check(o.steps); }
 }
@@ -173,22 +178,45 @@ inline void print_optimizer(const TrainOptions& o) {
            o.global_batch, o.grad_accum, o.batch_size, o.seq_len, gradient_precision(o));
 }
 
-// Validation over the first `batches` batches: cross-entropy only, token-weighted (the sum
-// over every counted target divided by their number), overall and per token region (the
-// region of each target token) when the shards have region sidecars; the z-loss term is
-// reported apart (its coefficient times the mean lse^2).
+// Validation over the first `batches` batches (0, or more than there are: one pass over the
+// data): cross-entropy only, token-weighted (the sum over every counted target divided by
+// their number); the z-loss term is reported apart (its coefficient times the mean lse^2).
+// Per region (of the target token) and per SYNTH exercise x region, when the shards have
+// sidecars: only targets whose whole document is in the row count there, so that no
+// region's loss mixes in tokens whose context was cut (in window rows, the targets of a
+// row's leading fragment of a document are left out; whole-document rows have none).
+constexpr int kRegions = 4;
+inline const char* region_name(int region) {
+    static const char* names[kRegions] = {"other", "query", "trace", "answer"};
+    return names[region];
+}
+
+struct LossSum {
+    double sum = 0.0;
+    int64_t count = 0;
+    void add(double x) { sum += x, count++; }
+    double mean() const { return count > 0 ? sum / (double)count : 0.0; }
+};
+
 struct ValResult {
     double loss = 0.0, z_loss = 0.0;
     int64_t count = 0;
-    double region_loss[4] = {0, 0, 0, 0};
-    int64_t region_count[4] = {0, 0, 0, 0};
-    bool has_regions = false;
+    bool has_regions = false, has_exercises = false;
+    LossSum region[kRegions];
+    std::vector<std::string> exercise_names;
+    std::vector<std::array<LossSum, kRegions + 1>> exercise;  // [exercise][region], [.][kRegions]: all regions
 };
 
 template <typename Model>
 ValResult evaluate(Model& model, DataLoader& val, int batches) {
     val.reset();
     ValResult r;
+    r.has_regions = val.has_regions;
+    r.has_exercises = val.has_exercises;
+    r.exercise_names = val.exercise_names;
+    r.exercise.resize(val.exercise_names.size());
+    if (batches <= 0 || batches > val.steps_per_epoch()) { batches = (int)val.steps_per_epoch(); }  // each batch once
+    const int doc_start = val.config().doc_start_token;
     double ce_sum = 0.0, lse_sq_sum = 0.0;
     std::vector<float> row_losses;
     for (int k = 0; k < batches; k++) {
@@ -197,16 +225,23 @@ ValResult evaluate(Model& model, DataLoader& val, int batches) {
         ce_sum += s.ce_sum;
         lse_sq_sum += s.lse_sq_sum;
         r.count += s.count;
-        if (!val.has_regions) { continue; }
-        r.has_regions = true;
+        if (!val.has_regions && !val.has_exercises) { continue; }
         const std::vector<int>& counted = model.loss_targets();
         for (int b = 0; b < val.B; b++) {
+            // until the row's first document start, the context of a target was cut
+            bool whole = false;
             for (int t = 0; t < val.T; t++) {
                 int i = b * val.T + t;
-                if (counted[i] < 0) { continue; }
-                int region = val.regions[(size_t)b * (val.T + 1) + t + 1];  // the target's position
-                r.region_loss[region] += row_losses[i];
-                r.region_count[region]++;
+                whole = whole || (doc_start >= 0 && val.inputs[i] == doc_start);
+                if (counted[i] < 0 || !whole) { continue; }
+                size_t target = (size_t)b * (val.T + 1) + t + 1;  // the target token's position
+                int region = val.has_regions ? val.regions[target] : REGION_OTHER;
+                r.region[region].add(row_losses[i]);
+                if (val.has_exercises) {
+                    auto& e = r.exercise[val.exercises[target]];
+                    e[region].add(row_losses[i]);
+                    e[kRegions].add(row_losses[i]);
+                }
             }
         }
     }
@@ -214,7 +249,6 @@ ValResult evaluate(Model& model, DataLoader& val, int batches) {
         r.loss = ce_sum / (double)r.count;
         r.z_loss = model.z_loss_coefficient() * lse_sq_sum / (double)r.count;
     }
-    for (int g = 0; g < 4; g++) { r.region_loss[g] = r.region_count[g] > 0 ? r.region_loss[g] / r.region_count[g] : 0.0; }
     return r;
 }
 
@@ -320,7 +354,20 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         DataLoaderConfig val_cfg = train_cfg;
         val_cfg.pattern = o.val_data;
         val_cfg.shuffle = false;
+        if (o.val_whole_docs != 0) {
+            val_cfg.whole_documents = true;
+            val_cfg.doc_start_token = bos_id;
+        }
         val = std::make_unique<DataLoader>(val_cfg);
+        if (o.val_batches > val->steps_per_epoch()) {
+            printf("warning: --val-batches %d is more than the validation set holds (%lld batches): evaluating each once\n",
+                   o.val_batches, (long long)val->steps_per_epoch());
+        }
+        if (o.val_whole_docs != 0) {
+            printf("validation: whole documents, %lld packed into %lld rows (%lld longer than %d tokens skipped)\n",
+                   (long long)val->num_documents(), (long long)val->num_rows(), (long long)val->num_skipped_documents(),
+                   o.seq_len + 1);
+        }
     }
     if (!o.checkpoint_dir.empty()) {  // fail now, not after hours of training
         if (mkdir(o.checkpoint_dir.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -385,26 +432,51 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     auto validate = [&](long step) {
         if (val == nullptr) { return; }
         ValResult r = evaluate(model, *val, o.val_batches);
-        static const char* names[4] = {"other", "query", "trace", "answer"};
         printf("step %ld: val loss %.4f", step, r.loss);
-        for (int g = 0; g < 4 && r.has_regions; g++) {
-            if (r.region_count[g] > 0) { printf(" | %s %.4f", names[g], r.region_loss[g]); }
+        for (int g = 0; g < kRegions && r.has_regions; g++) {
+            if (r.region[g].count > 0) { printf(" | %s %.4f", region_name(g), r.region[g].mean()); }
         }
         if (r.z_loss > 0.0) { printf(" | z-loss %.2e", r.z_loss); }
         printf("\n");
+        for (size_t e = 1; e < r.exercise.size(); e++) {  // 0: no exercise
+            if (r.exercise[e][kRegions].count == 0) { continue; }
+            printf("    %-14s %.4f", r.exercise_names[e].c_str(), r.exercise[e][kRegions].mean());
+            for (int g = 1; g < kRegions; g++) {
+                if (r.exercise[e][g].count > 0) { printf(" | %s %.4f", region_name(g), r.exercise[e][g].mean()); }
+            }
+            printf("\n");
+        }
         LayerMeasurements m;
         if constexpr (has_measure<Model>::value) { m = model.measure(measure_inputs.data(), measure_B, measure_T); }
         if (log == nullptr) { return; }
         std::string line = "{\"step\": " + std::to_string(step);
-        char buf[128];
+        char buf[160];
         snprintf(buf, sizeof(buf), ", \"val_loss\": %.6f, \"val_z_loss\": %.6g, \"val_tokens\": %lld", r.loss, r.z_loss,
                  (long long)r.count);
         line += buf;
-        for (int g = 0; g < 4 && r.has_regions; g++) {
-            if (r.region_count[g] > 0) {
-                snprintf(buf, sizeof(buf), ", \"val_loss_%s\": %.6f", names[g], r.region_loss[g]);
+        for (int g = 0; g < kRegions && r.has_regions; g++) {
+            if (r.region[g].count > 0) {
+                snprintf(buf, sizeof(buf), ", \"val_loss_%s\": %.6f", region_name(g), r.region[g].mean());
                 line += buf;
             }
+        }
+        if (r.has_exercises) {  // "val_exercise": {"recall": {"all": x, "query": y, ...}, ...}
+            line += ", \"val_exercise\": {";
+            bool first = true;
+            for (size_t e = 1; e < r.exercise.size(); e++) {
+                if (r.exercise[e][kRegions].count == 0) { continue; }
+                snprintf(buf, sizeof(buf), "%s\"%s\": {\"all\": %.6f", first ? "" : ", ", r.exercise_names[e].c_str(),
+                         r.exercise[e][kRegions].mean());
+                line += buf;
+                for (int g = 0; g < kRegions; g++) {
+                    if (r.exercise[e][g].count == 0) { continue; }
+                    snprintf(buf, sizeof(buf), ", \"%s\": %.6f", region_name(g), r.exercise[e][g].mean());
+                    line += buf;
+                }
+                line += "}";
+                first = false;
+            }
+            line += "}";
         }
         append_json_array(line, "gate_attn", m.attn_gate);
         append_json_array(line, "gate_ffn", m.ffn_gate);
