@@ -27,6 +27,10 @@ like a weight W[out][in]) yields B without _trans, over a [k][n] tile with _tran
 
 The primitives are warp-wide: every lane of the warp must call them together (.aligned).
 Operands are bf16 whatever floatX is.
+
+Status: the host emulation passes test_mma; the PTX side compiles for sm_90 (ptxas accepts
+every instruction) but has NOT yet run on a GPU: `build/gpu-bf16/test_mma` on one is what
+proves that the emulated layouts are the hardware's.
 */
 #pragma once
 
