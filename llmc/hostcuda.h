@@ -8,6 +8,7 @@ on the CPU, so that `make test` runs the real kernels on machines without a GPU
   hostcuda/fiber.h             stacks and context switches
   hostcuda/scheduler.h         blocks on a worker pool, threads as fibers, barriers, warp collectives
   hostcuda/device_functions.h  threadIdx & co, __syncthreads, shuffles, votes, atomics, intrinsics
+  hostcuda/mma.h               tensor-core mma.sync and ldmatrix as warp collectives (for llmc/mma.cuh)
   hostcuda/runtime.h           cudaMalloc, cudaMemcpy, streams, events, errors, device properties
 
 Kernels are launched with LAUNCH(grid, block, shared_bytes, stream, kernel)(args...),
@@ -16,8 +17,8 @@ shared memory is reached through dynamic_shared_memory<T>() (llmc/cuda_common.h)
 `extern __shared__`, which has no host equivalent.
 
 What it does not model: concurrency between streams (everything is synchronous),
-cooperative groups, tensor-core intrinsics and inline PTX, texture memory, and the
-timing of a GPU (use dev/cuda benchmarks on a GPU for that).
+cooperative groups, inline PTX and tensor-core intrinsics other than those of llmc/mma.cuh,
+texture memory, and the timing of a GPU (use dev/cuda benchmarks on a GPU for that).
 */
 #pragma once
 
@@ -27,6 +28,7 @@ timing of a GPU (use dev/cuda benchmarks on a GPU for that).
 
 #include "hostcuda/bf16.h"
 #include "hostcuda/device_functions.h"
+#include "hostcuda/mma.h"
 #include "hostcuda/runtime.h"
 #include "hostcuda/scheduler.h"
 #include "hostcuda/types.h"

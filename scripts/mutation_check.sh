@@ -8,20 +8,20 @@ compiler=$1
 out=$2
 mkdir -p "$out"
 status=0
-# mutation -> the test cases (name prefix) that must fail
-for pair in SYNCTHREADS_NOOP:syncthreads_ SHFL_WRONG_LANE:shuffle_ ATOMICS_NONATOMIC:atomics_; do
-  mutation=${pair%%:*}
-  cases=${pair#*:}
-  bin="$out/test_backend_$mutation"
-  $compiler -DHOSTCUDA_MUTATION_$mutation -x c++ dev/test/test_backend.cu -o "$bin" -pthread || { status=1; continue; }
+# mutation:test -> the test cases (name prefix) of dev/test/TEST.cu that must fail
+for pair in SYNCTHREADS_NOOP:test_backend:syncthreads_ SHFL_WRONG_LANE:test_backend:shuffle_ \
+            ATOMICS_NONATOMIC:test_backend:atomics_ MMA_A_LAYOUT:test_mma:mma_ LDMATRIX_TRANS:test_mma:ldmatrix_; do
+  IFS=: read -r mutation test cases <<<"$pair"
+  bin="$out/${test}_$mutation"
+  $compiler -DHOSTCUDA_MUTATION_$mutation -x c++ "dev/test/$test.cu" -o "$bin" -pthread || { status=1; continue; }
   # at least 2 workers, so that blocks really run in parallel for the atomics check
   log=$(HOSTCUDA_THREADS=4 timeout 300 "$bin" "$cases" 2>&1)
   rc=$?
   failed=$(grep -c '^  FAIL [a-z]' <<<"$log")
   if [ $rc -ne 0 ] && [ "$failed" -gt 0 ]; then
-    echo "mutation $mutation: caught ($failed '$cases*' test cases failed)"
+    echo "mutation $mutation: caught ($failed '$cases*' test cases of $test failed)"
   else
-    echo "mutation $mutation: NOT CAUGHT: the '$cases*' tests pass against a broken backend"
+    echo "mutation $mutation: NOT CAUGHT: the '$cases*' tests of $test pass against a broken backend"
     echo "$log"
     status=1
   fi

@@ -7,6 +7,9 @@ understood and the host backend tuned (doc/host-backend.md records the figures):
   barrier       256-thread blocks doing 64 __syncthreads: cost per thread per barrier,
                 which on the host backend is one fiber switch in and one out
   shuffle       warp_reduce_sum (5 shuffles) per thread: cost per thread per shuffle
+  mma           64 mma.sync m16n8k16 per warp (llmc/mma.cuh): cost per thread per mma, which
+                on the host backend is a warp collective plus a 16x8x16 product
+  ldmatrix      64 ldmatrix_x4 per warp: cost per thread per ldmatrix
   gemm          the GEMM wrapper, 512 x 768 x 768, fp32 in/out: GFLOP/s
 
 Runs on both executors (`make` builds it as build/host/backend_overhead and, with nvcc,
@@ -16,6 +19,7 @@ build/gpu/backend_overhead); prints one table.
 
 #include "dev/cuda/common.h"
 #include "llmc/gemm.cuh"
+#include "llmc/mma.cuh"
 
 __global__ void empty_kernel() {}
 
@@ -39,6 +43,27 @@ __global__ void barrier_kernel(float* out, int rounds) {
 __global__ void shuffle_kernel(float* out) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     out[i] = warp_reduce_sum((float)i);
+}
+
+__global__ void mma_kernel(float* out, int rounds) {
+    uint32_t a[4] = {threadIdx.x, 1u, 2u, 3u}, b[2] = {4u, threadIdx.x};
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int r = 0; r < rounds; r++) { mma_m16n8k16_bf16(acc, a, b, acc); }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc[0] + acc[1] + acc[2] + acc[3];
+}
+
+__global__ void ldmatrix_kernel(float* out, int rounds) {
+    __align__(16) __shared__ __nv_bfloat16 tile[16 * 24];
+    for (int i = threadIdx.x; i < 16 * 24; i += blockDim.x) { tile[i] = __float2bfloat16(i); }
+    __syncthreads();
+    int lane = threadIdx.x % 32;
+    uint32_t sum = 0;
+    for (int r = 0; r < rounds; r++) {
+        uint32_t regs[4];
+        ldmatrix_x4(regs, tile + (lane % 16) * 24 + 8 * (lane / 16));
+        sum += regs[0] ^ regs[3];
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = (float)sum;
 }
 
 // Wall-clock microseconds per call of fn(), after one warm-up call.
@@ -79,6 +104,13 @@ int main() {
     double shuffle = time_us(5, [&] { LAUNCH(shuffle_threads / 256, 256, 0, 0, shuffle_kernel)(d_y); });
     printf("%-10s %14.1f %16.3f  %s\n", "shuffle", shuffle, shuffle * 1e3 / (shuffle_threads * 5.0),
            "thread x shuffle");
+
+    int tc_blocks = 64, tc_rounds = 64;
+    double mma = time_us(3, [&] { LAUNCH(tc_blocks, 256, 0, 0, mma_kernel)(d_y, tc_rounds); });
+    printf("%-10s %14.1f %16.3f  %s\n", "mma", mma, mma * 1e3 / (tc_blocks * 256.0 * tc_rounds), "thread x mma");
+    double ldm = time_us(3, [&] { LAUNCH(tc_blocks, 256, 0, 0, ldmatrix_kernel)(d_y, tc_rounds); });
+    printf("%-10s %14.1f %16.3f  %s\n", "ldmatrix", ldm, ldm * 1e3 / (tc_blocks * 256.0 * tc_rounds),
+           "thread x ldmatrix_x4");
 
     int M = 512, N = 768, K = 768;
     float* d_a = cudaMallocElements(float, (size_t)M * K);

@@ -61,7 +61,9 @@ constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr size_t kFiberStackBytes = 256 * 1024;
 
-enum class CollectiveKind { Shuffle, Ballot, All, Any, SyncWarp };
+// Exchange: each lane posts a pointer to its own operands; the last to arrive calls the
+// collective's `exchange` function on all of them (tensor-core emulation, hostcuda/mma.h).
+enum class CollectiveKind { Shuffle, Ballot, All, Any, SyncWarp, Exchange };
 
 struct Fiber {
     Context context;
@@ -78,6 +80,7 @@ struct WarpCollective {
     uint32_t participants = 0;
     uint32_t arrived = 0;
     CollectiveKind kind = CollectiveKind::SyncWarp;
+    void (*exchange)(const uint64_t* lane_values, uint32_t participants) = nullptr;
     uint64_t value[kWarpSize];
     int source_lane[kWarpSize];
     Fiber* fiber[kWarpSize];
@@ -270,7 +273,8 @@ inline uint32_t existing_lanes(int warp, int num_threads) {
 // A warp collective: every lane in `mask` posts `value` (and, for shuffles, the lane it
 // reads from). The last to arrive computes each lane's result.
 inline uint64_t warp_collective(CollectiveKind kind, uint32_t mask, uint64_t value, int source_lane,
-                                const char* name) {
+                                const char* name,
+                                void (*exchange)(const uint64_t* lane_values, uint32_t participants) = nullptr) {
     Worker& w = current_worker(name);
     Fiber* self = tls.fiber;
     int lane = self->linear_tid % kWarpSize;
@@ -284,7 +288,8 @@ inline uint64_t warp_collective(CollectiveKind kind, uint32_t mask, uint64_t val
     if (c.arrived == 0) {
         c.participants = participants;
         c.kind = kind;
-    } else if (c.participants != participants || c.kind != kind) {
+        c.exchange = exchange;
+    } else if (c.participants != participants || c.kind != kind || c.exchange != exchange) {
         die("kernel '%s': warp %d: lane %d calls %s (mask 0x%08x) while other lanes wait in a "
             "different collective (mask 0x%08x); divergent warp collectives are not supported",
             w.kernel_name, warp, lane, name, participants, c.participants);
@@ -298,6 +303,7 @@ inline uint64_t warp_collective(CollectiveKind kind, uint32_t mask, uint64_t val
         return self->collective_result;
     }
     // last to arrive: compute every participant's result and wake them
+    if (kind == CollectiveKind::Exchange) { c.exchange(c.value, participants); }
     uint64_t votes = 0;
     for (int l = 0; l < kWarpSize; l++) {
         if ((participants >> l & 1u) && c.value[l] != 0) { votes |= 1ull << l; }
@@ -314,7 +320,8 @@ inline uint64_t warp_collective(CollectiveKind kind, uint32_t mask, uint64_t val
             case CollectiveKind::Ballot: result = votes; break;
             case CollectiveKind::All: result = votes == participants; break;
             case CollectiveKind::Any: result = votes != 0; break;
-            case CollectiveKind::SyncWarp: break;
+            case CollectiveKind::SyncWarp:
+            case CollectiveKind::Exchange: break;
         }
         c.fiber[l]->collective_result = result;
         if (l != lane) { w.run_queue.push_back(c.fiber[l]); }
