@@ -121,8 +121,8 @@ void write_config(TensorFileWriter& w, const GPT2Config& c) {
 
 GPT2Config read_config(const TensorFileReader& r) {
     if (!r.has_key("model") || r.str("model") != "gpt2") {
-        r.fail("is not a GPT-2 file (config key model=%s; a SAN checkpoint goes to train_san)",
-               r.has_key("model") ? r.str("model").c_str() : "<missing>");
+        r.fail("is not a GPT-2 checkpoint (config key model=%s): it belongs to train_san, not train_gpt2",
+               r.has_key("model") ? r.str("model").c_str() : "<missing>, as in SAN checkpoints");
     }
     GPT2Config c;
     c.vocab_size = (int)r.integer("vocab_size");
@@ -568,7 +568,7 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--bos-id", &m.bos_id, "token that starts a sample"),
         make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"),
     };
-    add_training_flags(flags, o.train);
+    add_training_flags(flags, o.train, /*with_muon=*/false);
     return flags;
 }
 
@@ -585,27 +585,38 @@ int main(int argc, char** argv) {
     std::unique_ptr<LlmcModel> llmc;
     std::string start = start_checkpoint(t);
     if (!start.empty() && !o.init_from_llmc.empty()) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
+    Tokenizer tokenizer;
+    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
+    const bool bos_given = t.given.count("--bos-id") != 0;
     if (!start.empty()) {
         checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
-        o.model = read_config(*checkpoint);
+        GPT2Config from_file = read_config(*checkpoint);
+        Options from_flags = o;
+        if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
+        if (tokenizer.loaded() && !bos_given) { from_flags.model.bos_id = from_file.bos_id; }
+        check_model_flags(from_flags, from_file, make_flags, start);
+        if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
+            fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
+                  tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
+        }
+        o.model = from_file;
     }
     if (!o.init_from_llmc.empty()) {
-        bool bos_given = !find_flag_value(argc, argv, "--bos-id").empty();
         llmc = std::make_unique<LlmcModel>(load_llmc(o.init_from_llmc, bos_given ? o.model.bos_id : -1));
         o.model = llmc->cfg;
     }
-    Tokenizer tokenizer;
-    if (!t.tokenizer_path.empty()) {
-        tokenizer.load(t.tokenizer_path);
-        if (checkpoint == nullptr && llmc == nullptr) {
-            o.model.vocab_size = tokenizer.vocab_size;
-            if (tokenizer.bos_id >= 0 && find_flag_value(argc, argv, "--bos-id").empty()) { o.model.bos_id = tokenizer.bos_id; }
-        }
+    if (tokenizer.loaded() && checkpoint == nullptr && llmc == nullptr) {
+        o.model.vocab_size = tokenizer.vocab_size;
+        if (tokenizer.bos_id >= 0 && !bos_given) { o.model.bos_id = tokenizer.bos_id; }
     }
     o.model.resolve_and_check();
     const GPT2Config& c = o.model;
-    check_training_options(t, c.seq_len, DefaultRates{});
     if (t.opt.is_muon()) { fatal("--optimizer: muon is not available for GPT-2 here (adamw); its fused qkv matrix would be orthogonalised as one"); }
+    check_training_options(t, c.seq_len, DefaultRates{}, t.resume_path.empty() ? nullptr : checkpoint.get());
+    if (!t.init_from.empty()) {
+        printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
+               "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
+    }
 
     // config, sizes, FLOPs
     auto counts = count_parameters(c);

@@ -135,6 +135,7 @@ std::map<std::string, SANConfig> presets() {
 }
 
 void write_config(TensorFileWriter& w, const SANConfig& c) {
+    w.set("model", std::string("san"));
     w.set("vocab_size", c.vocab_size);
     w.set("seq_len", c.seq_len);
     w.set("n_layer", c.n_layer);
@@ -156,6 +157,11 @@ void write_config(TensorFileWriter& w, const SANConfig& c) {
 }
 
 SANConfig read_config(const TensorFileReader& r) {
+    // files written before the key existed are SAN files: train_gpt2's always say model=gpt2
+    if (r.has_key("model") && r.str("model") != "san") {
+        r.fail("is a %s checkpoint (config key model=%s): it belongs to train_%s, not train_san", r.str("model").c_str(),
+               r.str("model").c_str(), r.str("model").c_str());
+    }
     SANConfig c;
     c.vocab_size = (int)r.integer("vocab_size");
     c.seq_len = (int)r.integer("seq_len");
@@ -710,7 +716,7 @@ void apply_paper_setup(TrainOptions& t) {
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
     std::vector<Flag> flags = {
-        make_flag("--preset", &o.preset, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); flags below override it"),
+        make_flag("--preset", &o.preset, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); the flags below override it"),
         make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
         make_flag("--max-seq-len", &m.seq_len, "model context T (RoPE table size)"),
         make_flag("--n-layer", &m.n_layer, "layers L"),
@@ -746,20 +752,38 @@ int main(int argc, char** argv) {
         if (paper == "1") { apply_paper_setup(opts.train); }
     });
     TrainOptions& t = o.train;
+    if (o.paper_setup) {  // the settings the switch sets count as given (a resume compares them)
+        for (const char* f : {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
+                              "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"}) {
+            t.given.insert(f);
+        }
+    }
     std::unique_ptr<TensorFileReader> checkpoint;
     std::string start = start_checkpoint(t);
+    Tokenizer tokenizer;
+    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
     if (!start.empty()) {
         checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
-        o.model = read_config(*checkpoint);
-    }
-    Tokenizer tokenizer;
-    if (!t.tokenizer_path.empty()) {
-        tokenizer.load(t.tokenizer_path);
-        if (checkpoint == nullptr) { o.model.vocab_size = tokenizer.vocab_size; }
+        SANConfig from_file = read_config(*checkpoint);
+        Options from_flags = o;
+        if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
+        from_flags.model.resolve_and_check();
+        check_model_flags(from_flags, from_file, make_flags, start);
+        if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
+            fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
+                  tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
+        }
+        o.model = from_file;
+    } else if (tokenizer.loaded()) {
+        o.model.vocab_size = tokenizer.vocab_size;
     }
     o.model.resolve_and_check();
     const SANConfig& c = o.model;
-    check_training_options(t, c.seq_len, default_rates(c));
+    check_training_options(t, c.seq_len, default_rates(c), t.resume_path.empty() ? nullptr : checkpoint.get());
+    if (!t.init_from.empty()) {
+        printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
+               "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
+    }
 
     // config, sizes, FLOPs
     auto counts = count_parameters(c);

@@ -1,11 +1,14 @@
 /*
-Command-line flags for the trainers: every option is `--name value`, has a help line and
-shows its current value (the default, before parsing) in `-h`. Unknown options, missing
-values and values that do not parse fail with a message naming the option.
+Command-line flags for the trainers: every option is `--name value` (or `--name=value`),
+has a help line and shows its current value (the default, before parsing) in `-h`.
+Unknown options, missing values and values that do not parse fail with a message naming
+the option; a stray word after an option's value (what an unquoted glob becomes once the
+shell expands it) gets a hint to quote the pattern. parse_flags returns the names of the
+flags given, so a trainer can tell a value given from a default (resuming a run).
 Host-only C++17.
 
     std::vector<Flag> flags = {make_flag("--steps", &steps, "optimizer steps"), ...};
-    parse_flags(argc, argv, flags, "train_san");
+    std::set<std::string> given = parse_flags(argc, argv, flags, "train_san");
 */
 #pragma once
 
@@ -14,6 +17,7 @@ Host-only C++17.
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -59,39 +63,83 @@ Flag make_flag(const std::string& name, T* target, const std::string& help) {
     return f;
 }
 
-inline void print_usage(const char* program, const std::vector<Flag>& flags) {
-    printf("usage: %s [options]   (every option takes a value: --name value)\n\n", program);
+// `note`: lines printed under the usage line (e.g. which preset the defaults column shows).
+inline void print_usage(const char* program, const std::vector<Flag>& flags, const std::string& note = "") {
+    printf("usage: %s [options]   (every option takes a value: --name value or --name=value)\n", program);
+    if (!note.empty()) { printf("%s", note.c_str()); }
+    printf("\n  %-16s %-14s %s\n", "option", "default", "");
     for (const Flag& f : flags) { printf("  %-16s %-14s %s\n", f.name.c_str(), f.show().c_str(), f.help.c_str()); }
     printf("  %-16s %-14s %s\n", "-h, --help", "", "print this and exit");
 }
 
-// Applies argv to the flags; -h prints the usage and exits.
-inline void parse_flags(int argc, char** argv, const std::vector<Flag>& flags, const char* program) {
+// argv[i] split into (name, inline value) for `--name=value`; has_value says whether there was one.
+struct FlagWord {
+    std::string name, value;
+    bool has_value = false;
+};
+inline FlagWord split_flag_word(const char* word) {
+    FlagWord w;
+    w.name = word;
+    size_t eq = w.name.find('=');
+    if (w.name.rfind("--", 0) == 0 && eq != std::string::npos) {
+        w.value = w.name.substr(eq + 1);
+        w.name = w.name.substr(0, eq);
+        w.has_value = true;
+    }
+    return w;
+}
+
+// Applies argv to the flags; -h prints the usage (with `note`) and exits. Returns the
+// names of the flags given.
+inline std::set<std::string> parse_flags(int argc, char** argv, const std::vector<Flag>& flags, const char* program,
+                                         const std::string& note = "") {
+    std::set<std::string> given;
+    std::string previous;  // the last option and its value, for the unquoted-glob hint
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            print_usage(program, flags);
+            print_usage(program, flags, note);
             exit(EXIT_SUCCESS);
         }
-        auto it = std::find_if(flags.begin(), flags.end(), [&](const Flag& f) { return f.name == argv[i]; });
-        if (it == flags.end()) { fatal("unknown option '%s' (%s -h lists them)", argv[i], program); }
-        if (i + 1 >= argc) { fatal("option %s needs a value", argv[i]); }
-        if (!it->parse(argv[i + 1])) { fatal("option %s: cannot parse '%s'", argv[i], argv[i + 1]); }
-        i++;
+        FlagWord w = split_flag_word(argv[i]);
+        auto it = std::find_if(flags.begin(), flags.end(), [&](const Flag& f) { return f.name == w.name; });
+        if (it == flags.end()) {
+            if (w.name.rfind("-", 0) != 0 && !previous.empty()) {
+                fatal("unexpected argument '%s' after %s: an unquoted glob? The shell expands a pattern into file "
+                      "names; quote it, e.g. --train-data \"data/offline/synth/synth_train_*.bin\"", argv[i],
+                      previous.c_str());
+            }
+            fatal("unknown option '%s' (%s -h lists them)", argv[i], program);
+        }
+        std::string value;
+        if (w.has_value) {
+            value = w.value;
+        } else {
+            if (i + 1 >= argc) { fatal("option %s needs a value", argv[i]); }
+            value = argv[++i];
+        }
+        if (!it->parse(value.c_str())) { fatal("option %s: cannot parse '%s'", w.name.c_str(), value.c_str()); }
+        given.insert(w.name);
+        previous = w.name + " '" + value + "'";
     }
+    return given;
 }
 
 // The value given for `name` on the command line, or "" (for flags that must be read
 // before the others, such as a preset that sets the defaults).
 inline std::string find_flag_value(int argc, char** argv, const char* name) {
-    for (int i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], name) == 0) { return argv[i + 1]; }
+    for (int i = 1; i < argc; i++) {
+        FlagWord w = split_flag_word(argv[i]);
+        if (w.name != name) { continue; }
+        if (w.has_value) { return w.value; }
+        if (i + 1 < argc) { return argv[i + 1]; }
     }
     return "";
 }
 
 // Parses argv for options whose model config comes from a named preset (o.preset, o.model):
-// --preset first, since it sets the defaults the other flags override, then every flag.
-// `set_defaults(o)` runs between the two, for other switches that set defaults.
+// --preset first, since it sets the defaults the other flags override, then every flag;
+// the flags given go to o.train.given. `set_defaults(o)` runs between the two, for other
+// switches that set defaults. `vocab_note`: how the vocabulary is set, for -h.
 template <typename Options, typename Presets, typename MakeFlags, typename SetDefaults>
 Options parse_with_preset(int argc, char** argv, const Presets& presets, MakeFlags make_flags, const char* program,
                           SetDefaults set_defaults) {
@@ -99,10 +147,17 @@ Options parse_with_preset(int argc, char** argv, const Presets& presets, MakeFla
     std::string preset = find_flag_value(argc, argv, "--preset");
     if (!preset.empty()) { o.preset = preset; }
     auto it = presets.find(o.preset);
-    if (it == presets.end()) { fatal("--preset: unknown preset '%s' (%s -h lists them)", o.preset.c_str(), program); }
+    if (it == presets.end()) {
+        std::string names;
+        for (const auto& kv : presets) { names += (names.empty() ? "" : ", ") + kv.first; }
+        fatal("--preset: unknown preset '%s' (presets: %s)", o.preset.c_str(), names.c_str());
+    }
     o.model = it->second;
     set_defaults(o);
-    parse_flags(argc, argv, make_flags(o), program);
+    std::string note = "The defaults column shows the model values of preset '" + o.preset + "'" +
+                       (preset.empty() ? " (the default preset; --preset NAME -h shows another's)" : "") +
+                       ".\n--tokenizer FILE sets the vocabulary size (--vocab-size) to the tokenizer's.\n";
+    o.train.given = parse_flags(argc, argv, make_flags(o), program, note);
     return o;
 }
 template <typename Options, typename Presets, typename MakeFlags>

@@ -28,8 +28,10 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -65,29 +67,30 @@ struct TrainOptions {
     float temperature = 1.0f;
     uint64_t seed = 42;
     int shuffle = 1;
+    long extend_to = 0;      // --resume a run and train it on to this many steps (a new schedule)
+    int resume_override = 0; // --resume: let the flags given change the saved run's settings
+    std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
+    std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
 };
 
-// The flags of TrainOptions, appended to a trainer's model flags.
-inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o) {
+// The flags of TrainOptions, appended to a trainer's model flags; `with_muon`: the trainer
+// offers Muon (train_gpt2 does not, and lists none of its flags).
+inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool with_muon = true) {
     OptimizerConfig& p = o.opt;
     std::vector<Flag> more = {
         make_flag("--train-data", &o.train_data, "training shards (glob, comma-separated globs)"),
         make_flag("--val-data", &o.val_data, "validation shards (glob); empty: no validation"),
-        make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin to decode samples (and take V from)"),
+        make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin: sets the vocabulary size, decodes samples, encodes --prompt"),
         make_flag("--batch-size", &o.batch_size, "rows per micro-batch B"),
         make_flag("--seq-len", &o.seq_len, "tokens per row (0: the model's T)"),
         make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step (0: --global-batch / --batch-size, or 1)"),
         make_flag("--global-batch", &o.global_batch, "rows per optimizer step (0: batch-size x grad-accum)"),
         make_flag("--grad-fp32", &o.grad_fp32, "accumulate gradients in fp32 in bf16 builds 0|1"),
         make_flag("--steps", &o.steps, "optimizer steps"),
-        make_flag("--optimizer", &p.optimizer, "adamw | muon (Muon on the matrices, AdamW without decay on the rest)"),
+        make_flag("--optimizer", &p.optimizer, with_muon ? "adamw | muon (Muon on the matrices, AdamW without decay on the rest)" : "adamw (the one optimizer of this trainer)"),
         make_flag("--lr", &p.lr, "peak rate of the matrix group (<0: the model's default for the optimizer)"),
-        make_flag("--lr-other", &p.lr_other, "peak rate of embeddings/gains/gates/biases (<0: muon 3e-4, adamw same as --lr)"),
-        make_flag("--lr-scale-gpus", &o.lr_scale_gpus, "scale the rates for N GPUs: AdamW rates x N, the Muon rate x sqrt(N)"),
-        make_flag("--muon-order", &p.muon_order, "keller (momentum, then orthogonalise, shape factor) | paper (orthogonalise, then momentum)"),
-        make_flag("--muon-momentum", &p.muon_momentum, "Muon momentum"),
-        make_flag("--ns-steps", &p.ns_steps, "Newton-Schulz steps"),
-        make_flag("--ns-fp32", &p.ns_fp32, "Newton-Schulz in fp32 also in bf16 builds 0|1"),
+        make_flag("--lr-other", &p.lr_other, with_muon ? "peak rate of embeddings/gains/gates/biases (<0: muon 3e-4, adamw same as --lr)" : "peak rate of embeddings/gains/biases (<0: same as --lr)"),
+        make_flag("--lr-scale-gpus", &o.lr_scale_gpus, with_muon ? "scale the rates for N GPUs: AdamW rates x N, the Muon rate x sqrt(N)" : "scale the rates for N GPUs: x N"),
         make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices only)"),
         make_flag("--beta1", &p.beta1, "AdamW beta1"),
         make_flag("--beta2", &p.beta2, "AdamW beta2"),
@@ -112,9 +115,21 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o) {
         make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none)"),
         make_flag("--milestones", &o.milestones, "also checkpoint at 0/25/50/75/100% of the steps (milestone_NNN.bin) 0|1"),
         make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
-        make_flag("--resume", &o.resume_path, "checkpoint to resume exactly (model, optimizer, data position, RNG)"),
+        make_flag("--resume", &o.resume_path, "checkpoint to continue exactly: model, optimizer, schedule, steps and data settings all from the file"),
+        make_flag("--resume-override", &o.resume_override, "with --resume: the flags given may change the saved run's settings (each is printed) 0|1"),
+        make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N (printed)"),
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),
+        make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
     };
+    if (with_muon) {
+        std::vector<Flag> muon = {
+            make_flag("--muon-order", &p.muon_order, "keller (momentum, then orthogonalise, shape factor) | paper (orthogonalise, then momentum)"),
+            make_flag("--muon-momentum", &p.muon_momentum, "Muon momentum"),
+            make_flag("--ns-steps", &p.ns_steps, "Newton-Schulz steps"),
+            make_flag("--ns-fp32", &p.ns_fp32, "Newton-Schulz in fp32 also in bf16 builds 0|1"),
+        };
+        more.insert(more.begin() + 13, muon.begin(), muon.end());  // after --lr-scale-gpus
+    }
     flags.insert(flags.end(), more.begin(), more.end());
 }
 
@@ -124,9 +139,173 @@ inline std::string start_checkpoint(const TrainOptions& o) {
     return o.resume_path.empty() ? o.init_from : o.resume_path;
 }
 
+// ---- what a resume continues ------------------------------------------------------------
+// A checkpoint holds the settings of the run that wrote it (opt.* from OptimizerConfig, run.*
+// from run_setting_keys below: steps, data, batch, seed, validation and checkpoint cadence).
+// --resume continues that run: every setting comes from the file; a flag given that changes one is refused, unless --resume-override 1 (then each change
+// is printed). --extend-to N is the one way to train a finished run further: the total
+// becomes N and the schedule is recomputed over N steps (printed).
+
+// Shortest text that reads back to the same double (as TensorFileWriter writes reals).
+inline std::string real_text(double value) {
+    char text[40];
+    for (int precision = 1; precision <= 17; precision++) {
+        snprintf(text, sizeof(text), "%.*g", precision, value);
+        if (strtod(text, nullptr) == value) { break; }
+    }
+    return text;
+}
+
+// One setting of a run: its checkpoint key, the flags that set it, and its value as text.
+struct RunSetting {
+    std::string key;
+    std::vector<std::string> flags;
+    std::function<std::string(const TrainOptions&)> get;
+    std::function<void(TrainOptions&, const std::string&)> set;
+};
+
+inline std::vector<RunSetting> run_settings() {
+    std::vector<RunSetting> out;
+    auto text = [&](const char* key, std::vector<std::string> flags, std::string TrainOptions::*field) {
+        out.push_back({key, flags, [field](const TrainOptions& o) { return o.*field; },
+                       [field](TrainOptions& o, const std::string& v) { o.*field = v; }});
+    };
+    auto opt_text = [&](const char* key, std::vector<std::string> flags, std::string OptimizerConfig::*field) {
+        out.push_back({key, flags, [field](const TrainOptions& o) { return o.opt.*field; },
+                       [field](TrainOptions& o, const std::string& v) { o.opt.*field = v; }});
+    };
+    auto real = [&](const char* key, std::vector<std::string> flags, std::function<double&(TrainOptions&)> ref) {
+        out.push_back({key, flags, [ref](const TrainOptions& o) { return real_text(ref(const_cast<TrainOptions&>(o))); },
+                       [ref](TrainOptions& o, const std::string& v) { ref(o) = strtod(v.c_str(), nullptr); }});
+    };
+    auto integer = [&](const char* key, std::vector<std::string> flags, std::function<long long(const TrainOptions&)> get,
+                       std::function<void(TrainOptions&, long long)> set) {
+        out.push_back({key, flags, [get](const TrainOptions& o) { return std::to_string(get(o)); },
+                       [set](TrainOptions& o, const std::string& v) { set(o, strtoll(v.c_str(), nullptr, 10)); }});
+    };
+    integer("run.steps", {"--steps"}, [](const TrainOptions& o) { return (long long)o.steps; },
+            [](TrainOptions& o, long long v) { o.steps = (long)v; });
+    opt_text("opt.optimizer", {"--optimizer"}, &OptimizerConfig::optimizer);
+    real("opt.lr", {"--lr", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr; });
+    real("opt.lr_other", {"--lr-other", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr_other; });
+    integer("run.lr_scale_gpus", {"--lr-scale-gpus"}, [](const TrainOptions& o) { return (long long)o.lr_scale_gpus; },
+            [](TrainOptions& o, long long v) { o.lr_scale_gpus = (int)v; });
+    real("opt.weight_decay", {"--weight-decay"}, [](TrainOptions& o) -> double& { return o.opt.weight_decay; });
+    real("opt.beta1", {"--beta1"}, [](TrainOptions& o) -> double& { return o.opt.beta1; });
+    real("opt.beta2", {"--beta2"}, [](TrainOptions& o) -> double& { return o.opt.beta2; });
+    real("opt.eps", {"--eps"}, [](TrainOptions& o) -> double& { return o.opt.eps; });
+    real("opt.grad_clip", {"--grad-clip"}, [](TrainOptions& o) -> double& { return o.opt.grad_clip; });
+    opt_text("opt.muon_order", {"--muon-order"}, &OptimizerConfig::muon_order);
+    real("opt.muon_momentum", {"--muon-momentum"}, [](TrainOptions& o) -> double& { return o.opt.muon_momentum; });
+    integer("opt.ns_steps", {"--ns-steps"}, [](const TrainOptions& o) { return (long long)o.opt.ns_steps; },
+            [](TrainOptions& o, long long v) { o.opt.ns_steps = (int)v; });
+    integer("opt.ns_fp32", {"--ns-fp32"}, [](const TrainOptions& o) { return (long long)o.opt.ns_fp32; },
+            [](TrainOptions& o, long long v) { o.opt.ns_fp32 = (int)v; });
+    out.push_back({"opt.schedule", {"--schedule"}, [](const TrainOptions& o) { return o.opt.schedule.kind; },
+                   [](TrainOptions& o, const std::string& v) { o.opt.schedule.kind = v; }});
+    real("opt.warmup_frac", {"--warmup-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.warmup_frac; });
+    real("opt.decay_frac", {"--decay-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.decay_frac; });
+    real("opt.final_frac", {"--final-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.final_frac; });
+    text("run.train_data", {"--train-data"}, &TrainOptions::train_data);
+    integer("run.batch_size", {"--batch-size"}, [](const TrainOptions& o) { return (long long)o.batch_size; },
+            [](TrainOptions& o, long long v) { o.batch_size = (int)v; });
+    integer("run.grad_accum", {"--grad-accum", "--global-batch", "--batch-size"},
+            [](const TrainOptions& o) { return (long long)o.grad_accum; },
+            [](TrainOptions& o, long long v) { o.grad_accum = (int)v; });
+    integer("run.seq_len", {"--seq-len"}, [](const TrainOptions& o) { return (long long)o.seq_len; },
+            [](TrainOptions& o, long long v) { o.seq_len = (int)v; });
+    integer("run.grad_fp32", {"--grad-fp32"}, [](const TrainOptions& o) { return (long long)o.grad_fp32; },
+            [](TrainOptions& o, long long v) { o.grad_fp32 = (int)v; });
+    integer("run.shuffle", {"--shuffle"}, [](const TrainOptions& o) { return (long long)o.shuffle; },
+            [](TrainOptions& o, long long v) { o.shuffle = (int)v; });
+    integer("run.seed", {"--seed"}, [](const TrainOptions& o) { return (long long)o.seed; },
+            [](TrainOptions& o, long long v) { o.seed = (uint64_t)v; });
+    text("run.val_data", {"--val-data"}, &TrainOptions::val_data);
+    integer("run.val_every", {"--val-every"}, [](const TrainOptions& o) { return (long long)o.val_every; },
+            [](TrainOptions& o, long long v) { o.val_every = (int)v; });
+    integer("run.val_batches", {"--val-batches"}, [](const TrainOptions& o) { return (long long)o.val_batches; },
+            [](TrainOptions& o, long long v) { o.val_batches = (int)v; });
+    integer("run.val_whole_docs", {"--val-whole-docs"}, [](const TrainOptions& o) { return (long long)o.val_whole_docs; },
+            [](TrainOptions& o, long long v) { o.val_whole_docs = (int)v; });
+    integer("run.save_every", {"--save-every"}, [](const TrainOptions& o) { return (long long)o.save_every; },
+            [](TrainOptions& o, long long v) { o.save_every = (int)v; });
+    integer("run.milestones", {"--milestones"}, [](const TrainOptions& o) { return (long long)o.milestones; },
+            [](TrainOptions& o, long long v) { o.milestones = (int)v; });
+    return out;
+}
+
+// The run.* keys a checkpoint of this run holds (the opt.* keys come from OptimizerConfig).
+inline std::vector<std::pair<std::string, std::string>> run_setting_keys(const TrainOptions& o) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const RunSetting& s : run_settings()) {
+        if (s.key.rfind("run.", 0) == 0) { out.push_back({s.key, s.get(o)}); }
+    }
+    return out;
+}
+
+// --resume: the saved run's settings replace the options (resolved from the flags); a flag
+// given that changes one fails, or with --resume-override 1 wins and is printed. Keys the
+// file lacks (files from before they were saved) keep the flags' values.
+inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
+    TrainOptions saved = o;
+    std::vector<std::string> changes;
+    for (const RunSetting& s : run_settings()) {
+        if (!ckpt.has_key(s.key)) { continue; }
+        s.set(saved, ckpt.str(s.key));
+        std::string from_file = s.get(saved), from_flags = s.get(o);
+        if (from_file == from_flags) { continue; }
+        std::string flag;
+        for (const std::string& f : s.flags) {
+            if (o.given.count(f)) { flag = f; break; }
+        }
+        if (flag.empty()) { continue; }  // not asked for: the saved value stands
+        std::string name = s.key.substr(s.key.find('.') + 1);
+        changes.push_back(flag + " (" + name + " " + from_flags + "; the saved run's " + from_file + ")");
+        if (o.resume_override != 0) { s.set(saved, from_flags); }
+    }
+    if (!changes.empty() && o.resume_override == 0) {
+        std::string list;
+        for (const std::string& c : changes) { list += "\n    " + c; }
+        fatal("--resume %s continues the saved run with its own settings; these flags change them:%s\n"
+              "Leave them out, add --resume-override 1 to change them anyway, or --extend-to N to train a finished "
+              "run further (new total, new schedule); --init-from starts a new run from the model.",
+              ckpt.path().c_str(), list.c_str());
+    }
+    std::set<std::string> given = o.given;
+    long extend_to = o.extend_to;
+    int override_ = o.resume_override;
+    o = saved;
+    o.given = given;
+    o.extend_to = extend_to;
+    o.resume_override = override_;
+    long done = (long)ckpt.integer("step");
+    printf("resume: continuing the run saved in %s at step %ld of %ld (optimizer, schedule, steps and data settings "
+           "from the file)\n", ckpt.path().c_str(), done, o.steps);
+    for (const std::string& c : changes) { printf("resume: --resume-override 1: %s\n", c.c_str()); }
+    if (o.extend_to > 0) {
+        if (o.extend_to <= done) {
+            fatal("--extend-to %ld: the run in %s has done %ld steps already; give a larger total", o.extend_to,
+                  ckpt.path().c_str(), done);
+        }
+        Schedule sch = o.opt.schedule;
+        sch.check(o.extend_to);
+        double before = done > 0 && done <= o.steps ? sch.multiplier(done - 1, o.steps) : 0.0;
+        double after = sch.multiplier(done, o.extend_to);
+        printf("extend: %ld -> %ld steps; the %s schedule is recomputed over %ld steps: step %ld runs at lr %.3e "
+               "(step %ld of the saved run ran at %.3e)\n", o.steps, o.extend_to, sch.kind.c_str(), o.extend_to,
+               done + 1, o.opt.lr * after, done, o.opt.lr * before);
+        o.steps = o.extend_to;
+    } else if (done >= o.steps) {
+        fatal("--resume %s: that run finished (%ld of %ld steps). --extend-to N trains it on to N steps with the "
+              "schedule recomputed over N; --steps 0 --init-from %s evaluates it", ckpt.path().c_str(), done, o.steps,
+              ckpt.path().c_str());
+    }
+}
+
 // Checks the options against the model's context; resolves the gradient accumulation
-// and the model's default rates.
-inline void check_training_options(TrainOptions& o, int model_seq_len, const DefaultRates& rates) {
+// and the model's default rates; with a checkpoint to resume, continues its run.
+inline void check_training_options(TrainOptions& o, int model_seq_len, const DefaultRates& rates,
+                                   const TensorFileReader* resume = nullptr) {
     if (o.seq_len == 0) { o.seq_len = model_seq_len; }
     o.opt.check();
     o.opt.resolve_rates(rates, o.lr_scale_gpus);
@@ -146,6 +325,17 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
         o.grad_accum = accum;
     }
     if (o.grad_accum == 0) { o.grad_accum = 1; }
+    if (o.extend_to != 0 && resume == nullptr) { fatal("--extend-to needs --resume CKPT (the run to extend)"); }
+    if (o.resume_override != 0 && resume == nullptr) { fatal("--resume-override needs --resume CKPT"); }
+    if (resume != nullptr) {
+        if (o.steps == 0 && o.given.count("--steps")) { fatal("--steps 0 evaluates a model: use --init-from CKPT, not --resume"); }
+        continue_saved_run(o, *resume);
+        o.opt.check();
+        if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
+            fatal("the saved run's rows (%d x %d tokens) do not fit the model's context %d", o.batch_size, o.seq_len,
+                  model_seq_len);
+        }
+    }
     o.global_batch = o.grad_accum * o.batch_size;
     if (o.steps < 0) { fatal("--steps must be >= 0"); }
     if (o.steps == 0 && o.init_from.empty()) { fatal("--steps 0 evaluates a model: it needs --init-from CKPT"); }
@@ -155,6 +345,38 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     }
     if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
     if (o.steps > 0) { o.opt.schedule.check(o.steps); }
+}
+
+// ---- model flags against a checkpoint -------------------------------------------------------
+// With --resume or --init-from the model config comes from the file; model flags given (or
+// a --preset) that say otherwise are an error naming them. `from_flags`: the options as the
+// flags would have made them without the checkpoint; the trainer's make_flags lists the
+// flags; `model_from_file`: the checkpoint's config. `vocab_flag`: the flags that set the
+// vocabulary size besides --vocab-size (--tokenizer sets it too).
+template <typename Options, typename Config, typename MakeFlags>
+void check_model_flags(const Options& from_flags, const Config& model_from_file, MakeFlags make_flags,
+                       const std::string& path) {
+    const std::set<std::string>& given = from_flags.train.given;
+    Options a = from_flags, b = from_flags;
+    b.model = model_from_file;
+    std::vector<Flag> fa = make_flags(a), fb = make_flags(b);
+    std::vector<std::string> wrong;
+    std::string by_preset;
+    for (size_t i = 0; i < fa.size(); i++) {
+        std::string va = fa[i].show(), vb = fb[i].show();
+        if (va == vb) { continue; }
+        if (given.count(fa[i].name)) {
+            wrong.push_back(fa[i].name + " " + va + " (the checkpoint's " + vb + ")");
+        } else if (given.count("--preset")) {
+            by_preset += (by_preset.empty() ? "" : ", ") + fa[i].name.substr(2) + " " + va + " (the checkpoint's " + vb + ")";
+        }
+    }
+    if (!by_preset.empty()) { wrong.push_back("--preset " + from_flags.preset + ": " + by_preset); }
+    if (wrong.empty()) { return; }
+    std::string list;
+    for (const std::string& w : wrong) { list += "\n    " + w; }
+    fatal("the model comes from the checkpoint %s; these flags contradict it:%s\nLeave them out (the model config is "
+          "the file's).", path.c_str(), list.c_str());
 }
 
 // Where the gradients are summed over micro-batches, as printed and logged.
@@ -270,6 +492,24 @@ struct has_measure<Model, std::void_t<decltype(std::declval<Model&>().measure((c
 // SAN paper's code), fewer where the run's rows are shorter or the activations smaller.
 constexpr int kMeasureRows = 2, kMeasureTokens = 257;
 
+// `text` (valid UTF-8) as a JSON string literal.
+inline std::string json_string(const std::string& text) {
+    std::string out = "\"";
+    for (unsigned char c : text) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += (char)c;
+        } else if (c < 0x20) {
+            char buf[8];
+            snprintf(buf, sizeof(buf), "\\u%04x", c);
+            out += buf;
+        } else {
+            out += (char)c;
+        }
+    }
+    return out + "\"";
+}
+
 inline void append_json_array(std::string& out, const char* key, const std::vector<double>& values) {
     if (values.empty()) { return; }
     char buf[64];
@@ -336,9 +576,52 @@ inline double peak_flops_per_second() {
     return PRECISION_MODE == PrecisionMode::FP32 ? 67e12 : 989e12;
 }
 
+// "N shards, M tokens (first .. last)" of a loader's files, for the start-of-run summary.
+inline std::string describe_data(const DataLoader& d) {
+    int64_t tokens = 0;
+    for (const ShardInfo& s : d.shards()) { tokens += s.ntok; }
+    auto base = [](const std::string& p) { return p.substr(p.find_last_of('/') + 1); };
+    const std::vector<ShardInfo>& sh = d.shards();
+    std::string out = std::to_string(sh.size()) + (sh.size() == 1 ? " shard, " : " shards, ") +
+                      std::to_string(tokens) + " tokens (" + base(sh.front().path);
+    if (sh.size() > 1) { out += " .. " + base(sh.back().path); }
+    return out + ")";
+}
+inline int64_t data_tokens(const DataLoader& d) {
+    int64_t tokens = 0;
+    for (const ShardInfo& s : d.shards()) { tokens += s.ntok; }
+    return tokens;
+}
+
+// Whether two paths name the same existing file.
+inline bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// Why a resumed data loader would not continue where the saved run left off, named from
+// the keys the checkpoint holds ("" when nothing differs that they show).
+inline std::string data_difference(const TensorFileReader& ckpt, const DataLoader& d, const TrainOptions& o) {
+    std::string why;
+    auto differs = [&](const char* key, long long now, const char* what) {
+        if (ckpt.has_key(key) && ckpt.integer(key) != now) {
+            why += std::string(why.empty() ? "" : "; ") + what + " " + std::to_string(now) + " now, " +
+                   std::to_string(ckpt.integer(key)) + " when saved";
+        }
+    };
+    differs("resume.data_shards", (long long)d.num_shards(), "training shards:");
+    differs("resume.data_tokens", (long long)data_tokens(d), "training tokens:");
+    differs("run.seq_len", o.seq_len, "--seq-len");
+    differs("run.batch_size", o.batch_size, "--batch-size");
+    differs("run.shuffle", o.shuffle, "--shuffle");
+    if (o.shuffle) { differs("run.seed", (long long)o.seed, "--seed (the shuffle order)"); }
+    return why;
+}
+
 template <typename Model>
 void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
                   int vocab_size, int doc_start_token, int bos_id, double flops_per_token) {
+    const std::string start_file = start_checkpoint(o);
     DataLoaderConfig train_cfg;
     train_cfg.pattern = o.train_data;
     train_cfg.B = o.batch_size;
@@ -348,7 +631,10 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     train_cfg.doc_start_token = doc_start_token;
     train_cfg.vocab_size = vocab_size;
     std::unique_ptr<DataLoader> train_loader;  // none when only evaluating (--steps 0)
-    if (o.steps > 0) { train_loader = std::make_unique<DataLoader>(train_cfg); }
+    if (o.steps > 0) {
+        train_loader = std::make_unique<DataLoader>(train_cfg);
+        printf("train data: %s\n", describe_data(*train_loader).c_str());
+    }
     std::unique_ptr<DataLoader> val;
     if (!o.val_data.empty()) {
         DataLoaderConfig val_cfg = train_cfg;
@@ -359,6 +645,18 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             val_cfg.doc_start_token = bos_id;
         }
         val = std::make_unique<DataLoader>(val_cfg);
+        printf("val data:   %s; %lld batches of %d x %d\n", describe_data(*val).c_str(),
+               (long long)val->steps_per_epoch(), o.batch_size, o.seq_len);
+        if (train_loader != nullptr) {
+            for (const ShardInfo& v : val->shards()) {
+                for (const ShardInfo& t : train_loader->shards()) {
+                    if (same_file(v.path, t.path)) {
+                        printf("warning: %s is in both the training and the validation data: the validation loss "
+                               "is not held out\n", v.path.c_str());
+                    }
+                }
+            }
+        }
         if (o.val_batches > val->steps_per_epoch()) {
             printf("warning: --val-batches %d is more than the validation set holds (%lld batches): evaluating each once\n",
                    o.val_batches, (long long)val->steps_per_epoch());
@@ -378,8 +676,32 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             fatal("--checkpoint-dir '%s' is not a directory", o.checkpoint_dir.c_str());
         }
     }
+    if (!o.checkpoint_dir.empty() && !start_file.empty() && o.steps > 0) {
+        // every file this run may write; none may be the one it started from
+        std::vector<std::string> names = {"final.bin"};
+        for (long s = o.save_every; o.save_every > 0 && s < o.steps; s += o.save_every) {
+            names.push_back("step_" + std::to_string(s) + ".bin");
+        }
+        for (const auto& m : milestone_steps(o.steps)) {
+            char name[32];
+            snprintf(name, sizeof(name), "milestone_%03d.bin", m.first);
+            if (o.milestones) { names.push_back(name); }
+        }
+        for (const std::string& n : names) {
+            std::string path = o.checkpoint_dir + "/" + n;
+            if (same_file(path, start_file)) {
+                fatal("--checkpoint-dir %s: this run would write %s over the checkpoint it starts from (%s); give "
+                      "another --checkpoint-dir", o.checkpoint_dir.c_str(), path.c_str(), start_file.c_str());
+            }
+        }
+    }
     std::mt19937_64 rng(o.seed);
     if (checkpoint != nullptr) {
+        std::string why = data_difference(*checkpoint, *train_loader, o);
+        if (!why.empty()) {
+            fatal("--resume %s: the data would not continue where the saved run left off: %s", checkpoint->path().c_str(),
+                  why.c_str());
+        }
         DataPosition pos{checkpoint->integer("resume.data_epoch"), checkpoint->integer("resume.data_step"),
                          (uint64_t)std::stoull(checkpoint->str("resume.data_fingerprint"))};
         train_loader->set_position(pos);
@@ -397,21 +719,39 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         uint64_t rng_seed = rng();  // reseeding from a drawn value makes the resumed stream exact
         rng.seed(rng_seed);
         std::string path = o.checkpoint_dir + "/" + name;
-        model.save_checkpoint(path, o.opt, {{"resume.data_epoch", std::to_string(pos.epoch)},
-                                            {"resume.data_step", std::to_string(pos.step)},
-                                            {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
-                                            {"resume.rng_seed", std::to_string(rng_seed)}});
+        std::vector<std::pair<std::string, std::string>> extra = run_setting_keys(o);
+        extra.insert(extra.end(), {{"resume.data_epoch", std::to_string(pos.epoch)},
+                                   {"resume.data_step", std::to_string(pos.step)},
+                                   {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
+                                   {"resume.data_shards", std::to_string(train_loader->num_shards())},
+                                   {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
+                                   {"resume.rng_seed", std::to_string(rng_seed)}});
+        model.save_checkpoint(path, o.opt, extra);
         printf("saved %s\n", path.c_str());
     };
-    auto print_sample = [&]() {
+    // the sample's start: BOS, then the --prompt encoded with the tokenizer
+    std::vector<int> sample_start = {bos_id};
+    if (!o.prompt.empty()) {
+        if (!tokenizer.loaded()) { fatal("--prompt needs --tokenizer (the file that encodes it)"); }
+        std::vector<int> p = tokenizer.encode(o.prompt);
+        sample_start.insert(sample_start.end(), p.begin(), p.end());
+        printf("prompt: %zu tokens:", p.size());
+        for (int id : p) { printf(" %d", id); }
+        printf("\n");
+    }
+    auto print_sample = [&](long step) {
         if (o.sample_tokens <= 0) { return; }
-        std::vector<int> out = model.sample({bos_id}, o.sample_tokens, o.temperature, rng);
-        printf("sample: ");
+        std::vector<int> out = model.sample(sample_start, o.sample_tokens, o.temperature, rng);
+        std::string text;
         if (tokenizer.loaded()) {
-            printf("%s\n", tokenizer.decode(out).c_str());
+            text = complete_utf8(tokenizer.decode(out));  // a partial character at the end is held back
         } else {
-            for (int t : out) { printf("%d ", t); }
-            printf("\n");
+            for (int t : out) { text += std::to_string(t) + " "; }
+        }
+        printf("sample: %s\n", text.c_str());
+        if (log != nullptr) {
+            fprintf(log, "{\"step\": %ld, \"sample\": %s}\n", step, json_string(text).c_str());
+            fflush(log);
         }
     };
     // the measurement slice: the first windows of the validation data (SAN paper's code)
@@ -487,7 +827,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     };
     if (o.steps == 0) {  // evaluate the model given with --init-from
         validate(model.steps_done());
-        print_sample();
+        print_sample(model.steps_done());
         if (log != nullptr) { fclose(log); }
         return;
     }
@@ -556,12 +896,12 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             fflush(log);
         }
         if (o.val_every > 0 && done % o.val_every == 0 && done != o.steps) { validate(done); }
-        if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(); }
+        if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(done); }
         if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
         save_milestones(done);
     }
     validate(o.steps);
-    print_sample();
+    print_sample(o.steps);
     save("final.bin");
     if (log != nullptr) { fclose(log); }
 }

@@ -1,0 +1,251 @@
+"""What the trainers tell and refuse (issue 16), for train_san and train_gpt2 alike (the
+host-backend builds named by TRAIN_SAN_BIN and TRAIN_GPT2_BIN; the latter defaults to the
+train_gpt2 next to TRAIN_SAN_BIN): resume and init-from semantics, the start-of-run data
+summary, the command-line vocabulary, valid UTF-8 samples, prompts and the KV cache.
+
+Every test runs a tiny model for a few steps on a toy corpus (about 15 s in all on 2 cores).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+from shards import write_shard  # noqa: E402
+
+SAN = os.environ.get("TRAIN_SAN_BIN")
+GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))
+pytestmark = pytest.mark.skipif(not SAN, reason="TRAIN_SAN_BIN not set (make test sets it)")
+TRAINERS = ["san", "gpt2"]
+
+VOCAB, BOS = 250, 2
+
+
+def binary(trainer):
+    path = os.path.join(ROOT, SAN if trainer == "san" else GPT2)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not built")
+    return path
+
+
+def run(trainer, args, check=True):
+    proc = subprocess.run([binary(trainer)] + [str(a) for a in args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train_{trainer} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Documents that repeat one of four short patterns; two training shards, one validation."""
+    rng = np.random.default_rng(0)
+    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
+    d = tmp_path_factory.mktemp("data")
+    for name, n_docs in (("toy_train_000000", 200), ("toy_train_000001", 200), ("toy_val_000000", 40)):
+        tokens = []
+        for _ in range(n_docs):
+            tokens += [BOS] + list(np.tile(patterns[rng.integers(len(patterns))], 6))
+        write_shard(d / f"{name}.bin", np.array(tokens, dtype=np.int64))
+    return d
+
+
+def common(data, ckpt_dir=None):
+    out = ["--preset", "tiny", "--train-data", data / "toy_train_*.bin", "--val-data", data / "toy_val_*.bin",
+           "--batch-size", 4, "--sample-tokens", 0, "--val-batches", 2, "--optimizer", "adamw", "--lr", "2e-3"]
+    return out + (["--checkpoint-dir", ckpt_dir] if ckpt_dir is not None else [])
+
+
+def lrs(out):
+    """{step: lr} of the progress lines."""
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("step ") and "| lr" in line]
+    return {int(r[0].split()[1].split("/")[0]): float(r[2].split()[1]) for r in rows}
+
+
+@pytest.fixture(scope="module")
+def finished(data, tmp_path_factory):
+    """A 10-step run of each trainer, with a checkpoint at step 6 and at the end."""
+    out = {}
+    for trainer in TRAINERS:
+        d = tmp_path_factory.mktemp(f"run_{trainer}")
+        proc = run(trainer, common(data, d) + ["--steps", 10, "--save-every", 6])
+        out[trainer] = (d, proc.stdout)
+    return out
+
+
+# ---- resume and init-from ------------------------------------------------------------------
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_resume_takes_the_saved_settings(trainer, data, finished, tmp_path):
+    """Without repeating --lr, a resume continues at the saved rate and schedule (it used to
+    take the flags' defaults), over the saved total of steps."""
+    d, straight = finished[trainer]
+    proc = run(trainer, ["--resume", d / "step_6.bin", "--checkpoint-dir", tmp_path])
+    assert lrs(proc.stdout) == {s: lr for s, lr in lrs(straight).items() if s > 6}, proc.stdout
+    assert "continuing the run saved in" in proc.stdout
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_resume_refuses_flags_that_change_the_run(trainer, data, finished, tmp_path):
+    d, _ = finished[trainer]
+    proc = run(trainer, ["--resume", d / "step_6.bin", "--lr", "0.02", "--batch-size", 8, "--checkpoint-dir", tmp_path],
+               check=False)
+    assert proc.returncode != 0
+    assert "--lr (lr 0.02; the saved run's 0.002)" in proc.stderr and "--batch-size" in proc.stderr, proc.stderr
+    # the same value as saved is no change
+    run(trainer, ["--resume", d / "step_6.bin", "--lr", "2e-3", "--checkpoint-dir", tmp_path])
+    # an explicit override is accepted and printed
+    proc = run(trainer, ["--resume", d / "step_6.bin", "--lr", "0.02", "--resume-override", 1,
+                         "--checkpoint-dir", tmp_path])
+    assert "--resume-override 1: --lr (lr 0.02; the saved run's 0.002)" in proc.stdout
+    assert max(lrs(proc.stdout).values()) > 0.01
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_finished_run_is_extended_explicitly(trainer, data, finished, tmp_path):
+    d, _ = finished[trainer]
+    proc = run(trainer, ["--resume", d / "final.bin", "--steps", 15, "--checkpoint-dir", tmp_path], check=False)
+    assert proc.returncode != 0 and "--extend-to" in proc.stderr, proc.stderr
+    proc = run(trainer, ["--resume", d / "final.bin", "--checkpoint-dir", tmp_path], check=False)
+    assert proc.returncode != 0 and "finished (10 of 10 steps)" in proc.stderr
+    # extending in the directory it started from would overwrite final.bin: refused up front
+    before = (d / "final.bin").read_bytes()
+    proc = run(trainer, ["--resume", d / "final.bin", "--extend-to", 15, "--checkpoint-dir", d], check=False)
+    assert proc.returncode != 0 and "over the checkpoint it starts from" in proc.stderr
+    assert (d / "final.bin").read_bytes() == before
+    proc = run(trainer, ["--resume", d / "final.bin", "--extend-to", 15, "--checkpoint-dir", tmp_path])
+    assert "extend: 10 -> 15 steps" in proc.stdout, proc.stdout
+    assert sorted(lrs(proc.stdout)) == [11, 12, 13, 14, 15]
+    assert (tmp_path / "final.bin").exists()
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_model_flags_contradicting_a_checkpoint_are_named(trainer, data, finished):
+    d, _ = finished[trainer]
+    ckpt = d / "final.bin"
+    for start in (["--resume", ckpt, "--extend-to", 12], ["--init-from", ckpt, "--steps", 0]):
+        proc = run(trainer, start + ["--n-layer", 8], check=False)
+        assert proc.returncode != 0 and "--n-layer 8 (the checkpoint's 2)" in proc.stderr, proc.stderr
+        proc = run(trainer, start + ["--preset", "demo"], check=False)
+        assert proc.returncode != 0 and "--preset demo:" in proc.stderr and "n-layer 4" in proc.stderr
+    if trainer == "san":
+        proc = run(trainer, ["--init-from", ckpt, "--steps", 0, "--ffn", "swiglu"], check=False)
+        assert proc.returncode != 0 and "--ffn swiglu (the checkpoint's none)" in proc.stderr
+    # flags that agree with the file are fine, and --init-from says what it loaded
+    proc = run(trainer, ["--init-from", ckpt, "--steps", 0, "--n-layer", 2] + common(data)[2:6])
+    assert f"init: model config and parameters from {ckpt} (saved at step 10)" in proc.stdout
+
+
+def test_checkpoints_name_their_trainer(finished):
+    san_ckpt, gpt2_ckpt = finished["san"][0] / "final.bin", finished["gpt2"][0] / "final.bin"
+    proc = run("san", ["--init-from", gpt2_ckpt, "--steps", 0], check=False)
+    assert proc.returncode != 0 and "belongs to train_gpt2" in proc.stderr, proc.stderr
+    proc = run("gpt2", ["--init-from", san_ckpt, "--steps", 0], check=False)
+    assert proc.returncode != 0 and "belongs to train_san" in proc.stderr, proc.stderr
+
+
+def test_changed_data_is_named_on_resume(data, finished, tmp_path):
+    d, _ = finished["san"]
+    proc = run("san", ["--resume", d / "step_6.bin", "--train-data", data / "toy_train_000000.bin",
+                       "--resume-override", 1, "--checkpoint-dir", tmp_path], check=False)
+    assert proc.returncode != 0 and "training shards: 1 now, 2 when saved" in proc.stderr, proc.stderr
+
+
+# ---- what a run tells at the start ---------------------------------------------------------
+
+def test_data_summary_and_overlap_warning(data, tmp_path):
+    out = run("san", common(data) + ["--steps", 1]).stdout
+    assert "train data: 2 shards" in out and "toy_train_000000.bin .. toy_train_000001.bin" in out, out
+    assert "val data:   1 shard" in out and "warning" not in out
+    out = run("san", common(data) + ["--steps", 1, "--val-data", data / "toy_*.bin"]).stdout
+    assert f"warning: {data / 'toy_train_000000.bin'} is in both the training and the validation data" in out
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_command_line_vocabulary(trainer, data, tmp_path):
+    # an unquoted glob the shell expanded into two files
+    proc = run(trainer, ["--train-data", data / "toy_train_000000.bin", data / "toy_train_000001.bin"], check=False)
+    assert proc.returncode != 0 and "unquoted glob" in proc.stderr and "quote it" in proc.stderr, proc.stderr
+    # --flag=value
+    out = run(trainer, [f"--train-data={data / 'toy_train_*.bin'}", "--steps=2"] + common(data)[4:]).stdout
+    assert "training: 2 steps" in out
+    # a mistyped preset lists the presets
+    proc = run(trainer, ["--preset", "dmeo"], check=False)
+    assert proc.returncode != 0 and "demo" in proc.stderr and "tiny" in proc.stderr
+    # -h says whose defaults it shows and that --tokenizer sets the vocabulary
+    usage = run(trainer, ["-h"]).stdout
+    assert "preset 'tiny'" in usage and "--tokenizer FILE sets the vocabulary size" in usage
+    assert "preset 'demo'" in run(trainer, ["--preset", "demo", "-h"]).stdout
+    if trainer == "gpt2":  # no option that train_gpt2 refuses
+        for muon_flag in ("--muon-order", "--muon-momentum", "--ns-steps", "--ns-fp32", "muon"):
+            assert muon_flag not in usage
+
+
+# ---- samples and prompts ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory):
+    """A small offline build (SentencePiece vocab 1000: a quarter of it byte pieces)."""
+    out = tmp_path_factory.mktemp("offline")
+    subprocess.run([sys.executable, os.path.join(ROOT, "dev/data/build_offline.py"), "--out", str(out), "--vocab-size",
+                    "1000", "--synth-train-docs", "300", "--synth-val-docs", "60", "--shard-tokens", "200000",
+                    "--eval-items", "10"], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def offline_models(offline, tmp_path_factory):
+    """Each trainer's tiny model after 20 steps on the offline SYNTH data (vocab from the tokenizer)."""
+    out = {}
+    for trainer in TRAINERS:
+        d = tmp_path_factory.mktemp(f"offline_{trainer}")
+        run(trainer, ["--preset", "tiny", "--train-data", offline / "synth" / "synth_train_*.bin", "--tokenizer",
+                      offline / "tokenizer.bin", "--steps", 20, "--batch-size", 4, "--sample-tokens", 0,
+                      "--checkpoint-dir", d, "--optimizer", "adamw", "--lr", "3e-3"])
+        out[trainer] = d / "final.bin"
+    return out
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_samples_are_valid_utf8(trainer, offline, offline_models, tmp_path):
+    """Random samples over a vocabulary that is a quarter byte pieces: the printed sample and
+    the one in the JSONL log are valid UTF-8 (a lone byte piece of a longer character used
+    to be printed as it was)."""
+    for seed in (1, 2, 3):
+        log = tmp_path / f"log{seed}.jsonl"
+        proc = subprocess.run([binary(trainer), "--init-from", str(offline_models[trainer]), "--steps", "0",
+                               "--tokenizer", str(offline / "tokenizer.bin"), "--sample-tokens", "200",
+                               "--temperature", "2", "--seed", str(seed), "--log", str(log)],
+                              cwd=ROOT, capture_output=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        proc.stdout.decode("utf-8")  # strict: raises on a broken sequence
+        samples = [json.loads(line)["sample"] for line in log.read_bytes().decode("utf-8").splitlines()
+                   if "sample" in line]
+        assert len(samples) == 1 and samples[0]
+
+
+def prompt_ids(out):
+    line = [l for l in out.splitlines() if l.startswith("prompt: ")][0]
+    return [int(t) for t in line.split(":", 2)[2].split()]
+
+
+def test_prompt_encoding_matches_sentencepiece(offline, offline_models):
+    """llmc/tokenizer.h's encoder against SentencePiece itself on documents of the offline
+    corpus (SYNTH with its markers and newlines, and the KJV text)."""
+    spm = pytest.importorskip("sentencepiece")
+    sp = spm.SentencePieceProcessor(model_file=str(offline / "tokenizer.model"))
+    from shards import read_shard  # noqa: E402
+    texts = []
+    for shard in (offline / "synth" / "synth_val_000000.bin", offline / "kjv" / "kjv_val_000000.bin"):
+        tokens = np.asarray(read_shard(shard))
+        docs = np.split(tokens, np.flatnonzero(tokens == BOS))
+        texts += [sp.decode([int(t) for t in doc if t != BOS]) for doc in docs if len(doc) > 1][:3]
+    texts.append("caf\u00e9 \u4e16\u754c \U0001F600 tabs\tand  spaces<|im_start|>user\n<think>x</think>")
+    for text in texts:
+        proc = run("san", ["--init-from", offline_models["san"], "--steps", 0, "--tokenizer",
+                           offline / "tokenizer.bin", "--prompt", text, "--sample-tokens", 1])
+        assert prompt_ids(proc.stdout) == sp.encode(text), text[:200]
