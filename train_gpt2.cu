@@ -34,6 +34,7 @@ PyTorch reference train_gpt2.py.
 #include "llmc/layernorm.cuh"
 #include "llmc/bias.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/kv_cache.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
@@ -325,8 +326,13 @@ struct GPT2 : ModelParameters {
     // inputs, targets: host (Bn, Tn) token ids (targets < 0 are ignored). Computes the mean
     // cross-entropy; with dloss_scale != 0 also leaves d(loss_sum * dloss_scale)/d logits
     // for backward(). row_losses, if given, receives the per-position losses.
+    // With `cache` (sampling): one position, Bn = Tn = 1, at cache->pos: its keys and values
+    // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
-                     std::vector<float>* row_losses = nullptr) {
+                     std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
+        if (cache != nullptr && (Bn != 1 || Tn != 1 || cache->pos >= cache->capacity || dloss_scale != 0.0f)) {
+            fatal("forward: a cached step is one position within the cache's %d rows", cache->capacity);
+        }
         if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
             fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
         }
@@ -345,19 +351,26 @@ struct GPT2 : ModelParameters {
         cudaCheck(cudaMemcpy(d_targets, targets, N * sizeof(int), cudaMemcpyHostToDevice));
         if (dloss_scale != 0.0f) { buckets.build(inputs, N, stream); }
 
+        const int pos = cache != nullptr ? cache->pos : 0;
         embedding_forward(residual[0], d_inputs, P.wte, N, d, 1.0f, stream);
-        position_forward(residual[0], P.wpe, Bn, Tn, d, stream);
+        position_forward(residual[0], P.wpe + (size_t)pos * d, Bn, Tn, d, stream);  // positions pos, pos + 1, ...
         for (int l = 0; l < cfg.n_layer; l++) {
             const LayerTensors<floatX>& p = P.layers[l];
             LayerActivations& a = acts[l];
             // attention block: the fused qkv weight (3d, d) is three (d, d) row blocks
             layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual[l], p.ln1w, p.ln1b, N, d, kLayerNormEps, stream);
-            floatX* qkv[3] = {a.q, a.k, a.v};
+            // keys and values: the activations, or with a cache its row `pos`
+            floatX* qkv[3] = {a.q, cache != nullptr ? cache->k[l] + (size_t)pos * d : a.k,
+                              cache != nullptr ? cache->v[l] + (size_t)pos * d : a.v};
             for (int j = 0; j < 3; j++) {
                 gemm(qkv[j], a.ln1, p.qkvw + (size_t)j * d * d, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
                 bias_forward(qkv[j], qkv[j], p.qkvb + (size_t)j * d, N, d, stream);
             }
-            attention_forward(a.o, a.lse, a.q, a.k, a.v, nullptr, Bn, Tn, H, H, hd, stream);
+            if (cache != nullptr) {
+                attention_decode(a.o, a.q, cache->k[l], cache->v[l], nullptr, pos, H, H, hd, stream);
+            } else {
+                attention_forward(a.o, a.lse, a.q, a.k, a.v, nullptr, Bn, Tn, H, H, hd, stream);
+            }
             gemm(branch, a.o, p.attprojw, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
             bias_forward(branch, branch, p.attprojb, N, d, stream);
             residual_forward(a.x_mid, residual[l], branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
@@ -436,22 +449,14 @@ struct GPT2 : ModelParameters {
     }
 
     // ---- sampling -----------------------------------------------------------------------
-    // Continues `tokens` by n tokens (llmc/sampling.h; temperature 0: greedy). Recomputes the
-    // whole row per token; the context is the last T tokens.
-    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng) {
-        const int Vp = cfg.padded_vocab();
-        std::vector<int> row(T), no_targets(T, -1);
-        std::vector<float> last(Vp);
-        for (int k = 0; k < n; k++) {
-            int start = std::max(0, (int)tokens.size() - T);
-            int len = (int)tokens.size() - start;
-            std::fill(row.begin(), row.end(), cfg.bos_id);
-            std::copy(tokens.begin() + start, tokens.end(), row.begin());
-            forward(row.data(), no_targets.data(), 1, T, 0.0f);
-            cudaCheck(cudaMemcpy(last.data(), logits + (size_t)(len - 1) * Vp, Vp * sizeof(float), cudaMemcpyDeviceToHost));
-            tokens.push_back(sample_token(last.data(), cfg.vocab_size, temperature, rng));
-        }
-        return tokens;
+    // Continues `tokens` by n tokens (llmc/sampling.h; temperature 0: greedy); the context is
+    // the last T tokens. With use_cache, one cached forward step per position while the
+    // sequence fits in T (llmc/kv_cache.cuh sample_tokens), else the window is recomputed.
+    KVCache kv;
+    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
+                            bool use_cache = true) {
+        return sample_tokens(*this, kv, T, cfg.padded_vocab(), cfg.vocab_size, cfg.bos_id, cfg.n_layer, cfg.n_embd,
+                             logits, std::move(tokens), n, temperature, rng, use_cache);
     }
 };
 

@@ -33,6 +33,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/kv_cache.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
@@ -428,8 +429,13 @@ struct SAN : ModelParameters {
     // with dloss_scale != 0 also leaves d(loss * dloss_scale)/d logits for backward().
     // Returns the per-row statistics: the loss is their ce + z * lse_sq over the count;
     // row_losses, if given, receives each position's cross-entropy.
+    // With `cache` (sampling): one position, Bn = Tn = 1, at cache->pos: its keys and values
+    // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
-                      std::vector<float>* row_losses = nullptr) {
+                      std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
+        if (cache != nullptr && (Bn != 1 || Tn != 1 || cache->pos >= cache->capacity || dloss_scale != 0.0f)) {
+            fatal("forward: a cached step is one position within the cache's %d rows", cache->capacity);
+        }
         if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
             fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
         }
@@ -455,6 +461,12 @@ struct SAN : ModelParameters {
                 count += masked[i] >= 0;
             }
         }
+        const int pos = cache != nullptr ? cache->pos : 0;
+        if (cache != nullptr) {  // the document id continues the cached positions'
+            cache->next_doc += inputs[0] == cfg.bos_id;
+            doc_ids[0] = cache->next_doc;
+            cudaCheck(cudaMemcpy(cache->doc + pos, doc_ids.data(), sizeof(int), cudaMemcpyHostToDevice));
+        }
         host_targets_masked = masked;
         cudaCheck(cudaMemcpy(d_inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_targets, masked.data(), N * sizeof(int), cudaMemcpyHostToDevice));
@@ -468,21 +480,30 @@ struct SAN : ModelParameters {
             LayerActivations& a = acts[l];
             floatX* x_in = residual[l];
             floatX* x_attn_out = cfg.has_ffn() ? a.x_mid : residual[l + 1];
+            // keys and values: the activations, or with a cache its row `pos`
+            floatX* k = cache != nullptr ? cache->k[l] + (size_t)pos * kvd : a.k;
+            floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
+            const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
             // attention block
             norm_forward(a.u, a.u_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
             gemm(a.q_lin, a.u, p.wq, N, qd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
             gemm(a.k_lin, a.u, p.wk, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(a.v, a.u, p.wv, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            gemm(v, a.u, p.wv, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
             if (cfg.qk_norm) {
                 norm_forward(a.q, a.q_rstd, a.q_lin, p.q_norm, N * Hq, hd, off, kNormEps, stream);
-                norm_forward(a.k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
-                rope_forward(a.q, a.q, rope, Bn, Tn, Hq, hd, stream);
-                rope_forward(a.k, a.k, rope, Bn, Tn, Hkv, hd, stream);
+                norm_forward(k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
+                rope_forward(a.q, a.q, rope_rows, Bn, Tn, Hq, hd, stream);
+                rope_forward(k, k, rope_rows, Bn, Tn, Hkv, hd, stream);
             } else {
-                rope_forward(a.q, a.q_lin, rope, Bn, Tn, Hq, hd, stream);
-                rope_forward(a.k, a.k_lin, rope, Bn, Tn, Hkv, hd, stream);
+                rope_forward(a.q, a.q_lin, rope_rows, Bn, Tn, Hq, hd, stream);
+                rope_forward(k, a.k_lin, rope_rows, Bn, Tn, Hkv, hd, stream);
             }
-            attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
+            if (cache != nullptr) {
+                attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr, pos, Hq, Hkv,
+                                 hd, stream);
+            } else {
+                attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
+            }
             gemm(a.h, a.o, p.wo, N, d, qd, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
             const floatX* branch = a.h;
             if (cfg.sandwich) {
@@ -662,22 +683,17 @@ struct SAN : ModelParameters {
     }
 
     // ---- sampling -----------------------------------------------------------------------
-    // Continues `prompt` by n tokens, sampling from softmax(logits / temperature) over the
-    // real vocabulary (temperature 0: greedy). Recomputes the whole row per token.
-    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng) {
-        const int V = cfg.vocab_size, Vp = cfg.padded_vocab(), Tn = T;
-        std::vector<int> row(Tn), no_targets(Tn, -1);
-        for (int k = 0; k < n; k++) {
-            int start = std::max(0, (int)tokens.size() - Tn);
-            int len = (int)tokens.size() - start;
-            std::fill(row.begin(), row.end(), cfg.bos_id);
-            std::copy(tokens.begin() + start, tokens.end(), row.begin());
-            forward(row.data(), no_targets.data(), 1, Tn, 0.0f);
-            std::vector<float> last(Vp);
-            cudaCheck(cudaMemcpy(last.data(), logits + (size_t)(len - 1) * Vp, Vp * sizeof(float), cudaMemcpyDeviceToHost));
-            tokens.push_back(sample_token(last.data(), V, temperature, rng));
-        }
-        return tokens;
+    // Continues `tokens` by n tokens, sampling from softmax(logits / temperature) over the
+    // real vocabulary (llmc/sampling.h; temperature 0: greedy); the context is the last T
+    // tokens. With use_cache, each position is one cached forward step (llmc/kv_cache.cuh)
+    // while the sequence fits in T; after that (the window slides, every position moves)
+    // and without the cache, the whole window is recomputed for each token.
+    KVCache kv;
+    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
+                            bool use_cache = true) {
+        return sample_tokens(*this, kv, T, cfg.padded_vocab(), cfg.vocab_size, cfg.bos_id,
+                             cfg.n_layer, cfg.n_kv_head * cfg.head_dim(), logits, std::move(tokens), n, temperature,
+                             rng, use_cache);
     }
 };
 

@@ -10,7 +10,7 @@ A model type used with run_training provides:
     LossStats forward(inputs, targets, B, T, dloss_scale, std::vector<float>* row_losses)
     void backward();  void zero_grad();  float update(opt, lr_matrix, lr_other);
     int64_t steps_done();  save_checkpoint(path, opt, extra);
-    std::vector<int> sample(prompt, n, temperature, rng);
+    std::vector<int> sample(prompt, n, temperature, rng, use_kv_cache);
     int64_t count_loss_targets(targets, n)   targets that enter the loss
     double loss_value(const LossStats&)      the training loss the statistics stand for
     double z_loss_coefficient()              0 for models without a z-loss
@@ -70,6 +70,7 @@ struct TrainOptions {
     long extend_to = 0;      // --resume a run and train it on to this many steps (a new schedule)
     int resume_override = 0; // --resume: let the flags given change the saved run's settings
     std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
+    int kv_cache = 1;        // sample with a KV cache (llmc/kv_cache.cuh)
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
 };
 
@@ -120,6 +121,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N (printed)"),
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
+        make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
     };
     if (with_muon) {
         std::vector<Flag> muon = {
@@ -741,7 +743,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     }
     auto print_sample = [&](long step) {
         if (o.sample_tokens <= 0) { return; }
-        std::vector<int> out = model.sample(sample_start, o.sample_tokens, o.temperature, rng);
+        std::vector<int> out = model.sample(sample_start, o.sample_tokens, o.temperature, rng, o.kv_cache != 0);
         std::string text;
         if (tokenizer.loaded()) {
             text = complete_utf8(tokenizer.decode(out));  // a partial character at the end is held back

@@ -249,3 +249,45 @@ def test_prompt_encoding_matches_sentencepiece(offline, offline_models):
         proc = run("san", ["--init-from", offline_models["san"], "--steps", 0, "--tokenizer",
                            offline / "tokenizer.bin", "--prompt", text, "--sample-tokens", 1])
         assert prompt_ids(proc.stdout) == sp.encode(text), text[:200]
+
+
+def test_prompted_sample_continues_the_prompt(offline, offline_models):
+    prompt = "<|im_start|>user\nWhat is"
+    for trainer in TRAINERS:
+        proc = run(trainer, ["--init-from", offline_models[trainer], "--steps", 0, "--tokenizer",
+                             offline / "tokenizer.bin", "--prompt", prompt, "--sample-tokens", 8])
+        assert proc.stdout.split("sample: ", 1)[1].startswith(prompt), proc.stdout
+    proc = run("san", ["--init-from", offline_models["san"], "--steps", 0, "--prompt", "x"], check=False)
+    assert proc.returncode != 0 and "--prompt needs --tokenizer" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def repeats(tmp_path_factory):
+    """Documents that repeat a pattern with repeated tokens (5 5 9 5 5 9 ...): the next token
+    depends on the tokens before, at relative positions the model must tell apart."""
+    rng = np.random.default_rng(0)
+    patterns = [[5, 5, 9], [7, 7, 7, 11], [20, 21, 20, 22], [30, 30, 31, 31, 32]]
+    d = tmp_path_factory.mktemp("repeats")
+    tokens = []
+    for _ in range(300):
+        tokens += [BOS] + patterns[rng.integers(len(patterns))] * int(rng.integers(3, 12))
+    write_shard(d / "rep_train_000000.bin", np.array(tokens, dtype=np.int64))
+    return d
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_kv_cache_greedy_samples_equal_recomputed_ones(trainer, repeats, tmp_path):
+    """A model that learned the repeats, sampled greedily for 150 tokens (past the context of
+    64: the cached steps, then the sliding window) with and without the KV cache: the same
+    tokens. (Keys cached at the wrong position, a wrong document id or a stale row change
+    them; checked by breaking the cache's RoPE offset.)"""
+    run(trainer, ["--preset", "tiny", "--train-data", repeats / "rep_train_*.bin", "--steps", 80, "--batch-size", 8,
+                  "--sample-tokens", 0, "--optimizer", "adamw", "--lr", {"san": "1e-2", "gpt2": "3e-3"}[trainer],
+                  "--schedule", "constant", "--checkpoint-dir", tmp_path])
+    samples = []
+    for cache in (0, 1):
+        out = run(trainer, ["--init-from", tmp_path / "final.bin", "--steps", 0, "--temperature", 0,
+                            "--sample-tokens", 150, "--kv-cache", cache]).stdout
+        samples.append([int(t) for t in out.split("sample: ", 1)[1].split()])
+    assert samples[0] == samples[1]
+    assert len(samples[0]) == 151 and len(set(samples[0])) >= 3, samples[0]
