@@ -98,7 +98,9 @@ class GPT2Config:
     @classmethod
     def from_meta(cls, meta, source="<meta>"):
         if meta.get("model") != "gpt2":
-            raise ValueError(f"{source}: not a GPT-2 file (config key model={meta.get('model')!r}, expected gpt2)")
+            kind = meta.get("model", "san")  # SAN files from before the key have none
+            raise ValueError(f"{source}: not a GPT-2 file (config key model={kind}, expected gpt2): it belongs to "
+                             f"train_{kind}, not train_gpt2")
         kw = {}
         for f in fields(cls):
             if f.name not in meta:
@@ -514,7 +516,7 @@ def build_parser():
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="base config; flags below override it")
     g = p.add_argument_group("model config (default: the preset's value)")
     for f in fields(GPT2Config):
-        g.add_argument("--" + f.name.replace("_", "-"), type=int, default=None)
+        g.add_argument(train_san.model_flag(f.name), dest=f.name, type=int, default=None)
     g.add_argument("--init-from-hf", metavar="NAME", help="pretrained weights from Hugging Face (gpt2, gpt2-medium, ...)")
     g.add_argument("--init-from-llmc", metavar="PATH", help="weights (and config) from an llm.c GPT-2 model file")
     o = p.add_argument_group("optimizer and schedule (AdamW)")
@@ -539,9 +541,13 @@ def build_parser():
     r.add_argument("--val-data", metavar="GLOB", help="validation shards")
     r.add_argument("--steps", type=int, default=0, help="optimizer steps (0: no training)")
     r.add_argument("--batch-size", type=int, default=8)
+    r.add_argument("--seq-len", dest="row_len", type=int, default=0,
+                   help="tokens per row (0: the model's context, --max-seq-len)")
     r.add_argument("--val-every", type=int, default=50)
-    r.add_argument("--val-batches", type=int, default=4)
+    r.add_argument("--val-batches", type=int, default=train_san.VAL_BATCHES)
     r.add_argument("--sample-tokens", type=int, default=0, help="tokens to sample at the end (printed as ids)")
+    r.add_argument("--tokenizer", metavar="PATH",
+                   help="tokenizer .bin (as train_gpt2.cu reads it): sets the vocabulary size and BOS, decodes the sample")
     return p
 
 
@@ -582,7 +588,19 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         oc = opt_from_args(args)
+        tb = train_san.load_tokenizer_bin(args.tokenizer) if args.tokenizer else None
+        if tb is not None and not (args.load_checkpoint or args.init_from_hf or args.init_from_llmc):
+            if args.vocab_size is None:  # the tokenizer sets the vocabulary (as train_gpt2.cu)
+                args.vocab_size = tb["vocab_size"]
+            if args.bos_id is None and tb["bos"] >= 0:
+                args.bos_id = tb["bos"]
         model, step0, ckpt_meta, ckpt_tensors = build_model(args)
+        if tb is not None and tb["vocab_size"] != model.cfg.vocab_size:
+            raise ValueError(f"--tokenizer {args.tokenizer} has a vocabulary of {tb['vocab_size']}; the model has "
+                             f"{model.cfg.vocab_size}")
+        T = args.row_len or model.cfg.seq_len
+        if not 0 < T <= model.cfg.seq_len:
+            raise ValueError(f"--seq-len {args.row_len}: rows must be 1 .. {model.cfg.seq_len} tokens (the context)")
     except (ValueError, ContainerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -604,7 +622,7 @@ def main(argv=None):
         return 0
 
     model = model.to(device)
-    B, T = args.batch_size, cfg.seq_len
+    B = args.batch_size
     val = ShardLoader(args.val_data, B, T, cfg.vocab_size) if args.val_data else None
     opt = None
     if args.steps > 0:
@@ -642,6 +660,8 @@ def main(argv=None):
     if args.sample_tokens > 0:
         toks = train_san.sample(model, [cfg.bos_id], args.sample_tokens, seed=args.seed)
         print("sample (token ids):", " ".join(map(str, toks)))
+        if tb is not None:
+            print("sample (text):", train_san.decode_sample(tb, toks))
     return 0
 
 

@@ -103,7 +103,7 @@ class SANConfig:
 
     # --- config text ("key=value" lines, see doc/formats.md) -------------------------
     def to_meta(self):
-        out = []
+        out = [("model", "san")]  # which trainer a file belongs to (train_gpt2's say gpt2)
         for f in fields(self):
             v = getattr(self, f.name)
             out.append((f.name, format_meta_value(v)))
@@ -166,6 +166,8 @@ PRESETS = {
     "ffn9": dict(_PAPER, n_layer=9, ffn="swiglu"),     # iso-FLOP partner
     "tiny": dict(_TINY, ffn="none"),
     "tiny-ffn": dict(_TINY, ffn="swiglu", d_ff=128),
+    # a small SAN that learns the offline data on a CPU in minutes (as train_san.cu's demo)
+    "demo": dict(_TINY, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=2, ffn="none"),
 }
 
 
@@ -862,6 +864,10 @@ def load_checkpoint(path, device="cpu"):
     """Returns (model, step, meta, tensors). The optimizer state, if any, stays in
     tensors/meta: restore it with SANOptimizer(...).load_state_tensors."""
     _, meta, tensors = read_container(path, KIND_CHECKPOINT)
+    kind = meta.get("model", "san")  # files from before the key are SAN files
+    if kind != "san":
+        raise ValueError(f"{path} is a {kind} checkpoint (config key model={kind}): it belongs to train_{kind}, "
+                         f"not train_san")
     cfg = SANConfig.from_meta(meta, str(path))
     model = SAN(cfg)
     load_params_into(model, tensors, str(path))
@@ -897,18 +903,37 @@ def read_shard(path):
 
 class ShardLoader:
     """Sequential batches of B rows x (T+1) tokens; consecutive rows overlap by one token
-    (row r covers tokens [pos + rT, pos + (r+1)T]), so every token is a target once."""
+    (row r covers tokens [pos + rT, pos + (r+1)T]), so every token is a target once. Shards
+    with a region sidecar (x.regions next to x.bin; doc/formats.md) also give each batch's
+    (B, T+1) region labels in `regions` (llmc/dataloader.h reads the same files)."""
 
     def __init__(self, pattern, B, T, vocab_size):
-        self.files = sorted(glob.glob(pattern))
+        self.files = sorted(f for f in glob.glob(pattern) if f.endswith(".bin"))
         if not self.files:
             raise ValueError(f"no token shards match {pattern!r}")
         self.B, self.T, self.V = B, T, vocab_size
+        self.has_regions = any(os.path.exists(self._regions_path(f)) for f in self.files)
+        self.regions = None
         self.reset()
+
+    @staticmethod
+    def _regions_path(shard):
+        return shard[:-4] + ".regions"
+
+    def _load(self, i):
+        self.tokens = read_shard(self.files[i])
+        self.labels = None
+        if self.has_regions and os.path.exists(self._regions_path(self.files[i])):
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "data"))
+            from shards import read_regions
+            self.labels = read_regions(self._regions_path(self.files[i]))
+            if len(self.labels) != len(self.tokens):
+                raise ValueError(f"{self._regions_path(self.files[i])}: {len(self.labels)} labels for "
+                                 f"{len(self.tokens)} tokens")
 
     def reset(self):
         self.shard, self.pos = 0, 0
-        self.tokens = read_shard(self.files[0])
+        self._load(0)
         self._check_fits()
 
     def _check_fits(self):
@@ -920,11 +945,17 @@ class ShardLoader:
         n = self.B * self.T
         if self.pos + n + 1 > len(self.tokens):
             self.shard = (self.shard + 1) % len(self.files)
-            self.tokens, self.pos = read_shard(self.files[self.shard]), 0
+            self._load(self.shard)
+            self.pos = 0
             self._check_fits()
         buf = np.asarray(self.tokens[self.pos:self.pos + n + 1], dtype=np.int64)
         if buf.max() >= self.V:
             raise ValueError(f"{self.files[self.shard]}: token id {buf.max()} >= vocab_size {self.V}")
+        if self.has_regions:  # (B, T+1): row b's window, as the tokens (0 "other" without a sidecar)
+            lab = np.zeros(n + 1, np.int64) if self.labels is None else np.asarray(
+                self.labels[self.pos:self.pos + n + 1], dtype=np.int64)
+            idx = np.arange(self.B)[:, None] * self.T + np.arange(self.T + 1)[None, :]
+            self.regions = lab[idx]
         self.pos += n
         x = torch.from_numpy(buf[:-1].reshape(self.B, self.T))
         y = torch.from_numpy(buf[1:].reshape(self.B, self.T))
@@ -1008,23 +1039,57 @@ def write_debug_state(path, cfg, oc, seed=42, batch_size=4, n_steps=10, schedule
 VAL_BATCHES = 8  # the CUDA trainers' --val-batches default
 
 
+REGION_NAMES = ("other", "query", "trace", "answer")
+
+
 @torch.no_grad()
-def evaluate(model, loader, n_batches=VAL_BATCHES):
-    """Validation loss over the first n_batches batches: cross-entropy only (the z-loss term
-    is not part of it), token-weighted: the sum over every counted target / their number."""
+def evaluate_regions(model, loader, n_batches=VAL_BATCHES):
+    """(validation loss, {region name: loss}) over the first n_batches batches: cross-entropy
+    only (the z-loss term is not part of it), token-weighted: the sum over every counted
+    target / their number. Per region of the target token when the shards have region
+    sidecars, over the targets whose whole document is in the row (after the row's first
+    BOS; with the document mask only, as train_san.cu), as llmc/training.h evaluate()."""
     model.eval()
     loader.reset()
+    cfg = model.cfg
     ce_sum, count = 0.0, 0
+    region_sum, region_count = np.zeros(len(REGION_NAMES)), np.zeros(len(REGION_NAMES), np.int64)
     dev = model.wte.device
+    doc_start = cfg.bos_id if getattr(cfg, "doc_mask", False) else None
     for _ in range(n_batches):
         x, y = loader.next_batch()
         x, y = x.to(dev), y.to(dev)
-        _, (_, ce, _) = model(x, y)
-        n = int(loss_mask(y, model.cfg).sum())
+        logits, (_, ce, _) = model(x, y)
+        mask = loss_mask(y, cfg)
+        n = int(mask.sum())
         ce_sum += ce.item() * n
         count += n
+        if loader.regions is None or doc_start is None:
+            continue
+        V = cfg.vocab_size
+        per = torch.nn.functional.cross_entropy(logits[..., :V].double().reshape(-1, V), y.clamp(min=0).reshape(-1),
+                                                reduction="none").reshape(y.shape).cpu().numpy()
+        whole = (torch.cumsum((x == doc_start).long(), dim=1) > 0)
+        counted = (mask & whole).cpu().numpy()
+        labels = loader.regions[:, 1:]  # the target token's region
+        for g in range(len(REGION_NAMES)):
+            sel = counted & (labels == g)
+            region_sum[g] += per[sel].sum()
+            region_count[g] += int(sel.sum())
     model.train()
-    return ce_sum / max(count, 1)
+    regions = {REGION_NAMES[g]: region_sum[g] / region_count[g] for g in range(len(REGION_NAMES))
+               if region_count[g] > 0}
+    return ce_sum / max(count, 1), regions
+
+
+def evaluate(model, loader, n_batches=VAL_BATCHES):
+    """The validation loss of evaluate_regions."""
+    return evaluate_regions(model, loader, n_batches)[0]
+
+
+def format_val(loss, regions):
+    """"val loss X | query Y | ..." as train_san.cu prints it."""
+    return f"val loss {loss:.4f}" + "".join(f" | {name} {value:.4f}" for name, value in regions.items())
 
 
 @torch.no_grad()
@@ -1056,15 +1121,15 @@ def build_parser():
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="base config; flags below override it")
     g = p.add_argument_group("model config (default: the preset's value)")
     for f in fields(SANConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flag = model_flag(f.name)
         if f.type in (bool, "bool"):
-            g.add_argument(flag, type=int, choices=(0, 1), default=None)
+            g.add_argument(flag, dest=f.name, type=int, choices=(0, 1), default=None)
         elif f.name in ("ffn", "norm", "residual"):
             choices = {"ffn": ("none", "swiglu"), "norm": ("zcn", "rms"),
                        "residual": ("gated", "standard", "rezero", "none")}[f.name]
-            g.add_argument(flag, choices=choices, default=None)
+            g.add_argument(flag, dest=f.name, choices=choices, default=None)
         else:
-            g.add_argument(flag, type=int if f.type in (int, "int") else float, default=None)
+            g.add_argument(flag, dest=f.name, type=int if f.type in (int, "int") else float, default=None)
     o = p.add_argument_group("optimizer and schedule")
     o.add_argument("--optimizer", choices=("muon", "adamw"), default="muon")
     o.add_argument("--muon-order", choices=("keller", "paper"), default="keller")
@@ -1095,6 +1160,8 @@ def build_parser():
     r.add_argument("--val-data", metavar="GLOB", help="validation shards")
     r.add_argument("--steps", type=int, default=0, help="optimizer steps (0: no training)")
     r.add_argument("--batch-size", type=int, default=8)
+    r.add_argument("--seq-len", dest="row_len", type=int, default=0,
+                   help="tokens per row (0: the model's context, --max-seq-len)")
     r.add_argument("--grad-accum", type=int, default=0,
                    help="micro-batches per step (0: --global-batch / --batch-size, or 1)")
     r.add_argument("--global-batch", type=int, default=0, help="rows per optimizer step (0: batch-size x grad-accum)")
@@ -1103,9 +1170,42 @@ def build_parser():
     r.add_argument("--val-every", type=int, default=50)
     r.add_argument("--val-batches", type=int, default=VAL_BATCHES)
     r.add_argument("--sample-tokens", type=int, default=0, help="tokens to sample at the end (printed as ids)")
-    r.add_argument("--spm-model", metavar="PATH", help="SentencePiece model to decode the sample with")
+    r.add_argument("--tokenizer", metavar="PATH",
+                   help="tokenizer .bin (dev/data/tokenizer.py, as the C++ trainers read it): sets the vocabulary "
+                        "size and decodes the sample")
     r.add_argument("--attn-impl", choices=("explicit", "sdpa"), default="explicit")
     return p
+
+
+def model_flag(field):
+    """The command-line flag of a model config field, as train_san.cu names it (the model's
+    context is --max-seq-len; --seq-len is the length of the rows trained and validated on)."""
+    return "--max-seq-len" if field == "seq_len" else "--" + field.replace("_", "-")
+
+
+def load_tokenizer_bin(path):
+    """The tokenizer .bin as dev/data/tokenizer.py reads it, or a ValueError naming the file."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "data"))
+    from tokenizer import read_tokenizer_bin
+    try:
+        return read_tokenizer_bin(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--tokenizer {path}: not a readable tokenizer .bin ({e}); dev/data/tokenizer.py writes "
+                         f"them (data/offline/tokenizer.bin)") from None
+
+
+def decode_sample(tb, ids):
+    """Text of token ids with the tokenizer .bin table (llmc/tokenizer.h's decoding; an
+    incomplete UTF-8 character at the end is held back, other broken bytes become U+FFFD)."""
+    from tokenizer import decode_with_bin
+    data = decode_with_bin(tb, ids)
+    for cut in range(min(3, len(data)), 0, -1):  # a character cut short by the end: hold it back
+        lead = data[-cut]
+        need = 2 if lead >> 5 == 0x6 else 3 if lead >> 4 == 0xE else 4 if lead >> 3 == 0x1E else 0
+        if need > cut and all(b >> 6 == 0x2 for b in data[-cut + 1:]):
+            data = data[:-cut]
+            break
+    return data.decode("utf-8", errors="replace")
 
 
 def config_from_args(args):
@@ -1169,18 +1269,27 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         device = resolve_device(args.device)
+        tb = load_tokenizer_bin(args.tokenizer) if args.tokenizer else None
         step0, ckpt_tensors, ckpt_meta = 0, None, None
         if args.load_checkpoint:
-            given = [f.name for f in fields(SANConfig) if getattr(args, f.name) is not None]
+            given = [model_flag(f.name) for f in fields(SANConfig) if getattr(args, f.name) is not None]
             if given:
                 raise ValueError(f"model config flags ({', '.join(given)}) cannot be combined with "
                                  f"--load-checkpoint: the config comes from the checkpoint")
             model, step0, ckpt_meta, ckpt_tensors = load_checkpoint(args.load_checkpoint, device)
             cfg = model.cfg
+            if tb is not None and tb["vocab_size"] != cfg.vocab_size:
+                raise ValueError(f"--tokenizer {args.tokenizer} has a vocabulary of {tb['vocab_size']}; the model in "
+                                 f"{args.load_checkpoint} has {cfg.vocab_size}")
         else:
+            if tb is not None and args.vocab_size is None:  # the tokenizer sets the vocabulary (as train_san.cu)
+                args.vocab_size = tb["vocab_size"]
             cfg = config_from_args(args)
             model = None
         oc = opt_from_args(args, cfg)
+        T = args.row_len or cfg.seq_len
+        if not 0 < T <= cfg.seq_len:
+            raise ValueError(f"--seq-len {args.row_len}: rows must be 1 .. {cfg.seq_len} tokens (the model's context)")
     except (ValueError, ContainerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -1199,7 +1308,7 @@ def main(argv=None):
     if model is None:
         model = SAN(cfg).init_weights(args.seed).to(device)
     model.attn_impl = args.attn_impl
-    T, B = cfg.seq_len, args.batch_size
+    B = args.batch_size
     val = ShardLoader(args.val_data, B, T, cfg.vocab_size) if args.val_data else None
 
     if args.steps > 0:
@@ -1214,7 +1323,7 @@ def main(argv=None):
         print(f"optimizer: {' '.join(f'{k}={v}' for k, v in oc.to_meta())}")
         for step in range(step0, total_steps):
             if val and (step % args.val_every == 0):
-                print(f"step {step:5d} | val loss {evaluate(model, val, args.val_batches):.4f}")
+                print(f"step {step:5d} | {format_val(*evaluate_regions(model, val, args.val_batches))}")
             t0 = time.time()
             model.zero_grad(set_to_none=True)
             loss_acc = 0.0
@@ -1230,12 +1339,12 @@ def main(argv=None):
             print(f"step {step + 1:5d}/{total_steps} | loss {loss_acc:.4f} | lr {lr_m:.3e}/{lr_o:.3e} | "
                   f"norm {norm:.3f} | {dt * 1000:.0f} ms | {B * T * args.grad_accum / dt:.0f} tok/s")
         if val:
-            print(f"step {total_steps:5d} | val loss {evaluate(model, val, args.val_batches):.4f}")
+            print(f"step {total_steps:5d} | {format_val(*evaluate_regions(model, val, args.val_batches))}")
         if args.save_checkpoint:
             save_checkpoint(args.save_checkpoint, model, total_steps, opt)
             print(f"checkpoint: {args.save_checkpoint}")
     elif val:
-        print(f"val loss {evaluate(model, val, args.val_batches):.4f}")
+        print(format_val(*evaluate_regions(model, val, args.val_batches)))
     elif args.save_checkpoint:
         save_checkpoint(args.save_checkpoint, model, step0)
         print(f"checkpoint: {args.save_checkpoint}")
@@ -1243,10 +1352,8 @@ def main(argv=None):
     if args.sample_tokens > 0:
         toks = sample(model, [cfg.bos_id], args.sample_tokens, seed=args.seed)
         print("sample (token ids):", " ".join(map(str, toks)))
-        if args.spm_model:
-            import sentencepiece as spm
-            sp = spm.SentencePieceProcessor(model_file=args.spm_model)
-            print("sample (text):", sp.decode([t for t in toks if t < sp.get_piece_size()]))
+        if tb is not None:
+            print("sample (text):", decode_sample(tb, toks))
     return 0
 
 

@@ -694,7 +694,7 @@ def test_cli_train_save_load(tmp_path, capsys):
     write_shard(tmp_path / "tr_000.bin", toks[:30000])
     write_shard(tmp_path / "va_000.bin", toks[30000:])
     ck = tmp_path / "m.bin"
-    common = ["--preset", "tiny", "--n-layer", "1", "--seq-len", "32", "--batch-size", "4", "--device", "cpu"]
+    common = ["--preset", "tiny", "--n-layer", "1", "--max-seq-len", "32", "--batch-size", "4", "--device", "cpu"]
     assert ts.main(common + ["--train-data", str(tmp_path / "tr_*.bin"), "--val-data", str(tmp_path / "va_*.bin"),
                              "--steps", "30", "--val-every", "30", "--lr-other", "0.01",
                              "--save-checkpoint", str(ck)]) == 0

@@ -291,3 +291,64 @@ def test_kv_cache_greedy_samples_equal_recomputed_ones(trainer, repeats, tmp_pat
         samples.append([int(t) for t in out.split("sample: ", 1)[1].split()])
     assert samples[0] == samples[1]
     assert len(samples[0]) == 151 and len(set(samples[0])) >= 3, samples[0]
+
+
+# ---- one vocabulary for C++ and Python -----------------------------------------------------
+
+def reference(script, args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, script)] + [str(a) for a in args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def region_losses(line):
+    """{"val": x, "query": y, ...} of a "... val loss x | query y | ..." line."""
+    parts = line.split("val loss", 1)[1].split("|")
+    out = {"val": float(parts[0])}
+    for p in parts[1:]:
+        name, value = p.split()
+        if name != "z-loss":
+            out[name] = float(value)
+    return out
+
+
+def test_reference_prints_the_trainers_region_losses(offline, offline_models):
+    """train_san.py reads the tokenizer .bin the C++ trainer reads, and prints the same
+    validation and per-region losses for the same checkpoint with the same defaults
+    (8 batches; rows of the model's context)."""
+    ckpt, val = offline_models["san"], offline / "synth" / "synth_val_*.bin"
+    out = run("san", ["--init-from", ckpt, "--steps", 0, "--val-data", val, "--sample-tokens", 0]).stdout
+    cuda = region_losses([l for l in out.splitlines() if "val loss" in l][0])
+    ref = reference("train_san.py", ["--load-checkpoint", ckpt, "--val-data", val, "--device", "cpu",
+                                     "--tokenizer", offline / "tokenizer.bin", "--sample-tokens", 16])
+    assert ref.returncode == 0, ref.stderr
+    py = region_losses([l for l in ref.stdout.splitlines() if "val loss" in l][0])
+    assert set(py) == set(cuda) and {"query", "trace", "answer"} <= set(py), (py, cuda)
+    for key in py:  # the trainer ran in bf16 (the default build), the reference in fp32
+        assert abs(py[key] - cuda[key]) <= 5e-3 * cuda[key], (key, py, cuda)
+    assert "sample (text):" in ref.stdout
+
+
+def test_reference_vocabulary(offline, offline_models, tmp_path):
+    # the demo preset, the tokenizer .bin setting the vocabulary, --max-seq-len the context
+    # and --seq-len the rows
+    ref = reference("train_san.py", ["--preset", "demo", "--tokenizer", offline / "tokenizer.bin",
+                                     "--max-seq-len", 32, "--seq-len", 16, "--n-layer", 1, "--device", "cpu",
+                                     "--train-data", offline / "synth" / "synth_train_*.bin", "--steps", 1,
+                                     "--batch-size", 2])
+    assert ref.returncode == 0, ref.stderr
+    assert "vocab_size=1000 seq_len=32 n_layer=1 n_embd=128" in ref.stdout
+    assert "| 32 tok/s" not in ref.stdout and " tok/s" in ref.stdout
+    # a SentencePiece .model given as the tokenizer: a clear error, not a protobuf trace
+    ref = reference("train_san.py", ["--tokenizer", offline / "tokenizer.model"])
+    assert ref.returncode == 1 and "not a readable tokenizer .bin" in ref.stderr, ref.stderr
+    # the validation default is the C++ trainers' 8 batches
+    sys.path.insert(0, ROOT)
+    import train_gpt2
+    import train_san
+    assert train_san.build_parser().parse_args([]).val_batches == 8
+    assert train_gpt2.build_parser().parse_args([]).val_batches == 8
+    # checkpoints say which trainer they belong to, in the references too
+    ref = reference("train_san.py", ["--load-checkpoint", offline_models["gpt2"], "--device", "cpu"])
+    assert ref.returncode == 1 and "belongs to train_gpt2" in ref.stderr, ref.stderr
+    ref = reference("train_gpt2.py", ["--load-checkpoint", offline_models["san"], "--device", "cpu"])
+    assert ref.returncode == 1 and "belongs to train_san" in ref.stderr, ref.stderr
