@@ -10,6 +10,19 @@
 # $PYTHON, default python3, for anything Python). Budget: well under 10 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# without a GPU there is nothing to check: stop at once, saying why (make test runs the rest)
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "gpu_check.sh: no NVIDIA GPU: nvidia-smi is not installed. This script runs the GPU tests; on this machine 'make test' runs every check it can." >&2
+  exit 2
+fi
+if ! gpus=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU' <<<"$gpus"; then
+  echo "gpu_check.sh: no NVIDIA GPU: nvidia-smi -L lists none ($(head -n 1 <<<"$gpus")). This script runs the GPU tests; on this machine 'make test' runs every check it can." >&2
+  exit 2
+fi
+if ! command -v "${NVCC:-nvcc}" >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "gpu_check.sh: nvcc not found (set NVCC or install the CUDA toolkit): the GPU builds need it" >&2
+  exit 2
+fi
 log_dir=${1:-logs/gpu-check-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$log_dir"
 export PYTHON=${PYTHON:-python3}
