@@ -609,6 +609,7 @@ int main(int argc, char** argv) {
     if (!o.init_from_llmc.empty()) {
         llmc = std::make_unique<LlmcModel>(load_llmc(o.init_from_llmc, bos_given ? o.model.bos_id : -1));
         o.model = llmc->cfg;
+        t.model_loaded = true;  // --steps 0 evaluates it
     }
     if (tokenizer.loaded() && checkpoint == nullptr && llmc == nullptr) {
         o.model.vocab_size = tokenizer.vocab_size;

@@ -72,6 +72,7 @@ struct TrainOptions {
     std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
     int kv_cache = 1;        // sample with a KV cache (llmc/kv_cache.cuh)
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
+    bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
 
 // The flags of TrainOptions, appended to a trainer's model flags; `with_muon`: the trainer
@@ -340,7 +341,9 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     }
     o.global_batch = o.grad_accum * o.batch_size;
     if (o.steps < 0) { fatal("--steps must be >= 0"); }
-    if (o.steps == 0 && o.init_from.empty()) { fatal("--steps 0 evaluates a model: it needs --init-from CKPT"); }
+    if (o.steps == 0 && o.init_from.empty() && !o.model_loaded) {
+        fatal("--steps 0 evaluates a model: it needs --init-from CKPT");
+    }
     if (o.steps > 0 && o.train_data.empty()) { fatal("--train-data is required (e.g. \"data/offline/synth/synth_train_*.bin\"; make demo builds it)"); }
     if (o.milestones != 0 && o.steps > 0 && o.checkpoint_dir.empty()) {
         fatal("--milestones 1 needs --checkpoint-dir (--paper-setup 1 turns milestones on; --milestones 0 turns them off)");

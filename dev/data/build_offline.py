@@ -1,5 +1,5 @@
 """
-Builds the default OFFLINE dataset (no network needed; about a minute on 2 cores):
+Builds the default OFFLINE dataset (no network needed; 35 s measured on 2 shared cores):
 
   python dev/data/build_offline.py --out data/offline
 
