@@ -536,6 +536,8 @@ def build_parser():
     r.add_argument("--write-llmc", metavar="PATH", help="write the (initial or trained) model as an llm.c model file")
     r.add_argument("--llmc-dtype", choices=("fp32", "bf16"), default="fp32")
     r.add_argument("--load-checkpoint", metavar="PATH", help="model (and optimizer state) to start from")
+    r.add_argument("--init-from", metavar="PATH",
+                   help="model config and parameters to start from, the optimizer fresh (as the C++ trainers)")
     r.add_argument("--save-checkpoint", metavar="PATH", help="checkpoint written at the end")
     r.add_argument("--train-data", metavar="GLOB", help="training shards (llm.c format)")
     r.add_argument("--val-data", metavar="GLOB", help="validation shards")
@@ -569,11 +571,13 @@ def opt_from_args(args):
 
 def build_model(args):
     """(model, step, checkpoint meta, checkpoint tensors) from the flags."""
-    sources = [s for s in (args.load_checkpoint, args.init_from_hf, args.init_from_llmc) if s]
+    sources = [s for s in (args.load_checkpoint, args.init_from, args.init_from_hf, args.init_from_llmc) if s]
     if len(sources) > 1:
-        raise ValueError("--load-checkpoint, --init-from-hf and --init-from-llmc are exclusive")
+        raise ValueError("--load-checkpoint, --init-from, --init-from-hf and --init-from-llmc are exclusive")
     if args.load_checkpoint:
         return load_checkpoint(args.load_checkpoint)
+    if args.init_from:  # the model only: the optimizer and the schedule start fresh
+        return load_checkpoint(args.init_from)[0], 0, None, None
     if args.init_from_hf:
         return gpt2_from_hf(args.init_from_hf, args.seq_len), 0, None, None
     if args.init_from_llmc:
@@ -589,7 +593,7 @@ def main(argv=None):
     try:
         oc = opt_from_args(args)
         tb = train_san.load_tokenizer_bin(args.tokenizer) if args.tokenizer else None
-        if tb is not None and not (args.load_checkpoint or args.init_from_hf or args.init_from_llmc):
+        if tb is not None and not (args.load_checkpoint or args.init_from or args.init_from_hf or args.init_from_llmc):
             if args.vocab_size is None:  # the tokenizer sets the vocabulary (as train_gpt2.cu)
                 args.vocab_size = tb["vocab_size"]
             if args.bos_id is None and tb["bos"] >= 0:

@@ -1155,6 +1155,8 @@ def build_parser():
     r.add_argument("--debug-schedule-steps", type=int, default=0, help="schedule length (0: --debug-steps)")
     r.add_argument("--debug-precision", choices=("fp32", "fp64"), default="fp64")
     r.add_argument("--load-checkpoint", metavar="PATH", help="model (and optimizer state) to start from")
+    r.add_argument("--init-from", metavar="PATH",
+                   help="model config and parameters to start from, the optimizer fresh (as the C++ trainers)")
     r.add_argument("--save-checkpoint", metavar="PATH", help="checkpoint written at the end of training")
     r.add_argument("--train-data", metavar="GLOB", help="training shards (llm.c format)")
     r.add_argument("--val-data", metavar="GLOB", help="validation shards")
@@ -1271,16 +1273,21 @@ def main(argv=None):
         device = resolve_device(args.device)
         tb = load_tokenizer_bin(args.tokenizer) if args.tokenizer else None
         step0, ckpt_tensors, ckpt_meta = 0, None, None
-        if args.load_checkpoint:
+        if args.init_from and args.load_checkpoint:
+            raise ValueError("--init-from and --load-checkpoint are exclusive")
+        if args.load_checkpoint or args.init_from:
             given = [model_flag(f.name) for f in fields(SANConfig) if getattr(args, f.name) is not None]
             if given:
                 raise ValueError(f"model config flags ({', '.join(given)}) cannot be combined with "
-                                 f"--load-checkpoint: the config comes from the checkpoint")
-            model, step0, ckpt_meta, ckpt_tensors = load_checkpoint(args.load_checkpoint, device)
+                                 f"--load-checkpoint or --init-from: the config comes from the checkpoint")
+            source = args.load_checkpoint or args.init_from
+            model, step0, ckpt_meta, ckpt_tensors = load_checkpoint(source, device)
+            if args.init_from:  # the model only: the optimizer and the schedule start fresh
+                step0, ckpt_meta, ckpt_tensors = 0, None, None
             cfg = model.cfg
             if tb is not None and tb["vocab_size"] != cfg.vocab_size:
                 raise ValueError(f"--tokenizer {args.tokenizer} has a vocabulary of {tb['vocab_size']}; the model in "
-                                 f"{args.load_checkpoint} has {cfg.vocab_size}")
+                                 f"{source} has {cfg.vocab_size}")
         else:
             if tb is not None and args.vocab_size is None:  # the tokenizer sets the vocabulary (as train_san.cu)
                 args.vocab_size = tb["vocab_size"]

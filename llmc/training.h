@@ -2,9 +2,12 @@
 The training run shared by the trainers (train_san.cu, train_gpt2.cu): the options and
 flags that are not about the model, and run_training(), which reads the data, trains with
 gradient accumulation under the learning-rate schedule, validates (overall and per token
-region when the shards have region sidecars), samples, logs and writes checkpoints that
-resume exactly (model, optimizer, data position and sampling RNG; doc/formats.md "Resume
-state").
+region when the shards have region sidecars), samples (from BOS or a --prompt; valid
+UTF-8), logs and writes checkpoints that resume exactly (model, optimizer, data position
+and sampling RNG; doc/formats.md "Resume state"). A resume continues the saved run: its
+settings come from the checkpoint and flags that would change them are refused by name
+(continue_saved_run); model flags that contradict a checkpoint are refused by name too
+(check_model_flags). At the start the run prints the data it matched.
 
 A model type used with run_training provides:
     LossStats forward(inputs, targets, B, T, dloss_scale, std::vector<float>* row_losses)
@@ -145,9 +148,10 @@ inline std::string start_checkpoint(const TrainOptions& o) {
 // ---- what a resume continues ------------------------------------------------------------
 // A checkpoint holds the settings of the run that wrote it (opt.* from OptimizerConfig, run.*
 // from run_setting_keys below: steps, data, batch, seed, validation and checkpoint cadence).
-// --resume continues that run: every setting comes from the file; a flag given that changes one is refused, unless --resume-override 1 (then each change
-// is printed). --extend-to N is the one way to train a finished run further: the total
-// becomes N and the schedule is recomputed over N steps (printed).
+// --resume continues that run: every setting comes from the file; a flag given that
+// changes one is refused, unless --resume-override 1 (then each change is printed).
+// --extend-to N is the one way to train a finished run further: the total becomes N and
+// the schedule is recomputed over N steps (printed).
 
 // Shortest text that reads back to the same double (as TensorFileWriter writes reals).
 inline std::string real_text(double value) {
@@ -160,6 +164,8 @@ inline std::string real_text(double value) {
 }
 
 // One setting of a run: its checkpoint key, the flags that set it, and its value as text.
+// Where the outputs go (--checkpoint-dir, --log) is no setting of the run: each command
+// line says it (so a resumed run's checkpoints equal the uninterrupted run's, byte for byte).
 struct RunSetting {
     std::string key;
     std::vector<std::string> flags;
@@ -252,6 +258,9 @@ inline std::vector<std::pair<std::string, std::string>> run_setting_keys(const T
 inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     TrainOptions saved = o;
     std::vector<std::string> changes;
+    // --lr-scale-gpus given counts against the rates only when it changes the scale
+    bool scale_changed = o.given.count("--lr-scale-gpus") && ckpt.has_key("run.lr_scale_gpus") &&
+                         ckpt.integer("run.lr_scale_gpus") != o.lr_scale_gpus;
     for (const RunSetting& s : run_settings()) {
         if (!ckpt.has_key(s.key)) { continue; }
         s.set(saved, ckpt.str(s.key));
@@ -259,7 +268,7 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
         if (from_file == from_flags) { continue; }
         std::string flag;
         for (const std::string& f : s.flags) {
-            if (o.given.count(f)) { flag = f; break; }
+            if (o.given.count(f) && (f != "--lr-scale-gpus" || scale_changed)) { flag = f; break; }
         }
         if (flag.empty()) { continue; }  // not asked for: the saved value stands
         std::string name = s.key.substr(s.key.find('.') + 1);
@@ -285,6 +294,7 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     printf("resume: continuing the run saved in %s at step %ld of %ld (optimizer, schedule, steps and data settings "
            "from the file)\n", ckpt.path().c_str(), done, o.steps);
     for (const std::string& c : changes) { printf("resume: --resume-override 1: %s\n", c.c_str()); }
+    if (o.checkpoint_dir.empty()) { printf("warning: no --checkpoint-dir: this run writes no checkpoint\n"); }
     if (o.extend_to > 0) {
         if (o.extend_to <= done) {
             fatal("--extend-to %ld: the run in %s has done %ld steps already; give a larger total", o.extend_to,

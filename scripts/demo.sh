@@ -10,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
 data_dir=${DATA_DIR:-data/offline}
+demo_dir=${DEMO_DIR:-logs/demo}     # where the arms' run directories go
+train_san=${TRAIN_SAN:-./train_san}  # the trainer (make copies the best build there)
 
 if [ -f dev/data/build_offline.py ]; then
   # the builder writes $data_dir/.complete last, with its format version: older builds are rebuilt
@@ -26,10 +28,10 @@ arm=san
 if [ $# -gt 0 ]; then
   arm=$(printf '%s ' "$@" | sed -e 's/ *$//' -e 's/^--//' -e 's/ --/_/g' -e 's/=/-/g' -e 's/ /-/g' -e 's/[^A-Za-z0-9._-]/_/g')
 fi
-run_dir=logs/demo/$arm
+run_dir=$demo_dir/$arm
 mkdir -p "$run_dir"
 echo "demo: run directory $run_dir"
-./train_san --preset demo \
+"$train_san" --preset demo \
   --train-data "$data_dir/synth/synth_train_*.bin" --val-data "$data_dir/synth/synth_val_*.bin" \
   --tokenizer "$data_dir/tokenizer.bin" \
   --optimizer adamw --steps 300 --lr 2e-3 --batch-size 8 --val-every 100 --val-batches 8 --log-every 10 \

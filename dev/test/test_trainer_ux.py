@@ -352,3 +352,47 @@ def test_reference_vocabulary(offline, offline_models, tmp_path):
     assert ref.returncode == 1 and "belongs to train_gpt2" in ref.stderr, ref.stderr
     ref = reference("train_gpt2.py", ["--load-checkpoint", offline_models["san"], "--device", "cpu"])
     assert ref.returncode == 1 and "belongs to train_san" in ref.stderr, ref.stderr
+    # --init-from: the model of a checkpoint, as in the trainers
+    for script, trainer in (("train_san.py", "san"), ("train_gpt2.py", "gpt2")):
+        ref = reference(script, ["--init-from", offline_models[trainer], "--device", "cpu", "--val-batches", 1,
+                                 "--val-data", offline / "synth" / "synth_val_*.bin"])
+        assert ref.returncode == 0 and "val loss" in ref.stdout, ref.stderr
+
+
+# ---- outputs that do not collide; gpu_check without a GPU ------------------------------------
+
+def test_demo_arms_write_their_own_run_directories(offline, tmp_path):
+    """Two demo arms (scripts/demo.sh, shortened to 2 steps) keep their logs and checkpoints
+    apart: logs/demo/<arm> named from the arguments (they used to share logs/demo)."""
+    env = dict(os.environ, DATA_DIR=str(offline), DEMO_DIR=str(tmp_path), TRAIN_SAN=os.path.join(ROOT, SAN))
+    short = ["--steps", "2", "--val-every", "0", "--sample-tokens", "0"]
+    for extra in ([], ["--ffn", "swiglu"]):
+        proc = subprocess.run(["bash", os.path.join(ROOT, "scripts/demo.sh")] + extra + short, cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = sorted(p.name for p in tmp_path.iterdir())
+    assert runs == ["ffn-swiglu_steps-2_val-every-0_sample-tokens-0", "steps-2_val-every-0_sample-tokens-0"], runs
+    for run_dir in tmp_path.iterdir():
+        assert (run_dir / "final.bin").exists() and (run_dir / "log.jsonl").exists()
+    ffn_log = (tmp_path / runs[0] / "log.jsonl").read_text()
+    assert (tmp_path / runs[1] / "log.jsonl").read_text() != ffn_log
+
+
+def test_gpu_check_stops_at_once_without_a_gpu(tmp_path):
+    has_gpu = subprocess.run("nvidia-smi -L", shell=True, capture_output=True).returncode == 0
+    if has_gpu:
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts/gpu_check.sh"), str(tmp_path / "logs")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "no NVIDIA GPU" in proc.stderr, proc.stderr
+    assert not (tmp_path / "logs").exists()  # nothing started
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_reference_and_trainer_have_the_same_presets(trainer):
+    proc = run(trainer, ["--preset", "no-such-preset"], check=False)
+    listed = proc.stderr.split("presets: ", 1)[1].rstrip().rstrip(")").split(", ")
+    sys.path.insert(0, ROOT)
+    import train_gpt2
+    import train_san
+    assert sorted(listed) == sorted((train_san if trainer == "san" else train_gpt2).PRESETS)
