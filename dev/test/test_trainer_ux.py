@@ -3,7 +3,8 @@ host-backend builds named by TRAIN_SAN_BIN and TRAIN_GPT2_BIN; the latter defaul
 train_gpt2 next to TRAIN_SAN_BIN): resume and init-from semantics, the start-of-run data
 summary, the command-line vocabulary, valid UTF-8 samples, prompts and the KV cache.
 
-Every test runs a tiny model for a few steps on a toy corpus (about 15 s in all on 2 cores).
+Every test runs a tiny model for a few steps on a toy corpus or a small offline build; the
+file takes about 70 s on 2 cores (a third of it the Python references starting up).
 """
 import json
 import os
