@@ -166,14 +166,13 @@ public:
             if (user != user_ids_.end()) { ids.push_back(*user); continue; }
             int id = piece_of(s.begin, s.len);
             if (id >= 0) { ids.push_back(id); continue; }
-            for (unsigned char byte : bytes) {
-                if (byte_ids_[byte] < 0) {
-                    if (unk_id < 0) { fatal("tokenizer '%s': byte 0x%02X has no piece and there is no <unk>", path_.c_str(), byte); }
-                    ids.push_back(unk_id);
-                } else {
-                    ids.push_back(byte_ids_[byte]);
-                }
+            bool bytes_known = std::all_of(bytes.begin(), bytes.end(), [&](char b) { return byte_ids_[(unsigned char)b] >= 0; });
+            if (!bytes_known) {  // no byte fallback for it: one <unk> for the character
+                if (unk_id < 0) { fatal("tokenizer '%s': '%s' has no piece and there is no <unk>", path_.c_str(), bytes.c_str()); }
+                ids.push_back(unk_id);
+                continue;
             }
+            for (unsigned char byte : bytes) { ids.push_back(byte_ids_[byte]); }
         }
         return ids;
     }

@@ -2,7 +2,9 @@
 Tests llmc/tokenizer.h on a tokenizer .bin written here by hand from doc/formats.md:
 normal pieces (spaces already decoded from SentencePiece's marker), byte-fallback pieces
 that together form a UTF-8 character and a newline, control pieces (hidden unless asked),
-user-defined markers, <unk>; and clear failures on bad files.
+user-defined markers, <unk>; encoding and complete_utf8 on small cases (the encoder is
+checked against SentencePiece itself in dev/test/test_trainer_ux.py); and clear failures
+on bad files.
   g++ -std=c++17 -O2 -Wall -I. dev/test/test_tokenizer.cpp -o build/host/test_tokenizer
 */
 #include "llmc/tokenizer.h"
@@ -50,6 +52,18 @@ int main() {
     CHECK(tok.decode(13).empty() && tok.decode(13, true) == "<unused>");
     CHECK(tok.type(5) == PIECE_BYTE && tok.piece(5) == "\n");
     CHECK(tok.type(4) == PIECE_USER);
+    // encoding (SentencePiece BPE, merges ranked by id): the user piece whole, "In" merged
+    // from its characters, the newline and the 3-byte character without a normal piece as
+    // their byte pieces
+    CHECK(tok.encode("<|im_start|>In \n\xE2\x81\x87") == std::vector<int>({4, 9, 12, 5, 6, 7, 8}));
+    CHECK(tok.encode("").empty());
+    // complete_utf8: an incomplete character at the end is held back; broken bytes inside
+    // become U+FFFD; whole characters pass
+    CHECK(complete_utf8("ab\xE2\x81") == "ab");
+    CHECK(complete_utf8("ab\xE2\x81\x87") == "ab\xE2\x81\x87");
+    CHECK(complete_utf8("a\x81" "b") == "a\xEF\xBF\xBD" "b");
+    CHECK(complete_utf8("a\xE2\x81z") == "a\xEF\xBF\xBD" "z");
+    CHECK(complete_utf8("\xF0\x9F\x98\x80") == "\xF0\x9F\x98\x80");
     // errors
     CHECK(expect_fatal([&] { tok.decode(14); }, {"tok.bin", "token id 14 outside"}));
     CHECK(expect_fatal([&] { tok.decode(-1); }, {"token id -1 outside"}));
