@@ -70,7 +70,7 @@ int main() {
         if (with_master) { ok &= validate_result(d_master, p_ref.data(), "master", n, 2e-7f, 1e-6f); }
         ok &= validate_result(d_p, p_ref.data(), "params", n, 2e-7f, PRECISION_MODE == PrecisionMode::FP32 ? 1e-6f : 1.0f / 256);
         if (kBenchmarksEnabled) {
-            float ms = benchmark_kernel(10, adamw_update, d_p, d_master, d_g, d_m, d_v, n, s, (cudaStream_t)0);
+            float ms = benchmark_kernel(10, adamw_update<floatX>, d_p, d_master, d_g, d_m, d_v, n, s, (cudaStream_t)0);
             print_table_header();
             print_result_row(with_master ? "adamw (master)" : "adamw", 1, ms, (double)n * (3 * sizeof(floatX) + 4 * sizeof(float) + (with_master ? 8 : 0)), ms);
         }
