@@ -57,7 +57,11 @@ def load_weights(d):
         fail(d, "no model.safetensors (or model.safetensors.index.json); save the model with safetensors")
     out = {}
     for path in files:
-        for k, v in load_file(path).items():
+        try:
+            tensors = load_file(path)
+        except Exception as e:           # safetensors raises its own error types
+            fail(path, f"not a readable safetensors file ({e})")
+        for k, v in tensors.items():
             out[k] = v.float() if v.is_floating_point() else v
     return out
 
@@ -222,7 +226,11 @@ def import_dir(d, ckpt, log=print):
             hc = json.load(f)
     except OSError as e:
         fail(d, f"cannot read config.json ({e.strerror})")
+    except ValueError as e:
+        fail(path, f"not JSON ({e})")
     mt = hc.get("model_type")
+    if mt not in ("qwen3", "llama", "gpt2"):
+        fail(d, f"model_type {mt!r}: this importer knows qwen3, llama (the SAN family) and gpt2")
     W = load_weights(d)
     try:
         return _import(d, ckpt, hc, mt, W, log)
@@ -236,13 +244,11 @@ def _import(d, ckpt, hc, mt, W, log):
         model = train_san.SAN(cfg)
         train_san.load_params_into(model, {k: v.numpy() for k, v in P.items()}, d)
         train_san.save_checkpoint(ckpt, model, step)
-    elif mt == "gpt2":
+    else:
         cfg, P, step = import_gpt2(hc, W, d, log)
         model = train_gpt2.GPT2(cfg)
         train_gpt2.set_parameters(model, {k: v.numpy() for k, v in P.items()}, d)
         train_gpt2.save_checkpoint(ckpt, model, step)
-    else:
-        fail(d, f"model_type {mt!r}: this importer knows qwen3, llama (the SAN family) and gpt2")
     log(f"imported {d} ({mt}) to {ckpt}")
     return cfg
 
