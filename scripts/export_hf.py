@@ -38,7 +38,6 @@ scripts/import_hf.py gives back the checkpoint bit for bit. Weights are written 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys

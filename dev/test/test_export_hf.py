@@ -13,7 +13,6 @@ import math
 import os
 import shutil
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -243,6 +242,37 @@ def test_import_of_a_foreign_qwen3(real_tokens, sp, tmp_path):
     hf.save_pretrained(tmp_path / "q3b")
     with pytest.raises(import_hf.ImportHFError, match="not exactly sqrt"):
         import_hf.import_dir(str(tmp_path / "q3b"), str(tmp_path / "x.bin"), log=quiet)
+
+
+@pytest.mark.skipif(not os.environ.get("TRAIN_SAN_BIN"), reason="TRAIN_SAN_BIN not set (make test sets it)")
+def test_checkpoint_of_the_cuda_trainer_exports(tmp_path):
+    """A checkpoint written by train_san (host backend) after 2 steps, with optimizer and
+    resume state: it exports, transformers' logits equal the reference's on it, and the
+    import gives back its parameters exactly."""
+    import subprocess
+    from shards import write_shard
+    rng = np.random.default_rng(0)
+    toks = []
+    for _ in range(60):
+        toks += [2] + list(rng.integers(3, 250, size=20))
+    write_shard(tmp_path / "toy_train_000000.bin", np.array(toks, dtype=np.int64))
+    proc = subprocess.run([str(ROOT / os.environ["TRAIN_SAN_BIN"]), "--preset", "tiny-ffn", "--residual", "rezero",
+                           "--train-data", str(tmp_path / "toy_train_*.bin"), "--batch-size", "2", "--steps", "2",
+                           "--optimizer", "adamw", "--checkpoint-dir", str(tmp_path / "ck"), "--sample-tokens", "0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ckpt = tmp_path / "ck" / "final.bin"
+    export_hf.export(str(ckpt), str(tmp_path / "hf"), log=quiet)
+    ref = ts.load_checkpoint(ckpt)[0].eval()
+    x = torch.tensor([[2] + list(rng.integers(3, 250, size=40))])
+    with torch.no_grad():
+        err = (load_hf(tmp_path / "hf")(x).logits - ref(x)[0][..., :250]).abs().max().item()
+    assert err < LOGIT_TOL
+    import_hf.import_dir(str(tmp_path / "hf"), str(tmp_path / "back.bin"), log=quiet)
+    _, _, back = ts.read_container(tmp_path / "back.bin")
+    _, _, orig = ts.read_container(ckpt)
+    for n, _ in ts.parameter_spec(ref.cfg):
+        assert np.array_equal(back[n], orig[n]), n
 
 
 # ------------------------------------------------------------------------------------------
