@@ -42,6 +42,7 @@ dynamic shared memory are); global memory is not checked.
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -220,7 +221,11 @@ struct RaceChecker {
     uintptr_t excluded_lo[4] = {}, excluded_hi[4] = {};  // the backend's own thread-locals
     // time: accesses at times < barrier_time are ordered before everything now
     uint32_t clock = 1, barrier_time = 1;
-    std::vector<SyncEvent> syncwarps[kMaxThreadsPerBlock / kWarpSize];
+    // the __syncwarp events of each warp since the last block barrier (at most kMaxSyncEvents
+    // kept: older ones are dropped, which can only add reports, never hide one)
+    static constexpr int kMaxSyncEvents = 64;
+    SyncEvent syncwarps[kMaxThreadsPerBlock / kWarpSize][kMaxSyncEvents];
+    int num_syncwarps[kMaxThreadsPerBlock / kWarpSize] = {};
     uint32_t warps_with_events = 0;
     bool reported_this_access = false;
     bool busy = false;  // inside the checker: instrumented code it calls is not checked
@@ -242,7 +247,7 @@ struct RaceChecker {
     }
     HOSTCUDA_UNINSTRUMENTED void new_interval() {
         barrier_time = ++clock;
-        for (uint32_t m = warps_with_events; m != 0; m &= m - 1) { syncwarps[__builtin_ctz(m)].clear(); }
+        for (uint32_t m = warps_with_events; m != 0; m &= m - 1) { num_syncwarps[__builtin_ctz(m)] = 0; }
         warps_with_events = 0;
     }
     HOSTCUDA_UNINSTRUMENTED void start_block() {
@@ -254,7 +259,12 @@ struct RaceChecker {
         new_interval();
     }
     HOSTCUDA_UNINSTRUMENTED void syncwarp(int warp, uint32_t lanes) {
-        syncwarps[warp].push_back({++clock, lanes});
+        int& count = num_syncwarps[warp];
+        if (count == kMaxSyncEvents) {  // keep the newest
+            memmove(&syncwarps[warp][0], &syncwarps[warp][1], (kMaxSyncEvents - 1) * sizeof(SyncEvent));
+            count--;
+        }
+        syncwarps[warp][count++] = {++clock, lanes};
         warps_with_events |= 1u << warp;
     }
 
@@ -266,8 +276,8 @@ struct RaceChecker {
         return warp_synced_since(now / kWarpSize, t, need);
     }
     HOSTCUDA_UNINSTRUMENTED bool warp_synced_since(int warp, uint32_t t, uint32_t need) const {
-        const std::vector<SyncEvent>& events = syncwarps[warp];
-        for (size_t i = events.size(); i-- > 0;) {
+        const SyncEvent* events = syncwarps[warp];
+        for (int i = num_syncwarps[warp]; i-- > 0;) {
             if (events[i].time <= t) { break; }
             if ((events[i].lanes & need) == need) { return true; }
         }
@@ -358,7 +368,9 @@ struct RaceChecker {
         return false;
     }
 
-    HOSTCUDA_UNINSTRUMENTED void access(uintptr_t a, size_t n, bool write, void* pc) {
+    // Every instrumented access inside a block ends here; kept out of line, so that the
+    // hooks' early returns (outside blocks, e.g. the host GEMM) cost a few instructions.
+    HOSTCUDA_UNINSTRUMENTED __attribute__((noinline)) void access(uintptr_t a, size_t n, bool write, void* pc) {
         int tid = tls.fiber->linear_tid;
         if (a - dyn_window_lo < dyn_window_bytes || a + n - 1 - dyn_window_lo < dyn_window_bytes) {
             reported_this_access = false;
@@ -371,14 +383,24 @@ struct RaceChecker {
                            dyn_bytes, n, pc);
                     continue;
                 }
-                check_byte(dyn_shadow[b - dyn_window_lo], tid, write, true, offset, dyn_bytes, n, pc);
+                // the run of bytes from here that lies inside dynamic shared memory
+                size_t room = dyn_bytes - static_cast<size_t>(offset);
+                size_t run = n - i < room ? n - i : room;
+                check_bytes(dyn_shadow + (b - dyn_window_lo), run, tid, write, true, offset, dyn_bytes, pc);
+                i += run - 1;
             }
         } else if (a - static_lo < static_bytes && !excluded(a)) {
             reported_this_access = false;
-            for (size_t i = 0; i < n && a + i - static_lo < static_bytes; i++) {
-                check_byte(static_shadow[a + i - static_lo], tid, write, false, static_cast<long>(a + i - static_lo),
-                           static_bytes, n, pc);
-            }
+            size_t room = static_bytes - (a - static_lo);
+            check_bytes(static_shadow + (a - static_lo), n < room ? n : room, tid, write, false,
+                        static_cast<long>(a - static_lo), static_bytes, pc);
+        }
+    }
+    // Bytes [0, n) of one access, all inside a window.
+    HOSTCUDA_UNINSTRUMENTED void check_bytes(ShadowByte* shadow, size_t n, int tid, bool write, bool dynamic,
+                                             long offset, size_t window, void* pc) {
+        for (size_t i = 0; i < n; i++) {
+            check_byte(shadow[i], tid, write, dynamic, offset + static_cast<long>(i), window, n, pc);
         }
     }
 
@@ -468,9 +490,9 @@ inline void race_launch_finished(const char* kernel_name) {
         log.count_, kernel_name, shown);
 }
 
-HOSTCUDA_UNINSTRUMENTED inline void race_check_access(const void* p, size_t n, bool write, void* pc) {
-    Fiber* f = tls.fiber;
-    if (f == nullptr) { return; }
+HOSTCUDA_UNINSTRUMENTED __attribute__((always_inline)) inline void race_check_access(const void* p, size_t n,
+                                                                                     bool write, void* pc) {
+    if (__builtin_expect(tls.fiber == nullptr, 1)) { return; }
     RaceChecker* r = tls.worker->race;
     if (r == nullptr || r->busy) { return; }
     r->access(reinterpret_cast<uintptr_t>(p), n, write, pc);
