@@ -3,6 +3,8 @@
 # Every .cu file is built twice from the same source:
 #   build/host-<precision>/NAME  with the host C++ compiler and the host backend (llmc/hostcuda.h): always
 #   build/gpu-<precision>/NAME   with nvcc for sm_$(GPU_COMPUTE_CAPABILITY): when nvcc is found (no GPU needed)
+# and, on request (make test-racecheck, or make build/racecheck-<precision>/NAME), a third time:
+#   build/racecheck-<precision>/NAME  the host build with shared-memory race checking (slow)
 # Trainers (train_*.cu) and their tests (test_*.cu) at the top level are also copied to ./NAME,
 # from the GPU build when a GPU is present, else from the host build.
 #

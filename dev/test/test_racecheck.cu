@@ -80,7 +80,7 @@ static std::vector<float> iota_floats(size_t n, float scale) {
 // sits somewhere: the same unknown base for all reports.)
 template <typename Offset>
 static void check_neighbour_reports(const Outcome& o, const char* kernel, int distance, Offset offset_of) {
-    if (!hostcuda::kRaceCheckBuilt) { return; }
+    if (!hostcuda::race_check_enabled()) { return; }
     CHECK(o.hazards > 0);
     CHECK(!o.reports.empty());
     long base = o.reports.empty() ? 0 : o.reports[0].offset;
@@ -271,7 +271,7 @@ TEST_CASE(async_copy_read_before_wait) {
             size_t stale_reads = 0;
             for (float x : o.out) { stale_reads += x == -1.0f; }
             CHECK(stale_reads > 0);
-            if (!hostcuda::kRaceCheckBuilt) { continue; }
+            if (!hostcuda::race_check_enabled()) { continue; }
             // a read before the neighbour's wait, or (if the neighbour already ran to its late
             // wait) a read of what its copy wrote in this barrier interval: both are bugs
             CHECK(o.hazards > 0);
@@ -332,7 +332,7 @@ TEST_CASE(async_copy_groups_are_per_thread) {
     Outcome o = run_under(kForward, d_out, m,
                           [&] { LAUNCH(1, m, 2 * m * sizeof(float), 0, async_copy_group_in_flight)(d_in, d_out); });
     CHECK_EQ(count_wrong(o.out, std::vector<float>(m, -1.0f)), (size_t)0);
-    if (hostcuda::kRaceCheckBuilt) {
+    if (hostcuda::race_check_enabled()) {
         CHECK_EQ(o.hazards, (size_t)m);
         for (const RaceReport& r : o.reports) {
             CHECK(r.kind == RaceKind::AsyncCopyNotWaited && r.thread == r.other_thread);
@@ -367,7 +367,7 @@ TEST_CASE(out_of_bounds_shared_write) {
             check_clean(o);
             continue;
         }
-        if (!hostcuda::kRaceCheckBuilt) { continue; }
+        if (!hostcuda::race_check_enabled()) { continue; }
         CHECK_EQ(o.hazards, (size_t)blocks);  // one per block: thread 0 writes s[n]
         for (const RaceReport& r : o.reports) {
             CHECK(r.kind == RaceKind::OutOfBounds && r.is_write && r.dynamic);
@@ -405,7 +405,7 @@ TEST_CASE(syncwarp_orders_lanes_of_one_warp_only) {
                 for (int t = 0; t < n; t++) expect[t] = in[t ^ c.partner_xor];
                 CHECK_EQ(count_wrong(o.out, expect), (size_t)0);
                 check_clean(o);
-            } else if (hostcuda::kRaceCheckBuilt) {
+            } else if (hostcuda::race_check_enabled()) {
                 CHECK(o.hazards > 0);
                 for (const RaceReport& r : o.reports) { CHECK_EQ(r.thread ^ c.partner_xor, r.other_thread); }
             }
@@ -426,7 +426,8 @@ TEST_CASE(schedule_parsing) {
 }
 
 int main(int argc, char** argv) {
-    printf("test_racecheck: %s build\n", hostcuda::kRaceCheckBuilt ? "racecheck" : "plain (no race reports expected)");
+    printf("test_racecheck: race checking %s\n",
+           hostcuda::race_check_enabled() ? "on" : "off (plain build, or HOSTCUDA_RACECHECK=0): no reports expected");
     return testing::run_all(argv[0], argc > 1 ? argv[1] : nullptr);
 }
 
