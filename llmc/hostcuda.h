@@ -22,7 +22,8 @@ HOSTCUDA_SCHEDULE=forward|reverse|random:SEED picks the order threads run in
 shared-memory access (racecheck.h). doc/host-backend.md describes both.
 
 What it does not model: concurrency between streams (everything is synchronous),
-cooperative groups, tensor-core intrinsics and inline PTX, texture memory, and the
+cooperative groups, tensor-core intrinsics and inline PTX (cp.async excepted:
+llmc/async_copy.cuh), texture memory, and the
 timing of a GPU (use dev/cuda benchmarks on a GPU for that).
 */
 #pragma once
