@@ -25,6 +25,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -39,11 +40,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # flags the runner sets itself from study fields; a study that sets them in `flags` is refused
 RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "study.tokens or study.steps",
                 "--batch-size": "study.batch_size", "--seq-len": "study.seq_len", "--grad-accum": "study.grad_accum",
+                "--global-batch": "study.global_batch",
                 "--log": "(the runner's)", "--checkpoint-dir": "(the runner's)", "--resume": "(the runner's)",
                 "--save-every": "study.save_every", "--val-every": "study.val_every", "--lr": "arm.lr",
                 "--milestones": "study.milestones"}
 
-STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum",
+STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
               "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note"}
 ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "optional", "note", "seeds"}
 FINDING_KINDS = {
@@ -57,6 +59,15 @@ FINDING_KINDS = {
 
 class StudyError(Exception):
     pass
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM (Ctrl-C; Slurm at the time limit): the current run stops unfinished
+    and resumes from its last checkpoint next time."""
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
 
 
 @dataclass
@@ -104,7 +115,8 @@ class Study:
     steps: int
     batch_size: int
     seq_len: int
-    grad_accum: int
+    grad_accum: int      # 0 when global_batch is given
+    global_batch: int    # rows per optimizer step over every GPU; 0: batch_size x grad_accum x gpus
     val_every: int
     save_every: int
     milestones: bool
@@ -118,8 +130,12 @@ class Study:
     runs: list = field(default_factory=list)
 
     @property
+    def rows_per_step(self):
+        return self.global_batch or self.batch_size * self.grad_accum * self.gpus
+
+    @property
     def tokens_per_step(self):
-        return self.batch_size * self.grad_accum * self.seq_len
+        return self.rows_per_step * self.seq_len
 
     def arm(self, name):
         for a in self.arms:
@@ -182,14 +198,23 @@ def load_study(path, binary=None):
         _fail(path, "study.seeds must be a non-empty list of integers")
     batch_size = _typed(path, "study.batch_size", s["batch_size"], int, "an integer")
     seq_len = _typed(path, "study.seq_len", s["seq_len"], int, "an integer")
+    if "grad_accum" in s and "global_batch" in s:
+        _fail(path, "[study] takes grad_accum or global_batch, not both")
     grad_accum = _typed(path, "study.grad_accum", s.get("grad_accum", 1), int, "an integer")
-    if min(batch_size, seq_len, grad_accum) <= 0:
-        _fail(path, "study.batch_size, seq_len and grad_accum must be positive")
+    global_batch = _typed(path, "study.global_batch", s.get("global_batch", 0), int, "an integer")
+    gpus = _typed(path, "study.gpus", s.get("gpus", 1), int, "an integer")
+    if min(batch_size, seq_len, grad_accum, gpus) <= 0 or global_batch < 0:
+        _fail(path, "study.batch_size, seq_len, grad_accum, global_batch and gpus must be positive")
+    if global_batch and global_batch % (batch_size * gpus):
+        _fail(path, f"study.global_batch {global_batch} is not a multiple of batch_size x gpus = {batch_size * gpus}")
+    if global_batch:
+        grad_accum = 0
+    rows = global_batch or batch_size * grad_accum * gpus
     if ("tokens" in s) == ("steps" in s):
         _fail(path, "[study] needs exactly one of 'tokens' (the budget per run) and 'steps'")
     if "tokens" in s:
         tokens = _typed(path, "study.tokens", s["tokens"], int, "an integer")
-        steps = math.ceil(tokens / (batch_size * grad_accum * seq_len))
+        steps = math.ceil(tokens / (rows * seq_len))
     else:
         steps = _typed(path, "study.steps", s["steps"], int, "an integer")
     if steps <= 0:
@@ -197,7 +222,6 @@ def load_study(path, binary=None):
     val_every = _typed(path, "study.val_every", s.get("val_every", max(1, steps // 10)), int, "an integer")
     save_every = _typed(path, "study.save_every", s.get("save_every", max(1, steps // 4)), int, "an integer")
     milestones = _typed(path, "study.milestones", s.get("milestones", False), bool, "true or false")
-    gpus = _typed(path, "study.gpus", s.get("gpus", 1), int, "an integer")
     keep = _typed(path, "study.keep_checkpoints", s.get("keep_checkpoints", False), bool, "true or false")
     flags = _flag_list(path, "study.flags", s.get("flags", []))
     out = _typed(path, "study.out", s.get("out", os.path.join("logs", "studies", name)), str, "a string")
@@ -271,7 +295,7 @@ def load_study(path, binary=None):
                 _fail(path, f"{where} ({kind}): {role} = '{f[role]}' is not an arm")
         findings.append(dict(f))
 
-    study = Study(path, name, out, binary, seeds, steps, batch_size, seq_len, grad_accum, val_every, save_every,
+    study = Study(path, name, out, binary, seeds, steps, batch_size, seq_len, grad_accum, global_batch, val_every, save_every,
                   milestones, flags, baseline, gpus, keep, arms, findings,
                   _typed(path, "study.note", s.get("note", ""), str, "a string"))
     for arm in arms:
@@ -310,7 +334,8 @@ def arm_availability(study, known_flags):
 def run_command(study, run, resume=None):
     cmd = [study.binary, "--preset", run.arm.preset] + study.flags + run.arm.flags + [
         "--seed", str(run.seed), "--steps", str(study.steps), "--batch-size", str(study.batch_size),
-        "--seq-len", str(study.seq_len), "--grad-accum", str(study.grad_accum),
+        "--seq-len", str(study.seq_len)] + (
+        ["--global-batch", str(study.global_batch)] if study.global_batch else ["--grad-accum", str(study.grad_accum)]) + [
         "--val-every", str(study.val_every), "--save-every", str(study.save_every),
         "--log", os.path.join(run.dir, "log.jsonl"), "--checkpoint-dir", os.path.join(run.dir, "ckpt")]
     if run.lr is not None:
@@ -460,7 +485,7 @@ def execute(study, run, position, total, eta, pending):
                 elif line.startswith(("step ", "saved ", "resumed ", "train_san", "parameters:", "model:")):
                     print(f"{tag} {line}", flush=True)
             rc = proc.wait()
-        except KeyboardInterrupt:
+        except Interrupted:
             proc.terminate()
             proc.wait()
             raise
@@ -517,8 +542,16 @@ def cmd_run(args):
         return 0
     eta = EtaModel(study)
     outcome = {}
+    # set both explicitly: a shell's background job starts with SIGINT ignored
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     for k, run in enumerate(todo):
-        outcome[run.id] = execute(study, run, k + 1, len(todo), eta, todo[k:])
+        try:
+            outcome[run.id] = execute(study, run, k + 1, len(todo), eta, todo[k:])
+        except Interrupted as e:
+            print(f"study {study.name}: stopped by {e} during {run.id}; running the study again resumes it "
+                  f"from its last checkpoint", flush=True)
+            return 130
     failed = [r for r, state in outcome.items() if state == "failed"]
     diverged = [r for r, state in outcome.items() if state == "diverged"]
     print(f"study {study.name}: {len(outcome) - len(failed) - len(diverged)} runs done, {len(diverged)} diverged"

@@ -31,10 +31,11 @@ REGIONS = ("query", "trace", "answer", "other")
 # numbers
 
 class RunData:
-    def __init__(self, run, steps, tokens_per_step):
+    def __init__(self, run, steps, tokens_per_step, absent_because=None):
         self.run = run
         self.status = study_mod.read_status(run) or {}
-        self.state = self.status.get("state", "running" if os.path.exists(os.path.join(run.dir, "log.jsonl")) else "not run")
+        started = os.path.exists(os.path.join(run.dir, "log.jsonl"))
+        self.state = self.status.get("state", "unfinished" if started else "skipped" if absent_because else "not run")
         self.train, self.val = study_mod.read_log(os.path.join(run.dir, "log.jsonl"))
         self.tokens_per_step = tokens_per_step
         self.final = self.val[-1] if self.val and self.state == "done" else None
@@ -387,7 +388,7 @@ def plot_spectra(spec, out):
 def write_report(study, why, out=None):
     out = out or os.path.join(study.out, "report")
     os.makedirs(out, exist_ok=True)
-    data = [RunData(run, study.steps, study.tokens_per_step) for run in study.runs]
+    data = [RunData(run, study.steps, study.tokens_per_step, why.get(run.arm.name)) for run in study.runs]
     summaries = {arm.name: ArmSummary(arm, data) for arm in study.arms}
     baseline = summaries[study.baseline]
     floor = noise_floor(summaries.values())
@@ -452,7 +453,8 @@ def write_report(study, why, out=None):
                 row += [fmt(v), fmt(v - b if v is not None and b is not None else None, signed=True)]
             rows.append(row)
         md += [table(["arm"] + [x for r in REGIONS for x in (r, f"Δ {r}")], rows), ""]
-        md += [f"![regions]({plot_regions(summaries, baseline, out)})", ""]
+        if len(rows) > 1:
+            md += [f"![regions]({plot_regions(summaries, baseline, out)})", ""]
         exercises = baseline.exercises()
         if exercises:
             md += ["## Loss per exercise", "", f"Δ = arm − {study.baseline}, per exercise over all its targets and per region.", ""]
@@ -469,7 +471,8 @@ def write_report(study, why, out=None):
                         row.append(fmt(v - b if v is not None else None, signed=True))
                     rows.append(row)
             md += [table(["exercise", "region", study.baseline] + [f"Δ {s.arm.name}" for s in others], rows), ""]
-            md += [f"![exercises]({plot_exercises(summaries, baseline, exercises, out)})", ""]
+            if others:
+                md += [f"![exercises]({plot_exercises(summaries, baseline, exercises, out)})", ""]
 
     # measurements
     md += ["## Measurements per layer", "",

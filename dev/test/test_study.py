@@ -404,3 +404,34 @@ def test_spectra_of_trainer_milestones(toy_study, tmp_path):
     assert len(files) == 5 and steps[0] == 0 and steps[-1] == 6 and steps == sorted(set(steps))
     for name in ("singular_values.png", "stable_rank_over_training.png", "stable_rank_per_layer.png"):
         assert (tmp_path / name).exists()
+
+
+@needs_bin
+def test_interrupted_study_stops_cleanly_and_resumes(toy_data, tmp_path):
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data)
+    proc = subprocess.Popen([PYTHON, STUDY, "run", path, "--binary", BIN], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    for line in proc.stdout:
+        if "] step" in line:  # a trainer is running
+            proc.terminate()
+            break
+    out = line + proc.stdout.read()
+    assert proc.wait(timeout=60) == 130, out
+    interrupted = re.search(r"stopped by SIGTERM during (\S+);", out).group(1)
+    assert not (tmp_path / "out" / "runs" / interrupted / "status.json").exists()
+    again = study_cmd("run", path, "--binary", BIN)
+    assert again.returncode == 0 and f": {interrupted}" in again.stdout
+    for run in ("san_s7", "ffn_lr0.03_s7"):
+        assert json.load(open(tmp_path / "out" / "runs" / run / "status.json"))["state"] == "done"
+
+
+# ----------------------------------------------------------------------------------------
+# the shipped study files
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "studies")) if f.endswith(".toml")))
+def test_shipped_study_files_load(name):
+    s = study.load_study(os.path.join(ROOT, "studies", name))
+    assert s.runs
+    if name.startswith("mini_"):  # the mini-studies' FFN arms are the SAN arm's partners
+        found = match.partners(s.arm("san").model())
+        for role, arm in (("iso-depth", "ffn-iso-depth"), ("iso-param", "ffn-iso-param"), ("iso-FLOP", "ffn-iso-flop")):
+            assert s.arm(arm).model() == found[role], (name, role)
