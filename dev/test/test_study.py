@@ -216,11 +216,26 @@ def final_val(log):
     return val[-1]
 
 
+# the study the report is checked on: two seeds of the SAN (a noise floor), two rates of the FFN
+TOY_ARMS = """
+[[arm]]
+name = "san"
+preset = "tiny"
+seeds = [7, 8]
+
+[[arm]]
+name = "ffn"
+preset = "tiny-ffn"
+lr = [0.003, 0.03]
+"""
+TOY_RUNS = ("san_s7", "san_s8", "ffn_lr0.003_s7", "ffn_lr0.03_s7")
+
+
 @pytest.fixture(scope="module")
 def toy_study(toy_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("study")
     out = tmp / "out"
-    path = write_study(tmp / "toy.toml", out, toy_data)
+    path = write_study(tmp / "toy.toml", out, toy_data, arms=TOY_ARMS)
     proc = study_cmd("run", path, "--binary", BIN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return path, out, proc.stdout
@@ -229,9 +244,10 @@ def toy_study(toy_data, tmp_path_factory):
 @needs_bin
 def test_toy_study_runs_with_progress(toy_study):
     path, out, stdout = toy_study
-    assert "run 1/2: san_s7" in stdout and "run 2/2: ffn_lr0.03_s7" in stdout
-    assert re.search(r"\[2/2 ffn_lr0.03_s7\] step +6/6 .*\| study eta", stdout)
-    for run in ("san_s7", "ffn_lr0.03_s7"):
+    for i, run in enumerate(TOY_RUNS):
+        assert f"run {i + 1}/4: {run}" in stdout
+    assert re.search(r"\[4/4 ffn_lr0.03_s7\] step +6/6 .*\| study eta", stdout)
+    for run in TOY_RUNS:
         assert json.load(open(out / "runs" / run / "status.json"))["state"] == "done"
         assert (out / "runs" / run / "ckpt" / "milestone_100.bin").exists()
     # everything is finished: a second run does nothing
@@ -244,15 +260,37 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     path, out, _ = toy_study
     assert study.main(["report", path, "--binary", BIN]) == 0  # in-process: torch and matplotlib are loaded once
     report = (out / "report" / "report.md").read_text()
-    logs = {arm: final_val(out / "runs" / run / "log.jsonl") for arm, run in (("san", "san_s7"), ("ffn", "ffn_lr0.03_s7"))}
-    # final loss per arm and the difference to the baseline (one seed: no sd)
+    final = {run: final_val(out / "runs" / run / "log.jsonl") for run in TOY_RUNS}
+    # the FFN's rate is its better one; the SAN's loss is its seed mean, sd over the seeds
+    best_lr = min(("0.003", "0.03"), key=lambda lr: final[f"ffn_lr{lr}_s7"]["val_loss"])
+    san_losses = [final[r]["val_loss"] for r in ("san_s7", "san_s8")]
+    san_mean, san_sd = np.mean(san_losses), np.std(san_losses, ddof=1)
     rows = {r["arm"]: r for r in md_table(report, "arm")}
-    for arm, rec in logs.items():
-        assert abs(float(rows[arm]["val loss"]) - rec["val_loss"]) <= 5e-5
-        assert abs(float(rows[arm]["Δ vs san"]) - (rec["val_loss"] - logs["san"]["val_loss"])) <= 1e-4
-        total, nonemb = match.parameter_counts(match.PRESETS["tiny" if arm == "san" else "tiny-ffn"])
-        assert rows[arm]["non-emb params"] == f"{nonemb:,}"
-    assert rows["ffn"]["lr"] == "0.03" and rows["san"]["lr"] == "default"
+    assert rows["ffn"]["lr"] == best_lr and rows["san"]["lr"] == "default"
+    assert rows["san"]["seeds"] == "2" and rows["ffn"]["seeds"] == "1"
+    assert abs(float(rows["san"]["val loss"]) - san_mean) <= 5e-5 and abs(float(rows["san"]["sd"]) - san_sd) <= 5e-5
+    ffn_loss = final[f"ffn_lr{best_lr}_s7"]["val_loss"]
+    assert abs(float(rows["ffn"]["val loss"]) - ffn_loss) <= 5e-5 and rows["ffn"]["sd"] == "—"
+    assert abs(float(rows["ffn"]["Δ vs san"]) - (ffn_loss - san_mean)) <= 1e-4
+    for arm, preset in (("san", "tiny"), ("ffn", "tiny-ffn")):
+        assert rows[arm]["non-emb params"] == f"{match.parameter_counts(match.PRESETS[preset])[1]:,}"
+    # the noise floor: the pooled seed sd, here the SAN's (the only arm with two seeds)
+    assert re.search(r"Noise floor \(pooled seed-to-seed sd\): ([\d.]+) nats", report).group(1) == f"{san_sd:.4f}"
+    # the rate sweep
+    lr_row = {r["arm"]: r for r in md_table(report[report.index("## Learning-rate sweeps"):], "arm")}["ffn"]
+    for lr in ("0.003", "0.03"):
+        assert abs(float(lr_row[f"lr {lr}"]) - final[f"ffn_lr{lr}_s7"]["val_loss"]) <= 5e-5
+    # region and exercise tables use the seed means at each arm's rate
+    def mean(runs, get):
+        return float(np.mean([get(final[r]) for r in runs]))
+    runs_of = {"san": ("san_s7", "san_s8"), "ffn": (f"ffn_lr{best_lr}_s7",)}
+    logs = {arm: {key: mean(runs, lambda rec: rec[key]) for key in final[runs[0]] if key.startswith("val_loss_")}
+            for arm, runs in runs_of.items()}
+    for arm, runs in runs_of.items():
+        logs[arm]["val_exercise"] = {e: {g: mean(runs, lambda rec: rec["val_exercise"][e][g]) for g in regions}
+                                     for e, regions in final[runs[0]]["val_exercise"].items()}
+        rep = final[runs[0]]  # the representative run: the first seed
+        logs[arm].update(gate_attn_mean=rep["gate_attn_mean"], max_logit=rep["max_logit"])
     # per region: value and difference to the SAN
     regions = {r["arm"]: r for r in md_table(report[report.index("## Loss per region"):], "arm")}
     for arm, rec in logs.items():
@@ -277,7 +315,7 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     assert f"query {d['query']:+.4f}" in report
     # every plot the report shows exists and is a PNG
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
-    for name in ("final_loss.png", "loss_curves.png", "regions.png", "exercises.png", "gates.png", "erank.png",
+    for name in ("final_loss.png", "loss_curves.png", "lr_curves.png", "regions.png", "exercises.png", "gates.png", "erank.png",
                  "max_logit.png", "spectra.png"):
         assert name in images
     for name in images:
