@@ -54,6 +54,7 @@ FINDING_KINDS = {
     "localisation": (("san", "ffn"), ()),
     "qk_norm": (("with_qk_norm", "without_qk_norm"), ()),
     "mlp_collapse": (("standard", "uniform", "hybrid"), ()),
+    "spectra": (("san",), ("ffn",)),
 }
 
 
@@ -459,6 +460,8 @@ PROGRESS = re.compile(r"^step\s+(\d+)/(\d+) \|.*\|\s+([\d.]+) ms \|")
 def execute(study, run, position, total, eta, pending):
     """Runs (or resumes) one run, streaming the trainer's progress; returns its state."""
     os.makedirs(os.path.join(run.dir, "ckpt"), exist_ok=True)
+    if os.path.exists(os.path.join(run.dir, "status.json")):  # "failed" before: it is being retried
+        os.remove(os.path.join(run.dir, "status.json"))
     done, resume = latest_checkpoint(run)
     cmd = run_command(study, run, resume)
     with open(os.path.join(run.dir, "command.txt"), "w") as f:

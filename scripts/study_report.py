@@ -13,6 +13,7 @@ Definitions (doc/study.md says the same for readers of the report):
   representative run               an arm's first seed at its rate (gates, ranks, logits, spectra)
 Only runs that finished (status done) enter the loss tables; diverged runs are listed apart.
 """
+import glob
 import math
 import os
 
@@ -204,10 +205,40 @@ def finding_mlp_collapse(f, summaries, floor, why):
     return "does not show", text
 
 
+def finding_spectra(f, summaries, floor, why, milestones):
+    missing = _need(summaries, f, ("san",) + (("ffn",) if "ffn" in f else ()), why)
+    if missing:
+        return "cannot tell", missing
+    if f["san"] not in milestones or len(milestones[f["san"]]) < 3:
+        return "cannot tell", f"arm {f['san']} has no milestone checkpoints (study.milestones = true writes them)"
+
+    def growth(series, kind):
+        """relative change of the mean stable rank from the second milestone (25%) to the last"""
+        start, end = mean_stable_rank(series[1], kind), mean_stable_rank(series[-1], kind)
+        return (end - start) / start
+
+    san = milestones[f["san"]]
+    g = {k: growth(san, k) for k in ("attn.wq", "attn.wk", "attn.wv", "attn.wo")}
+    routing, content = max(g["attn.wq"], g["attn.wk"]), max(g["attn.wv"], g["attn.wo"])
+    text = (f"{f['san']}: stable rank change from step {san[1]['step']} to {san[-1]['step']}: "
+            + ", ".join(f"{k.split('.')[1]} {v:+.1%}" for k, v in g.items()) + ".")
+    shows = routing < content
+    if "ffn" in f and f["ffn"] in milestones and len(milestones[f["ffn"]]) >= 3:
+        ffn_wo = growth(milestones[f["ffn"]], "attn.wo")
+        text += f" W_o in {f['ffn']}: {ffn_wo:+.1%}."
+        shows = shows and g["attn.wo"] > ffn_wo
+    if shows:
+        return "shows", text + " The routing matrices (W_q, W_k) change less than the content matrices" + (
+            ", and the SAN's W_o gains more than the FFN arm's." if "ffn" in f else ".")
+    return "does not show", text
+
+
 FINDINGS = {"gap_ordering": ("Gap ordering: iso-depth > iso-FLOP > iso-param (SAN paper, finding 1)", finding_gap_ordering),
             "localisation": ("The SAN's deficit sits on query tokens (SAN paper, finding 2)", finding_localisation),
             "qk_norm": ("Deep attention stacks diverge without QK-norm (SAN paper, finding 4)", finding_qk_norm),
-            "mlp_collapse": ("Uniform mlp collapses, the hybrid recovers (Deconstructing Attention)", finding_mlp_collapse)}
+            "mlp_collapse": ("Uniform mlp collapses, the hybrid recovers (Deconstructing Attention)", finding_mlp_collapse),
+            "spectra": ("Routing matrices freeze early, content matrices keep gaining stable rank (SAN paper, finding 3)",
+                        finding_spectra)}
 
 
 # ----------------------------------------------------------------------------------------
@@ -367,6 +398,35 @@ def spectra_of(summaries):
     return result
 
 
+def milestone_spectra(summaries):
+    """{arm: spectra of the representative run's milestone checkpoints, in step order}, for
+    arms with at least two milestones."""
+    result = {}
+    for s in summaries.values():
+        rep = s.representative
+        if rep is None:
+            continue
+        paths = sorted(glob.glob(os.path.join(rep.run.dir, "ckpt", "milestone_*.bin")))
+        if len(paths) >= 2:
+            result[s.arm.name] = sorted((spectra.checkpoint_spectra(p) for p in paths), key=lambda r: r["step"])
+    return result
+
+
+def mean_stable_rank(sp, kind):
+    return sum(sp["stable_rank"][kind]) / len(sp["stable_rank"][kind])
+
+
+def plot_spectra_training(milestones, out):
+    fig, axes = plt.subplots(1, len(milestones), figsize=(4 * len(milestones), 3.5), squeeze=False)
+    for ax, (arm, series) in zip(axes[0], milestones.items()):
+        steps = [r["step"] for r in series]
+        for i, kind in enumerate(k for k in spectra.MATRIX_KINDS if k in series[-1]["stable_rank"]):
+            ax.plot(steps, [mean_stable_rank(r, kind) for r in series], "o-", ms=3, color=f"C{i}", label=kind)
+        ax.set(title=f"{arm}: stable rank (mean over layers)", xlabel="step")
+    axes[0][-1].legend(fontsize=7)
+    return _save(fig, out, "stable_rank_training.png")
+
+
 def plot_spectra(spec, out):
     kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
     if not kinds:
@@ -504,13 +564,28 @@ def write_report(study, why, out=None):
         name = plot_spectra(spec, out)
         if name:
             md += [f"![spectra]({name})", ""]
+    milestones = milestone_spectra(summaries)
+    if milestones:
+        md += ["### Stable rank over training", "",
+               "Mean over layers, at the milestone checkpoints of each arm's representative run.", ""]
+        rows = []
+        for arm, series in milestones.items():
+            for kind in (k for k in spectra.MATRIX_KINDS if k in series[-1]["stable_rank"]):
+                rows.append([arm, kind] + [fmt(mean_stable_rank(r, kind), 2) for r in series])
+        width = max(len(series) for series in milestones.values())
+        steps = next(series for series in milestones.values() if len(series) == width)
+        md += [table(["arm", "matrix"] + [f"step {r['step']}" for r in steps], rows), ""]
+        md += [f"![stable rank over training]({plot_spectra_training(milestones, out)})", ""]
 
     # findings
     if study.findings:
         md += ["## Findings", ""]
         for f in study.findings:
             title, judge = FINDINGS[f["kind"]]
-            verdict, text = judge(f, summaries, floor, why)
+            if f["kind"] == "spectra":
+                verdict, text = judge(f, summaries, floor, why, milestones)
+            else:
+                verdict, text = judge(f, summaries, floor, why)
             md += [f"### {f.get('title', title)}", "", f"**{verdict}.** {text}", ""]
     path = os.path.join(out, "report.md")
     with open(path, "w") as fh:

@@ -186,6 +186,10 @@ flags = ["--train-data", "{data}/toy_train_*.bin", "--val-data", "{data}/toy_val
 kind = "localisation"
 san = "san"
 ffn = "ffn"
+
+[[finding]]
+kind = "spectra"
+san = "san"
 """)
     return str(path)
 
@@ -313,10 +317,19 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     d = {g: logs["san"][f"val_loss_{g}"] - logs["ffn"][f"val_loss_{g}"] for g in ("query", "trace", "answer")
          if f"val_loss_{g}" in logs["san"]}
     assert f"query {d['query']:+.4f}" in report
+    # stable rank over training: the representative runs' milestones (spectra.py is checked against torch below)
+    sr_rows = md_table(report[report.index("### Stable rank over training"):], "arm")
+    for arm, run in (("san", "san_s7"), ("ffn", f"ffn_lr{best_lr}_s7")):
+        series = sorted((spectra.checkpoint_spectra(str(p)) for p in (out / "runs" / run / "ckpt").glob("milestone_*.bin")),
+                        key=lambda r: r["step"])
+        for r in (r for r in sr_rows if r["arm"] == arm):
+            for point in series:
+                assert abs(float(r[f"step {point['step']}"]) - np.mean(point["stable_rank"][r["matrix"]])) <= 5e-3
+        assert len([r for r in sr_rows if r["arm"] == arm]) == (4 if arm == "san" else 7)
     # every plot the report shows exists and is a PNG
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
     for name in ("final_loss.png", "loss_curves.png", "lr_curves.png", "regions.png", "exercises.png", "gates.png", "erank.png",
-                 "max_logit.png", "spectra.png"):
+                 "max_logit.png", "spectra.png", "stable_rank_training.png"):
         assert name in images
     for name in images:
         with open(out / "report" / name, "rb") as f:
