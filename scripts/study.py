@@ -28,7 +28,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from dataclasses import dataclass, field
 
@@ -472,7 +471,9 @@ def execute(study, run, position, total, eta, pending):
     print("  $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     tag = f"[{position}/{total} {run.id}]"
     mode = "a" if resume else "w"
-    with open(os.path.join(run.dir, "stdout.log"), mode) as out, open(os.path.join(run.dir, "stderr.log"), mode) as err:
+    # line-buffered, so that `tail -f stdout.log` follows the run
+    with open(os.path.join(run.dir, "stdout.log"), mode, buffering=1) as out, \
+            open(os.path.join(run.dir, "stderr.log"), mode) as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
         try:
             for line in proc.stdout:
