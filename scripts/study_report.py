@@ -244,6 +244,16 @@ FINDINGS = {"gap_ordering": ("Gap ordering: iso-depth > iso-FLOP > iso-param (SA
 # ----------------------------------------------------------------------------------------
 # plots
 
+def grid_of_axes(n, per_row=4):
+    """A figure with n panels, at most per_row to a row; returns (figure, flat list of axes)."""
+    cols, rows = min(n, per_row), -(-n // per_row)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.5 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat
+
+
 def _save(fig, out, name):
     path = os.path.join(out, name)
     fig.tight_layout()
@@ -369,8 +379,8 @@ def plot_gates(summaries, out):
             and s.representative.val[-1].get("gate_attn")]
     if not reps:
         return None
-    fig, axes = plt.subplots(1, len(reps), figsize=(4 * len(reps), 3.5), squeeze=False)
-    for ax, s in zip(axes[0], reps):
+    fig, axes = grid_of_axes(len(reps))
+    for ax, s in zip(axes, reps):
         val = [r for r in s.representative.val if r.get("gate_attn")]
         tok = [r["step"] * s.representative.tokens_per_step / 1e6 for r in val]
         n = len(val[-1]["gate_attn"])
@@ -381,7 +391,7 @@ def plot_gates(summaries, out):
             if val[-1].get("gate_ffn"):
                 ax.plot(tok, [r["gate_ffn"][layer] for r in val], color=color, lw=1, ls="--")
         ax.set(title=f"{s.arm.name}: gates (— attn, -- ffn)", xlabel="tokens (M)")
-    axes[0][0].set_ylabel("gate (dark: first layer, light: last)")
+    axes[0].set_ylabel("gate (dark: first layer, light: last)")
     return _save(fig, out, "gates.png")
 
 
@@ -417,13 +427,13 @@ def mean_stable_rank(sp, kind):
 
 
 def plot_spectra_training(milestones, out):
-    fig, axes = plt.subplots(1, len(milestones), figsize=(4 * len(milestones), 3.5), squeeze=False)
-    for ax, (arm, series) in zip(axes[0], milestones.items()):
+    fig, axes = grid_of_axes(len(milestones))
+    for ax, (arm, series) in zip(axes, milestones.items()):
         steps = [r["step"] for r in series]
         for i, kind in enumerate(k for k in spectra.MATRIX_KINDS if k in series[-1]["stable_rank"]):
             ax.plot(steps, [mean_stable_rank(r, kind) for r in series], "o-", ms=3, color=f"C{i}", label=kind)
         ax.set(title=f"{arm}: stable rank (mean over layers)", xlabel="step")
-    axes[0][-1].legend(fontsize=7)
+    axes[len(milestones) - 1].legend(fontsize=7)
     return _save(fig, out, "stable_rank_training.png")
 
 
