@@ -119,16 +119,16 @@ def table(header, rows):
 # ----------------------------------------------------------------------------------------
 # findings: each returns (verdict, text); verdict is "shows", "does not show" or "cannot tell"
 
-def _need(summaries, f, roles, why):
+def _need(summaries, f, roles, why, diverged_counts=False):
+    """Why a finding cannot be judged (an arm skipped, then an arm without finished runs), or
+    None. With diverged_counts, an arm whose runs all diverged is judged too."""
+    for role in roles:
+        if why.get(f[role]):
+            return f"arm {f[role]} ({role}) was not run: {why[f[role]]}"
     for role in roles:
         s = summaries[f[role]]
-        if not s.ok:
-            absent = why.get(f[role])
-            if absent:
-                return f"arm {f[role]} ({role}) was not run: {absent}"
-            if s.diverged and not s.runs:
-                continue
-            return f"arm {f[role]} ({role}) has no finished runs"
+        if not s.ok and not (diverged_counts and s.diverged):
+            return f"arm {f[role]} ({role}) has no finished runs" + (" (every run diverged)" if s.diverged else "")
     return None
 
 
@@ -170,7 +170,7 @@ def finding_localisation(f, summaries, floor, why):
 
 
 def finding_qk_norm(f, summaries, floor, why):
-    missing = _need(summaries, f, ("with_qk_norm", "without_qk_norm"), why)
+    missing = _need(summaries, f, ("with_qk_norm", "without_qk_norm"), why, diverged_counts=True)
     if missing:
         return "cannot tell", missing
     w, wo = summaries[f["with_qk_norm"]], summaries[f["without_qk_norm"]]

@@ -155,7 +155,19 @@ def toy_data(tmp_path_factory):
     return d
 
 
-def write_study(path, out, data, extra_study="", arms=None):
+FINDINGS = """
+[[finding]]
+kind = "localisation"
+san = "san"
+ffn = "ffn"
+
+[[finding]]
+kind = "spectra"
+san = "san"
+"""
+
+
+def write_study(path, out, data, extra_study="", arms=None, findings=FINDINGS):
     arms = arms if arms is not None else """
 [[arm]]
 name = "san"
@@ -182,14 +194,7 @@ flags = ["--train-data", "{data}/toy_train_*.bin", "--val-data", "{data}/toy_val
          "--sample-tokens", "0", "--optimizer", "adamw"]
 {extra_study}
 {arms}
-[[finding]]
-kind = "localisation"
-san = "san"
-ffn = "ffn"
-
-[[finding]]
-kind = "spectra"
-san = "san"
+{findings}
 """)
     return str(path)
 
@@ -486,3 +491,33 @@ def test_shipped_study_files_load(name):
         found = match.partners(s.arm("san").model())
         for role, arm in (("iso-depth", "ffn-iso-depth"), ("iso-param", "ffn-iso-param"), ("iso-FLOP", "ffn-iso-flop")):
             assert s.arm(arm).model() == found[role], (name, role)
+
+
+@needs_bin
+def test_diverged_run_is_finished_and_reported(toy_data, tmp_path):
+    """A run whose loss blows up (an absurd rate) is recorded as diverged, not retried, listed
+    in the report and counted by the QK-norm finding."""
+    arms = """
+[[arm]]
+name = "stable"
+preset = "tiny"
+
+[[arm]]
+name = "blowup"
+preset = "tiny"
+flags = ["--qk-norm", "0", "--lr-other", "1e5"]
+lr = 1e5
+"""
+    findings = '[[finding]]\nkind = "qk_norm"\nwith_qk_norm = "stable"\nwithout_qk_norm = "blowup"\n'
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data, arms=arms, findings=findings)
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0 and "1 diverged (blowup_lr100000_s7)" in proc.stdout, proc.stdout + proc.stderr
+    status = json.load(open(tmp_path / "out" / "runs" / "blowup_lr100000_s7" / "status.json"))
+    assert status["state"] == "diverged" and "diverged" in status["message"]
+    assert "0 to run now" in study_cmd("run", path, "--binary", BIN).stdout  # not retried
+    assert study.main(["report", path, "--binary", BIN]) == 0
+    report = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert f"Diverged: `blowup_lr100000_s7` at step {status['step']}" in report
+    rows = {r["arm"]: r for r in md_table(report, "arm")}
+    assert rows["blowup"]["seeds"] == "0" and rows["blowup"]["val loss"] == "—"
+    assert "**shows.** diverged runs: with QK-norm 0 of 1, without 1 of 1" in report
