@@ -36,6 +36,7 @@ import train_san  # noqa: E402
 from shards import ShardWriter  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
+BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 PYTHON = sys.executable
 STUDY = os.path.join(ROOT, "scripts", "study.py")
@@ -104,7 +105,7 @@ def test_counts_and_flops_equal_train_san_py():
 
 def binary_counts(flags):
     """(total, non-embedding, MFLOPs per token) that train_san prints for these model flags."""
-    proc = subprocess.run([os.path.join(ROOT, BIN)] + flags + ["--batch-size", "1", "--seq-len", "8", "--steps", "1",
+    proc = subprocess.run([BIN] + flags + ["--batch-size", "1", "--seq-len", "8", "--steps", "1",
                                                                "--train-data", "/nonexistent/*.bin"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     m = re.search(r"parameters: (\d+) total, (\d+) non-embedding; ([\d.]+) MFLOPs/token", proc.stdout)
