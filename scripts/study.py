@@ -579,11 +579,13 @@ def cmd_slurm(args):
              "# interrupted one, so resubmitting the script after a time-out continues the study.",
              f"#SBATCH --job-name={study.name}",
              f"#SBATCH --array={_ranges(indices)}" + (f"%{args.max_parallel}" if args.max_parallel else ""),
-             f"#SBATCH --ntasks=1",
-             f"#SBATCH --gpus-per-task={study.gpus}",
+             # one node per run; a task slot per GPU, so that the run's `mpirun -np gpus` fits
+             "#SBATCH --nodes=1",
+             f"#SBATCH --ntasks={study.gpus}",
+             f"#SBATCH --gpus={study.gpus}",
              f"#SBATCH --cpus-per-task={args.cpus_per_task}",
              f"#SBATCH --time={args.time}",
-             f"#SBATCH --output={os.path.join(study.out, 'slurm', '%A_%a.out')}"]
+             f"#SBATCH --output={os.path.abspath(os.path.join(study.out, 'slurm', '%A_%a.out'))}"]
     if args.partition:
         lines.append(f"#SBATCH --partition={args.partition}")
     if args.account:
