@@ -199,7 +199,7 @@ def main(argv=None):
     ap.add_argument("--ffn", choices=["none", "swiglu"])
     for field, flag in FLAG_OF_FIELD.items():
         if field not in ("ffn", "residual"):
-            ap.add_argument(flag, dest=field, type=int)
+            ap.add_argument(flag, dest=field, type=int, metavar="N", help=f"as train_san's {flag}")
     ap.add_argument("--residual", choices=["gated", "standard", "rezero", "none"])
     args = ap.parse_args(argv)
     try:

@@ -541,8 +541,8 @@ def cmd_run(args):
         if why[arm.name]:
             print(f"  arm {arm.name}: skipped ({why[arm.name]})")
     if args.dry_run:
-        for run in todo:
-            print(" ".join(shlex.quote(c) for c in run_command(study, run, latest_checkpoint(run)[1])))
+        for run in todo:  # the index is what --only takes
+            print(f"[{run.index}] {run.id}: " + " ".join(shlex.quote(c) for c in run_command(study, run, latest_checkpoint(run)[1])))
         return 0
     eta = EtaModel(study)
     outcome = {}
