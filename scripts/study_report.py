@@ -32,7 +32,7 @@ REGIONS = ("query", "trace", "answer", "other")
 # numbers
 
 class RunData:
-    def __init__(self, run, steps, tokens_per_step, absent_because=None):
+    def __init__(self, run, tokens_per_step, absent_because=None):
         self.run = run
         self.status = study_mod.read_status(run) or {}
         started = os.path.exists(os.path.join(run.dir, "log.jsonl"))
@@ -458,7 +458,7 @@ def plot_spectra(spec, out):
 def write_report(study, why, out=None):
     out = out or os.path.join(study.out, "report")
     os.makedirs(out, exist_ok=True)
-    data = [RunData(run, study.steps, study.tokens_per_step, why.get(run.arm.name)) for run in study.runs]
+    data = [RunData(run, study.tokens_per_step, why.get(run.arm.name)) for run in study.runs]
     summaries = {arm.name: ArmSummary(arm, data) for arm in study.arms}
     baseline = summaries[study.baseline]
     floor = noise_floor(summaries.values())
