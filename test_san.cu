@@ -310,6 +310,21 @@ static void check_parameter_alignment(const std::string& path) {
     CHECK_EQ(nonzero_gaps, (size_t)0);
 }
 
+// MFU peaks by device name: the more specific names must win over their substrings
+// (H100 PCIe vs H100, L40S vs L40 vs L4, A100 vs A10), unknown devices give 0 (no MFU).
+TEST_CASE(mfu_peaks_by_device_name) {
+    CHECK_EQ(peak_flops_for("NVIDIA H100 PCIe", false), 756e12);
+    CHECK_EQ(peak_flops_for("NVIDIA H100 80GB HBM3", false), 989e12);
+    CHECK_EQ(peak_flops_for("NVIDIA H200", true), 67e12);
+    CHECK_EQ(peak_flops_for("NVIDIA L40S", false), 362e12);
+    CHECK_EQ(peak_flops_for("NVIDIA L40", false), 181e12);
+    CHECK_EQ(peak_flops_for("NVIDIA L4", false), 121e12);
+    CHECK_EQ(peak_flops_for("NVIDIA A100-SXM4-80GB", false), 312e12);
+    CHECK_EQ(peak_flops_for("NVIDIA A10", false), 125e12);
+    CHECK_EQ(peak_flops_for("NVIDIA GeForce RTX 4090", false), 165e12);
+    CHECK_EQ(peak_flops_for("Tesla V100-SXM2-16GB", false), 0.0);
+}
+
 int main(int argc, char** argv) {
     std::string dir = argc > 1 ? argv[1] : "build/debug-states";
     const char* filter = argc > 2 ? argv[2] : nullptr;
