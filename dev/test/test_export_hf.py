@@ -12,7 +12,6 @@ import filecmp
 import json
 import math
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -45,14 +44,6 @@ def quiet(*_):
 
 # ------------------------------------------------------------------------------------------
 # fixtures: a small SentencePiece model and real tokens from the offline corpus
-
-@pytest.fixture(scope="module")
-def kjv_chapters():
-    if shutil.which("bible") is None:
-        pytest.skip("bible-kjv is not installed (bash scripts/setup.sh installs it)")
-    import kjv
-    return kjv.chapters()
-
 
 @pytest.fixture(scope="module")
 def spm_model(tmp_path_factory, kjv_chapters):
