@@ -3,6 +3,8 @@
 # Every .cu file is built twice from the same source:
 #   build/host-<precision>/NAME  with the host C++ compiler and the host backend (llmc/hostcuda.h): always
 #   build/gpu-<precision>/NAME   with nvcc for sm_$(GPU_COMPUTE_CAPABILITY): when nvcc is found (no GPU needed)
+# and, on request (make test-racecheck, or make build/racecheck-<precision>/NAME), a third time:
+#   build/racecheck-<precision>/NAME  the host build with shared-memory race checking (slow)
 # Trainers (train_*.cu) and their tests (test_*.cu) at the top level are also copied to ./NAME,
 # from the GPU build when a GPU is present, else from the host build.
 #
@@ -46,6 +48,21 @@ GPU_DIR := build/gpu-$(precision)
 # -O3: the vectoriser makes the host-backend kernels' inner loops several times faster
 HOST_CXXFLAGS := -std=c++17 -O3 -march=native -g -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
 HOST_LDFLAGS := -pthread
+
+# ---- race-checking host build ------------------------------------------------------------
+# build/racecheck-<precision>/NAME: the host build with every load and store instrumented
+# (-fsanitize=thread code, linked without ThreadSanitizer's runtime: llmc/hostcuda/racecheck.h
+# implements the hooks and checks shared memory only). doc/host-backend.md has the details.
+RACECHECK_DIR := build/racecheck-$(precision)
+RACECHECK_CXXFLAGS := $(HOST_CXXFLAGS) -DHOSTCUDA_RACECHECK -fsanitize=thread --param tsan-instrument-func-entry-exit=0
+# what `make test-racecheck` runs once more under a random thread order with race checking:
+# the race checker's own test, the backend tests, the attention and norm tests, and every
+# kernel playground (classifier; muon, which also runs a whole SAN training step). Not
+# test_muon: its double-precision reference dominates and runs ~30x slower instrumented,
+# while its kernels are the ones dev/cuda/muon.cu runs.
+RACECHECK_SEED ?= 1
+RACECHECK_TEST_NAMES = test_racecheck test_backend test_attention test_norm_rope_swiglu \
+  $(filter-out $(BENCHMARK_ONLY),$(notdir $(basename $(wildcard dev/cuda/*.cu))))
 
 # ---- GPU build ---------------------------------------------------------------------------
 NVCC_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo \
@@ -114,7 +131,7 @@ TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SO
 GPU_TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SOURCES))))
 BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 
-.PHONY: all host gpu test test-host test-gpu test-python mutation-check setup clean report demo
+.PHONY: all host gpu test test-host test-racecheck test-gpu test-python mutation-check setup clean report demo
 all: report
 host: $(HOST_BINS)
 gpu: $(GPU_BINS)
@@ -130,14 +147,19 @@ $(HOST_DIR)/%: %.cu | $(HOST_DIR)
 	$(HOST_CXX) $(HOST_CXXFLAGS) -x c++ $< -o $@ $(HOST_LDFLAGS)
 $(HOST_DIR)/%: %.cpp | $(HOST_DIR)
 	$(HOST_CXX) $(HOST_CXXFLAGS) $< -o $@ $(HOST_LDFLAGS)
+# (compiled and linked in two steps: a one-step -fsanitize=thread link would pull in
+# ThreadSanitizer's runtime; -MT names the binary in the .d file, not the object)
+$(RACECHECK_DIR)/%: %.cu | $(RACECHECK_DIR)
+	$(HOST_CXX) $(RACECHECK_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
+	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) && rm -f $@.o
 $(GPU_DIR)/%: %.cu | $(GPU_DIR)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDFLAGS)
 $(TOP_LEVEL): %: $(BEST_DIR)/%
 	cp $< $@
-$(HOST_DIR) $(GPU_DIR):
+$(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR):
 	mkdir -p $@
 
--include $(wildcard $(HOST_DIR)/*.d $(GPU_DIR)/*.d)
+-include $(wildcard $(HOST_DIR)/*.d $(GPU_DIR)/*.d $(RACECHECK_DIR)/*.d)
 
 # ---- tests -------------------------------------------------------------------------------
 # `make test`: set up what is missing (venv, Debian packages), then every check this machine
@@ -145,6 +167,7 @@ $(HOST_DIR) $(GPU_DIR):
 test: setup
 	$(MAKE) --no-print-directory test-host PRECISION=BF16
 	$(MAKE) --no-print-directory test-host PRECISION=FP32
+	$(MAKE) --no-print-directory test-racecheck PRECISION=BF16
 	$(MAKE) --no-print-directory mutation-check
 	$(MAKE) --no-print-directory test-python
 ifneq ($(NVCC),)
@@ -182,6 +205,11 @@ test-host: host $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 
 test-gpu: gpu $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(GPU_DIR) $(GPU_TEST_NAMES)
+
+# The kernels once more, instrumented, under a random thread order (HOSTCUDA_SCHEDULE): any
+# shared-memory race or out-of-bounds access fails the run; results must not change.
+test-racecheck: $(addprefix $(RACECHECK_DIR)/,$(RACECHECK_TEST_NAMES))
+	@HOSTCUDA_SCHEDULE=random:$(RACECHECK_SEED) bash scripts/run_tests.sh $(RACECHECK_DIR) $(RACECHECK_TEST_NAMES)
 
 # (the Python tests also run the trainer binary end to end: CLI errors, exact resume)
 # (and the fp32 build of train_san, for the comparisons that need fp32 agreement)

@@ -275,6 +275,56 @@ static void check_grad_accumulation_fp32(const std::string& path) {
     CHECK(std::fabs(norm - std::sqrt(norm_sq)) <= 1e-5 * std::sqrt(norm_sq));
 }
 
+// Device layout: every tensor of parameters, gradients and master weights starts on a
+// 128-byte boundary (the scalar gates would shift the matrices after them otherwise), the
+// canonical values round-trip exactly, and training leaves the gaps zero.
+static void check_parameter_alignment(const std::string& path) {
+    DebugCase<SAN> dc(path);
+    SAN model(dc.cfg, dc.B, dc.T);
+    int shifted_before = 0;  // tensors a back-to-back layout would put off a 16-byte boundary
+    size_t packed = 0;
+    for (const ParamSpec& s : model.spec) {
+        CHECK_EQ((uintptr_t)(model.params + s.offset) % 128, (uintptr_t)0);
+        CHECK_EQ((uintptr_t)(model.grads + s.offset) % 128, (uintptr_t)0);
+        if (model.master != nullptr) { CHECK_EQ((uintptr_t)(model.master + s.offset) % 128, (uintptr_t)0); }
+        shifted_before += (packed * sizeof(floatX)) % 16 != 0;
+        packed += s.numel();
+    }
+    CHECK(shifted_before > 0);  // the config has scalar gates: the test is not vacuous
+    model.set_parameters(dc.init);
+    CHECK(model.get_parameters() == dc.init);
+    OptimizerConfig opt = optimizer_from(dc.r);
+    float norm = 0.0f;
+    for (long k = 0; k < 2; k++) { dc.train_step(model, opt, k, 2, &norm); }
+    std::vector<float> all(model.device_elements);
+    if (model.master != nullptr) {
+        all = copy_from_device(model.master, model.device_elements);
+    } else {
+        std::vector<floatX> x = copy_from_device(model.params, model.device_elements);
+        for (size_t i = 0; i < x.size(); i++) { all[i] = to_float(x[i]); }
+    }
+    std::vector<bool> used(model.device_elements, false);
+    for (const ParamSpec& s : model.spec) { std::fill(used.begin() + s.offset, used.begin() + s.offset + s.numel(), true); }
+    size_t nonzero_gaps = 0;
+    for (size_t i = 0; i < all.size(); i++) { nonzero_gaps += !used[i] && all[i] != 0.0f; }
+    CHECK_EQ(nonzero_gaps, (size_t)0);
+}
+
+// MFU peaks by device name: the more specific names must win over their substrings
+// (H100 PCIe vs H100, L40S vs L40 vs L4, A100 vs A10), unknown devices give 0 (no MFU).
+TEST_CASE(mfu_peaks_by_device_name) {
+    CHECK_EQ(peak_flops_for("NVIDIA H100 PCIe", false), 756e12);
+    CHECK_EQ(peak_flops_for("NVIDIA H100 80GB HBM3", false), 989e12);
+    CHECK_EQ(peak_flops_for("NVIDIA H200", true), 67e12);
+    CHECK_EQ(peak_flops_for("NVIDIA L40S", false), 362e12);
+    CHECK_EQ(peak_flops_for("NVIDIA L40", false), 181e12);
+    CHECK_EQ(peak_flops_for("NVIDIA L4", false), 121e12);
+    CHECK_EQ(peak_flops_for("NVIDIA A100-SXM4-80GB", false), 312e12);
+    CHECK_EQ(peak_flops_for("NVIDIA A10", false), 125e12);
+    CHECK_EQ(peak_flops_for("NVIDIA GeForce RTX 4090", false), 165e12);
+    CHECK_EQ(peak_flops_for("Tesla V100-SXM2-16GB", false), 0.0);
+}
+
 int main(int argc, char** argv) {
     std::string dir = argc > 1 ? argv[1] : "build/debug-states";
     const char* filter = argc > 2 ? argv[2] : nullptr;
@@ -301,6 +351,7 @@ int main(int argc, char** argv) {
         testing::register_case("zcn_rms_pair_adamw", [path] { check_zcn_rms_pair(path, "adamw"); });
         testing::register_case("zcn_rms_pair_muon", [path] { check_zcn_rms_pair(path, "muon"); });
         testing::register_case("grad_accumulation_fp32", [path] { check_grad_accumulation_fp32(path); });
+        testing::register_case("parameter_alignment", [path] { check_parameter_alignment(path); });
     }
     return testing::run_all(argv[0], filter);
 }

@@ -191,14 +191,10 @@ struct ModelTensors {
     T *wte = nullptr, *wpe = nullptr, *lnfw = nullptr, *lnfb = nullptr;
     std::vector<LayerTensors<T>> layers;
 
-    void point_into(T* base, const GPT2Config& c) {
-        std::vector<ParamSpec> spec = parameter_spec(c);
+    // spec: laid out (ModelParameters::spec), so that each tensor sits at base + its offset
+    void point_into(T* base, const std::vector<ParamSpec>& spec, const GPT2Config& c) {
         std::vector<T*> ptrs;
-        T* p = base;
-        for (const ParamSpec& s : spec) {
-            ptrs.push_back(p);
-            p += s.numel();
-        }
+        for (const ParamSpec& s : spec) { ptrs.push_back(base + s.offset); }
         wte = ptrs[0];
         wpe = ptrs[1];
         layers.resize(c.n_layer);
@@ -263,8 +259,8 @@ struct GPT2 : ModelParameters {
     GPT2(const GPT2Config& config, int batch, int seq)
         : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
-        P.point_into(params, cfg);
-        G.point_into(grads, cfg);
+        P.point_into(params, spec, cfg);
+        G.point_into(grads, spec, cfg);
         allocate_activations();
     }
 

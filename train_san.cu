@@ -223,8 +223,9 @@ std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
     return spec;
 }
 
-// Pointers to one layer's tensors inside a buffer laid out by parameter_spec (parameters,
-// gradients or optimizer state all use the same layout). Absent tensors are null.
+// Pointers to one layer's tensors inside a buffer in the device layout of parameter_spec
+// (llmc/optimizer.h layout_parameters; parameters, gradients and optimizer state share it).
+// Absent tensors are null.
 template <typename T>
 struct LayerTensors {
     T *attn_norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
@@ -238,14 +239,10 @@ struct ModelTensors {
     std::vector<LayerTensors<T>> layers;
     T* final_norm = nullptr;
 
-    void point_into(T* base, const SANConfig& c) {
-        std::vector<ParamSpec> spec = parameter_spec(c);
-        layers.assign(c.n_layer, LayerTensors<T>());
-        T* p = base;
-        for (const ParamSpec& s : spec) {
-            slot(s.name) = p;
-            p += s.numel();
-        }
+    // spec: laid out (ModelParameters::spec), so that each tensor sits at base + its offset
+    void point_into(T* base, const std::vector<ParamSpec>& spec, int n_layer) {
+        layers.assign(n_layer, LayerTensors<T>());
+        for (const ParamSpec& s : spec) { slot(s.name) = base + s.offset; }
     }
 
 private:
@@ -334,8 +331,8 @@ struct SAN : ModelParameters {
     SAN(const SANConfig& config, int batch, int seq)
         : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
-        P.point_into(params, cfg);
-        G.point_into(grads, cfg);
+        P.point_into(params, spec, cfg.n_layer);
+        G.point_into(grads, spec, cfg.n_layer);
         allocate_activations();
         std::vector<float> table = rope_table(cfg.seq_len, cfg.head_dim(), cfg.rope_theta);
         rope = copy_to_device(table);

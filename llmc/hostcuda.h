@@ -10,15 +10,22 @@ on the CPU, so that `make test` runs the real kernels on machines without a GPU
   hostcuda/device_functions.h  threadIdx & co, __syncthreads, shuffles, votes, atomics, intrinsics
   hostcuda/mma.h               tensor-core mma.sync and ldmatrix as warp collectives (for llmc/mma.cuh)
   hostcuda/runtime.h           cudaMalloc, cudaMemcpy, streams, events, errors, device properties
+  hostcuda/racecheck.h         shared-memory race and bounds checking (racecheck builds)
+  hostcuda/async_copy.h        cp.async: per-thread groups of copies that land at their wait
 
 Kernels are launched with LAUNCH(grid, block, shared_bytes, stream, kernel)(args...),
 which is kernel<<<grid, block, shared_bytes, stream>>>(args...) under nvcc. Dynamic
 shared memory is reached through dynamic_shared_memory<T>() (llmc/cuda_common.h), not
 `extern __shared__`, which has no host equivalent.
 
+HOSTCUDA_SCHEDULE=forward|reverse|random:SEED picks the order threads run in
+(scheduler.h); binaries built with -DHOSTCUDA_RACECHECK -fsanitize=thread check every
+shared-memory access (racecheck.h). doc/host-backend.md describes both.
+
 What it does not model: concurrency between streams (everything is synchronous),
-cooperative groups, inline PTX and tensor-core intrinsics other than those of llmc/mma.cuh,
-texture memory, and the timing of a GPU (use dev/cuda benchmarks on a GPU for that).
+cooperative groups, inline PTX and tensor-core intrinsics other than those of llmc/mma.cuh
+and llmc/async_copy.cuh (cp.async), texture memory, and the timing of a GPU (use dev/cuda
+benchmarks on a GPU for that).
 */
 #pragma once
 
@@ -26,9 +33,11 @@ texture memory, and the timing of a GPU (use dev/cuda benchmarks on a GPU for th
 #include <type_traits>
 #include <utility>
 
+#include "hostcuda/async_copy.h"
 #include "hostcuda/bf16.h"
 #include "hostcuda/device_functions.h"
 #include "hostcuda/mma.h"
+#include "hostcuda/racecheck.h"
 #include "hostcuda/runtime.h"
 #include "hostcuda/scheduler.h"
 #include "hostcuda/types.h"

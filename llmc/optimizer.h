@@ -36,6 +36,7 @@ struct ParamSpec {
     float init_std;   // > 0: N(0, init_std); 0: constant init_value
     float init_value;
     int64_t init_rows = -1;  // rows drawn from N(0, init_std) (-1: all; padded vocabulary rows stay init_value)
+    size_t offset = 0;       // element offset in the device buffers (layout_parameters)
     int64_t numel() const {
         int64_t n = 1;
         for (int64_t s : shape) { n *= s; }
@@ -43,10 +44,25 @@ struct ParamSpec {
     }
 };
 
+// Values in canonical order (host vectors, files): the tensors back to back.
 inline size_t total_numel(const std::vector<ParamSpec>& spec) {
     size_t n = 0;
     for (const ParamSpec& s : spec) { n += s.numel(); }
     return n;
+}
+
+// The device layout of parameters, gradients, master weights and optimizer state: every
+// tensor starts on a multiple of kParamAlignElements elements (128 bytes in bf16, 256 in
+// fp32), so that cuBLAS and vectorised kernels see aligned operands even after the scalar
+// gates; the gaps hold zeros. Sets each spec's offset; returns the buffer size in elements.
+constexpr size_t kParamAlignElements = 64;
+inline size_t layout_parameters(std::vector<ParamSpec>& spec) {
+    size_t offset = 0;
+    for (ParamSpec& s : spec) {
+        s.offset = offset;
+        offset += CEIL_DIV((size_t)s.numel(), kParamAlignElements) * kParamAlignElements;
+    }
+    return offset;
 }
 
 // A model's default peak rates (per device, before --lr-scale-gpus): the SAN paper's locked
@@ -136,7 +152,7 @@ public:
     int64_t step = 0;  // optimizer steps done (AdamW bias correction uses step + 1 next)
 
     ParamOptimizer(const std::vector<ParamSpec>& spec, floatX* params, float* master, floatX* grads, float* scratch)
-        : spec_(spec), num_params_(total_numel(spec)), params_(params), master_(master), grads_(grads), scratch_(scratch) {
+        : spec_(spec), num_params_(layout_parameters(spec_)), params_(params), master_(master), grads_(grads), scratch_(scratch) {
         norm_sq_ = cudaMallocElements(float, 1);
     }
     ~ParamOptimizer() {
@@ -197,15 +213,14 @@ public:
         if (!has_state()) { return; }
         std::vector<float> m = copy_from_device(m_, num_params_), v = copy_from_device(v_, num_params_);
         std::vector<float> mom = mom_ != nullptr ? copy_from_device(mom_, num_params_) : std::vector<float>();
-        size_t offset = 0;
         for (const ParamSpec& s : spec_) {
+            const size_t offset = s.offset;
             if (uses_muon(s)) {
                 w.add_floats("opt.mom." + s.name, s.shape, mom.data() + offset);
             } else {
                 w.add_floats("opt.m." + s.name, s.shape, m.data() + offset);
                 w.add_floats("opt.v." + s.name, s.shape, v.data() + offset);
             }
-            offset += s.numel();
         }
     }
 
@@ -219,8 +234,8 @@ public:
         allocate_state(kind);
         std::vector<float> m(num_params_, 0.0f), v(num_params_, 0.0f), mom;
         if (mom_ != nullptr) { mom.assign(num_params_, 0.0f); }
-        size_t offset = 0;
         for (const ParamSpec& s : spec_) {
+            const size_t offset = s.offset;
             if (uses_muon(s)) {
                 std::vector<float> t = r.floats("opt.mom." + s.name, s.numel());
                 std::copy(t.begin(), t.end(), mom.begin() + offset);
@@ -229,7 +244,6 @@ public:
                 std::copy(tm.begin(), tm.end(), m.begin() + offset);
                 std::copy(tv.begin(), tv.end(), v.begin() + offset);
             }
-            offset += s.numel();
         }
         cudaCheck(cudaMemcpy(m_, m.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(v_, v.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
@@ -242,8 +256,8 @@ private:
     void apply(const TGrad* grads, const OptimizerConfig& opt, double lr_matrix, double lr_other, float grad_scale,
                cudaStream_t stream) {
         const bool muon = opt.is_muon();
-        size_t offset = 0;
         for (const ParamSpec& s : spec_) {
+            const size_t offset = s.offset;
             if (!(muon && s.matrix)) {
                 AdamWStep a;
                 a.lr = (float)(s.matrix ? lr_matrix : lr_other);
@@ -257,7 +271,6 @@ private:
                 adamw_update(params_ + offset, master_ != nullptr ? master_ + offset : nullptr, grads + offset,
                              m_ + offset, v_ + offset, s.numel(), a, stream);
             }
-            offset += s.numel();
         }
         if (muon) {
             muon_->step(params_, master_, grads, mom_, grad_scale, (float)lr_matrix, (float)opt.weight_decay, opt.muon(),
@@ -286,13 +299,11 @@ private:
             mom_ = cudaMallocElements(float, num_params_);
             cudaCheck(cudaMemset(mom_, 0, num_params_ * sizeof(float)));
             std::vector<MuonMatrix> matrices;
-            size_t offset = 0;
             for (const ParamSpec& s : spec_) {
                 if (s.matrix) {
                     if (s.shape.size() != 2) { fatal("Muon: matrix-group tensor %s is not 2-D", s.name.c_str()); }
-                    matrices.push_back({(int64_t)offset, (int)s.shape[0], (int)s.shape[1]});
+                    matrices.push_back({(int64_t)s.offset, (int)s.shape[0], (int)s.shape[1]});
                 }
-                offset += s.numel();
             }
             muon_ = std::make_unique<MuonOptimizer>(matrices);
         }

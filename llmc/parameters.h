@@ -14,6 +14,7 @@ the fp32 buffer `grads_fp32` that the optimizer then reads (llmc/grad_accumulate
 */
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -30,8 +31,9 @@ the fp32 buffer `grads_fp32` that the optimizer then reads (llmc/grad_accumulate
 
 class ModelParameters {
 public:
-    std::vector<ParamSpec> spec;
-    size_t num_params = 0;
+    std::vector<ParamSpec> spec;  // with each tensor's offset in the device buffers (layout_parameters)
+    size_t num_params = 0;        // values in canonical order (host vectors, files)
+    size_t device_elements = 0;   // elements of each device buffer: tensors on aligned offsets
     floatX* params = nullptr;
     floatX* grads = nullptr;
     float* grads_fp32 = nullptr;  // the fp32 gradient accumulator, when accumulate_in_fp32() was called
@@ -41,42 +43,52 @@ public:
 
     explicit ModelParameters(std::vector<ParamSpec> parameter_spec) : spec(std::move(parameter_spec)) {
         num_params = total_numel(spec);
-        params = arena_.alloc<floatX>(num_params);
-        grads = arena_.alloc<floatX>(num_params);
-        cudaCheck(cudaMemset(grads, 0, num_params * sizeof(floatX)));
-        if (PRECISION_MODE != PrecisionMode::FP32) { master = arena_.alloc<float>(num_params); }
+        device_elements = layout_parameters(spec);
+        params = arena_.alloc<floatX>(device_elements);
+        grads = arena_.alloc<floatX>(device_elements);
+        cudaCheck(cudaMemset(params, 0, device_elements * sizeof(floatX)));
+        cudaCheck(cudaMemset(grads, 0, device_elements * sizeof(floatX)));
+        if (PRECISION_MODE != PrecisionMode::FP32) {
+            master = arena_.alloc<float>(device_elements);
+            cudaCheck(cudaMemset(master, 0, device_elements * sizeof(float)));
+        }
         float* scratch = arena_.alloc<float>(kReduceBlocks);
         optimizer = std::make_unique<ParamOptimizer>(spec, params, master, grads, scratch);
     }
 
+    // values: every parameter in canonical order (num_params floats)
     void set_parameters(const std::vector<float>& values) {
         if (values.size() != num_params) { fatal("set_parameters: %zu values for %zu parameters", values.size(), num_params); }
-        std::vector<floatX> converted(num_params);
-        for (size_t i = 0; i < num_params; i++) { converted[i] = from_float<floatX>(values[i]); }
-        cudaCheck(cudaMemcpy(params, converted.data(), num_params * sizeof(floatX), cudaMemcpyHostToDevice));
-        if (master != nullptr) { cudaCheck(cudaMemcpy(master, values.data(), num_params * sizeof(float), cudaMemcpyHostToDevice)); }
+        std::vector<float> laid_out = to_device_layout(values);
+        std::vector<floatX> converted(device_elements);
+        for (size_t i = 0; i < device_elements; i++) { converted[i] = from_float<floatX>(laid_out[i]); }
+        cudaCheck(cudaMemcpy(params, converted.data(), device_elements * sizeof(floatX), cudaMemcpyHostToDevice));
+        if (master != nullptr) {
+            cudaCheck(cudaMemcpy(master, laid_out.data(), device_elements * sizeof(float), cudaMemcpyHostToDevice));
+        }
     }
     std::vector<float> get_parameters() const {
-        if (master != nullptr) { return copy_from_device(master, num_params); }
-        return to_floats(copy_from_device(params, num_params));
+        if (master != nullptr) { return to_canonical(copy_from_device(master, device_elements)); }
+        return to_canonical(to_floats(copy_from_device(params, device_elements)));
     }
-    // The gradients the optimizer would use: the fp32 accumulator when there is one.
+    // The gradients the optimizer would use (the fp32 accumulator when there is one), in
+    // canonical order.
     std::vector<float> get_gradients() const {
-        if (grads_fp32 != nullptr) { return copy_from_device(grads_fp32, num_params); }
-        return to_floats(copy_from_device(grads, num_params));
+        if (grads_fp32 != nullptr) { return to_canonical(copy_from_device(grads_fp32, device_elements)); }
+        return to_canonical(to_floats(copy_from_device(grads, device_elements)));
     }
 
     // Accumulates micro-batch gradients in fp32 from now on (a no-op in fp32 builds, whose
     // gradients are fp32 already).
     void accumulate_in_fp32() {
         if (PRECISION_MODE == PrecisionMode::FP32 || grads_fp32 != nullptr) { return; }
-        grads_fp32 = arena_.alloc<float>(num_params);
-        cudaCheck(cudaMemset(grads_fp32, 0, num_params * sizeof(float)));
+        grads_fp32 = arena_.alloc<float>(device_elements);
+        cudaCheck(cudaMemset(grads_fp32, 0, device_elements * sizeof(float)));
         optimizer->read_fp32_gradients(grads_fp32);
     }
     // After each micro-batch's backward(): moves its gradients into the fp32 accumulator.
     void end_micro_batch() {
-        if (grads_fp32 != nullptr) { accumulate_fp32(grads_fp32, grads, num_params, stream); }
+        if (grads_fp32 != nullptr) { accumulate_fp32(grads_fp32, grads, device_elements, stream); }
     }
 
     // "parameter 'name'" or "gradient 'name'" of the first tensor (canonical order,
@@ -117,8 +129,8 @@ public:
     }
 
     void zero_grad() {
-        cudaCheck(cudaMemsetAsync(grads, 0, num_params * sizeof(floatX), stream));
-        if (grads_fp32 != nullptr) { cudaCheck(cudaMemsetAsync(grads_fp32, 0, num_params * sizeof(float), stream)); }
+        cudaCheck(cudaMemsetAsync(grads, 0, device_elements * sizeof(floatX), stream));
+        if (grads_fp32 != nullptr) { cudaCheck(cudaMemsetAsync(grads_fp32, 0, device_elements * sizeof(float), stream)); }
     }
 
     // One optimizer step on the accumulated gradients (clipped to the global norm); returns
@@ -159,6 +171,24 @@ public:
     }
 
 protected:
+    // canonical order (tensors back to back) <-> device layout (tensors at spec[i].offset)
+    std::vector<float> to_device_layout(const std::vector<float>& values) const {
+        std::vector<float> out(device_elements, 0.0f);
+        size_t from = 0;
+        for (const ParamSpec& s : spec) {
+            std::copy(values.begin() + from, values.begin() + from + s.numel(), out.begin() + s.offset);
+            from += s.numel();
+        }
+        return out;
+    }
+    std::vector<float> to_canonical(const std::vector<float>& laid_out) const {
+        std::vector<float> out;
+        out.reserve(num_params);
+        for (const ParamSpec& s : spec) {
+            out.insert(out.end(), laid_out.begin() + s.offset, laid_out.begin() + s.offset + s.numel());
+        }
+        return out;
+    }
     static std::vector<float> to_floats(const std::vector<floatX>& values) {
         std::vector<float> out(values.size());
         for (size_t i = 0; i < values.size(); i++) { out[i] = to_float(values[i]); }

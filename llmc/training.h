@@ -580,15 +580,30 @@ inline std::vector<std::pair<int, long>> milestone_steps(long steps) {
 // Trains `model` as the options say (flops_per_token: for the MFU shown on a GPU). `checkpoint` is the file given with --resume (its
 // data position and RNG are restored; the model has already loaded its state) or null.
 // doc_start_token: the token the data loader marks document starts with (-1: none).
-// Peak dense FLOP/s of this device for the build's precision, for the MFU figure; 0 where
-// unknown (the host backend, GPUs other than sm_90).
+// Peak dense FLOP/s of a GPU (by its name as the driver reports it) for the build's
+// precision, for the MFU figure: bf16 tensor cores with fp32 accumulation, or plain fp32
+// (no TF32) in fp32 builds; 0 where unknown. Data-sheet figures, dense (no sparsity).
+struct GpuPeak {
+    const char* name_part;  // matched as a substring; the first match wins (more specific first)
+    double bf16, fp32;      // TFLOP/s
+};
+inline double peak_flops_for(const std::string& device_name, bool fp32_build) {
+    static const GpuPeak peaks[] = {
+        {"H200", 989, 67},     {"H100 PCIe", 756, 51}, {"H100", 989, 67},    {"GH200", 989, 67},
+        {"B200", 2250, 80},    {"A100", 312, 19.5},    {"L40S", 362, 91.6},  {"L40", 181, 90.5},
+        {"L4", 121, 30.3},     {"A10G", 70, 31.2},     {"A10", 125, 31.2},   {"RTX 4090", 165, 82.6},
+        {"RTX 3090", 71, 35.6}, {"A6000", 155, 38.7},
+    };
+    for (const GpuPeak& p : peaks) {
+        if (device_name.find(p.name_part) != std::string::npos) { return (fp32_build ? p.fp32 : p.bf16) * 1e12; }
+    }
+    return 0.0;
+}
 inline double peak_flops_per_second() {
     if (HOST_BACKEND) { return 0.0; }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9) { return 0.0; }
-    // H100/H200 SXM: 989 TFLOP/s dense bf16 on tensor cores; fp32 builds use plain fp32 (67)
-    return PRECISION_MODE == PrecisionMode::FP32 ? 67e12 : 989e12;
+    return peak_flops_for(prop.name, PRECISION_MODE == PrecisionMode::FP32);
 }
 
 // "N shards, M tokens (first .. last)" of a loader's files, for the start-of-run summary.
@@ -692,15 +707,17 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         }
     }
     if (!o.checkpoint_dir.empty() && !start_file.empty() && o.steps > 0) {
-        // every file this run may write; none may be the one it started from
+        // every file this run will write (after the steps already done); none may be the
+        // one it started from
+        const long done = (long)model.steps_done();
         std::vector<std::string> names = {"final.bin"};
         for (long s = o.save_every; o.save_every > 0 && s < o.steps; s += o.save_every) {
-            names.push_back("step_" + std::to_string(s) + ".bin");
+            if (s > done) { names.push_back("step_" + std::to_string(s) + ".bin"); }
         }
         for (const auto& m : milestone_steps(o.steps)) {
             char name[32];
             snprintf(name, sizeof(name), "milestone_%03d.bin", m.first);
-            if (o.milestones) { names.push_back(name); }
+            if (o.milestones && (m.second > done || (m.second == 0 && done == 0))) { names.push_back(name); }
         }
         for (const std::string& n : names) {
             std::string path = o.checkpoint_dir + "/" + n;

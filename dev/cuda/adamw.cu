@@ -44,6 +44,30 @@ int main() {
     std::vector<float> again = copy_from_device(d_norm_sq, 1);
     printf("    norm bit-identical on rerun: %s\n", first[0] == again[0] ? "yes" : "NO");
     ok &= first[0] == again[0];
+    // the dot product's vector and element-wise paths and its grid sizes: lengths around
+    // the vector width and the block thresholds, aligned and misaligned starts; a and b
+    // differ so that a swapped or skipped element shows (every element is +-1 or +-2 apart)
+    for (size_t len : {(size_t)1, (size_t)7, (size_t)8, (size_t)9, (size_t)4097, (size_t)40000, n - 1}) {
+        for (size_t start : {(size_t)0, (size_t)1}) {
+            const floatX* a = d_g + start;
+            std::vector<floatX> bx(len);
+            double dot = 0.0;
+            for (size_t i = 0; i < len; i++) {
+                bx[i] = from_float<floatX>((i % 3 == 0 ? 2.0f : -1.0f));
+                dot += (double)to_float(g_x[start + i]) * to_float(bx[i]);
+            }
+            floatX* d_b = copy_to_device(bx);
+            float* d_dot = cudaMallocElements(float, 1);
+            dot_product(d_dot, d_scratch, a, d_b, len, 1.0f, false, 0);
+            float got = copy_from_device(d_dot, 1)[0];
+            bool good = std::fabs(got - dot) <= 1e-5 * (std::fabs(dot) + std::sqrt((double)len));
+            if (!good) { printf("    dot product n=%zu start=%zu: %g, expected %g\n", len, start, got, dot); }
+            ok &= good;
+            cudaFree(d_b);
+            cudaFree(d_dot);
+        }
+    }
+    printf("    dot products over 7 lengths x 2 alignments: %s\n", ok ? "ok" : "FAILED");
     s.grad_scale = std::min(1.0f, 10.0f / (std::sqrt(first[0]) + 1e-6f));  // clip to 10
 
     for (bool with_master : {false, true}) {
@@ -70,7 +94,7 @@ int main() {
         if (with_master) { ok &= validate_result(d_master, p_ref.data(), "master", n, 2e-7f, 1e-6f); }
         ok &= validate_result(d_p, p_ref.data(), "params", n, 2e-7f, PRECISION_MODE == PrecisionMode::FP32 ? 1e-6f : 1.0f / 256);
         if (kBenchmarksEnabled) {
-            float ms = benchmark_kernel(10, adamw_update, d_p, d_master, d_g, d_m, d_v, n, s, (cudaStream_t)0);
+            float ms = benchmark_kernel(10, adamw_update<floatX>, d_p, d_master, d_g, d_m, d_v, n, s, (cudaStream_t)0);
             print_table_header();
             print_result_row(with_master ? "adamw (master)" : "adamw", 1, ms, (double)n * (3 * sizeof(floatX) + 4 * sizeof(float) + (with_master ? 8 : 0)), ms);
         }

@@ -187,7 +187,7 @@ static void benchmark_preset(const std::string& preset, int B, int T, int repeat
         opt.optimizer = optimizer;
         opt.ns_fp32 = ns_fp32;
         opt.lr = opt.lr_other = -1.0;
-        opt.resolve_rates();
+        opt.resolve_rates(default_rates(cfg));
         ParamOptimizer po(model.spec, model.params, model.master, model.grads, model.scratch);
         return time_ms(repeats, [&] { po.update(opt, 1e-6, 1e-6, model.stream); });
     };

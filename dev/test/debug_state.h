@@ -87,11 +87,11 @@ void check_resume(const DebugCase<Model>& dc, const OptimizerConfig& opt, long s
     const ParamOptimizer &a = *straight.optimizer, &b = *resumed.optimizer;
     CHECK(a.state_kind() == opt.optimizer && b.state_kind() == opt.optimizer);
     if (a.adam_m() != nullptr && b.adam_m() != nullptr) {
-        CHECK(same_bits(copy_from_device(a.adam_m(), straight.num_params), copy_from_device(b.adam_m(), resumed.num_params)));
+        CHECK(same_bits(copy_from_device(a.adam_m(), straight.device_elements), copy_from_device(b.adam_m(), resumed.device_elements)));
     }
     if (opt.is_muon()) {
-        CHECK(same_bits(copy_from_device(a.muon_momentum(), straight.num_params),
-                        copy_from_device(b.muon_momentum(), resumed.num_params)));
+        CHECK(same_bits(copy_from_device(a.muon_momentum(), straight.device_elements),
+                        copy_from_device(b.muon_momentum(), resumed.device_elements)));
     }
     remove(checkpoint.c_str());
 }

@@ -18,6 +18,7 @@ Usage: test_backend [name-filter]
 #include <random>
 #include <vector>
 
+#include "llmc/async_copy.cuh"
 #include "llmc/cuda_common.h"
 #include "dev/test/testing.h"
 
@@ -596,6 +597,61 @@ TEST_CASE(packed128_intrinsics_and_template_launch) {
     cudaCheck(cudaFree(d_in));
     cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_rs));
+}
+
+// ----------------------------------------------------------------------------------------
+// cp.async (llmc/async_copy.cuh): a double-buffered pipeline that copies tile k + 1 while it
+// sums tile k; each thread copies kBytes per tile and reads a word its neighbour copied, so
+// a copy that landed late or in the wrong place changes the result.
+
+template <int kBytes>
+__global__ void async_copy_pipeline(const float* in, float* out, int tiles) {
+    constexpr int per = kBytes / 4;  // floats per thread per tile
+    float* buf = dynamic_shared_memory<float>();  // [2][blockDim.x * per]
+    int n = blockDim.x, t = threadIdx.x, m = n * per;
+    const float* src = in + (size_t)blockIdx.x * tiles * m;
+    cp_async<kBytes>(&buf[t * per], &src[t * per]);
+    cp_async_commit_group();
+    float acc = 0.0f;
+    for (int k = 0; k < tiles; k++) {
+        if (k + 1 < tiles) { cp_async<kBytes>(&buf[((k + 1) & 1) * m + t * per], &src[(size_t)(k + 1) * m + t * per]); }
+        cp_async_commit_group();   // (possibly empty: groups stay in step)
+        cp_async_wait_group<1>();  // this thread's copies of tile k have landed
+        __syncthreads();           // and everyone's
+        acc += buf[(k & 1) * m + (t * per + per) % m] * (float)(k + 1);
+        __syncthreads();           // tile k is read before its buffer takes tile k + 2
+    }
+    cp_async_wait_all();
+    out[blockIdx.x * n + t] = acc;
+}
+
+template <int kBytes>
+static void check_async_copy_pipeline() {
+    constexpr int per = kBytes / 4;
+    int blocks = 3, n = 64, tiles = 5, m = n * per;
+    std::vector<float> in((size_t)blocks * tiles * m);
+    for (size_t i = 0; i < in.size(); i++) { in[i] = (float)(i % 1000) * 0.25f; }  // exact sums
+    std::vector<float> expect((size_t)blocks * n, 0.0f);
+    for (int b = 0; b < blocks; b++)
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k < tiles; k++)
+                expect[b * n + t] += in[((size_t)b * tiles + k) * m + (t * per + per) % m] * (float)(k + 1);
+    float* d_in = copy_to_device(in);
+    float* d_out = cudaMallocElements(float, expect.size());
+    LAUNCH(blocks, n, 2 * m * sizeof(float), 0, async_copy_pipeline<kBytes>)(d_in, d_out, tiles);
+    cudaCheckLaunch();
+    std::vector<float> got = copy_from_device(d_out, expect.size());
+    char what[32];
+    snprintf(what, sizeof(what), "cp.async %d bytes", kBytes);
+    CHECK_CLOSE(what, got.data(), expect.data(), got.size(), 0.0, 0.0);
+    cudaCheck(cudaFree(d_in));
+    cudaCheck(cudaFree(d_out));
+}
+
+TEST_CASE(async_copy_double_buffered_pipeline) {
+    check_async_copy_pipeline<4>();
+    check_async_copy_pipeline<8>();
+    check_async_copy_pipeline<16>();
 }
 
 // ----------------------------------------------------------------------------------------

@@ -397,3 +397,13 @@ def test_reference_and_trainer_have_the_same_presets(trainer):
     import train_gpt2
     import train_san
     assert sorted(listed) == sorted((train_san if trainer == "san" else train_gpt2).PRESETS)
+
+
+def test_resume_in_the_run_directory(data, finished, tmp_path):
+    """A killed run resumed in its own checkpoint directory (as scripts/study.py does, with
+    the whole command line repeated) writes the later checkpoints next to the one it started
+    from and ends where the uninterrupted run ended."""
+    d, _ = finished["san"]
+    (tmp_path / "step_6.bin").write_bytes((d / "step_6.bin").read_bytes())
+    run("san", common(data, tmp_path) + ["--steps", 10, "--save-every", 6, "--resume", tmp_path / "step_6.bin"])
+    assert (tmp_path / "final.bin").read_bytes() == (d / "final.bin").read_bytes()

@@ -13,14 +13,24 @@ fibers on the worker:
   posts what it brings and, unless it is the last to arrive, parks its fiber and switches
   to the worker's scheduler loop; a new fiber then starts the next threads. The last
   thread to arrive completes the operation (computes every lane's shuffle result, or
-  releases the barrier), moves the waiters to the run queue, and goes on.
+  releases the barrier) and queues all participants, itself included, in the schedule's
+  order (below).
 - A barrier releases when every thread of the block that has not exited has arrived, as
   on the hardware, where exited threads no longer count.
 - If the run queue empties while threads are still parked, the block can never finish:
   the backend prints what each parked thread waits for and aborts, instead of hanging.
 
-The order in which threads run is fixed by the launch alone, so results are deterministic
-for a given number of workers (and for any number if blocks do not race through atomics).
+The order in which threads run is fixed by the launch and HOSTCUDA_SCHEDULE, so results
+are deterministic for a given number of workers (and for any number if blocks do not race
+through atomics). HOSTCUDA_SCHEDULE picks the order, so that a kernel that silently relies
+on one order (a missing barrier) shows up under another:
+- forward (default): threads start in ascending order, and at a barrier or warp
+  collective every participant (the last to arrive included) resumes in ascending order.
+- reverse: the same in descending order.
+- random:SEED: threads start in a random order (a permutation per block, from SEED, the
+  launch number and the block index), and every pick from the run queue is random, so
+  the threads between barriers and the warps at warp collectives interleave randomly.
+A race-free kernel gives bitwise the same results under every schedule.
 */
 #pragma once
 
@@ -65,6 +75,50 @@ constexpr size_t kFiberStackBytes = 256 * 1024;
 // collective's `exchange` function on all of them (tensor-core emulation, hostcuda/mma.h).
 enum class CollectiveKind { Shuffle, Ballot, All, Any, SyncWarp, Exchange };
 
+// ----------------------------------------------------------------------------------------
+// the order threads run in (HOSTCUDA_SCHEDULE)
+
+enum class ScheduleOrder { Forward, Reverse, Random };
+struct Schedule {
+    ScheduleOrder order = ScheduleOrder::Forward;
+    uint64_t seed = 0;
+};
+
+// Parses "forward", "reverse" or "random:SEED" (SEED a non-negative integer).
+inline Schedule parse_schedule(const char* text) {
+    Schedule s;
+    if (text == nullptr || strcmp(text, "") == 0 || strcmp(text, "forward") == 0) { return s; }
+    if (strcmp(text, "reverse") == 0) {
+        s.order = ScheduleOrder::Reverse;
+        return s;
+    }
+    if (strncmp(text, "random:", 7) == 0 && text[7] >= '0' && text[7] <= '9') {
+        char* end = nullptr;
+        unsigned long long seed = strtoull(text + 7, &end, 10);
+        if (*end == '\0') {
+            s.order = ScheduleOrder::Random;
+            s.seed = seed;
+            return s;
+        }
+    }
+    die("HOSTCUDA_SCHEDULE='%s': expected forward, reverse or random:SEED (SEED a non-negative integer)", text);
+}
+
+// The schedule of the following launches: HOSTCUDA_SCHEDULE, unless a test set another one.
+inline Schedule& current_schedule() {
+    static Schedule schedule = parse_schedule(getenv("HOSTCUDA_SCHEDULE"));
+    return schedule;
+}
+// For tests: runs the following launches under `s` (call between launches, not inside one).
+inline void set_schedule(Schedule s) { current_schedule() = s; }
+
+inline uint64_t splitmix64(uint64_t& state) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 struct Fiber {
     Context context;
     FiberStack stack;
@@ -87,6 +141,15 @@ struct WarpCollective {
 };
 
 struct Worker;
+struct RaceChecker;        // racecheck.h
+struct AsyncCopyState;     // async_copy.h
+// Events the race checker (racecheck.h) and cp.async emulation (async_copy.h) follow.
+void race_launch_started(Worker& w);
+void race_block_started(Worker& w);
+void race_block_barrier(Worker& w);
+void race_syncwarp(Worker& w, int warp, uint32_t lanes);
+void async_copies_thread_exited(Worker& w, int linear_tid);
+void race_launch_finished(const char* kernel_name);
 
 // Per-OS-thread view of "which GPU thread is running now"; threadIdx & co read from here.
 struct ThreadState {
@@ -119,6 +182,15 @@ struct Worker {
     std::vector<Fiber*> barrier_waiters;
     WarpCollective warps[kMaxThreadsPerBlock / kWarpSize];
     std::vector<unsigned char> dynamic_shared;  // sized per launch, 16-byte aligned start
+    size_t dynamic_shared_bytes = 0;            // the launch's shared_bytes
+
+    // the schedule of this block (HOSTCUDA_SCHEDULE)
+    ScheduleOrder order = ScheduleOrder::Forward;
+    uint64_t rng = 0;                // Random: the block's random stream
+    std::vector<int> start_order;    // Random: the permutation threads start in
+
+    RaceChecker* race = nullptr;            // set while race checking is on (racecheck.h)
+    AsyncCopyState* async_copies = nullptr;  // cp.async copies in flight (async_copy.h)
 
     ~Worker() {
         for (Fiber* f : all_fibers) {
@@ -132,11 +204,30 @@ struct Worker {
     void block_current_fiber(Fiber* self, const char* reason);
     void on_thread_finished();
     void release_barrier();
+    void yield_current_fiber(Fiber* self);
     [[noreturn]] void report_deadlock();
+    // The race checker keeps guard zones of kSharedGuardBytes on both sides of the dynamic
+    // shared memory, where any access is out of bounds.
+    static constexpr size_t kSharedGuardBytes =
+#if defined(HOSTCUDA_RACECHECK)
+        4096;
+#else
+        0;
+#endif
     unsigned char* shared_base() {
-        uintptr_t p = reinterpret_cast<uintptr_t>(dynamic_shared.data());
+        uintptr_t p = reinterpret_cast<uintptr_t>(dynamic_shared.data()) + kSharedGuardBytes;
         return reinterpret_cast<unsigned char*>((p + 15) & ~static_cast<uintptr_t>(15));
     }
+    // Which thread the k-th fiber start runs.
+    int thread_to_start(int k) const {
+        switch (order) {
+            case ScheduleOrder::Forward: return k;
+            case ScheduleOrder::Reverse: return num_threads - 1 - k;
+            case ScheduleOrder::Random: return start_order[k];
+        }
+        return k;
+    }
+    uint32_t random_below(uint32_t n) { return static_cast<uint32_t>(splitmix64(rng) % n); }
 };
 
 inline dim3 unflatten(int linear, dim3 dims) {
@@ -150,11 +241,12 @@ inline void fiber_main() {
         Worker& w = *tls.worker;
         Fiber* self = tls.fiber;
         while (w.next_unstarted < w.num_threads) {
-            int t = w.next_unstarted++;
+            int t = w.thread_to_start(w.next_unstarted++);
             self->linear_tid = t;
             self->thread_idx = unflatten(t, tls.block_dim);
             tls.thread_idx = self->thread_idx;
             w.body(w.body_arg);
+            if (w.async_copies != nullptr) { async_copies_thread_exited(w, t); }
             w.on_thread_finished();
         }
         self->linear_tid = -1;
@@ -184,6 +276,16 @@ inline void Worker::release_barrier() {
     barrier_result = barrier_predicate_count;
     barrier_predicate_count = 0;
     barrier_arrived = 0;
+    if (race != nullptr) { race_block_barrier(*this); }
+    // forward and reverse: resume in thread order (random: the scheduler loop picks at random)
+    auto ascending = [](const Fiber* a, const Fiber* b) { return a->linear_tid < b->linear_tid; };
+    auto descending = [](const Fiber* a, const Fiber* b) { return a->linear_tid > b->linear_tid; };
+    if (order == ScheduleOrder::Forward && !std::is_sorted(barrier_waiters.begin(), barrier_waiters.end(), ascending)) {
+        std::sort(barrier_waiters.begin(), barrier_waiters.end(), ascending);
+    } else if (order == ScheduleOrder::Reverse &&
+               !std::is_sorted(barrier_waiters.begin(), barrier_waiters.end(), descending)) {
+        std::sort(barrier_waiters.begin(), barrier_waiters.end(), descending);
+    }
     for (Fiber* f : barrier_waiters) { run_queue.push_back(f); }
     barrier_waiters.clear();
 }
@@ -203,14 +305,31 @@ inline void Worker::block_current_fiber(Fiber* self, const char* reason) {
     self->waiting_for = nullptr;
 }
 
+// Lets the scheduler pick what runs next; `self` must already be in the run queue.
+inline void Worker::yield_current_fiber(Fiber* self) { switch_context(self->context, scheduler); }
+
 inline void Worker::run_block(dim3 block_idx) {
     tls.block_idx = block_idx;
     next_unstarted = 0;
     finished = 0;
     barrier_arrived = 0;
     barrier_predicate_count = 0;
+    if (order == ScheduleOrder::Random) {
+        uint64_t block_linear = block_idx.x + static_cast<uint64_t>(tls.grid_dim.x) *
+                                                  (block_idx.y + static_cast<uint64_t>(tls.grid_dim.y) * block_idx.z);
+        rng = current_schedule().seed;
+        rng = splitmix64(rng) ^ launch_id;
+        rng = splitmix64(rng) ^ block_linear;
+        start_order.resize(num_threads);
+        for (int i = 0; i < num_threads; i++) { start_order[i] = i; }
+        for (int i = num_threads - 1; i > 0; i--) { std::swap(start_order[i], start_order[random_below(i + 1)]); }
+    }
+    if (race != nullptr) { race_block_started(*this); }
     run_queue.push_back(acquire_fiber());
     while (!run_queue.empty()) {
+        if (order == ScheduleOrder::Random && run_queue.size() > 1) {
+            std::swap(run_queue.front(), run_queue[random_below(static_cast<uint32_t>(run_queue.size()))]);
+        }
         Fiber* f = run_queue.front();
         run_queue.pop_front();
         tls.fiber = f;
@@ -254,12 +373,13 @@ inline int block_barrier(int predicate) {
 #endif
     w.barrier_arrived++;
     w.barrier_predicate_count += predicate != 0;
-    if (all_threads_at_barrier(w)) {
-        w.release_barrier();
-    } else {
-        Fiber* self = tls.fiber;
-        w.barrier_waiters.push_back(self);
+    Fiber* self = tls.fiber;
+    w.barrier_waiters.push_back(self);
+    if (!all_threads_at_barrier(w)) {
         w.block_current_fiber(self, "__syncthreads");
+    } else {
+        w.release_barrier();  // the last to arrive resumes in the schedule's order, like the others
+        w.yield_current_fiber(self);
     }
     return w.barrier_result;
 }
@@ -324,9 +444,15 @@ inline uint64_t warp_collective(CollectiveKind kind, uint32_t mask, uint64_t val
             case CollectiveKind::Exchange: break;
         }
         c.fiber[l]->collective_result = result;
-        if (l != lane) { w.run_queue.push_back(c.fiber[l]); }
     }
     c.arrived = 0;
+    if (kind == CollectiveKind::SyncWarp && w.race != nullptr) { race_syncwarp(w, warp, participants); }
+    // every participant, this one included, resumes in the schedule's order
+    for (int i = 0; i < kWarpSize; i++) {
+        int l = w.order == ScheduleOrder::Reverse ? kWarpSize - 1 - i : i;
+        if (participants >> l & 1u) { w.run_queue.push_back(c.fiber[l]); }
+    }
+    w.yield_current_fiber(self);
     return self->collective_result;
 }
 
@@ -496,7 +622,11 @@ inline void run_block_task(void* ctx, int64_t block_linear) {
         w.body = launch.body;
         w.body_arg = launch.body_arg;
         w.num_threads = static_cast<int>(launch.block.x * launch.block.y * launch.block.z);
-        if (w.dynamic_shared.size() < launch.shared_bytes + 16) { w.dynamic_shared.resize(launch.shared_bytes + 16); }
+        size_t bytes = launch.shared_bytes + 16 + 2 * Worker::kSharedGuardBytes;
+        if (w.dynamic_shared.size() < bytes) { w.dynamic_shared.resize(bytes); }
+        w.dynamic_shared_bytes = launch.shared_bytes;
+        w.order = current_schedule().order;
+        race_launch_started(w);
     }
     dim3 b(static_cast<unsigned>(block_linear % launch.grid.x),
            static_cast<unsigned>((block_linear / launch.grid.x) % launch.grid.y),
@@ -554,6 +684,7 @@ inline void run_grid(GridLaunch launch) {
     if (profile != nullptr) {
         profile->add(launch.kernel_name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+    race_launch_finished(launch.kernel_name);
 }
 
 }  // namespace hostcuda

@@ -20,7 +20,8 @@ keywords, which mean nothing to the host compiler.
 #define __grid_constant__
 // Static shared memory: one copy per OS thread. The blocks an OS thread runs run one
 // after another, and all threads of a block run on that OS thread, so this is exactly
-// "one copy per resident block".
+// "one copy per resident block". (The race checker, racecheck.h, relies on this: static
+// shared arrays are what lies in the executable's TLS block besides the backend's own.)
 #define __shared__ static thread_local
 
 struct dim3 {

@@ -1,6 +1,5 @@
-"""Shared fixtures for the data tests: import path, a small trained tokenizer, the KJV text."""
+"""Shared fixtures for the data tests: import path and a small trained tokenizer (the KJV text: dev/conftest.py)."""
 import os
-import shutil
 import sys
 
 import pytest
@@ -8,14 +7,6 @@ import pytest
 DATA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(os.path.dirname(DATA_DIR))
 sys.path.insert(0, DATA_DIR)
-
-
-@pytest.fixture(scope="session")
-def kjv_chapters():
-    if shutil.which("bible") is None:
-        pytest.skip("bible-kjv is not installed (bash scripts/setup.sh installs it)")
-    import kjv
-    return kjv.chapters()
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,97 @@
+"""
+Scores an eval set (.bin, doc/formats.md "Eval sets") with the PyTorch reference model of a
+checkpoint: the trainer's own evaluation of a multiple-choice or cloze set, following
+lm-evaluation-harness so that its numbers and lm-eval's on an exported model
+(scripts/export_hf.py) can be compared item for item.
+
+  python dev/eval/reference_eval.py CKPT EVALSET.bin [--limit N]
+
+Per continuation: the model reads context + continuation minus its last token (left-truncated
+to the model's context, as lm-eval does) and the log-likelihood is the sum of the
+continuation tokens' log-probabilities, softmax over the real vocabulary; "greedy" when every
+continuation token is the argmax. The contexts in the file start with BOS already (header
+field [7]), which is where lm-eval's tokenizer puts it (scripts/hf_tokenizer.py).
+  multiple choice: acc = argmax log-likelihood is gold; acc_norm = argmax of
+                   log-likelihood / characters of the continuation (first index on ties);
+  cloze:           acc = greedy; perplexity = exp(-mean log-likelihood).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "dev", "data"))
+from evalset import KIND_CLOZE, read_evalset  # noqa: E402
+
+
+@torch.no_grad()
+def continuation_scores(model, vocab_size, max_len, context, continuation):
+    """(log-likelihood, greedy) of continuation after context under model (ids -> (1,T,*) logits)."""
+    toks = (list(context) + list(continuation))[-(max_len + 1):]
+    inp = torch.tensor([toks[:-1]], dtype=torch.long)
+    logits = model(inp)[0][0, :, :vocab_size].double()
+    logp = torch.log_softmax(logits, dim=-1)[-len(continuation):]
+    target = torch.tensor(continuation, dtype=torch.long)
+    ll = logp.gather(-1, target[:, None]).sum().item()
+    return ll, bool(torch.equal(logp.argmax(-1), target))
+
+
+def score_evalset(model, vocab_size, max_len, es, limit=None):
+    """{'acc', 'acc_norm' (multiple choice) or 'perplexity' (cloze), 'n', 'items': per item the
+    (log-likelihood, greedy) of each choice}."""
+    items = es["items"][:limit] if limit else es["items"]
+    per_item, acc, acc_norm, lls = [], 0, 0, []
+    for it in items:
+        res = [continuation_scores(model, vocab_size, max_len, it["context"], c) for c in it["choices"]]
+        per_item.append(res)
+        if es["kind"] == KIND_CLOZE:
+            acc += res[0][1]
+            lls.append(res[0][0])
+        else:
+            ll = [r[0] for r in res]
+            acc += max(range(len(ll)), key=lambda i: (ll[i], -i)) == it["gold"]
+            norm = [x / n for x, n in zip(ll, it["choice_chars"])]
+            acc_norm += max(range(len(norm)), key=lambda i: (norm[i], -i)) == it["gold"]
+    n = len(items)
+    out = {"n": n, "acc": acc / n, "items": per_item}
+    if es["kind"] == KIND_CLOZE:
+        out["perplexity"] = math.exp(-sum(lls) / n)
+    else:
+        out["acc_norm"] = acc_norm / n
+    return out
+
+
+def load_reference(ckpt):
+    """(model in eval mode, vocab size, context length) of a SAN or GPT-2 checkpoint."""
+    import train_gpt2
+    import train_san
+    _, meta, _ = train_san.read_container(ckpt, train_san.KIND_CHECKPOINT)
+    mod = train_gpt2 if meta.get("model") == "gpt2" else train_san
+    model = mod.load_checkpoint(ckpt)[0].eval()
+    return model, model.cfg.vocab_size, model.cfg.seq_len
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkpoint")
+    ap.add_argument("evalset", help="eval set .bin (dev/data/evals.py, dev/data/sanity_evals.py)")
+    ap.add_argument("--limit", type=int, default=None, help="score only the first N items")
+    args = ap.parse_args(argv)
+    model, V, T = load_reference(args.checkpoint)
+    es = read_evalset(args.evalset)
+    if es["vocab_size"] != V:
+        print(f"error: {args.evalset} is tokenized for vocab {es['vocab_size']}, the model has {V}", file=sys.stderr)
+        return 1
+    r = score_evalset(model, V, T, es, args.limit)
+    print(" ".join(f"{k} {v:.6f}" for k, v in r.items() if k not in ("n", "items")) + f" n {r['n']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,524 @@
+"""Checks of the study layer (scripts/match.py, study.py, study_report.py, spectra.py).
+
+- match.py: the SAN paper's Table 1 (non-embedding counts of the partners, and that the
+  calculator names ffn20 / ffn4 / ffn9); its closed-form counts and FLOPs equal train_san.py's
+  (which walk the parameter list) over a grid of configs, and train_san's printed ones.
+- A two-run toy study (tiny SAN vs tiny FFN on a small corpus with region and exercise
+  sidecars): the report's tables are recomputed here from the runs' JSONL logs, its plots
+  exist; a second `run` skips finished runs; a run whose final checkpoint and status are
+  removed resumes from its step checkpoint and ends with the same validation record.
+- Broken study files stop with an error naming the file and the problem before any run.
+- spectra.py against torch.linalg on the parameters of a checkpoint.
+The trainer tests need TRAIN_SAN_BIN (make test sets it) and are skipped without it.
+About 30 s on 2 busy cores.
+"""
+import dataclasses
+import itertools
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+sys.path.insert(0, ROOT)
+import match  # noqa: E402
+import spectra  # noqa: E402
+import study  # noqa: E402
+import train_san  # noqa: E402
+from shards import ShardWriter  # noqa: E402
+
+BIN = os.environ.get("TRAIN_SAN_BIN")
+BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it
+needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
+PYTHON = sys.executable
+STUDY = os.path.join(ROOT, "scripts", "study.py")
+
+
+# ----------------------------------------------------------------------------------------
+# match.py
+
+def test_table1_partners_of_the_paper_san():
+    """Table 1 of the SAN paper: the FFN partners' non-embedding counts, and their names."""
+    found = match.partners(match.PRESETS["san20"])
+    assert {k: match.preset_name(v) for k, v in found.items()} == {"iso-depth": "ffn20", "iso-param": "ffn4",
+                                                                    "iso-FLOP": "ffn9"}
+    assert match.parameter_counts(found["iso-depth"])[1] == 78_666_792
+    assert match.parameter_counts(found["iso-param"])[1] == 15_733_768
+    assert match.parameter_counts(found["iso-FLOP"])[1] == 35_400_338
+    # the SAN itself: 15.74M non-embedding, 24.13M in all (the table's rounding)
+    total, nonemb = match.parameter_counts(match.PRESETS["san20"])
+    assert round(nonemb / 1e6, 2) == 15.74 and round(total / 1e6, 2) == 24.13
+    # the printed report names the presets and their flags
+    out = subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "match.py"), "--preset", "san20"],
+                         capture_output=True, text=True, check=True).stdout
+    for name in ("ffn20", "ffn4", "ffn9"):
+        assert f"[preset {name}]" in out and f"flags: --preset {name}" in out
+    assert "78,666,792 non-embedding" in out and "6 x (non-embedding parameters + V x d) + 12 x L x T x d" in out
+
+
+def test_partner_rules_by_brute_force():
+    """iso-param is the closest count, iso-FLOP the deepest affordable arm, on small grids."""
+    for layers, d, kv in itertools.product((3, 8, 13), (64, 96), (1, 2)):
+        arm = match.Arm(n_layer=layers, n_embd=d, n_head=4, n_kv_head=kv, vocab_size=500, seq_len=96)
+        p = match.partners(arm, max_layers=200)
+        ffn = [dataclasses.replace(arm, ffn="swiglu", n_layer=n) for n in range(1, 201)]
+        target = match.parameter_counts(arm)[1]
+        best = min(abs(match.parameter_counts(a)[1] - target) for a in ffn)
+        assert abs(match.parameter_counts(p["iso-param"])[1] - target) == best
+        if p["iso-FLOP"] is None:  # even one FFN layer costs more than the whole SAN
+            assert match.flops_per_token(ffn[0]) > match.flops_per_token(arm)
+            continue
+        assert match.flops_per_token(p["iso-FLOP"]) <= match.flops_per_token(arm)
+        deeper = dataclasses.replace(p["iso-FLOP"], n_layer=p["iso-FLOP"].n_layer + 1)
+        assert match.flops_per_token(deeper) > match.flops_per_token(arm)
+        assert p["iso-depth"].n_layer == layers and p["iso-depth"].ffn == "swiglu"
+
+
+CONFIGS = [dict(ffn=ffn, n_layer=layers, n_embd=d, n_head=h, n_kv_head=kv, vocab_size=v, seq_len=t, d_ff=dff,
+                qk_norm=qk, residual=res, sandwich=sw)
+           for (ffn, dff), (layers, d, h, kv), (v, t), qk, res, sw in itertools.product(
+               (("none", 0), ("swiglu", 0), ("swiglu", 96)), ((2, 64, 4, 2), (5, 96, 6, 3), (3, 128, 8, 8)),
+               ((250, 64), (1000, 200)), (0, 1), ("gated", "standard", "rezero", "none"), (0, 1))]
+
+
+def test_counts_and_flops_equal_train_san_py():
+    for c in CONFIGS:
+        arm = match.Arm(**c)
+        cfg = train_san.SANConfig(**{k: (bool(v) if k in ("qk_norm", "sandwich") else v) for k, v in c.items()})
+        assert match.parameter_counts(arm) == train_san.count_parameters(cfg), c
+        assert match.flops_per_token(arm) == train_san.flops_per_token(cfg), c
+    for name in ("san20", "ffn20", "ffn4", "ffn9", "tiny", "tiny-ffn"):
+        cfg = train_san.SANConfig(**train_san.PRESETS[name])
+        mine = match.PRESETS[name]
+        for field, value in dataclasses.asdict(mine).items():
+            theirs = getattr(cfg, field)
+            assert (theirs == mine.resolved_d_ff() if field == "d_ff" else theirs == value), (name, field)
+
+
+def binary_counts(flags):
+    """(total, non-embedding, MFLOPs per token) that train_san prints for these model flags."""
+    proc = subprocess.run([BIN] + flags + ["--batch-size", "1", "--seq-len", "8", "--steps", "1",
+                                                               "--train-data", "/nonexistent/*.bin"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    m = re.search(r"parameters: (\d+) total, (\d+) non-embedding; ([\d.]+) MFLOPs/token", proc.stdout)
+    assert m, proc.stdout + proc.stderr
+    return int(m.group(1)), int(m.group(2)), float(m.group(3))
+
+
+@needs_bin
+@pytest.mark.parametrize("preset, flags", [
+    ("tiny", []), ("tiny-ffn", []), ("demo", []),
+    ("demo", ["--ffn", "swiglu", "--sandwich", "1", "--residual", "rezero", "--qk-norm", "0", "--n-kv-head", "4"]),
+    # the paper presets at one layer (cheap) check every field but the depth, which
+    # test_counts_and_flops_equal_train_san_py checks against train_san.py
+    ("san20", ["--n-layer", "1"]), ("ffn20", ["--n-layer", "1"]), ("ffn4", ["--n-layer", "1"]),
+    ("ffn9", ["--n-layer", "1", "--d-ff", "1000"])])
+def test_counts_equal_train_san_binary(preset, flags):
+    arm = match.PRESETS[preset]
+    names = {flag: field for field, flag in match.FLAG_OF_FIELD.items()}
+    for flag, value in zip(flags[::2], flags[1::2]):
+        arm = dataclasses.replace(arm, **{names[flag]: value if names[flag] in ("ffn", "residual") else int(value)})
+    total, nonemb, mflops = binary_counts(["--preset", preset] + flags)
+    assert (total, nonemb) == match.parameter_counts(arm)
+    assert abs(mflops - match.flops_per_token(arm) / 1e6) <= 0.005 + 1e-9
+
+
+# ----------------------------------------------------------------------------------------
+# a toy study
+
+VOCAB, BOS, EOS = 250, 2, 1
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory):
+    """Documents in four exercises: a query (one of a few patterns) and an answer that
+    depends on it, with region labels (1 query, 3 answer, 0 other) and exercise sidecars."""
+    rng = np.random.default_rng(0)
+    d = tmp_path_factory.mktemp("toy")
+    patterns = [rng.integers(10, VOCAB, size=4) for _ in range(6)]
+    for split, n in (("train", 600), ("val", 60)):
+        w = ShardWriter(d, "toy", split, 1 << 16, VOCAB, with_regions=True, with_exercises=True)
+        for _ in range(n):
+            k = rng.integers(len(patterns))
+            query, answer = patterns[k], patterns[(k + 1) % len(patterns)][::-1]
+            toks = [BOS] + list(query) + [4] + list(answer) + [EOS]
+            regions = [0] + [1] * len(query) + [0] + [3] * len(answer) + [0]
+            w.add(toks, regions, ["recall", "math", "rag", "mcq"][k % 4])
+        w.close()
+    return d
+
+
+FINDINGS = """
+[[finding]]
+kind = "localisation"
+san = "san"
+ffn = "ffn"
+
+[[finding]]
+kind = "spectra"
+san = "san"
+"""
+
+
+def write_study(path, out, data, extra_study="", arms=None, findings=FINDINGS):
+    arms = arms if arms is not None else """
+[[arm]]
+name = "san"
+preset = "tiny"
+
+[[arm]]
+name = "ffn"
+preset = "tiny-ffn"
+lr = 0.03
+"""
+    path.write_text(f"""
+[study]
+name = "toy"
+out = "{out}"
+seeds = [7]
+batch_size = 4
+seq_len = 32
+steps = 6
+val_every = 3
+save_every = 3
+milestones = true
+keep_checkpoints = true
+flags = ["--train-data", "{data}/toy_train_*.bin", "--val-data", "{data}/toy_val_*.bin", "--val-batches", "4",
+         "--sample-tokens", "0", "--optimizer", "adamw"]
+{extra_study}
+{arms}
+{findings}
+""")
+    return str(path)
+
+
+def study_cmd(*args):
+    env = dict(os.environ)
+    return subprocess.run([PYTHON, STUDY] + [str(a) for a in args], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+
+
+def md_table(text, first_header):
+    """Rows (dicts) of the markdown table whose header starts with first_header."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first_header:
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append(dict(zip(cells, [c.strip() for c in row.strip().strip("|").split("|")])))
+            return rows
+    raise AssertionError(f"no table starting with '{first_header}' in the report")
+
+
+def final_val(log):
+    val = [json.loads(line) for line in open(log) if "val_loss" in line]
+    return val[-1]
+
+
+# the study the report is checked on: two seeds of the SAN (a noise floor), two rates of the FFN
+TOY_ARMS = """
+[[arm]]
+name = "san"
+preset = "tiny"
+seeds = [7, 8]
+
+[[arm]]
+name = "ffn"
+preset = "tiny-ffn"
+lr = [0.003, 0.03]
+"""
+TOY_RUNS = ("san_s7", "san_s8", "ffn_lr0.003_s7", "ffn_lr0.03_s7")
+
+
+@pytest.fixture(scope="module")
+def toy_study(toy_data, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("study")
+    out = tmp / "out"
+    path = write_study(tmp / "toy.toml", out, toy_data, arms=TOY_ARMS)
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return path, out, proc.stdout
+
+
+@needs_bin
+def test_toy_study_runs_with_progress(toy_study):
+    path, out, stdout = toy_study
+    for i, run in enumerate(TOY_RUNS):
+        assert f"run {i + 1}/4: {run}" in stdout
+    assert re.search(r"\[4/4 ffn_lr0.03_s7\] step +6/6 .*\| study eta", stdout)
+    for run in TOY_RUNS:
+        assert json.load(open(out / "runs" / run / "status.json"))["state"] == "done"
+        assert (out / "runs" / run / "ckpt" / "milestone_100.bin").exists()
+    # everything is finished: a second run does nothing
+    again = study_cmd("run", path, "--binary", BIN)
+    assert again.returncode == 0 and "0 to run now" in again.stdout and "$ " not in again.stdout
+
+
+@needs_bin
+def test_toy_study_report_tables_match_the_logs(toy_study):
+    path, out, _ = toy_study
+    assert study.main(["report", path, "--binary", BIN]) == 0  # in-process: torch and matplotlib are loaded once
+    report = (out / "report" / "report.md").read_text()
+    final = {run: final_val(out / "runs" / run / "log.jsonl") for run in TOY_RUNS}
+    # the FFN's rate is its better one; the SAN's loss is its seed mean, sd over the seeds
+    best_lr = min(("0.003", "0.03"), key=lambda lr: final[f"ffn_lr{lr}_s7"]["val_loss"])
+    san_losses = [final[r]["val_loss"] for r in ("san_s7", "san_s8")]
+    san_mean, san_sd = np.mean(san_losses), np.std(san_losses, ddof=1)
+    rows = {r["arm"]: r for r in md_table(report, "arm")}
+    assert rows["ffn"]["lr"] == best_lr and rows["san"]["lr"] == "default"
+    assert rows["san"]["seeds"] == "2" and rows["ffn"]["seeds"] == "1"
+    assert abs(float(rows["san"]["val loss"]) - san_mean) <= 5e-5 and abs(float(rows["san"]["sd"]) - san_sd) <= 5e-5
+    ffn_loss = final[f"ffn_lr{best_lr}_s7"]["val_loss"]
+    assert abs(float(rows["ffn"]["val loss"]) - ffn_loss) <= 5e-5 and rows["ffn"]["sd"] == "—"
+    assert abs(float(rows["ffn"]["Δ vs san"]) - (ffn_loss - san_mean)) <= 1e-4
+    for arm, preset in (("san", "tiny"), ("ffn", "tiny-ffn")):
+        assert rows[arm]["non-emb params"] == f"{match.parameter_counts(match.PRESETS[preset])[1]:,}"
+    # the noise floor: the pooled seed sd, here the SAN's (the only arm with two seeds)
+    assert re.search(r"Noise floor \(pooled seed-to-seed sd\): ([\d.]+) nats", report).group(1) == f"{san_sd:.4f}"
+    # the rate sweep
+    lr_row = {r["arm"]: r for r in md_table(report[report.index("## Learning-rate sweeps"):], "arm")}["ffn"]
+    for lr in ("0.003", "0.03"):
+        assert abs(float(lr_row[f"lr {lr}"]) - final[f"ffn_lr{lr}_s7"]["val_loss"]) <= 5e-5
+    # region and exercise tables use the seed means at each arm's rate
+    def mean(runs, get):
+        return float(np.mean([get(final[r]) for r in runs]))
+    runs_of = {"san": ("san_s7", "san_s8"), "ffn": (f"ffn_lr{best_lr}_s7",)}
+    logs = {arm: {key: mean(runs, lambda rec: rec[key]) for key in final[runs[0]] if key.startswith("val_loss_")}
+            for arm, runs in runs_of.items()}
+    for arm, runs in runs_of.items():
+        logs[arm]["val_exercise"] = {e: {g: mean(runs, lambda rec: rec["val_exercise"][e][g]) for g in regions}
+                                     for e, regions in final[runs[0]]["val_exercise"].items()}
+        rep = final[runs[0]]  # the representative run: the first seed
+        logs[arm].update(gate_attn_mean=rep["gate_attn_mean"], max_logit=rep["max_logit"])
+    # per region: value and difference to the SAN
+    regions = {r["arm"]: r for r in md_table(report[report.index("## Loss per region"):], "arm")}
+    for arm, rec in logs.items():
+        for region in ("query", "answer", "other"):
+            assert abs(float(regions[arm][region]) - rec[f"val_loss_{region}"]) <= 5e-5
+            assert abs(float(regions[arm][f"Δ {region}"]) - (rec[f"val_loss_{region}"] - logs["san"][f"val_loss_{region}"])) <= 1e-4
+    # per exercise x region: the FFN's difference to the SAN
+    ex_rows = md_table(report[report.index("## Loss per exercise"):], "exercise")
+    assert {r["exercise"] for r in ex_rows} == set(logs["san"]["val_exercise"])
+    for r in ex_rows:
+        san = logs["san"]["val_exercise"][r["exercise"]][r["region"]]
+        ffn = logs["ffn"]["val_exercise"][r["exercise"]][r["region"]]
+        assert abs(float(r["san"]) - san) <= 5e-5 and abs(float(r["Δ ffn"]) - (ffn - san)) <= 1e-4
+    # measurements: gates and largest logits of the last validation
+    meas = {r["arm"]: r for r in md_table(report[report.index("## Measurements"):], "arm")}
+    for arm, rec in logs.items():
+        assert abs(float(meas[arm]["gate attn (mean)"]) - rec["gate_attn_mean"]) <= 5e-4
+        assert abs(float(meas[arm]["max logit (largest)"]) - max(rec["max_logit"])) <= 5e-3
+    # the finding is judged from the same numbers
+    d = {g: logs["san"][f"val_loss_{g}"] - logs["ffn"][f"val_loss_{g}"] for g in ("query", "trace", "answer")
+         if f"val_loss_{g}" in logs["san"]}
+    assert f"query {d['query']:+.4f}" in report
+    # stable rank over training: the representative runs' milestones (spectra.py is checked against torch below)
+    sr_rows = md_table(report[report.index("### Stable rank over training"):], "arm")
+    for arm, run in (("san", "san_s7"), ("ffn", f"ffn_lr{best_lr}_s7")):
+        series = sorted((spectra.checkpoint_spectra(str(p)) for p in (out / "runs" / run / "ckpt").glob("milestone_*.bin")),
+                        key=lambda r: r["step"])
+        for r in (r for r in sr_rows if r["arm"] == arm):
+            for point in series:
+                assert abs(float(r[f"step {point['step']}"]) - np.mean(point["stable_rank"][r["matrix"]])) <= 5e-3
+        assert len([r for r in sr_rows if r["arm"] == arm]) == (4 if arm == "san" else 7)
+    # every plot the report shows exists and is a PNG
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
+    for name in ("final_loss.png", "loss_curves.png", "lr_curves.png", "regions.png", "exercises.png", "gates.png", "erank.png",
+                 "max_logit.png", "spectra.png", "stable_rank_training.png"):
+        assert name in images
+    for name in images:
+        with open(out / "report" / name, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_bin
+def test_toy_study_resumes_an_interrupted_run(toy_study):
+    path, out, _ = toy_study
+    run = out / "runs" / "san_s7"
+    before = final_val(run / "log.jsonl")
+    # as if the run had been stopped after its step-3 checkpoint
+    os.remove(run / "status.json")
+    os.remove(run / "ckpt" / "final.bin")
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "run 1/1: san_s7 (resuming from step 3)" in proc.stdout
+    after = final_val(run / "log.jsonl")
+    assert after["step"] == 6 and after["val_loss"] == before["val_loss"]
+
+
+def test_slurm_script(toy_data, tmp_path):
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data)
+    proc = study_cmd("slurm", path, "--binary", "/nonexistent/train_san", "--partition", "gpu", "--max-parallel", "2")
+    assert proc.returncode == 0, proc.stderr
+    script = (tmp_path / "out" / "slurm" / "study.sbatch").read_text()
+    assert "#SBATCH --array=0-1%2" in script and "#SBATCH --partition=gpu" in script
+    assert '--only "$SLURM_ARRAY_TASK_ID"' in script and "run " + path in script
+
+
+# ----------------------------------------------------------------------------------------
+# broken study files
+
+BROKEN = [
+    ("unknown preset", 'preset = "tiny"', 'preset = "huge"', "arm 'san': unknown preset 'huge'"),
+    ("missing seeds", "seeds = [7]", "", "[study]: missing field 'seeds'"),
+    ("missing arm name", 'name = "ffn"', "", "[[arm]] #2: missing field 'name'"),
+    ("unknown field", "val_every = 3", "val_evry = 3", "[study]: unknown field 'val_evry'"),
+    ("runner flag", '"--val-batches", "4"', '"--steps", "4"', "--steps is set by the runner"),
+    ("both budgets", "steps = 6", "steps = 6\ntokens = 100", "exactly one of 'tokens'"),
+    ("bad finding", 'ffn = "ffn"', 'ffn = "ffm"', "ffn = 'ffm' is not an arm"),
+    ("bad toml", "seeds = [7]", "seeds = [7", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("what, old, new, message", BROKEN, ids=[b[0] for b in BROKEN])
+def test_broken_study_stops_before_any_run(toy_data, tmp_path, what, old, new, message):
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data)
+    text = open(path).read()
+    assert old in text
+    open(path, "w").write(text.replace(old, new, 1))
+    proc = study_cmd("run", path, "--binary", BIN or "/nonexistent/train_san")
+    assert proc.returncode == 2
+    assert path in proc.stderr and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@needs_bin
+def test_unknown_flag_stops_unless_the_arm_is_optional(toy_data, tmp_path):
+    arms = """
+[[arm]]
+name = "san"
+preset = "tiny"
+flags = ["--no-such-flag", "1"]
+
+[[arm]]
+name = "ffn"
+preset = "tiny-ffn"
+"""
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data, arms=arms)
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 2 and "arm 'san'" in proc.stderr and "--no-such-flag" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data, arms=arms.replace('"1"]', '"1"]\noptional = true'))
+    proc = study_cmd("run", path, "--binary", BIN, "--dry-run")
+    assert proc.returncode == 0 and "arm san: skipped (this train_san has no --no-such-flag)" in proc.stdout
+    assert "san_s7" not in proc.stdout.split("skipped")[1]
+
+
+# ----------------------------------------------------------------------------------------
+# spectra
+
+def check_spectra_against_torch(path, model):
+    result = spectra.checkpoint_spectra(path)
+    params = dict(model.ordered_parameters())
+    kinds = ["attn.wq", "attn.wk", "attn.wv", "attn.wo"] + (["ffn.w_gate", "ffn.w_up", "ffn.w_down"]
+                                                             if model.cfg.ffn == "swiglu" else [])
+    assert list(result["stable_rank"]) == kinds
+    for kind in kinds:
+        assert len(result["stable_rank"][kind]) == model.cfg.n_layer
+        for layer in range(model.cfg.n_layer):
+            w = params[f"layers.{layer}.{kind}"].detach().double()
+            s = torch.linalg.svdvals(w)
+            np.testing.assert_allclose(result["singular_values"][kind][layer], s.numpy(), rtol=1e-9, atol=1e-12)
+            fro2 = float((w * w).sum())
+            spectral = float(torch.linalg.matrix_norm(w, ord=2))
+            assert math.isclose(result["stable_rank"][kind][layer], fro2 / spectral ** 2, rel_tol=1e-9)
+
+
+def test_spectra_of_a_reference_checkpoint(tmp_path):
+    cfg = train_san.SANConfig(**dict(train_san.PRESETS["tiny-ffn"], n_layer=3))
+    model = train_san.SAN(cfg).init_weights(0)
+    with torch.no_grad():  # layers that differ, so a mix-up of layers or matrices shows
+        for i, (name, p) in enumerate(model.ordered_parameters()):
+            if p.ndim == 2:
+                p.mul_(1.0 + 0.1 * i)
+    path = str(tmp_path / "ckpt.bin")
+    train_san.save_checkpoint(path, model, step=5)
+    check_spectra_against_torch(path, model)
+    assert spectra.checkpoint_spectra(path)["step"] == 5
+
+
+@needs_bin
+def test_spectra_of_trainer_milestones(toy_study, tmp_path):
+    _, out, _ = toy_study
+    ckpt = out / "runs" / "ffn_lr0.03_s7" / "ckpt"
+    model, step, _, _ = train_san.load_checkpoint(str(ckpt / "milestone_050.bin"))
+    check_spectra_against_torch(str(ckpt / "milestone_050.bin"), model)
+    files = sorted(str(p) for p in ckpt.glob("milestone_*.bin"))
+    spectra.main(files + ["--out", str(tmp_path)])
+    saved = json.load(open(tmp_path / "spectra.json"))
+    steps = [r["step"] for r in saved]
+    assert len(files) == 5 and steps[0] == 0 and steps[-1] == 6 and steps == sorted(set(steps))
+    for name in ("singular_values.png", "stable_rank_over_training.png", "stable_rank_per_layer.png"):
+        assert (tmp_path / name).exists()
+
+
+@needs_bin
+def test_interrupted_study_stops_cleanly_and_resumes(toy_data, tmp_path):
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data)
+    proc = subprocess.Popen([PYTHON, STUDY, "run", path, "--binary", BIN], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    for line in proc.stdout:
+        if "] step" in line:  # a trainer is running
+            proc.terminate()
+            break
+    out = line + proc.stdout.read()
+    assert proc.wait(timeout=60) == 130, out
+    interrupted = re.search(r"stopped by SIGTERM during (\S+);", out).group(1)
+    assert not (tmp_path / "out" / "runs" / interrupted / "status.json").exists()
+    again = study_cmd("run", path, "--binary", BIN)
+    assert again.returncode == 0 and f": {interrupted}" in again.stdout
+    for run in ("san_s7", "ffn_lr0.03_s7"):
+        assert json.load(open(tmp_path / "out" / "runs" / run / "status.json"))["state"] == "done"
+
+
+# ----------------------------------------------------------------------------------------
+# the shipped study files
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "studies")) if f.endswith(".toml")))
+def test_shipped_study_files_load(name):
+    s = study.load_study(os.path.join(ROOT, "studies", name))
+    assert s.runs
+    if name.startswith("mini_"):  # the mini-studies' FFN arms are the SAN arm's partners
+        found = match.partners(s.arm("san").model())
+        for role, arm in (("iso-depth", "ffn-iso-depth"), ("iso-param", "ffn-iso-param"), ("iso-FLOP", "ffn-iso-flop")):
+            assert s.arm(arm).model() == found[role], (name, role)
+
+
+@needs_bin
+def test_diverged_run_is_finished_and_reported(toy_data, tmp_path):
+    """A run whose loss blows up (an absurd rate) is recorded as diverged, not retried, listed
+    in the report and counted by the QK-norm finding."""
+    arms = """
+[[arm]]
+name = "stable"
+preset = "tiny"
+
+[[arm]]
+name = "blowup"
+preset = "tiny"
+flags = ["--qk-norm", "0", "--lr-other", "1e5"]
+lr = 1e5
+"""
+    findings = '[[finding]]\nkind = "qk_norm"\nwith_qk_norm = "stable"\nwithout_qk_norm = "blowup"\n'
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data, arms=arms, findings=findings)
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0 and "1 diverged (blowup_lr100000_s7)" in proc.stdout, proc.stdout + proc.stderr
+    status = json.load(open(tmp_path / "out" / "runs" / "blowup_lr100000_s7" / "status.json"))
+    assert status["state"] == "diverged" and "diverged" in status["message"]
+    assert "0 to run now" in study_cmd("run", path, "--binary", BIN).stdout  # not retried
+    assert study.main(["report", path, "--binary", BIN]) == 0
+    report = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert f"Diverged: `blowup_lr100000_s7` at step {status['step']}" in report
+    rows = {r["arm"]: r for r in md_table(report, "arm")}
+    assert rows["blowup"]["seeds"] == "0" and rows["blowup"]["val loss"] == "—"
+    assert "**shows.** diverged runs: with QK-norm 0 of 1, without 1 of 1" in report

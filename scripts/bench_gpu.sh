@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU speed figures, side by side in one run (issue 10's bar): train_san san20 bf16 tokens/s
+# and MFU with the document mask off and on, the attention playgrounds' TFLOP/s for every
+# kernel version (causal forward FLOPs = 2 B Hq T^2 hd, backward 2.5x), and train_gpt2 at
+# GPT-2 124M. Runs on random tokens (no data files needed), from the bf16 GPU builds.
+#   scripts/bench_gpu.sh [STEPS]      (default 30 steps per trainer run)
+# Not yet here: the PyTorch fast path (bf16 autocast + torch.compile + flash/flex attention)
+# that train_san is to be compared against; this script says so in its output.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-30}
+python=${PYTHON:-python3}
+nvidia-smi -L >/dev/null 2>&1 || { echo "bench_gpu: no NVIDIA GPU here (nvidia-smi -L failed)" >&2; exit 1; }
+make -s --no-print-directory build/gpu-bf16/train_san build/gpu-bf16/train_gpt2 build/gpu-bf16/attention_forward \
+  build/gpu-bf16/attention_backward PRECISION=BF16 || exit 1
+dir=build/bench-data
+mkdir -p "$dir"
+# random token shards: vocab 16384 for san20, 50257 for GPT-2; 8 x 2049 x 40 tokens each
+$python - "$dir" <<'PY' || exit 1
+import sys
+import numpy as np
+sys.path.insert(0, "dev/data")
+from shards import write_shard
+out = sys.argv[1]
+rng = np.random.default_rng(0)
+for name, vocab in (("san", 16384), ("gpt2", 50257)):
+    tokens = rng.integers(3, vocab, size=8 * 2049 * 40)
+    tokens[:: 1024] = 2 if name == "san" else 50256   # a document start every 1024 tokens
+    write_shard(f"{out}/{name}_000000.bin", tokens)
+PY
+last_progress() {  # the trainer's last progress line (tokens/s, MFU)
+  grep -E '^step +[0-9]+/' | tail -1
+}
+echo "== train_san san20, bf16, B 8 x T 2048, $steps steps"
+for mask in 0 1; do
+  line=$(build/gpu-bf16/train_san --preset san20 --doc-mask $mask --train-data "$dir/san_*.bin" --batch-size 8 \
+         --steps "$steps" --val-every 0 --sample-tokens 0 --log-every 1 --optimizer muon | last_progress)
+  echo "doc mask $mask: $line"
+done
+echo "PyTorch fast path (train_san.py with autocast + compile + flash/flex attention): not built yet (issue 10)"
+echo "== attention playgrounds (bf16; every version validates first, then the benchmark table)"
+build/gpu-bf16/attention_forward | sed -n '/^benchmark/,$p'
+build/gpu-bf16/attention_backward | sed -n '/^benchmark/,$p'
+echo "== train_gpt2 gpt2 (124M), bf16, B 8 x T 1024, $steps steps"
+build/gpu-bf16/train_gpt2 --preset gpt2 --train-data "$dir/gpt2_*.bin" --batch-size 8 --steps "$steps" --val-every 0 \
+  --sample-tokens 0 --log-every 1 | last_progress

@@ -1,0 +1,270 @@
+"""
+import_hf.py -- a Hugging Face transformers directory (config.json + safetensors) as a model
+checkpoint of ours (doc/formats.md), the reverse of scripts/export_hf.py.
+
+  python scripts/import_hf.py DIR CKPT
+
+Accepted: Qwen3 and Llama decoders of the SAN family's shapes (no biases, SiLU MLP or none
+(intermediate_size 0), RMSNorm eps 1e-6, head_dim = hidden_size / heads, plain RoPE, full
+attention, and an input embedding that is exactly sqrt(d) times the LM head, the untied form
+of our scaled tied embedding), and GPT-2 models (GPT2LMHeadModel layout, tied head).
+
+A directory written by export_hf.py comes back bit for bit: its config.json carries our
+config text ("attn_c") and attn_c_unfolded.safetensors the original values of the tensors
+that folding changed (gates, ZCN gains, the projections the gates were folded into). They
+are used only after a check that folding them again gives exactly the directory's weights;
+when that fails (the weights were changed after the export) or they are absent (any other
+Qwen3/Llama model), the weights are imported as they stand: norm=rms (gains copied),
+residual=standard (nothing to unfold), the same function. Keys transformers has no notion of
+(doc_mask, z_loss) come from "attn_c" or else take the SAN defaults, as the output says.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import replace
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export_hf  # noqa: E402  (also puts the repository root on sys.path)
+import train_gpt2  # noqa: E402
+import train_san  # noqa: E402
+from export_hf import META_KEY  # noqa: E402
+
+
+class ImportHFError(ValueError):
+    pass
+
+
+def fail(source, msg):
+    raise ImportHFError(f"{source}: {msg}")
+
+
+def load_weights(d):
+    """{name: fp32 tensor} from model.safetensors or a sharded model.safetensors.index.json."""
+    from safetensors.torch import load_file
+    single, index = os.path.join(d, "model.safetensors"), os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(single):
+        files = [single]
+    elif os.path.exists(index):
+        with open(index) as f:
+            files = [os.path.join(d, n) for n in sorted(set(json.load(f)["weight_map"].values()))]
+    else:
+        fail(d, "no model.safetensors (or model.safetensors.index.json); save the model with safetensors")
+    out = {}
+    for path in files:
+        try:
+            tensors = load_file(path)
+        except Exception as e:           # safetensors raises its own error types
+            fail(path, f"not a readable safetensors file ({e})")
+        for k, v in tensors.items():
+            out[k] = v.float() if v.is_floating_point() else v
+    return out
+
+
+def take(W, name, shape, source):
+    if name not in W:
+        fail(source, f"weight '{name}' missing")
+    t = W[name]
+    if tuple(t.shape) != tuple(shape):
+        fail(source, f"weight '{name}' has shape {tuple(t.shape)}, expected {tuple(shape)}")
+    return t.contiguous()
+
+
+# -----------------------------------------------------------------------------------------
+# Qwen3 / Llama -> SAN or FFN arm
+
+def san_config_of(hc, ours, source):
+    """Our SANConfig in the folded parametrisation (rms gains, standard residual) of a
+    Qwen3/Llama config dict hc; ours: the exporter's config text or {}."""
+    mt = hc.get("model_type")
+    need = [(hc.get("hidden_act") == "silu", f"hidden_act is {hc.get('hidden_act')!r}, ours is SiLU (SwiGLU)"),
+            (not hc.get("attention_bias", False), "attention_bias is set; our projections have no biases"),
+            (not hc.get("mlp_bias", False), "mlp_bias is set; our projections have no biases"),
+            (hc.get("rms_norm_eps") == train_san.NORM_EPS,
+             f"rms_norm_eps is {hc.get('rms_norm_eps')}, ours is fixed at {train_san.NORM_EPS}"),
+            (not hc.get("use_sliding_window", False), "sliding-window attention is on"),
+            (all(t == "full_attention" for t in hc.get("layer_types") or []), "some layers are not full attention")]
+    for ok, msg in need:
+        if not ok:
+            fail(source, f"{mt} model not of a shape we support: {msg}")
+    rope = hc.get("rope_parameters") or {"rope_type": "default", "rope_theta": hc.get("rope_theta", 10000.0)}
+    if rope.get("rope_type", "default") != "default" or hc.get("rope_scaling"):
+        fail(source, f"RoPE type {rope.get('rope_type')!r} / scaling: ours is plain rotate-half RoPE")
+    d, Hq = hc["hidden_size"], hc["num_attention_heads"]
+    hd = hc.get("head_dim") or d // Hq
+    if hd * Hq != d:
+        fail(source, f"head_dim {hd} x {Hq} heads != hidden_size {d}; ours has head_dim = d / heads")
+    ff = hc.get("intermediate_size", 0)
+    defaults = train_san.SANConfig()
+    kw = dict(vocab_size=hc["vocab_size"], seq_len=hc["max_position_embeddings"], n_layer=hc["num_hidden_layers"],
+              n_embd=d, n_head=Hq, n_kv_head=hc.get("num_key_value_heads") or Hq,
+              ffn="swiglu" if ff else "none", d_ff=ff or 4 * d, norm="rms", qk_norm=(mt == "qwen3"),
+              residual="standard", sandwich=False, rope_theta=float(rope["rope_theta"]),
+              doc_mask=bool(int(ours.get("doc_mask", int(defaults.doc_mask)))),
+              bos_id=hc.get("bos_token_id") if hc.get("bos_token_id") is not None else int(ours.get("bos_id", 0)),
+              z_loss=float(ours.get("z_loss", defaults.z_loss)))
+    if ours and "d_ff" in ours and not ff:
+        kw["d_ff"] = int(ours["d_ff"])        # unused without an FFN, but kept for the round trip
+    return train_san.SANConfig(**kw)
+
+
+def unfold_san(cfg, W, source):
+    """Our parameters in the folded parametrisation (cfg: norm rms, residual standard) from
+    transformers weights W."""
+    V, Vp, d, hd = cfg.vocab_size, cfg.padded_vocab_size, cfg.n_embd, cfg.head_dim
+    if W.get("lm_head.weight") is None:
+        fail(source, "no lm_head.weight: the head is tied to the input embedding, but ours scales the input "
+                     "embedding by sqrt(d) (export_hf writes embed_tokens = sqrt(d) lm_head)")
+    E = take(W, "lm_head.weight", (V, d), source)
+    if not torch.equal(take(W, "model.embed_tokens.weight", (V, d), source), E * math.sqrt(d)):
+        fail(source, f"embed_tokens is not exactly sqrt({d}) x lm_head: ours ties the two (input = sqrt(d) x "
+                     f"output embedding), this model has independent ones")
+    P = {"wte": torch.zeros(Vp, d)}
+    P["wte"][:V] = E
+    for i in range(cfg.n_layer):
+        p, h = f"layers.{i}.", f"model.layers.{i}."
+        P[p + "attn_norm.weight"] = take(W, h + "input_layernorm.weight", (d,), source)
+        P[p + "attn.wq"] = take(W, h + "self_attn.q_proj.weight", (cfg.n_head * hd, d), source)
+        P[p + "attn.wk"] = take(W, h + "self_attn.k_proj.weight", (cfg.n_kv_head * hd, d), source)
+        P[p + "attn.wv"] = take(W, h + "self_attn.v_proj.weight", (cfg.n_kv_head * hd, d), source)
+        if cfg.qk_norm:
+            P[p + "attn.q_norm.weight"] = take(W, h + "self_attn.q_norm.weight", (hd,), source)
+            P[p + "attn.k_norm.weight"] = take(W, h + "self_attn.k_norm.weight", (hd,), source)
+        P[p + "attn.wo"] = take(W, h + "self_attn.o_proj.weight", (d, cfg.n_head * hd), source)
+        if cfg.ffn == "swiglu":
+            P[p + "ffn_norm.weight"] = take(W, h + "post_attention_layernorm.weight", (d,), source)
+            P[p + "ffn.w_gate"] = take(W, h + "mlp.gate_proj.weight", (cfg.d_ff, d), source)
+            P[p + "ffn.w_up"] = take(W, h + "mlp.up_proj.weight", (cfg.d_ff, d), source)
+            P[p + "ffn.w_down"] = take(W, h + "mlp.down_proj.weight", (d, cfg.d_ff), source)
+    P["final_norm.weight"] = take(W, "model.norm.weight", (d,), source)
+    return P
+
+
+def import_san(hc, W, d, log):
+    meta = hc.get(META_KEY) or {}
+    ours = meta.get("config") or {}
+    folded_cfg = san_config_of(hc, ours, d)
+    P = unfold_san(folded_cfg, W, d)
+    step = int(ours.get("step", 0))
+    if not ours:
+        log(f"{d}: not written by export_hf: imported as norm=rms, residual=standard; doc_mask and z_loss take "
+            f"the defaults ({int(folded_cfg.doc_mask)}, {folded_cfg.z_loss})")
+        return folded_cfg, P, step
+    cfg = train_san.SANConfig.from_meta(ours, f"{d}/config.json [{META_KEY}]")
+    if replace(cfg, norm="rms", residual="standard") != folded_cfg:
+        fail(d, f"config.json [{META_KEY}] describes another model than config.json's own fields")
+    side = os.path.join(d, meta["unfolded"]) if meta.get("unfolded") else None
+    restored = dict(P)
+    if side is not None:
+        from safetensors.torch import load_file
+        if not os.path.exists(side):
+            log(f"{d}: {meta['unfolded']} is missing: imported as norm=rms, residual=standard (same function)")
+            return folded_cfg, P, step
+        restored.update({k: v.float() for k, v in load_file(side).items()})
+    names = [n for n, _ in train_san.parameter_spec(cfg)]
+    missing = [n for n in names if n not in restored]
+    refolded = export_hf.fold_san(cfg, restored)[0] if not missing else None
+    if refolded is None or any(not torch.equal(refolded[k], W[k]) for k in refolded):
+        log(f"{d}: the weights differ from what the exporter wrote (folding the originals in "
+            f"{meta.get('unfolded')} does not give them back): imported as norm=rms, residual=standard")
+        return folded_cfg, P, step
+    return cfg, {n: restored[n] for n in names}, step
+
+
+# -----------------------------------------------------------------------------------------
+# GPT-2
+
+def import_gpt2(hc, W, d, log):
+    need = [(hc.get("activation_function", "gelu_new") == "gelu_new",
+             f"activation {hc.get('activation_function')!r}, ours is GELU (tanh approximation, gelu_new)"),
+            (hc.get("n_inner") in (None, 4 * hc["n_embd"]), f"n_inner {hc.get('n_inner')}, ours is 4 x n_embd"),
+            (hc.get("layer_norm_epsilon", 1e-5) == train_gpt2.LN_EPS, f"layer_norm_epsilon {hc.get('layer_norm_epsilon')}"),
+            (hc.get("scale_attn_weights", True) and not hc.get("scale_attn_by_inverse_layer_idx", False),
+             "attention scaling other than 1/sqrt(head_dim)"),
+            (hc.get("tie_word_embeddings", True), "an untied LM head; ours is tied to wte")]
+    for ok, msg in need:
+        if not ok:
+            fail(d, f"GPT-2 model not of the shape we support: {msg}")
+    ours = (hc.get(META_KEY) or {}).get("config") or {}
+    bos = hc.get("bos_token_id")
+    cfg = train_gpt2.GPT2Config(vocab_size=hc["vocab_size"], seq_len=hc["n_positions"], n_layer=hc["n_layer"],
+                                n_embd=hc["n_embd"], n_head=hc["n_head"],
+                                bos_id=int(ours.get("bos_id", bos if bos is not None else 0)))
+    W = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in W.items()}
+    V, dm = cfg.vocab_size, cfg.n_embd
+    P = {}
+    for name, shape in train_gpt2.parameter_spec(cfg):
+        if name == "wte":
+            P[name] = torch.zeros(shape)
+            P[name][:V] = take(W, "wte.weight", (V, dm), d)
+        elif name == "wpe":
+            P[name] = take(W, "wpe.weight", shape, d)
+        elif name.startswith("layers."):
+            hf = name.replace("layers.", "h.", 1)
+            if name.endswith(train_gpt2.HF_TRANSPOSED):
+                P[name] = take(W, hf, shape[::-1], d).t().contiguous()
+            else:
+                P[name] = take(W, hf, shape, d)
+        else:
+            P[name] = take(W, name, shape, d)
+    if "lm_head.weight" in W and not torch.equal(W["lm_head.weight"], W["wte.weight"]):
+        fail(d, "lm_head.weight differs from wte.weight; ours ties them")
+    return cfg, P, int(ours.get("step", 0))
+
+
+# -----------------------------------------------------------------------------------------
+
+def import_dir(d, ckpt, log=print):
+    path = os.path.join(d, "config.json")
+    try:
+        with open(path) as f:
+            hc = json.load(f)
+    except OSError as e:
+        fail(d, f"cannot read config.json ({e.strerror})")
+    except ValueError as e:
+        fail(path, f"not JSON ({e})")
+    mt = hc.get("model_type")
+    if mt not in ("qwen3", "llama", "gpt2"):
+        fail(d, f"model_type {mt!r}: this importer knows qwen3, llama (the SAN family) and gpt2")
+    W = load_weights(d)
+    try:
+        return _import(d, ckpt, hc, mt, W, log)
+    except KeyError as e:
+        fail(path, f"config field {e} missing")
+
+
+def _import(d, ckpt, hc, mt, W, log):
+    if mt in ("qwen3", "llama"):
+        cfg, P, step = import_san(hc, W, d, log)
+        model = train_san.SAN(cfg)
+        train_san.load_params_into(model, {k: v.numpy() for k, v in P.items()}, d)
+        train_san.save_checkpoint(ckpt, model, step)
+    else:
+        cfg, P, step = import_gpt2(hc, W, d, log)
+        model = train_gpt2.GPT2(cfg)
+        train_gpt2.set_parameters(model, {k: v.numpy() for k, v in P.items()}, d)
+        train_gpt2.save_checkpoint(ckpt, model, step)
+    log(f"imported {d} ({mt}) to {ckpt}")
+    return cfg
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", help="transformers model directory (config.json + safetensors)")
+    ap.add_argument("checkpoint", help="checkpoint to write (doc/formats.md)")
+    args = ap.parse_args(argv)
+    try:
+        import_dir(args.dir, args.checkpoint)
+    except (ImportHFError, train_san.ContainerError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

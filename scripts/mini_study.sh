@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The mini-study: both papers' main comparisons at toy scale, run end to end, then a report
+# that says finding by finding whether the papers' qualitative results show at this scale.
+#
+#   scripts/mini_study.sh --cpu    studies/mini_cpu.toml on the host-backend build (about 30
+#                                  minutes on 2 idle cores; doc/study.md has the measured time)
+#   scripts/mini_study.sh --gpu    studies/mini_gpu.toml on a GPU build (aimed at about an hour
+#                                  on one H200; not part of gpu_check.sh)
+#   extra arguments go to `study.py run` (e.g. --binary PATH, --only 0,1)
+#
+# Builds its data once (the offline SYNTH-format corpus: a 2,048-piece tokenizer for --cpu,
+# 600,000 documents for --gpu), runs every unfinished run (an interrupted mini-study
+# resumes), and writes logs/studies/mini-{cpu,gpu}/report/report.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=.venv/bin/python
+[ -x "$python" ] || { echo "mini_study: no .venv; run bash scripts/setup.sh first" >&2; exit 1; }
+
+case "${1:-}" in
+  --cpu) study=studies/mini_cpu.toml out=logs/studies/mini-cpu data=data/offline-v2048 build_args=(--vocab-size 2048) ;;
+  --gpu) study=studies/mini_gpu.toml out=logs/studies/mini-gpu data=data/offline-gpu
+         build_args=(--synth-train-docs 600000 --synth-val-docs 4000) ;;
+  *) echo "usage: scripts/mini_study.sh --cpu|--gpu [study.py run options]" >&2; exit 2 ;;
+esac
+shift
+
+# build_offline writes .complete last; the marker does not record the sizes, so these data
+# directories belong to the mini-study alone
+if ! $python dev/data/build_offline.py --out "$data" --is-current; then
+  echo "mini_study: building $data"
+  $python dev/data/build_offline.py --out "$data" "${build_args[@]}"
+fi
+if [ ! -x ./train_san ] && [[ " $* " != *" --binary "* ]]; then
+  echo "mini_study: ./train_san is missing: build it with make (or pass --binary PATH)" >&2
+  exit 1
+fi
+
+report_args=()  # the report takes --binary (to tell which optional arms this trainer lacks)
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  [ "${args[i]}" = --binary ] && report_args=(--binary "${args[i + 1]}")
+done
+
+start=$(date +%s)
+status=0
+$python scripts/study.py run "$study" "$@" || status=$?
+$python scripts/study.py report "$study" "${report_args[@]}"
+echo "mini_study: $(( ($(date +%s) - start) / 60 )) minutes"
+report=$out/report/report.md
+echo
+sed -n '/^## Findings/,$p' "$report"
+echo
+echo "mini_study: the report is $report"
+exit $status

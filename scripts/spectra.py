@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""
+spectra.py: singular values of every weight matrix of every layer of SAN-family checkpoints,
+and their stable rank over training (SAN paper, finding 3: routing matrices W_q, W_k freeze
+early, content matrices keep gaining rank, and without FFNs the gain moves to W_o).
+
+    python scripts/spectra.py RUN/ckpt/milestone_*.bin --out spectra/
+    python scripts/spectra.py final.bin
+
+For each checkpoint (read with train_san.py's read_container, in fp32): the singular values
+of attn.wq, attn.wk, attn.wv, attn.wo and, in FFN arms, ffn.w_gate, ffn.w_up, ffn.w_down of
+every layer (numpy SVD in float64), and the stable rank ||W||_F^2 / sigma_max^2 (= sum s^2 /
+max s^2). Prints a table of stable ranks (mean over layers) per checkpoint; with --out writes
+spectra.json and three plots: the normalised singular values of the last checkpoint per matrix
+(one line per layer), stable rank per matrix over the checkpoints' steps (mean over layers),
+and stable rank per layer at each checkpoint.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from train_san import KIND_CHECKPOINT, ContainerError, read_container  # noqa: E402
+
+MATRIX_KINDS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w_gate", "ffn.w_up", "ffn.w_down")
+LAYER_MATRIX = re.compile(r"layers\.(\d+)\.(.+)")
+
+
+def stable_rank(singular_values):
+    s = np.asarray(singular_values, dtype=np.float64)
+    return float(np.sum(s * s) / np.max(s) ** 2) if s.size and np.max(s) > 0 else 0.0
+
+
+def checkpoint_spectra(path):
+    """{"step": int, "singular_values": {kind: [per layer: list]}, "stable_rank": {kind: [per layer]}}."""
+    _, meta, tensors = read_container(path, KIND_CHECKPOINT)
+    n_layer = int(meta["n_layer"])
+    sv, sr = {}, {}
+    for name, array in tensors.items():
+        m = LAYER_MATRIX.fullmatch(name)
+        if not m or m.group(2) not in MATRIX_KINDS or array.ndim != 2:
+            continue  # the embedding, gains, gates and optimizer state
+        layer, kind = int(m.group(1)), m.group(2)
+        s = np.linalg.svd(array.astype(np.float64), compute_uv=False)
+        sv.setdefault(kind, [None] * n_layer)[layer] = s.tolist()
+        sr.setdefault(kind, [None] * n_layer)[layer] = stable_rank(s)
+    for kind, per_layer in sr.items():
+        if None in per_layer:
+            raise ContainerError(f"{path}: {kind} is missing for layer {per_layer.index(None)}")
+    order = [k for k in MATRIX_KINDS if k in sr]
+    return {"path": path, "step": int(meta.get("step", 0)),
+            "singular_values": {k: sv[k] for k in order}, "stable_rank": {k: sr[k] for k in order}}
+
+
+def plot(results, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    last = results[-1]
+    kinds = list(last["stable_rank"])
+    names = []
+    cmap = plt.get_cmap("viridis")
+
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        layers = last["singular_values"][kind]
+        for i, s in enumerate(layers):
+            s = np.asarray(s)
+            ax.plot(s / s[0], color=cmap(i / max(1, len(layers) - 1)), lw=1)
+        ax.set(title=kind, xlabel="index", yscale="log")
+    axes[0][0].set_ylabel(f"σ_i / σ_max at step {last['step']}")
+    fig.tight_layout()
+    names.append("singular_values.png")
+    fig.savefig(os.path.join(out, names[-1]), dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    steps = [r["step"] for r in results]
+    for i, kind in enumerate(kinds):
+        ax.plot(steps, [np.mean(r["stable_rank"][kind]) for r in results], "o-", color=f"C{i}", label=kind)
+    ax.set(title="stable rank over training (mean over layers)", xlabel="step", ylabel="‖W‖²_F / σ²_max")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    names.append("stable_rank_over_training.png")
+    fig.savefig(os.path.join(out, names[-1]), dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        for j, r in enumerate(results):
+            ax.plot(r["stable_rank"][kind], "o-", ms=3, color=cmap(j / max(1, len(results) - 1)), label=f"step {r['step']}")
+        ax.set(title=kind, xlabel="layer")
+    axes[0][0].set_ylabel("stable rank")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    names.append("stable_rank_per_layer.png")
+    fig.savefig(os.path.join(out, names[-1]), dpi=110)
+    plt.close(fig)
+    return names
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Singular values and stable ranks of SAN-family checkpoints.")
+    ap.add_argument("checkpoints", nargs="+", help="checkpoint files (e.g. RUN/ckpt/milestone_*.bin)")
+    ap.add_argument("--out", help="directory for spectra.json and the plots")
+    args = ap.parse_args(argv)
+    try:
+        results = sorted((checkpoint_spectra(p) for p in args.checkpoints), key=lambda r: r["step"])
+    except (ContainerError, KeyError) as e:
+        sys.exit(f"spectra.py: {e}")
+    kinds = list(results[-1]["stable_rank"])
+    print("stable rank (mean over layers)")
+    print(f"{'step':>8}  " + "  ".join(f"{k:>10}" for k in kinds) + "  checkpoint")
+    for r in results:
+        print(f"{r['step']:>8}  " + "  ".join(f"{np.mean(r['stable_rank'][k]):>10.3f}" for k in kinds) + f"  {r['path']}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "spectra.json"), "w") as f:
+            json.dump(results, f)
+        names = plot(results, args.out)
+        print(f"wrote {args.out}/spectra.json, " + ", ".join(names))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,661 @@
+#!/usr/bin/env python3
+"""
+study.py: runs a controlled study of train_san arms from one TOML file, and reports on it.
+
+    python scripts/study.py run STUDY.toml [--binary ./train_san] [--only i,j] [--dry-run]
+    python scripts/study.py slurm STUDY.toml [--partition P] [--time 24:00:00] ...
+    python scripts/study.py report STUDY.toml
+
+A study is arms (a train_san preset plus flags) x learning rates x seeds, every run with the
+same token budget. `run` trains them one after another (through mpirun when a run asks for
+several GPUs), skips finished runs and resumes interrupted ones from their latest checkpoint;
+`slurm` writes an sbatch job-array script whose task i is `study.py run --only i`; `report`
+reads the runs' JSONL logs (doc/formats.md "Training log") and writes report.md with PNG
+plots (scripts/study_report.py). The file format is in doc/study.md.
+
+Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
+log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
+({"state": "done" | "diverged" | "failed", ...}) once the trainer has exited.
+"""
+import argparse
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import match  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# flags the runner sets itself from study fields; a study that sets them in `flags` is refused
+RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "study.tokens or study.steps",
+                "--batch-size": "study.batch_size", "--seq-len": "study.seq_len", "--grad-accum": "study.grad_accum",
+                "--global-batch": "study.global_batch",
+                "--log": "(the runner's)", "--checkpoint-dir": "(the runner's)", "--resume": "(the runner's)",
+                "--save-every": "study.save_every", "--val-every": "study.val_every", "--lr": "arm.lr",
+                "--milestones": "study.milestones"}
+
+STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
+              "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note"}
+ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "optional", "note", "seeds"}
+FINDING_KINDS = {
+    # kind: (required arm roles, optional roles)
+    "gap_ordering": (("san", "iso_depth", "iso_flop", "iso_param"), ()),
+    "localisation": (("san", "ffn"), ()),
+    "qk_norm": (("with_qk_norm", "without_qk_norm"), ()),
+    "mlp_collapse": (("standard", "uniform", "hybrid"), ()),
+    "spectra": (("san",), ("ffn",)),
+}
+
+
+class StudyError(Exception):
+    pass
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM (Ctrl-C; Slurm at the time limit): the current run stops unfinished
+    and resumes from its last checkpoint next time."""
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+@dataclass
+class Arm:
+    name: str
+    preset: str
+    flags: list
+    lrs: list            # [None] when the trainer's default rate is used
+    seeds: list
+    optional: bool = False
+    note: str = ""
+    common: list = field(default_factory=list)  # the study's flags, which come before the arm's
+
+    def model(self):
+        """The match.Arm this arm trains (its preset plus the model flags it and the study set)."""
+        arm = match.PRESETS[self.preset]
+        changes = {}
+        flag_field = {flag: name for name, flag in match.FLAG_OF_FIELD.items()}
+        flags = self.common + self.flags
+        for i in range(0, len(flags) - 1):
+            f = flags[i]
+            if f in flag_field:
+                value = flags[i + 1]
+                changes[flag_field[f]] = value if flag_field[f] in ("ffn", "residual") else int(value)
+        return dataclasses.replace(arm, **changes)
+
+
+@dataclass
+class Run:
+    index: int
+    arm: Arm
+    lr: object           # float or None
+    seed: int
+    id: str
+    dir: str
+
+
+@dataclass
+class Study:
+    path: str
+    name: str
+    out: str
+    binary: str
+    seeds: list
+    steps: int
+    batch_size: int
+    seq_len: int
+    grad_accum: int      # 0 when global_batch is given
+    global_batch: int    # rows per optimizer step over every GPU; 0: batch_size x grad_accum x gpus
+    val_every: int
+    save_every: int
+    milestones: bool
+    flags: list
+    baseline: str
+    gpus: int
+    keep_checkpoints: bool
+    arms: list
+    findings: list
+    note: str = ""
+    runs: list = field(default_factory=list)
+
+    @property
+    def rows_per_step(self):
+        return self.global_batch or self.batch_size * self.grad_accum * self.gpus
+
+    @property
+    def tokens_per_step(self):
+        return self.rows_per_step * self.seq_len
+
+    def arm(self, name):
+        for a in self.arms:
+            if a.name == name:
+                return a
+        return None
+
+
+def _fail(path, msg):
+    raise StudyError(f"{path}: {msg}")
+
+
+def _check_keys(path, where, table, allowed, required=()):
+    if not isinstance(table, dict):
+        _fail(path, f"{where} must be a table")
+    for key in table:
+        if key not in allowed:
+            _fail(path, f"{where}: unknown field '{key}' (known: {', '.join(sorted(allowed))})")
+    for key in required:
+        if key not in table:
+            _fail(path, f"{where}: missing field '{key}'")
+
+
+def _typed(path, where, value, typ, what):
+    ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
+    if typ is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok:
+        _fail(path, f"{where} must be {what}, not {value!r}")
+    return value
+
+
+def _flag_list(path, where, value):
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        _fail(path, f"{where} must be a list of strings, e.g. [\"--norm\", \"rms\"]")
+    flags = [str(v) for v in value]
+    for f in flags:
+        if f in RUNNER_FLAGS:
+            _fail(path, f"{where}: {f} is set by the runner; use {RUNNER_FLAGS[f]} instead")
+    return flags
+
+
+def load_study(path, binary=None):
+    """Parses and checks a study file; every problem raises StudyError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except OSError as e:
+        raise StudyError(f"{path}: cannot read ({e.strerror})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise StudyError(f"{path}: not valid TOML ({e})") from None
+    _check_keys(path, "the file", raw, {"study", "arm", "finding"}, ("study", "arm"))
+    s = raw["study"]
+    _check_keys(path, "[study]", s, STUDY_KEYS, ("name", "seeds", "batch_size", "seq_len"))
+    name = _typed(path, "study.name", s["name"], str, "a string")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        _fail(path, f"study.name '{name}' may hold only letters, digits, '_', '.', '-'")
+    seeds = s["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
+        _fail(path, "study.seeds must be a non-empty list of integers")
+    batch_size = _typed(path, "study.batch_size", s["batch_size"], int, "an integer")
+    seq_len = _typed(path, "study.seq_len", s["seq_len"], int, "an integer")
+    if "grad_accum" in s and "global_batch" in s:
+        _fail(path, "[study] takes grad_accum or global_batch, not both")
+    grad_accum = _typed(path, "study.grad_accum", s.get("grad_accum", 1), int, "an integer")
+    global_batch = _typed(path, "study.global_batch", s.get("global_batch", 0), int, "an integer")
+    gpus = _typed(path, "study.gpus", s.get("gpus", 1), int, "an integer")
+    if min(batch_size, seq_len, grad_accum, gpus) <= 0 or global_batch < 0:
+        _fail(path, "study.batch_size, seq_len, grad_accum, global_batch and gpus must be positive")
+    if global_batch and global_batch % (batch_size * gpus):
+        _fail(path, f"study.global_batch {global_batch} is not a multiple of batch_size x gpus = {batch_size * gpus}")
+    if global_batch:
+        grad_accum = 0
+    rows = global_batch or batch_size * grad_accum * gpus
+    if ("tokens" in s) == ("steps" in s):
+        _fail(path, "[study] needs exactly one of 'tokens' (the budget per run) and 'steps'")
+    if "tokens" in s:
+        tokens = _typed(path, "study.tokens", s["tokens"], int, "an integer")
+        steps = math.ceil(tokens / (rows * seq_len))
+    else:
+        steps = _typed(path, "study.steps", s["steps"], int, "an integer")
+    if steps <= 0:
+        _fail(path, "the token budget gives no steps")
+    val_every = _typed(path, "study.val_every", s.get("val_every", max(1, steps // 10)), int, "an integer")
+    save_every = _typed(path, "study.save_every", s.get("save_every", max(1, steps // 4)), int, "an integer")
+    milestones = _typed(path, "study.milestones", s.get("milestones", False), bool, "true or false")
+    keep = _typed(path, "study.keep_checkpoints", s.get("keep_checkpoints", False), bool, "true or false")
+    flags = _flag_list(path, "study.flags", s.get("flags", []))
+    out = _typed(path, "study.out", s.get("out", os.path.join("logs", "studies", name)), str, "a string")
+    binary = binary or _typed(path, "study.binary", s.get("binary", "./train_san"), str, "a string")
+
+    arms = []
+    raw_arms = raw["arm"]
+    if not isinstance(raw_arms, list) or not raw_arms:
+        _fail(path, "needs at least one [[arm]]")
+    for i, a in enumerate(raw_arms):
+        where = f"[[arm]] #{i + 1}"
+        _check_keys(path, where, a, ARM_KEYS, ("name", "preset"))
+        arm_name = _typed(path, f"{where}.name", a["name"], str, "a string")
+        where = f"arm '{arm_name}'"
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", arm_name):
+            _fail(path, f"{where}: the name may hold only letters, digits, '_', '.', '-'")
+        if any(x.name == arm_name for x in arms):
+            _fail(path, f"{where}: the name is used twice")
+        preset = _typed(path, f"{where}.preset", a["preset"], str, "a string")
+        if preset not in match.PRESETS:
+            _fail(path, f"{where}: unknown preset '{preset}' (train_san has: {', '.join(match.PRESETS)})")
+        lrs = a.get("lr", None)
+        if lrs is None:
+            lrs = [None]
+        elif isinstance(lrs, list):
+            if not lrs:
+                _fail(path, f"{where}.lr: an empty grid")
+            lrs = [_typed(path, f"{where}.lr", x, float, "a number or a list of numbers") for x in lrs]
+        else:
+            lrs = [_typed(path, f"{where}.lr", lrs, float, "a number or a list of numbers")]
+        if "lr_scale" in a:
+            scale = a["lr_scale"]
+            if None in lrs:
+                _fail(path, f"{where}: lr_scale multiplies lr, which is missing")
+            if not isinstance(scale, list) or not scale:
+                _fail(path, f"{where}.lr_scale must be a non-empty list of numbers")
+            scale = [_typed(path, f"{where}.lr_scale", x, float, "a list of numbers") for x in scale]
+            lrs = [float(f"{lr * m:.6g}") for lr in lrs for m in scale]
+        if any(lr is not None and lr <= 0 for lr in lrs):
+            _fail(path, f"{where}.lr: rates must be positive")
+        if len(set(lrs)) != len(lrs):
+            _fail(path, f"{where}.lr: the grid repeats a rate")
+        arm_seeds = a.get("seeds", seeds)
+        if not isinstance(arm_seeds, list) or not arm_seeds or not all(isinstance(x, int) for x in arm_seeds):
+            _fail(path, f"{where}.seeds must be a non-empty list of integers")
+        arm_flags = _flag_list(path, f"{where}.flags", a.get("flags", []))
+        arm = Arm(arm_name, preset, arm_flags, lrs, arm_seeds,
+                  _typed(path, f"{where}.optional", a.get("optional", False), bool, "true or false"),
+                  _typed(path, f"{where}.note", a.get("note", ""), str, "a string"), flags)
+        try:
+            arm.model().check()
+        except (ValueError, TypeError) as e:
+            _fail(path, f"{where}: {e}")
+        arms.append(arm)
+
+    baseline = _typed(path, "study.baseline", s.get("baseline", arms[0].name), str, "a string")
+    if not any(a.name == baseline for a in arms):
+        _fail(path, f"study.baseline '{baseline}' is not an arm")
+    findings = []
+    for i, f in enumerate(raw.get("finding", [])):
+        where = f"[[finding]] #{i + 1}"
+        if not isinstance(f, dict) or "kind" not in f:
+            _fail(path, f"{where}: missing field 'kind'")
+        kind = f["kind"]
+        if kind not in FINDING_KINDS:
+            _fail(path, f"{where}: unknown kind '{kind}' (known: {', '.join(FINDING_KINDS)})")
+        required, optional = FINDING_KINDS[kind]
+        _check_keys(path, f"{where} ({kind})", f, {"kind", "title", *required, *optional}, required)
+        for role in (*required, *optional):
+            if role in f and not any(a.name == f[role] for a in arms):
+                _fail(path, f"{where} ({kind}): {role} = '{f[role]}' is not an arm")
+        findings.append(dict(f))
+
+    study = Study(path, name, out, binary, seeds, steps, batch_size, seq_len, grad_accum, global_batch, val_every, save_every,
+                  milestones, flags, baseline, gpus, keep, arms, findings,
+                  _typed(path, "study.note", s.get("note", ""), str, "a string"))
+    for arm in arms:
+        for lr in arm.lrs:
+            for seed in arm.seeds:
+                run_id = arm.name + (f"_lr{lr:g}" if lr is not None else "") + f"_s{seed}"
+                study.runs.append(Run(len(study.runs), arm, lr, seed, run_id, os.path.join(out, "runs", run_id)))
+    return study
+
+
+# ----------------------------------------------------------------------------------------
+# the binary
+
+def binary_flags(binary):
+    """The --flags that `binary -h` lists, or None when the binary cannot run."""
+    try:
+        proc = subprocess.run([binary, "-h"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", proc.stdout + proc.stderr))
+
+
+def arm_availability(study, known_flags):
+    """{arm name: None if runnable, else why not}. An unknown flag in a required arm is an
+    error; in an optional arm (a feature the trainer may not have yet) it makes the arm absent."""
+    why = {}
+    for arm in study.arms:
+        unknown = [f for f in study.flags + arm.flags if f.startswith("--") and known_flags is not None
+                   and f not in known_flags]
+        if unknown and not arm.optional:
+            raise StudyError(f"{study.path}: arm '{arm.name}': {study.binary} has no option {', '.join(unknown)}")
+        why[arm.name] = (f"this train_san has no {', '.join(unknown)}" if unknown else None)
+    return why
+
+
+def run_command(study, run, resume=None):
+    cmd = [study.binary, "--preset", run.arm.preset] + study.flags + run.arm.flags + [
+        "--seed", str(run.seed), "--steps", str(study.steps), "--batch-size", str(study.batch_size),
+        "--seq-len", str(study.seq_len)] + (
+        ["--global-batch", str(study.global_batch)] if study.global_batch else ["--grad-accum", str(study.grad_accum)]) + [
+        "--val-every", str(study.val_every), "--save-every", str(study.save_every),
+        "--log", os.path.join(run.dir, "log.jsonl"), "--checkpoint-dir", os.path.join(run.dir, "ckpt")]
+    if run.lr is not None:
+        cmd += ["--lr", f"{run.lr:g}"]
+    if study.milestones:
+        cmd += ["--milestones", "1"]
+    if resume:
+        cmd += ["--resume", resume]
+    if study.gpus > 1:
+        cmd = ["mpirun", "-np", str(study.gpus)] + cmd
+    return cmd
+
+
+# ----------------------------------------------------------------------------------------
+# run state
+
+def read_status(run):
+    try:
+        with open(os.path.join(run.dir, "status.json")) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_status(run, state, **extra):
+    tmp = os.path.join(run.dir, "status.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(dict(state=state, **extra), f)
+        f.write("\n")
+    os.replace(tmp, os.path.join(run.dir, "status.json"))
+
+
+def is_finished(run):
+    status = read_status(run)
+    return status is not None and status.get("state") in ("done", "diverged")
+
+
+def latest_checkpoint(run):
+    """(step, path) of the newest step_N.bin, or (0, None)."""
+    best = (0, None)
+    for path in glob.glob(os.path.join(run.dir, "ckpt", "step_*.bin")):
+        m = re.fullmatch(r"step_(\d+)\.bin", os.path.basename(path))
+        if m and int(m.group(1)) > best[0]:
+            best = (int(m.group(1)), path)
+    return best
+
+
+def read_log(path):
+    """(train records, validation records) of a JSONL log, one per step: a resumed run
+    appends, so a step logged twice (after the last checkpoint, before a crash) keeps its
+    last record. Lines that do not parse (a run killed mid-write) are skipped."""
+    train, val = {}, {}
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if not isinstance(rec, dict) or "step" not in rec:
+                    continue
+                (val if "val_loss" in rec else train)[rec["step"]] = rec
+    except OSError:
+        pass
+    return [train[k] for k in sorted(train)], [val[k] for k in sorted(val)]
+
+
+def mean_ms_per_step(study, arm):
+    ms = []
+    for run in study.runs:
+        if run.arm is arm:
+            train, _ = read_log(os.path.join(run.dir, "log.jsonl"))
+            ms += [r["ms"] for r in train[1:] if "ms" in r]  # the first step pays for warm-up
+    return sum(ms) / len(ms) if ms else None
+
+
+class EtaModel:
+    """Milliseconds per step of each arm: measured where a log has steps, else scaled from a
+    measured arm by FLOPs per token (the work per step is proportional to it)."""
+
+    def __init__(self, study):
+        self.study = study
+        self.ms = {arm.name: mean_ms_per_step(study, arm) for arm in study.arms}
+
+    def observe(self, arm, ms):
+        old = self.ms.get(arm.name)
+        self.ms[arm.name] = ms if old is None else 0.8 * old + 0.2 * ms
+
+    def ms_per_step(self, arm):
+        if self.ms.get(arm.name) is not None:
+            return self.ms[arm.name]
+        known = [(a, self.ms[a.name]) for a in self.study.arms if self.ms.get(a.name) is not None]
+        if not known:
+            return None
+        ref, ms = known[0]
+        return ms * match.flops_per_token(arm.model()) / match.flops_per_token(ref.model())
+
+    def remaining_s(self, runs, current=None, current_done=0):
+        total = 0.0
+        for run in runs:
+            ms = self.ms_per_step(run.arm)
+            if ms is None:
+                return None
+            done = current_done if run is current else latest_checkpoint(run)[0]
+            total += ms * (self.study.steps - done) / 1e3
+        return total
+
+
+def fmt_duration(seconds):
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+PROGRESS = re.compile(r"^step\s+(\d+)/(\d+) \|.*\|\s+([\d.]+) ms \|")
+
+
+def execute(study, run, position, total, eta, pending):
+    """Runs (or resumes) one run, streaming the trainer's progress; returns its state."""
+    os.makedirs(os.path.join(run.dir, "ckpt"), exist_ok=True)
+    if os.path.exists(os.path.join(run.dir, "status.json")):  # "failed" before: it is being retried
+        os.remove(os.path.join(run.dir, "status.json"))
+    done, resume = latest_checkpoint(run)
+    cmd = run_command(study, run, resume)
+    with open(os.path.join(run.dir, "command.txt"), "w") as f:
+        f.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
+    remaining = eta.remaining_s(pending)
+    print(f"[study {study.name}] run {position}/{total}: {run.id}"
+          + (f" (resuming from step {done})" if resume else "") + f" | study eta {fmt_duration(remaining)}", flush=True)
+    print("  $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    tag = f"[{position}/{total} {run.id}]"
+    mode = "a" if resume else "w"
+    # line-buffered, so that `tail -f stdout.log` follows the run
+    with open(os.path.join(run.dir, "stdout.log"), mode, buffering=1) as out, \
+            open(os.path.join(run.dir, "stderr.log"), mode) as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                line = line.rstrip("\n")
+                m = PROGRESS.match(line)
+                if m:
+                    step, ms = int(m.group(1)), float(m.group(3))
+                    if step > done + 1:
+                        eta.observe(run.arm, ms)
+                    left = eta.remaining_s(pending, current=run, current_done=step)
+                    print(f"{tag} {line} | study eta {fmt_duration(left)}", flush=True)
+                elif line.startswith(("step ", "saved ", "resumed ", "train_san", "parameters:", "model:")):
+                    print(f"{tag} {line}", flush=True)
+            rc = proc.wait()
+        except Interrupted:
+            proc.terminate()
+            proc.wait()
+            raise
+    with open(os.path.join(run.dir, "stderr.log")) as f:
+        stderr = f.read()
+    if rc == 0:
+        write_status(run, "done", steps=study.steps)
+        if not study.keep_checkpoints:
+            for path in glob.glob(os.path.join(run.dir, "ckpt", "step_*.bin")):
+                os.remove(path)
+        return "done"
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {rc}"
+    sys.stderr.write(f"{tag} {last}\n")
+    if "diverged" in stderr:
+        m = re.search(r"step (\d+):", stderr)
+        write_status(run, "diverged", step=int(m.group(1)) if m else None, message=last)
+        return "diverged"
+    write_status(run, "failed", returncode=rc, message=last)
+    return "failed"
+
+
+def select(study, only):
+    if not only:
+        return study.runs
+    picked = []
+    for part in only.split(","):
+        try:
+            i = int(part)
+        except ValueError:
+            raise StudyError(f"--only: '{part}' is not a run index") from None
+        if not 0 <= i < len(study.runs):
+            raise StudyError(f"--only: run index {i} is outside 0..{len(study.runs) - 1}")
+        picked.append(study.runs[i])
+    return picked
+
+
+def cmd_run(args):
+    study = load_study(args.study, args.binary)
+    runs = select(study, args.only)
+    known = binary_flags(study.binary)
+    if known is None and not args.dry_run:
+        raise StudyError(f"{study.binary}: cannot run it (build it with `make`; or give --binary)")
+    why = arm_availability(study, known)
+    todo = [r for r in runs if not is_finished(r) and why[r.arm.name] is None]
+    print(f"study {study.name}: {len(study.runs)} runs of {study.steps} steps x {study.tokens_per_step:,} tokens "
+          f"({len(study.runs) - len([r for r in study.runs if not is_finished(r)])} finished); "
+          f"{len(todo)} to run now in {study.out}")
+    for arm in study.arms:
+        if why[arm.name]:
+            print(f"  arm {arm.name}: skipped ({why[arm.name]})")
+    if args.dry_run:
+        for run in todo:  # the index is what --only takes
+            print(f"[{run.index}] {run.id}: " + " ".join(shlex.quote(c) for c in run_command(study, run, latest_checkpoint(run)[1])))
+        return 0
+    eta = EtaModel(study)
+    outcome = {}
+    # set both explicitly: a shell's background job starts with SIGINT ignored
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    for k, run in enumerate(todo):
+        try:
+            outcome[run.id] = execute(study, run, k + 1, len(todo), eta, todo[k:])
+        except Interrupted as e:
+            print(f"study {study.name}: stopped by {e} during {run.id}; running the study again resumes it "
+                  f"from its last checkpoint", flush=True)
+            return 130
+    failed = [r for r, state in outcome.items() if state == "failed"]
+    diverged = [r for r, state in outcome.items() if state == "diverged"]
+    print(f"study {study.name}: {len(outcome) - len(failed) - len(diverged)} runs done, {len(diverged)} diverged"
+          + (f" ({', '.join(diverged)})" if diverged else "") + f", {len(failed)} failed"
+          + (f" ({', '.join(failed)}: see their stderr.log; running again retries them)" if failed else ""))
+    return 1 if failed else 0
+
+
+def cmd_slurm(args):
+    study = load_study(args.study, args.binary)
+    known = binary_flags(study.binary)
+    why = arm_availability(study, known) if known is not None else {a.name: None for a in study.arms}
+    indices = [r.index for r in study.runs if why[r.arm.name] is None]
+    if not indices:
+        raise StudyError(f"{study.path}: no run can be scheduled")
+    os.makedirs(os.path.join(study.out, "slurm"), exist_ok=True)
+    script = os.path.join(study.out, "slurm", "study.sbatch")
+    lines = ["#!/bin/bash",
+             f"# {study.name}: one array task per run ({len(indices)} runs); written by scripts/study.py slurm.",
+             "# Each task runs `study.py run --only <its run>`, which skips a finished run and resumes an",
+             "# interrupted one, so resubmitting the script after a time-out continues the study.",
+             f"#SBATCH --job-name={study.name}",
+             f"#SBATCH --array={_ranges(indices)}" + (f"%{args.max_parallel}" if args.max_parallel else ""),
+             # one node per run; a task slot per GPU, so that the run's `mpirun -np gpus` fits
+             "#SBATCH --nodes=1",
+             f"#SBATCH --ntasks={study.gpus}",
+             f"#SBATCH --gpus={study.gpus}",
+             f"#SBATCH --cpus-per-task={args.cpus_per_task}",
+             f"#SBATCH --time={args.time}",
+             f"#SBATCH --output={os.path.abspath(os.path.join(study.out, 'slurm', '%A_%a.out'))}"]
+    if args.partition:
+        lines.append(f"#SBATCH --partition={args.partition}")
+    if args.account:
+        lines.append(f"#SBATCH --account={args.account}")
+    lines += [f"#SBATCH {x}" for x in args.sbatch]
+    python = args.python or sys.executable
+    lines += ["set -euo pipefail", f"cd {shlex.quote(os.getcwd())}",
+              f"{shlex.quote(python)} {shlex.quote(os.path.relpath(os.path.abspath(__file__)))} run "
+              f"{shlex.quote(study.path)} --binary {shlex.quote(study.binary)} --only \"$SLURM_ARRAY_TASK_ID\""]
+    with open(script, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {script}: submit it with `sbatch {script}`; then `python scripts/study.py report {study.path}`")
+    return 0
+
+
+def _ranges(indices):
+    parts, start = [], None
+    for i, x in enumerate(indices):
+        if start is None:
+            start = x
+        if i + 1 == len(indices) or indices[i + 1] != x + 1:
+            parts.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(parts)
+
+
+def cmd_report(args):
+    import study_report  # matplotlib is imported only for reports
+    study = load_study(args.study, args.binary)
+    known = binary_flags(study.binary)
+    why = {a.name: None for a in study.arms}
+    if known is not None:
+        try:
+            why = arm_availability(study, known)
+        except StudyError:
+            pass
+    path = study_report.write_report(study, why, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Runs, schedules and reports a study of train_san arms (doc/study.md).")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, help_text in (("run", "run every unfinished run, one after another"),
+                            ("slurm", "write an sbatch job-array script (one task per run)"),
+                            ("report", "write report.md and PNG plots from the runs' logs")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("study", help="the study file (TOML)")
+        p.add_argument("--binary", help="the trainer (default: study.binary, else ./train_san)")
+        if name == "run":
+            p.add_argument("--only", help="comma-separated run indices (0-based, in the study's order)")
+            p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+        if name == "slurm":
+            p.add_argument("--partition")
+            p.add_argument("--account")
+            p.add_argument("--time", default="24:00:00", help="per task")
+            p.add_argument("--cpus-per-task", type=int, default=8)
+            p.add_argument("--max-parallel", type=int, help="at most this many tasks at once")
+            p.add_argument("--python", help="the Python on the compute nodes (default: this one)")
+            p.add_argument("--sbatch", action="append", default=[], help="an extra #SBATCH line (repeatable)")
+        if name == "report":
+            p.add_argument("--out", help="report directory (default: OUT/report)")
+    args = ap.parse_args(argv)
+    try:
+        return {"run": cmd_run, "slurm": cmd_slurm, "report": cmd_report}[args.command](args)
+    except StudyError as e:
+        sys.stderr.write(f"study.py: {e}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,603 @@
+"""
+study_report.py: the report of a study (scripts/study.py report): report.md and PNG plots
+in OUT/report/, computed from the runs' JSONL logs (doc/formats.md "Training log") and final
+checkpoints (weight spectra, scripts/spectra.py).
+
+Definitions (doc/study.md says the same for readers of the report):
+  final validation loss of a run   val_loss of its last validation record (the end of training)
+  an arm's rate                    the rate whose seed-mean final loss is lowest (its own best)
+  an arm's loss                    mean over its seeds at that rate; sd = sample sd (ddof 1)
+  noise floor                      the pooled seed sd over arms at their rates:
+                                   sqrt(sum (n_i - 1) sd_i^2 / sum (n_i - 1))
+  differences                      arm - baseline (positive: the arm is worse), seed means
+  representative run               an arm's first seed at its rate (gates, ranks, logits, spectra)
+Only runs that finished (status done) enter the loss tables; diverged runs are listed apart.
+"""
+import glob
+import math
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import spectra  # noqa: E402
+import study as study_mod  # noqa: E402
+
+REGIONS = ("query", "trace", "answer", "other")
+
+
+# ----------------------------------------------------------------------------------------
+# numbers
+
+class RunData:
+    def __init__(self, run, tokens_per_step, absent_because=None):
+        self.run = run
+        self.status = study_mod.read_status(run) or {}
+        started = os.path.exists(os.path.join(run.dir, "log.jsonl"))
+        self.state = self.status.get("state", "unfinished" if started else "skipped" if absent_because else "not run")
+        self.train, self.val = study_mod.read_log(os.path.join(run.dir, "log.jsonl"))
+        self.tokens_per_step = tokens_per_step
+        self.final = self.val[-1] if self.val and self.state == "done" else None
+
+    @property
+    def final_loss(self):
+        return self.final["val_loss"] if self.final else None
+
+
+def mean_sd(values):
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return mean, sd
+
+
+class ArmSummary:
+    """An arm at its best rate: the finished runs there, their mean and sd."""
+
+    def __init__(self, arm, data):
+        self.arm = arm
+        self.by_lr = {}
+        for d in data:
+            if d.run.arm is arm and d.final is not None:
+                self.by_lr.setdefault(d.run.lr, []).append(d)
+        self.lr_mean = {lr: mean_sd([d.final_loss for d in ds])[0] for lr, ds in self.by_lr.items()}
+        self.lr = min(self.lr_mean, key=self.lr_mean.get) if self.lr_mean else None
+        self.runs = sorted(self.by_lr.get(self.lr, []), key=lambda d: d.run.seed)
+        self.mean, self.sd = mean_sd([d.final_loss for d in self.runs]) if self.runs else (None, None)
+        self.diverged = [d for d in data if d.run.arm is arm and d.state == "diverged"]
+        self.all_runs = [d for d in data if d.run.arm is arm]
+
+    @property
+    def ok(self):
+        return self.mean is not None
+
+    def final_mean(self, key):
+        values = [d.final[key] for d in self.runs if key in d.final]
+        return sum(values) / len(values) if values and len(values) == len(self.runs) else None
+
+    def exercise_mean(self, exercise, region):
+        values = [d.final.get("val_exercise", {}).get(exercise, {}).get(region) for d in self.runs]
+        return sum(values) / len(values) if values and None not in values else None
+
+    def exercises(self):
+        names = []
+        for d in self.runs:
+            for name in d.final.get("val_exercise", {}):
+                if name not in names:
+                    names.append(name)
+        return names
+
+    @property
+    def representative(self):
+        return self.runs[0] if self.runs else None
+
+
+def noise_floor(summaries):
+    num = sum((len(s.runs) - 1) * s.sd ** 2 for s in summaries if s.sd is not None)
+    den = sum(len(s.runs) - 1 for s in summaries if s.sd is not None)
+    return math.sqrt(num / den) if den > 0 else None
+
+
+def fmt(x, digits=4, signed=False):
+    if x is None:
+        return "—"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def fmt_lr(lr):
+    return "default" if lr is None else f"{lr:g}"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------
+# findings: each returns (verdict, text); verdict is "shows", "does not show" or "cannot tell"
+
+def _need(summaries, f, roles, why, diverged_counts=False):
+    """Why a finding cannot be judged (an arm skipped, then an arm without finished runs), or
+    None. With diverged_counts, an arm whose runs all diverged is judged too."""
+    for role in roles:
+        if why.get(f[role]):
+            return f"arm {f[role]} ({role}) was not run: {why[f[role]]}"
+    for role in roles:
+        s = summaries[f[role]]
+        if not s.ok and not (diverged_counts and s.diverged):
+            return f"arm {f[role]} ({role}) has no finished runs" + (" (every run diverged)" if s.diverged else "")
+    return None
+
+
+def finding_gap_ordering(f, summaries, floor, why):
+    missing = _need(summaries, f, ("san", "iso_depth", "iso_flop", "iso_param"), why)
+    if missing:
+        return "cannot tell", missing
+    san = summaries[f["san"]].mean
+    gaps = {role: san - summaries[f[role]].mean for role in ("iso_depth", "iso_flop", "iso_param")}
+    text = (f"SAN − FFN final validation loss: iso-depth {gaps['iso_depth']:+.4f}, iso-FLOP {gaps['iso_flop']:+.4f}, "
+            f"iso-param {gaps['iso_param']:+.4f} nats (paper at 105B tokens: +0.47, +0.26, +0.005); "
+            f"noise floor {fmt(floor)}.")
+    ordered = gaps["iso_depth"] > gaps["iso_flop"] > gaps["iso_param"]
+    if not ordered:
+        return "does not show", text + " The ordering iso-depth > iso-FLOP > iso-param does not hold."
+    resolved = floor is None or min(gaps["iso_depth"] - gaps["iso_flop"], gaps["iso_flop"] - gaps["iso_param"]) > 2 * floor
+    return "shows", text + (" The ordering holds" + (", each step more than twice the noise floor." if resolved and floor
+                                                     else " (not every step is above twice the noise floor)." if floor
+                                                     else " (one seed: no noise floor)."))
+
+
+def finding_localisation(f, summaries, floor, why):
+    missing = _need(summaries, f, ("san", "ffn"), why)
+    if missing:
+        return "cannot tell", missing
+    san, ffn = summaries[f["san"]], summaries[f["ffn"]]
+    d = {}
+    for r in ("query", "trace", "answer"):
+        a, b = san.final_mean(f"val_loss_{r}"), ffn.final_mean(f"val_loss_{r}")
+        if a is not None and b is not None:
+            d[r] = a - b
+    if "query" not in d or len(d) < 2:
+        return "cannot tell", "the logs have no per-region losses (validation data without region sidecars)"
+    text = (f"SAN − FFN ({f['ffn']}) per region: " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
+            + f" nats (overall {san.mean - ffn.mean:+.4f}).")
+    if all(d["query"] > v for r, v in d.items() if r != "query"):
+        return "shows", text + " The deficit is largest on query tokens."
+    return "does not show", text + " The deficit is not largest on query tokens."
+
+
+def finding_qk_norm(f, summaries, floor, why):
+    missing = _need(summaries, f, ("with_qk_norm", "without_qk_norm"), why, diverged_counts=True)
+    if missing:
+        return "cannot tell", missing
+    w, wo = summaries[f["with_qk_norm"]], summaries[f["without_qk_norm"]]
+    n_w, n_wo = len(w.diverged), len(wo.diverged)
+    parts = [f"diverged runs: with QK-norm {n_w} of {len(w.all_runs)}, without {n_wo} of {len(wo.all_runs)}"]
+    logit = {}
+    for name, s in (("with", w), ("without", wo)):
+        rep = s.representative
+        if rep is not None and rep.final.get("max_logit"):
+            logit[name] = max(rep.final["max_logit"])
+    if logit:
+        parts.append("largest pre-softmax logit at the end: " + ", ".join(f"{k} {v:.1f}" for k, v in logit.items()))
+    if w.ok and wo.ok:
+        parts.append(f"final loss with {w.mean:.4f}, without {wo.mean:.4f}")
+    text = "; ".join(parts) + "."
+    if n_wo > 0 and n_w == 0:
+        return "shows", text + " Only the stack without QK-norm diverged."
+    if n_wo == 0:
+        return "does not show", text + " No run without QK-norm diverged at this depth, scale and rate."
+    return "does not show", text + " Runs with QK-norm diverged too."
+
+
+def finding_mlp_collapse(f, summaries, floor, why):
+    missing = _need(summaries, f, ("standard", "uniform", "hybrid"), why)
+    if missing:
+        return "cannot tell", missing
+    std, uni, hyb = (summaries[f[r]].mean for r in ("standard", "uniform", "hybrid"))
+    gap_u, gap_h = uni - std, hyb - std
+    text = (f"final loss: standard {std:.4f}, uniform mlp {uni:.4f} ({gap_u:+.4f}), hybrid mlp {hyb:.4f} ({gap_h:+.4f}).")
+    if gap_u > 0 and gap_h < 0.5 * gap_u and (floor is None or gap_u > 2 * floor):
+        return "shows", text + " Uniform mlp (no token mixing) collapses; the hybrid recovers most of the gap."
+    return "does not show", text
+
+
+def finding_spectra(f, summaries, floor, why, milestones):
+    missing = _need(summaries, f, ("san",) + (("ffn",) if "ffn" in f else ()), why)
+    if missing:
+        return "cannot tell", missing
+    if f["san"] not in milestones or len(milestones[f["san"]]) < 3:
+        return "cannot tell", f"arm {f['san']} has no milestone checkpoints (study.milestones = true writes them)"
+
+    def growth(series, kind):
+        """relative change of the mean stable rank from the second milestone (25%) to the last"""
+        start, end = mean_stable_rank(series[1], kind), mean_stable_rank(series[-1], kind)
+        return (end - start) / start
+
+    san = milestones[f["san"]]
+    g = {k: growth(san, k) for k in ("attn.wq", "attn.wk", "attn.wv", "attn.wo")}
+    routing, content = max(g["attn.wq"], g["attn.wk"]), max(g["attn.wv"], g["attn.wo"])
+    text = (f"{f['san']}: stable rank change from step {san[1]['step']} to {san[-1]['step']}: "
+            + ", ".join(f"{k.split('.')[1]} {v:+.1%}" for k, v in g.items()) + ".")
+    shows = routing < content
+    if "ffn" in f and f["ffn"] in milestones and len(milestones[f["ffn"]]) >= 3:
+        ffn_wo = growth(milestones[f["ffn"]], "attn.wo")
+        text += f" W_o in {f['ffn']}: {ffn_wo:+.1%}."
+        shows = shows and g["attn.wo"] > ffn_wo
+    if shows:
+        return "shows", text + " The routing matrices (W_q, W_k) change less than the content matrices" + (
+            ", and the SAN's W_o gains more than the FFN arm's." if "ffn" in f else ".")
+    return "does not show", text
+
+
+FINDINGS = {"gap_ordering": ("Gap ordering: iso-depth > iso-FLOP > iso-param (SAN paper, finding 1)", finding_gap_ordering),
+            "localisation": ("The SAN's deficit sits on query tokens (SAN paper, finding 2)", finding_localisation),
+            "qk_norm": ("Deep attention stacks diverge without QK-norm (SAN paper, finding 4)", finding_qk_norm),
+            "mlp_collapse": ("Uniform mlp collapses, the hybrid recovers (Deconstructing Attention)", finding_mlp_collapse),
+            "spectra": ("Routing matrices freeze early, content matrices keep gaining stable rank (SAN paper, finding 3)",
+                        finding_spectra)}
+
+
+# ----------------------------------------------------------------------------------------
+# plots
+
+def grid_of_axes(n, per_row=4):
+    """A figure with n panels, at most per_row to a row; returns (figure, flat list of axes)."""
+    cols, rows = min(n, per_row), -(-n // per_row)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.5 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat
+
+
+def _save(fig, out, name):
+    path = os.path.join(out, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def plot_loss_curves(summaries, out):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, s in enumerate(x for x in summaries.values() if x.ok):
+        color = f"C{i % 10}"
+        for k, d in enumerate(s.runs):
+            steps = [r["step"] for r in d.train]
+            losses = [r["loss"] for r in d.train]
+            smooth, ema = [], None
+            for v in losses:
+                ema = v if ema is None else 0.9 * ema + 0.1 * v
+                smooth.append(ema)
+            tok = [x * d.tokens_per_step / 1e6 for x in steps]
+            a.plot(tok, smooth, color=color, alpha=0.8, lw=1, label=s.arm.name if k == 0 else None)
+            b.plot([r["step"] * d.tokens_per_step / 1e6 for r in d.val], [r["val_loss"] for r in d.val], "o-",
+                   color=color, ms=3, lw=1, label=s.arm.name if k == 0 else None)
+    a.set(title="training loss (EMA 0.9), each seed at the arm's rate", xlabel="tokens (M)", ylabel="loss")
+    b.set(title="validation loss", xlabel="tokens (M)", ylabel="cross-entropy")
+    a.legend(fontsize=8)
+    b.legend(fontsize=8)
+    return _save(fig, out, "loss_curves.png")
+
+
+def plot_final(summaries, floor, baseline, out):
+    ok = [s for s in summaries.values() if s.ok]
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(ok)), 4))
+    xs = range(len(ok))
+    ax.bar(xs, [s.mean for s in ok], yerr=[s.sd or 0 for s in ok], color=[f"C{i % 10}" for i in xs], capsize=4)
+    for i, s in enumerate(ok):
+        ax.plot([i] * len(s.runs), [d.final_loss for d in s.runs], "k.", ms=4)
+    if floor and baseline.ok:
+        ax.axhspan(baseline.mean - floor, baseline.mean + floor, color="grey", alpha=0.3, label="baseline ± noise floor")
+        ax.legend(fontsize=8)
+    lo = min(d.final_loss for s in ok for d in s.runs)
+    hi = max(d.final_loss for s in ok for d in s.runs)
+    ax.set_ylim(lo - 0.1 * (hi - lo + 1e-3) - 0.01, hi + 0.1 * (hi - lo + 1e-3) + 0.01)
+    ax.set_xticks(list(xs), [s.arm.name for s in ok], rotation=30, ha="right")
+    ax.set(title="final validation loss (bars: seed mean ± sd; dots: seeds)", ylabel="cross-entropy")
+    return _save(fig, out, "final_loss.png")
+
+
+def plot_lr(summaries, out):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, s in enumerate(summaries.values()):
+        lrs = sorted(lr for lr in s.lr_mean if lr is not None)
+        if len(lrs) < 2:
+            continue
+        ax.plot(lrs, [s.lr_mean[lr] for lr in lrs], "o-", color=f"C{i % 10}", label=s.arm.name)
+        for lr in lrs:
+            ax.plot([lr] * len(s.by_lr[lr]), [d.final_loss for d in s.by_lr[lr]], ".", color=f"C{i % 10}", ms=3)
+    ax.set_xscale("log")
+    ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel="peak rate", ylabel="final validation loss")
+    if ax.lines:
+        ax.legend(fontsize=8)
+    return _save(fig, out, "lr_curves.png")
+
+
+def plot_regions(summaries, baseline, out):
+    others = [s for s in summaries.values() if s.ok and s is not baseline]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(others))
+    for k, s in enumerate(others):
+        ys = [None if s.final_mean(f"val_loss_{r}") is None or baseline.final_mean(f"val_loss_{r}") is None
+              else s.final_mean(f"val_loss_{r}") - baseline.final_mean(f"val_loss_{r}") for r in REGIONS]
+        ax.bar([i + k * width for i in range(len(REGIONS))], [y or 0 for y in ys], width, label=s.arm.name)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(REGIONS))], REGIONS)
+    ax.set(title=f"validation loss per region: arm − {baseline.arm.name}", ylabel="nats")
+    if others:
+        ax.legend(fontsize=8)
+    return _save(fig, out, "regions.png")
+
+
+def plot_exercises(summaries, baseline, exercises, out):
+    others = [s for s in summaries.values() if s.ok and s is not baseline]
+    grid = [[(s.exercise_mean(e, "all") - baseline.exercise_mean(e, "all"))
+             if s.exercise_mean(e, "all") is not None and baseline.exercise_mean(e, "all") is not None else float("nan")
+             for s in others] for e in exercises]
+    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(others), 1 + 0.45 * len(exercises)))
+    finite = [abs(v) for row in grid for v in row if v == v]
+    lim = max(finite) if finite else 1.0
+    im = ax.imshow(grid, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+    ax.set_xticks(range(len(others)), [s.arm.name for s in others], rotation=30, ha="right")
+    ax.set_yticks(range(len(exercises)), exercises)
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            if v == v:
+                ax.text(j, i, f"{v:+.3f}", ha="center", va="center", fontsize=7)
+    fig.colorbar(im, ax=ax, label=f"arm − {baseline.arm.name} (nats)")
+    ax.set_title("validation loss per exercise")
+    return _save(fig, out, "exercises.png")
+
+
+def plot_layers(summaries, key, title, out, name, log=False):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = False
+    for i, s in enumerate(summaries.values()):
+        rep = s.representative
+        if rep is None or not rep.final.get(key):
+            continue
+        values = rep.final[key]
+        ax.plot(range(len(values)), values, "o-", ms=3, color=f"C{i % 10}", label=s.arm.name)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    if log:
+        ax.set_yscale("log")
+    ax.set(title=title + " (end of training, each arm's representative run)", xlabel="layer")
+    ax.legend(fontsize=8)
+    return _save(fig, out, name)
+
+
+def plot_gates(summaries, out):
+    reps = [s for s in summaries.values() if s.representative and s.representative.val
+            and s.representative.val[-1].get("gate_attn")]
+    if not reps:
+        return None
+    fig, axes = grid_of_axes(len(reps))
+    for ax, s in zip(axes, reps):
+        val = [r for r in s.representative.val if r.get("gate_attn")]
+        tok = [r["step"] * s.representative.tokens_per_step / 1e6 for r in val]
+        n = len(val[-1]["gate_attn"])
+        cmap = plt.get_cmap("viridis")
+        for layer in range(n):
+            color = cmap(layer / max(1, n - 1))
+            ax.plot(tok, [r["gate_attn"][layer] for r in val], color=color, lw=1)
+            if val[-1].get("gate_ffn"):
+                ax.plot(tok, [r["gate_ffn"][layer] for r in val], color=color, lw=1, ls="--")
+        ax.set(title=f"{s.arm.name}: gates (— attn, -- ffn)", xlabel="tokens (M)")
+    axes[0].set_ylabel("gate (dark: first layer, light: last)")
+    return _save(fig, out, "gates.png")
+
+
+def spectra_of(summaries):
+    """{arm: stable ranks of the representative run's final checkpoint} where it exists."""
+    result = {}
+    for s in summaries.values():
+        rep = s.representative
+        if rep is None:
+            continue
+        path = os.path.join(rep.run.dir, "ckpt", "final.bin")
+        if os.path.exists(path):
+            result[s.arm.name] = spectra.checkpoint_spectra(path)
+    return result
+
+
+def milestone_spectra(summaries):
+    """{arm: spectra of the representative run's milestone checkpoints, in step order}, for
+    arms with at least two milestones."""
+    result = {}
+    for s in summaries.values():
+        rep = s.representative
+        if rep is None:
+            continue
+        paths = sorted(glob.glob(os.path.join(rep.run.dir, "ckpt", "milestone_*.bin")))
+        if len(paths) >= 2:
+            result[s.arm.name] = sorted((spectra.checkpoint_spectra(p) for p in paths), key=lambda r: r["step"])
+    return result
+
+
+def mean_stable_rank(sp, kind):
+    return sum(sp["stable_rank"][kind]) / len(sp["stable_rank"][kind])
+
+
+def plot_spectra_training(milestones, out):
+    fig, axes = grid_of_axes(len(milestones))
+    for ax, (arm, series) in zip(axes, milestones.items()):
+        steps = [r["step"] for r in series]
+        for i, kind in enumerate(k for k in spectra.MATRIX_KINDS if k in series[-1]["stable_rank"]):
+            ax.plot(steps, [mean_stable_rank(r, kind) for r in series], "o-", ms=3, color=f"C{i}", label=kind)
+        ax.set(title=f"{arm}: stable rank (mean over layers)", xlabel="step")
+    axes[len(milestones) - 1].legend(fontsize=7)
+    return _save(fig, out, "stable_rank_training.png")
+
+
+def plot_spectra(spec, out):
+    kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
+    if not kinds:
+        return None
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        for i, (arm, sp) in enumerate(spec.items()):
+            if kind in sp["stable_rank"]:
+                ax.plot(sp["stable_rank"][kind], "o-", ms=3, color=f"C{i % 10}", label=arm)
+        ax.set(title=kind, xlabel="layer")
+    axes[0][0].set_ylabel("stable rank ‖W‖²_F / σ²_max")
+    axes[0][-1].legend(fontsize=7)
+    return _save(fig, out, "spectra.png")
+
+
+# ----------------------------------------------------------------------------------------
+# the report
+
+def write_report(study, why, out=None):
+    out = out or os.path.join(study.out, "report")
+    os.makedirs(out, exist_ok=True)
+    data = [RunData(run, study.tokens_per_step, why.get(run.arm.name)) for run in study.runs]
+    summaries = {arm.name: ArmSummary(arm, data) for arm in study.arms}
+    baseline = summaries[study.baseline]
+    floor = noise_floor(summaries.values())
+    md = [f"# Study {study.name}", ""]
+    if study.note:
+        md += [study.note, ""]
+    md += [f"Study file `{study.path}`; {len(study.runs)} runs of {study.steps} steps x "
+           f"{study.tokens_per_step:,} tokens ({study.steps * study.tokens_per_step:,} tokens each); "
+           f"baseline arm `{study.baseline}`. Definitions: doc/study.md (\"Report\").", ""]
+
+    # runs
+    md += ["## Runs", ""]
+    rows = []
+    for d in data:
+        done = d.train[-1]["step"] if d.train else 0
+        rows.append([d.run.id, d.run.arm.name, fmt_lr(d.run.lr), d.run.seed, d.state, f"{done}/{study.steps}",
+                     fmt(d.final_loss)])
+    md += [table(["run", "arm", "lr", "seed", "state", "steps", "final val loss"], rows), ""]
+    absent = [f"`{a.name}` ({why[a.name]})" for a in study.arms if why.get(a.name)]
+    if absent:
+        md += ["Arms not run: " + "; ".join(absent) + ".", ""]
+    diverged = [d for d in data if d.state == "diverged"]
+    if diverged:
+        md += ["Diverged: " + "; ".join(f"`{d.run.id}` at step {d.status.get('step')}" for d in diverged) + ".", ""]
+
+    # final losses
+    md += ["## Final validation loss per arm", ""]
+    rows = []
+    for s in summaries.values():
+        model = s.arm.model()
+        total, nonemb = study_mod.match.parameter_counts(model)
+        flops = study_mod.match.flops_per_token(model)
+        delta = s.mean - baseline.mean if s.ok and baseline.ok else None
+        rows.append([s.arm.name, f"{nonemb:,}", f"{flops / 1e6:.2f}", fmt_lr(s.lr) if s.ok else "—", len(s.runs),
+                     fmt(s.mean), fmt(s.sd), fmt(delta, signed=True)])
+    md += [table(["arm", "non-emb params", "MFLOPs/token", "lr", "seeds", "val loss", "sd", f"Δ vs {study.baseline}"], rows), ""]
+    md += [f"Noise floor (pooled seed-to-seed sd): {fmt(floor)} nats.", ""]
+    if any(s.ok for s in summaries.values()):
+        md += [f"![final loss]({plot_final(summaries, floor, baseline, out)})", "",
+               f"![loss curves]({plot_loss_curves(summaries, out)})", ""]
+
+    # learning rates
+    swept = [s for s in summaries.values() if len(s.lr_mean) > 1]
+    if swept:
+        md += ["## Learning-rate sweeps", ""]
+        lrs = sorted({lr for s in swept for lr in s.lr_mean if lr is not None})
+        md += [table(["arm"] + [f"lr {lr:g}" for lr in lrs],
+                     [[s.arm.name] + [fmt(s.lr_mean.get(lr)) for lr in lrs] for s in swept]), ""]
+        md += [f"![lr]({plot_lr(summaries, out)})", ""]
+
+    # regions and exercises
+    has_regions = baseline.ok and baseline.final_mean("val_loss_query") is not None
+    if has_regions:
+        md += ["## Loss per region", "", f"Final validation loss per target region; Δ = arm − {study.baseline}.", ""]
+        rows = []
+        for s in summaries.values():
+            if not s.ok:
+                continue
+            row = [s.arm.name]
+            for r in REGIONS:
+                v, b = s.final_mean(f"val_loss_{r}"), baseline.final_mean(f"val_loss_{r}")
+                row += [fmt(v), fmt(v - b if v is not None and b is not None else None, signed=True)]
+            rows.append(row)
+        md += [table(["arm"] + [x for r in REGIONS for x in (r, f"Δ {r}")], rows), ""]
+        if len(rows) > 1:
+            md += [f"![regions]({plot_regions(summaries, baseline, out)})", ""]
+        exercises = baseline.exercises()
+        if exercises:
+            md += ["## Loss per exercise", "", f"Δ = arm − {study.baseline}, per exercise over all its targets and per region.", ""]
+            others = [s for s in summaries.values() if s.ok and s is not baseline]
+            rows = []
+            for e in exercises:
+                for r in ("all",) + REGIONS[:3]:
+                    b = baseline.exercise_mean(e, r)
+                    if b is None:
+                        continue
+                    row = [e, r, fmt(b)]
+                    for s in others:
+                        v = s.exercise_mean(e, r)
+                        row.append(fmt(v - b if v is not None else None, signed=True))
+                    rows.append(row)
+            md += [table(["exercise", "region", study.baseline] + [f"Δ {s.arm.name}" for s in others], rows), ""]
+            if others:
+                md += [f"![exercises]({plot_exercises(summaries, baseline, exercises, out)})", ""]
+
+    # measurements
+    md += ["## Measurements per layer", "",
+           "Of each arm's representative run (its first seed at its rate), at the last validation.", ""]
+    rows = []
+    for s in summaries.values():
+        rep = s.representative
+        if rep is None:
+            continue
+        f = rep.final
+        rows.append([s.arm.name, fmt(f.get("gate_attn_mean"), 3), fmt(f.get("gate_ffn_mean"), 3),
+                     fmt(f.get("erank_mean"), 2), fmt(f.get("max_logit_mean"), 2),
+                     fmt(max(f["max_logit"]) if f.get("max_logit") else None, 2)])
+    md += [table(["arm", "gate attn (mean)", "gate ffn (mean)", "effective rank (mean)", "max logit (mean)",
+                  "max logit (largest)"], rows), ""]
+    for name in (plot_gates(summaries, out),
+                 plot_layers(summaries, "erank", "effective rank of the residual stream", out, "erank.png"),
+                 plot_layers(summaries, "max_logit", "largest pre-softmax logit", out, "max_logit.png", log=True)):
+        if name:
+            md += [f"![{name}]({name})", ""]
+    spec = spectra_of(summaries)
+    if spec:
+        md += ["## Weight spectra", "", "Stable rank ‖W‖²_F / σ²_max of each matrix, final checkpoint of each arm's "
+               "representative run, mean over layers (per layer in the plot; scripts/spectra.py for milestones).", ""]
+        kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
+        rows = [[arm] + [fmt(sum(sp["stable_rank"][k]) / len(sp["stable_rank"][k]), 2) if k in sp["stable_rank"] else "—"
+                         for k in kinds] for arm, sp in spec.items()]
+        md += [table(["arm"] + kinds, rows), ""]
+        name = plot_spectra(spec, out)
+        if name:
+            md += [f"![spectra]({name})", ""]
+    milestones = milestone_spectra(summaries)
+    if milestones:
+        md += ["### Stable rank over training", "",
+               "Mean over layers, at the milestone checkpoints of each arm's representative run.", ""]
+        rows = []
+        for arm, series in milestones.items():
+            for kind in (k for k in spectra.MATRIX_KINDS if k in series[-1]["stable_rank"]):
+                rows.append([arm, kind] + [fmt(mean_stable_rank(r, kind), 2) for r in series])
+        width = max(len(series) for series in milestones.values())
+        steps = next(series for series in milestones.values() if len(series) == width)
+        md += [table(["arm", "matrix"] + [f"step {r['step']}" for r in steps], rows), ""]
+        md += [f"![stable rank over training]({plot_spectra_training(milestones, out)})", ""]
+
+    # findings
+    if study.findings:
+        md += ["## Findings", ""]
+        for f in study.findings:
+            title, judge = FINDINGS[f["kind"]]
+            if f["kind"] == "spectra":
+                verdict, text = judge(f, summaries, floor, why, milestones)
+            else:
+                verdict, text = judge(f, summaries, floor, why)
+            md += [f"### {f.get('title', title)}", "", f"**{verdict}.** {text}", ""]
+    path = os.path.join(out, "report.md")
+    with open(path, "w") as fh:
+        fh.write("\n".join(md))
+    return path
