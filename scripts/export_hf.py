@@ -55,7 +55,7 @@ META_KEY = "attn_c"                                   # our config text inside c
 UNFOLDED_FILE = "attn_c_unfolded.safetensors"         # originals of the tensors folding changed
 FORMAT_VERSION = 1
 DERIVED_KEYS = {"padded_vocab_size", "head_dim", "step", "has_optimizer", "model"}
-IGNORED_PREFIXES = ("opt.", "resume.", "debug.")      # training state: not part of the model
+IGNORED_PREFIXES = ("opt.", "run.", "resume.", "debug.")  # training settings and state: not part of the model
 
 
 class ExportError(ValueError):
