@@ -414,6 +414,32 @@ inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void
     return PRECISION_MODE == PrecisionMode::BF16 && flash_supports(hd) && aligned16(pointers);
 }
 
+// Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. Templates,
+// so that fp32 builds (T = float) never instantiate the bf16-only kernels.
+template <typename T>
+bool attention_forward_try_tc(T* out, float* lse, const T* q, const T* k, const T* v, const int* doc_ids, int B, int T_,
+                              int Hq, int Hkv, int hd, cudaStream_t stream) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        if (attention_uses_tensor_cores(hd, {out, q, k, v})) {
+            attention_forward_tc(out, lse, q, k, v, doc_ids, B, T_, Hq, Hkv, hd, stream);
+            return true;
+        }
+    }
+    return false;
+}
+template <typename T>
+bool attention_backward_try_tc(T* dq, T* dk, T* dv, float* scratch, const T* dout, const T* out, const T* q, const T* k,
+                               const T* v, const float* lse, const int* doc_ids, int B, int T_, int Hq, int Hkv, int hd,
+                               cudaStream_t stream) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        if (attention_uses_tensor_cores(hd, {dq, dk, dv, dout, out, q, k, v})) {
+            attention_backward_tc(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T_, Hq, Hkv, hd, stream);
+            return true;
+        }
+    }
+    return false;
+}
+
 // q: (B, T, Hq, hd), k and v: (B, T, Hkv, hd), out: (B, T, Hq, hd), all floatX row-major;
 // lse: (B, Hq, T) float, the log-sum-exp of each query row's scaled scores (natural log).
 // Query head h uses kv head h / (Hq / Hkv). Scores s = q.k / sqrt(hd). Position tau is
@@ -422,12 +448,7 @@ inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void
 inline void attention_forward(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
                               const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
     attention_check_shapes("attention_forward", B, T, Hq, Hkv, hd);
-    if constexpr (std::is_same<floatX, __nv_bfloat16>::value) {
-        if (attention_uses_tensor_cores(hd, {out, q, k, v})) {
-            attention_forward_tc(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream);
-            return;
-        }
-    }
+    if (attention_forward_try_tc(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream)) { return; }
     attention_forward_scalar(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream);
 }
 
@@ -437,11 +458,8 @@ inline void attention_backward(floatX* dq, floatX* dk, floatX* dv, float* scratc
                                const floatX* out, const floatX* q, const floatX* k, const floatX* v, const float* lse,
                                const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
     attention_check_shapes("attention_backward", B, T, Hq, Hkv, hd);
-    if constexpr (std::is_same<floatX, __nv_bfloat16>::value) {
-        if (attention_uses_tensor_cores(hd, {dq, dk, dv, dout, out, q, k, v})) {
-            attention_backward_tc(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, stream);
-            return;
-        }
+    if (attention_backward_try_tc(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, stream)) {
+        return;
     }
     attention_backward_scalar(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, stream);
 }
