@@ -2,6 +2,11 @@
 Causal grouped-query attention with an optional same-document mask, forward and
 backward, flash-attention style: memory O(T) per head, no T x T matrix is ever stored.
 
+Which kernels run (attention_forward / attention_backward at the end of this file): in bf16
+builds, for head dims that are multiples of 16 up to 128 (and 16-byte aligned tensors), the
+tensor-core FlashAttention-2 kernels of llmc/attention_tc.cuh; otherwise (every fp32 build,
+odd head dims) the scalar kernels below, which stay the exact reference.
+
     q: (B, T, Hq, hd)   k, v: (B, T, Hkv, hd)   out: (B, T, Hq, hd)   all floatX, row-major
     lse: (B, Hq, T) float: natural-log logsumexp of each query row's scaled scores
 

@@ -36,16 +36,25 @@ A and B fragments are read from shared memory with ldmatrix where they are used 
 registers), which keeps the backward kernels' registers for their accumulators.
 
 Rounding (beyond fp32 accumulation): P (forward and backward) and dS are rounded to bf16 for
-their products, as in FlashAttention-2; measured errors are in doc/san-model.md, "Attention
-kernels", and dev/test/test_attention.cu.
+their products, as in FlashAttention-2, so an element may move by 2^-8 of the sum of the
+absolute values of its terms (dev/test/test_attention.cu checks exactly that bound; measured
+up to 0.84 of it); doc/san-model.md, "Attention kernels", has the measured figures.
 
-Cost: forward 4 HD/16 + ... per 64x64 tile and warp: 2 x 8 x HD/16 mma for S and O; backward
-5 such products (S, dP, dV, dK in the dk/dv kernel; S, dP, dQ in the dq kernel), i.e. 2.5x
-the forward, as the FLOP count says. Shared memory: forward (64 + 2 x 64) (HD + 8) bf16 (26 KiB
-at HD 64, 52 KiB at 128); backward 4 x 64 (HD + 8) bf16 + 768 B (37 KiB at HD 64, 69 KiB at
-128; above 48 KiB the launcher raises the limit). ptxas (sm_90) figures: see doc/san-model.md.
-On the host backend every mma/ldmatrix is a warp collective (~10x the scalar kernels' time
-for the same work). NOT YET RUN ON A GPU: validated on the host backend only.
+Cost: per 64 x 64 tile and warp, 2 x 8 x HD/16 mma per product (16 x 64 x HD); the forward
+does 2 products (S, PV), the backward 7 (dq kernel: S, dP, dQ; dk/dv kernel: S, dP, dV, dK):
+3.5x the forward's mma work where 2.5x is the minimum, the price of a separate dq pass without
+atomics (S and dP are computed in both kernels).
+Shared memory: forward (64 + 2 x 64) (HD + 8) bf16 (26 KiB at HD 64, 52 KiB at 128); backward
+4 x 64 (HD + 8) bf16 + 512-768 B (37 KiB at HD 64, 69 KiB at 128; above 48 KiB the launcher
+raises the limit). ptxas (sm_90, CUDA 13.0), registers per thread, no spills anywhere:
+    HD            16    32    64   128
+    forward       72    85   124   136
+    dq kernel    123   128   137   168
+    dk/dv kernel 126   141   174   255
+The tiles are single-buffered (cp.async, then wait and barrier): the next tile's copy does not
+yet overlap the current tile's mma (a double buffer is the obvious next step on a GPU).
+On the host backend every mma/ldmatrix is a warp collective (~10x the scalar kernels' time for
+the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host backend only.
 */
 #pragma once
 
