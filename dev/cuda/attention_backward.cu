@@ -227,8 +227,9 @@ bool validate_versions(int first, int last, int B, int T, int Hq, int Hkv, int h
     floatX* d_dq = cudaMallocElements(floatX, q_size);
     floatX* d_dk = cudaMallocElements(floatX, kv_size);
     floatX* d_dv = cudaMallocElements(floatX, kv_size);
-    // the backward's inputs out and lse come from the (tested) forward
-    attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, Hq, Hkv, hd, 0);
+    // the backward's inputs out and lse come from the (tested) scalar forward: any forward that
+    // meets the contract will do, and it is the cheap one on the host backend
+    attention_forward_scalar(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, Hq, Hkv, hd, 0);
     std::vector<floatX> out_x = copy_from_device(d_out, q_size);
     std::vector<float> out(q_size);
     for (size_t i = 0; i < q_size; i++) { out[i] = to_float(out_x[i]); }
@@ -277,11 +278,12 @@ int main(int argc, char** argv) {
     for (int use_docs = 0; use_docs <= 1; use_docs++) {
         all_ok &= validate_versions(first, last, B, T, Hq, Hkv, hd, use_docs);
     }
-    // version 3's smallest and largest head dims (its fragments tile hd in steps of 16)
+    // version 3's smallest and largest head dims (its fragments tile hd in steps of 16); one
+    // batch row on the host: the emulated mma makes version 3 the slow one there (racecheck)
     if (first <= 3 && last >= 3) {
         for (int other_hd : {16, 128}) {
             for (int use_docs = 0; use_docs <= 1; use_docs++) {
-                all_ok &= validate_versions(3, 3, B, T, Hq, Hkv, other_hd, use_docs);
+                all_ok &= validate_versions(3, 3, HOST_BACKEND ? 1 : B, T, Hq, Hkv, other_hd, use_docs);
             }
         }
     }
