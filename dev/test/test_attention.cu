@@ -329,6 +329,13 @@ TEST_CASE(doc_mask_gqa2_hd64) { check_case({2, 140, 4, 2, 64}, 11, 1.5f, 1); }
 TEST_CASE(doc_mask_gqa4_hd8) { check_case({2, 200, 4, 1, 8}, 12, 1.0f, 1); }
 TEST_CASE(doc_mask_unsorted_ids) { check_case({2, 100, 2, 1, 16}, 13, 1.0f, 2); }
 TEST_CASE(seq_len_one) { check_case({2, 1, 2, 1, 8}, 14, 1.0f, 1); }
+// The tensor-core path's edges in bf16 (the scalar path in fp32): one position; one row past a
+// tile with GQA 4 at hd 32; large scores with the document mask at hd 64 across two tiles.
+TEST_CASE(tensor_core_edges) {
+    check_case({2, 1, 4, 1, 16}, 20, 1.0f, 1);
+    check_case({1, 65, 4, 1, 32}, 21, 1.0f, 0);
+    check_case({1, 129, 2, 2, 64}, 22, 3.0f, 1);
+}
 
 // Explicit document boundaries: each row b starts new documents at starts[b] (positions
 // before the first start belong to a document that began in an earlier row).
