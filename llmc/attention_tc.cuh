@@ -28,7 +28,8 @@ the A fragment of one k16 step, so probabilities never leave the registers; a ti
   head j and iterates over the query heads of j's group and, per head, over the query tiles
   from its first key on: S^T = K Q^T, P^T = exp2(S^T scale - lse), dP^T = V dO^T,
   dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q; dk = dK / sqrt(hd). Runs after the dq
-  kernel (it reads D).
+  kernel (it reads D). Its query tiles are double-buffered (the next one's cp.async runs
+  during the current one's mma).
 No atomics: every output element is written once by one lane, in a fixed order, so results
 are bit-reproducible. Tiles wholly in the future are never visited; tiles that no row of the
 block can see (other documents) are skipped after a __syncthreads_or; edge tiles are masked.
@@ -44,15 +45,18 @@ Cost: per 64 x 64 tile and warp, 2 x 8 x HD/16 mma per product (16 x 64 x HD); t
 does 2 products (S, PV), the backward 7 (dq kernel: S, dP, dQ; dk/dv kernel: S, dP, dV, dK):
 3.5x the forward's mma work where 2.5x is the minimum, the price of a separate dq pass without
 atomics (S and dP are computed in both kernels).
-Shared memory: forward (64 + 2 x 64) (HD + 8) bf16 (26 KiB at HD 64, 52 KiB at 128); backward
-4 x 64 (HD + 8) bf16 + 512-768 B (37 KiB at HD 64, 69 KiB at 128; above 48 KiB the launcher
-raises the limit). ptxas (sm_90, CUDA 13.0), registers per thread, no spills anywhere:
+Shared memory: forward (64 + 2 x 64) (HD + 8) bf16 (26 KiB at HD 64, 52 KiB at 128); dq
+kernel 4 x 64 (HD + 8) bf16 + 512 B (37 KiB at HD 64, 69 KiB at 128); dk/dv kernel, whose
+query tiles are double-buffered, 6 x 64 (HD + 8) bf16 + 1.5 KiB (55 KiB at HD 64, 103 KiB at
+128). Above 48 KiB the launcher raises the limit. ptxas (sm_90, CUDA 13.0), registers per
+thread, no spills anywhere:
     HD            16    32    64   128
     forward       72    85   124   136
     dq kernel    123   128   137   168
-    dk/dv kernel 126   141   174   255
-The tiles are single-buffered (cp.async, then wait and barrier): the next tile's copy does not
-yet overlap the current tile's mma (a double buffer is the obvious next step on a GPU).
+    dk/dv kernel 128   152   176   254
+The forward's and the dq kernel's K/V tiles are single-buffered (cp.async, wait, barrier): the
+next tile's copy does not yet overlap the current tile's mma there; the dk/dv kernel (the
+largest share of the work) overlaps them.
 On the host backend every mma/ldmatrix is a warp collective (~10x the scalar kernels' time for
 the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host backend only.
 */
@@ -387,19 +391,22 @@ __global__ void __launch_bounds__(kFlashThreads)
 // ----------------------------------------------------------------------------------------
 // backward, kernel 2: dk and dv; 64 keys of one kv head per block, over its group's query heads
 
+// The query tiles are double-buffered: while the warps compute on one, cp.async brings in the
+// next visible one (the next (query head, tile) pair that some key of the block can see).
 template <int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     attention_backward_dkdv_tc_kernel(flash_bf16* dk, flash_bf16* dv, const float* D, const flash_bf16* dout,
                                       const flash_bf16* q, const flash_bf16* k, const flash_bf16* v,
                                       const float* lse, const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;
-    flash_bf16* k_s = dynamic_shared_memory<flash_bf16>();         // [kFlashRows][S]
-    flash_bf16* v_s = k_s + kFlashRows * S;                         // [kFlashRows][S]
-    flash_bf16* q_s = v_s + kFlashRows * S;                         // [kFlashTile][S]
-    flash_bf16* do_s = q_s + kFlashTile * S;                        // [kFlashTile][S]
-    float* lse_s = reinterpret_cast<float*>(do_s + kFlashTile * S);  // [kFlashTile], log2 units
-    float* D_s = lse_s + kFlashTile;                                 // [kFlashTile]
-    int* doc_s = reinterpret_cast<int*>(D_s + kFlashTile);           // [kFlashTile]
+    constexpr int kTile = kFlashTile * S;
+    flash_bf16* k_s = dynamic_shared_memory<flash_bf16>();            // [kFlashRows][S]
+    flash_bf16* v_s = k_s + kFlashRows * S;                            // [kFlashRows][S]
+    flash_bf16* q_s = v_s + kFlashRows * S;                            // [2][kFlashTile][S]
+    flash_bf16* do_s = q_s + 2 * kTile;                                // [2][kFlashTile][S]
+    float* lse_s = reinterpret_cast<float*>(do_s + 2 * kTile);         // [2][kFlashTile], log2 units
+    float* D_s = lse_s + 2 * kFlashTile;                               // [2][kFlashTile]
+    int* doc_s = reinterpret_cast<int*>(D_s + 2 * kFlashTile);         // [2][kFlashTile]
 
     int kv_head = blockIdx.y, b = blockIdx.z;
     int group = Hq / Hkv;
@@ -412,9 +419,46 @@ __global__ void __launch_bounds__(kFlashThreads)
     int my_doc[2];
     for (int r = 0; r < 2; r++) { my_doc[r] = doc_row != nullptr ? doc_row[min(keys[r], T - 1)] : 0; }
 
+    // the block's work: tile i = query head kv_head * group + i / tiles_per_head, queries from
+    // block_key0 + (i % tiles_per_head) * kFlashTile (causal: none before the block's keys)
+    int tiles_per_head = CEIL_DIV(T - block_key0, kFlashTile);
+    int total = group * tiles_per_head;
+    auto tile_start = [&](int i) { return block_key0 + (i % tiles_per_head) * kFlashTile; };
+    // The first tile >= i that some key of the block can see (total: none). Every thread calls
+    // it; each candidate costs a block barrier, which also says that the buffer computed on
+    // before the call is free again.
+    auto next_visible = [&](int i) {
+        for (; i < total; i++) {
+            if (doc_row == nullptr) {
+                __syncthreads();
+                return i;
+            }
+            int key = block_key0 + threadIdx.x;
+            bool seen = threadIdx.x < kFlashRows && key < T &&
+                        flash_key_seen_by_tile(doc_row, tile_start(i), key, T, doc_row[key]);
+            if (__syncthreads_or(seen)) { return i; }
+        }
+        return total;
+    };
+    // Starts the copies of tile i into buffer `buf` (one cp.async group per thread).
+    auto issue = [&](int i, int buf) {
+        int h = kv_head * group + i / tiles_per_head, start = tile_start(i);
+        flash_load_tile<HD>(q_s + buf * kTile, q, b, start, h, T, Hq, hd);
+        flash_load_tile<HD>(do_s + buf * kTile, dout, b, start, h, T, Hq, hd);
+        if (threadIdx.x < kFlashTile) {
+            int t = start + threadIdx.x;
+            bool in_range = t < T;
+            size_t stat = ((size_t)b * Hq + h) * T + t;
+            lse_s[buf * kFlashTile + threadIdx.x] = in_range ? lse[stat] * kLog2e : 0.0f;
+            D_s[buf * kFlashTile + threadIdx.x] = in_range ? D[stat] : 0.0f;
+            doc_s[buf * kFlashTile + threadIdx.x] = (doc_row != nullptr && in_range) ? doc_row[t] : 0;
+        }
+        cp_async_commit_group();
+    };
+
     flash_load_tile<HD>(k_s, k, b, block_key0, kv_head, T, Hkv, hd);
     flash_load_tile<HD>(v_s, v, b, block_key0, kv_head, T, Hkv, hd);
-    cp_async_wait_all();  // published by the first tile's barrier
+    cp_async_commit_group();  // completes before (and is published with) the first query tile
 
     float dk_acc[HD / 8][4], dv_acc[HD / 8][4];
     for (int dt = 0; dt < HD / 8; dt++) {
@@ -422,49 +466,45 @@ __global__ void __launch_bounds__(kFlashThreads)
     }
     const float score_scale = kLog2e / sqrtf((float)hd);
 
-    for (int h = kv_head * group; h < (kv_head + 1) * group; h++) {
-        const float* lse_head = lse + ((size_t)b * Hq + h) * T;
-        const float* D_head = D + ((size_t)b * Hq + h) * T;
-        for (int start = block_key0; start < T; start += kFlashTile) {  // causal: queries >= the block's keys
-            if (doc_row != nullptr) {
-                int key = block_key0 + threadIdx.x;
-                bool seen = threadIdx.x < kFlashRows && key < T &&
-                            flash_key_seen_by_tile(doc_row, start, key, T, doc_row[key]);
-                if (!__syncthreads_or(seen)) { continue; }
-            } else {
-                __syncthreads();  // the previous tile is consumed
-            }
-            flash_load_tile<HD>(q_s, q, b, start, h, T, Hq, hd);
-            flash_load_tile<HD>(do_s, dout, b, start, h, T, Hq, hd);
-            if (threadIdx.x < kFlashTile) {
-                int t = start + threadIdx.x;
-                bool in_range = t < T;
-                lse_s[threadIdx.x] = in_range ? lse_head[t] * kLog2e : 0.0f;
-                D_s[threadIdx.x] = in_range ? D_head[t] : 0.0f;
-                doc_s[threadIdx.x] = (doc_row != nullptr && in_range) ? doc_row[t] : 0;
-            }
+    int cur = next_visible(0), buf = 0;
+    if (cur < total) { issue(cur, buf); }
+    while (cur < total) {
+        int nxt = next_visible(cur + 1);  // its barrier: buffer buf ^ 1 (the tile before cur) is free
+        if (nxt < total) {
+            issue(nxt, buf ^ 1);
+            cp_async_wait_group<1>();  // everything but the tile just issued has landed
+        } else {
             cp_async_wait_all();
-            __syncthreads();
-
-            // transposed tiles: rows are this warp's 16 keys, columns the tile's 64 queries
-            float s[8][4], dp[8][4];
-            flash_scores<HD>(s, k_s + 16 * warp * S, q_s, lane);    // S^T = K Q^T
-            flash_scores<HD>(dp, v_s + 16 * warp * S, do_s, lane);  // dP^T = V dO^T
-            bool needs_mask = doc_row != nullptr || start < warp_key0 + 16 || start + kFlashTile > T;
-            for (int nt = 0; nt < 8; nt++) {
-                for (int i = 0; i < 4; i++) {
-                    int r = i / 2, j = 8 * nt + 2 * t4 + i % 2, t = start + j;
-                    bool visible =
-                        !needs_mask || (t >= keys[r] && t < T && (doc_row == nullptr || doc_s[j] == my_doc[r]));
-                    float p = visible ? exp2f(s[nt][i] * score_scale - lse_s[j]) : 0.0f;
-                    s[nt][i] = p;
-                    dp[nt][i] = p * (dp[nt][i] - D_s[j]);  // dS^T
-                }
-            }
-            flash_accumulate<HD>(dv_acc, s, do_s, lane);  // dV += P^T dO
-            flash_accumulate<HD>(dk_acc, dp, q_s, lane);  // dK += dS^T Q
         }
+        __syncthreads();
+
+        int start = tile_start(cur);
+        const flash_bf16* qt = q_s + buf * kTile;
+        const flash_bf16* dot = do_s + buf * kTile;
+        const float* lse_t = lse_s + buf * kFlashTile;
+        const float* D_t = D_s + buf * kFlashTile;
+        const int* doc_t = doc_s + buf * kFlashTile;
+        // transposed tiles: rows are this warp's 16 keys, columns the tile's 64 queries
+        float s[8][4], dp[8][4];
+        flash_scores<HD>(s, k_s + 16 * warp * S, qt, lane);    // S^T = K Q^T
+        flash_scores<HD>(dp, v_s + 16 * warp * S, dot, lane);  // dP^T = V dO^T
+        bool needs_mask = doc_row != nullptr || start < warp_key0 + 16 || start + kFlashTile > T;
+        for (int nt = 0; nt < 8; nt++) {
+            for (int i = 0; i < 4; i++) {
+                int r = i / 2, j = 8 * nt + 2 * t4 + i % 2, t = start + j;
+                bool visible =
+                    !needs_mask || (t >= keys[r] && t < T && (doc_row == nullptr || doc_t[j] == my_doc[r]));
+                float p = visible ? exp2f(s[nt][i] * score_scale - lse_t[j]) : 0.0f;
+                s[nt][i] = p;
+                dp[nt][i] = p * (dp[nt][i] - D_t[j]);  // dS^T
+            }
+        }
+        flash_accumulate<HD>(dv_acc, s, dot, lane);  // dV += P^T dO
+        flash_accumulate<HD>(dk_acc, dp, qt, lane);  // dK += dS^T Q
+        cur = nxt;
+        buf ^= 1;
     }
+    cp_async_wait_all();  // (nothing is in flight here unless the block had no visible tile)
 
     float scale = 1.0f / sqrtf((float)hd);
     float dk_scales[2] = {scale, scale}, dv_scales[2] = {1.0f, 1.0f};
@@ -526,7 +566,8 @@ inline void attention_backward_tc(flash_bf16* dq, flash_bf16* dk, flash_bf16* dv
         LAUNCH(grid_dq, kFlashThreads, shared_dq, stream, attention_backward_dq_tc_kernel<HD>)(
             dq, D, dout, out, q, k, v, lse, doc_ids, T, Hq, Hkv, hd);
         cudaCheckLaunch();
-        size_t shared_dkdv = tiles + 2 * kFlashTile * sizeof(float) + kFlashTile * sizeof(int);
+        size_t shared_dkdv = (size_t)(2 * kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
+                             2 * kFlashTile * (2 * sizeof(float) + sizeof(int));  // double-buffered query tiles
         flash_allow_shared(attention_backward_dkdv_tc_kernel<HD>, shared_dkdv);
         dim3 grid_dkdv(CEIL_DIV(T, kFlashRows), Hkv, B);
         LAUNCH(grid_dkdv, kFlashThreads, shared_dkdv, stream, attention_backward_dkdv_tc_kernel<HD>)(
