@@ -2,6 +2,11 @@
 Causal grouped-query attention with an optional same-document mask, forward and
 backward, flash-attention style: memory O(T) per head, no T x T matrix is ever stored.
 
+Which kernels run (attention_forward / attention_backward at the end of this file): in bf16
+builds, for head dims that are multiples of 16 up to 128 (and 16-byte aligned tensors), the
+tensor-core FlashAttention-2 kernels of llmc/attention_tc.cuh; otherwise (every fp32 build,
+odd head dims) the scalar kernels below, which stay the exact reference.
+
     q: (B, T, Hq, hd)   k, v: (B, T, Hkv, hd)   out: (B, T, Hq, hd)   all floatX, row-major
     lse: (B, Hq, T) float: natural-log logsumexp of each query row's scaled scores
 
@@ -49,6 +54,8 @@ are compiled with O3 there (below), ~15 GFLOP/s on 2 cores at hd = 64, a third o
 #include <cmath>
 #include <type_traits>
 
+#include "align.h"
+#include "attention_tc.cuh"
 #include "cuda_common.h"
 
 
@@ -365,8 +372,8 @@ void attention_allow_shared(Kernel* kernel, size_t bytes) {
 // Query head h uses kv head h / (Hq / Hkv). Scores s = q.k / sqrt(hd). Position tau is
 // visible from t iff tau <= t and (doc_ids == nullptr or doc_ids[b*T + tau] == doc_ids[b*T + t]).
 // Every row sees at least itself, so no row is empty.
-inline void attention_forward(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
-                              const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
+inline void attention_forward_scalar(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
+                                     const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
     attention_check_shapes("attention_forward", B, T, Hq, Hkv, hd);
     attention_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
@@ -381,9 +388,10 @@ inline void attention_forward(floatX* out, float* lse, const floatX* q, const fl
 
 // Gradients, OVERWRITTEN (not accumulated): dq (B,T,Hq,hd), dk and dv (B,T,Hkv,hd).
 // scratch: at least B*Hq*T floats (holds D = rowsum(dout * out)).
-inline void attention_backward(floatX* dq, floatX* dk, floatX* dv, float* scratch, const floatX* dout,
-                               const floatX* out, const floatX* q, const floatX* k, const floatX* v, const float* lse,
-                               const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
+inline void attention_backward_scalar(floatX* dq, floatX* dk, floatX* dv, float* scratch, const floatX* dout,
+                                      const floatX* out, const floatX* q, const floatX* k, const floatX* v,
+                                      const float* lse, const int* doc_ids, int B, int T, int Hq, int Hkv, int hd,
+                                      cudaStream_t stream) {
     attention_check_shapes("attention_backward", B, T, Hq, Hkv, hd);
     attention_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
@@ -400,4 +408,63 @@ inline void attention_backward(floatX* dq, floatX* dk, floatX* dv, float* scratc
             dk, dv, scratch, dout, q, k, v, lse, doc_ids, T, Hq, Hkv, hd);
     });
     cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------------------
+// which kernel runs: the tensor-core kernels (llmc/attention_tc.cuh) in bf16 builds when hd is
+// a multiple of 16 and every pointer is 16-byte aligned (their 16-byte copies); otherwise the
+// scalar kernels above (always in fp32 builds: they are the exact reference).
+
+inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void*> pointers) {
+    return PRECISION_MODE == PrecisionMode::BF16 && flash_supports(hd) && aligned16(pointers);
+}
+
+// Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. Templates,
+// so that fp32 builds (T = float) never instantiate the bf16-only kernels.
+template <typename T>
+bool attention_forward_try_tc(T* out, float* lse, const T* q, const T* k, const T* v, const int* doc_ids, int B, int T_,
+                              int Hq, int Hkv, int hd, cudaStream_t stream) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        if (attention_uses_tensor_cores(hd, {out, q, k, v})) {
+            attention_forward_tc(out, lse, q, k, v, doc_ids, B, T_, Hq, Hkv, hd, stream);
+            return true;
+        }
+    }
+    return false;
+}
+template <typename T>
+bool attention_backward_try_tc(T* dq, T* dk, T* dv, float* scratch, const T* dout, const T* out, const T* q, const T* k,
+                               const T* v, const float* lse, const int* doc_ids, int B, int T_, int Hq, int Hkv, int hd,
+                               cudaStream_t stream) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        if (attention_uses_tensor_cores(hd, {dq, dk, dv, dout, out, q, k, v})) {
+            attention_backward_tc(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T_, Hq, Hkv, hd, stream);
+            return true;
+        }
+    }
+    return false;
+}
+
+// q: (B, T, Hq, hd), k and v: (B, T, Hkv, hd), out: (B, T, Hq, hd), all floatX row-major;
+// lse: (B, Hq, T) float, the log-sum-exp of each query row's scaled scores (natural log).
+// Query head h uses kv head h / (Hq / Hkv). Scores s = q.k / sqrt(hd). Position tau is
+// visible from t iff tau <= t and (doc_ids == nullptr or doc_ids[b*T + tau] == doc_ids[b*T + t]).
+// Every row sees at least itself, so no row is empty.
+inline void attention_forward(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
+                              const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
+    attention_check_shapes("attention_forward", B, T, Hq, Hkv, hd);
+    if (attention_forward_try_tc(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream)) { return; }
+    attention_forward_scalar(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream);
+}
+
+// Gradients, OVERWRITTEN (not accumulated): dq (B,T,Hq,hd), dk and dv (B,T,Hkv,hd).
+// scratch: at least B*Hq*T floats (holds D = rowsum(dout * out)).
+inline void attention_backward(floatX* dq, floatX* dk, floatX* dv, float* scratch, const floatX* dout,
+                               const floatX* out, const floatX* q, const floatX* k, const floatX* v, const float* lse,
+                               const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
+    attention_check_shapes("attention_backward", B, T, Hq, Hkv, hd);
+    if (attention_backward_try_tc(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, stream)) {
+        return;
+    }
+    attention_backward_scalar(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, stream);
 }

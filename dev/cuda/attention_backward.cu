@@ -16,6 +16,14 @@ version 1: two kernels, one thread per query row (D, dq) and one thread per key 
 version 2: llmc/attention.cuh: the same split, 64 rows per block sharing 64-row tiles of
            K/V (dq kernel) or Q/dout/lse/D (dk/dv kernel) in shared memory, with tiles
            in the future or in other documents skipped
+version 3: FlashAttention-2 backward on tensor cores (llmc/attention_tc.cuh), bf16 builds
+           only, hd a multiple of 16 up to 128: P recomputed per 64x64 tile from lse in the
+           mma accumulators; a dq kernel (4 warps x 16 query rows; D, then S, dP, dS, dQ += dS K
+           per K/V tile) and a dk/dv kernel (4 warps x 16 keys of one kv head, over the query
+           tiles of every query head of its group: S^T, dP^T, dV += P^T dO, dK += dS^T Q); no
+           atomics. What bf16 builds of the trainers run. Validated on the host backend only
+           (below at hd 16, 64, 128, with and without the document mask, GQA 2); not yet run
+           on a GPU.
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/attention_backward && ./build/gpu-bf16/attention_backward [version]
@@ -155,7 +163,23 @@ void attention_backward_version(int version, floatX* dq, floatX* dk, floatX* dv,
             });
             cudaCheckLaunch();
             break;
-        case 2: attention_backward(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, 0); break;
+        case 2:
+            attention_backward_scalar(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, 0);
+            break;
+        case 3:
+            if (PRECISION_MODE != PrecisionMode::BF16 || !flash_supports(hd)) {
+                fprintf(stderr, "attention_backward version 3: needs a bf16 build and hd a multiple of 16 up to 128 "
+                                "(%s, hd %d)\n", PRECISION_NAME, hd);
+                exit(EXIT_FAILURE);
+            }
+            // floatX is bf16 here (checked above); the casts only let the fp32 build compile this file
+            attention_backward_tc(reinterpret_cast<__nv_bfloat16*>(dq), reinterpret_cast<__nv_bfloat16*>(dk),
+                                  reinterpret_cast<__nv_bfloat16*>(dv), scratch,
+                                  reinterpret_cast<const __nv_bfloat16*>(dout),
+                                  reinterpret_cast<const __nv_bfloat16*>(out), reinterpret_cast<const __nv_bfloat16*>(q),
+                                  reinterpret_cast<const __nv_bfloat16*>(k), reinterpret_cast<const __nv_bfloat16*>(v),
+                                  lse, doc_ids, B, T, Hq, Hkv, hd, 0);
+            break;
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }
 }
@@ -182,64 +206,86 @@ double max_abs(const std::vector<float>& x) {
     return m;
 }
 
+// Validates versions first..last at one shape against the CPU reference; false on a mismatch.
+bool validate_versions(int first, int last, int B, int T, int Hq, int Hkv, int hd, bool use_docs) {
+    bool ok = true;
+    size_t q_size = (size_t)B * T * Hq * hd, kv_size = (size_t)B * T * Hkv * hd, stat_size = (size_t)B * Hq * T;
+    // the reference sees exactly the (rounded) inputs the kernels see
+    std::vector<float> q = rounded_to_floatX(make_random_float(q_size, 1, -2.0f, 2.0f));
+    std::vector<float> k = rounded_to_floatX(make_random_float(kv_size, 2, -2.0f, 2.0f));
+    std::vector<float> v = rounded_to_floatX(make_random_float(kv_size, 3));
+    std::vector<float> dout = rounded_to_floatX(make_random_float(q_size, 4));
+    std::vector<int> doc = make_doc_ids(B, T, 100, 5);
+    floatX* d_q = copy_to_device(convert_vector<floatX>(q));
+    floatX* d_k = copy_to_device(convert_vector<floatX>(k));
+    floatX* d_v = copy_to_device(convert_vector<floatX>(v));
+    floatX* d_dout = copy_to_device(convert_vector<floatX>(dout));
+    int* d_doc = use_docs ? copy_to_device(doc) : nullptr;
+    floatX* d_out = cudaMallocElements(floatX, q_size);
+    float* d_lse = cudaMallocElements(float, stat_size);
+    float* d_scratch = cudaMallocElements(float, stat_size);
+    floatX* d_dq = cudaMallocElements(floatX, q_size);
+    floatX* d_dk = cudaMallocElements(floatX, kv_size);
+    floatX* d_dv = cudaMallocElements(floatX, kv_size);
+    // the backward's inputs out and lse come from the (tested) scalar forward: any forward that
+    // meets the contract will do, and it is the cheap one on the host backend
+    attention_forward_scalar(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, Hq, Hkv, hd, 0);
+    std::vector<floatX> out_x = copy_from_device(d_out, q_size);
+    std::vector<float> out(q_size);
+    for (size_t i = 0; i < q_size; i++) { out[i] = to_float(out_x[i]); }
+    std::vector<float> dq_ref(q_size), dk_ref(kv_size), dv_ref(kv_size);
+    attention_backward_cpu(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), out.data(), q.data(),
+                           k.data(), v.data(), use_docs ? doc.data() : nullptr, B, T, Hq, Hkv, hd);
+
+    // fp32: summation order only; bf16: one rounding of each gradient (2^-8 relative);
+    // plus an absolute part relative to the array's largest value. Version 3 also rounds P and
+    // dS to bf16 for its products (as FlashAttention-2 does): an error of 2^-9 of the largest
+    // terms of each sum, not of the (possibly cancelling) result. Measured on these cases, the
+    // worst element needs 3.4e-3 x max|ref| (dq, hd 16, doc mask on; 1.1e-3 for dk, dv).
+    bool fp32 = PRECISION_MODE == PrecisionMode::FP32;
+    float eps = fp32 ? 1e-5f : 1.0f / 128;
+    printf("attention_backward (%s), B=%d T=%d Hq=%d Hkv=%d hd=%d, doc mask %s\n", PRECISION_NAME, B, T, Hq, Hkv,
+           hd, use_docs ? "on" : "off");
+    for (int version = first; version <= last; version++) {
+        printf("  version %d\n", version);
+        float abs_frac = fp32 ? 1e-5f : (version == 3 ? 4e-3f : 1e-3f);
+        cudaCheck(cudaMemset(d_dq, 0xff, q_size * sizeof(floatX)));  // NaN: gradients are overwritten
+        cudaCheck(cudaMemset(d_dk, 0xff, kv_size * sizeof(floatX)));
+        cudaCheck(cudaMemset(d_dv, 0xff, kv_size * sizeof(floatX)));
+        attention_backward_version(version, d_dq, d_dk, d_dv, d_scratch, d_dout, d_out, d_q, d_k, d_v, d_lse, d_doc,
+                                   B, T, Hq, Hkv, hd);
+        ok &= validate_result(d_dq, dq_ref.data(), "dq", q_size, abs_frac * max_abs(dq_ref), eps);
+        ok &= validate_result(d_dk, dk_ref.data(), "dk", kv_size, abs_frac * max_abs(dk_ref), eps);
+        ok &= validate_result(d_dv, dv_ref.data(), "dv", kv_size, abs_frac * max_abs(dv_ref), eps);
+    }
+    for (void* p : {(void*)d_q, (void*)d_k, (void*)d_v, (void*)d_dout, (void*)d_out, (void*)d_lse,
+                    (void*)d_scratch, (void*)d_dq, (void*)d_dk, (void*)d_dv}) {
+        cudaCheck(cudaFree(p));
+    }
+    if (d_doc != nullptr) { cudaCheck(cudaFree(d_doc)); }
+    return ok;
+}
+
 int main(int argc, char** argv) {
     // validation shape (the CPU reference is O(T^2)); the benchmark uses the paper preset
     int B = 2, T = 512, Hq = 8, Hkv = 4, hd = 64;
     if (HOST_BACKEND) { T = 200; }  // validation only: keep it quick
-    int first = 1, last = 2;
+    // version 3 (tensor cores) takes bf16 operands: bf16 builds only
+    int first = 1, last = PRECISION_MODE == PrecisionMode::BF16 ? 3 : 2;
     if (argc > 1) { first = last = atoi(argv[1]); }
 
     bool all_ok = true;
     for (int use_docs = 0; use_docs <= 1; use_docs++) {
-        size_t q_size = (size_t)B * T * Hq * hd, kv_size = (size_t)B * T * Hkv * hd, stat_size = (size_t)B * Hq * T;
-        // the reference sees exactly the (rounded) inputs the kernels see
-        std::vector<float> q = rounded_to_floatX(make_random_float(q_size, 1, -2.0f, 2.0f));
-        std::vector<float> k = rounded_to_floatX(make_random_float(kv_size, 2, -2.0f, 2.0f));
-        std::vector<float> v = rounded_to_floatX(make_random_float(kv_size, 3));
-        std::vector<float> dout = rounded_to_floatX(make_random_float(q_size, 4));
-        std::vector<int> doc = make_doc_ids(B, T, 100, 5);
-        floatX* d_q = copy_to_device(convert_vector<floatX>(q));
-        floatX* d_k = copy_to_device(convert_vector<floatX>(k));
-        floatX* d_v = copy_to_device(convert_vector<floatX>(v));
-        floatX* d_dout = copy_to_device(convert_vector<floatX>(dout));
-        int* d_doc = use_docs ? copy_to_device(doc) : nullptr;
-        floatX* d_out = cudaMallocElements(floatX, q_size);
-        float* d_lse = cudaMallocElements(float, stat_size);
-        float* d_scratch = cudaMallocElements(float, stat_size);
-        floatX* d_dq = cudaMallocElements(floatX, q_size);
-        floatX* d_dk = cudaMallocElements(floatX, kv_size);
-        floatX* d_dv = cudaMallocElements(floatX, kv_size);
-        // the backward's inputs out and lse come from the (tested) forward
-        attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, Hq, Hkv, hd, 0);
-        std::vector<floatX> out_x = copy_from_device(d_out, q_size);
-        std::vector<float> out(q_size);
-        for (size_t i = 0; i < q_size; i++) { out[i] = to_float(out_x[i]); }
-        std::vector<float> dq_ref(q_size), dk_ref(kv_size), dv_ref(kv_size);
-        attention_backward_cpu(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), out.data(), q.data(),
-                               k.data(), v.data(), use_docs ? doc.data() : nullptr, B, T, Hq, Hkv, hd);
-
-        // fp32: summation order only; bf16: one rounding of each gradient (2^-8 relative);
-        // plus an absolute part relative to the array's largest value
-        bool fp32 = PRECISION_MODE == PrecisionMode::FP32;
-        float eps = fp32 ? 1e-5f : 1.0f / 128, abs_frac = fp32 ? 1e-5f : 1e-3f;
-        printf("attention_backward (%s), B=%d T=%d Hq=%d Hkv=%d hd=%d, doc mask %s\n", PRECISION_NAME, B, T, Hq, Hkv,
-               hd, use_docs ? "on" : "off");
-        for (int version = first; version <= last; version++) {
-            printf("  version %d\n", version);
-            cudaCheck(cudaMemset(d_dq, 0xff, q_size * sizeof(floatX)));  // NaN: gradients are overwritten
-            cudaCheck(cudaMemset(d_dk, 0xff, kv_size * sizeof(floatX)));
-            cudaCheck(cudaMemset(d_dv, 0xff, kv_size * sizeof(floatX)));
-            attention_backward_version(version, d_dq, d_dk, d_dv, d_scratch, d_dout, d_out, d_q, d_k, d_v, d_lse, d_doc,
-                                       B, T, Hq, Hkv, hd);
-            all_ok &= validate_result(d_dq, dq_ref.data(), "dq", q_size, abs_frac * max_abs(dq_ref), eps);
-            all_ok &= validate_result(d_dk, dk_ref.data(), "dk", kv_size, abs_frac * max_abs(dk_ref), eps);
-            all_ok &= validate_result(d_dv, dv_ref.data(), "dv", kv_size, abs_frac * max_abs(dv_ref), eps);
+        all_ok &= validate_versions(first, last, B, T, Hq, Hkv, hd, use_docs);
+    }
+    // version 3's smallest and largest head dims (its fragments tile hd in steps of 16); one
+    // batch row on the host: the emulated mma makes version 3 the slow one there (racecheck)
+    if (first <= 3 && last >= 3) {
+        for (int other_hd : {16, 128}) {
+            for (int use_docs = 0; use_docs <= 1; use_docs++) {
+                all_ok &= validate_versions(3, 3, HOST_BACKEND ? 1 : B, T, Hq, Hkv, other_hd, use_docs);
+            }
         }
-        for (void* p : {(void*)d_q, (void*)d_k, (void*)d_v, (void*)d_dout, (void*)d_out, (void*)d_lse,
-                        (void*)d_scratch, (void*)d_dq, (void*)d_dk, (void*)d_dv}) {
-            cudaCheck(cudaFree(p));
-        }
-        if (d_doc != nullptr) { cudaCheck(cudaFree(d_doc)); }
     }
     if (!all_ok) {
         printf("attention_backward: VALIDATION FAILED\n");

@@ -10,12 +10,13 @@ version 1: one thread per query row, keys and values read straight from global m
            online softmax (the baseline: no shared memory, no tiling)
 version 2: llmc/attention.cuh: 64 query rows per block share 64-key tiles of K and V in
            shared memory, tiles in the future or in other documents are skipped
-version 3: FlashAttention-2 on tensor cores (llmc/mma.cuh), bf16 builds only: a block of 4
-           warps owns 64 query rows of one head, each warp 16 rows; K/V tiles of 64 keys in
-           shared memory (bf16); S = Q K^T and O += P V are mma.sync m16n8k16 with the online
-           softmax kept in the accumulator fragments; head dims that are multiples of 16 up
-           to 128 (validated below at 16, 48, 64 and 128). ptxas, sm_90: 128 registers at hd 64,
-           175 at hd 128, no spills. Validated on the host backend only; not yet run on a GPU.
+version 3: FlashAttention-2 on tensor cores (llmc/attention_tc.cuh, via llmc/mma.cuh), bf16
+           builds only: a block of 4 warps owns 64 query rows of one head, each warp 16 rows;
+           K/V tiles of 64 keys in shared memory (bf16, cp.async); S = Q K^T and O += P V are
+           mma.sync m16n8k16 with the online softmax kept in the accumulator fragments; head
+           dims that are multiples of 16 up to 128 (validated below at 16, 48, 64 and 128).
+           What bf16 builds of the trainers run. Validated on the host backend only; not yet
+           run on a GPU.
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/attention_forward && ./build/gpu-bf16/attention_forward [version]
@@ -94,210 +95,20 @@ __global__ void attention_forward_kernel1(floatX* out, float* lse, const floatX*
 }
 
 // ----------------------------------------------------------------------------------------
-// version 3: FlashAttention-2 (Dao, 2023) on tensor cores
-//
-// Block: 4 warps, 64 query rows of head h (the latest rows first, as in version 2); warp w
-// owns rows 16w .. 16w+15 of the block, i.e. one m16 tile. Per 64-key tile of kv head
-// h / (Hq / Hkv):
-//   S (16 x 64 per warp, fp32 accumulators) = Q K^T: Q's A fragments stay in registers for the
-//     whole kernel, K comes from shared memory with ldmatrix (K stored [key][d] is the "col"
-//     B operand as it lies);
-//   scores scaled by log2(e) / sqrt(hd), masked (causal; document), online softmax with exp2:
-//     each row of S lives in the 4 lanes of a lane group (fragment layout), so row maxima and
-//     sums take two xor-shuffles;
-//   O (16 x HD per warp) += P V: the S accumulators of two adjacent n8 tiles are, rounded to
-//     bf16, exactly the A fragment of a k16 step (the C/D and A layouts agree), so P never
-//     leaves the registers; V (stored [key][d], a row-major B) is read with ldmatrix.trans.
-// Tiles wholly in the block's future are never loaded; tiles no row of the block can see (other
-// documents) are skipped after a __syncthreads_or; a warp skips the compute of a tile that is
-// wholly in its own future. Shared memory: Q, K, V tiles of [64][HD + 8] bf16 (the 8-element
-// pad moves consecutive rows by 4 banks, so an ldmatrix's 8 row reads hit distinct banks) and
-// the tile's 64 document ids: 52 KiB at HD 128, 26 KiB at HD 64.
-
-constexpr int kFlashRows = 64;  // query rows per block
-constexpr int kFlashKeys = 64;  // keys per K/V tile
-constexpr int kFlashWarps = kFlashRows / 16;
-static_assert(kFlashKeys == kAttnTile, "the document-skip helper of llmc/attention.cuh checks kAttnTile keys");
-
-// Rows [start, start + rows) of head `head` of a (B, T, H, hd) bf16 tensor into a shared
-// [rows][HD + 8] tile, 16 bytes per load (hd % 8 == 0); rows past T and columns past hd are 0.
-template <int HD>
-__device__ __forceinline__ void flash_load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int b, int start, int rows,
-                                                int head, int T, int H, int hd) {
-    constexpr int kChunks = HD / 8;
-    for (int i = threadIdx.x; i < rows * kChunks; i += blockDim.x) {
-        int r = i / kChunks, c = 8 * (i % kChunks);
-        int row = start + r;
-        int4 bits = make_int4(0, 0, 0, 0);
-        if (row < T && c < hd) { bits = *reinterpret_cast<const int4*>(src + (((size_t)b * T + row) * H + head) * hd + c); }
-        *reinterpret_cast<int4*>(tile + r * (HD + 8) + c) = bits;
-    }
-}
-
-template <int HD>
-__global__ void __launch_bounds__(32 * kFlashWarps)
-    attention_forward_kernel3(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, const int* doc_ids, int T, int Hq, int Hkv, int hd) {
-    constexpr int S = HD + 8;  // shared row stride (elements)
-    __nv_bfloat16* q_s = dynamic_shared_memory<__nv_bfloat16>();  // [kFlashRows][S]
-    __nv_bfloat16* k_s = q_s + kFlashRows * S;                     // [kFlashKeys][S]
-    __nv_bfloat16* v_s = k_s + kFlashKeys * S;                     // [kFlashKeys][S]
-    int* doc_s = reinterpret_cast<int*>(v_s + kFlashKeys * S);     // [kFlashKeys]
-
-    int row_block = gridDim.x - 1 - blockIdx.x;
-    int h = blockIdx.y, b = blockIdx.z;
-    int kv_head = h / (Hq / Hkv);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int g = lane / 4, t4 = lane % 4;  // fragment coordinates: row group, thread in group
-    int block_row0 = row_block * kFlashRows;
-    int warp_row0 = block_row0 + 16 * warp;
-    int rows[2] = {warp_row0 + g, warp_row0 + g + 8};  // this lane's rows: accumulator elements 0,1 and 2,3
-    const int* doc_row = doc_ids != nullptr ? doc_ids + (size_t)b * T : nullptr;
-    int my_doc[2];
-    for (int r = 0; r < 2; r++) { my_doc[r] = doc_row != nullptr ? doc_row[min(rows[r], T - 1)] : 0; }
-
-    flash_load_tile<HD>(q_s, q, b, block_row0, kFlashRows, h, T, Hq, hd);
-    __syncthreads();
-    uint32_t q_frag[HD / 16][4];
-    for (int kc = 0; kc < HD / 16; kc++) {
-        ldmatrix_x4(q_frag[kc], q_s + (16 * warp + lane % 16) * S + 16 * kc + 8 * (lane / 16));
-    }
-
-    float o[HD / 8][4];
-    for (int dt = 0; dt < HD / 8; dt++) {
-        for (int i = 0; i < 4; i++) { o[dt][i] = 0.0f; }
-    }
-    float row_max[2] = {-INFINITY, -INFINITY};  // in log2 units of the scaled scores
-    float row_sum[2] = {0.0f, 0.0f};           // this lane's part of the row's sum (its 2 of 8 columns per n8 tile)
-    const float score_scale = 1.4426950408889634f / sqrtf((float)hd);  // log2(e) / sqrt(hd): exp2 instead of exp
-
-    int last_row = min(T, block_row0 + kFlashRows) - 1;
-    for (int start = 0; start <= last_row; start += kFlashKeys) {
-        if (doc_row != nullptr) {
-            bool sees = false;
-            for (int r = 0; r < 2; r++) {
-                if (rows[r] < T) { sees |= attn_query_sees_tile(doc_row, start, rows[r], T, my_doc[r]); }
-            }
-            if (!__syncthreads_or(sees)) { continue; }
-        } else {
-            __syncthreads();  // the previous tile is consumed
-        }
-        flash_load_tile<HD>(k_s, k, b, start, kFlashKeys, kv_head, T, Hkv, hd);
-        flash_load_tile<HD>(v_s, v, b, start, kFlashKeys, kv_head, T, Hkv, hd);
-        if (threadIdx.x < kFlashKeys) {
-            int tau = start + threadIdx.x;
-            doc_s[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
-        }
-        __syncthreads();
-        if (start > warp_row0 + 15) { continue; }  // warp-uniform: every key is in this warp's future
-
-        // S = Q K^T: n8 tiles 2p, 2p+1 (keys 16p .. 16p+15) from one ldmatrix_x4 per k16 step
-        float s[kFlashKeys / 8][4];
-        for (int nt = 0; nt < kFlashKeys / 8; nt++) {
-            for (int i = 0; i < 4; i++) { s[nt][i] = 0.0f; }
-        }
-        for (int kc = 0; kc < HD / 16; kc++) {
-            for (int p = 0; p < kFlashKeys / 16; p++) {
-                uint32_t kb[4];
-                int key = 16 * p + lane % 8 + 8 * (lane / 16), col = 16 * kc + 8 * ((lane / 8) % 2);
-                ldmatrix_x4(kb, k_s + key * S + col);
-                mma_m16n8k16_bf16(s[2 * p], q_frag[kc], &kb[0], s[2 * p]);
-                mma_m16n8k16_bf16(s[2 * p + 1], q_frag[kc], &kb[2], s[2 * p + 1]);
-            }
-        }
-
-        // scale and mask; accumulator element i is row rows[i / 2], key start + 8 nt + 2 t4 + i % 2
-        bool needs_mask = doc_row != nullptr || start + kFlashKeys - 1 > warp_row0;
-        for (int nt = 0; nt < kFlashKeys / 8; nt++) {
-            for (int i = 0; i < 4; i++) {
-                float x = s[nt][i] * score_scale;
-                if (needs_mask) {
-                    int j = 8 * nt + 2 * t4 + i % 2;
-                    bool visible = start + j <= rows[i / 2] && (doc_row == nullptr || doc_s[j] == my_doc[i / 2]);
-                    if (!visible) { x = -INFINITY; }
-                }
-                s[nt][i] = x;
-            }
-        }
-
-        // online softmax per row: the 4 lanes of a group hold the row's 64 scores
-        for (int r = 0; r < 2; r++) {
-            float tile_max = -INFINITY;
-            for (int nt = 0; nt < kFlashKeys / 8; nt++) { tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1])); }
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-            float new_max = fmaxf(row_max[r], tile_max);
-            float reference = new_max == -INFINITY ? 0.0f : new_max;  // no key visible yet: avoid inf - inf
-            float correction = exp2f(row_max[r] - reference);
-            row_max[r] = new_max;
-            row_sum[r] *= correction;
-            for (int dt = 0; dt < HD / 8; dt++) {
-                o[dt][2 * r] *= correction;
-                o[dt][2 * r + 1] *= correction;
-            }
-            for (int nt = 0; nt < kFlashKeys / 8; nt++) {
-                for (int i = 2 * r; i < 2 * r + 2; i++) {
-                    s[nt][i] = exp2f(s[nt][i] - reference);
-                    row_sum[r] += s[nt][i];
-                }
-            }
-        }
-
-        // O += P V, k16 step p = keys 16p .. 16p+15: P's A fragment from accumulator tiles 2p, 2p+1
-        for (int p = 0; p < kFlashKeys / 16; p++) {
-            uint32_t pa[4] = {pack_bf16x2(s[2 * p][0], s[2 * p][1]), pack_bf16x2(s[2 * p][2], s[2 * p][3]),
-                              pack_bf16x2(s[2 * p + 1][0], s[2 * p + 1][1]),
-                              pack_bf16x2(s[2 * p + 1][2], s[2 * p + 1][3])};
-            for (int dp = 0; dp < HD / 16; dp++) {
-                uint32_t vb[4];
-                ldmatrix_x4_trans(vb, v_s + (16 * p + lane % 16) * S + 16 * dp + 8 * (lane / 16));
-                mma_m16n8k16_bf16(o[2 * dp], pa, &vb[0], o[2 * dp]);
-                mma_m16n8k16_bf16(o[2 * dp + 1], pa, &vb[2], o[2 * dp + 1]);
-            }
-        }
-    }
-
-    for (int r = 0; r < 2; r++) {
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    }
-    for (int r = 0; r < 2; r++) {
-        if (rows[r] >= T) { continue; }
-        float inv_sum = 1.0f / row_sum[r];  // every row sees itself: > 0
-        __nv_bfloat16* out_row = out + (((size_t)b * T + rows[r]) * Hq + h) * hd;
-        for (int dt = 0; dt < HD / 8; dt++) {
-            int col = 8 * dt + 2 * t4;
-            if (col < hd) {
-                *reinterpret_cast<__nv_bfloat162*>(out_row + col) =
-                    __floats2bfloat162_rn(o[dt][2 * r] * inv_sum, o[dt][2 * r + 1] * inv_sum);
-            }
-        }
-        if (t4 == 0) { lse[((size_t)b * Hq + h) * T + rows[r]] = (row_max[r] + log2f(row_sum[r])) * 0.6931471805599453f; }
-    }
-}
+// version 3: FlashAttention-2 on tensor cores, llmc/attention_tc.cuh (what bf16 builds run)
 
 void attention_forward3(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, const int* doc_ids,
                         int B, int T, int Hq, int Hkv, int hd) {
-    if (PRECISION_MODE != PrecisionMode::BF16 || hd % 16 != 0 || hd > 128) {
+    if (PRECISION_MODE != PrecisionMode::BF16 || !flash_supports(hd)) {
         fprintf(stderr, "attention_forward version 3: needs a bf16 build and hd a multiple of 16 up to 128 (%s, hd %d)\n",
                 PRECISION_NAME, hd);
         exit(EXIT_FAILURE);
     }
     attention_check_shapes("attention_forward version 3", B, T, Hq, Hkv, hd);
     // floatX is bf16 here (checked above); the casts only let the fp32 build compile this file
-    auto* out_bf16 = reinterpret_cast<__nv_bfloat16*>(out);
-    auto* q_bf16 = reinterpret_cast<const __nv_bfloat16*>(q);
-    auto* k_bf16 = reinterpret_cast<const __nv_bfloat16*>(k);
-    auto* v_bf16 = reinterpret_cast<const __nv_bfloat16*>(v);
-    attention_dispatch_head_dim(hd, [&](auto head_dim) {
-        constexpr int HD = decltype(head_dim)::value < 16 ? 16 : decltype(head_dim)::value;
-        size_t shared = (size_t)(kFlashRows + 2 * kFlashKeys) * (HD + 8) * sizeof(__nv_bfloat16) + kFlashKeys * sizeof(int);
-        attention_allow_shared(attention_forward_kernel3<HD>, shared);
-        dim3 grid(CEIL_DIV(T, kFlashRows), Hq, B);
-        LAUNCH(grid, 32 * kFlashWarps, shared, 0, attention_forward_kernel3<HD>)(out_bf16, lse, q_bf16, k_bf16, v_bf16,
-                                                                                doc_ids, T, Hq, Hkv, hd);
-    });
-    cudaCheckLaunch();
+    attention_forward_tc(reinterpret_cast<__nv_bfloat16*>(out), lse, reinterpret_cast<const __nv_bfloat16*>(q),
+                         reinterpret_cast<const __nv_bfloat16*>(k), reinterpret_cast<const __nv_bfloat16*>(v), doc_ids,
+                         B, T, Hq, Hkv, hd, 0);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -314,7 +125,7 @@ void attention_forward_version(int version, floatX* out, float* lse, const float
             });
             cudaCheckLaunch();
             break;
-        case 2: attention_forward(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, 0); break;
+        case 2: attention_forward_scalar(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, 0); break;
         case 3: attention_forward3(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd); break;
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }

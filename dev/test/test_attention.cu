@@ -11,9 +11,12 @@ explicit mask, a full softmax, and the analytic gradients written out term by te
 - gradients are overwritten (outputs and scratch filled with NaN before the call);
 - determinism: two runs are bitwise equal.
 In the bf16 build the reference gets the same bf16-rounded inputs as the kernels (for the
-backward that includes the stored, rounded out, which enters D = dout . out); the
+backward that includes the stored, rounded out, which enters D = dout . out). bf16 builds
+run the tensor-core kernels (llmc/attention_tc.cuh) at head dims that are multiples of 16
+(here 16, 48, 64, 128) and the scalar kernels at the others (6, 8): the scalar path's
 tolerance is relative 2^-7 (one bf16 rounding of each output) plus a small absolute part
-proportional to the array's largest reference value (summation order).
+proportional to the array's largest reference value (summation order); the tensor-core
+path's is derived from its rounding of P and dS (check_rounding_bound).
 
 Usage: test_attention [name-filter]
 */
@@ -85,9 +88,14 @@ static Inputs make_inputs(const Shape& s, uint32_t seed, float qk_scale, int doc
 
 struct Reference {
     std::vector<double> out, lse, dq, dk, dv;
+    // per element, the sum of the absolute values of its terms (prob |v| for out, |dS k| / sqrt(hd)
+    // for dq, ...): rounding P or dS to bf16 (2^-9 relative) moves a result by at most 2^-9 of it
+    std::vector<double> out_mag, dq_mag, dk_mag, dv_mag;
 };
 
-static Reference reference_attention(const Shape& s, const Inputs& in) {
+// stored_out: the forward output the backward is given (D = dout . stored_out); nullptr: the
+// reference's own out rounded to floatX.
+static Reference reference_attention(const Shape& s, const Inputs& in, const std::vector<float>* stored_out = nullptr) {
     const int B = s.B, T = s.T, Hq = s.Hq, Hkv = s.Hkv, hd = s.hd;
     auto qi = [&](int b, int t, int h, int e) { return (((size_t)b * T + t) * Hq + h) * hd + e; };
     auto ki = [&](int b, int t, int j, int e) { return (((size_t)b * T + t) * Hkv + j) * hd + e; };
@@ -101,6 +109,10 @@ static Reference reference_attention(const Shape& s, const Inputs& in) {
     r.dq.assign(s.q_size(), 0.0);
     r.dk.assign(s.kv_size(), 0.0);
     r.dv.assign(s.kv_size(), 0.0);
+    r.out_mag.assign(s.q_size(), 0.0);
+    r.dq_mag.assign(s.q_size(), 0.0);
+    r.dk_mag.assign(s.kv_size(), 0.0);
+    r.dv_mag.assign(s.kv_size(), 0.0);
     double scale = 1.0 / std::sqrt((double)hd);
     std::vector<double> score(T), prob(T), dprob(T);
     for (int b = 0; b < B; b++) {
@@ -125,9 +137,13 @@ static Reference reference_attention(const Shape& s, const Inputs& in) {
                 for (int tau = 0; tau < T; tau++) { prob[tau] /= sum; }
                 // out = P V
                 for (int e = 0; e < hd; e++) {
-                    double o = 0.0;
-                    for (int tau = 0; tau < T; tau++) { o += prob[tau] * in.v[ki(b, tau, j, e)]; }
+                    double o = 0.0, mag = 0.0;
+                    for (int tau = 0; tau < T; tau++) {
+                        o += prob[tau] * in.v[ki(b, tau, j, e)];
+                        mag += prob[tau] * std::fabs(in.v[ki(b, tau, j, e)]);
+                    }
                     r.out[qi(b, t, h, e)] = o;
+                    r.out_mag[qi(b, t, h, e)] = mag;
                 }
                 // dP = dout . v;  dS = P (dP - D),  D = sum_tau P dP = dout . out (the softmax
                 // Jacobian). The backward's contract takes the *stored* out (floatX), so D is
@@ -139,8 +155,9 @@ static Reference reference_attention(const Shape& s, const Inputs& in) {
                 }
                 double weighted = 0.0;
                 for (int e = 0; e < hd; e++) {
-                    double stored_out = to_float(from_float<floatX>((float)r.out[qi(b, t, h, e)]));
-                    weighted += (double)in.dout[qi(b, t, h, e)] * stored_out;
+                    double stored = stored_out != nullptr ? (*stored_out)[qi(b, t, h, e)]
+                                                          : to_float(from_float<floatX>((float)r.out[qi(b, t, h, e)]));
+                    weighted += (double)in.dout[qi(b, t, h, e)] * stored;
                 }
                 for (int tau = 0; tau < T; tau++) {
                     if (prob[tau] == 0.0) { continue; }
@@ -149,6 +166,9 @@ static Reference reference_attention(const Shape& s, const Inputs& in) {
                         r.dq[qi(b, t, h, e)] += ds * scale * in.k[ki(b, tau, j, e)];
                         r.dk[ki(b, tau, j, e)] += ds * scale * in.q[qi(b, t, h, e)];
                         r.dv[ki(b, tau, j, e)] += prob[tau] * in.dout[qi(b, t, h, e)];
+                        r.dq_mag[qi(b, t, h, e)] += std::fabs(ds * scale * in.k[ki(b, tau, j, e)]);
+                        r.dk_mag[ki(b, tau, j, e)] += std::fabs(ds * scale * in.q[qi(b, t, h, e)]);
+                        r.dv_mag[ki(b, tau, j, e)] += prob[tau] * std::fabs(in.dout[qi(b, t, h, e)]);
                     }
                 }
             }
@@ -226,18 +246,68 @@ static double max_abs(const std::vector<double>& x) {
 #define CHECK_ARRAY(name, got, ref, abs_frac, eps) \
     CHECK_CLOSE(name, (got).data(), (ref).data(), (ref).size(), (abs_frac) * max_abs(ref), (eps))
 
-static void check_case(const Shape& s, uint32_t seed, float qk_scale, int doc_mode) {
-    Inputs in = make_inputs(s, seed, qk_scale, doc_mode);
-    Reference ref = reference_attention(s, in);
-    Result got = run_kernels(s, in);
-    // fp32: summation order only. bf16: one rounding of each output (2^-8 relative).
+// Whether attention_forward/backward take the tensor-core path (llmc/attention_tc.cuh) at
+// this head dim (the test's buffers are 16-byte aligned).
+static bool tensor_cores(int hd) { return !kFp32 && flash_supports(hd); }
+
+// The tensor-core path rounds P (forward and backward) and dS (backward) to bf16 for its
+// products, as FlashAttention-2 does: bf16 keeps 8 significant bits, so each term moves by at
+// most 2^-8 of itself and each element by at most 2^-8 of the sum of its terms' absolute values
+// (the reference's *_mag), on top of the output's own bf16 rounding (2^-8 relative, |ref|/128
+// allows 2x). Checked: |got - ref| <= 2^-8 mag + |ref| / 128 + 1e-6 max|ref|. Printed per case:
+// the worst error beyond the output rounding as a fraction of 2^-8 mag (measured 0.3-0.85 over
+// these cases; elements whose bound is below the 1e-6 floor, e.g. a lone key's dS = dP - D = 0
+// up to fp32 cancellation, are left out of the figure).
+static void check_rounding_bound(const char* name, const std::vector<float>& got, const std::vector<double>& ref,
+                                 const std::vector<double>& mag) {
+    double floor = 1e-6 * max_abs(ref), worst = 0.0;
+    size_t bad = 0, first_bad = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double err = std::fabs(got[i] - ref[i]);
+        if (!(err <= std::ldexp(mag[i], -8) + std::fabs(ref[i]) / 128 + floor)) {
+            if (bad++ == 0) { first_bad = i; }
+        }
+        double beyond_output_rounding = std::max(0.0, err - std::fabs(ref[i]) / 256);
+        if (std::ldexp(mag[i], -8) > floor) { worst = std::max(worst, beyond_output_rounding / std::ldexp(mag[i], -8)); }
+    }
+    printf("    %-3s worst error beyond the output rounding: %.2f x 2^-8 of its terms' magnitude\n", name, worst);
+    if (bad > 0) {
+        testing::report_failure(__FILE__, __LINE__,
+                                std::string(name) + ": " + std::to_string(bad) + " elements beyond 2^-8 of their terms' " +
+                                    "magnitude, first [" + std::to_string(first_bad) + "] = " +
+                                    std::to_string(got[first_bad]) + " vs " + std::to_string(ref[first_bad]));
+    }
+}
+
+// The reference for checking `got`. On the tensor-core path D is formed from the kernels' own
+// stored out: their out differs from the reference's by the forward's P rounding, and
+// D = dout . out enters every dS, so the backward is checked on the input it was given.
+static Reference reference_for(const Shape& s, const Inputs& in, const Result& got) {
+    return reference_attention(s, in, tensor_cores(s.hd) ? &got.out : nullptr);
+}
+
+static void check_results(const Shape& s, const Result& got, const Reference& ref, bool lse = true) {
     double eps = kFp32 ? 1e-5 : 1.0 / 128;
+    if (lse) { CHECK_CLOSE("lse", got.lse.data(), ref.lse.data(), ref.lse.size(), kFp32 ? 1e-5 : 1e-3, 1e-5); }
+    if (tensor_cores(s.hd)) {
+        check_rounding_bound("out", got.out, ref.out, ref.out_mag);
+        check_rounding_bound("dq", got.dq, ref.dq, ref.dq_mag);
+        check_rounding_bound("dk", got.dk, ref.dk, ref.dk_mag);
+        check_rounding_bound("dv", got.dv, ref.dv, ref.dv_mag);
+        return;
+    }
+    // fp32: summation order only. bf16 (scalar kernels): one rounding of each output (2^-8 relative).
     double out_abs = kFp32 ? 1e-6 : 1e-4, grad_abs = kFp32 ? 1e-5 : 1e-3;
     CHECK_ARRAY("out", got.out, ref.out, out_abs, eps);
-    CHECK_CLOSE("lse", got.lse.data(), ref.lse.data(), ref.lse.size(), kFp32 ? 1e-5 : 1e-3, 1e-5);
     CHECK_ARRAY("dq", got.dq, ref.dq, grad_abs, eps);
     CHECK_ARRAY("dk", got.dk, ref.dk, grad_abs, eps);
     CHECK_ARRAY("dv", got.dv, ref.dv, grad_abs, eps);
+}
+
+static void check_case(const Shape& s, uint32_t seed, float qk_scale, int doc_mode) {
+    Inputs in = make_inputs(s, seed, qk_scale, doc_mode);
+    Result got = run_kernels(s, in);
+    check_results(s, got, reference_for(s, in, got));
 }
 
 // ----------------------------------------------------------------------------------------
@@ -259,6 +329,13 @@ TEST_CASE(doc_mask_gqa2_hd64) { check_case({2, 140, 4, 2, 64}, 11, 1.5f, 1); }
 TEST_CASE(doc_mask_gqa4_hd8) { check_case({2, 200, 4, 1, 8}, 12, 1.0f, 1); }
 TEST_CASE(doc_mask_unsorted_ids) { check_case({2, 100, 2, 1, 16}, 13, 1.0f, 2); }
 TEST_CASE(seq_len_one) { check_case({2, 1, 2, 1, 8}, 14, 1.0f, 1); }
+// The tensor-core path's edges in bf16 (the scalar path in fp32): one position; one row past a
+// tile with GQA 4 at hd 32; large scores with the document mask at hd 64 across two tiles.
+TEST_CASE(tensor_core_edges) {
+    check_case({2, 1, 4, 1, 16}, 20, 1.0f, 1);
+    check_case({1, 65, 4, 1, 32}, 21, 1.0f, 0);
+    check_case({1, 129, 2, 2, 64}, 22, 3.0f, 1);
+}
 
 // Explicit document boundaries: each row b starts new documents at starts[b] (positions
 // before the first start belong to a document that began in an earlier row).
@@ -271,13 +348,8 @@ static void check_documents(const Shape& s, uint32_t seed, const std::vector<std
             for (int start : starts[b]) id += t >= start;
             in.doc[(size_t)b * s.T + t] = id + 100 * b;
         }
-    Reference ref = reference_attention(s, in);
     Result got = run_kernels(s, in);
-    double eps = kFp32 ? 1e-5 : 1.0 / 128, out_abs = kFp32 ? 1e-6 : 1e-4, grad_abs = kFp32 ? 1e-5 : 1e-3;
-    CHECK_ARRAY("out", got.out, ref.out, out_abs, eps);
-    CHECK_ARRAY("dq", got.dq, ref.dq, grad_abs, eps);
-    CHECK_ARRAY("dk", got.dk, ref.dk, grad_abs, eps);
-    CHECK_ARRAY("dv", got.dv, ref.dv, grad_abs, eps);
+    check_results(s, got, reference_for(s, in, got), false);
 }
 
 // Long documents that end inside tiles: whole tiles are skipped for some blocks and not
