@@ -13,7 +13,7 @@ Every kernel: 4 warps (128 threads) per block, 64 rows of the operand the block 
 owns rows 16w .. 16w+15 (one m16 tile); the other operand streams through shared memory in
 tiles of 64 rows of [64][HD + 8] bf16 (the 8-element pad shifts consecutive rows by 4 banks,
 so the 8 row reads of an ldmatrix hit distinct banks), loaded with cp.async (zero-filled past
-T). Fragment facts used throughout (llmc/mma.cuh): a row of a 16x8 accumulator lives in the 4
+T) into two buffers, so that the next tile's copy overlaps the current tile's mma. Fragment facts used throughout (llmc/mma.cuh): a row of a 16x8 accumulator lives in the 4
 lanes of a lane group; the accumulators of two adjacent n8 tiles, rounded to bf16, are exactly
 the A fragment of one k16 step, so probabilities never leave the registers; a tile stored
 [n][k] ([key][d]) is a B operand through ldmatrix, one stored [k][n] through ldmatrix.trans.
@@ -28,8 +28,7 @@ the A fragment of one k16 step, so probabilities never leave the registers; a ti
   head j and iterates over the query heads of j's group and, per head, over the query tiles
   from its first key on: S^T = K Q^T, P^T = exp2(S^T scale - lse), dP^T = V dO^T,
   dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q; dk = dK / sqrt(hd). Runs after the dq
-  kernel (it reads D). Its query tiles are double-buffered (the next one's cp.async runs
-  during the current one's mma).
+  kernel (it reads D).
 No atomics: every output element is written once by one lane, in a fixed order, so results
 are bit-reproducible. Tiles wholly in the future are never visited; tiles that no row of the
 block can see (other documents) are skipped after a __syncthreads_or; edge tiles are masked.
@@ -45,18 +44,15 @@ Cost: per 64 x 64 tile and warp, 2 x 8 x HD/16 mma per product (16 x 64 x HD); t
 does 2 products (S, PV), the backward 7 (dq kernel: S, dP, dQ; dk/dv kernel: S, dP, dV, dK):
 3.5x the forward's mma work where 2.5x is the minimum, the price of a separate dq pass without
 atomics (S and dP are computed in both kernels).
-Shared memory: forward (64 + 2 x 64) (HD + 8) bf16 (26 KiB at HD 64, 52 KiB at 128); dq
-kernel 4 x 64 (HD + 8) bf16 + 512 B (37 KiB at HD 64, 69 KiB at 128); dk/dv kernel, whose
-query tiles are double-buffered, 6 x 64 (HD + 8) bf16 + 1.5 KiB (55 KiB at HD 64, 103 KiB at
-128). Above 48 KiB the launcher raises the limit. ptxas (sm_90, CUDA 13.0), registers per
-thread, no spills anywhere:
+Shared memory (every kernel double-buffers the tiles it streams: the next visible tile's
+cp.async runs during the current one's mma): forward (64 + 4 x 64) (HD + 8) bf16 (45 KiB at
+HD 64, 85 KiB at 128); dq kernel 6 x 64 (HD + 8) bf16 + 768 B (54 KiB at HD 64, 103 KiB at
+128); dk/dv kernel 6 x 64 (HD + 8) bf16 + 1.5 KiB (55 KiB, 103 KiB). Above 48 KiB the launcher
+raises the limit. ptxas (sm_90, CUDA 13.0), registers per thread, no spills anywhere:
     HD            16    32    64   128
-    forward       72    85   124   136
-    dq kernel    123   128   137   168
+    forward       77    83   103   133
+    dq kernel    122   130   166   169
     dk/dv kernel 128   152   176   254
-The forward's and the dq kernel's K/V tiles are single-buffered (cp.async, wait, barrier): the
-next tile's copy does not yet overlap the current tile's mma there; the dk/dv kernel (the
-largest share of the work) overlaps them.
 On the host backend every mma/ldmatrix is a warp collective (~10x the scalar kernels' time for
 the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host backend only.
 */
@@ -113,6 +109,38 @@ __device__ __forceinline__ bool flash_key_seen_by_tile(const int* doc_row, int s
         if (doc_row[t] == doc) { return true; }
     }
     return false;
+}
+
+// The query-side kernels' K/V tiles (tile i: keys from i * kFlashTile), double-buffered.
+// flash_next_key_tile: the first tile >= i that some query row of the block (rows block_row0 ..
+// block_row0 + kFlashRows - 1) can see, `total` if none. Every thread calls it; each candidate
+// costs a block barrier, which also says that the buffer computed on before the call is free.
+__device__ inline int flash_next_key_tile(int i, int total, const int* doc_row, int block_row0, int T) {
+    for (; i < total; i++) {
+        if (doc_row == nullptr) {
+            __syncthreads();
+            return i;
+        }
+        int row = block_row0 + threadIdx.x;
+        bool sees = threadIdx.x < kFlashRows && row < T &&
+                    flash_query_sees_tile(doc_row, i * kFlashTile, row, T, doc_row[row]);
+        if (__syncthreads_or(sees)) { return i; }
+    }
+    return total;
+}
+// Starts the copies of K/V tile i (and its document ids) into one buffer: one cp.async group.
+template <int HD>
+__device__ inline void flash_issue_key_tile(flash_bf16* k_s, flash_bf16* v_s, int* doc_s, const flash_bf16* k,
+                                            const flash_bf16* v, const int* doc_row, int i, int b, int kv_head, int T,
+                                            int Hkv, int hd) {
+    int start = i * kFlashTile;
+    flash_load_tile<HD>(k_s, k, b, start, kv_head, T, Hkv, hd);
+    flash_load_tile<HD>(v_s, v, b, start, kv_head, T, Hkv, hd);
+    if (threadIdx.x < kFlashTile) {
+        int tau = start + threadIdx.x;
+        doc_s[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
+    }
+    cp_async_commit_group();
 }
 
 // S (16 x 64, eight n8 accumulator tiles) = A B^T over HD: A is the warp's 16 rows of a shared
@@ -182,10 +210,11 @@ __global__ void __launch_bounds__(kFlashThreads)
     attention_forward_tc_kernel(flash_bf16* out, float* lse, const flash_bf16* q, const flash_bf16* k,
                                 const flash_bf16* v, const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;  // shared row stride (elements)
-    flash_bf16* q_s = dynamic_shared_memory<flash_bf16>();  // [kFlashRows][S]
-    flash_bf16* k_s = q_s + kFlashRows * S;                  // [kFlashTile][S]
-    flash_bf16* v_s = k_s + kFlashTile * S;                  // [kFlashTile][S]
-    int* doc_s = reinterpret_cast<int*>(v_s + kFlashTile * S);  // [kFlashTile]
+    constexpr int kTile = kFlashTile * S;
+    flash_bf16* q_s = dynamic_shared_memory<flash_bf16>();         // [kFlashRows][S]
+    flash_bf16* k_buf = q_s + kFlashRows * S;                       // [2][kFlashTile][S]
+    flash_bf16* v_buf = k_buf + 2 * kTile;                          // [2][kFlashTile][S]
+    int* doc_buf = reinterpret_cast<int*>(v_buf + 2 * kTile);       // [2][kFlashTile]
 
     int row_block = gridDim.x - 1 - blockIdx.x;  // the longest rows (latest queries) first
     int h = blockIdx.y, b = blockIdx.z;
@@ -200,7 +229,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int r = 0; r < 2; r++) { my_doc[r] = doc_row != nullptr ? doc_row[min(rows[r], T - 1)] : 0; }
 
     flash_load_tile<HD>(q_s, q, b, block_row0, h, T, Hq, hd);
-    cp_async_wait_all();
+    cp_async_commit_group();  // lands with (and is published by the barrier of) the first K/V tile
 
     float o[HD / 8][4];
     for (int dt = 0; dt < HD / 8; dt++) {
@@ -211,24 +240,27 @@ __global__ void __launch_bounds__(kFlashThreads)
     const float score_scale = kLog2e / sqrtf((float)hd);  // exp2 instead of exp
 
     int last_row = min(T, block_row0 + kFlashRows) - 1;
-    for (int start = 0; start <= last_row; start += kFlashTile) {
-        // (the first barrier also publishes the Q tile, and says the previous tile is consumed)
-        if (doc_row != nullptr) {
-            int row = block_row0 + threadIdx.x;
-            bool sees = threadIdx.x < kFlashRows && row < T &&
-                        flash_query_sees_tile(doc_row, start, row, T, doc_row[row]);
-            if (!__syncthreads_or(sees)) { continue; }
+    int total = last_row / kFlashTile + 1;  // causal: key tiles up to the block's last row
+    int cur = flash_next_key_tile(0, total, doc_row, block_row0, T), buf = 0;
+    if (cur < total) {
+        flash_issue_key_tile<HD>(k_buf, v_buf, doc_buf, k, v, doc_row, cur, b, kv_head, T, Hkv, hd);
+    }
+    while (cur < total) {
+        int nxt = flash_next_key_tile(cur + 1, total, doc_row, block_row0, T);  // buffer buf ^ 1 is free
+        if (nxt < total) {
+            flash_issue_key_tile<HD>(k_buf + (buf ^ 1) * kTile, v_buf + (buf ^ 1) * kTile,
+                                     doc_buf + (buf ^ 1) * kFlashTile, k, v, doc_row, nxt, b, kv_head, T, Hkv, hd);
+            cp_async_wait_group<1>();  // everything but the tile just issued has landed
         } else {
-            __syncthreads();
+            cp_async_wait_all();
         }
-        flash_load_tile<HD>(k_s, k, b, start, kv_head, T, Hkv, hd);
-        flash_load_tile<HD>(v_s, v, b, start, kv_head, T, Hkv, hd);
-        if (threadIdx.x < kFlashTile) {
-            int tau = start + threadIdx.x;
-            doc_s[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
-        }
-        cp_async_wait_all();
         __syncthreads();
+        int start = cur * kFlashTile;
+        const flash_bf16* k_s = k_buf + buf * kTile;
+        const flash_bf16* v_s = v_buf + buf * kTile;
+        const int* doc_s = doc_buf + buf * kFlashTile;
+        cur = nxt;  // (advanced here, so that a warp may skip the rest of the body)
+        buf ^= 1;
         if (start > warp_row0 + 15) { continue; }  // warp-uniform: every key is in this warp's future
 
         float s[8][4];
@@ -296,12 +328,13 @@ __global__ void __launch_bounds__(kFlashThreads)
                                     const flash_bf16* q, const flash_bf16* k, const flash_bf16* v, const float* lse,
                                     const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;
-    flash_bf16* q_s = dynamic_shared_memory<flash_bf16>();     // [kFlashRows][S]
-    flash_bf16* do_s = q_s + kFlashRows * S;                    // [kFlashRows][S]
-    flash_bf16* k_s = do_s + kFlashRows * S;                    // [kFlashTile][S]
-    flash_bf16* v_s = k_s + kFlashTile * S;                     // [kFlashTile][S]
-    float* D_s = reinterpret_cast<float*>(v_s + kFlashTile * S);  // [kFlashRows]
-    int* doc_s = reinterpret_cast<int*>(D_s + kFlashRows);        // [kFlashTile]
+    constexpr int kTile = kFlashTile * S;
+    flash_bf16* q_s = dynamic_shared_memory<flash_bf16>();         // [kFlashRows][S]
+    flash_bf16* do_s = q_s + kFlashRows * S;                        // [kFlashRows][S]
+    flash_bf16* k_buf = do_s + kFlashRows * S;                      // [2][kFlashTile][S]
+    flash_bf16* v_buf = k_buf + 2 * kTile;                          // [2][kFlashTile][S]
+    float* D_s = reinterpret_cast<float*>(v_buf + 2 * kTile);       // [kFlashRows]
+    int* doc_buf = reinterpret_cast<int*>(D_s + kFlashRows);        // [2][kFlashTile]
 
     int row_block = gridDim.x - 1 - blockIdx.x;  // the longest rows first
     int h = blockIdx.y, b = blockIdx.z;
@@ -348,24 +381,28 @@ __global__ void __launch_bounds__(kFlashThreads)
     const float score_scale = kLog2e / sqrtf((float)hd);
 
     int last_row = min(T, block_row0 + kFlashRows) - 1;
-    for (int start = 0; start <= last_row; start += kFlashTile) {
-        if (doc_row != nullptr) {
-            int row = block_row0 + threadIdx.x;
-            bool sees = threadIdx.x < kFlashRows && row < T &&
-                        flash_query_sees_tile(doc_row, start, row, T, doc_row[row]);
-            if (!__syncthreads_or(sees)) { continue; }
+    int total = last_row / kFlashTile + 1;  // causal: key tiles up to the block's last row
+    int cur = flash_next_key_tile(0, total, doc_row, block_row0, T), buf = 0;
+    if (cur < total) {
+        flash_issue_key_tile<HD>(k_buf, v_buf, doc_buf, k, v, doc_row, cur, b, kv_head, T, Hkv, hd);
+    }
+    while (cur < total) {
+        int nxt = flash_next_key_tile(cur + 1, total, doc_row, block_row0, T);  // buffer buf ^ 1 is free
+        if (nxt < total) {
+            flash_issue_key_tile<HD>(k_buf + (buf ^ 1) * kTile, v_buf + (buf ^ 1) * kTile,
+                                     doc_buf + (buf ^ 1) * kFlashTile, k, v, doc_row, nxt, b, kv_head, T, Hkv, hd);
+            cp_async_wait_group<1>();  // everything but the tile just issued has landed
         } else {
-            __syncthreads();  // the previous tile is consumed
+            cp_async_wait_all();
         }
-        flash_load_tile<HD>(k_s, k, b, start, kv_head, T, Hkv, hd);
-        flash_load_tile<HD>(v_s, v, b, start, kv_head, T, Hkv, hd);
-        if (threadIdx.x < kFlashTile) {
-            int tau = start + threadIdx.x;
-            doc_s[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
-        }
-        cp_async_wait_all();
         __syncthreads();
-        if (start > warp_row0 + 15) { continue; }  // warp-uniform: wholly in this warp's future
+        int start = cur * kFlashTile;
+        const flash_bf16* k_s = k_buf + buf * kTile;
+        const flash_bf16* v_s = v_buf + buf * kTile;
+        const int* doc_s = doc_buf + buf * kFlashTile;
+        cur = nxt;  // (advanced here, so that a warp may skip the rest of the body)
+        buf ^= 1;
+        if (start > warp_row0 + 15) { continue; }  // warp-uniform: every key is in this warp's future
 
         float s[8][4], dp[8][4];
         flash_scores<HD>(s, q_s + 16 * warp * S, k_s, lane);    // S = Q K^T
@@ -543,7 +580,8 @@ inline void attention_forward_tc(flash_bf16* out, float* lse, const flash_bf16* 
                                  cudaStream_t stream) {
     flash_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        size_t shared = (size_t)(kFlashRows + 2 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) + kFlashTile * sizeof(int);
+        size_t shared = (size_t)(kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
+                        2 * kFlashTile * sizeof(int);  // double-buffered K/V tiles
         flash_allow_shared(attention_forward_tc_kernel<HD>, shared);
         dim3 grid(CEIL_DIV(T, kFlashRows), Hq, B);
         LAUNCH(grid, kFlashThreads, shared, stream, attention_forward_tc_kernel<HD>)(out, lse, q, k, v, doc_ids, T, Hq,
@@ -559,8 +597,8 @@ inline void attention_backward_tc(flash_bf16* dq, flash_bf16* dk, flash_bf16* dv
                                   cudaStream_t stream) {
     flash_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        size_t tiles = (size_t)(2 * kFlashRows + 2 * kFlashTile) * (HD + 8) * sizeof(flash_bf16);
-        size_t shared_dq = tiles + kFlashRows * sizeof(float) + kFlashTile * sizeof(int);
+        size_t shared_dq = (size_t)(2 * kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
+                           kFlashRows * sizeof(float) + 2 * kFlashTile * sizeof(int);  // double-buffered K/V
         flash_allow_shared(attention_backward_dq_tc_kernel<HD>, shared_dq);
         dim3 grid_dq(CEIL_DIV(T, kFlashRows), Hq, B);
         LAUNCH(grid_dq, kFlashThreads, shared_dq, stream, attention_backward_dq_tc_kernel<HD>)(

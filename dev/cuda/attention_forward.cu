@@ -12,9 +12,10 @@ version 2: llmc/attention.cuh: 64 query rows per block share 64-key tiles of K a
            shared memory, tiles in the future or in other documents are skipped
 version 3: FlashAttention-2 on tensor cores (llmc/attention_tc.cuh, via llmc/mma.cuh), bf16
            builds only: a block of 4 warps owns 64 query rows of one head, each warp 16 rows;
-           K/V tiles of 64 keys in shared memory (bf16, cp.async); S = Q K^T and O += P V are
-           mma.sync m16n8k16 with the online softmax kept in the accumulator fragments; head
-           dims that are multiples of 16 up to 128 (validated below at 16, 48, 64 and 128).
+           K/V tiles of 64 keys in shared memory (bf16, cp.async, double-buffered); S = Q K^T
+           and O += P V are mma.sync m16n8k16 with the online softmax kept in the accumulator
+           fragments; head dims that are multiples of 16 up to 128 (validated below at 16, 48,
+           64 and 128).
            What bf16 builds of the trainers run. Validated on the host backend only; not yet
            run on a GPU.
 
