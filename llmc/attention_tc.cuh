@@ -143,6 +143,63 @@ __device__ inline void flash_issue_key_tile(flash_bf16* k_s, flash_bf16* v_s, in
     cp_async_commit_group();
 }
 
+// The K/V tiles a block of query rows can see, streamed through two shared buffers (the
+// forward and the dq kernel): while the warps compute on one tile, cp.async brings the next
+// visible one into the other buffer.
+//     FlashKeyTiles<HD> tiles(k_buf, v_buf, doc_buf, k, v, doc_row, b, kv_head, block_row0, T, Hkv, hd);
+//     while (tiles.next()) { ... tiles.start, tiles.k_s, tiles.v_s, tiles.doc_s ... }
+// Every thread of the block runs next() (it has block barriers); a warp may skip the rest of
+// a tile's body with `continue`.
+template <int HD>
+struct FlashKeyTiles {
+    static constexpr int kTile = kFlashTile * (HD + 8);
+    flash_bf16 *k_buf, *v_buf;  // [2][kFlashTile][HD + 8] each
+    int* doc_buf;               // [2][kFlashTile]
+    const flash_bf16 *k, *v;
+    const int* doc_row;
+    int b, kv_head, block_row0, T, Hkv, hd;
+    int cur, total, buf = 0;
+    // the tile made current by next(): its first key and its shared copies
+    int start = 0;
+    const flash_bf16 *k_s = nullptr, *v_s = nullptr;
+    const int* doc_s = nullptr;
+
+    __device__ FlashKeyTiles(flash_bf16* k_buf_, flash_bf16* v_buf_, int* doc_buf_, const flash_bf16* k_,
+                             const flash_bf16* v_, const int* doc_row_, int b_, int kv_head_, int block_row0_, int T_,
+                             int Hkv_, int hd_)
+        : k_buf(k_buf_), v_buf(v_buf_), doc_buf(doc_buf_), k(k_), v(v_), doc_row(doc_row_), b(b_), kv_head(kv_head_),
+          block_row0(block_row0_), T(T_), Hkv(Hkv_), hd(hd_) {
+        int last_row = min(T, block_row0 + kFlashRows) - 1;
+        total = last_row / kFlashTile + 1;  // causal: key tiles up to the block's last row
+        cur = flash_next_key_tile(0, total, doc_row, block_row0, T);
+        if (cur < total) { issue(cur, 0); }
+    }
+    __device__ void issue(int tile, int into) {
+        flash_issue_key_tile<HD>(k_buf + into * kTile, v_buf + into * kTile, doc_buf + into * kFlashTile, k, v, doc_row,
+                                 tile, b, kv_head, T, Hkv, hd);
+    }
+    // Makes the next visible tile current (waiting for its copy, and starting the copy of the
+    // one after it); false when no tile is left.
+    __device__ bool next() {
+        if (cur >= total) { return false; }
+        int nxt = flash_next_key_tile(cur + 1, total, doc_row, block_row0, T);  // buffer buf ^ 1 is free
+        if (nxt < total) {
+            issue(nxt, buf ^ 1);
+            cp_async_wait_group<1>();  // everything but the tile just issued has landed
+        } else {
+            cp_async_wait_all();
+        }
+        __syncthreads();
+        start = cur * kFlashTile;
+        k_s = k_buf + buf * kTile;
+        v_s = v_buf + buf * kTile;
+        doc_s = doc_buf + buf * kFlashTile;
+        cur = nxt;
+        buf ^= 1;
+        return true;
+    }
+};
+
 // S (16 x 64, eight n8 accumulator tiles) = A B^T over HD: A is the warp's 16 rows of a shared
 // [.][HD + 8] tile (a_rows points at its first row), B the 64 rows of another (rows are the n
 // index, columns the k index: "col" B operand as it lies).
@@ -239,28 +296,11 @@ __global__ void __launch_bounds__(kFlashThreads)
     float row_sum[2] = {0.0f, 0.0f};           // this lane's part of the row's sum (its 2 of 8 columns per n8 tile)
     const float score_scale = kLog2e / sqrtf((float)hd);  // exp2 instead of exp
 
-    int last_row = min(T, block_row0 + kFlashRows) - 1;
-    int total = last_row / kFlashTile + 1;  // causal: key tiles up to the block's last row
-    int cur = flash_next_key_tile(0, total, doc_row, block_row0, T), buf = 0;
-    if (cur < total) {
-        flash_issue_key_tile<HD>(k_buf, v_buf, doc_buf, k, v, doc_row, cur, b, kv_head, T, Hkv, hd);
-    }
-    while (cur < total) {
-        int nxt = flash_next_key_tile(cur + 1, total, doc_row, block_row0, T);  // buffer buf ^ 1 is free
-        if (nxt < total) {
-            flash_issue_key_tile<HD>(k_buf + (buf ^ 1) * kTile, v_buf + (buf ^ 1) * kTile,
-                                     doc_buf + (buf ^ 1) * kFlashTile, k, v, doc_row, nxt, b, kv_head, T, Hkv, hd);
-            cp_async_wait_group<1>();  // everything but the tile just issued has landed
-        } else {
-            cp_async_wait_all();
-        }
-        __syncthreads();
-        int start = cur * kFlashTile;
-        const flash_bf16* k_s = k_buf + buf * kTile;
-        const flash_bf16* v_s = v_buf + buf * kTile;
-        const int* doc_s = doc_buf + buf * kFlashTile;
-        cur = nxt;  // (advanced here, so that a warp may skip the rest of the body)
-        buf ^= 1;
+    FlashKeyTiles<HD> tiles(k_buf, v_buf, doc_buf, k, v, doc_row, b, kv_head, block_row0, T, Hkv, hd);
+    while (tiles.next()) {
+        const int start = tiles.start;
+        const flash_bf16 *k_s = tiles.k_s, *v_s = tiles.v_s;
+        const int* doc_s = tiles.doc_s;
         if (start > warp_row0 + 15) { continue; }  // warp-uniform: every key is in this warp's future
 
         float s[8][4];
@@ -380,28 +420,11 @@ __global__ void __launch_bounds__(kFlashThreads)
     }
     const float score_scale = kLog2e / sqrtf((float)hd);
 
-    int last_row = min(T, block_row0 + kFlashRows) - 1;
-    int total = last_row / kFlashTile + 1;  // causal: key tiles up to the block's last row
-    int cur = flash_next_key_tile(0, total, doc_row, block_row0, T), buf = 0;
-    if (cur < total) {
-        flash_issue_key_tile<HD>(k_buf, v_buf, doc_buf, k, v, doc_row, cur, b, kv_head, T, Hkv, hd);
-    }
-    while (cur < total) {
-        int nxt = flash_next_key_tile(cur + 1, total, doc_row, block_row0, T);  // buffer buf ^ 1 is free
-        if (nxt < total) {
-            flash_issue_key_tile<HD>(k_buf + (buf ^ 1) * kTile, v_buf + (buf ^ 1) * kTile,
-                                     doc_buf + (buf ^ 1) * kFlashTile, k, v, doc_row, nxt, b, kv_head, T, Hkv, hd);
-            cp_async_wait_group<1>();  // everything but the tile just issued has landed
-        } else {
-            cp_async_wait_all();
-        }
-        __syncthreads();
-        int start = cur * kFlashTile;
-        const flash_bf16* k_s = k_buf + buf * kTile;
-        const flash_bf16* v_s = v_buf + buf * kTile;
-        const int* doc_s = doc_buf + buf * kFlashTile;
-        cur = nxt;  // (advanced here, so that a warp may skip the rest of the body)
-        buf ^= 1;
+    FlashKeyTiles<HD> tiles(k_buf, v_buf, doc_buf, k, v, doc_row, b, kv_head, block_row0, T, Hkv, hd);
+    while (tiles.next()) {
+        const int start = tiles.start;
+        const flash_bf16 *k_s = tiles.k_s, *v_s = tiles.v_s;
+        const int* doc_s = tiles.doc_s;
         if (start > warp_row0 + 15) { continue; }  // warp-uniform: every key is in this warp's future
 
         float s[8][4], dp[8][4];
