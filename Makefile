@@ -235,8 +235,10 @@ $(DEBUG_STATES_GPT2): train_gpt2.py train_san.py dev/test/make_gpt2_debug_states
 	$(PYTHON) dev/test/make_gpt2_debug_states.py $(dir $@)
 	@touch $@
 
-test-host: host $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
-	@bash scripts/run_tests.sh $(HOST_DIR) $(TEST_NAMES)
+# (the data-side C++ tests, dev/test/*.cpp, do not depend on PRECISION: only BF16 runs them)
+PRECISION_FREE := $(if $(filter FP32,$(PRECISION)),$(notdir $(basename $(CPP_TESTS))))
+test-host: $(filter-out $(addprefix $(HOST_DIR)/,$(PRECISION_FREE)),$(HOST_BINS)) $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
+	@bash scripts/run_tests.sh $(HOST_DIR) $(filter-out $(PRECISION_FREE),$(TEST_NAMES))
 
 test-gpu: gpu $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(GPU_DIR) $(GPU_TEST_NAMES)

@@ -7,6 +7,9 @@ scripts/study.py) sees an interrupted run as unfinished. The handlers are instal
 SA_RESETHAND: a second Ctrl-C while the checkpoint is being written kills at once, and the
 atomic write (utils.h) leaves the previous file under the final name. SA_RESTART keeps the
 data loader's reads from failing with EINTR.
+With several processes (mpirun forwards the signal to every rank, each may see it at a
+different step) the ranks must agree before acting, e.g. a max all-reduce of stop_signal()
+at the step boundary, so that all stop after the same step.
 */
 #pragma once
 
