@@ -52,12 +52,8 @@ inline const Choices<FfnKind> kFfnKinds{{"none", "swiglu"}};
 enum class NormKind { ZCN, RMS };
 inline const Choices<NormKind> kNormKinds{{"zcn", "rms"}};
 
-struct SANConfig {
-    int vocab_size = 250;
-    int seq_len = 64;
-    int n_layer = 2;
-    int n_embd = 64;
-    int n_head = 4;
+// The sizes (vocabulary, context, layers, width, query heads, BOS) are ModelDims' (llmc/model.h).
+struct SANConfig : ModelDims {
     int n_kv_head = 2;
     FfnKind ffn = FfnKind::None;
     int d_ff = 0;  // 0: 4 * n_embd
@@ -67,11 +63,8 @@ struct SANConfig {
     int sandwich = 0;
     double rope_theta = 10000.0;
     int doc_mask = 1;
-    int bos_id = 2;
     double z_loss = 1e-4;
 
-    int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
-    int head_dim() const { return n_embd / n_head; }
     int kv_width() const { return n_kv_head * head_dim(); }
     int64_t embedding_numel() const { return (int64_t)padded_vocab() * n_embd; }
     bool has_ffn() const { return ffn == FfnKind::SwiGLU; }
@@ -83,8 +76,7 @@ struct SANConfig {
         auto require = [](bool ok, const char* what) {
             if (!ok) { fatal("bad model config: %s", what); }
         };
-        require(vocab_size > 0 && seq_len > 0 && n_layer > 0 && n_embd > 0, "vocab, seq_len, layers and width must be positive");
-        require(n_head > 0 && n_embd % n_head == 0, "--n-embd must be a multiple of --n-head");
+        check_dims();
         require(head_dim() % 2 == 0 && head_dim() <= 128, "head_dim = n_embd / n_head must be even and at most 128");
         require(n_kv_head > 0 && n_head % n_kv_head == 0, "--n-head must be a multiple of --n-kv-head");
         require(qk_norm == 0 || qk_norm == 1, "--qk-norm must be 0 or 1");
@@ -93,7 +85,6 @@ struct SANConfig {
         require(d_ff > 0, "--d-ff must be positive");
         require(rope_theta > 0.0, "--rope-theta must be positive");
         require(z_loss >= 0.0, "--z-loss must be >= 0");
-        require(bos_id >= 0 && bos_id < vocab_size, "--bos-id must be a token id below the vocabulary size");
     }
 };
 
@@ -103,10 +94,7 @@ std::map<std::string, SANConfig> presets() {
     tiny_ffn.ffn = FfnKind::SwiGLU;
     tiny_ffn.d_ff = 128;
     SANConfig paper;  // d512, 8 query / 4 kv heads, vocab 16384, T 2048
-    paper.vocab_size = 16384;
-    paper.seq_len = 2048;
-    paper.n_embd = 512;
-    paper.n_head = 8;
+    paper.set_sizes(16384, 2048, paper.n_layer, 512, 8);
     paper.n_kv_head = 4;
     auto arm = [](SANConfig c, int layers, FfnKind ffn) {
         c.n_layer = layers;
@@ -115,11 +103,7 @@ std::map<std::string, SANConfig> presets() {
     };
     // a small SAN that learns the offline data on a CPU in minutes (vocab from the tokenizer)
     SANConfig demo = tiny;
-    demo.vocab_size = 8192;
-    demo.seq_len = 128;
-    demo.n_layer = 4;
-    demo.n_embd = 128;
-    demo.n_head = 4;
+    demo.set_sizes(8192, 128, 4, 128, 4);
     demo.n_kv_head = 2;
     return {{"tiny", tiny},
             {"tiny-ffn", tiny_ffn},
@@ -132,11 +116,7 @@ std::map<std::string, SANConfig> presets() {
 
 void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("model", std::string("san"));
-    w.set("vocab_size", c.vocab_size);
-    w.set("seq_len", c.seq_len);
-    w.set("n_layer", c.n_layer);
-    w.set("n_embd", c.n_embd);
-    w.set("n_head", c.n_head);
+    c.write_dims(w);
     w.set("n_kv_head", c.n_kv_head);
     w.set("ffn", std::string(kFfnKinds.name(c.ffn)));
     w.set("d_ff", c.d_ff);
@@ -146,10 +126,7 @@ void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("sandwich", c.sandwich);
     w.set("rope_theta", c.rope_theta);
     w.set("doc_mask", c.doc_mask);
-    w.set("bos_id", c.bos_id);
     w.set("z_loss", c.z_loss);
-    w.set("padded_vocab_size", c.padded_vocab());
-    w.set("head_dim", c.head_dim());
 }
 
 SANConfig read_config(const TensorFileReader& r) {
@@ -159,11 +136,7 @@ SANConfig read_config(const TensorFileReader& r) {
                r.str("model").c_str(), r.str("model").c_str());
     }
     SANConfig c;
-    c.vocab_size = (int)r.integer("vocab_size");
-    c.seq_len = (int)r.integer("seq_len");
-    c.n_layer = (int)r.integer("n_layer");
-    c.n_embd = (int)r.integer("n_embd");
-    c.n_head = (int)r.integer("n_head");
+    c.read_dims(r);
     c.n_kv_head = (int)r.integer("n_kv_head");
     read_choice(r, "ffn", kFfnKinds, &c.ffn);
     c.d_ff = (int)r.integer("d_ff");
@@ -173,12 +146,9 @@ SANConfig read_config(const TensorFileReader& r) {
     c.sandwich = (int)r.integer("sandwich");
     c.rope_theta = r.real("rope_theta");
     c.doc_mask = (int)r.integer("doc_mask");
-    c.bos_id = (int)r.integer("bos_id");
     c.z_loss = r.real("z_loss");
     c.resolve_and_check();
-    if (r.integer("padded_vocab_size") != c.padded_vocab() || r.integer("head_dim") != c.head_dim()) {
-        r.fail("padded_vocab_size/head_dim do not follow from the config");
-    }
+    c.check_derived(r);
     return c;
 }
 
@@ -283,36 +253,26 @@ struct LayerActivations {
 // ========================================================================================
 // the model
 
-// The model: its parameters, gradients and optimizer (llmc/parameters.h) and, for B rows
-// of T positions, the activations and scratch of forward and backward.
-struct SAN : ModelParameters {
-    SANConfig cfg;
-    int B, T;  // capacity of the activations: B rows of T positions
-    DeviceArena arena;
+// The model: its parameters, gradients and optimizer, the residual stream, logits and loss
+// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
+// scratch of forward and backward.
+struct SAN : LanguageModel<SANConfig> {
     ModelTensors<floatX> P, G;
 
     // activations
-    std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
     std::vector<LayerActivations> acts;
     floatX* xf = nullptr;
     float* xf_rstd = nullptr;
-    float* logits = nullptr;  // (N, Vp) fp32
-    floatX* dlogits = nullptr;
-    float *row_loss = nullptr, *row_lse_sq = nullptr;
-    int *d_inputs = nullptr, *d_targets = nullptr, *d_doc_ids = nullptr;
+    int* d_doc_ids = nullptr;
     float* rope = nullptr;
     // backward scratch
-    floatX *dx = nullptr, *dxf = nullptr, *d_branch = nullptr, *d_proj = nullptr, *d_u = nullptr;
+    floatX *d_branch = nullptr, *d_proj = nullptr, *d_u = nullptr;
     floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_qlin = nullptr, *d_klin = nullptr;
     floatX *d_sw = nullptr, *d_gate = nullptr, *d_up = nullptr;
     float* scratch = nullptr;
-    EmbeddingBuckets buckets;
-    int last_B = 0, last_T = 0;
     std::vector<int> host_targets_masked;
 
-    SAN(const SANConfig& config, int batch, int seq)
-        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
-        if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
+    SAN(const SANConfig& config, int batch, int seq) : LanguageModel(config, batch, seq) {
         P.point_into(params, spec, cfg.n_layer);
         G.point_into(grads, spec, cfg.n_layer);
         allocate_activations();
@@ -324,8 +284,6 @@ struct SAN : ModelParameters {
     void allocate_activations() {
         size_t N = (size_t)B * T, d = cfg.n_embd, hd = cfg.head_dim();
         size_t qd = (size_t)cfg.n_head * hd, kvd = (size_t)cfg.n_kv_head * hd, ff = cfg.d_ff;
-        size_t Vp = cfg.padded_vocab();
-        for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
         acts.resize(cfg.n_layer);
         for (LayerActivations& a : acts) {
             a = LayerActivations{};
@@ -361,15 +319,7 @@ struct SAN : ModelParameters {
         }
         xf = arena.alloc<floatX>(N * d);
         xf_rstd = arena.alloc<float>(N);
-        logits = arena.alloc<float>(N * Vp);
-        dlogits = arena.alloc<floatX>(N * Vp);
-        row_loss = arena.alloc<float>(N);
-        row_lse_sq = arena.alloc<float>(N);
-        d_inputs = arena.alloc<int>(N);
-        d_targets = arena.alloc<int>(N);
         d_doc_ids = arena.alloc<int>(N);
-        dx = arena.alloc<floatX>(N * d);
-        dxf = arena.alloc<floatX>(N * d);
         d_branch = arena.alloc<floatX>(N * d);
         d_proj = arena.alloc<floatX>(N * d);
         d_u = arena.alloc<floatX>(N * d);
@@ -408,14 +358,7 @@ struct SAN : ModelParameters {
     // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                       std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
-        if (cache != nullptr && (Bn != 1 || Tn != 1 || cache->pos >= cache->capacity || dloss_scale != 0.0f)) {
-            fatal("forward: a cached step is one position within the cache's %d rows", cache->capacity);
-        }
-        if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
-            fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
-        }
-        last_B = Bn;
-        last_T = Tn;
+        begin_forward(Bn, Tn, dloss_scale, cache);
         const int N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
         const int qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff, V = cfg.vocab_size, Vp = cfg.padded_vocab();
         const float off = cfg.gain_offset();
@@ -649,7 +592,6 @@ struct SAN : ModelParameters {
         return m;
     }
 
-    KVCache kv;  // sampling's keys and values (llmc/model.h sample)
 };
 
 // ========================================================================================
@@ -689,13 +631,10 @@ constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus",
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
-    std::vector<Flag> flags = {
-        make_flag("--preset", &o.preset, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); the flags below override it"),
-        make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
-        make_flag("--max-seq-len", &m.seq_len, "model context T (RoPE table size)"),
-        make_flag("--n-layer", &m.n_layer, "layers L"),
-        make_flag("--n-embd", &m.n_embd, "width d"),
-        make_flag("--n-head", &m.n_head, "query heads"),
+    std::vector<Flag> flags = ModelDims::flags(
+        &o.preset, m, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); the flags below override it",
+        "model context T (RoPE table size)", "query heads", "token that starts a document (default: the tokenizer's)");
+    std::vector<Flag> san = {
         make_flag("--n-kv-head", &m.n_kv_head, "kv heads (GQA; = n-head is MHA)"),
         make_flag("--ffn", &m.ffn, kFfnKinds, "none: SAN; swiglu: FFN control arm"),
         make_flag("--d-ff", &m.d_ff, "SwiGLU width (0: 4 d)"),
@@ -705,23 +644,17 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--sandwich", &m.sandwich, "sandwich norm on sub-layer outputs 0|1"),
         make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
-        make_flag("--bos-id", &m.bos_id, "token that starts a document (default: the tokenizer's)"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
         make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
     };
+    flags.insert(flags.end(), san.begin(), san.end());
     add_training_flags(flags, o.train);
     return flags;
 }
 
 // What llmc/trainer.h asks of this trainer.
 struct SANTrainer {
-    using Config = SANConfig;
     using Model = SAN;
-    using Options = ::Options;
-    static constexpr const char* name = "train_san";
-    static std::map<std::string, SANConfig> presets() { return ::presets(); }
-    static std::vector<Flag> flags(Options& o) { return make_flags(o); }
-    static SANConfig read_config(const TensorFileReader& r) { return ::read_config(r); }
     static void set_defaults(Options& o, int argc, char** argv) {
         std::string paper = find_flag_value(argc, argv, "--paper-setup");
         if (!paper.empty() && paper != "0" && paper != "1") { fatal("option --paper-setup: must be 0 or 1, not '%s'", paper.c_str()); }
@@ -746,5 +679,5 @@ struct SANTrainer {
 };
 
 #ifndef TESTING
-int main(int argc, char** argv) { return trainer_main<SANTrainer>(argc, argv); }
+int main(int argc, char** argv) { return trainer_main<SANTrainer>(argc, argv, "train_san", presets(), make_flags, read_config); }
 #endif

@@ -15,7 +15,10 @@ are used here).
 */
 #pragma once
 
+#include <dirent.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <cstring>
@@ -26,6 +29,23 @@ are used here).
 
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
+
+// The debug states (*.bin) in `dir`, sorted; none is an error that says how to make them.
+inline std::vector<std::string> debug_state_files(const std::string& dir, const char* maker) {
+    std::vector<std::string> files;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+            std::string name = e->d_name;
+            if (name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) { files.push_back(name); }
+        }
+        closedir(d);
+    }
+    if (files.empty()) {
+        fatal("no debug states in '%s': run `make test` (or python %s %s)", dir.c_str(), maker, dir.c_str());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+}
 
 template <typename Model>
 struct DebugCase {
