@@ -262,7 +262,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
             floatX* qkv[3] = {a.q, cache != nullptr ? cache->k[l] + (size_t)pos * d : a.k,
                               cache != nullptr ? cache->v[l] + (size_t)pos * d : a.v};
             for (int j = 0; j < 3; j++) {
-                gemm(qkv[j], a.ln1, p.qkvw + (size_t)j * d * d, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                linear_forward(qkv[j], a.ln1, p.qkvw + (size_t)j * d * d, N, d, d, stream);
                 bias_forward(qkv[j], qkv[j], p.qkvb + (size_t)j * d, N, d, stream);
             }
             if (cache != nullptr) {
@@ -270,20 +270,20 @@ struct GPT2 : LanguageModel<GPT2Config> {
             } else {
                 attention_forward(a.o, a.lse, a.q, a.k, a.v, nullptr, Bn, Tn, H, H, hd, stream);
             }
-            gemm(branch, a.o, p.attprojw, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(branch, a.o, p.attprojw, N, d, d, stream);
             bias_forward(branch, branch, p.attprojb, N, d, stream);
             residual_forward(a.x_mid, residual[l], branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
             // MLP block
             layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.ln2w, p.ln2b, N, d, kLayerNormEps, stream);
-            gemm(a.fc, a.ln2, p.fcw, N, 4 * d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(a.fc, a.ln2, p.fcw, N, d, 4 * d, stream);
             bias_forward(a.fc, a.fc, p.fcb, N, 4 * d, stream);
             gelu_forward(a.gelu, a.fc, (size_t)N * 4 * d, stream);
-            gemm(branch, a.gelu, p.fcprojw, N, d, 4 * d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(branch, a.gelu, p.fcprojw, N, 4 * d, d, stream);
             bias_forward(branch, branch, p.fcprojb, N, d, stream);
             residual_forward(residual[l + 1], a.x_mid, branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
         }
         layernorm_forward(xf, lnf_mean, lnf_rstd, residual[cfg.n_layer], P.lnfw, P.lnfb, N, d, kLayerNormEps, stream);
-        gemm(logits, xf, P.wte, N, Vp, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_forward(logits, xf, P.wte, N, d, Vp, stream);
         classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
                                     d_targets, N, V, Vp, 0.0f, dloss_scale, stream);
 
@@ -301,8 +301,8 @@ struct GPT2 : LanguageModel<GPT2Config> {
         const int Vp = cfg.padded_vocab();
 
         // LM head (tied embedding) and final LayerNorm
-        gemm(G.wte, dlogits, xf, Vp, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-        gemm(dxf, dlogits, P.wte, N, d, Vp, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_backward_weight(G.wte, dlogits, xf, N, d, Vp, stream);
+        linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, (size_t)N * d * sizeof(floatX), stream));
         layernorm_backward(dx, G.lnfw, G.lnfb, scratch, dxf, residual[cfg.n_layer], P.lnfw, lnf_mean, lnf_rstd, N, d, stream);
 
@@ -314,24 +314,23 @@ struct GPT2 : LanguageModel<GPT2Config> {
             LayerActivations& a = acts[l];
             // MLP block
             bias_backward(g.fcprojb, scratch, dx, N, d, stream);
-            gemm(g.fcprojw, dx, a.gelu, d, 4 * d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_fc, dx, p.fcprojw, N, 4 * d, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.fcprojw, dx, a.gelu, N, 4 * d, d, stream);
+            linear_backward_input(d_fc, dx, p.fcprojw, N, 4 * d, d, false, stream);
             gelu_backward(d_fc, d_fc, a.fc, (size_t)N * 4 * d, stream);
             bias_backward(g.fcb, scratch, d_fc, N, 4 * d, stream);
-            gemm(g.fcw, d_fc, a.ln2, 4 * d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_ln, d_fc, p.fcw, N, d, 4 * d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.fcw, d_fc, a.ln2, N, d, 4 * d, stream);
+            linear_backward_input(d_ln, d_fc, p.fcw, N, d, 4 * d, false, stream);
             layernorm_backward(dx, g.ln2w, g.ln2b, scratch, d_ln, a.x_mid, p.ln2w, a.ln2_mean, a.ln2_rstd, N, d, stream);
             // attention block
             bias_backward(g.attprojb, scratch, dx, N, d, stream);
-            gemm(g.attprojw, dx, a.o, d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_o, dx, p.attprojw, N, d, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.attprojw, dx, a.o, N, d, d, stream);
+            linear_backward_input(d_o, dx, p.attprojw, N, d, d, false, stream);
             attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, nullptr, Bn, Tn, H, H, hd, stream);
             floatX* dqkv[3] = {d_q, d_k, d_v};
             for (int j = 0; j < 3; j++) {
                 bias_backward(g.qkvb + (size_t)j * d, scratch, dqkv[j], N, d, stream);
-                gemm(g.qkvw + (size_t)j * d * d, dqkv[j], a.ln1, d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, false, false, 1.0f, j == 0 ? 0.0f : 1.0f, 1, 0,
-                     0, 0, stream);
+                linear_backward_weight(g.qkvw + (size_t)j * d * d, dqkv[j], a.ln1, N, d, d, stream);
+                linear_backward_input(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, j > 0, stream);
             }
             layernorm_backward(dx, g.ln1w, g.ln1b, scratch, d_ln, residual[l], p.ln1w, a.ln1_mean, a.ln1_rstd, N, d, stream);
         }

@@ -243,11 +243,17 @@ DefaultRates default_rates(const SANConfig& c) {
 // ========================================================================================
 // activations: everything the backward pass needs, for B x T positions
 
+// (norm_rstd: the 1/rms of a norm's rows, kept for its backward)
 struct LayerActivations {
-    floatX *u, *q_lin, *k_lin, *v, *q, *k, *o, *h, *h_post, *x_mid;  // attention block
-    float *u_rstd, *q_rstd, *k_rstd, *lse, *h_rstd;
-    floatX *fu, *f_gate, *f_up, *f_sw, *f_h, *f_post;  // FFN block
-    float *fu_rstd, *f_rstd;
+    // attention block: attn_in = norm(x); q_lin, k_lin, v = attn_in W^T; q, k = rope(qk_norm(.));
+    // o = attention(q, k, v); attn_out = o W_o^T (attn_out_normed: its sandwich norm);
+    // x_mid = residual(x, attn_out) when an FFN block follows
+    floatX *attn_in, *q_lin, *k_lin, *v, *q, *k, *o, *attn_out, *attn_out_normed, *x_mid;
+    float *attn_in_rstd, *q_rstd, *k_rstd, *lse, *attn_out_rstd;
+    // FFN block: ffn_in = norm(x_mid); swiglu_out = silu(ffn_in W_gate^T) * (ffn_in W_up^T);
+    // ffn_out = swiglu_out W_down^T (ffn_out_normed: its sandwich norm)
+    floatX *ffn_in, *swiglu_gate, *swiglu_up, *swiglu_out, *ffn_out, *ffn_out_normed;
+    float *ffn_in_rstd, *ffn_out_rstd;
 };
 
 // ========================================================================================
@@ -266,9 +272,9 @@ struct SAN : LanguageModel<SANConfig> {
     int* d_doc_ids = nullptr;
     float* rope = nullptr;
     // backward scratch
-    floatX *d_branch = nullptr, *d_proj = nullptr, *d_u = nullptr;
+    floatX *d_branch = nullptr, *d_proj = nullptr, *d_block_in = nullptr;
     floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_qlin = nullptr, *d_klin = nullptr;
-    floatX *d_sw = nullptr, *d_gate = nullptr, *d_up = nullptr;
+    floatX *d_swiglu_out = nullptr, *d_swiglu_gate = nullptr, *d_swiglu_up = nullptr;
     float* scratch = nullptr;
     std::vector<int> host_targets_masked;
 
@@ -287,8 +293,8 @@ struct SAN : LanguageModel<SANConfig> {
         acts.resize(cfg.n_layer);
         for (LayerActivations& a : acts) {
             a = LayerActivations{};
-            a.u = arena.alloc<floatX>(N * d);
-            a.u_rstd = arena.alloc<float>(N);
+            a.attn_in = arena.alloc<floatX>(N * d);
+            a.attn_in_rstd = arena.alloc<float>(N);
             a.q_lin = arena.alloc<floatX>(N * qd);
             a.k_lin = arena.alloc<floatX>(N * kvd);
             a.v = arena.alloc<floatX>(N * kvd);
@@ -298,22 +304,22 @@ struct SAN : LanguageModel<SANConfig> {
             a.k_rstd = arena.alloc<float>(N * cfg.n_kv_head);
             a.o = arena.alloc<floatX>(N * qd);
             a.lse = arena.alloc<float>(N * cfg.n_head);
-            a.h = arena.alloc<floatX>(N * d);
+            a.attn_out = arena.alloc<floatX>(N * d);
             if (cfg.sandwich) {
-                a.h_post = arena.alloc<floatX>(N * d);
-                a.h_rstd = arena.alloc<float>(N);
+                a.attn_out_normed = arena.alloc<floatX>(N * d);
+                a.attn_out_rstd = arena.alloc<float>(N);
             }
             if (cfg.has_ffn()) {
                 a.x_mid = arena.alloc<floatX>(N * d);
-                a.fu = arena.alloc<floatX>(N * d);
-                a.fu_rstd = arena.alloc<float>(N);
-                a.f_gate = arena.alloc<floatX>(N * ff);
-                a.f_up = arena.alloc<floatX>(N * ff);
-                a.f_sw = arena.alloc<floatX>(N * ff);
-                a.f_h = arena.alloc<floatX>(N * d);
+                a.ffn_in = arena.alloc<floatX>(N * d);
+                a.ffn_in_rstd = arena.alloc<float>(N);
+                a.swiglu_gate = arena.alloc<floatX>(N * ff);
+                a.swiglu_up = arena.alloc<floatX>(N * ff);
+                a.swiglu_out = arena.alloc<floatX>(N * ff);
+                a.ffn_out = arena.alloc<floatX>(N * d);
                 if (cfg.sandwich) {
-                    a.f_post = arena.alloc<floatX>(N * d);
-                    a.f_rstd = arena.alloc<float>(N);
+                    a.ffn_out_normed = arena.alloc<floatX>(N * d);
+                    a.ffn_out_rstd = arena.alloc<float>(N);
                 }
             }
         }
@@ -322,7 +328,7 @@ struct SAN : LanguageModel<SANConfig> {
         d_doc_ids = arena.alloc<int>(N);
         d_branch = arena.alloc<floatX>(N * d);
         d_proj = arena.alloc<floatX>(N * d);
-        d_u = arena.alloc<floatX>(N * d);
+        d_block_in = arena.alloc<floatX>(N * d);
         d_o = arena.alloc<floatX>(N * qd);
         d_q = arena.alloc<floatX>(N * qd);
         d_k = arena.alloc<floatX>(N * kvd);
@@ -330,9 +336,9 @@ struct SAN : LanguageModel<SANConfig> {
         d_qlin = arena.alloc<floatX>(N * qd);
         d_klin = arena.alloc<floatX>(N * kvd);
         if (cfg.has_ffn()) {
-            d_sw = arena.alloc<floatX>(N * ff);
-            d_gate = arena.alloc<floatX>(N * ff);
-            d_up = arena.alloc<floatX>(N * ff);
+            d_swiglu_out = arena.alloc<floatX>(N * ff);
+            d_swiglu_gate = arena.alloc<floatX>(N * ff);
+            d_swiglu_up = arena.alloc<floatX>(N * ff);
         }
         size_t scratch_floats = std::max({norm_backward_scratch_floats((int)N, (int)d),
                                           norm_backward_scratch_floats((int)(N * cfg.n_head), (int)hd),
@@ -403,10 +409,10 @@ struct SAN : LanguageModel<SANConfig> {
             floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
             const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
             // attention block
-            norm_forward(a.u, a.u_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
-            gemm(a.q_lin, a.u, p.wq, N, qd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(a.k_lin, a.u, p.wk, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(v, a.u, p.wv, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            norm_forward(a.attn_in, a.attn_in_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
+            linear_forward(a.q_lin, a.attn_in, p.wq, N, d, qd, stream);
+            linear_forward(a.k_lin, a.attn_in, p.wk, N, d, kvd, stream);
+            linear_forward(v, a.attn_in, p.wv, N, d, kvd, stream);
             if (cfg.qk_norm) {
                 norm_forward(a.q, a.q_rstd, a.q_lin, p.q_norm, N * Hq, hd, off, kNormEps, stream);
                 norm_forward(k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
@@ -422,30 +428,30 @@ struct SAN : LanguageModel<SANConfig> {
             } else {
                 attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
             }
-            gemm(a.h, a.o, p.wo, N, d, qd, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            const floatX* branch = a.h;
+            linear_forward(a.attn_out, a.o, p.wo, N, qd, d, stream);
+            const floatX* branch = a.attn_out;
             if (cfg.sandwich) {
-                norm_forward(a.h_post, a.h_rstd, a.h, p.attn_post_norm, N, d, off, kNormEps, stream);
-                branch = a.h_post;
+                norm_forward(a.attn_out_normed, a.attn_out_rstd, a.attn_out, p.attn_post_norm, N, d, off, kNormEps, stream);
+                branch = a.attn_out_normed;
             }
             residual_forward(x_attn_out, x_in, branch, p.attn_gate, mode, (size_t)N * d, stream);
             // FFN block (control arm)
             if (cfg.has_ffn()) {
-                norm_forward(a.fu, a.fu_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
-                gemm(a.f_gate, a.fu, p.w_gate, N, ff, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(a.f_up, a.fu, p.w_up, N, ff, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                swiglu_forward(a.f_sw, a.f_gate, a.f_up, (size_t)N * ff, stream);
-                gemm(a.f_h, a.f_sw, p.w_down, N, d, ff, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                const floatX* fbranch = a.f_h;
+                norm_forward(a.ffn_in, a.ffn_in_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
+                linear_forward(a.swiglu_gate, a.ffn_in, p.w_gate, N, d, ff, stream);
+                linear_forward(a.swiglu_up, a.ffn_in, p.w_up, N, d, ff, stream);
+                swiglu_forward(a.swiglu_out, a.swiglu_gate, a.swiglu_up, (size_t)N * ff, stream);
+                linear_forward(a.ffn_out, a.swiglu_out, p.w_down, N, ff, d, stream);
+                const floatX* fbranch = a.ffn_out;
                 if (cfg.sandwich) {
-                    norm_forward(a.f_post, a.f_rstd, a.f_h, p.ffn_post_norm, N, d, off, kNormEps, stream);
-                    fbranch = a.f_post;
+                    norm_forward(a.ffn_out_normed, a.ffn_out_rstd, a.ffn_out, p.ffn_post_norm, N, d, off, kNormEps, stream);
+                    fbranch = a.ffn_out_normed;
                 }
                 residual_forward(residual[l + 1], a.x_mid, fbranch, p.ffn_gate, mode, (size_t)N * d, stream);
             }
         }
         norm_forward(xf, xf_rstd, residual[cfg.n_layer], P.final_norm, N, d, off, kNormEps, stream);
-        gemm(logits, xf, P.wte, N, Vp, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_forward(logits, xf, P.wte, N, d, Vp, stream);
         classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
                                     d_targets, N, V, Vp, (float)cfg.z_loss, dloss_scale, stream);
 
@@ -473,8 +479,8 @@ struct SAN : LanguageModel<SANConfig> {
         const size_t Nd = (size_t)N * d;
 
         // LM head (tied embedding) and final norm
-        gemm(G.wte, dlogits, xf, Vp, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-        gemm(dxf, dlogits, P.wte, N, d, Vp, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_backward_weight(G.wte, dlogits, xf, N, d, Vp, stream);
+        linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream));
         norm_backward(dx, G.final_norm, scratch, dxf, residual[cfg.n_layer], P.final_norm, xf_rstd, N, d, off, stream);
 
@@ -495,21 +501,22 @@ struct SAN : LanguageModel<SANConfig> {
             const LayerTensors<floatX>& g = G.layers[l];
             LayerActivations& a = acts[l];
             if (cfg.has_ffn()) {
-                floatX* df = branch_backward(cfg.sandwich ? a.f_post : a.f_h, a.f_h, a.f_rstd, p.ffn_post_norm,
-                                             g.ffn_post_norm, p.ffn_gate, g.ffn_gate);
-                gemm(g.w_down, df, a.f_sw, d, ff, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_sw, df, p.w_down, N, ff, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                swiglu_backward(d_gate, d_up, d_sw, a.f_gate, a.f_up, (size_t)N * ff, stream);
-                gemm(g.w_gate, d_gate, a.fu, ff, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(g.w_up, d_up, a.fu, ff, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_gate, p.w_gate, N, d, ff, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_up, p.w_up, N, d, ff, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                norm_backward(dx, g.ffn_norm, scratch, d_u, a.x_mid, p.ffn_norm, a.fu_rstd, N, d, off, stream);
+                floatX* d_ffn_out = branch_backward(cfg.sandwich ? a.ffn_out_normed : a.ffn_out, a.ffn_out,
+                                                    a.ffn_out_rstd, p.ffn_post_norm, g.ffn_post_norm, p.ffn_gate, g.ffn_gate);
+                linear_backward_weight(g.w_down, d_ffn_out, a.swiglu_out, N, ff, d, stream);
+                linear_backward_input(d_swiglu_out, d_ffn_out, p.w_down, N, ff, d, false, stream);
+                swiglu_backward(d_swiglu_gate, d_swiglu_up, d_swiglu_out, a.swiglu_gate, a.swiglu_up, (size_t)N * ff,
+                                stream);
+                linear_backward_weight(g.w_gate, d_swiglu_gate, a.ffn_in, N, d, ff, stream);
+                linear_backward_weight(g.w_up, d_swiglu_up, a.ffn_in, N, d, ff, stream);
+                linear_backward_input(d_block_in, d_swiglu_gate, p.w_gate, N, d, ff, false, stream);
+                linear_backward_input(d_block_in, d_swiglu_up, p.w_up, N, d, ff, true, stream);
+                norm_backward(dx, g.ffn_norm, scratch, d_block_in, a.x_mid, p.ffn_norm, a.ffn_in_rstd, N, d, off, stream);
             }
-            floatX* dh = branch_backward(cfg.sandwich ? a.h_post : a.h, a.h, a.h_rstd, p.attn_post_norm,
-                                         g.attn_post_norm, p.attn_gate, g.attn_gate);
-            gemm(g.wo, dh, a.o, d, qd, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_o, dh, p.wo, N, qd, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            floatX* d_attn_out = branch_backward(cfg.sandwich ? a.attn_out_normed : a.attn_out, a.attn_out,
+                                                 a.attn_out_rstd, p.attn_post_norm, g.attn_post_norm, p.attn_gate, g.attn_gate);
+            linear_backward_weight(g.wo, d_attn_out, a.o, N, qd, d, stream);
+            linear_backward_input(d_o, d_attn_out, p.wo, N, qd, d, false, stream);
             attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv, hd, stream);
             rope_backward(d_q, d_q, rope, Bn, Tn, Hq, hd, stream);
             rope_backward(d_k, d_k, rope, Bn, Tn, Hkv, hd, stream);
@@ -523,13 +530,13 @@ struct SAN : LanguageModel<SANConfig> {
                 dq_lin = d_qlin;
                 dk_lin = d_klin;
             }
-            gemm(g.wq, dq_lin, a.u, qd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(g.wk, dk_lin, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(g.wv, d_v, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, dq_lin, p.wq, N, d, qd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, dk_lin, p.wk, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, d_v, p.wv, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            norm_backward(dx, g.attn_norm, scratch, d_u, residual[l], p.attn_norm, a.u_rstd, N, d, off, stream);
+            linear_backward_weight(g.wq, dq_lin, a.attn_in, N, d, qd, stream);
+            linear_backward_weight(g.wk, dk_lin, a.attn_in, N, d, kvd, stream);
+            linear_backward_weight(g.wv, d_v, a.attn_in, N, d, kvd, stream);
+            linear_backward_input(d_block_in, dq_lin, p.wq, N, d, qd, false, stream);
+            linear_backward_input(d_block_in, dk_lin, p.wk, N, d, kvd, true, stream);
+            linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, true, stream);
+            norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off, stream);
         }
         embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
     }
