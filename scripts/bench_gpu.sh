@@ -38,9 +38,19 @@ for mask in 0 1; do
   echo "doc mask $mask: $line"
 done
 echo "PyTorch fast path (train_san.py with autocast + compile + flash/flex attention): not built yet (issue 10)"
+# with the cudnn-frontend headers at hand (venv, or build/cudnn-frontend carried along) the
+# playgrounds are built with USE_CUDNN=1 and add cuDNN as version 4
+attention_dir=build/gpu-bf16
+if [ -n "$(make -s print-CUDNN_FRONTEND USE_CUDNN=1 2>/dev/null)" ] &&
+   make -s --no-print-directory USE_CUDNN=1 PRECISION=BF16 build/gpu-bf16-cudnn/attention_forward \
+     build/gpu-bf16-cudnn/attention_backward; then
+  attention_dir=build/gpu-bf16-cudnn
+else
+  echo "(cuDNN: not built here: no cudnn-frontend headers or the build failed; versions 1-3 only)"
+fi
 echo "== attention playgrounds (bf16; every version validates first, then the benchmark table)"
-build/gpu-bf16/attention_forward | sed -n '/^benchmark/,$p'
-build/gpu-bf16/attention_backward | sed -n '/^benchmark/,$p'
+$attention_dir/attention_forward | sed -n '/^benchmark/,$p'
+$attention_dir/attention_backward | sed -n '/^benchmark/,$p'
 echo "== train_gpt2 gpt2 (124M), bf16, B 8 x T 1024, $steps steps"
 build/gpu-bf16/train_gpt2 --preset gpt2 --train-data "$dir/gpt2_*.bin" --batch-size 8 --steps "$steps" --val-every 0 \
   --sample-tokens 0 --log-every 1 | last_progress
