@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from train_san import KIND_CHECKPOINT, ContainerError, read_container  # noqa: E402
+from attnref.container import KIND_CHECKPOINT, ContainerError, read_container  # noqa: E402
 
 MATRIX_KINDS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w_gate", "ffn.w_up", "ffn.w_down")
 LAYER_MATRIX = re.compile(r"layers\.(\d+)\.(.+)")
