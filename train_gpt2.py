@@ -17,7 +17,6 @@ Examples:
   python train_gpt2.py --preset demo --train-data "data/offline/kjv/kjv_train_*.bin" --steps 100
 """
 
-import argparse
 import sys
 from dataclasses import fields
 
@@ -30,10 +29,7 @@ from attnref.optim import OptConfig
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description="PyTorch reference for GPT-2 (see doc/gpt2.md)",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="base config; flags below override it")
-    g = p.add_argument_group("model config (default: the preset's value)")
+    p, g = training.base_parser("PyTorch reference for GPT-2 (see doc/gpt2.md)", PRESETS)
     for f in fields(GPT2Config):
         g.add_argument(training.model_flag(f.name), dest=f.name, type=int, default=None)
     g.add_argument("--init-from-hf", metavar="NAME", help="pretrained weights from Hugging Face (gpt2, gpt2-medium, ...)")

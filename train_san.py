@@ -16,7 +16,6 @@ Examples:
   python train_san.py --load-checkpoint model.bin --val-data "data/x/*val*.bin" --sample-tokens 64
 """
 
-import argparse
 import math
 import sys
 from dataclasses import fields
@@ -28,10 +27,7 @@ from attnref.san import PRESETS, SAN, SANConfig, count_parameters, flops_per_tok
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description="PyTorch reference for the SAN family (see doc/san-model.md)",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="base config; flags below override it")
-    g = p.add_argument_group("model config (default: the preset's value)")
+    p, g = training.base_parser("PyTorch reference for the SAN family (see doc/san-model.md)", PRESETS)
     for f in fields(SANConfig):
         flag = training.model_flag(f.name)
         if f.type in (bool, "bool"):

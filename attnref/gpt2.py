@@ -18,22 +18,20 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnref.container import (KIND_CHECKPOINT, config_from_meta, config_to_meta, load_params_into,
-                               read_container)
+from attnref.container import KIND_CHECKPOINT, load_params_into, read_container
 from attnref.ops import attention_mask, gqa_attention, san_loss
 from attnref.optim import Optimizer
-from attnref.params import SpecModel, palm_flops_per_token
+from attnref.params import ModelConfig, SpecModel, palm_flops_per_token
 
 # -----------------------------------------------------------------------------------------
 # Configuration
 
 LN_EPS = 1e-5            # LayerNorm epsilon (GPT-2's)
 INIT_STD = 0.02          # std of every matrix and both embeddings
-VOCAB_PAD = 128          # embedding / logits padded to a multiple of this
 
 
 @dataclass
-class GPT2Config:
+class GPT2Config(ModelConfig):
     """Field names are the keys of the config text in GPT-2 checkpoints and debug states
     (doc/formats.md "GPT-2 checkpoints"), besides `model=gpt2` and the derived keys."""
     vocab_size: int = 250          # real vocabulary V
@@ -43,6 +41,7 @@ class GPT2Config:
     n_head: int = 4                # H; head_dim = d / H
     bos_id: int = 2                # token that starts a sample (GPT-2 BPE: 50256 <|endoftext|>)
 
+    MODEL: ClassVar[str] = "gpt2"
     # read by ops.san_loss and ops.loss_mask: GPT-2 has no z-loss and no document mask
     z_loss: ClassVar[float] = 0.0
     doc_mask: ClassVar[bool] = False
@@ -58,24 +57,13 @@ class GPT2Config:
         need(self.head_dim <= 128, f"head_dim ({self.head_dim}) must be <= 128 (the CUDA attention kernels)")
         need(0 <= self.bos_id < self.vocab_size, f"bos_id ({self.bos_id}) must be < vocab_size ({self.vocab_size})")
 
-    @property
-    def head_dim(self):
-        return self.n_embd // self.n_head
-
-    @property
-    def padded_vocab_size(self):
-        return (self.vocab_size + VOCAB_PAD - 1) // VOCAB_PAD * VOCAB_PAD
-
-    def to_meta(self):
-        return config_to_meta("gpt2", self)
-
     @classmethod
     def from_meta(cls, meta, source="<meta>"):
         if meta.get("model") != "gpt2":
             kind = meta.get("model", "san")  # SAN files from before the key have none
             raise ValueError(f"{source}: not a GPT-2 file (config key model={kind}, expected gpt2): it belongs to "
                              f"train_{kind}, not train_gpt2")
-        return config_from_meta(cls, meta, source)
+        return super().from_meta(meta, source)
 
 
 _GPT2_BPE = dict(vocab_size=50257, seq_len=1024, bos_id=50256)

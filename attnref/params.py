@@ -2,11 +2,39 @@
 Canonical parameters. Each model keeps one list, parameter_spec(cfg) -> [(name, shape)],
 that fixes the names, shapes and file order of its parameters (the contract with its CUDA
 trainer); SpecModel draws the initial values in that order and hands the parameters out in
-it, so files, optimizer state and init agree by construction.
+it, so files, optimizer state and init agree by construction. ModelConfig is what both
+config dataclasses share: the derived sizes and the config text of doc/formats.md.
 """
+
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
+
+from attnref.container import config_from_meta, config_to_meta
+
+VOCAB_PAD = 128  # the embedding / logits are padded to a multiple of this (both models)
+
+
+class ModelConfig:
+    """Mixin of SANConfig and GPT2Config (dataclasses with vocab_size, n_embd, n_head):
+    MODEL is the value of the config key model=, which says whose file it is."""
+    MODEL: ClassVar[str]
+
+    @property
+    def head_dim(self):
+        return self.n_embd // self.n_head
+
+    @property
+    def padded_vocab_size(self):
+        return (self.vocab_size + VOCAB_PAD - 1) // VOCAB_PAD * VOCAB_PAD
+
+    def to_meta(self):
+        return config_to_meta(self.MODEL, self)
+
+    @classmethod
+    def from_meta(cls, meta, source="<meta>"):
+        return config_from_meta(cls, meta, source)
 
 
 class SpecModel(nn.Module):

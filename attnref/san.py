@@ -11,28 +11,28 @@ norms and RoPE -> the attention sub-layer (Attention) -> the FFN (SwiGLU) -> the
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnref.container import (KIND_CHECKPOINT, config_from_meta, config_to_meta, load_params_into,
-                               read_container)
+from attnref.container import KIND_CHECKPOINT, load_params_into, read_container
 from attnref.ops import attention_mask, document_ids, gqa_attention, san_loss, sdpa_attention
-from attnref.params import SpecModel, palm_flops_per_token
+from attnref.params import ModelConfig, SpecModel, palm_flops_per_token
 
 # -----------------------------------------------------------------------------------------
 # Configuration
 
 NORM_EPS = 1e-6          # epsilon inside every ZCN / RMS norm (fixed, not a config field)
 INIT_STD = 0.02          # std of every matrix and of the embedding
-VOCAB_PAD = 128          # the embedding / logits are padded to a multiple of this
 
 
 @dataclass
-class SANConfig:
+class SANConfig(ModelConfig):
     """The SAN family (shared/DESIGN.md "The SAN family"). Field names are the keys of the
     config text in checkpoints and debug states (doc/formats.md)."""
+    MODEL: ClassVar[str] = "san"   # the config key model= of SAN files (GPT-2's say gpt2)
     vocab_size: int = 250          # real vocabulary V; loss and softmax run over these ids only
     seq_len: int = 64              # max context T
     n_layer: int = 2               # L
@@ -77,23 +77,6 @@ class SANConfig:
         need(0 <= self.bos_id < self.vocab_size,
              f"bos_id ({self.bos_id}) must be a token id < vocab_size ({self.vocab_size})")
         need(self.z_loss >= 0, f"z_loss must be >= 0 (got {self.z_loss})")
-
-    @property
-    def head_dim(self):
-        return self.n_embd // self.n_head
-
-    @property
-    def padded_vocab_size(self):
-        return (self.vocab_size + VOCAB_PAD - 1) // VOCAB_PAD * VOCAB_PAD
-
-    # --- config text ("key=value" lines, see doc/formats.md) -------------------------
-    def to_meta(self):
-        """Config text; model=san says which trainer a file belongs to (GPT-2's say gpt2)."""
-        return config_to_meta("san", self)
-
-    @classmethod
-    def from_meta(cls, meta, source="<meta>"):
-        return config_from_meta(cls, meta, source)
 
 
 # Presets: the paper's arms (d512, 8 query / 4 kv heads, vocab 16384, T 2048) and tiny ones.
@@ -276,44 +259,43 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
+    """One layer: the attention branch and, in the FFN arm, the SwiGLU branch. Each branch is
+    <name>_norm (pre-norm), the sub-layer <name>, with sandwich norm <name>_post_norm on its
+    output, and with gated / rezero residuals the scalar <name>_gate."""
+
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
-        has_gate = cfg.residual in ("gated", "rezero")
-        self.attn_norm = Norm(cfg.n_embd, cfg.norm)
-        self.attn = Attention(cfg)
-        if cfg.sandwich:
-            self.attn_post_norm = Norm(cfg.n_embd, cfg.norm)
-        if has_gate:
-            self.attn_gate = nn.Parameter(torch.zeros(1))
+        self.add_branch("attn", Attention(cfg))
         if cfg.ffn == "swiglu":
-            self.ffn_norm = Norm(cfg.n_embd, cfg.norm)
-            self.ffn = SwiGLU(cfg)
-            if cfg.sandwich:
-                self.ffn_post_norm = Norm(cfg.n_embd, cfg.norm)
-            if has_gate:
-                self.ffn_gate = nn.Parameter(torch.zeros(1))
+            self.add_branch("ffn", SwiGLU(cfg))
 
-    def residual(self, x, h, post_norm, gate):
-        """x: stream, h: sub-layer output."""
-        if post_norm is not None:
-            h = post_norm(h)
+    def add_branch(self, name, sublayer):
+        cfg = self.cfg
+        setattr(self, name + "_norm", Norm(cfg.n_embd, cfg.norm))
+        setattr(self, name, sublayer)
+        if cfg.sandwich:
+            setattr(self, name + "_post_norm", Norm(cfg.n_embd, cfg.norm))
+        if cfg.residual in ("gated", "rezero"):
+            setattr(self, name + "_gate", nn.Parameter(torch.zeros(1)))
+
+    def residual(self, name, x, h):
+        """x: stream, h: the output of sub-layer `name`."""
+        if self.cfg.sandwich:
+            h = getattr(self, name + "_post_norm")(h)
         mode = self.cfg.residual
         if mode == "gated":
-            return x + torch.sigmoid(gate) * h
+            return x + torch.sigmoid(getattr(self, name + "_gate")) * h
         if mode == "rezero":
-            return x + gate * h
+            return x + getattr(self, name + "_gate") * h
         if mode == "standard":
             return x + h
         return h                                             # "none": no skip connection
 
     def forward(self, x, cos, sin, mask, impl="explicit"):
-        cfg = self.cfg
-        h = self.attn(self.attn_norm(x), cos, sin, mask, impl)
-        x = self.residual(x, h, getattr(self, "attn_post_norm", None), getattr(self, "attn_gate", None))
-        if cfg.ffn == "swiglu":
-            h = self.ffn(self.ffn_norm(x))
-            x = self.residual(x, h, getattr(self, "ffn_post_norm", None), getattr(self, "ffn_gate", None))
+        x = self.residual("attn", x, self.attn(self.attn_norm(x), cos, sin, mask, impl))
+        if self.cfg.ffn == "swiglu":
+            x = self.residual("ffn", x, self.ffn(self.ffn_norm(x)))
         return x
 
 

@@ -9,6 +9,7 @@ targets) -> (logits, (loss, ce, lse_sq))) and, where it builds one, the optimize
 of the model (optim.Optimizer for the SAN, gpt2.make_optimizer for GPT-2).
 """
 
+import argparse
 import time
 
 import numpy as np
@@ -183,6 +184,13 @@ def decode_sample(tb, ids):
     return data.decode("utf-8", errors="replace")
 
 
+
+
+def base_parser(description, presets):
+    """(parser, model-config group): the start both scripts' parsers share."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--preset", default="tiny", choices=sorted(presets), help="base config; flags below override it")
+    return p, p.add_argument_group("model config (default: the preset's value)")
 
 
 def add_run_args(r):
