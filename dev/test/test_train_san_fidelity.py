@@ -166,7 +166,7 @@ def test_measurements_against_reference(data, trained):
     x = torch.from_numpy(windows[:, :-1])
     hidden, scores = [], []
     hooks = [layer.register_forward_hook(lambda m, i, o: hidden.append(o.detach())) for layer in model.layers]
-    original = ops.gqa_attention
+    original = san.gqa_attention  # the name the SAN's attention sub-layer calls
 
     def recording_attention(q, k, v, mask):
         G = q.shape[1] // k.shape[1]
@@ -174,12 +174,12 @@ def test_measurements_against_reference(data, trained):
         scores.append(s.masked_fill(~mask[:, :, 0], 0.0).abs().max().item())
         return original(q, k, v, mask)
 
-    ops.gqa_attention = recording_attention
+    san.gqa_attention = recording_attention
     try:
         with torch.no_grad():
             model(x)
     finally:
-        ops.gqa_attention = original
+        san.gqa_attention = original
         for h in hooks:
             h.remove()
     eranks = []
