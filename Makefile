@@ -194,14 +194,17 @@ demo: setup all
 	@bash scripts/demo.sh $(ARGS)
 
 # debug states of the PyTorch reference that test_san compares the trainer against
+# (the references are train_*.py over the attnref package, which reads shards and tokenizers
+# through dev/data)
+ATTNREF := $(wildcard attnref/*.py) dev/data/shards.py dev/data/tokenizer.py
 DEBUG_STATES := build/debug-states/.complete
-$(DEBUG_STATES): train_san.py dev/test/make_debug_states.py
+$(DEBUG_STATES): train_san.py $(ATTNREF) dev/test/make_debug_states.py
 	$(PYTHON) dev/test/make_debug_states.py $(dir $@)
 	@touch $@
 
 # and those of train_gpt2.py that test_gpt2 compares the GPT-2 trainer against
 DEBUG_STATES_GPT2 := build/debug-states-gpt2/.complete
-$(DEBUG_STATES_GPT2): train_gpt2.py train_san.py dev/test/make_gpt2_debug_states.py
+$(DEBUG_STATES_GPT2): train_gpt2.py $(ATTNREF) dev/test/make_gpt2_debug_states.py
 	$(PYTHON) dev/test/make_gpt2_debug_states.py $(dir $@)
 	@touch $@
 
