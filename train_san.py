@@ -64,7 +64,12 @@ def build_parser():
     r.add_argument("--tokenizer", metavar="PATH",
                    help="tokenizer .bin (dev/data/tokenizer.py, as the C++ trainers read it): sets the vocabulary "
                         "size and decodes the sample")
-    r.add_argument("--attn-impl", choices=("explicit", "sdpa"), default="explicit")
+    r.add_argument("--attn-impl", choices=("explicit", "sdpa", "fast"), default="explicit",
+                   help="explicit: the reference maths; sdpa: the cross-check; fast: SDPA flash (is_causal) "
+                        "or FlexAttention (document mask), the speed path scripts/bench_gpu.sh measures")
+    r.add_argument("--autocast", choices=("off", "bf16"), default="off",
+                   help="bf16: train under torch.autocast (the speed path; the reference numerics are fp32)")
+    r.add_argument("--compile", type=int, choices=(0, 1), default=0, help="1: torch.compile the training forward")
     return p
 
 
@@ -167,6 +172,10 @@ def main(argv=None):
     if model is None:
         model = SAN(cfg).init_weights(args.seed).to(device)
     model.attn_impl = args.attn_impl
+    if args.attn_impl == "fast" and cfg.doc_mask and args.steps > 0 and str(device).startswith("cpu"):
+        print("error: --attn-impl fast with the document mask trains only on a GPU (FlexAttention has no CPU "
+              "backward); use --doc-mask 0 or another --attn-impl", file=sys.stderr)
+        return 1
     try:
         training.train_and_validate(args, model, oc, Optimizer, step0, resume_tensors, T)
     except (ValueError, ContainerError) as e:

@@ -1,8 +1,8 @@
 """
 Functional pieces both models use (explicit maths; shapes in the docstrings): the document
 ids and the loss mask of a batch, the causal (and same-document) attention mask, grouped-
-query attention written out (and through F.scaled_dot_product_attention, the cross-check),
-and the language-model loss with its z-loss term.
+query attention written out (and through F.scaled_dot_product_attention, the cross-check;
+and the fused speed path of fast_attention), and the language-model loss with its z-loss term.
 """
 
 import math
@@ -57,6 +57,30 @@ def sdpa_attention(q, k, v, mask):
     k = k.repeat_interleave(G, dim=1)
     v = v.repeat_interleave(G, dim=1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, :, 0])
+
+
+def fast_attention_mask(T, doc_ids):
+    """What fast_attention takes instead of attention_mask's dense (T, T) mask, which rules
+    out the fused backends: None for the plain causal mask (SDPA's is_causal, which admits the
+    flash backend), else a FlexAttention BlockMask of "causal and same document"."""
+    if doc_ids is None:
+        return None
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def causal_same_document(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (doc_ids[b, q_idx] == doc_ids[b, kv_idx])
+
+    return create_block_mask(causal_same_document, doc_ids.shape[0], None, T, T, device=doc_ids.device)
+
+
+def fast_attention(q, k, v, mask):
+    """The speed path (q (B,Hq,T,hd), k,v (B,Hkv,T,hd), mask from fast_attention_mask):
+    SDPA with is_causal (flash backend on a GPU) or FlexAttention with the document block
+    mask; GQA without repeating k and v. Fused only under torch.compile (--compile 1)."""
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    from torch.nn.attention.flex_attention import flex_attention
+    return flex_attention(q, k, v, block_mask=mask, enable_gqa=True)
 
 
 def san_loss(logits, targets, cfg):

@@ -18,7 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attnref.container import KIND_CHECKPOINT, load_params_into, read_container
-from attnref.ops import attention_mask, document_ids, gqa_attention, san_loss, sdpa_attention
+from attnref.ops import (attention_mask, document_ids, fast_attention, fast_attention_mask, gqa_attention, san_loss,
+                         sdpa_attention)
 from attnref.params import ModelConfig, SpecModel, palm_flops_per_token
 
 # -----------------------------------------------------------------------------------------
@@ -240,7 +241,7 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)           # per head, over head_dim
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)   # (B,H,T,hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        attn = gqa_attention if impl == "explicit" else sdpa_attention
+        attn = {"explicit": gqa_attention, "sdpa": sdpa_attention, "fast": fast_attention}[impl]
         y = attn(q, k, v, mask)                              # (B,Hq,T,hd)
         y = y.transpose(1, 2).reshape(B, T, cfg.n_head * hd)
         return y @ self.wo.t()
@@ -310,7 +311,7 @@ class SAN(SpecModel):
         self.wte = nn.Parameter(torch.zeros(cfg.padded_vocab_size, cfg.n_embd))
         self.layers = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
         self.final_norm = Norm(cfg.n_embd, cfg.norm)
-        self.attn_impl = "explicit"        # "sdpa" switches to the cross-check path
+        self.attn_impl = "explicit"        # "sdpa": the cross-check path; "fast": the fused speed path
         self.check_spec()
 
     def forward(self, idx, targets=None):
@@ -323,7 +324,7 @@ class SAN(SpecModel):
         x = F.embedding(idx, self.wte) * math.sqrt(cfg.n_embd)
         cos, sin = rope_cos_sin(T, cfg.head_dim, cfg.rope_theta, x.dtype, x.device)
         doc = document_ids(idx, cfg.bos_id) if cfg.doc_mask else None
-        mask = attention_mask(T, doc, idx.device)
+        mask = fast_attention_mask(T, doc) if self.attn_impl == "fast" else attention_mask(T, doc, idx.device)
         for layer in self.layers:
             x = layer(x, cos, sin, mask, self.attn_impl)
         x = self.final_norm(x)

@@ -259,6 +259,10 @@ def train_and_validate(args, model, oc, make_optimizer, step0, resume_tensors, T
             opt.load_state_tensors(resume_tensors, step0, args.load_checkpoint)
         total_steps = step0 + args.steps
         print(f"optimizer: {' '.join(f'{k}={v}' for k, v in oc.to_meta())}")
+        # the speed path (train_san.py --autocast bf16 --compile 1): the compiled module shares
+        # the model's parameters, so the optimizer, validation and checkpoints see the same ones
+        forward = torch.compile(model) if getattr(args, "compile", 0) else model
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=getattr(args, "autocast", "off") == "bf16")
         for step in range(step0, total_steps):
             if val and (step % args.val_every == 0):
                 print(f"step {step:5d} | {format_val(*evaluate_regions(model, val, args.val_batches))}")
@@ -267,7 +271,8 @@ def train_and_validate(args, model, oc, make_optimizer, step0, resume_tensors, T
             loss_acc = 0.0
             for _ in range(accum):
                 x, y = train.next_batch()
-                _, (loss, _, _) = model(x.to(device), y.to(device))
+                with autocast:
+                    _, (loss, _, _) = forward(x.to(device), y.to(device))
                 (loss / accum).backward()
                 loss_acc += loss.item() / accum
             norm = clip_grad_norm(model.ordered_parameters(), oc.grad_clip)
