@@ -118,17 +118,10 @@ void attention_forward3(floatX* out, float* lse, const floatX* q, const floatX* 
 // ----------------------------------------------------------------------------------------
 // version 4: cuDNN (USE_CUDNN=1 GPU builds)
 
-constexpr bool kCudnnBuilt =
-#if defined(ENABLE_CUDNN) && defined(__CUDACC__)
-    PRECISION_MODE == PrecisionMode::BF16;
-#else
-    false;
-#endif
-
 void attention_forward4(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, const int* doc_ids,
                         int B, int T, int Hq, int Hkv, int hd) {
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
-    if (kCudnnBuilt && attention_cudnn_supports(doc_ids, hd)) {
+    if (kAttentionHasCudnn && attention_cudnn_supports(doc_ids, hd)) {
         attention_forward_cudnn(out, lse, q, k, v, B, T, Hq, Hkv, hd, 0);
         return;
     }
@@ -140,7 +133,7 @@ void attention_forward4(floatX* out, float* lse, const floatX* q, const floatX* 
 // whether a version runs in this build (and with a document mask)
 bool version_available(int version, bool use_docs) {
     if (version == 3) { return PRECISION_MODE == PrecisionMode::BF16; }
-    if (version == 4) { return kCudnnBuilt && !use_docs; }
+    if (version == 4) { return kAttentionHasCudnn && !use_docs; }
     return true;
 }
 
@@ -232,11 +225,11 @@ int main(int argc, char** argv) {
     int B = 2, T = 512, Hq = 8, Hkv = 4, hd = 64;
     if (HOST_BACKEND) { T = 300; }  // validation only: keep it quick
     // version 3 (tensor cores) takes bf16 operands: bf16 builds only; version 4 needs cuDNN
-    int first = 1, last = kCudnnBuilt ? 4 : PRECISION_MODE == PrecisionMode::BF16 ? 3 : 2;
+    int first = 1, last = kAttentionHasCudnn ? 4 : PRECISION_MODE == PrecisionMode::BF16 ? 3 : 2;
     if (argc > 1) { first = last = atoi(argv[1]); }
     if (!version_available(first, false)) {
         fprintf(stderr, "attention_forward: version %d is not built here (%s%s)\n", first, PRECISION_NAME,
-                kCudnnBuilt ? "" : ", no cuDNN");
+                kAttentionHasCudnn ? "" : ", no cuDNN");
         return EXIT_FAILURE;
     }
 
