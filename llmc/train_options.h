@@ -42,6 +42,7 @@ struct TrainOptions {
     int resume_override = 0; // --resume: let the flags given change the saved run's settings
     std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
     int kv_cache = 1;        // sample with a KV cache (llmc/kv_cache.cuh)
+    int cudnn = 0;           // cuDNN attention where the build has it (llmc/attention_cudnn.cuh)
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
@@ -99,6 +100,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
+        make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; calls with the document mask keep our kernels) 0|1"),
     };
     if (with_muon) {
         std::vector<Flag> muon = {
