@@ -1,5 +1,5 @@
 /*
-train_san.cu: trains the SAN family (papers/SAN.md, doc/san-model.md): attention-only
+train_san.cu: trains the SAN family (the SAN paper; doc/san-model.md): attention-only
 transformers ("Simple Attention Networks") and, from the same code, their FFN control
 arm, which differs only by a SwiGLU block after each attention block.
 
