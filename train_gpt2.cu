@@ -221,7 +221,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- loss bookkeeping (llmc/training.h): every target >= 0 counts ---------------------
+    // ---- loss bookkeeping (llmc/model.h, training.h): every target >= 0 counts -----------
     bool counts_in_loss(int target) const { return target >= 0; }
     int doc_start_token() const { return -1; }  // GPT-2 attends across documents, as llm.c does
     double loss_value(const LossStats& s) const { return s.loss(0.0); }

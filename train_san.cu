@@ -346,7 +346,7 @@ struct SAN : LanguageModel<SANConfig> {
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- loss bookkeeping (llmc/training.h) ----------------------------------------------
+    // ---- loss bookkeeping (llmc/model.h, training.h) -------------------------------------
     // A target counts if it is >= 0 and, with the document mask, not the BOS of the next
     // document (doc/san-model.md, "Document mask and loss mask").
     bool counts_in_loss(int target) const { return target >= 0 && !(cfg.doc_mask && target == cfg.bos_id); }
@@ -541,7 +541,7 @@ struct SAN : LanguageModel<SANConfig> {
         embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
     }
 
-    // ---- measurements (logged at every validation; llmc/training.h LayerMeasurements) ----
+    // ---- measurements (logged at every validation; llmc/evaluation.h LayerMeasurements) --
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
     // tokens gives the effective rank of the residual stream after each layer
     // (llmc/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
