@@ -38,14 +38,8 @@ PyTorch reference train_gpt2.py.
 #include "llmc/gelu.cuh"
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
-#include "llmc/optimizer.h"
-#include "llmc/parameters.h"
-#include "llmc/training.h"
-#include "llmc/cli.h"
-#include "llmc/tensor_file.h"
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
-#include "llmc/sampling.h"
+#include "llmc/parameters.h"  // ModelParameters: parameters, gradients, optimizer
+#include "llmc/trainer.h"     // trainer_main: main's sequence, run_training; model.h: counts, sample
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kInitStd = 0.02f;
@@ -53,50 +47,31 @@ constexpr float kInitStd = 0.02f;
 // ========================================================================================
 // config
 
-struct GPT2Config {
-    int vocab_size = 250;  // real vocabulary V (the embedding is padded to a multiple of 128)
-    int seq_len = 64;      // max context T (rows of wpe)
-    int n_layer = 2;
-    int n_embd = 64;
-    int n_head = 4;
-    int bos_id = 2;  // first token of a sample (GPT-2 BPE: 50256)
-
-    int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
-    int head_dim() const { return n_embd / n_head; }
+// The sizes (vocabulary, context T = rows of wpe, layers, width, heads, BOS: GPT-2 BPE 50256)
+// are ModelDims' (llmc/model.h); GPT-2 has no other settings.
+struct GPT2Config : ModelDims {
+    int kv_width() const { return n_embd; }
+    int64_t embedding_numel() const { return ((int64_t)padded_vocab() + seq_len) * n_embd; }  // wte and wpe
 
     void resolve_and_check() const {
         auto require = [](bool ok, const char* what) {
             if (!ok) { fatal("bad model config: %s", what); }
         };
-        require(vocab_size > 0 && seq_len > 0 && n_layer > 0 && n_embd > 0, "vocab, seq_len, layers and width must be positive");
-        require(n_head > 0 && n_embd % n_head == 0, "--n-embd must be a multiple of --n-head");
+        check_dims();
         require(head_dim() <= 128, "head_dim = n_embd / n_head must be at most 128");
-        require(bos_id >= 0 && bos_id < vocab_size, "--bos-id must be a token id below the vocabulary size");
     }
 };
 
 std::map<std::string, GPT2Config> presets() {
     GPT2Config tiny;  // the defaults above: the PyTorch reference's "tiny" (padded vocab 256)
     GPT2Config wide = tiny;
-    wide.vocab_size = 384;
-    wide.seq_len = 32;
-    wide.n_layer = 3;
-    wide.n_embd = 96;
-    wide.n_head = 2;
+    wide.set_sizes(384, 32, 3, 96, 2);
     GPT2Config demo = tiny;  // learns the offline corpus on a CPU in minutes (vocab from the tokenizer)
-    demo.vocab_size = 8192;
-    demo.seq_len = 128;
-    demo.n_layer = 4;
-    demo.n_embd = 128;
-    demo.n_head = 4;
+    demo.set_sizes(8192, 128, 4, 128, 4);
     auto gpt2 = [](int layers, int width, int heads) {
         GPT2Config c;
-        c.vocab_size = 50257;
-        c.seq_len = 1024;
+        c.set_sizes(50257, 1024, layers, width, heads);
         c.bos_id = 50256;
-        c.n_layer = layers;
-        c.n_embd = width;
-        c.n_head = heads;
         return c;
     };
     return {{"tiny", tiny},
@@ -110,14 +85,7 @@ std::map<std::string, GPT2Config> presets() {
 
 void write_config(TensorFileWriter& w, const GPT2Config& c) {
     w.set("model", std::string("gpt2"));
-    w.set("vocab_size", c.vocab_size);
-    w.set("seq_len", c.seq_len);
-    w.set("n_layer", c.n_layer);
-    w.set("n_embd", c.n_embd);
-    w.set("n_head", c.n_head);
-    w.set("bos_id", c.bos_id);
-    w.set("padded_vocab_size", c.padded_vocab());
-    w.set("head_dim", c.head_dim());
+    c.write_dims(w);
 }
 
 GPT2Config read_config(const TensorFileReader& r) {
@@ -126,16 +94,9 @@ GPT2Config read_config(const TensorFileReader& r) {
                r.has_key("model") ? r.str("model").c_str() : "<missing>, as in SAN checkpoints");
     }
     GPT2Config c;
-    c.vocab_size = (int)r.integer("vocab_size");
-    c.seq_len = (int)r.integer("seq_len");
-    c.n_layer = (int)r.integer("n_layer");
-    c.n_embd = (int)r.integer("n_embd");
-    c.n_head = (int)r.integer("n_head");
-    c.bos_id = (int)r.integer("bos_id");
+    c.read_dims(r);
     c.resolve_and_check();
-    if (r.integer("padded_vocab_size") != c.padded_vocab() || r.integer("head_dim") != c.head_dim()) {
-        r.fail("padded_vocab_size/head_dim do not follow from the config");
-    }
+    c.check_derived(r);
     return c;
 }
 
@@ -207,18 +168,6 @@ struct ModelTensors {
     }
 };
 
-// (total, non-embedding) parameter counts; total includes the padded wte rows, non-embedding
-// excludes wte and wpe
-std::pair<int64_t, int64_t> count_parameters(const GPT2Config& c) {
-    int64_t total = (int64_t)total_numel(parameter_spec(c));
-    return {total, total - ((int64_t)c.padded_vocab() + c.seq_len) * c.n_embd};
-}
-// Training FLOPs per token (PaLM convention, as train_gpt2.py and train_san.cu)
-double flops_per_token(const GPT2Config& c) {
-    double nonemb = (double)count_parameters(c).second;
-    return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * c.n_layer * (double)c.seq_len * c.n_embd;
-}
-
 // ========================================================================================
 // activations: everything the backward pass needs, for B x T positions
 
@@ -230,90 +179,51 @@ struct LayerActivations {
 // ========================================================================================
 // the model
 
-// The model: its parameters, gradients and optimizer (llmc/parameters.h) and, for B rows
-// of T positions, the activations and scratch of forward and backward.
-struct GPT2 : ModelParameters {
-    GPT2Config cfg;
-    int B, T;  // capacity of the activations
-    DeviceArena arena;
+// The model: its parameters, gradients and optimizer, the residual stream, logits and loss
+// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
+// scratch of forward and backward.
+struct GPT2 : LanguageModel<GPT2Config> {
     ModelTensors<floatX> P, G;
 
     // activations
-    std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
     std::vector<LayerActivations> acts;
     floatX* branch = nullptr;  // output of the current sub-layer before it joins the stream (N, d)
     floatX* xf = nullptr;
     float *lnf_mean = nullptr, *lnf_rstd = nullptr;
-    float* logits = nullptr;  // (N, Vp) fp32
-    floatX* dlogits = nullptr;
-    float *row_loss = nullptr, *row_lse_sq = nullptr;
-    int *d_inputs = nullptr, *d_targets = nullptr;
     // backward scratch
-    floatX *dx = nullptr, *dxf = nullptr, *d_ln = nullptr, *d_o = nullptr, *d_q = nullptr, *d_k = nullptr,
+    floatX *d_ln = nullptr, *d_o = nullptr, *d_q = nullptr, *d_k = nullptr,
            *d_v = nullptr, *d_fc = nullptr;
     float* scratch = nullptr;
-    EmbeddingBuckets buckets;
-    int last_B = 0, last_T = 0;
     std::vector<int> host_targets;
 
-    GPT2(const GPT2Config& config, int batch, int seq)
-        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
-        if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
+    GPT2(const GPT2Config& config, int batch, int seq) : LanguageModel(config, batch, seq) {
         P.point_into(params, spec, cfg);
         G.point_into(grads, spec, cfg);
         allocate_activations();
     }
 
     void allocate_activations() {
-        size_t N = (size_t)B * T, d = cfg.n_embd, Vp = cfg.padded_vocab(), H = cfg.n_head;
-        for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
+        size_t N = (size_t)B * T, d = cfg.n_embd, H = cfg.n_head;
         acts.resize(cfg.n_layer);
-        for (LayerActivations& a : acts) {
-            a.ln1 = arena.alloc<floatX>(N * d);
-            a.q = arena.alloc<floatX>(N * d);
-            a.k = arena.alloc<floatX>(N * d);
-            a.v = arena.alloc<floatX>(N * d);
-            a.o = arena.alloc<floatX>(N * d);
-            a.x_mid = arena.alloc<floatX>(N * d);
-            a.ln2 = arena.alloc<floatX>(N * d);
-            a.fc = arena.alloc<floatX>(N * 4 * d);
-            a.gelu = arena.alloc<floatX>(N * 4 * d);
-            a.ln1_mean = arena.alloc<float>(N);
-            a.ln1_rstd = arena.alloc<float>(N);
-            a.ln2_mean = arena.alloc<float>(N);
-            a.ln2_rstd = arena.alloc<float>(N);
+        for (LayerActivations& a : acts) {  // grouped by size
+            for (floatX** p : {&a.ln1, &a.q, &a.k, &a.v, &a.o, &a.x_mid, &a.ln2}) { *p = arena.alloc<floatX>(N * d); }
+            for (floatX** p : {&a.fc, &a.gelu}) { *p = arena.alloc<floatX>(N * 4 * d); }
+            for (float** p : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) { *p = arena.alloc<float>(N); }
             a.lse = arena.alloc<float>(N * H);
         }
-        branch = arena.alloc<floatX>(N * d);
-        xf = arena.alloc<floatX>(N * d);
+        for (floatX** p : {&branch, &xf, &d_ln, &d_o, &d_q, &d_k, &d_v}) { *p = arena.alloc<floatX>(N * d); }
+        d_fc = arena.alloc<floatX>(N * 4 * d);
         lnf_mean = arena.alloc<float>(N);
         lnf_rstd = arena.alloc<float>(N);
-        logits = arena.alloc<float>(N * Vp);
-        dlogits = arena.alloc<floatX>(N * Vp);
-        row_loss = arena.alloc<float>(N);
-        row_lse_sq = arena.alloc<float>(N);
-        d_inputs = arena.alloc<int>(N);
-        d_targets = arena.alloc<int>(N);
-        dx = arena.alloc<floatX>(N * d);
-        dxf = arena.alloc<floatX>(N * d);
-        d_ln = arena.alloc<floatX>(N * d);
-        d_o = arena.alloc<floatX>(N * d);
-        d_q = arena.alloc<floatX>(N * d);
-        d_k = arena.alloc<floatX>(N * d);
-        d_v = arena.alloc<floatX>(N * d);
-        d_fc = arena.alloc<floatX>(N * 4 * d);
         size_t scratch_floats = std::max({layernorm_backward_scratch_floats((int)N, (int)d),
                                           bias_backward_scratch_floats((int)N, (int)(4 * d)), N * H,
                                           (size_t)kReduceBlocks + 1});
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- loss bookkeeping (llmc/training.h): every target >= 0 counts ---------------------
-    int64_t count_loss_targets(const int* targets, int n) const {
-        int64_t count = 0;
-        for (int i = 0; i < n; i++) { count += targets[i] >= 0; }
-        return count;
-    }
+    // ---- loss bookkeeping (llmc/model.h, training.h): every target >= 0 counts -----------
+    bool counts_in_loss(int target) const { return target >= 0; }
+    int doc_start_token() const { return -1; }  // GPT-2 attends across documents, as llm.c does
     double loss_value(const LossStats& s) const { return s.loss(0.0); }
     double z_loss_coefficient() const { return 0.0; }
     const std::vector<int>& loss_targets() const { return host_targets; }
@@ -326,14 +236,7 @@ struct GPT2 : ModelParameters {
     // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                      std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
-        if (cache != nullptr && (Bn != 1 || Tn != 1 || cache->pos >= cache->capacity || dloss_scale != 0.0f)) {
-            fatal("forward: a cached step is one position within the cache's %d rows", cache->capacity);
-        }
-        if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
-            fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
-        }
-        last_B = Bn;
-        last_T = Tn;
+        begin_forward(Bn, Tn, dloss_scale, cache);
         const int N = Bn * Tn, d = cfg.n_embd, H = cfg.n_head, hd = cfg.head_dim(), V = cfg.vocab_size,
                   Vp = cfg.padded_vocab();
         LossStats sums;
@@ -359,7 +262,7 @@ struct GPT2 : ModelParameters {
             floatX* qkv[3] = {a.q, cache != nullptr ? cache->k[l] + (size_t)pos * d : a.k,
                               cache != nullptr ? cache->v[l] + (size_t)pos * d : a.v};
             for (int j = 0; j < 3; j++) {
-                gemm(qkv[j], a.ln1, p.qkvw + (size_t)j * d * d, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                linear_forward(qkv[j], a.ln1, p.qkvw + (size_t)j * d * d, N, d, d, stream);
                 bias_forward(qkv[j], qkv[j], p.qkvb + (size_t)j * d, N, d, stream);
             }
             if (cache != nullptr) {
@@ -367,20 +270,20 @@ struct GPT2 : ModelParameters {
             } else {
                 attention_forward(a.o, a.lse, a.q, a.k, a.v, nullptr, Bn, Tn, H, H, hd, stream);
             }
-            gemm(branch, a.o, p.attprojw, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(branch, a.o, p.attprojw, N, d, d, stream);
             bias_forward(branch, branch, p.attprojb, N, d, stream);
             residual_forward(a.x_mid, residual[l], branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
             // MLP block
             layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.ln2w, p.ln2b, N, d, kLayerNormEps, stream);
-            gemm(a.fc, a.ln2, p.fcw, N, 4 * d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(a.fc, a.ln2, p.fcw, N, d, 4 * d, stream);
             bias_forward(a.fc, a.fc, p.fcb, N, 4 * d, stream);
             gelu_forward(a.gelu, a.fc, (size_t)N * 4 * d, stream);
-            gemm(branch, a.gelu, p.fcprojw, N, d, 4 * d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(branch, a.gelu, p.fcprojw, N, 4 * d, d, stream);
             bias_forward(branch, branch, p.fcprojb, N, d, stream);
             residual_forward(residual[l + 1], a.x_mid, branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
         }
         layernorm_forward(xf, lnf_mean, lnf_rstd, residual[cfg.n_layer], P.lnfw, P.lnfb, N, d, kLayerNormEps, stream);
-        gemm(logits, xf, P.wte, N, Vp, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_forward(logits, xf, P.wte, N, d, Vp, stream);
         classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
                                     d_targets, N, V, Vp, 0.0f, dloss_scale, stream);
 
@@ -398,8 +301,8 @@ struct GPT2 : ModelParameters {
         const int Vp = cfg.padded_vocab();
 
         // LM head (tied embedding) and final LayerNorm
-        gemm(G.wte, dlogits, xf, Vp, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-        gemm(dxf, dlogits, P.wte, N, d, Vp, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_backward_weight(G.wte, dlogits, xf, N, d, Vp, stream);
+        linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, (size_t)N * d * sizeof(floatX), stream));
         layernorm_backward(dx, G.lnfw, G.lnfb, scratch, dxf, residual[cfg.n_layer], P.lnfw, lnf_mean, lnf_rstd, N, d, stream);
 
@@ -411,24 +314,23 @@ struct GPT2 : ModelParameters {
             LayerActivations& a = acts[l];
             // MLP block
             bias_backward(g.fcprojb, scratch, dx, N, d, stream);
-            gemm(g.fcprojw, dx, a.gelu, d, 4 * d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_fc, dx, p.fcprojw, N, 4 * d, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.fcprojw, dx, a.gelu, N, 4 * d, d, stream);
+            linear_backward_input(d_fc, dx, p.fcprojw, N, 4 * d, d, false, stream);
             gelu_backward(d_fc, d_fc, a.fc, (size_t)N * 4 * d, stream);
             bias_backward(g.fcb, scratch, d_fc, N, 4 * d, stream);
-            gemm(g.fcw, d_fc, a.ln2, 4 * d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_ln, d_fc, p.fcw, N, d, 4 * d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.fcw, d_fc, a.ln2, N, d, 4 * d, stream);
+            linear_backward_input(d_ln, d_fc, p.fcw, N, d, 4 * d, false, stream);
             layernorm_backward(dx, g.ln2w, g.ln2b, scratch, d_ln, a.x_mid, p.ln2w, a.ln2_mean, a.ln2_rstd, N, d, stream);
             // attention block
             bias_backward(g.attprojb, scratch, dx, N, d, stream);
-            gemm(g.attprojw, dx, a.o, d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_o, dx, p.attprojw, N, d, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.attprojw, dx, a.o, N, d, d, stream);
+            linear_backward_input(d_o, dx, p.attprojw, N, d, d, false, stream);
             attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, nullptr, Bn, Tn, H, H, hd, stream);
             floatX* dqkv[3] = {d_q, d_k, d_v};
             for (int j = 0; j < 3; j++) {
                 bias_backward(g.qkvb + (size_t)j * d, scratch, dqkv[j], N, d, stream);
-                gemm(g.qkvw + (size_t)j * d * d, dqkv[j], a.ln1, d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, false, false, 1.0f, j == 0 ? 0.0f : 1.0f, 1, 0,
-                     0, 0, stream);
+                linear_backward_weight(g.qkvw + (size_t)j * d * d, dqkv[j], a.ln1, N, d, d, stream);
+                linear_backward_input(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, j > 0, stream);
             }
             layernorm_backward(dx, g.ln1w, g.ln1b, scratch, d_ln, residual[l], p.ln1w, a.ln1_mean, a.ln1_rstd, N, d, stream);
         }
@@ -436,24 +338,6 @@ struct GPT2 : ModelParameters {
         position_backward(G.wpe, dx, Bn, Tn, d, stream);
     }
 
-    // ---- checkpoint ---------------------------------------------------------------------
-    // Config, optimizer state and parameters in the container of doc/formats.md (readable
-    // by train_gpt2.py); `extra` adds keys such as the resume position.
-    void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
-                         const std::vector<std::pair<std::string, std::string>>& extra) const {
-        ModelParameters::save_checkpoint(path, opt, extra, [this](TensorFileWriter& w) { write_config(w, cfg); });
-    }
-
-    // ---- sampling -----------------------------------------------------------------------
-    // Continues `tokens` by n tokens (llmc/sampling.h; temperature 0: greedy); the context is
-    // the last T tokens. With use_cache, one cached forward step per position while the
-    // sequence fits in T (llmc/kv_cache.cuh sample_tokens), else the window is recomputed.
-    KVCache kv;
-    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
-                            bool use_cache = true) {
-        return sample_tokens(*this, kv, T, cfg.padded_vocab(), cfg.vocab_size, cfg.bos_id, cfg.n_layer, cfg.n_embd,
-                             logits, std::move(tokens), n, temperature, rng, use_cache);
-    }
 };
 
 // ========================================================================================
@@ -530,7 +414,7 @@ LlmcModel load_llmc(const std::string& path, int bos_id) {
     int64_t lnf_at = field_at;
     // canonical order
     const int64_t Vp = c.padded_vocab();
-    m.values.assign((size_t)count_parameters(c).first, 0.0f);
+    m.values.assign((size_t)count_parameters(c).total, 0.0f);
     float* out = m.values.data();
     std::copy(raw.begin() + wte_at, raw.begin() + wte_at + (int64_t)c.vocab_size * d, out);  // rows >= V stay 0
     out += Vp * d;
@@ -548,100 +432,55 @@ LlmcModel load_llmc(const std::string& path, int bos_id) {
 }
 
 // ========================================================================================
-// command line
+// command line and main (the sequence: llmc/trainer.h)
 
 struct Options {
     std::string preset = "tiny";
     GPT2Config model;
     TrainOptions train;
     std::string init_from_llmc;
+    std::shared_ptr<LlmcModel> llmc;  // the --init-from-llmc file's parameters, until the model takes them
 };
 
 std::vector<Flag> make_flags(Options& o) {
-    GPT2Config& m = o.model;
-    std::vector<Flag> flags = {
-        make_flag("--preset", &o.preset, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it"),
-        make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
-        make_flag("--max-seq-len", &m.seq_len, "model context T (rows of the position embedding)"),
-        make_flag("--n-layer", &m.n_layer, "layers L"),
-        make_flag("--n-embd", &m.n_embd, "width d"),
-        make_flag("--n-head", &m.n_head, "attention heads"),
-        make_flag("--bos-id", &m.bos_id, "token that starts a sample"),
-        make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"),
-    };
+    std::vector<Flag> flags = ModelDims::flags(
+        &o.preset, o.model, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it",
+        "model context T (rows of the position embedding)", "attention heads", "token that starts a sample (default: the tokenizer's)");
+    flags.push_back(make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"));
     add_training_flags(flags, o.train, /*with_muon=*/false);
     return flags;
 }
 
-// ========================================================================================
-// main loop
+// What llmc/trainer.h asks of this trainer.
+struct GPT2Trainer {
+    using Model = GPT2;
+    static void set_defaults(Options&, int, char**) {}
+    // --init-from-llmc: the config and parameters of an llm.c model file
+    static bool start_elsewhere(Options& o, bool bos_given) {
+        if (o.init_from_llmc.empty()) { return false; }
+        if (!start_checkpoint(o.train).empty()) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
+        o.llmc = std::make_shared<LlmcModel>(load_llmc(o.init_from_llmc, bos_given ? o.model.bos_id : -1));
+        o.model = o.llmc->cfg;
+        o.train.model_loaded = true;  // --steps 0 evaluates it
+        return true;
+    }
+    static DefaultRates default_rates(const GPT2Config&) { return DefaultRates{}; }
+    static void print_model(const Options& o) {
+        const GPT2Config& c = o.model;
+        printf("model: GPT-2 L=%d d=%d heads %d (head_dim %d), vocab %d (padded %d), context %d, bos %d\n", c.n_layer,
+               c.n_embd, c.n_head, c.head_dim(), c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
+    }
+    static void init_parameters(GPT2& model, Options& o) {
+        if (o.llmc == nullptr) {
+            model.init_parameters(o.train.seed);
+            return;
+        }
+        model.set_parameters(o.llmc->values);
+        printf("initialised from llm.c model file %s\n", o.init_from_llmc.c_str());
+        o.llmc.reset();
+    }
+};
 
 #ifndef TESTING
-
-int main(int argc, char** argv) {
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
-    Options o = parse_with_preset<Options>(argc, argv, presets(), make_flags, "train_gpt2");
-    TrainOptions& t = o.train;
-    std::unique_ptr<TensorFileReader> checkpoint;
-    std::unique_ptr<LlmcModel> llmc;
-    std::string start = start_checkpoint(t);
-    if (!start.empty() && !o.init_from_llmc.empty()) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
-    Tokenizer tokenizer;
-    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
-    const bool bos_given = t.given.count("--bos-id") != 0;
-    if (!start.empty()) {
-        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
-        GPT2Config from_file = read_config(*checkpoint);
-        Options from_flags = o;
-        if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
-        if (tokenizer.loaded() && !bos_given) { from_flags.model.bos_id = from_file.bos_id; }
-        check_model_flags(from_flags, from_file, make_flags, start);
-        if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
-            fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
-                  tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
-        }
-        o.model = from_file;
-    }
-    if (!o.init_from_llmc.empty()) {
-        llmc = std::make_unique<LlmcModel>(load_llmc(o.init_from_llmc, bos_given ? o.model.bos_id : -1));
-        o.model = llmc->cfg;
-        t.model_loaded = true;  // --steps 0 evaluates it
-    }
-    if (tokenizer.loaded() && checkpoint == nullptr && llmc == nullptr) {
-        o.model.vocab_size = tokenizer.vocab_size;
-        if (tokenizer.bos_id >= 0 && !bos_given) { o.model.bos_id = tokenizer.bos_id; }
-    }
-    o.model.resolve_and_check();
-    const GPT2Config& c = o.model;
-    if (t.opt.is_muon()) { fatal("--optimizer: muon is not available for GPT-2 here (adamw); its fused qkv matrix would be orthogonalised as one"); }
-    check_training_options(t, c.seq_len, DefaultRates{}, t.resume_path.empty() ? nullptr : checkpoint.get());
-    if (!t.init_from.empty()) {
-        printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
-               "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
-    }
-
-    // config, sizes, FLOPs
-    auto counts = count_parameters(c);
-    printf("train_gpt2 (%s, %s)\n", HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
-    printf("model: GPT-2 L=%d d=%d heads %d (head_dim %d), vocab %d (padded %d), context %d, bos %d\n", c.n_layer, c.n_embd,
-           c.n_head, c.head_dim(), c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
-    printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
-           flops_per_token(c) / 1e6);
-    printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
-    print_optimizer(t);
-
-    GPT2 model(c, t.batch_size, t.seq_len);
-    if (checkpoint != nullptr) {
-        model.load_parameters(*checkpoint, !t.resume_path.empty());
-    } else if (llmc != nullptr) {
-        model.set_parameters(llmc->values);
-        printf("initialised from llm.c model file %s\n", o.init_from_llmc.c_str());
-        llmc.reset();
-    } else {
-        model.init_parameters(t.seed);
-    }
-    // GPT-2 attends across documents, as llm.c does: no document ids
-    run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size, -1, c.bos_id, flops_per_token(c));
-    return 0;
-}
+int main(int argc, char** argv) { return trainer_main<GPT2Trainer>(argc, argv, "train_gpt2", presets(), make_flags, read_config); }
 #endif

@@ -1,5 +1,5 @@
 /*
-train_san.cu: trains the SAN family (papers/SAN.md, doc/san-model.md): attention-only
+train_san.cu: trains the SAN family (the SAN paper; doc/san-model.md): attention-only
 transformers ("Simple Attention Networks") and, from the same code, their FFN control
 arm, which differs only by a SwiGLU block after each attention block.
 
@@ -37,14 +37,9 @@ against the PyTorch reference train_san.py.
 #include "llmc/swiglu.cuh"
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
-#include "llmc/optimizer.h"
-#include "llmc/parameters.h"
-#include "llmc/sampling.h"
-#include "llmc/training.h"
-#include "llmc/cli.h"
-#include "llmc/tensor_file.h"
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
+#include "llmc/spectrum.h"    // effective_rank (the per-layer measurements)
+#include "llmc/parameters.h"  // ModelParameters: parameters, gradients, optimizer
+#include "llmc/trainer.h"     // trainer_main: main's sequence, run_training; model.h: counts, sample
 
 constexpr float kNormEps = 1e-6f;
 constexpr float kInitStd = 0.02f;
@@ -52,109 +47,86 @@ constexpr float kInitStd = 0.02f;
 // ========================================================================================
 // config
 
-struct SANConfig {
-    int vocab_size = 250;
-    int seq_len = 64;
-    int n_layer = 2;
-    int n_embd = 64;
-    int n_head = 4;
+enum class FfnKind { None, SwiGLU };
+inline const Choices<FfnKind> kFfnKinds{{"none", "swiglu"}};
+enum class NormKind { ZCN, RMS };
+inline const Choices<NormKind> kNormKinds{{"zcn", "rms"}};
+
+// The sizes (vocabulary, context, layers, width, query heads, BOS) are ModelDims' (llmc/model.h).
+struct SANConfig : ModelDims {
     int n_kv_head = 2;
-    std::string ffn = "none";  // none | swiglu
-    int d_ff = 0;              // 0: 4 * n_embd
-    std::string norm = "zcn";  // zcn | rms
+    FfnKind ffn = FfnKind::None;
+    int d_ff = 0;  // 0: 4 * n_embd
+    NormKind norm = NormKind::ZCN;
     int qk_norm = 1;
-    std::string residual = "gated";  // gated | standard | rezero | none
+    ResidualMode residual = ResidualMode::Gated;
     int sandwich = 0;
     double rope_theta = 10000.0;
     int doc_mask = 1;
-    int bos_id = 2;
     double z_loss = 1e-4;
 
-    int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
-    int head_dim() const { return n_embd / n_head; }
-    bool has_ffn() const { return ffn == "swiglu"; }
+    int kv_width() const { return n_kv_head * head_dim(); }
+    int64_t embedding_numel() const { return (int64_t)padded_vocab() * n_embd; }
+    bool has_ffn() const { return ffn == FfnKind::SwiGLU; }
     // ZCN gains are stored as an offset from 1, RMSNorm gains as the gain itself
-    float gain_offset() const { return norm == "zcn" ? 1.0f : 0.0f; }
-    ResidualMode residual_mode() const {
-        ResidualMode mode;
-        if (!parse_residual_mode(residual, &mode)) { fatal("--residual: unknown mode '%s'", residual.c_str()); }
-        return mode;
-    }
+    float gain_offset() const { return norm == NormKind::ZCN ? 1.0f : 0.0f; }
 
     void resolve_and_check() {
         if (d_ff == 0) { d_ff = 4 * n_embd; }
         auto require = [](bool ok, const char* what) {
             if (!ok) { fatal("bad model config: %s", what); }
         };
-        require(vocab_size > 0 && seq_len > 0 && n_layer > 0 && n_embd > 0, "vocab, seq_len, layers and width must be positive");
-        require(n_head > 0 && n_embd % n_head == 0, "--n-embd must be a multiple of --n-head");
+        check_dims();
         require(head_dim() % 2 == 0 && head_dim() <= 128, "head_dim = n_embd / n_head must be even and at most 128");
         require(n_kv_head > 0 && n_head % n_kv_head == 0, "--n-head must be a multiple of --n-kv-head");
-        require(ffn == "none" || ffn == "swiglu", "--ffn must be none or swiglu");
-        require(norm == "zcn" || norm == "rms", "--norm must be zcn or rms");
         require(qk_norm == 0 || qk_norm == 1, "--qk-norm must be 0 or 1");
         require(sandwich == 0 || sandwich == 1, "--sandwich must be 0 or 1");
         require(doc_mask == 0 || doc_mask == 1, "--doc-mask must be 0 or 1");
         require(d_ff > 0, "--d-ff must be positive");
         require(rope_theta > 0.0, "--rope-theta must be positive");
         require(z_loss >= 0.0, "--z-loss must be >= 0");
-        residual_mode();
     }
 };
 
 std::map<std::string, SANConfig> presets() {
     SANConfig tiny;  // the defaults above: the PyTorch reference's "tiny"
     SANConfig tiny_ffn = tiny;
-    tiny_ffn.ffn = "swiglu";
+    tiny_ffn.ffn = FfnKind::SwiGLU;
     tiny_ffn.d_ff = 128;
     SANConfig paper;  // d512, 8 query / 4 kv heads, vocab 16384, T 2048
-    paper.vocab_size = 16384;
-    paper.seq_len = 2048;
-    paper.n_embd = 512;
-    paper.n_head = 8;
+    paper.set_sizes(16384, 2048, paper.n_layer, 512, 8);
     paper.n_kv_head = 4;
-    auto arm = [](SANConfig c, int layers, const char* ffn) {
+    auto arm = [](SANConfig c, int layers, FfnKind ffn) {
         c.n_layer = layers;
         c.ffn = ffn;
         return c;
     };
     // a small SAN that learns the offline data on a CPU in minutes (vocab from the tokenizer)
     SANConfig demo = tiny;
-    demo.vocab_size = 8192;
-    demo.seq_len = 128;
-    demo.n_layer = 4;
-    demo.n_embd = 128;
-    demo.n_head = 4;
+    demo.set_sizes(8192, 128, 4, 128, 4);
     demo.n_kv_head = 2;
     return {{"tiny", tiny},
             {"tiny-ffn", tiny_ffn},
             {"demo", demo},
-            {"san20", arm(paper, 20, "none")},    // the paper's SAN
-            {"ffn20", arm(paper, 20, "swiglu")},  // iso-depth partner
-            {"ffn4", arm(paper, 4, "swiglu")},    // iso-param partner
-            {"ffn9", arm(paper, 9, "swiglu")}};   // iso-FLOP partner
+            {"san20", arm(paper, 20, FfnKind::None)},    // the paper's SAN
+            {"ffn20", arm(paper, 20, FfnKind::SwiGLU)},  // iso-depth partner
+            {"ffn4", arm(paper, 4, FfnKind::SwiGLU)},    // iso-param partner
+            {"ffn9", arm(paper, 9, FfnKind::SwiGLU)}};   // iso-FLOP partner
 }
 
 void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("model", std::string("san"));
-    w.set("vocab_size", c.vocab_size);
-    w.set("seq_len", c.seq_len);
-    w.set("n_layer", c.n_layer);
-    w.set("n_embd", c.n_embd);
-    w.set("n_head", c.n_head);
+    c.write_dims(w);
     w.set("n_kv_head", c.n_kv_head);
-    w.set("ffn", c.ffn);
+    w.set("ffn", std::string(kFfnKinds.name(c.ffn)));
     w.set("d_ff", c.d_ff);
-    w.set("norm", c.norm);
+    w.set("norm", std::string(kNormKinds.name(c.norm)));
     w.set("qk_norm", c.qk_norm);
-    w.set("residual", c.residual);
+    w.set("residual", std::string(kResidualModes.name(c.residual)));
     w.set("sandwich", c.sandwich);
     w.set("rope_theta", c.rope_theta);
     w.set("doc_mask", c.doc_mask);
-    w.set("bos_id", c.bos_id);
     w.set("z_loss", c.z_loss);
-    w.set("padded_vocab_size", c.padded_vocab());
-    w.set("head_dim", c.head_dim());
 }
 
 SANConfig read_config(const TensorFileReader& r) {
@@ -164,26 +136,19 @@ SANConfig read_config(const TensorFileReader& r) {
                r.str("model").c_str(), r.str("model").c_str());
     }
     SANConfig c;
-    c.vocab_size = (int)r.integer("vocab_size");
-    c.seq_len = (int)r.integer("seq_len");
-    c.n_layer = (int)r.integer("n_layer");
-    c.n_embd = (int)r.integer("n_embd");
-    c.n_head = (int)r.integer("n_head");
+    c.read_dims(r);
     c.n_kv_head = (int)r.integer("n_kv_head");
-    c.ffn = r.str("ffn");
+    read_choice(r, "ffn", kFfnKinds, &c.ffn);
     c.d_ff = (int)r.integer("d_ff");
-    c.norm = r.str("norm");
+    read_choice(r, "norm", kNormKinds, &c.norm);
     c.qk_norm = (int)r.integer("qk_norm");
-    c.residual = r.str("residual");
+    read_choice(r, "residual", kResidualModes, &c.residual);
     c.sandwich = (int)r.integer("sandwich");
     c.rope_theta = r.real("rope_theta");
     c.doc_mask = (int)r.integer("doc_mask");
-    c.bos_id = (int)r.integer("bos_id");
     c.z_loss = r.real("z_loss");
     c.resolve_and_check();
-    if (r.integer("padded_vocab_size") != c.padded_vocab() || r.integer("head_dim") != c.head_dim()) {
-        r.fail("padded_vocab_size/head_dim do not follow from the config");
-    }
+    c.check_derived(r);
     return c;
 }
 
@@ -192,9 +157,9 @@ SANConfig read_config(const TensorFileReader& r) {
 
 std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
     int64_t d = c.n_embd, hd = c.head_dim(), qd = (int64_t)c.n_head * hd, kvd = (int64_t)c.n_kv_head * hd;
-    float gain = c.norm == "zcn" ? 0.0f : 1.0f;
+    float gain = c.norm == NormKind::ZCN ? 0.0f : 1.0f;
     float out_std = kInitStd / std::sqrt(2.0f * c.n_layer);
-    bool gated = residual_has_gate(c.residual_mode());
+    bool gated = residual_has_gate(c.residual);
     std::vector<ParamSpec> spec;
     spec.push_back({"wte", {c.padded_vocab(), d}, false, kInitStd, 0.0f, c.vocab_size});
     for (int l = 0; l < c.n_layer; l++) {
@@ -265,19 +230,6 @@ private:
     }
 };
 
-// (total, non-embedding) parameter counts; total includes the padded embedding rows
-std::pair<int64_t, int64_t> count_parameters(const SANConfig& c) {
-    int64_t total = 0;
-    for (const ParamSpec& s : parameter_spec(c)) { total += s.numel(); }
-    return {total, total - (int64_t)c.padded_vocab() * c.n_embd};
-}
-// Training FLOPs per token (PaLM convention, as train_san.py): 6 * (non-embedding params +
-// LM head V*d) + 12 * L * T * d for attention scores and values.
-double flops_per_token(const SANConfig& c) {
-    double nonemb = (double)count_parameters(c).second;
-    return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * c.n_layer * (double)c.seq_len * c.n_embd;
-}
-
 // The SAN paper's locked per-device peak rates for this arm (llmc/optimizer.h DefaultRates).
 DefaultRates default_rates(const SANConfig& c) {
     DefaultRates r;
@@ -291,46 +243,42 @@ DefaultRates default_rates(const SANConfig& c) {
 // ========================================================================================
 // activations: everything the backward pass needs, for B x T positions
 
+// (norm_rstd: the 1/rms of a norm's rows, kept for its backward)
 struct LayerActivations {
-    floatX *u, *q_lin, *k_lin, *v, *q, *k, *o, *h, *h_post, *x_mid;  // attention block
-    float *u_rstd, *q_rstd, *k_rstd, *lse, *h_rstd;
-    floatX *fu, *f_gate, *f_up, *f_sw, *f_h, *f_post;  // FFN block
-    float *fu_rstd, *f_rstd;
+    // attention block: attn_in = norm(x); q_lin, k_lin, v = attn_in W^T; q, k = rope(qk_norm(.));
+    // o = attention(q, k, v); attn_out = o W_o^T (attn_out_normed: its sandwich norm);
+    // x_mid = residual(x, attn_out) when an FFN block follows
+    floatX *attn_in, *q_lin, *k_lin, *v, *q, *k, *o, *attn_out, *attn_out_normed, *x_mid;
+    float *attn_in_rstd, *q_rstd, *k_rstd, *lse, *attn_out_rstd;
+    // FFN block: ffn_in = norm(x_mid); swiglu_out = silu(ffn_in W_gate^T) * (ffn_in W_up^T);
+    // ffn_out = swiglu_out W_down^T (ffn_out_normed: its sandwich norm)
+    floatX *ffn_in, *swiglu_gate, *swiglu_up, *swiglu_out, *ffn_out, *ffn_out_normed;
+    float *ffn_in_rstd, *ffn_out_rstd;
 };
 
 // ========================================================================================
 // the model
 
-// The model: its parameters, gradients and optimizer (llmc/parameters.h) and, for B rows
-// of T positions, the activations and scratch of forward and backward.
-struct SAN : ModelParameters {
-    SANConfig cfg;
-    int B, T;  // capacity of the activations: B rows of T positions
-    DeviceArena arena;
+// The model: its parameters, gradients and optimizer, the residual stream, logits and loss
+// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
+// scratch of forward and backward.
+struct SAN : LanguageModel<SANConfig> {
     ModelTensors<floatX> P, G;
 
     // activations
-    std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
     std::vector<LayerActivations> acts;
     floatX* xf = nullptr;
     float* xf_rstd = nullptr;
-    float* logits = nullptr;  // (N, Vp) fp32
-    floatX* dlogits = nullptr;
-    float *row_loss = nullptr, *row_lse_sq = nullptr;
-    int *d_inputs = nullptr, *d_targets = nullptr, *d_doc_ids = nullptr;
+    int* d_doc_ids = nullptr;
     float* rope = nullptr;
     // backward scratch
-    floatX *dx = nullptr, *dxf = nullptr, *d_branch = nullptr, *d_proj = nullptr, *d_u = nullptr;
+    floatX *d_branch = nullptr, *d_proj = nullptr, *d_block_in = nullptr;
     floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_qlin = nullptr, *d_klin = nullptr;
-    floatX *d_sw = nullptr, *d_gate = nullptr, *d_up = nullptr;
+    floatX *d_swiglu_out = nullptr, *d_swiglu_gate = nullptr, *d_swiglu_up = nullptr;
     float* scratch = nullptr;
-    EmbeddingBuckets buckets;
-    int last_B = 0, last_T = 0;
     std::vector<int> host_targets_masked;
 
-    SAN(const SANConfig& config, int batch, int seq)
-        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
-        if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
+    SAN(const SANConfig& config, int batch, int seq) : LanguageModel(config, batch, seq) {
         P.point_into(params, spec, cfg.n_layer);
         G.point_into(grads, spec, cfg.n_layer);
         allocate_activations();
@@ -342,13 +290,11 @@ struct SAN : ModelParameters {
     void allocate_activations() {
         size_t N = (size_t)B * T, d = cfg.n_embd, hd = cfg.head_dim();
         size_t qd = (size_t)cfg.n_head * hd, kvd = (size_t)cfg.n_kv_head * hd, ff = cfg.d_ff;
-        size_t Vp = cfg.padded_vocab();
-        for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
         acts.resize(cfg.n_layer);
         for (LayerActivations& a : acts) {
             a = LayerActivations{};
-            a.u = arena.alloc<floatX>(N * d);
-            a.u_rstd = arena.alloc<float>(N);
+            a.attn_in = arena.alloc<floatX>(N * d);
+            a.attn_in_rstd = arena.alloc<float>(N);
             a.q_lin = arena.alloc<floatX>(N * qd);
             a.k_lin = arena.alloc<floatX>(N * kvd);
             a.v = arena.alloc<floatX>(N * kvd);
@@ -358,39 +304,31 @@ struct SAN : ModelParameters {
             a.k_rstd = arena.alloc<float>(N * cfg.n_kv_head);
             a.o = arena.alloc<floatX>(N * qd);
             a.lse = arena.alloc<float>(N * cfg.n_head);
-            a.h = arena.alloc<floatX>(N * d);
+            a.attn_out = arena.alloc<floatX>(N * d);
             if (cfg.sandwich) {
-                a.h_post = arena.alloc<floatX>(N * d);
-                a.h_rstd = arena.alloc<float>(N);
+                a.attn_out_normed = arena.alloc<floatX>(N * d);
+                a.attn_out_rstd = arena.alloc<float>(N);
             }
             if (cfg.has_ffn()) {
                 a.x_mid = arena.alloc<floatX>(N * d);
-                a.fu = arena.alloc<floatX>(N * d);
-                a.fu_rstd = arena.alloc<float>(N);
-                a.f_gate = arena.alloc<floatX>(N * ff);
-                a.f_up = arena.alloc<floatX>(N * ff);
-                a.f_sw = arena.alloc<floatX>(N * ff);
-                a.f_h = arena.alloc<floatX>(N * d);
+                a.ffn_in = arena.alloc<floatX>(N * d);
+                a.ffn_in_rstd = arena.alloc<float>(N);
+                a.swiglu_gate = arena.alloc<floatX>(N * ff);
+                a.swiglu_up = arena.alloc<floatX>(N * ff);
+                a.swiglu_out = arena.alloc<floatX>(N * ff);
+                a.ffn_out = arena.alloc<floatX>(N * d);
                 if (cfg.sandwich) {
-                    a.f_post = arena.alloc<floatX>(N * d);
-                    a.f_rstd = arena.alloc<float>(N);
+                    a.ffn_out_normed = arena.alloc<floatX>(N * d);
+                    a.ffn_out_rstd = arena.alloc<float>(N);
                 }
             }
         }
         xf = arena.alloc<floatX>(N * d);
         xf_rstd = arena.alloc<float>(N);
-        logits = arena.alloc<float>(N * Vp);
-        dlogits = arena.alloc<floatX>(N * Vp);
-        row_loss = arena.alloc<float>(N);
-        row_lse_sq = arena.alloc<float>(N);
-        d_inputs = arena.alloc<int>(N);
-        d_targets = arena.alloc<int>(N);
         d_doc_ids = arena.alloc<int>(N);
-        dx = arena.alloc<floatX>(N * d);
-        dxf = arena.alloc<floatX>(N * d);
         d_branch = arena.alloc<floatX>(N * d);
         d_proj = arena.alloc<floatX>(N * d);
-        d_u = arena.alloc<floatX>(N * d);
+        d_block_in = arena.alloc<floatX>(N * d);
         d_o = arena.alloc<floatX>(N * qd);
         d_q = arena.alloc<floatX>(N * qd);
         d_k = arena.alloc<floatX>(N * kvd);
@@ -398,9 +336,9 @@ struct SAN : ModelParameters {
         d_qlin = arena.alloc<floatX>(N * qd);
         d_klin = arena.alloc<floatX>(N * kvd);
         if (cfg.has_ffn()) {
-            d_sw = arena.alloc<floatX>(N * ff);
-            d_gate = arena.alloc<floatX>(N * ff);
-            d_up = arena.alloc<floatX>(N * ff);
+            d_swiglu_out = arena.alloc<floatX>(N * ff);
+            d_swiglu_gate = arena.alloc<floatX>(N * ff);
+            d_swiglu_up = arena.alloc<floatX>(N * ff);
         }
         size_t scratch_floats = std::max({norm_backward_scratch_floats((int)N, (int)d),
                                           norm_backward_scratch_floats((int)(N * cfg.n_head), (int)hd),
@@ -408,15 +346,11 @@ struct SAN : ModelParameters {
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- loss bookkeeping (llmc/training.h) ----------------------------------------------
+    // ---- loss bookkeeping (llmc/model.h, training.h) -------------------------------------
     // A target counts if it is >= 0 and, with the document mask, not the BOS of the next
     // document (doc/san-model.md, "Document mask and loss mask").
-    bool counts(int target) const { return target >= 0 && !(cfg.doc_mask && target == cfg.bos_id); }
-    int64_t count_loss_targets(const int* targets, int n) const {
-        int64_t count = 0;
-        for (int i = 0; i < n; i++) { count += counts(targets[i]); }
-        return count;
-    }
+    bool counts_in_loss(int target) const { return target >= 0 && !(cfg.doc_mask && target == cfg.bos_id); }
+    int doc_start_token() const { return cfg.doc_mask ? cfg.bos_id : -1; }
     double loss_value(const LossStats& s) const { return s.loss(cfg.z_loss); }
     double z_loss_coefficient() const { return cfg.z_loss; }
     const std::vector<int>& loss_targets() const { return host_targets_masked; }
@@ -430,18 +364,11 @@ struct SAN : ModelParameters {
     // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                       std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
-        if (cache != nullptr && (Bn != 1 || Tn != 1 || cache->pos >= cache->capacity || dloss_scale != 0.0f)) {
-            fatal("forward: a cached step is one position within the cache's %d rows", cache->capacity);
-        }
-        if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
-            fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
-        }
-        last_B = Bn;
-        last_T = Tn;
+        begin_forward(Bn, Tn, dloss_scale, cache);
         const int N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
         const int qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff, V = cfg.vocab_size, Vp = cfg.padded_vocab();
         const float off = cfg.gain_offset();
-        const ResidualMode mode = cfg.residual_mode();
+        const ResidualMode mode = cfg.residual;
 
         // inputs, masked targets and document ids (the rules of doc/san-model.md)
         std::vector<int> doc_ids(N), masked(N);
@@ -454,7 +381,7 @@ struct SAN : ModelParameters {
                 if (targets[i] >= V) { fatal("target token %d at (%d, %d) is outside the vocabulary of %d", targets[i], b, t, V); }
                 doc += inputs[i] == cfg.bos_id;
                 doc_ids[i] = doc;
-                masked[i] = counts(targets[i]) ? targets[i] : -1;
+                masked[i] = counts_in_loss(targets[i]) ? targets[i] : -1;
                 count += masked[i] >= 0;
             }
         }
@@ -482,10 +409,10 @@ struct SAN : ModelParameters {
             floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
             const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
             // attention block
-            norm_forward(a.u, a.u_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
-            gemm(a.q_lin, a.u, p.wq, N, qd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(a.k_lin, a.u, p.wk, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(v, a.u, p.wv, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            norm_forward(a.attn_in, a.attn_in_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
+            linear_forward(a.q_lin, a.attn_in, p.wq, N, d, qd, stream);
+            linear_forward(a.k_lin, a.attn_in, p.wk, N, d, kvd, stream);
+            linear_forward(v, a.attn_in, p.wv, N, d, kvd, stream);
             if (cfg.qk_norm) {
                 norm_forward(a.q, a.q_rstd, a.q_lin, p.q_norm, N * Hq, hd, off, kNormEps, stream);
                 norm_forward(k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
@@ -501,30 +428,30 @@ struct SAN : ModelParameters {
             } else {
                 attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
             }
-            gemm(a.h, a.o, p.wo, N, d, qd, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            const floatX* branch = a.h;
+            linear_forward(a.attn_out, a.o, p.wo, N, qd, d, stream);
+            const floatX* branch = a.attn_out;
             if (cfg.sandwich) {
-                norm_forward(a.h_post, a.h_rstd, a.h, p.attn_post_norm, N, d, off, kNormEps, stream);
-                branch = a.h_post;
+                norm_forward(a.attn_out_normed, a.attn_out_rstd, a.attn_out, p.attn_post_norm, N, d, off, kNormEps, stream);
+                branch = a.attn_out_normed;
             }
             residual_forward(x_attn_out, x_in, branch, p.attn_gate, mode, (size_t)N * d, stream);
             // FFN block (control arm)
             if (cfg.has_ffn()) {
-                norm_forward(a.fu, a.fu_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
-                gemm(a.f_gate, a.fu, p.w_gate, N, ff, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(a.f_up, a.fu, p.w_up, N, ff, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                swiglu_forward(a.f_sw, a.f_gate, a.f_up, (size_t)N * ff, stream);
-                gemm(a.f_h, a.f_sw, p.w_down, N, d, ff, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                const floatX* fbranch = a.f_h;
+                norm_forward(a.ffn_in, a.ffn_in_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
+                linear_forward(a.swiglu_gate, a.ffn_in, p.w_gate, N, d, ff, stream);
+                linear_forward(a.swiglu_up, a.ffn_in, p.w_up, N, d, ff, stream);
+                swiglu_forward(a.swiglu_out, a.swiglu_gate, a.swiglu_up, (size_t)N * ff, stream);
+                linear_forward(a.ffn_out, a.swiglu_out, p.w_down, N, ff, d, stream);
+                const floatX* fbranch = a.ffn_out;
                 if (cfg.sandwich) {
-                    norm_forward(a.f_post, a.f_rstd, a.f_h, p.ffn_post_norm, N, d, off, kNormEps, stream);
-                    fbranch = a.f_post;
+                    norm_forward(a.ffn_out_normed, a.ffn_out_rstd, a.ffn_out, p.ffn_post_norm, N, d, off, kNormEps, stream);
+                    fbranch = a.ffn_out_normed;
                 }
                 residual_forward(residual[l + 1], a.x_mid, fbranch, p.ffn_gate, mode, (size_t)N * d, stream);
             }
         }
         norm_forward(xf, xf_rstd, residual[cfg.n_layer], P.final_norm, N, d, off, kNormEps, stream);
-        gemm(logits, xf, P.wte, N, Vp, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_forward(logits, xf, P.wte, N, d, Vp, stream);
         classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
                                     d_targets, N, V, Vp, (float)cfg.z_loss, dloss_scale, stream);
 
@@ -547,13 +474,13 @@ struct SAN : ModelParameters {
         const int Hq = cfg.n_head, Hkv = cfg.n_kv_head, qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff;
         const int Vp = cfg.padded_vocab();
         const float off = cfg.gain_offset();
-        const ResidualMode mode = cfg.residual_mode();
+        const ResidualMode mode = cfg.residual;
         const int* doc = cfg.doc_mask ? d_doc_ids : nullptr;
         const size_t Nd = (size_t)N * d;
 
         // LM head (tied embedding) and final norm
-        gemm(G.wte, dlogits, xf, Vp, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-        gemm(dxf, dlogits, P.wte, N, d, Vp, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_backward_weight(G.wte, dlogits, xf, N, d, Vp, stream);
+        linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream));
         norm_backward(dx, G.final_norm, scratch, dxf, residual[cfg.n_layer], P.final_norm, xf_rstd, N, d, off, stream);
 
@@ -574,21 +501,22 @@ struct SAN : ModelParameters {
             const LayerTensors<floatX>& g = G.layers[l];
             LayerActivations& a = acts[l];
             if (cfg.has_ffn()) {
-                floatX* df = branch_backward(cfg.sandwich ? a.f_post : a.f_h, a.f_h, a.f_rstd, p.ffn_post_norm,
-                                             g.ffn_post_norm, p.ffn_gate, g.ffn_gate);
-                gemm(g.w_down, df, a.f_sw, d, ff, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_sw, df, p.w_down, N, ff, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                swiglu_backward(d_gate, d_up, d_sw, a.f_gate, a.f_up, (size_t)N * ff, stream);
-                gemm(g.w_gate, d_gate, a.fu, ff, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(g.w_up, d_up, a.fu, ff, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_gate, p.w_gate, N, d, ff, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_up, p.w_up, N, d, ff, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                norm_backward(dx, g.ffn_norm, scratch, d_u, a.x_mid, p.ffn_norm, a.fu_rstd, N, d, off, stream);
+                floatX* d_ffn_out = branch_backward(cfg.sandwich ? a.ffn_out_normed : a.ffn_out, a.ffn_out,
+                                                    a.ffn_out_rstd, p.ffn_post_norm, g.ffn_post_norm, p.ffn_gate, g.ffn_gate);
+                linear_backward_weight(g.w_down, d_ffn_out, a.swiglu_out, N, ff, d, stream);
+                linear_backward_input(d_swiglu_out, d_ffn_out, p.w_down, N, ff, d, false, stream);
+                swiglu_backward(d_swiglu_gate, d_swiglu_up, d_swiglu_out, a.swiglu_gate, a.swiglu_up, (size_t)N * ff,
+                                stream);
+                linear_backward_weight(g.w_gate, d_swiglu_gate, a.ffn_in, N, d, ff, stream);
+                linear_backward_weight(g.w_up, d_swiglu_up, a.ffn_in, N, d, ff, stream);
+                linear_backward_input(d_block_in, d_swiglu_gate, p.w_gate, N, d, ff, false, stream);
+                linear_backward_input(d_block_in, d_swiglu_up, p.w_up, N, d, ff, true, stream);
+                norm_backward(dx, g.ffn_norm, scratch, d_block_in, a.x_mid, p.ffn_norm, a.ffn_in_rstd, N, d, off, stream);
             }
-            floatX* dh = branch_backward(cfg.sandwich ? a.h_post : a.h, a.h, a.h_rstd, p.attn_post_norm,
-                                         g.attn_post_norm, p.attn_gate, g.attn_gate);
-            gemm(g.wo, dh, a.o, d, qd, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_o, dh, p.wo, N, qd, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            floatX* d_attn_out = branch_backward(cfg.sandwich ? a.attn_out_normed : a.attn_out, a.attn_out,
+                                                 a.attn_out_rstd, p.attn_post_norm, g.attn_post_norm, p.attn_gate, g.attn_gate);
+            linear_backward_weight(g.wo, d_attn_out, a.o, N, qd, d, stream);
+            linear_backward_input(d_o, d_attn_out, p.wo, N, qd, d, false, stream);
             attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv, hd, stream);
             rope_backward(d_q, d_q, rope, Bn, Tn, Hq, hd, stream);
             rope_backward(d_k, d_k, rope, Bn, Tn, Hkv, hd, stream);
@@ -602,25 +530,25 @@ struct SAN : ModelParameters {
                 dq_lin = d_qlin;
                 dk_lin = d_klin;
             }
-            gemm(g.wq, dq_lin, a.u, qd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(g.wk, dk_lin, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(g.wv, d_v, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, dq_lin, p.wq, N, d, qd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, dk_lin, p.wk, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, d_v, p.wv, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            norm_backward(dx, g.attn_norm, scratch, d_u, residual[l], p.attn_norm, a.u_rstd, N, d, off, stream);
+            linear_backward_weight(g.wq, dq_lin, a.attn_in, N, d, qd, stream);
+            linear_backward_weight(g.wk, dk_lin, a.attn_in, N, d, kvd, stream);
+            linear_backward_weight(g.wv, d_v, a.attn_in, N, d, kvd, stream);
+            linear_backward_input(d_block_in, dq_lin, p.wq, N, d, qd, false, stream);
+            linear_backward_input(d_block_in, dk_lin, p.wk, N, d, kvd, true, stream);
+            linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, true, stream);
+            norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off, stream);
         }
         embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
     }
 
-    // ---- measurements (logged at every validation; llmc/training.h LayerMeasurements) ----
+    // ---- measurements (logged at every validation; llmc/evaluation.h LayerMeasurements) --
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
     // tokens gives the effective rank of the residual stream after each layer
     // (llmc/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
     // attention mask lets a query see. On the host, in double: a measurement, not a hot path.
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
-        const ResidualMode mode = cfg.residual_mode();
+        const ResidualMode mode = cfg.residual;
         auto gate_value = [&](const floatX* gate) {
             size_t offset = (size_t)(gate - params);
             float g = 0.0f;
@@ -671,31 +599,10 @@ struct SAN : ModelParameters {
         return m;
     }
 
-    // ---- checkpoint ---------------------------------------------------------------------
-    // Config, optimizer state and parameters in the container of doc/formats.md (readable
-    // by train_san.py); `extra` adds keys such as the resume position.
-    void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
-                         const std::vector<std::pair<std::string, std::string>>& extra) const {
-        ModelParameters::save_checkpoint(path, opt, extra, [this](TensorFileWriter& w) { write_config(w, cfg); });
-    }
-
-    // ---- sampling -----------------------------------------------------------------------
-    // Continues `tokens` by n tokens, sampling from softmax(logits / temperature) over the
-    // real vocabulary (llmc/sampling.h; temperature 0: greedy); the context is the last T
-    // tokens. With use_cache, each position is one cached forward step (llmc/kv_cache.cuh)
-    // while the sequence fits in T; after that (the window slides, every position moves)
-    // and without the cache, the whole window is recomputed for each token.
-    KVCache kv;
-    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
-                            bool use_cache = true) {
-        return sample_tokens(*this, kv, T, cfg.padded_vocab(), cfg.vocab_size, cfg.bos_id,
-                             cfg.n_layer, cfg.n_kv_head * cfg.head_dim(), logits, std::move(tokens), n, temperature,
-                             rng, use_cache);
-    }
 };
 
 // ========================================================================================
-// command line
+// command line and main (the sequence: llmc/trainer.h)
 
 struct Options {
     std::string preset = "tiny";
@@ -703,7 +610,7 @@ struct Options {
     int paper_setup = 0;
     TrainOptions train = [] {
         TrainOptions t;
-        t.opt.optimizer = "muon";  // the paper's optimizer, and train_san.py's default
+        t.opt.optimizer = OptimizerKind::Muon;  // the paper's optimizer, and train_san.py's default
         return t;
     }();
 };
@@ -715,111 +622,69 @@ struct Options {
 void apply_paper_setup(TrainOptions& t) {
     t.global_batch = 512;
     t.lr_scale_gpus = 8;
-    t.opt.optimizer = "muon";
-    t.opt.muon_order = "paper";
+    t.opt.optimizer = OptimizerKind::Muon;
+    t.opt.muon_order = MuonOrder::Paper;
     t.opt.ns_fp32 = 1;
     t.grad_fp32 = 1;
-    t.opt.schedule.kind = "wsd";
+    t.opt.schedule.kind = ScheduleKind::WSD;
     t.opt.schedule.warmup_frac = 0.05;
     t.opt.schedule.decay_frac = 0.15;
     t.opt.schedule.final_frac = 0.05;
     t.milestones = 1;
 }
+// the settings --paper-setup sets count as given (a resume compares them)
+constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
+                                            "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"};
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
-    std::vector<Flag> flags = {
-        make_flag("--preset", &o.preset, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); the flags below override it"),
-        make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
-        make_flag("--max-seq-len", &m.seq_len, "model context T (RoPE table size)"),
-        make_flag("--n-layer", &m.n_layer, "layers L"),
-        make_flag("--n-embd", &m.n_embd, "width d"),
-        make_flag("--n-head", &m.n_head, "query heads"),
+    std::vector<Flag> flags = ModelDims::flags(
+        &o.preset, m, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); the flags below override it",
+        "model context T (RoPE table size)", "query heads", "token that starts a document (default: the tokenizer's)");
+    std::vector<Flag> san = {
         make_flag("--n-kv-head", &m.n_kv_head, "kv heads (GQA; = n-head is MHA)"),
-        make_flag("--ffn", &m.ffn, "none (SAN) | swiglu (FFN control arm)"),
+        make_flag("--ffn", &m.ffn, kFfnKinds, "none: SAN; swiglu: FFN control arm"),
         make_flag("--d-ff", &m.d_ff, "SwiGLU width (0: 4 d)"),
-        make_flag("--norm", &m.norm, "zcn | rms"),
+        make_flag("--norm", &m.norm, kNormKinds, ""),
         make_flag("--qk-norm", &m.qk_norm, "per-head QK-norm 0|1"),
-        make_flag("--residual", &m.residual, "gated | standard | rezero | none"),
+        make_flag("--residual", &m.residual, kResidualModes, ""),
         make_flag("--sandwich", &m.sandwich, "sandwich norm on sub-layer outputs 0|1"),
         make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
-        make_flag("--bos-id", &m.bos_id, "token that starts a document"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
         make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
     };
+    flags.insert(flags.end(), san.begin(), san.end());
     add_training_flags(flags, o.train);
     return flags;
 }
 
-// ========================================================================================
-// main loop
-
-#ifndef TESTING
-
-int main(int argc, char** argv) {
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
-    Options o = parse_with_preset<Options>(argc, argv, presets(), make_flags, "train_san", [&](Options& opts) {
+// What llmc/trainer.h asks of this trainer.
+struct SANTrainer {
+    using Model = SAN;
+    static void set_defaults(Options& o, int argc, char** argv) {
         std::string paper = find_flag_value(argc, argv, "--paper-setup");
         if (!paper.empty() && paper != "0" && paper != "1") { fatal("option --paper-setup: must be 0 or 1, not '%s'", paper.c_str()); }
-        if (paper == "1") { apply_paper_setup(opts.train); }
-    });
-    TrainOptions& t = o.train;
-    if (o.paper_setup) {  // the settings the switch sets count as given (a resume compares them)
-        for (const char* f : {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
-                              "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"}) {
-            t.given.insert(f);
+        if (paper == "1") {
+            apply_paper_setup(o.train);
+            o.train.given.insert(std::begin(kPaperSetupFlags), std::end(kPaperSetupFlags));
         }
     }
-    std::unique_ptr<TensorFileReader> checkpoint;
-    std::string start = start_checkpoint(t);
-    Tokenizer tokenizer;
-    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
-    if (!start.empty()) {
-        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
-        SANConfig from_file = read_config(*checkpoint);
-        Options from_flags = o;
-        if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
-        from_flags.model.resolve_and_check();
-        check_model_flags(from_flags, from_file, make_flags, start);
-        if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
-            fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
-                  tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
-        }
-        o.model = from_file;
-    } else if (tokenizer.loaded()) {
-        o.model.vocab_size = tokenizer.vocab_size;
+    static bool start_elsewhere(Options&, bool) { return false; }
+    static DefaultRates default_rates(const SANConfig& c) { return ::default_rates(c); }
+    static void print_model(const Options& o) {
+        const SANConfig& c = o.model;
+        printf("model: L=%d d=%d heads %d/%d (head_dim %d) ffn=%s", c.n_layer, c.n_embd, c.n_head, c.n_kv_head,
+               c.head_dim(), kFfnKinds.name(c.ffn));
+        if (c.has_ffn()) { printf(" d_ff=%d", c.d_ff); }
+        printf(" norm=%s qk_norm=%d residual=%s sandwich=%d rope_theta=%g doc_mask=%d z_loss=%g\n", kNormKinds.name(c.norm),
+               c.qk_norm, kResidualModes.name(c.residual), c.sandwich, c.rope_theta, c.doc_mask, c.z_loss);
+        printf("vocab %d (padded %d), context %d, bos %d\n", c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
+        if (o.paper_setup) { printf("recipe: the SAN paper's setup (--paper-setup 1), with the flags given on top\n"); }
     }
-    o.model.resolve_and_check();
-    const SANConfig& c = o.model;
-    check_training_options(t, c.seq_len, default_rates(c), t.resume_path.empty() ? nullptr : checkpoint.get());
-    if (!t.init_from.empty()) {
-        printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
-               "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
-    }
+    static void init_parameters(SAN& model, const Options& o) { model.init_parameters(o.train.seed); }
+};
 
-    // config, sizes, FLOPs
-    auto counts = count_parameters(c);
-    printf("train_san (%s, %s)\n", HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
-    printf("model: L=%d d=%d heads %d/%d (head_dim %d) ffn=%s", c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim(), c.ffn.c_str());
-    if (c.has_ffn()) { printf(" d_ff=%d", c.d_ff); }
-    printf(" norm=%s qk_norm=%d residual=%s sandwich=%d rope_theta=%g doc_mask=%d z_loss=%g\n", c.norm.c_str(), c.qk_norm,
-           c.residual.c_str(), c.sandwich, c.rope_theta, c.doc_mask, c.z_loss);
-    printf("vocab %d (padded %d), context %d\n", c.vocab_size, c.padded_vocab(), c.seq_len);
-    printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
-           flops_per_token(c) / 1e6);
-    if (o.paper_setup) { printf("recipe: the SAN paper's setup (--paper-setup 1), with the flags given on top\n"); }
-    printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
-    print_optimizer(t);
-
-    SAN model(c, t.batch_size, t.seq_len);
-    if (checkpoint != nullptr) {
-        model.load_parameters(*checkpoint, !t.resume_path.empty());
-    } else {
-        model.init_parameters(t.seed);
-    }
-    run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size,
-                 c.doc_mask ? c.bos_id : -1, c.bos_id, flops_per_token(c));
-    return 0;
-}
+#ifndef TESTING
+int main(int argc, char** argv) { return trainer_main<SANTrainer>(argc, argv, "train_san", presets(), make_flags, read_config); }
 #endif
