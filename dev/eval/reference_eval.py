@@ -14,6 +14,9 @@ field [7]), which is where lm-eval's tokenizer puts it (scripts/hf_tokenizer.py)
   multiple choice: acc = argmax log-likelihood is gold; acc_norm = argmax of
                    log-likelihood / characters of the continuation (first index on ties);
   cloze:           acc = greedy; perplexity = exp(-mean log-likelihood).
+  rolling:         the document in lm-eval's rolling windows of the model's context
+                   (evalset.rolling_requests); word_perplexity = exp(-sum log-likelihood /
+                   sum words), token_perplexity = exp(-sum log-likelihood / sum tokens).
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "dev", "data"))
-from evalset import KIND_CLOZE, read_evalset  # noqa: E402
+from evalset import KIND_CLOZE, KIND_ROLLING, read_evalset, rolling_requests  # noqa: E402
 
 
 @torch.no_grad()
@@ -43,9 +46,23 @@ def continuation_scores(model, vocab_size, max_len, context, continuation):
 
 
 def score_evalset(model, vocab_size, max_len, es, limit=None):
-    """{'acc', 'acc_norm' (multiple choice) or 'perplexity' (cloze), 'n', 'items': per item the
-    (log-likelihood, greedy) of each choice}."""
+    """{'acc', 'acc_norm' (multiple choice), 'acc', 'perplexity' (cloze) or 'word_perplexity',
+    'token_perplexity' (rolling), 'n', 'items': per item the (log-likelihood, greedy) of each
+    choice (rolling: of the whole document)}."""
     items = es["items"][:limit] if limit else es["items"]
+    if es["kind"] == KIND_ROLLING:
+        per_item, ll_sum, words, tokens = [], 0.0, 0, 0
+        for it in items:
+            doc = it["choices"][0]
+            res = [continuation_scores(model, vocab_size, max_len, c, t)
+                   for c, t in rolling_requests(it["context"][0], doc, max_len)]
+            ll = sum(r[0] for r in res)
+            per_item.append([(ll, all(r[1] for r in res))])
+            ll_sum += ll
+            words += it["choice_chars"][0]
+            tokens += len(doc)
+        return {"n": len(items), "word_perplexity": math.exp(-ll_sum / words),
+                "token_perplexity": math.exp(-ll_sum / tokens), "items": per_item}
     per_item, acc, acc_norm, lls = [], 0, 0, []
     for it in items:
         res = [continuation_scores(model, vocab_size, max_len, it["context"], c) for c in it["choices"]]
