@@ -43,6 +43,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "cli.h"
 #include "cuda_common.h"
 #include "dataloader.h"
+#include "eval_scoring.h"
 #include "optimizer.h"
 #include "spectrum.h"
 #include "tensor_file.h"
@@ -74,6 +75,8 @@ struct TrainOptions {
     int resume_override = 0; // --resume: let the flags given change the saved run's settings
     std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
     int kv_cache = 1;        // sample with a KV cache (llmc/kv_cache.cuh)
+    std::string eval_sets;   // eval .bin files scored by llmc/eval_scoring.h (comma list)
+    int eval_every = 0;      // score them every N steps (and at the end)
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
@@ -110,6 +113,8 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
         make_flag("--val-batches", &o.val_batches, "validation micro-batches (0: the whole validation set once)"),
         make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1"),
+        make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
+        make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
         make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
         make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),
@@ -857,8 +862,22 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         fprintf(log, "%s}\n", line.c_str());
         fflush(log);
     };
+    // the eval sets (llmc/eval_scoring.h): one {"step", "eval"} record per scoring
+    EvalSuite evals;
+    if (o.eval_every < 0) { fatal("option --eval-every: must be >= 0, not %d", o.eval_every); }
+    if (o.eval_every > 0 && o.eval_sets.empty()) { fatal("--eval-every %d: no --eval-sets to score", o.eval_every); }
+    if (!o.eval_sets.empty()) { evals.load(o.eval_sets, vocab_size); }
+    auto score_evals = [&](long step) {
+        if (evals.empty()) { return; }
+        std::string results = evals.score(model, step, o.batch_size, o.seq_len, vocab_size, model.cfg.padded_vocab());
+        if (log != nullptr) {
+            fprintf(log, "{\"step\": %ld, \"eval\": %s}\n", step, results.c_str());
+            fflush(log);
+        }
+    };
     if (o.steps == 0) {  // evaluate the model given with --init-from
         validate(model.steps_done());
+        score_evals(model.steps_done());
         print_sample(model.steps_done());
         if (log != nullptr) { fclose(log); }
         return;
@@ -928,11 +947,13 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             fflush(log);
         }
         if (o.val_every > 0 && done % o.val_every == 0 && done != o.steps) { validate(done); }
+        if (o.eval_every > 0 && done % o.eval_every == 0 && done != o.steps) { score_evals(done); }
         if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(done); }
         if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
         save_milestones(done);
     }
     validate(o.steps);
+    score_evals(o.steps);
     print_sample(o.steps);
     save("final.bin");
     if (log != nullptr) { fclose(log); }

@@ -397,7 +397,10 @@ def read_log(path):
                     continue
                 if not isinstance(rec, dict) or "step" not in rec:
                     continue
-                (val if "val_loss" in rec else train)[rec["step"]] = rec
+                if "val_loss" in rec:
+                    val[rec["step"]] = rec
+                elif "loss" in rec:  # not the sample and eval-set records of the same step
+                    train[rec["step"]] = rec
     except OSError:
         pass
     return [train[k] for k in sorted(train)], [val[k] for k in sorted(val)]

@@ -4,7 +4,7 @@ checkpoint: the trainer's own evaluation of a multiple-choice or cloze set, foll
 lm-evaluation-harness so that its numbers and lm-eval's on an exported model
 (scripts/export_hf.py) can be compared item for item.
 
-  python dev/eval/reference_eval.py CKPT EVALSET.bin [--limit N]
+  python dev/eval/reference_eval.py CKPT EVALSET.bin [--limit N] [--max-len T]
 
 Per continuation: the model reads context + continuation minus its last token (left-truncated
 to the model's context, as lm-eval does) and the log-likelihood is the sum of the
@@ -99,8 +99,12 @@ def main(argv=None):
     ap.add_argument("checkpoint")
     ap.add_argument("evalset", help="eval set .bin (dev/data/evals.py, dev/data/sanity_evals.py)")
     ap.add_argument("--limit", type=int, default=None, help="score only the first N items")
+    ap.add_argument("--max-len", type=int, default=0,
+                    help="window of the model's inputs (0: its context; the trainers use their --seq-len)")
     args = ap.parse_args(argv)
     model, V, T = load_reference(args.checkpoint)
+    if args.max_len:
+        T = min(T, args.max_len)
     es = read_evalset(args.evalset)
     if es["vocab_size"] != V:
         print(f"error: {args.evalset} is tokenized for vocab {es['vocab_size']}, the model has {V}", file=sys.stderr)
