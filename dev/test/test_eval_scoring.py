@@ -58,7 +58,7 @@ def toy(tmp_path_factory):
         choices = [true] + [list(rng.integers(3, VOCAB, size=int(rng.integers(1, 5)))) for _ in range(3)]
         perm = rng.permutation(4)
         mc.append({"context": ctx, "choices": [choices[j] for j in perm], "gold": int(np.argmin(perm)),
-                   "choice_chars": [int(rng.integers(1, 30)) for _ in range(4)]})
+                   "choice_chars": [int(rng.integers(1, 4)) for _ in range(4)]})
         n = int(rng.integers(2, 10))
         full = doc(k, n + int(rng.integers(1, 4)))
         # some targets follow the pattern (greedy hits), some are noise (misses)
@@ -110,6 +110,15 @@ def reference_scores(ckpt, path):
     return es, reference_eval.score_evalset(model, V, min(T, WINDOW), es)
 
 
+def acc_norm_with(es, ref, extra):
+    """acc_norm if every length were `extra` characters longer (a normalisation mistake)."""
+    hits = 0
+    for it, res in zip(es["items"], ref["items"]):
+        v = [r[0] / (n + extra) for r, n in zip(res, it["choice_chars"])]
+        hits += max(range(len(v)), key=lambda i: (v[i], -i)) == it["gold"]
+    return hits / len(es["items"])
+
+
 def assert_no_near_ties(es, ref):
     for it, res in zip(es["items"], ref["items"]):
         if es["kind"] != KIND_MC:
@@ -139,6 +148,8 @@ def test_trainer_scores_equal_the_reference(trainer, trained, toy):
                 assert got[key] == pytest.approx(ref[key], rel=RTOL), (name, key)
                 worst = max(worst, abs(got[key] / ref[key] - 1))
         assert set(got) - {"n"} == set(ref) - {"n", "items"}
+        if name == "mc":  # the set tells lm-eval's length from the length with the delimiter counted
+            assert acc_norm_with(es, ref, 0) == ref["acc_norm"] != acc_norm_with(es, ref, 1)
     print(f"{trainer}: largest relative perplexity difference to the reference {worst:.2e}")
     # a trained model is not at chance: the cloze targets that follow the pattern are greedy
     assert 0.2 < final["cloze"]["acc"] < 1 and final["mc"]["acc"] > 0.5
