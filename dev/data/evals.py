@@ -221,7 +221,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     local = parse_files(args.files)
     from tokenizer import load_tokenizer
-    tok = load_tokenizer(args.tokenizer)
+    try:
+        tok = load_tokenizer(args.tokenizer)
+    except RuntimeError as e:
+        raise SystemExit(f"--tokenizer {args.tokenizer}: {e}")
     os.makedirs(args.out, exist_ok=True)
     for task in args.only:
         try:

@@ -76,15 +76,23 @@ def main(argv=None):
     unknown = [s for s in sets if s not in SOURCE_SETS]
     if unknown:
         raise SystemExit(f"--sets: unknown source {', '.join(unknown)}; SlimPajama's are {', '.join(SOURCE_SETS)}")
+    from tokenizer import load_tokenizer
+    try:  # here, not first in the worker processes, so that a missing network is said once and plainly
+        load_tokenizer(args.tokenizer)
+    except RuntimeError as e:
+        raise SystemExit(f"--tokenizer {args.tokenizer}: {e}")
     from text_corpus import write_corpus
     summary = {}
-    if args.val_tokens > 0:  # everything read here goes to the val split (val_tokens above any count)
-        val_files = data_files(args.val_files, args.local, args.repo)
-        summary["val"] = write_corpus(texts(val_files, sets), args.tokenizer, args.out, "slimpajama",
-                                      args.shard_tokens, 1 << 62, args.val_tokens, args.workers)["val"]
-    train_files = data_files(args.train_files, args.local, args.repo, args.max_files)
-    summary["train"] = write_corpus(texts(train_files, sets), args.tokenizer, args.out, "slimpajama",
-                                    args.shard_tokens, 0, args.max_tokens, args.workers)["train"]
+    try:  # a download that fails inside the workers' feed arrives here as a RuntimeError
+        if args.val_tokens > 0:  # everything read here goes to the val split (val_tokens above any count)
+            val_files = data_files(args.val_files, args.local, args.repo)
+            summary["val"] = write_corpus(texts(val_files, sets), args.tokenizer, args.out, "slimpajama",
+                                          args.shard_tokens, 1 << 62, args.val_tokens, args.workers)["val"]
+        train_files = data_files(args.train_files, args.local, args.repo, args.max_files)
+        summary["train"] = write_corpus(texts(train_files, sets), args.tokenizer, args.out, "slimpajama",
+                                        args.shard_tokens, 0, args.max_tokens, args.workers)["train"]
+    except RuntimeError as e:
+        raise SystemExit(f"slimpajama: {e}")
     with open(os.path.join(args.out, "slimpajama_manifest.json"), "w") as f:
         json.dump({"args": vars(args), **summary}, f, indent=2)
     print(json.dumps(summary))
