@@ -12,7 +12,8 @@ continuation tokens' log-probabilities, softmax over the real vocabulary; "greed
 continuation token is the argmax. The contexts in the file start with BOS already (header
 field [7]), which is where lm-eval's tokenizer puts it (scripts/hf_tokenizer.py).
   multiple choice: acc = argmax log-likelihood is gold; acc_norm = argmax of
-                   log-likelihood / characters of the continuation (first index on ties);
+                   log-likelihood / the file's length of the choice (lm-eval's: its
+                   characters without the target delimiter; first index on ties);
   cloze:           acc = greedy; perplexity = exp(-mean log-likelihood).
   rolling:         the document in lm-eval's rolling windows of the model's context
                    (evalset.rolling_requests); word_perplexity = exp(-sum log-likelihood /
@@ -86,10 +87,9 @@ def score_evalset(model, vocab_size, max_len, es, limit=None):
 
 def load_reference(ckpt):
     """(model in eval mode, vocab size, context length) of a SAN or GPT-2 checkpoint."""
-    import train_gpt2
-    import train_san
-    _, meta, _ = train_san.read_container(ckpt, train_san.KIND_CHECKPOINT)
-    mod = train_gpt2 if meta.get("model") == "gpt2" else train_san
+    from attnref import container, gpt2, san
+    _, meta, _ = container.read_container(ckpt, container.KIND_CHECKPOINT)
+    mod = gpt2 if meta.get("model") == "gpt2" else san
     model = mod.load_checkpoint(ckpt)[0].eval()
     return model, model.cfg.vocab_size, model.cfg.seq_len
 
