@@ -44,6 +44,7 @@ struct TrainOptions {
     int kv_cache = 1;        // sample with a KV cache (llmc/kv_cache.cuh)
     std::string eval_sets;   // eval .bin files scored by llmc/eval_scoring.h (comma list)
     int eval_every = 0;      // score them every N steps (and at the end)
+    int cudnn = 0;           // cuDNN attention where the build has it (llmc/attention_cudnn.cuh)
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
@@ -103,6 +104,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
+        make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; calls with the document mask keep our kernels) 0|1"),
     };
     if (with_muon) {
         std::vector<Flag> muon = {

@@ -32,6 +32,7 @@ functions (train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer):
 #include <memory>
 #include <string>
 
+#include "attention.cuh"
 #include "cli.h"
 #include "model.h"
 #include "resume.h"
@@ -126,6 +127,10 @@ int trainer_main(int argc, char** argv) {
     const Config& c = o.model;
     const TensorFileReader* resume = t.resume_path.empty() ? nullptr : checkpoint.get();
     check_training_options(t, c.seq_len, Trainer::default_rates(c), resume);
+    if (t.cudnn != 0 && !kAttentionHasCudnn) {
+        fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
+    }
+    attention_prefer_cudnn() = t.cudnn != 0;
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
                "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
