@@ -1,6 +1,6 @@
 """
 Benchmark eval sets -> eval .bin (dev/data/evalset.py; doc/formats.md, "Eval sets"),
-following lm-evaluation-harness's 0-shot tasks (papers/SAN.md, "Evaluation conventions";
+following lm-evaluation-harness's 0-shot tasks (the SAN paper, "Evaluation conventions";
 BOS prepended to every context). Reads the datasets' published files from the Hugging Face
 Hub (needs the network) or, with --files, local copies of those files (.parquet, .jsonl,
 .json, .jsonl.zst) in the same schema.
