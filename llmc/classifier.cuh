@@ -1,6 +1,7 @@
 /*
 Fused softmax cross-entropy with z-loss over the LM head's logits, forward and backward
-in one pass per row.
+in one pass per row; and (target_logprob, at the end) each row's target log-probability and
+whether the target is the argmax, for scoring eval sets (llmc/eval_scoring.h).
 
 logits: (N, Vp) float (fp32, as the paper keeps them); only the first V columns enter the
 softmax, the padded ones never do. targets: (N) int, negative = masked (the caller masks
@@ -71,5 +72,45 @@ void classifier_forward_backward(TGrad* dlogits, float* losses, float* lse_sq, c
                                  int N, int V, int Vp, float z_loss, float dloss_scale, cudaStream_t stream) {
     LAUNCH(CEIL_DIV(N, kClassifierRowsPerBlock), 32 * kClassifierRowsPerBlock, 0, stream,
            classifier_kernel<TGrad>)(dlogits, losses, lse_sq, logits, targets, N, V, Vp, z_loss, dloss_scale);
+    cudaCheckLaunch();
+}
+
+// Scoring a continuation (llmc/eval_scoring.h): for each row n with targets[n] >= 0,
+//     logprob[n] = logits[n, target] - logsumexp(logits[n, 0:V])
+//     greedy[n]  = 1 if target is the argmax of logits[n, 0:V] (the first index among equal
+//                  maxima, as torch.argmax picks it), else 0
+// and 0 / 1 for masked rows. Same launch as the loss: one warp per row.
+__global__ void target_logprob_kernel(float* logprob, int* greedy, const float* logits, const int* targets, int N, int V,
+                                      int Vp) {
+    int n = blockIdx.x * kClassifierRowsPerBlock + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (n >= N) { return; }
+    const float* row = logits + (size_t)n * Vp;
+    int target = targets[n];
+    float max_value = -INFINITY;
+    for (int j = lane; j < V; j += 32) { max_value = fmaxf(max_value, row[j]); }
+    max_value = warp_reduce_max(max_value);
+    float sum = 0.0f;
+    for (int j = lane; j < V; j += 32) { sum += expf(row[j] - max_value); }
+    sum = warp_reduce_sum(sum);
+    // does any column beat the target (a larger logit, or an equal one at a smaller index)?
+    float beaten = 0.0f;
+    if (target >= 0) {
+        float mine = row[target];
+        for (int j = lane; j < V; j += 32) {
+            if (row[j] > mine || (row[j] == mine && j < target)) { beaten = 1.0f; }
+        }
+    }
+    beaten = warp_reduce_max(beaten);
+    if (lane == 0) {
+        logprob[n] = target >= 0 ? row[target] - (max_value + logf(sum)) : 0.0f;
+        greedy[n] = target >= 0 ? (beaten == 0.0f) : 1;
+    }
+}
+
+inline void target_logprob(float* logprob, int* greedy, const float* logits, const int* targets, int N, int V, int Vp,
+                           cudaStream_t stream) {
+    LAUNCH(CEIL_DIV(N, kClassifierRowsPerBlock), 32 * kClassifierRowsPerBlock, 0, stream,
+           target_logprob_kernel)(logprob, greedy, logits, targets, N, V, Vp);
     cudaCheckLaunch();
 }

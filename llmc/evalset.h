@@ -1,8 +1,10 @@
 /*
 Eval-set loader: reads an eval .bin written by dev/data/evalset.py (doc/formats.md, "Eval
 sets"): multiple-choice items (context tokens + several continuations, gold index, each
-continuation's character length for acc_norm) or cloze items (one continuation, the
-target). The evaluator scores continuation tokens given context + preceding continuation
+choice's character length for acc_norm), cloze items (one continuation, the target) or
+rolling items (a whole document as the one continuation after a one-token prefix, and its
+word count; scored in the model's windows, lm-eval's loglikelihood_rolling). The scorer
+(llmc/eval_scoring.h) scores continuation tokens given context + preceding continuation
 tokens, lm-eval style. Host-only C++17; every check names the file and the item.
 */
 #pragma once
@@ -15,12 +17,13 @@ tokens, lm-eval style. Host-only C++17; every check names the file and the item.
 
 constexpr int EVAL_MAGIC = 20260313;
 constexpr int EVAL_VERSION = 1;
-enum EvalKind { EVAL_MULTIPLE_CHOICE = 0, EVAL_CLOZE = 1 };
+enum EvalKind { EVAL_MULTIPLE_CHOICE = 0, EVAL_CLOZE = 1, EVAL_ROLLING = 2 };
 
 struct EvalItem {
     std::vector<int> context;               // starts with BOS when EvalSet::bos
     std::vector<std::vector<int>> choices;  // continuation tokens, one list per choice
-    std::vector<int> choice_chars;          // character length of each continuation's text
+    std::vector<int> choice_chars;          // what the metric normalises by: characters (multiple
+                                            // choice), words of the document (rolling)
     int gold = 0;
 };
 
@@ -52,7 +55,9 @@ inline EvalSet load_evalset(const std::string& path) {
         fatal("eval set '%s': bad header (items %d, vocab %d, choices %d, tokens %d, description %d)", path.c_str(),
               n_items, es.vocab_size, es.max_choices, es.max_tokens, desc_len);
     }
-    if (es.kind != EVAL_MULTIPLE_CHOICE && es.kind != EVAL_CLOZE) { fatal("eval set '%s': unknown kind %d", path.c_str(), es.kind); }
+    if (es.kind != EVAL_MULTIPLE_CHOICE && es.kind != EVAL_CLOZE && es.kind != EVAL_ROLLING) {
+        fatal("eval set '%s': unknown kind %d", path.c_str(), es.kind);
+    }
     // an item takes at least 28 bytes (three counts, a context token, a continuation's two
     // counts and one token), so the counts are checked before anything is allocated for them
     if (desc_len > size - 1024 || (long)n_items * 28 > size - 1024 - desc_len) {
@@ -86,9 +91,12 @@ inline EvalSet load_evalset(const std::string& path) {
     for (int i = 0; i < n_items; i++) {
         EvalItem& it = es.items[i];
         int nc = count("number of choices", i, 1, es.max_choices);
-        if (es.kind == EVAL_CLOZE && nc != 1) { fatal("eval set '%s': cloze item %d has %d continuations", path.c_str(), i, nc); }
+        if (es.kind != EVAL_MULTIPLE_CHOICE && nc != 1) {
+            fatal("eval set '%s': %s item %d has %d continuations", path.c_str(),
+                  es.kind == EVAL_CLOZE ? "cloze" : "rolling", i, nc);
+        }
         it.gold = count("gold index", i, 0, nc - 1);
-        int nctx = count("context length", i, 1, es.max_tokens);
+        int nctx = count("context length", i, 1, es.kind == EVAL_ROLLING ? 1 : es.max_tokens);
         tokens(it.context, nctx, i, "context");
         it.choices.resize(nc);
         it.choice_chars.resize(nc);

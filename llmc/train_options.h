@@ -42,6 +42,8 @@ struct TrainOptions {
     int resume_override = 0; // --resume: let the flags given change the saved run's settings
     std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
     int kv_cache = 1;        // sample with a KV cache (llmc/kv_cache.cuh)
+    std::string eval_sets;   // eval .bin files scored by llmc/eval_scoring.h (comma list)
+    int eval_every = 0;      // score them every N steps (and at the end)
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/attention_cudnn.cuh)
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
@@ -84,6 +86,8 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
         make_flag("--val-batches", &o.val_batches, "validation micro-batches (0: the whole validation set once)"),
         make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1"),
+        make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
+        make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
         make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
         make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),

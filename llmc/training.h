@@ -1,9 +1,10 @@
 /*
 The training loop shared by the trainers: run_training() reads the data, trains with
 gradient accumulation under the learning-rate schedule, validates (overall and per token
-region when the shards have region sidecars; llmc/evaluation.h), samples (from BOS or a
---prompt; valid UTF-8), logs and writes checkpoints that resume exactly (model, optimizer,
-data position and sampling RNG; doc/formats.md "Resume state"). The options and their
+region when the shards have region sidecars; llmc/evaluation.h), scores eval sets
+(--eval-sets; llmc/eval_scoring.h), samples (from BOS or a --prompt; valid UTF-8), logs
+and writes checkpoints that resume exactly (model, optimizer, data position and sampling
+RNG; doc/formats.md "Resume state"). The options and their
 rules are llmc/train_options.h and llmc/resume.h; main's sequence is llmc/trainer.h.
 
 What it asks of the model (besides llmc/model.h, which every model gets):
@@ -13,6 +14,7 @@ What it asks of the model (besides llmc/model.h, which every model gets):
     LossStats forward(inputs, targets, B, T, dloss_scale, std::vector<float>* row_losses)
     void backward();  double loss_value(const LossStats&);  double z_loss_coefficient();
     const std::vector<int>& loss_targets()     the last forward's targets, < 0 where masked
+    float* logits                              the last forward's (B*T, Vp) fp32 logits (eval sets)
     zero_grad(), update(lr_matrix, lr_other), steps_done(), first_nonfinite_tensor(),
     accumulate_in_fp32(), end_micro_batch()    (llmc/parameters.h ModelParameters)
 and optionally (SAN) the per-layer measurements logged at every validation:
@@ -35,6 +37,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 
 #include "cuda_common.h"
 #include "dataloader.h"
+#include "eval_scoring.h"
 #include "evaluation.h"
 #include "model.h"
 #include "resume.h"
@@ -225,8 +228,20 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         fprintf(log, "%s\n", validation_json(step, r, m).c_str());
         fflush(log);
     };
+    // the eval sets (llmc/eval_scoring.h): one {"step", "eval"} record per scoring
+    EvalSuite evals;
+    if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size); }
+    auto score_evals = [&](long step) {
+        if (evals.empty()) { return; }
+        std::string results = evals.score(model, step, o.batch_size, o.seq_len, model.cfg.vocab_size,
+                                          model.cfg.padded_vocab());
+        if (log == nullptr) { return; }
+        fprintf(log, "{\"step\": %ld, \"eval\": %s}\n", step, results.c_str());
+        fflush(log);
+    };
     if (o.steps == 0) {  // evaluate the model given with --init-from
         validate(model.steps_done());
+        score_evals(model.steps_done());
         print_sample(model.steps_done());
         if (log != nullptr) { fclose(log); }
         return;
@@ -297,6 +312,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             fflush(log);
         }
         if (o.val_every > 0 && done % o.val_every == 0 && done != o.steps) { validate(done); }
+        if (o.eval_every > 0 && done % o.eval_every == 0 && done != o.steps) { score_evals(done); }
         if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(done); }
         if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
         save_milestones(done);
@@ -310,6 +326,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         }
     }
     validate(o.steps);
+    score_evals(o.steps);
     print_sample(o.steps);
     save("final.bin");
     if (log != nullptr) { fclose(log); }

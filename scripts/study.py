@@ -397,10 +397,31 @@ def read_log(path):
                     continue
                 if not isinstance(rec, dict) or "step" not in rec:
                     continue
-                (val if "val_loss" in rec else train)[rec["step"]] = rec
+                if "val_loss" in rec:
+                    val[rec["step"]] = rec
+                elif "loss" in rec:  # not the sample and eval-set records of the same step
+                    train[rec["step"]] = rec
     except OSError:
         pass
     return [train[k] for k in sorted(train)], [val[k] for k in sorted(val)]
+
+
+def read_evals(path):
+    """{step: {set: {metric: value}}} of a JSONL log's eval-set records (the trainer's
+    --eval-sets; doc/formats.md "Training log"), the last record of each step."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("eval"), dict):
+                    out[rec["step"]] = rec["eval"]
+    except OSError:
+        pass
+    return out
 
 
 def mean_ms_per_step(study, arm):

@@ -26,6 +26,7 @@ import spectra  # noqa: E402
 import study as study_mod  # noqa: E402
 
 REGIONS = ("query", "trace", "answer", "other")
+EVAL_METRICS = ("acc", "acc_norm", "perplexity", "word_perplexity")  # the report's columns, per eval set
 
 
 # ----------------------------------------------------------------------------------------
@@ -40,6 +41,8 @@ class RunData:
         self.train, self.val = study_mod.read_log(os.path.join(run.dir, "log.jsonl"))
         self.tokens_per_step = tokens_per_step
         self.final = self.val[-1] if self.val and self.state == "done" else None
+        evals = study_mod.read_evals(os.path.join(run.dir, "log.jsonl"))
+        self.final_eval = evals[max(evals)] if evals and self.state == "done" else {}
 
     @property
     def final_loss(self):
@@ -76,6 +79,11 @@ class ArmSummary:
     def final_mean(self, key):
         values = [d.final[key] for d in self.runs if key in d.final]
         return sum(values) / len(values) if values and len(values) == len(self.runs) else None
+
+    def eval_mean(self, name, metric):
+        """The seed mean of an eval-set metric at the end of the runs (None unless every run has it)."""
+        values = [d.final_eval.get(name, {}).get(metric) for d in self.runs]
+        return sum(values) / len(values) if values and None not in values else None
 
     def exercise_mean(self, exercise, region):
         values = [d.final.get("val_exercise", {}).get(exercise, {}).get(region) for d in self.runs]
@@ -499,6 +507,21 @@ def write_report(study, why, out=None):
     if any(s.ok for s in summaries.values()):
         md += [f"![final loss]({plot_final(summaries, floor, baseline, out)})", "",
                f"![loss curves]({plot_loss_curves(summaries, out)})", ""]
+
+    # eval sets (the trainer's --eval-sets): their metrics at the end, seed means at each arm's rate
+    columns = []
+    for s in summaries.values():
+        for d in s.runs:
+            for name, metrics in d.final_eval.items():
+                for metric in EVAL_METRICS:
+                    if metric in metrics and (name, metric) not in columns:
+                        columns.append((name, metric))
+    if columns:
+        md += ["## Eval sets", "", "Scored by the trainer at the end of each run as lm-evaluation-harness scores them "
+               "(doc/san-model.md \"Validation and measurements\"); seed means at each arm's rate.", ""]
+        rows = [[s.arm.name] + [fmt(s.eval_mean(name, metric), 4) for name, metric in columns]
+                for s in summaries.values() if s.ok]
+        md += [table(["arm"] + [f"{name} {metric}" for name, metric in columns], rows), ""]
 
     # learning rates
     swept = [s for s in summaries.values() if len(s.lr_mean) > 1]

@@ -1,36 +1,68 @@
 """
 Benchmark eval sets -> eval .bin (dev/data/evalset.py; doc/formats.md, "Eval sets"),
-following lm-evaluation-harness's 0-shot prompts (the SAN paper, "Evaluation conventions";
-BOS prepended to every context). Downloads from the Hugging Face Hub (needs the network).
+following lm-evaluation-harness's 0-shot tasks (the SAN paper, "Evaluation conventions";
+BOS prepended to every context). Reads the datasets' published files from the Hugging Face
+Hub (needs the network) or, with --files, local copies of those files (.parquet, .jsonl,
+.json, .jsonl.zst) in the same schema.
 
-  lambada    EleutherAI/lambada_openai (en, test): cloze, context = text without its last
-             word, target = " " + last word
+A multiple-choice task is lm-eval's (context, choices, gold) with target delimiter " ": each
+continuation is delimiter + choice, and acc_norm divides by the characters of the choice
+alone, as lm-eval does (the file's per-choice length).
+
+  SAN paper:
+  lambada    EleutherAI/lambada_openai (test): cloze; context = text without its last word,
+             target = " " + last word
   sciq       allenai/sciq (test): "{support}\\nQuestion: {question}\\nAnswer:", choices
-             " {distractor1..3}", " {correct_answer}" (gold 3)
+             distractor1..3, correct_answer (gold 3)
   hellaswag  Rowan/hellaswag (validation): "{activity_label}: {ctx_a} {ctx_b.capitalize()}"
              cleaned as lm-eval does, four endings
-  arc_easy   allenai/ai2_arc (ARC-Easy, test): "Question: {question}\\nAnswer:", " {choice}"
+  arc_easy   allenai/ai2_arc (ARC-Easy, test): "Question: {question}\\nAnswer:", choices.text
+  Deconstructing paper (also arc_easy, sciq, hellaswag, lambada):
+  piqa       baber/piqa (validation): "Question: {goal}\\nAnswer:", choices sol1, sol2
+  boolq      aps/super_glue boolq (validation): "{passage}\\nQuestion: {question}?\\nAnswer:",
+             choices "no", "yes"
+  copa       aps/super_glue copa (validation): premise without its final character + " because"
+             (cause) / " therefore" (effect); choices " " + choice with its first letter
+             lowered; the default delimiter " " is added as well, so a continuation starts
+             with two spaces, exactly as lm-eval scores it
+  rte        nyu-mll/glue rte (validation; lm-eval's "rte"): "{sentence1}\\nQuestion:
+             {sentence2} True or False?\\nAnswer:", choices "True" (entailment, label 0),
+             "False"
+  wikitext   EleutherAI/wikitext_document_level wikitext-2-raw-v1 (test): rolling; each page
+             detokenized as lm-eval's wikitext task does, scored whole in the model's
+             windows; word perplexity over the words of the original page
 
-  python dev/data/evals.py --tokenizer gpt2 --out data/evals_gpt2 [--only sciq lambada] [--limit N]
+  python dev/data/evals.py --tokenizer gpt2 --out data/evals_gpt2 [--only piqa wikitext] [--limit N]
+  python dev/data/evals.py --tokenizer tok.model --out DIR --only copa --files copa=copa_val.parquet
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evalset import KIND_CLOZE, KIND_MC, make_item, write_evalset  # noqa: E402
+from evalset import (KIND_CLOZE, KIND_MC, KIND_ROLLING, make_item, make_rolling_item,  # noqa: E402
+                     write_evalset)
 
-# (repo, file patterns) per task; the first matching files are read
+# (repo, file patterns) per task; the first pattern that matches files decides
 SOURCES = {
     "lambada": ("EleutherAI/lambada_openai", ["*en*test*.parquet", "*en/test*.parquet", "*test*en*.jsonl",
                                               "*lambada_test_en*"]),
     "sciq": ("allenai/sciq", ["*test*.parquet", "*test*.json*"]),
     "hellaswag": ("Rowan/hellaswag", ["*validation*.parquet", "*val*.parquet", "*validation*.json*"]),
     "arc_easy": ("allenai/ai2_arc", ["ARC-Easy/test*.parquet", "*ARC-Easy*test*.parquet", "*ARC-Easy*Test*.json*"]),
+    "piqa": ("baber/piqa", ["*validation*.parquet", "*valid*.parquet", "*valid*.jsonl"]),
+    "boolq": ("aps/super_glue", ["boolq/validation*.parquet", "*boolq*validation*.parquet"]),
+    "copa": ("aps/super_glue", ["copa/validation*.parquet", "*copa*validation*.parquet"]),
+    "rte": ("nyu-mll/glue", ["rte/validation*.parquet", "*rte*validation*.parquet"]),
+    "wikitext": ("EleutherAI/wikitext_document_level", ["wikitext-2-raw-v1/test*.parquet",
+                                                        "*wikitext-2-raw-v1*test*.parquet"]),
 }
+
+DELIMITER = " "  # lm-eval's default target_delimiter, put before every choice
 
 
 def lambada_example(row):
@@ -41,8 +73,7 @@ def lambada_example(row):
 
 def sciq_example(row):
     ctx = f"{row['support'].lstrip()}\nQuestion: {row['question']}\nAnswer:"
-    choices = [row["distractor1"], row["distractor2"], row["distractor3"], row["correct_answer"]]
-    return ctx, [" " + c for c in choices], 3
+    return ctx, [row["distractor1"], row["distractor2"], row["distractor3"], row["correct_answer"]], 3
 
 
 def _hellaswag_clean(text: str) -> str:
@@ -55,58 +86,151 @@ def _hellaswag_clean(text: str) -> str:
 def hellaswag_example(row):
     ctx = row["ctx_a"] + " " + row["ctx_b"].capitalize()
     query = _hellaswag_clean(row["activity_label"] + ": " + ctx)
-    return query, [" " + _hellaswag_clean(e) for e in row["endings"]], int(row["label"])
+    return query, [_hellaswag_clean(e) for e in row["endings"]], int(row["label"])
 
 
 def arc_example(row):
     ch = row["choices"]
     ctx = f"Question: {row['question']}\nAnswer:"
-    return ctx, [" " + t for t in ch["text"]], list(ch["label"]).index(row["answerKey"])
+    return ctx, list(ch["text"]), list(ch["label"]).index(row["answerKey"])
 
 
+def piqa_example(row):
+    return f"Question: {row['goal']}\nAnswer:", [row["sol1"], row["sol2"]], int(row["label"])
+
+
+def boolq_example(row):
+    # super_glue's integer label; the original BoolQ release has a boolean "answer"
+    label = int(row["label"]) if "label" in row else int(bool(row["answer"]))
+    return f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:", ["no", "yes"], label
+
+
+def copa_example(row):
+    connector = {"cause": "because", "effect": "therefore"}[row["question"]]
+    ctx = row["premise"].strip()[:-1] + " " + connector  # the premise's final period goes
+
+    def lowered(choice):
+        return " " + choice[0].lower() + choice[1:]
+    return ctx, [lowered(row["choice1"]), lowered(row["choice2"])], int(row["label"])
+
+
+def rte_example(row):
+    # GLUE's fields; SuperGLUE's copy of RTE names them premise / hypothesis
+    first, second = (row["sentence1"], row["sentence2"]) if "sentence1" in row else (row["premise"], row["hypothesis"])
+    return f"{first}\nQuestion: {second} True or False?\nAnswer:", ["True", "False"], int(row["label"])
+
+
+# lm-eval's wikitext detokenizer: the rules that undo WikiText's tokenization, in order
+_WIKITEXT_RULES = [
+    ("str", "s '", "s'"), ("re", r"/' [0-9]/", r"/'[0-9]/"),
+    ("str", " @-@ ", "-"), ("str", " @,@ ", ","), ("str", " @.@ ", "."),
+    ("str", " : ", ": "), ("str", " ; ", "; "), ("str", " . ", ". "), ("str", " ! ", "! "), ("str", " ? ", "? "),
+    ("str", " , ", ", "),
+    ("re", r"\(\s*([^\)]*?)\s*\)", r"(\1)"), ("re", r"\[\s*([^\]]*?)\s*\]", r"[\1]"),
+    ("re", r"{\s*([^}]*?)\s*}", r"{\1}"), ("re", r"\"\s*([^\"]*?)\s*\"", r'"\1"'),
+    ("re", r"'\s*([^']*?)\s*'", r"'\1'"),
+    ("str", "= = = =", "===="), ("str", "= = =", "==="), ("str", "= =", "=="),
+    ("str", " \u00b0 ", "\u00b0"), ("str", " \n", "\n"), ("str", "\n ", "\n"), ("str", " N ", " 1 "),
+    ("str", " 's", "'s"),
+]
+
+
+def wikitext_detokenize(page: str) -> str:
+    for how, old, new in _WIKITEXT_RULES:
+        page = re.sub(old, new, page) if how == "re" else page.replace(old, new)
+    return page
+
+
+def wikitext_words(page: str) -> int:
+    """Words of the original page, as lm-eval's wikitext counts them (split on whitespace runs;
+    a leading or trailing run counts an empty word, as re.split does)."""
+    return len(re.split(r"\s+", page))
+
+
+def wikitext_example(row):
+    return wikitext_detokenize(row["page"]), wikitext_words(row["page"])
+
+
+# task -> (row -> example, kind)
 EXAMPLES = {"lambada": (lambada_example, KIND_CLOZE), "sciq": (sciq_example, KIND_MC),
-            "hellaswag": (hellaswag_example, KIND_MC), "arc_easy": (arc_example, KIND_MC)}
+            "hellaswag": (hellaswag_example, KIND_MC), "arc_easy": (arc_example, KIND_MC),
+            "piqa": (piqa_example, KIND_MC), "boolq": (boolq_example, KIND_MC), "copa": (copa_example, KIND_MC),
+            "rte": (rte_example, KIND_MC), "wikitext": (wikitext_example, KIND_ROLLING)}
+
+
+def encode_example(task: str, row, tok) -> dict:
+    fn, kind = EXAMPLES[task]
+    if kind == KIND_ROLLING:
+        text, words = fn(row)
+        return make_rolling_item(tok, text, words)
+    ctx, choices, gold = fn(row)
+    if kind == KIND_CLOZE:
+        return make_item(tok, ctx, choices, gold)
+    return make_item(tok, ctx, [DELIMITER + c for c in choices], gold, norm_lengths=[len(c) for c in choices])
 
 
 def build(task: str, rows, tok, path, limit: int = 0) -> int:
-    fn, kind = EXAMPLES[task]
+    kind = EXAMPLES[task][1]
     items = []
     for row in rows:
-        ctx, conts, gold = fn(row)
-        items.append(make_item(tok, ctx, conts, gold))
+        if kind == KIND_ROLLING and not row["page"].strip():
+            continue  # lm-eval's wikitext pages are never empty; a blank row predicts nothing
+        items.append(encode_example(task, row, tok))
         if limit and len(items) >= limit:
             break
-    write_evalset(path, items, kind, tok.vocab_size,
-                  f"{task}: lm-eval-style 0-shot, BOS prepended; {len(items)} items")
+    how = {KIND_MC: "0-shot multiple choice", KIND_CLOZE: "0-shot cloze",
+           KIND_ROLLING: "rolling log-likelihood, word perplexity"}[kind]
+    write_evalset(path, items, kind, tok.vocab_size, f"{task}: lm-eval-style {how}, BOS prepended; {len(items)} items")
     return len(items)
 
 
-def task_rows(task: str):
+def task_rows(task: str, local_files: list[str] | None = None):
     from hf import download, iter_rows, list_files
-    repo, patterns = SOURCES[task]
-    for pattern in patterns:  # the first pattern that matches decides (no duplicate copies)
-        try:
-            files = list_files(repo, [pattern])
-        except RuntimeError:
-            continue
-        for f in files:
-            yield from iter_rows(download(repo, f))
+    if local_files:
+        for f in local_files:
+            yield from iter_rows(f)
         return
-    raise RuntimeError(f"{task}: no data file in {repo} matches any of {patterns}")
+    repo, patterns = SOURCES[task]
+    files = list_files(repo, patterns, first_match=True)
+    for f in files:
+        yield from iter_rows(download(repo, f))
 
 
-def main():
+def parse_files(specs: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for spec in specs:
+        task, sep, paths = spec.partition("=")
+        if not sep or task not in SOURCES:
+            raise SystemExit(f"--files {spec!r}: expected TASK=PATH[,PATH...] with TASK one of {', '.join(SOURCES)}")
+        for p in paths.split(","):
+            found = sorted(glob.glob(p))
+            if not found:
+                raise SystemExit(f"--files {spec!r}: no file matches {p}")
+            out.setdefault(task, []).extend(found)
+    return out
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a SentencePiece .model")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", nargs="*", default=list(SOURCES), choices=list(SOURCES))
     ap.add_argument("--limit", type=int, default=0, help="at most this many items per task (0 = all)")
-    args = ap.parse_args()
+    ap.add_argument("--files", nargs="*", default=[], metavar="TASK=PATH",
+                    help="read TASK from local files (the dataset's own format) instead of the Hub")
+    args = ap.parse_args(argv)
+    local = parse_files(args.files)
     from tokenizer import load_tokenizer
-    tok = load_tokenizer(args.tokenizer)
+    try:
+        tok = load_tokenizer(args.tokenizer)
+    except RuntimeError as e:
+        raise SystemExit(f"--tokenizer {args.tokenizer}: {e}")
     os.makedirs(args.out, exist_ok=True)
     for task in args.only:
-        n = build(task, task_rows(task), tok, os.path.join(args.out, f"{task}.bin"), args.limit)
+        try:
+            n = build(task, task_rows(task, local.get(task)), tok, os.path.join(args.out, f"{task}.bin"), args.limit)
+        except RuntimeError as e:
+            raise SystemExit(f"{task}: {e}")
         print(f"{task}: {n} items -> {args.out}/{task}.bin")
 
 

@@ -3,14 +3,20 @@ Eval sets: the .bin format read by llmc/evalset.h (doc/formats.md, "Eval sets"),
 lm-eval-style encoding of (context, continuation) pairs.
 
 File: header 256 x int32
-  [0] EVAL_MAGIC  [1] version 1  [2] number of items  [3] kind (0 multiple choice, 1 cloze)
+  [0] EVAL_MAGIC  [1] version 1  [2] number of items  [3] kind (0 multiple choice, 1 cloze,
+  2 rolling)
   [4] vocab size of the tokenizer  [5] most choices in an item  [6] most tokens in an item
   (context + longest continuation)  [7] 1 if every context starts with BOS  [8] byte length
   of the description; rest 0
 then the description (UTF-8, e.g. "SANITY SET ..."), then per item, all int32:
   n_choices, gold, n_ctx, ctx[n_ctx], and per choice: n_tok, n_chars, tok[n_tok]
-n_chars is the character length of the continuation text (for acc_norm). A cloze item has
-one choice (the target) and gold 0.
+n_chars is the length the metric normalises by: for multiple choice the characters of the
+choice as lm-eval's doc_to_choice gives it (acc_norm divides by it; the continuation may
+also carry lm-eval's target delimiter, which is not counted); for a rolling item the words
+of the original document. A cloze item has one choice (the target) and gold 0. A rolling
+item (lm-eval's loglikelihood_rolling, e.g. WikiText) has one choice, the whole document's
+tokens, gold 0 and a one-token context, the prefix token (BOS) that the first window
+conditions on; the scorer cuts the document into the model's windows (rolling_requests).
 """
 from __future__ import annotations
 
@@ -21,7 +27,8 @@ import numpy as np
 
 EVAL_MAGIC = 20260313
 EVAL_VERSION = 1
-KIND_MC, KIND_CLOZE = 0, 1
+KIND_MC, KIND_CLOZE, KIND_ROLLING = 0, 1, 2
+KIND_NAMES = {KIND_MC: "multiple choice", KIND_CLOZE: "cloze", KIND_ROLLING: "rolling"}
 
 
 def encode_pair(tok, context: str, continuation: str, bos: bool = True) -> tuple[list[int], list[int]]:
@@ -43,7 +50,10 @@ def encode_pair(tok, context: str, continuation: str, bos: bool = True) -> tuple
     return ctx, cont
 
 
-def make_item(tok, context: str, continuations: list[str], gold: int, bos: bool = True) -> dict:
+def make_item(tok, context: str, continuations: list[str], gold: int, bos: bool = True,
+              norm_lengths: list[int] | None = None) -> dict:
+    """An item of context + each continuation. norm_lengths: what acc_norm divides by, one per
+    continuation (default: the continuations' character lengths)."""
     ctx = None
     choices = []
     for c in continuations:
@@ -52,14 +62,51 @@ def make_item(tok, context: str, continuations: list[str], gold: int, bos: bool 
         if cx != ctx:  # cannot happen with encode_pair (context encoding is independent of c)
             raise AssertionError("context encoding depends on the continuation")
         choices.append(ct)
-    return {"context": ctx, "choices": choices, "choice_chars": [len(c) for c in continuations],
-            "gold": int(gold)}
+    if norm_lengths is None:
+        norm_lengths = [len(c) for c in continuations]
+    if len(norm_lengths) != len(continuations):
+        raise ValueError("one normalisation length per continuation")
+    return {"context": ctx, "choices": choices, "choice_chars": [int(n) for n in norm_lengths], "gold": int(gold)}
+
+
+def make_rolling_item(tok, text: str, words: int, bos: bool = True) -> dict:
+    """A document scored whole by rolling windows: the prefix token (BOS) as context, the
+    text's tokens (no BOS, as lm-eval encodes a loglikelihood_rolling string) as the one
+    continuation, and its word count for the word perplexity."""
+    ids = tok.encode(text)
+    if not ids:
+        raise ValueError("a rolling item needs a non-empty text")
+    return {"context": [tok.bos_id], "choices": [ids], "choice_chars": [int(words)], "gold": 0}
+
+
+def rolling_requests(prefix: int, tokens: list[int], max_len: int) -> list[tuple[list[int], list[int]]]:
+    """lm-eval's loglikelihood_rolling as (context, continuation) pairs for a model of context
+    max_len (its rolling windows with context_len 1, each made disjoint): the first pair
+    predicts the first min(max_len, n) tokens after the prefix token; each later pair
+    predicts the next max_len tokens (fewer at the end) from the max_len tokens before its
+    last one. Every token is predicted exactly once; scoring a pair reads (context +
+    continuation)[-(max_len + 1):] as any other request does."""
+    if max_len < 1:
+        raise ValueError("max_len must be at least 1")
+    n = len(tokens)
+    if n == 0:
+        return []
+    first = min(max_len, n)
+    pairs = [([prefix], list(tokens[:first]))]
+    done = first
+    while done < n:
+        take = min(n - done, max_len)
+        end = done + take
+        window = list(tokens[end - max_len - 1:end - 1])  # the model's inputs
+        pairs.append((window[:len(window) - take + 1], list(tokens[end - take:end])))
+        done = end
+    return pairs
 
 
 def write_evalset(path, items: list[dict], kind: int, vocab_size: int, description: str,
                   bos: bool = True) -> None:
-    if kind not in (KIND_MC, KIND_CLOZE):
-        raise ValueError("kind must be KIND_MC or KIND_CLOZE")
+    if kind not in KIND_NAMES:
+        raise ValueError("kind must be KIND_MC, KIND_CLOZE or KIND_ROLLING")
     desc = description.encode("utf-8")
     h = np.zeros(256, dtype="<i4")
     h[0], h[1], h[2], h[3], h[4] = EVAL_MAGIC, EVAL_VERSION, len(items), kind, vocab_size
@@ -71,8 +118,10 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
         nc = len(it["choices"])
         if nc < 1 or not 0 <= it["gold"] < nc or len(it["choice_chars"]) != nc:
             raise ValueError(f"item {i}: bad choices/gold")
-        if kind == KIND_CLOZE and nc != 1:
-            raise ValueError(f"item {i}: a cloze item has exactly one continuation")
+        if kind != KIND_MC and nc != 1:
+            raise ValueError(f"item {i}: a {KIND_NAMES[kind]} item has exactly one continuation")
+        if kind == KIND_ROLLING and len(it["context"]) != 1:
+            raise ValueError(f"item {i}: a rolling item's context is the one prefix token")
         toks = list(it["context"]) + [t for c in it["choices"] for t in c]
         if any(t < 0 or t >= vocab_size for t in toks):
             raise ValueError(f"item {i}: token id outside 0..{vocab_size - 1}")
@@ -105,6 +154,8 @@ def read_evalset(path) -> dict:
         raise ValueError(f"{path}: bad magic {h[0]}")
     if h[1] != EVAL_VERSION:
         raise ValueError(f"{path}: unsupported version {h[1]}")
+    if int(h[3]) not in KIND_NAMES:
+        raise ValueError(f"{path}: unknown kind {h[3]}")
     pos = 1024 + int(h[8])
     if pos > len(data):
         raise ValueError(f"{path}: truncated description")

@@ -14,10 +14,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def texts(repo, pattern, max_files):
-    from hf import download, iter_rows, list_files
-    files = list_files(repo, [pattern])
-    for f in files[:max_files or None]:
+def texts(repo, files):
+    from hf import download, iter_rows
+    for f in files:
         for row in iter_rows(download(repo, f), columns=["text"]):
             yield row["text"]
 
@@ -34,9 +33,19 @@ def main():
     ap.add_argument("--shard-tokens", type=int, default=100_000_000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
+    from tokenizer import load_tokenizer
+    try:  # here, not first in the worker processes, so that a missing network is said once and plainly
+        load_tokenizer(args.tokenizer)
+    except RuntimeError as e:
+        raise SystemExit(f"--tokenizer {args.tokenizer}: {e}")
     from text_corpus import write_corpus
-    summary = write_corpus(texts(args.repo, args.files, args.max_files), args.tokenizer, args.out, "fineweb",
-                           args.shard_tokens, args.val_tokens, args.max_tokens, args.workers)
+    from hf import list_files
+    try:  # listed here, as a failure inside the reading workers' feed would not stop them plainly
+        files = list_files(args.repo, [args.files])[:args.max_files or None]
+        summary = write_corpus(texts(args.repo, files), args.tokenizer, args.out, "fineweb", args.shard_tokens,
+                               args.val_tokens, args.max_tokens, args.workers)
+    except RuntimeError as e:
+        raise SystemExit(f"fineweb: {e}")
     with open(os.path.join(args.out, "fineweb_manifest.json"), "w") as f:
         json.dump({"args": vars(args), **summary}, f, indent=2)
     print(json.dumps(summary))

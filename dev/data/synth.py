@@ -123,7 +123,10 @@ def main(argv=None):
         files, open_file = list(args.parquet), (lambda f: f)
     else:
         from hf import download, list_files
-        files = list_files(args.repo, ["*.parquet"])
+        try:
+            files = list_files(args.repo, ["*.parquet"])
+        except RuntimeError as e:
+            raise SystemExit(f"synth: {e}")
         import random
         random.Random(args.seed).shuffle(files)
         open_file = lambda f: download(args.repo, f)  # noqa: E731

@@ -27,8 +27,11 @@ def main():
     if args.input:
         text = open(args.input, encoding="utf-8").read()
     else:
-        with urllib.request.urlopen(args.url, timeout=60) as r:
-            text = r.read().decode("utf-8")
+        try:
+            with urllib.request.urlopen(args.url, timeout=60) as r:
+                text = r.read().decode("utf-8")
+        except OSError as e:  # URLError and socket errors
+            raise SystemExit(f"cannot download {args.url} ({e}): this needs the network, or give --input input.txt")
     docs = [d for d in text.split("\n\n") if d.strip()]
     n_val_chars = len(text) // 10
     from text_corpus import write_corpus

@@ -120,7 +120,14 @@ class TiktokenTokenizer:
 
     def __init__(self, enc=None):
         import tiktoken
-        self.enc = enc if enc is not None else tiktoken.get_encoding("gpt2")
+        if enc is None:
+            try:
+                enc = tiktoken.get_encoding("gpt2")
+            except Exception as e:  # noqa: BLE001 (requests' errors, or a broken cache)
+                raise RuntimeError(f"tiktoken's GPT-2 encoding: cannot fetch its BPE files ({type(e).__name__}). This "
+                                   f"needs the network once (tiktoken caches them, TIKTOKEN_CACHE_DIR), or give a "
+                                   f"SentencePiece .model as the tokenizer") from e
+        self.enc = enc
         self.vocab_size = self.enc.n_vocab
         self.eot = self.enc.eot_token
         self.bos_id = self.eos_id = self.eot

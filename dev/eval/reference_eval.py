@@ -4,7 +4,7 @@ checkpoint: the trainer's own evaluation of a multiple-choice or cloze set, foll
 lm-evaluation-harness so that its numbers and lm-eval's on an exported model
 (scripts/export_hf.py) can be compared item for item.
 
-  python dev/eval/reference_eval.py CKPT EVALSET.bin [--limit N]
+  python dev/eval/reference_eval.py CKPT EVALSET.bin [--limit N] [--max-len T]
 
 Per continuation: the model reads context + continuation minus its last token (left-truncated
 to the model's context, as lm-eval does) and the log-likelihood is the sum of the
@@ -12,8 +12,12 @@ continuation tokens' log-probabilities, softmax over the real vocabulary; "greed
 continuation token is the argmax. The contexts in the file start with BOS already (header
 field [7]), which is where lm-eval's tokenizer puts it (scripts/hf_tokenizer.py).
   multiple choice: acc = argmax log-likelihood is gold; acc_norm = argmax of
-                   log-likelihood / characters of the continuation (first index on ties);
+                   log-likelihood / the file's length of the choice (lm-eval's: its
+                   characters without the target delimiter; first index on ties);
   cloze:           acc = greedy; perplexity = exp(-mean log-likelihood).
+  rolling:         the document in lm-eval's rolling windows of the model's context
+                   (evalset.rolling_requests); word_perplexity = exp(-sum log-likelihood /
+                   sum words), token_perplexity = exp(-sum log-likelihood / sum tokens).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "dev", "data"))
-from evalset import KIND_CLOZE, read_evalset  # noqa: E402
+from evalset import KIND_CLOZE, KIND_ROLLING, read_evalset, rolling_requests  # noqa: E402
 
 
 @torch.no_grad()
@@ -43,9 +47,23 @@ def continuation_scores(model, vocab_size, max_len, context, continuation):
 
 
 def score_evalset(model, vocab_size, max_len, es, limit=None):
-    """{'acc', 'acc_norm' (multiple choice) or 'perplexity' (cloze), 'n', 'items': per item the
-    (log-likelihood, greedy) of each choice}."""
+    """{'acc', 'acc_norm' (multiple choice), 'acc', 'perplexity' (cloze) or 'word_perplexity',
+    'token_perplexity' (rolling), 'n', 'items': per item the (log-likelihood, greedy) of each
+    choice (rolling: of the whole document)}."""
     items = es["items"][:limit] if limit else es["items"]
+    if es["kind"] == KIND_ROLLING:
+        per_item, ll_sum, words, tokens = [], 0.0, 0, 0
+        for it in items:
+            doc = it["choices"][0]
+            res = [continuation_scores(model, vocab_size, max_len, c, t)
+                   for c, t in rolling_requests(it["context"][0], doc, max_len)]
+            ll = sum(r[0] for r in res)
+            per_item.append([(ll, all(r[1] for r in res))])
+            ll_sum += ll
+            words += it["choice_chars"][0]
+            tokens += len(doc)
+        return {"n": len(items), "word_perplexity": math.exp(-ll_sum / words),
+                "token_perplexity": math.exp(-ll_sum / tokens), "items": per_item}
     per_item, acc, acc_norm, lls = [], 0, 0, []
     for it in items:
         res = [continuation_scores(model, vocab_size, max_len, it["context"], c) for c in it["choices"]]
@@ -81,8 +99,12 @@ def main(argv=None):
     ap.add_argument("checkpoint")
     ap.add_argument("evalset", help="eval set .bin (dev/data/evals.py, dev/data/sanity_evals.py)")
     ap.add_argument("--limit", type=int, default=None, help="score only the first N items")
+    ap.add_argument("--max-len", type=int, default=0,
+                    help="window of the model's inputs (0: its context; the trainers use their --seq-len)")
     args = ap.parse_args(argv)
     model, V, T = load_reference(args.checkpoint)
+    if args.max_len:
+        T = min(T, args.max_len)
     es = read_evalset(args.evalset)
     if es["vocab_size"] != V:
         print(f"error: {args.evalset} is tokenized for vocab {es['vocab_size']}, the model has {V}", file=sys.stderr)

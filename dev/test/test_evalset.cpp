@@ -63,6 +63,13 @@ int main() {
     CHECK(es.kind == EVAL_CLOZE && es.description.empty());
     CHECK(same_items(es.items, cloze));
 
+    // rolling: the prefix token as context, a whole document, its word count
+    std::vector<EvalItem> rolling = {{{2}, {{8, 9, 10, 11, 12}}, {4}, 0}, {{2}, {{41}}, {1}, 0}};
+    p = dir + "/rolling.bin";
+    write_bytes(p, evalset_bytes(rolling, EVAL_ROLLING, 64, "wikitext"));
+    es = load_evalset(p);
+    CHECK(es.kind == EVAL_ROLLING && same_items(es.items, rolling));
+
     auto fails = [&](const std::vector<uint8_t>& bytes, const char* name, std::vector<std::string> needles) {
         std::string path = dir + "/" + name;
         write_bytes(path, bytes);
@@ -82,6 +89,8 @@ int main() {
     CHECK(fails(evalset_bytes(mc, EVAL_MULTIPLE_CHOICE, 25, ""), "vocab.bin", {"item 0", "token 25", "outside the vocabulary"}));
     CHECK(fails(evalset_bytes(mc, EVAL_CLOZE, 64, ""), "cloze2.bin", {"cloze item 0 has 4 continuations"}));
     CHECK(fails(evalset_bytes(mc, 5, 64, ""), "kind.bin", {"unknown kind 5"}));
+    CHECK(fails(evalset_bytes(mc, EVAL_ROLLING, 64, ""), "rolling2.bin", {"rolling item 0 has 4 continuations"}));
+    CHECK(fails(evalset_bytes(cloze, EVAL_ROLLING, 64, ""), "rollingctx.bin", {"item 0", "context length is 4"}));
     // a huge count in a corrupt file fails cleanly instead of allocating
     std::vector<uint8_t> huge = good;
     size_t ctx_len_at = 1024 + 1 + 8;  // header, description "d", then n_choices, gold, n_ctx

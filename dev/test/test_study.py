@@ -7,10 +7,11 @@
   sidecars): the report's tables are recomputed here from the runs' JSONL logs, its plots
   exist; a second `run` skips finished runs; a run whose final checkpoint and status are
   removed resumes from its step checkpoint and ends with the same validation record.
+- The report's eval-set table (the runs score two toy sets at the end) is their seed means.
 - Broken study files stop with an error naming the file and the problem before any run.
 - spectra.py against torch.linalg on the parameters of a checkpoint.
 The trainer tests need TRAIN_SAN_BIN (make test sets it) and are skipped without it.
-About 30 s on 2 busy cores.
+About 30 s on 2 busy cores (the eval sets add about 1 s).
 """
 import dataclasses
 import itertools
@@ -33,6 +34,7 @@ import match  # noqa: E402
 import spectra  # noqa: E402
 import study  # noqa: E402
 from attnref import container, san  # noqa: E402
+from evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
 from shards import ShardWriter  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
@@ -153,6 +155,16 @@ def toy_data(tmp_path_factory):
             regions = [0] + [1] * len(query) + [0] + [3] * len(answer) + [0]
             w.add(toks, regions, ["recall", "math", "rag", "mcq"][k % 4])
         w.close()
+    # eval sets the runs score at the end: the answer to a query among three, and as a cloze
+    mc, cloze = [], []
+    for i in range(12):
+        k = i % len(patterns)
+        answers = [list(patterns[(k + j) % len(patterns)][::-1]) for j in (1, 2, 3)]
+        ctx = [BOS] + list(patterns[k]) + [4]
+        mc.append({"context": ctx, "choices": answers, "gold": 0, "choice_chars": [4, 5, 6]})
+        cloze.append({"context": ctx, "choices": [answers[0]], "gold": 0, "choice_chars": [4]})
+    write_evalset(d / "toy_mc.bin", mc, KIND_MC, VOCAB, "toy")
+    write_evalset(d / "toy_cloze.bin", cloze, KIND_CLOZE, VOCAB, "toy")
     return d
 
 
@@ -192,7 +204,7 @@ save_every = 3
 milestones = true
 keep_checkpoints = true
 flags = ["--train-data", "{data}/toy_train_*.bin", "--val-data", "{data}/toy_val_*.bin", "--val-batches", "4",
-         "--sample-tokens", "0", "--optimizer", "adamw"]
+         "--sample-tokens", "0", "--optimizer", "adamw", "--eval-sets", "{data}/toy_mc.bin,{data}/toy_cloze.bin"]
 {extra_study}
 {arms}
 {findings}
@@ -286,6 +298,15 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
         assert rows[arm]["non-emb params"] == f"{match.parameter_counts(match.PRESETS[preset])[1]:,}"
     # the noise floor: the pooled seed sd, here the SAN's (the only arm with two seeds)
     assert re.search(r"Noise floor \(pooled seed-to-seed sd\): ([\d.]+) nats", report).group(1) == f"{san_sd:.4f}"
+    # eval sets: the seed means of the runs' last eval records at each arm's rate
+    evals = {run: study.read_evals(out / "runs" / run / "log.jsonl") for run in TOY_RUNS}
+    assert all(sorted(e) == [6] for e in evals.values())  # scored once, at the end
+    eval_rows = {r["arm"]: r for r in md_table(report[report.index("## Eval sets"):], "arm")}
+    for arm, runs in (("san", ("san_s7", "san_s8")), ("ffn", (f"ffn_lr{best_lr}_s7",))):
+        for name, metric in (("toy_mc", "acc"), ("toy_mc", "acc_norm"), ("toy_cloze", "acc"),
+                             ("toy_cloze", "perplexity")):
+            want = np.mean([evals[r][6][name][metric] for r in runs])
+            assert abs(float(eval_rows[arm][f"{name} {metric}"]) - want) <= 5e-5, (arm, name, metric)
     # the rate sweep
     lr_row = {r["arm"]: r for r in md_table(report[report.index("## Learning-rate sweeps"):], "arm")}["ffn"]
     for lr in ("0.003", "0.03"):

@@ -17,22 +17,22 @@ def test_lambada_sciq_arc_hellaswag_prompts(small_tok, tmp_path):
     ctx, conts, gold = evals.sciq_example(row)
     assert ctx == ("Mesophiles grow best in moderate temperature.\nQuestion: What grows best at moderate temperature?"
                    "\nAnswer:")
-    assert conts == [" x", " y", " z", " mesophiles"] and gold == 3
+    assert conts == ["x", "y", "z", "mesophiles"] and gold == 3  # lm-eval's choices; the delimiter " " goes first
     row = {"question": "Which is a gas?", "choices": {"text": ["rock", "steam", "ice"], "label": ["A", "B", "C"]},
            "answerKey": "B"}
-    assert evals.arc_example(row) == ("Question: Which is a gas?\nAnswer:", [" rock", " steam", " ice"], 1)
+    assert evals.arc_example(row) == ("Question: Which is a gas?\nAnswer:", ["rock", "steam", "ice"], 1)
     row = {"activity_label": "Baking cookies", "ctx_a": "A woman mixes dough.", "ctx_b": "she",
            "endings": ["puts it [title] in the oven.", "eats  it.", "a", "b"], "label": "0"}
     ctx, conts, gold = evals.hellaswag_example(row)
     assert ctx == "Baking cookies: A woman mixes dough. She"
-    assert conts == [" puts it.  in the oven.".replace("  ", " "), " eats it.", " a", " b"] and gold == 0
+    assert conts == ["puts it.  in the oven.".replace("  ", " "), "eats it.", "a", "b"] and gold == 0
     n = evals.build("sciq", [evals_row for evals_row in [{**row_sciq()}] * 3], small_tok, tmp_path / "s.bin")
     e = read_evalset(tmp_path / "s.bin")
     assert n == 3 and len(e["items"]) == 3 and e["items"][0]["gold"] == 3
     it = e["items"][0]
     assert small_tok.decode(it["context"][1:]) + small_tok.decode(it["choices"][3]) == (
         "Plants make food.\nQuestion: What do plants make?\nAnswer: food")
-    assert it["choice_chars"] == [len(" light"), len(" air"), len(" soil"), len(" food")]
+    assert it["choice_chars"] == [len("light"), len("air"), len("soil"), len("food")]  # lm-eval's acc_norm length
 
 
 def row_sciq():

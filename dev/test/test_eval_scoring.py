@@ -1,0 +1,178 @@
+"""Eval-set scoring inside the trainers (--eval-sets, --eval-every; llmc/eval_scoring.h)
+against an independent scoring of the same checkpoint and files by the PyTorch reference
+(dev/eval/reference_eval.py): multiple choice (acc, acc_norm), cloze (acc, perplexity) and
+rolling (word and token perplexity, with documents longer than the window), for train_san
+and train_gpt2, fp32 host builds (TRAIN_SAN_FP32_BIN; train_gpt2 next to it).
+
+Tolerance: perplexities rtol 1e-4 (the trainers' fp32 logits differ from PyTorch's by ~1e-6
+relative; the measured relative differences are printed, below 1e-5); accuracies exactly,
+after checking that no item of the reference is within 1e-3 of a tie (so that the same
+decision is expected). About 25 s on 2 cores, most of it the two 30-step training runs.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+sys.path.insert(0, os.path.join(ROOT, "dev", "eval"))
+from evalset import KIND_CLOZE, KIND_MC, KIND_ROLLING, read_evalset, write_evalset  # noqa: E402
+from shards import write_shard  # noqa: E402
+
+SAN = os.environ.get("TRAIN_SAN_FP32_BIN")
+pytestmark = pytest.mark.skipif(not SAN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")
+VOCAB, BOS, WINDOW = 250, 2, 16
+RTOL = 1e-4
+
+
+def binary(trainer):
+    path = os.path.join(ROOT, SAN if trainer == "san" else os.path.join(os.path.dirname(SAN), "train_gpt2"))
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not built")
+    return path
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """Training data of four repeated patterns, and eval sets of the three kinds drawn from them."""
+    rng = np.random.default_rng(1)
+    patterns = [list(rng.integers(3, VOCAB, size=n)) for n in (3, 4, 5, 6)]
+    d = tmp_path_factory.mktemp("evaldata")
+    for name, n_docs in (("toy_train_000000", 300), ("toy_val_000000", 20)):
+        tokens = []
+        for _ in range(n_docs):
+            tokens += [BOS] + list(np.tile(patterns[rng.integers(4)], 6))
+        write_shard(d / f"{name}.bin", np.array(tokens, dtype=np.int64))
+
+    def doc(k, n):
+        return list(np.tile(patterns[k], 20))[:n]
+    mc, cloze, rolling = [], [], []
+    for i in range(24):
+        k = int(rng.integers(4))
+        ctx = [BOS] + doc(k, int(rng.integers(2, 12)))
+        true = doc(k, len(ctx) - 1 + 3)[len(ctx) - 1:]
+        choices = [true] + [list(rng.integers(3, VOCAB, size=int(rng.integers(1, 5)))) for _ in range(3)]
+        perm = rng.permutation(4)
+        mc.append({"context": ctx, "choices": [choices[j] for j in perm], "gold": int(np.argmin(perm)),
+                   "choice_chars": [int(rng.integers(1, 4)) for _ in range(4)]})
+        n = int(rng.integers(2, 10))
+        full = doc(k, n + int(rng.integers(1, 4)))
+        # some targets follow the pattern (greedy hits), some are noise (misses)
+        target = full[n:] if i % 3 else list(rng.integers(3, VOCAB, size=2))
+        cloze.append({"context": [BOS] + full[:n], "choices": [target], "gold": 0, "choice_chars": [1]})
+    for i in range(6):  # documents up to 3 windows long: first, full and partial windows
+        n = int(rng.integers(1, 3 * WINDOW + 5))
+        rolling.append({"context": [BOS], "choices": [doc(i % 4, n)], "gold": 0,
+                        "choice_chars": [int(rng.integers(1, n + 1))]})
+    sets = {"mc": (mc, KIND_MC), "cloze": (cloze, KIND_CLOZE), "rolling": (rolling, KIND_ROLLING)}
+    for name, (items, kind) in sets.items():
+        write_evalset(d / f"{name}.bin", items, kind, VOCAB, f"test set {name}")
+    return d
+
+
+def run(trainer, args):
+    p = subprocess.run([binary(trainer)] + [str(a) for a in args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise AssertionError(f"train_{trainer} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def eval_records(log):
+    return {r["step"]: r["eval"] for r in map(json.loads, open(log)) if "eval" in r}
+
+
+def eval_sets(toy):
+    return ",".join(str(toy / f"{n}.bin") for n in ("mc", "cloze", "rolling"))
+
+
+@pytest.fixture(scope="module")
+def trained(toy, tmp_path_factory):
+    """30 steps of each trainer with the sets scored every 15 steps and at the end."""
+    out = {}
+    for trainer in ("san", "gpt2"):
+        d = tmp_path_factory.mktemp(f"evalrun_{trainer}")
+        run(trainer, ["--preset", "tiny", "--train-data", toy / "toy_train_*.bin", "--val-data", toy / "toy_val_*.bin",
+                      "--batch-size", 3, "--seq-len", WINDOW, "--steps", 30, "--val-every", 0, "--val-batches", 1,
+                      "--optimizer", "adamw", "--lr", "3e-3", "--sample-tokens", 0, "--checkpoint-dir", d,
+                      "--log", d / "log.jsonl", "--eval-sets", eval_sets(toy), "--eval-every", 15])
+        out[trainer] = d
+    return out
+
+
+def reference_scores(ckpt, path):
+    import reference_eval
+    model, V, T = reference_eval.load_reference(str(ckpt))
+    es = read_evalset(path)
+    return es, reference_eval.score_evalset(model, V, min(T, WINDOW), es)
+
+
+def acc_norm_with(es, ref, extra):
+    """acc_norm if every length were `extra` characters longer (a normalisation mistake)."""
+    hits = 0
+    for it, res in zip(es["items"], ref["items"]):
+        v = [r[0] / (n + extra) for r, n in zip(res, it["choice_chars"])]
+        hits += max(range(len(v)), key=lambda i: (v[i], -i)) == it["gold"]
+    return hits / len(es["items"])
+
+
+def assert_no_near_ties(es, ref):
+    for it, res in zip(es["items"], ref["items"]):
+        if es["kind"] != KIND_MC:
+            continue
+        ll = [r[0] for r in res]
+        for vals in (ll, [x / n for x, n in zip(ll, it["choice_chars"])]):
+            top = sorted(vals, reverse=True)
+            assert top[0] - top[1] > 1e-3, "a near tie: choose another seed"
+
+
+@pytest.mark.parametrize("trainer", ["san", "gpt2"])
+def test_trainer_scores_equal_the_reference(trainer, trained, toy):
+    records = eval_records(trained[trainer] / "log.jsonl")
+    assert sorted(records) == [15, 30]  # --eval-every 15, and the end of the run
+    final = records[30]
+    worst = 0.0
+    for name in ("mc", "cloze", "rolling"):
+        es, ref = reference_scores(trained[trainer] / "final.bin", toy / f"{name}.bin")
+        got = final[name]
+        assert got["n"] == ref["n"]
+        assert_no_near_ties(es, ref)
+        for key in ("acc", "acc_norm"):
+            if key in ref:
+                assert got[key] == pytest.approx(ref[key], abs=1e-9), (name, key)
+        for key in ("perplexity", "word_perplexity", "token_perplexity"):
+            if key in ref:
+                assert got[key] == pytest.approx(ref[key], rel=RTOL), (name, key)
+                worst = max(worst, abs(got[key] / ref[key] - 1))
+        assert set(got) - {"n"} == set(ref) - {"n", "items"}
+        if name == "mc":  # the set tells lm-eval's length from the length with the delimiter counted
+            assert acc_norm_with(es, ref, 0) == ref["acc_norm"] != acc_norm_with(es, ref, 1)
+    print(f"{trainer}: largest relative perplexity difference to the reference {worst:.2e}")
+    # a trained model is not at chance: the cloze targets that follow the pattern are greedy
+    assert 0.2 < final["cloze"]["acc"] < 1 and final["mc"]["acc"] > 0.5
+    assert records[15] != records[30]
+
+
+def test_steps_0_init_from_scores_the_checkpoint(trained, toy, tmp_path):
+    """--steps 0 --init-from: the same numbers as the end of the run that wrote the checkpoint."""
+    log = tmp_path / "eval.jsonl"
+    p = run("san", ["--steps", 0, "--init-from", trained["san"] / "final.bin", "--seq-len", WINDOW,
+                    "--batch-size", 5, "--eval-sets", eval_sets(toy), "--log", log, "--sample-tokens", 0])
+    assert "eval rolling (6 items): word_perplexity" in p.stdout
+    # init-from starts a new run at step 0; the scores are those the training run logged last
+    assert eval_records(log) == {0: eval_records(trained["san"] / "log.jsonl")[30]}
+
+
+def test_bad_eval_options_are_named(toy, tmp_path):
+    p = subprocess.run([binary("san"), "--preset", "tiny", "--train-data", str(toy / "toy_train_*.bin"), "--steps", "1",
+                        "--eval-every", "5"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--eval-every 5: no --eval-sets" in p.stderr
+    write_evalset(tmp_path / "v.bin", [{"context": [2], "choices": [[5]], "gold": 0, "choice_chars": [1]}], KIND_CLOZE,
+                  300, "")
+    p = subprocess.run([binary("san"), "--preset", "tiny", "--train-data", str(toy / "toy_train_*.bin"), "--steps", "1",
+                        "--eval-sets", str(tmp_path / "v.bin")], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "vocabulary of 300; the model has 250" in p.stderr
+
