@@ -129,7 +129,7 @@ GPU_BINS := $(if $(NVCC),$(addprefix $(GPU_DIR)/,$(notdir $(basename $(CU_SOURCE
 BENCHMARK_ONLY := backend_overhead
 # multi-rank tests: on the host, run as MPI_TEST_RANKS ranks under scripts/mpirun.sh (skipped
 # when mpirun or MPI is missing); on a GPU, as one rank (NCCL with one GPU)
-MPI_TEST_NAMES := test_comm
+MPI_TEST_NAMES := test_comm test_data_parallel
 MPI_TEST_RANKS ?= 2
 HAS_MPIRUN := $(if $(and $(MPI_LIBS),$(shell command -v mpirun 2>/dev/null)),1,0)
 TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY) $(MPI_TEST_NAMES),$(notdir $(basename $(CU_SOURCES) $(CPP_TESTS))))
@@ -209,7 +209,7 @@ test-host: host $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(HOST_DIR) $(TEST_NAMES)
 	@$(MAKE) --no-print-directory test-mpi
 
-# test_comm: ~1 s for 2 ranks on 2 cores
+# test_comm ~1 s, test_data_parallel ~2 s, for 2 ranks on 2 cores
 test-mpi: $(addprefix $(HOST_DIR)/,$(MPI_TEST_NAMES))
 ifeq ($(HAS_MPIRUN),1)
 	@TEST_WRAPPER="scripts/mpirun.sh -np $(MPI_TEST_RANKS)" bash scripts/run_tests.sh $(HOST_DIR) $(MPI_TEST_NAMES)
@@ -233,7 +233,7 @@ test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san $(HOST_DI
 
 # The backend tests must FAIL against a deliberately broken backend.
 mutation-check:
-	@bash scripts/mutation_check.sh "$(HOST_CXX) $(HOST_CXXFLAGS)" build/mutants
+	@MPI_LINK="$(MPI_LIBS)" bash scripts/mutation_check.sh "$(HOST_CXX) $(HOST_CXXFLAGS)" build/mutants
 
 # scripts read lists from here, e.g. `make -s print-GPU_TEST_NAMES`
 print-%:

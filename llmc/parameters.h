@@ -128,6 +128,10 @@ public:
         set_parameters(values);
     }
 
+    // Data-parallel training over comm's ranks (llmc/data_parallel.h), ZeRO stage 0 or 1;
+    // before the first update or checkpoint load.
+    void distribute(Comm& comm, int zero) { optimizer->distribute(&comm, zero); }
+
     void zero_grad() {
         cudaCheck(cudaMemsetAsync(grads, 0, device_elements * sizeof(floatX), stream));
         if (grads_fp32 != nullptr) { cudaCheck(cudaMemsetAsync(grads_fp32, 0, device_elements * sizeof(float), stream)); }
@@ -141,7 +145,8 @@ public:
     int64_t steps_done() const { return optimizer->step; }
 
     // Writes a checkpoint: the model's config keys (write_config), the optimizer settings
-    // and state, `extra` keys (e.g. the resume position), and every parameter.
+    // and state, `extra` keys (e.g. the resume position), and every parameter. Over several
+    // ranks a collective (the state is gathered) that rank 0 alone writes.
     void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
                          const std::vector<std::pair<std::string, std::string>>& extra,
                          const std::function<void(TensorFileWriter&)>& write_config) const {
@@ -155,7 +160,7 @@ public:
             w.add_floats(s.name, s.shape, values.data() + offset);
             offset += s.numel();
         }
-        w.write(path);
+        if (optimizer->data_parallel().rank() == 0) { w.write(path); }
     }
 
     // Loads every parameter by name (and the optimizer state and step, if asked and present).

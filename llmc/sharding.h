@@ -5,12 +5,14 @@ sizes and the rank count, so every rank computes the same split without talking.
 ZeRO-1 flat chunks (flat_shards): the parameter, gradient and optimizer-state buffers
 share one layout of E elements (every tensor on a multiple of 64 elements,
 layout_parameters in llmc/parameters.h). Rank r owns elements [r*C, (r+1)*C) with
-    C = ceil(E / N) rounded up to a multiple of the alignment,
+    C = floor(E / (N * align)) * align,
 so every chunk starts aligned (vector loads, NCCL's 16-byte preference) and all chunks
-have the same size, as NCCL's reduce-scatter and all-gather require; the buffers are
-padded to N*C elements and the padding holds zeros. A chunk cuts tensors anywhere:
-pieces_in() lists the (tensor, range) pieces of a chunk, for element-wise optimizers
-(AdamW) that then update each piece with its tensor's settings.
+have the same size, as NCCL's reduce-scatter and all-gather require. The tail [N*C, E),
+fewer than N*align elements, belongs to every rank (llmc/data_parallel.h all-reduces it
+and every rank updates it): that keeps the chunks equal and aligned without padding the
+model's buffers. A chunk cuts tensors anywhere: pieces_in() lists the (tensor, range)
+pieces of a range, for element-wise optimizers (AdamW) that then update each piece with
+its tensor's settings.
 
 Muon ownership (balance_owners): Newton-Schulz needs a whole matrix, so matrices, not
 elements, are dealt out: largest first, each to the rank with the least total so far
@@ -31,12 +33,11 @@ Loads are element counts, which is also what the all-gather of the results moves
 
 struct FlatShards {
     size_t elements = 0;  // real elements of the buffer
-    size_t chunk = 0;     // elements per rank (a multiple of the alignment)
+    size_t chunk = 0;     // elements per rank (a multiple of the alignment; 0 for tiny buffers)
     int world = 1;
-    size_t padded() const { return chunk * (size_t)world; }
-    // rank r's real elements: [begin(r), end(r)) (empty for trailing ranks of tiny buffers)
-    size_t begin(int r) const { return std::min(elements, chunk * (size_t)r); }
-    size_t end(int r) const { return std::min(elements, chunk * (size_t)(r + 1)); }
+    size_t tail_begin() const { return chunk * (size_t)world; }  // [tail_begin, elements): every rank's
+    size_t begin(int r) const { return chunk * (size_t)r; }
+    size_t end(int r) const { return chunk * (size_t)(r + 1); }
 };
 
 inline FlatShards flat_shards(size_t elements, int world, size_t align) {
@@ -44,8 +45,7 @@ inline FlatShards flat_shards(size_t elements, int world, size_t align) {
     FlatShards s;
     s.elements = elements;
     s.world = world;
-    size_t per_rank = (elements + (size_t)world - 1) / (size_t)world;
-    s.chunk = std::max<size_t>(align, (per_rank + align - 1) / align * align);
+    s.chunk = elements / ((size_t)world * align) * align;
     return s;
 }
 

@@ -11,8 +11,9 @@ plain: one rank, where the collectives are identities and only that is checked).
                    fp32 sum (the property that makes a 2-rank run repeat exactly), and every
                    rank holds the same bits;
   reduce_scatter_*, all_gather_*, broadcast_*, scalars_*   the same for the other collectives;
-  shards_*         flat_shards: equal aligned chunks that cover the buffer once, for many sizes
-                   and rank counts; pieces_in covers a chunk's tensor elements exactly once;
+  shards_*         flat_shards: equal aligned chunks and a short shared tail that cover the
+                   buffer once, for many sizes and rank counts; pieces_in over the chunks
+                   and the tail covers every tensor element exactly once;
   owners_*         balance_owners: one owner per matrix, deterministic, max - min load <= the
                    largest matrix, and within Graham's 4/3 of the optimum (brute force here).
 COMM_MUTATION_NO_AVERAGE (a forgotten division by N) makes the avg_* cases fail with N > 1.
@@ -213,18 +214,18 @@ TEST_CASE(shards_cover_once) {
         for (size_t elements : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(1000), size_t(4096),
                                 size_t(123457), size_t(64 * 9 * 7)}) {
             FlatShards s = flat_shards(elements, world, 64);
-            CHECK(s.chunk % 64 == 0 && s.chunk > 0);
-            CHECK(s.padded() >= elements);
-            // smallest aligned chunk that covers the buffer
-            CHECK(s.chunk == 64 || (s.chunk - 64) * (size_t)world < elements);
+            CHECK(s.chunk % 64 == 0);
+            CHECK(s.tail_begin() <= elements);
+            // the largest such chunk: the shared tail is shorter than one aligned piece per rank
+            CHECK(elements - s.tail_begin() < (size_t)world * 64);
             size_t covered = 0;
             for (int r = 0; r < world; r++) {
-                CHECK(s.begin(r) % 64 == 0 || s.begin(r) == elements);
+                CHECK(s.begin(r) % 64 == 0);
                 CHECK(s.begin(r) == covered);  // contiguous, in rank order, no overlap
-                CHECK(s.end(r) >= s.begin(r) && s.end(r) - s.begin(r) <= s.chunk);
+                CHECK_EQ(s.end(r) - s.begin(r), s.chunk);
                 covered = s.end(r);
             }
-            CHECK_EQ(covered, elements);
+            CHECK_EQ(covered, s.tail_begin());
         }
     }
 }
@@ -241,9 +242,10 @@ TEST_CASE(shards_pieces) {
     for (int world = 1; world <= 7; world++) {
         FlatShards s = flat_shards(at, world, 64);
         std::vector<int> hits(at, 0);
-        for (int r = 0; r < world; r++) {
-            for (const TensorPiece& p : pieces_in(offsets, sizes, s.begin(r), s.end(r))) {
-                CHECK(p.begin >= s.begin(r) && p.end <= s.end(r));
+        for (int r = 0; r <= world; r++) {  // every chunk, then (r == world) the tail
+            size_t b = r < world ? s.begin(r) : s.tail_begin(), e = r < world ? s.end(r) : at;
+            for (const TensorPiece& p : pieces_in(offsets, sizes, b, e)) {
+                CHECK(p.begin >= b && p.end <= e);
                 CHECK(p.begin >= offsets[p.tensor] && p.end <= offsets[p.tensor] + sizes[p.tensor]);
                 for (size_t i = p.begin; i < p.end; i++) { hits[i]++; }
             }
