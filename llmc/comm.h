@@ -13,7 +13,7 @@ Collectives on device buffers, in stream order (T = float or __nv_bfloat16):
                                     every rank ends with all world chunks
   broadcast(x, n, root)             x <- root's x
   sum(value), max(value)            a host double over ranks (metrics, token counts); the
-                                    same bits on every rank
+                                    same bits on every rank; sum(vector) element-wise
   barrier()
 
 Executors:
@@ -234,6 +234,20 @@ public:
         double total = 0.0;
         for (double v : gather_scalars(value)) { total += v; }
         return total;
+    }
+    // Element-wise sum of a host vector over ranks (same length everywhere), in place.
+    void sum(std::vector<double>& values) const {
+        if (world == 1 || values.empty()) { return; }
+#if defined(USE_MPI)
+        std::vector<double> all(values.size() * (size_t)world);
+        mpiCheck(MPI_Allgather(values.data(), (int)values.size(), MPI_DOUBLE, all.data(), (int)values.size(), MPI_DOUBLE,
+                               MPI_COMM_WORLD));
+        for (size_t i = 0; i < values.size(); i++) {
+            double total = 0.0;
+            for (int r = 0; r < world; r++) { total += all[(size_t)r * values.size() + i]; }
+            values[i] = total;
+        }
+#endif
     }
     double max(double value) const {
         std::vector<double> all = gather_scalars(value);

@@ -202,6 +202,9 @@ TEST_CASE(scalars) {
     CHECK_EQ(g_comm->sum(me + 1.0), N * (N + 1) / 2.0);
     CHECK_EQ(g_comm->max(-(double)me), 0.0);
     CHECK_EQ(g_comm->max((double)me), (double)(N - 1));
+    std::vector<double> v3 = {1.0 * me, 2.0, -0.5 * me};
+    g_comm->sum(v3);
+    CHECK(v3[0] == N * (N - 1) / 2.0 && v3[1] == 2.0 * N && v3[2] == -0.25 * N * (N - 1));
     // rank order: the same bits on every rank even where the order changes the result
     double v = g_comm->sum(me == 0 ? 1.0 : 1e-17);
     CHECK(same_on_every_rank(std::vector<double>{v}));
