@@ -92,7 +92,7 @@ static void set_gradient(ModelParameters& m, T* device, int r, int k, float scal
     cudaCheck(cudaMemcpy(device, typed.data(), typed.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
-static OptimizerConfig make_opt(const char* optimizer, double clip) {
+static OptimizerConfig make_opt(OptimizerKind optimizer, double clip) {
     OptimizerConfig opt;
     opt.optimizer = optimizer;
     opt.lr = 0.01;
@@ -128,10 +128,12 @@ static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 struct Pair {
     ModelParameters dist, ref;
     bool fp32_grads;
-    Pair(int zero, bool fp32_grads) : dist(test_spec()), ref(test_spec()), fp32_grads(fp32_grads) {
+    Pair(const OptimizerConfig& opt, int zero, bool fp32_grads) : dist(test_spec()), ref(test_spec()), fp32_grads(fp32_grads) {
         dist.init_parameters(7);
         ref.init_parameters(7);
         dist.distribute(*g_comm, zero);
+        dist.build_optimizer(opt);
+        ref.build_optimizer(opt);
         if (fp32_grads) {
             dist.accumulate_in_fp32();
             ref.accumulate_in_fp32();
@@ -146,15 +148,15 @@ struct Pair {
             set_gradient(dist, dist.grads, g_comm->rank, k, scale, false);
             set_gradient(ref, ref.grads, g_comm->rank, k, scale, true);
         }
-        float a = dist.update(opt, opt.lr, opt.lr_other), b = ref.update(opt, opt.lr, opt.lr_other);
+        float a = dist.update(opt.lr, opt.lr_other), b = ref.update(opt.lr, opt.lr_other);
         cudaCheck(cudaDeviceSynchronize());
         return {a, b};
     }
 };
 
-static void check_steps(const char* optimizer, int zero, bool fp32_grads) {
-    Pair p(zero, fp32_grads);
+static void check_steps(OptimizerKind optimizer, int zero, bool fp32_grads) {
     OptimizerConfig opt = make_opt(optimizer, 0.0);
+    Pair p(opt, zero, fp32_grads);
     for (int k = 1; k <= 5; k++) {
         auto norms = p.step(opt, k, 0.01f);
         // ZeRO-1 under AdamW sums the squares per chunk, then over ranks: another order
@@ -172,16 +174,16 @@ static void check_steps(const char* optimizer, int zero, bool fp32_grads) {
     }
 }
 
-TEST_CASE(adamw_zero0) { check_steps("adamw", 0, false); }
-TEST_CASE(adamw_zero1) { check_steps("adamw", 1, false); }
-TEST_CASE(muon_zero0) { check_steps("muon", 0, false); }
-TEST_CASE(muon_zero1) { check_steps("muon", 1, false); }
-TEST_CASE(adamw_zero1_grad_fp32) { check_steps("adamw", 1, true); }
-TEST_CASE(muon_zero1_grad_fp32) { check_steps("muon", 1, true); }
+TEST_CASE(adamw_zero0) { check_steps(OptimizerKind::AdamW, 0, false); }
+TEST_CASE(adamw_zero1) { check_steps(OptimizerKind::AdamW, 1, false); }
+TEST_CASE(muon_zero0) { check_steps(OptimizerKind::Muon, 0, false); }
+TEST_CASE(muon_zero1) { check_steps(OptimizerKind::Muon, 1, false); }
+TEST_CASE(adamw_zero1_grad_fp32) { check_steps(OptimizerKind::AdamW, 1, true); }
+TEST_CASE(muon_zero1_grad_fp32) { check_steps(OptimizerKind::Muon, 1, true); }
 
 TEST_CASE(adamw_zero1_clip) {
-    Pair p(1, false);
-    OptimizerConfig opt = make_opt("adamw", 1.0);
+    OptimizerConfig opt = make_opt(OptimizerKind::AdamW, 1.0);
+    Pair p(opt, 1, false);
     for (int k = 1; k <= 5; k++) {
         auto norms = p.step(opt, k, 0.5f);  // norm ~ 0.5 sqrt(#elements) >> 1: clipped
         CHECK(norms.second > 1.0f);
@@ -192,9 +194,9 @@ TEST_CASE(adamw_zero1_clip) {
 }
 
 // Both checkpoints after 3 steps, written by rank 0 to files; byte for byte equal.
-static void check_checkpoint(const char* optimizer, int zero) {
-    Pair p(zero, false);
+static void check_checkpoint(OptimizerKind optimizer, int zero) {
     OptimizerConfig opt = make_opt(optimizer, 1.0);
+    Pair p(opt, zero, false);
     for (int k = 1; k <= 3; k++) { p.step(opt, k, 0.01f); }
     char dir[] = "/tmp/test_data_parallel_XXXXXX";
     std::string base;
@@ -207,14 +209,14 @@ static void check_checkpoint(const char* optimizer, int zero) {
     g_comm->broadcast_host(path_buf.data(), path_buf.size(), 0);
     base = path_buf.data();
     auto no_config = [](TensorFileWriter&) {};
-    p.dist.save_checkpoint(base + "/dist.bin", opt, {}, no_config);
-    if (g_comm->is_main()) { p.ref.save_checkpoint(base + "/ref.bin", opt, {}, no_config); }
+    p.dist.write_checkpoint(base + "/dist.bin", {}, no_config);
+    if (g_comm->is_main()) { p.ref.write_checkpoint(base + "/ref.bin", {}, no_config); }
     g_comm->barrier();
     std::vector<char> a = read_file_bytes(base + "/dist.bin"), b = read_file_bytes(base + "/ref.bin");
     CHECK(!a.empty() && a == b);
     // a distributed model resumes from the 1-rank file and continues as the reference does
     TensorFileReader r(base + "/ref.bin", TENSOR_FILE_CHECKPOINT);
-    Pair q(zero, false);
+    Pair q(opt, zero, false);
     q.dist.load_parameters(r, true);
     q.ref.load_parameters(r, true);
     for (int k = 4; k <= 6; k++) {
@@ -232,9 +234,9 @@ static void check_checkpoint(const char* optimizer, int zero) {
     }
 }
 
-TEST_CASE(checkpoint_adamw_zero0) { check_checkpoint("adamw", 0); }
-TEST_CASE(checkpoint_adamw_zero1) { check_checkpoint("adamw", 1); }
-TEST_CASE(checkpoint_muon_zero1) { check_checkpoint("muon", 1); }
+TEST_CASE(checkpoint_adamw_zero0) { check_checkpoint(OptimizerKind::AdamW, 0); }
+TEST_CASE(checkpoint_adamw_zero1) { check_checkpoint(OptimizerKind::AdamW, 1); }
+TEST_CASE(checkpoint_muon_zero1) { check_checkpoint(OptimizerKind::Muon, 1); }
 
 int main(int argc, char** argv) {
     Comm comm(&argc, &argv);
