@@ -237,7 +237,7 @@ test-racecheck: $(addprefix $(RACECHECK_DIR)/,$(RACECHECK_TEST_NAMES))
 # (and the fp32 build of train_san, for the comparisons that need fp32 agreement)
 test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san $(HOST_DIR)/train_gpt2)
 	$(if $(wildcard train_san.cu),@$(MAKE) --no-print-directory build/host-fp32/train_san PRECISION=FP32)
-	TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest
+	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest
 
 # The backend tests must FAIL against a deliberately broken backend.
 mutation-check:
