@@ -62,7 +62,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin: sets the vocabulary size, decodes samples, encodes --prompt"),
         make_flag("--batch-size", &o.batch_size, "rows per micro-batch B (per rank)"),
         make_flag("--seq-len", &o.seq_len, "tokens per row (0: the model's T)"),
-        make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step (0: --global-batch / --batch-size, or 1)"),
+        make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step (0: --global-batch / (--batch-size x ranks), or 1)"),
         make_flag("--global-batch", &o.global_batch, "rows per optimizer step over micro-batches and ranks (0: batch-size x grad-accum x ranks)"),
         make_flag("--grad-fp32", &o.grad_fp32, "accumulate gradients in fp32 in bf16 builds 0|1"),
         make_flag("--steps", &o.steps, "optimizer steps"),
@@ -136,12 +136,12 @@ inline void print_optimizer(const TrainOptions& o) {
         printf("optimizer: adamw lr %g (other %g)", opt.lr, opt.lr_other);
     }
     if (o.lr_scale_gpus != 1) { printf(" (rates scaled for %d GPUs)", o.lr_scale_gpus); }
-    if (o.world > 1 && o.lr_scale_gpus != o.world) {
-        printf("\nnote: %d ranks, rates %s (--lr-scale-gpus %d): they never follow the rank count by themselves", o.world,
-               o.lr_scale_gpus == 1 ? "as given" : "scaled", o.lr_scale_gpus);
-    }
     printf("; wd %g clip %g, schedule %s (warmup %g, decay %g, final %g)\n", opt.weight_decay, opt.grad_clip,
            opt.schedule.name(), opt.schedule.warmup_frac, opt.schedule.decay_frac, opt.schedule.final_frac);
+    if (o.world > 1 && o.lr_scale_gpus != o.world) {
+        printf("note: %d ranks, rates %s (--lr-scale-gpus %d): they never follow the rank count by themselves\n",
+               o.world, o.lr_scale_gpus == 1 ? "as given" : "scaled", o.lr_scale_gpus);
+    }
     printf("batch: %d rows per step = %d micro-batches x %d rows", o.global_batch, o.grad_accum, o.batch_size);
     if (o.world > 1) { printf(" x %d ranks", o.world); }
     printf(" of %d tokens; gradients accumulated in %s\n", o.seq_len, gradient_precision(o));
