@@ -418,6 +418,13 @@ inline void attention_backward_scalar(floatX* dq, floatX* dk, floatX* dv, float*
 // a multiple of 16 and every pointer is 16-byte aligned (their 16-byte copies); otherwise the
 // scalar kernels above (always in fp32 builds: they are the exact reference).
 
+constexpr bool kAttentionHasCudnn =
+#if defined(ENABLE_CUDNN) && defined(__CUDACC__)
+    PRECISION_MODE == PrecisionMode::BF16;
+#else
+    false;
+#endif
+
 inline bool& attention_prefer_cudnn() {
     static bool prefer = false;
     return prefer;

@@ -44,6 +44,7 @@ struct TrainOptions {
     int resume_override = 0; // --resume: let the flags given change the saved run's settings
     std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
     int kv_cache = 1;        // sample with a KV cache (llmc/kv_cache.cuh)
+    int cudnn = 0;           // cuDNN attention where the build has it (llmc/attention_cudnn.cuh)
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
@@ -61,7 +62,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--val-data", &o.val_data, "validation shards (glob); empty: no validation"),
         make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin: sets the vocabulary size, decodes samples, encodes --prompt"),
         make_flag("--batch-size", &o.batch_size, "rows per micro-batch B (per rank)"),
-        make_flag("--seq-len", &o.seq_len, "tokens per row (0: the model's T)"),
+        make_flag("--seq-len", &o.seq_len, "tokens per row of a batch, at most the model's context --max-seq-len (0: all of it)"),
         make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step (0: --global-batch / (--batch-size x ranks), or 1)"),
         make_flag("--global-batch", &o.global_batch, "rows per optimizer step over micro-batches and ranks (0: batch-size x grad-accum x ranks)"),
         make_flag("--grad-fp32", &o.grad_fp32, "accumulate gradients in fp32 in bf16 builds 0|1"),
@@ -101,6 +102,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
+        make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; calls with the document mask keep our kernels) 0|1"),
         make_flag("--zero", &o.zero, "over several ranks (mpirun): 0 every rank holds all optimizer state | 1 ZeRO-1: AdamW state sharded over the ranks"),
     };
     if (with_muon) {

@@ -12,12 +12,12 @@ trainer file holds its model and little else:
   5. build the model and its optimizer, load or initialise the parameters, and train
      (llmc/training.h run_training).
 
-A trainer describes itself to trainer_main<Trainer> with a struct of types and static
-functions (train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer):
-    Config, Model, Options     Options holds `preset`, `model` (a Config) and `train` (TrainOptions)
-    name                       "train_san": usage and messages
-    presets(), flags(Options&) the named configs; the model flags, then add_training_flags
-    read_config(reader)        a checkpoint's model config
+A trainer's main is trainer_main<Trainer>(argc, argv, name, presets(), make_flags,
+read_config): its program name, the named model configs, its flags (the model's, then
+add_training_flags; Options holds `preset`, `model` (a Config) and `train` (TrainOptions))
+and the reader of a checkpoint's config. The trainer describes the rest with a struct
+(train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer):
+    Model                      the model type (llmc/model.h LanguageModel<Config>)
     set_defaults(o, argc, argv)      switches read before the other flags (--paper-setup)
     start_elsewhere(o, bos_given)    a model from a file other than a checkpoint (GPT-2's
                                      --init-from-llmc) into o.model; returns whether there is one
@@ -29,9 +29,12 @@ functions (train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer):
 
 #include <cinttypes>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "attention.cuh"
 #include "cli.h"
 #include "model.h"
 #include "resume.h"
@@ -93,15 +96,14 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
 }
 
 
-template <typename Trainer>
-int trainer_main(int argc, char** argv) {
-    using Options = typename Trainer::Options;
-    using Config = typename Trainer::Config;
+template <typename Trainer, typename Options, typename Config>
+int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
+                 std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
     Comm comm(&argc, &argv);  // the ranks, when started by mpirun or srun (llmc/comm.h)
     // rank 0 prints; every rank's errors reach stderr
     if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
-    Options o = parse_with_preset<Options>(argc, argv, Trainer::presets(), Trainer::flags, Trainer::name,
+    Options o = parse_with_preset<Options>(argc, argv, presets, make_flags, name,
                                            [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); });
     TrainOptions& t = o.train;
     const std::string start = start_checkpoint(t);
@@ -112,12 +114,12 @@ int trainer_main(int argc, char** argv) {
     std::unique_ptr<TensorFileReader> checkpoint;
     if (!start.empty()) {
         checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
-        Config from_file = Trainer::read_config(*checkpoint);
+        Config from_file = read_config(*checkpoint);
         Options from_flags = o;  // what the flags say, where the tokenizer would have set nothing
         if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
         if (tokenizer.loaded() && !bos_given) { from_flags.model.bos_id = from_file.bos_id; }
         from_flags.model.resolve_and_check();
-        check_model_flags(from_flags, from_file, Trainer::flags, start);
+        check_model_flags(from_flags, from_file, make_flags, start);
         if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
             fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
                   tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
@@ -132,13 +134,17 @@ int trainer_main(int argc, char** argv) {
     const TensorFileReader* resume = t.resume_path.empty() ? nullptr : checkpoint.get();
     t.world = comm.world;
     check_training_options(t, c.seq_len, Trainer::default_rates(c), resume);
+    if (t.cudnn != 0 && !kAttentionHasCudnn) {
+        fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
+    }
+    attention_prefer_cudnn() = t.cudnn != 0;
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
                "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
     }
 
     ParameterCounts counts = count_parameters(c);
-    printf("%s (%s, %s)\n", Trainer::name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
+    printf("%s (%s, %s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, flops_per_token(c) / 1e6);

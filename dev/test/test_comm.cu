@@ -28,6 +28,7 @@ COMM_MUTATION_NO_AVERAGE (a forgotten division by N) makes the avg_* cases fail 
 
 #include "llmc/comm.h"
 #include "llmc/sharding.h"
+#include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
 static Comm* g_comm = nullptr;

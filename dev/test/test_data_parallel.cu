@@ -33,6 +33,7 @@ Mutations: COMM_MUTATION_NO_AVERAGE (sum instead of mean) and DATA_PARALLEL_MUTA
 #include <vector>
 
 #include "llmc/parameters.h"
+#include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
 static Comm* g_comm = nullptr;
