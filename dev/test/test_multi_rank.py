@@ -15,7 +15,7 @@ which `make test` sets) started by scripts/mpirun.sh, where MPI stands in for NC
   and continues as the 1-rank run does; a resume whose rows per micro-batch the new rank
   count cannot split is refused, naming the numbers;
 - checkpoints written by 1 and 2 ranks hold the same tensors with the same shapes.
-Cost: 17 runs of the tiny model, about 28 s on 2 cores shared with other jobs."""
+Cost: 17 runs of the tiny model, 28-34 s on 2 cores shared with other jobs."""
 import json
 import os
 import shutil
