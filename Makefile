@@ -155,11 +155,16 @@ GPU_BINS := $(if $(NVCC),$(addprefix $(GPU_DIR)/,$(notdir $(basename $(CU_SOURCE
 # what `make test` runs: the test binaries and the dev/cuda playground files (which validate
 # every kernel version); not the trainers and not benchmark-only programs
 BENCHMARK_ONLY := backend_overhead
-TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SOURCES) $(CPP_TESTS))))
+# multi-rank tests: on the host, run as MPI_TEST_RANKS ranks under scripts/mpirun.sh (skipped
+# when mpirun or MPI is missing); on a GPU, as one rank (NCCL with one GPU)
+MPI_TEST_NAMES := test_comm test_data_parallel
+MPI_TEST_RANKS ?= 2
+HAS_MPIRUN := $(if $(and $(MPI_LIBS),$(shell command -v mpirun 2>/dev/null)),1,0)
+TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY) $(MPI_TEST_NAMES),$(notdir $(basename $(CU_SOURCES) $(CPP_TESTS))))
 GPU_TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SOURCES))))
 BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 
-.PHONY: all host gpu test test-host test-racecheck test-asan test-gpu test-python mutation-check setup clean report demo
+.PHONY: all host gpu test test-host test-mpi test-racecheck test-asan test-gpu test-python mutation-check setup clean report demo
 all: report
 host: $(HOST_BINS)
 gpu: $(GPU_BINS)
@@ -248,6 +253,15 @@ $(DEBUG_STATES_GPT2): train_gpt2.py $(ATTNREF) dev/test/make_gpt2_debug_states.p
 PRECISION_FREE := $(if $(filter FP32,$(PRECISION)),$(notdir $(basename $(CPP_TESTS))))
 test-host: $(filter-out $(addprefix $(HOST_DIR)/,$(PRECISION_FREE)),$(HOST_BINS)) $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(HOST_DIR) $(filter-out $(PRECISION_FREE),$(TEST_NAMES))
+	@$(MAKE) --no-print-directory test-mpi
+
+# test_comm ~1 s, test_data_parallel ~2 s, for 2 ranks on 2 cores
+test-mpi: $(addprefix $(HOST_DIR)/,$(MPI_TEST_NAMES))
+ifeq ($(HAS_MPIRUN),1)
+	@TEST_WRAPPER="scripts/mpirun.sh -np $(MPI_TEST_RANKS)" bash scripts/run_tests.sh $(HOST_DIR) $(MPI_TEST_NAMES)
+else
+	@echo "make: skipped: multi-rank tests ($(MPI_TEST_NAMES)): $(if $(MPI_LIBS),mpirun not found,built without MPI) (apt-get install openmpi-bin libopenmpi-dev)"
+endif
 
 test-gpu: gpu $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(GPU_DIR) $(GPU_TEST_NAMES)
@@ -266,11 +280,11 @@ test-asan: $(addprefix $(ASAN_DIR)/,$(ASAN_TEST_NAMES))
 # (and the fp32 build of train_san, for the comparisons that need fp32 agreement)
 test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san $(HOST_DIR)/train_gpt2)
 	$(if $(wildcard train_san.cu),@$(MAKE) --no-print-directory build/host-fp32/train_san PRECISION=FP32)
-	TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest
+	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest
 
 # The backend tests must FAIL against a deliberately broken backend.
 mutation-check:
-	@bash scripts/mutation_check.sh "$(HOST_CXX) $(HOST_CXXFLAGS)" build/mutants
+	@MPI_LINK="$(MPI_LIBS)" bash scripts/mutation_check.sh "$(HOST_CXX) $(HOST_CXXFLAGS)" build/mutants
 
 # scripts read lists from here, e.g. `make -s print-GPU_TEST_NAMES`
 print-%:

@@ -1,7 +1,9 @@
 /*
 Validation and the per-layer measurements logged with it (host side; the model computes):
-  evaluate(model, val, batches)     the validation loss, overall, per token region and per
-                                    SYNTH exercise x region (ValResult)
+  evaluate(model, val, batches[, comm])  the validation loss, overall, per token region and
+                                    per SYNTH exercise x region (ValResult); over several
+                                    ranks each evaluates its rows of every batch (the
+                                    loader's rank) and the sums are added before dividing
   LayerMeasurements, has_measure    what a model may add at each validation (SAN: gates,
                                     effective ranks, largest attention logits)
   print_validation(step, r)         the lines a validation prints
@@ -17,6 +19,7 @@ Validation and the per-layer measurements logged with it (host side; the model c
 #include <utility>
 #include <vector>
 
+#include "comm.h"
 #include "dataloader.h"
 #include "run_log.h"
 
@@ -44,8 +47,34 @@ struct ValResult {
     std::vector<std::array<LossSum, kRegions + 1>> exercise;  // [exercise][region], [.][kRegions]: all regions
 };
 
+// Every rank's sums added (rank order), so every rank holds the whole validation's.
+inline void sum_over_ranks(ValResult& r, double& ce_sum, double& lse_sq_sum, const Comm& comm) {
+    std::vector<double> sums = {ce_sum, lse_sq_sum, (double)r.count};
+    auto put = [&](const LossSum& g) {
+        sums.push_back(g.sum);
+        sums.push_back((double)g.count);
+    };
+    for (const LossSum& g : r.region) { put(g); }
+    for (const auto& e : r.exercise) {
+        for (const LossSum& g : e) { put(g); }
+    }
+    comm.sum(sums);
+    size_t k = 0;
+    ce_sum = sums[k++];
+    lse_sq_sum = sums[k++];
+    r.count = (int64_t)sums[k++];
+    auto take = [&](LossSum& g) {
+        g.sum = sums[k++];
+        g.count = (int64_t)sums[k++];
+    };
+    for (LossSum& g : r.region) { take(g); }
+    for (auto& e : r.exercise) {
+        for (LossSum& g : e) { take(g); }
+    }
+}
+
 template <typename Model>
-ValResult evaluate(Model& model, DataLoader& val, int batches) {
+ValResult evaluate(Model& model, DataLoader& val, int batches, const Comm* comm = nullptr) {
     val.reset();
     ValResult r;
     r.has_regions = val.has_regions;
@@ -82,6 +111,7 @@ ValResult evaluate(Model& model, DataLoader& val, int batches) {
             }
         }
     }
+    if (comm != nullptr && comm->world > 1) { sum_over_ranks(r, ce_sum, lse_sq_sum, *comm); }
     if (r.count > 0) {
         r.loss = ce_sum / (double)r.count;
         r.z_loss = model.z_loss_coefficient() * lse_sq_sum / (double)r.count;

@@ -15,6 +15,12 @@ keeps it: an update takes only the step's rates, a checkpoint writes the config 
 The state is saved and loaded by name (doc/formats.md, "Model checkpoints"): fp32
 opt.m.<param> and opt.v.<param> for every AdamW tensor, fp32 opt.mom.<param> for every
 Muon matrix. All state buffers share the parameters' layout (offsets).
+
+Over N ranks (distribute(); llmc/data_parallel.h): the gradients are averaged over ranks
+first, the norm is global, ZeRO-1 shards the AdamW state (m, v hold this rank's chunk and
+the tail), Muon matrices are updated by their owners; the updated parameters are shared
+at the end of the step. A checkpoint gathers everything, so its file is the same for any
+rank count and zero mode: save() is then a collective that every rank calls.
 */
 #pragma once
 
@@ -27,6 +33,7 @@ Muon matrix. All state buffers share the parameters' layout (offsets).
 
 #include "adamw.cuh"
 #include "cuda_common.h"
+#include "data_parallel.h"
 #include "muon.cuh"
 #include "param_spec.h"
 #include "reduce.cuh"
@@ -127,6 +134,7 @@ public:
           grads_(grads), scratch_(scratch) {
         config_.check();
         norm_sq_ = cudaMallocElements(float, 1);
+        distribute(nullptr, 0);
     }
     ~ParamOptimizer() {
         cudaFree(norm_sq_);
@@ -149,24 +157,33 @@ public:
     // fp32 buffer they were accumulated into (ModelParameters::grads_fp32); null: floatX.
     void read_fp32_gradients(const float* grads) { grads_fp32_ = grads; }
 
-    // Global L2 norm of all gradients.
-    float grad_norm(cudaStream_t stream) {
-        if (grads_fp32_ != nullptr) {
-            dot_product(norm_sq_, scratch_, grads_fp32_, grads_fp32_, num_params_, 1.0f, false, stream);
-        } else {
-            dot_product(norm_sq_, scratch_, (const floatX*)grads_, (const floatX*)grads_, num_params_, 1.0f, false, stream);
+    // Data parallelism over comm's ranks (null: one rank) with ZeRO stage `zero` (0 or 1);
+    // before the optimizer has state.
+    void distribute(Comm* comm, int zero) {
+        if (m_ != nullptr) { fatal("ParamOptimizer::distribute: the optimizer has state already"); }
+        std::vector<size_t> offsets, sizes;
+        for (const ParamSpec& s : spec_) {
+            offsets.push_back(s.offset);
+            sizes.push_back((size_t)s.numel());
         }
-        float norm_sq = 0.0f;
-        cudaCheck(cudaMemcpy(&norm_sq, norm_sq_, sizeof(float), cudaMemcpyDeviceToHost));
-        return std::sqrt(norm_sq);
+        dp_ = std::make_unique<DataParallel>(comm, zero, offsets, sizes, num_params_, kParamAlignElements);
     }
+    const DataParallel& data_parallel() const { return *dp_; }
 
     // One step with the given rates; returns the gradient norm before clipping. When that
     // norm is not finite nothing is updated (the trainer stops and names the tensor).
     float update(double lr_matrix, double lr_other, cudaStream_t stream) {
         const OptimizerConfig& opt = config_;
         allocate_state(opt.optimizer);
-        float norm = grad_norm(stream);
+        // the mean over ranks, reduced in the precision the gradients were accumulated in
+        float norm;
+        if (grads_fp32_ != nullptr) {
+            dp_->reduce_gradients(const_cast<float*>(grads_fp32_), stream);
+            norm = dp_->grad_norm(grads_fp32_, norm_sq_, scratch_, stream);
+        } else {
+            dp_->reduce_gradients(grads_, stream);
+            norm = dp_->grad_norm((const floatX*)grads_, norm_sq_, scratch_, stream);
+        }
         if (!std::isfinite(norm)) { return norm; }
         float grad_scale = opt.grad_clip > 0.0 ? std::min(1.0f, (float)(opt.grad_clip / (norm + 1e-6))) : 1.0f;
         step++;
@@ -175,10 +192,13 @@ public:
         } else {
             apply((const floatX*)grads_, lr_matrix, lr_other, grad_scale, stream);
         }
+        dp_->gather_updated(params_, true, stream);
         return norm;
     }
 
-    void save(TensorFileWriter& w) const {
+    // A collective over the ranks (see the top of the file); also makes the master weights
+    // current on every rank, so get_parameters() after it reads the whole model.
+    void save(TensorFileWriter& w) {
         w.set("step", (long long)step);
         w.set("has_optimizer", has_state() ? 1 : 0);
         if (has_state() && kind_ != config_.optimizer) {
@@ -186,8 +206,10 @@ public:
                   config_.name());
         }
         config_.write(w);
+        if (master_ != nullptr) { dp_->gather_updated(master_, true, nullptr); }
         if (!has_state()) { return; }
-        std::vector<float> m = copy_from_device(m_, num_params_), v = copy_from_device(v_, num_params_);
+        std::vector<float> m = dp_->full_state(m_, nullptr), v = dp_->full_state(v_, nullptr);
+        if (mom_ != nullptr) { dp_->broadcast_matrices(mom_, nullptr); }
         std::vector<float> mom = mom_ != nullptr ? copy_from_device(mom_, num_params_) : std::vector<float>();
         for (const ParamSpec& s : spec_) {
             const size_t offset = s.offset;
@@ -221,8 +243,8 @@ public:
                 std::copy(tv.begin(), tv.end(), v.begin() + offset);
             }
         }
-        cudaCheck(cudaMemcpy(m_, m.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(v_, v.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice));
+        dp_->load_state(m, m_);
+        dp_->load_state(v, v_);
         if (mom_ != nullptr) { cudaCheck(cudaMemcpy(mom_, mom.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice)); }
         step = r.integer("step");
     }
@@ -232,8 +254,8 @@ private:
     void apply(const TGrad* grads, double lr_matrix, double lr_other, float grad_scale, cudaStream_t stream) {
         const OptimizerConfig& opt = config_;
         const bool muon = opt.is_muon();
-        for (const ParamSpec& s : spec_) {
-            const size_t offset = s.offset;
+        for (size_t t = 0; t < spec_.size(); t++) {
+            const ParamSpec& s = spec_[t];
             if (!(muon && s.matrix)) {
                 AdamWStep a;
                 a.lr = (float)(s.matrix ? lr_matrix : lr_other);
@@ -244,8 +266,11 @@ private:
                 a.beta1_correction = (float)(1.0 - std::pow(opt.beta1, (double)step));
                 a.beta2_correction = (float)(1.0 - std::pow(opt.beta2, (double)step));
                 a.grad_scale = grad_scale;
-                adamw_update(params_ + offset, master_ != nullptr ? master_ + offset : nullptr, grads + offset,
-                             m_ + offset, v_ + offset, s.numel(), a, stream);
+                // the parts of the tensor this rank updates (all of it unless ZeRO-1)
+                for (const DataParallel::Range& p : dp_->adamw_pieces((int)t)) {
+                    adamw_update(params_ + p.begin, master_ != nullptr ? master_ + p.begin : nullptr, grads + p.begin,
+                                 m_ + p.state, v_ + p.state, p.end - p.begin, a, stream);
+                }
             }
         }
         if (muon) {
@@ -267,19 +292,27 @@ private:
             return;
         }
         kind_ = kind;
-        m_ = cudaMallocElements(float, num_params_);
-        v_ = cudaMallocElements(float, num_params_);
-        cudaCheck(cudaMemset(m_, 0, num_params_ * sizeof(float)));
-        cudaCheck(cudaMemset(v_, 0, num_params_ * sizeof(float)));
+        const size_t state = dp_->state_elements();  // this rank's AdamW state (all of it unless ZeRO-1)
+        m_ = cudaMallocElements(float, std::max<size_t>(state, 1));
+        v_ = cudaMallocElements(float, std::max<size_t>(state, 1));
+        cudaCheck(cudaMemset(m_, 0, state * sizeof(float)));
+        cudaCheck(cudaMemset(v_, 0, state * sizeof(float)));
         if (kind == OptimizerKind::Muon) {
             mom_ = cudaMallocElements(float, num_params_);
             cudaCheck(cudaMemset(mom_, 0, num_params_ * sizeof(float)));
-            std::vector<MuonMatrix> matrices;
-            for (const ParamSpec& s : spec_) {
-                if (s.matrix) {
-                    if (s.shape.size() != 2) { fatal("Muon: matrix-group tensor %s is not 2-D", s.name.c_str()); }
-                    matrices.push_back({(int64_t)s.offset, (int)s.shape[0], (int)s.shape[1]});
+            std::vector<int> tensors;
+            for (size_t t = 0; t < spec_.size(); t++) {
+                if (spec_[t].matrix) {
+                    if (spec_[t].shape.size() != 2) { fatal("Muon: matrix-group tensor %s is not 2-D", spec_[t].name.c_str()); }
+                    tensors.push_back((int)t);
                 }
+            }
+            // each rank orthogonalises the matrices it owns
+            dp_->set_muon_matrices(tensors);
+            std::vector<MuonMatrix> matrices;
+            for (int t : tensors) {
+                const ParamSpec& s = spec_[t];
+                if (dp_->updates_matrix(t)) { matrices.push_back({(int64_t)s.offset, (int)s.shape[0], (int)s.shape[1]}); }
             }
             muon_ = std::make_unique<MuonOptimizer>(matrices);
         }
@@ -291,6 +324,7 @@ private:
         if (mom_ != nullptr) { cudaFree(mom_); }
         m_ = v_ = mom_ = nullptr;
         muon_.reset();
+        dp_->set_muon_matrices({});
     }
 
     OptimizerConfig config_;
@@ -305,4 +339,5 @@ private:
     float *m_ = nullptr, *v_ = nullptr, *mom_ = nullptr;
     OptimizerKind kind_ = OptimizerKind::AdamW;  // meaningful while there is state (m_)
     std::unique_ptr<MuonOptimizer> muon_;
+    std::unique_ptr<DataParallel> dp_;
 };

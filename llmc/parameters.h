@@ -59,6 +59,7 @@ public:
     // The optimizer with its settings (a fresh state; load_parameters may restore one).
     void build_optimizer(const OptimizerConfig& config) {
         optimizer = std::make_unique<ParamOptimizer>(config, spec, params, master, grads, optimizer_scratch_);
+        optimizer->distribute(comm_, zero_);
         if (grads_fp32 != nullptr) { optimizer->read_fp32_gradients(grads_fp32); }
     }
 
@@ -134,6 +135,14 @@ public:
         set_parameters(values);
     }
 
+    // Data-parallel training over comm's ranks (llmc/data_parallel.h), ZeRO stage 0 or 1,
+    // for the optimizer built now or later; before its first update or checkpoint load.
+    void distribute(Comm& comm, int zero) {
+        comm_ = &comm;
+        zero_ = zero;
+        if (optimizer != nullptr) { optimizer->distribute(comm_, zero_); }
+    }
+
     void zero_grad() {
         cudaCheck(cudaMemsetAsync(grads, 0, device_elements * sizeof(floatX), stream));
         if (grads_fp32 != nullptr) { cudaCheck(cudaMemsetAsync(grads_fp32, 0, device_elements * sizeof(float), stream)); }
@@ -146,7 +155,8 @@ public:
 
     // Writes a checkpoint: the model's config keys (write_config), the optimizer settings
     // and state, `extra` keys (e.g. the resume position), and every parameter
-    // (llmc/model.h save_checkpoint passes the trainer's write_config).
+    // (llmc/model.h save_checkpoint passes the trainer's write_config). Over several ranks a
+    // collective (the state is gathered) that rank 0 alone writes.
     void write_checkpoint(const std::string& path, const std::vector<std::pair<std::string, std::string>>& extra,
                           const std::function<void(TensorFileWriter&)>& write_config) const {
         TensorFileWriter w(TENSOR_FILE_CHECKPOINT);
@@ -159,7 +169,7 @@ public:
             w.add_floats(s.name, s.shape, values.data() + offset);
             offset += s.numel();
         }
-        w.write(path);
+        if (comm_ == nullptr || comm_->is_main()) { w.write(path); }
     }
 
     // Loads every parameter by name (and the optimizer state and step, if asked and present).
@@ -207,4 +217,6 @@ private:
 
     DeviceArena arena_;
     float* optimizer_scratch_ = nullptr;  // kReduceBlocks floats for the gradient norm
+    Comm* comm_ = nullptr;                 // the ranks (distribute()); null: one
+    int zero_ = 0;
 };

@@ -4,6 +4,8 @@ What a run started from a checkpoint keeps (host-only C++17):
     one table of key, flags, value) and flags that would change them are refused by name
     (continue_saved_run), unless --resume-override 1; --extend-to N trains it on;
   - the data must continue where the saved run left off (data_difference);
+  - on another rank count, the rows per micro-batch over the ranks carry over
+    (continue_on_ranks: --batch-size becomes saved rows / ranks, or the resume is refused);
   - with --resume or --init-from, model flags that contradict the checkpoint's config are
     refused by name (check_model_flags).
 doc/formats.md "Resume state" lists the keys.
@@ -255,8 +257,32 @@ inline std::string data_difference(const TensorFileReader& ckpt, const DataLoade
     differs("resume.data_shards", (long long)d.num_shards(), "training shards:");
     differs("resume.data_tokens", (long long)data_tokens(d), "training tokens:");
     differs("run.seq_len", o.seq_len, "--seq-len");
-    differs("run.batch_size", o.batch_size, "--batch-size");
+    // rows per micro-batch over the ranks: the unit of the data position
+    const long long saved_ranks = ckpt.has_key("run.ranks") ? ckpt.integer("run.ranks") : 1;
+    if (ckpt.has_key("run.batch_size") && ckpt.integer("run.batch_size") * saved_ranks != (long long)o.batch_size * o.world) {
+        why += std::string(why.empty() ? "" : "; ") + "rows per micro-batch: " + std::to_string(o.batch_size) + " x " +
+               std::to_string(o.world) + " ranks now, " + std::to_string(ckpt.integer("run.batch_size")) + " x " +
+               std::to_string(saved_ranks) + " when saved";
+    }
     differs("run.shuffle", o.shuffle, "--shuffle");
     if (o.shuffle) { differs("run.seed", (long long)o.seed, "--seed (the shuffle order)"); }
     return why;
+}
+
+// --resume on another rank count than the saved run's (run.ranks; files without it: 1
+// rank): the same rows per micro-batch over all ranks, so the global batch, the data
+// position (counted in those rows) and the schedule carry over; --batch-size becomes the
+// saved rows / o.world (printed). A rank count that does not divide them is refused.
+inline void continue_on_ranks(TrainOptions& o, const TensorFileReader& ckpt) {
+    const long long saved_ranks = ckpt.has_key("run.ranks") ? ckpt.integer("run.ranks") : 1;
+    if (saved_ranks == o.world) { return; }
+    const long long rows = (long long)o.batch_size * saved_ranks;
+    if (rows % o.world != 0) {
+        fatal("--resume %s: the saved run read %lld rows per micro-batch (%lld ranks x --batch-size %d); %d ranks cannot "
+              "split them evenly: resume on a rank count that divides %lld", ckpt.path().c_str(), rows, saved_ranks,
+              o.batch_size, o.world, rows);
+    }
+    printf("resume: %d ranks now, %lld when saved: --batch-size %lld per rank keeps the %lld rows per micro-batch\n",
+           o.world, saved_ranks, rows / o.world, rows);
+    o.batch_size = (int)(rows / o.world);
 }

@@ -24,10 +24,12 @@ struct TrainOptions {
         return c;
     }();
     int lr_scale_gpus = 1;
+    int zero = 0;   // ZeRO stage over the ranks (llmc/data_parallel.h)
+    int world = 1;  // ranks of this run (trainer_main sets it from its Comm; no flag)
     std::string train_data, val_data, tokenizer_path, log_path, checkpoint_dir, resume_path, init_from;
     int batch_size = 8, seq_len = 0;
-    int grad_accum = 0;    // 0: global_batch / batch_size when a global batch is set, else 1
-    int global_batch = 0;  // rows per optimizer step over all micro-batches (0: batch_size x grad_accum)
+    int grad_accum = 0;    // 0: global_batch / (batch_size x world) when a global batch is set, else 1
+    int global_batch = 0;  // rows per optimizer step over all micro-batches and ranks (0: batch_size x grad_accum x world)
     int grad_fp32 = 0;     // accumulate gradients in fp32 (bf16 builds)
     long steps = 100;
     int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
@@ -61,10 +63,10 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--train-data", &o.train_data, "training shards (glob, comma-separated globs)"),
         make_flag("--val-data", &o.val_data, "validation shards (glob); empty: no validation"),
         make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin: sets the vocabulary size, decodes samples, encodes --prompt"),
-        make_flag("--batch-size", &o.batch_size, "rows per micro-batch B"),
+        make_flag("--batch-size", &o.batch_size, "rows per micro-batch B (per rank)"),
         make_flag("--seq-len", &o.seq_len, "tokens per row of a batch, at most the model's context --max-seq-len (0: all of it)"),
-        make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step (0: --global-batch / --batch-size, or 1)"),
-        make_flag("--global-batch", &o.global_batch, "rows per optimizer step (0: batch-size x grad-accum)"),
+        make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step (0: --global-batch / (--batch-size x ranks), or 1)"),
+        make_flag("--global-batch", &o.global_batch, "rows per optimizer step over micro-batches and ranks (0: batch-size x grad-accum x ranks)"),
         make_flag("--grad-fp32", &o.grad_fp32, "accumulate gradients in fp32 in bf16 builds 0|1"),
         make_flag("--steps", &o.steps, "optimizer steps"),
         with_muon ? make_flag("--optimizer", &p.optimizer, kOptimizerKinds, "Muon on the matrices, AdamW without decay on the rest")
@@ -105,6 +107,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
         make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; calls with the document mask keep our kernels) 0|1"),
+        make_flag("--zero", &o.zero, "over several ranks (mpirun): 0 every rank holds all optimizer state | 1 ZeRO-1: AdamW state sharded over the ranks"),
     };
     if (with_muon) {
         std::vector<Flag> muon = {
@@ -141,6 +144,14 @@ inline void print_optimizer(const TrainOptions& o) {
     if (o.lr_scale_gpus != 1) { printf(" (rates scaled for %d GPUs)", o.lr_scale_gpus); }
     printf("; wd %g clip %g, schedule %s (warmup %g, decay %g, final %g)\n", opt.weight_decay, opt.grad_clip,
            opt.schedule.name(), opt.schedule.warmup_frac, opt.schedule.decay_frac, opt.schedule.final_frac);
-    printf("batch: %d rows per step = %d micro-batches x %d rows of %d tokens; gradients accumulated in %s\n",
-           o.global_batch, o.grad_accum, o.batch_size, o.seq_len, gradient_precision(o));
+    if (o.world > 1 && o.lr_scale_gpus != o.world) {
+        printf("note: %d ranks, rates %s (--lr-scale-gpus %d): they never follow the rank count by themselves\n",
+               o.world, o.lr_scale_gpus == 1 ? "as given" : "scaled", o.lr_scale_gpus);
+    }
+    printf("batch: %d rows per step = %d micro-batches x %d rows", o.global_batch, o.grad_accum, o.batch_size);
+    if (o.world > 1) { printf(" x %d ranks", o.world); }
+    printf(" of %d tokens; gradients accumulated in %s\n", o.seq_len, gradient_precision(o));
+    if (o.world > 1) {
+        printf("ranks: %d; gradients averaged over them in %s; zero %d\n", o.world, gradient_precision(o), o.zero);
+    }
 }

@@ -55,14 +55,17 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
         fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", model_seq_len);
     }
     if (o.grad_accum < 0 || o.global_batch < 0) { fatal("--grad-accum and --global-batch must be >= 0"); }
-    if (o.global_batch > 0) {
-        if (o.global_batch % o.batch_size != 0) {
-            fatal("--global-batch %d is not a multiple of --batch-size %d", o.global_batch, o.batch_size);
+    if (o.zero != 0 && o.zero != 1) { fatal("--zero must be 0 or 1, got %d", o.zero); }
+    if (o.global_batch > 0) {  // rows per optimizer step over micro-batches and ranks
+        const int rows = o.batch_size * o.world;
+        if (o.global_batch % rows != 0) {
+            fatal("--global-batch %d is not a multiple of --batch-size %d x %d ranks", o.global_batch, o.batch_size,
+                  o.world);
         }
-        int accum = o.global_batch / o.batch_size;
+        int accum = o.global_batch / rows;
         if (o.grad_accum != 0 && o.grad_accum != accum) {
-            fatal("--grad-accum %d contradicts --global-batch %d / --batch-size %d = %d micro-batches", o.grad_accum,
-                  o.global_batch, o.batch_size, accum);
+            fatal("--grad-accum %d contradicts --global-batch %d / (--batch-size %d x %d ranks) = %d micro-batches",
+                  o.grad_accum, o.global_batch, o.batch_size, o.world, accum);
         }
         o.grad_accum = accum;
     }
@@ -75,12 +78,13 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
         if (o.steps == 0 && o.given.count("--steps")) { fatal("--steps 0 evaluates a model: use --init-from CKPT, not --resume"); }
         continue_saved_run(o, *resume);
         o.opt.check();
+        continue_on_ranks(o, *resume);
         if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
             fatal("the saved run's rows (%d x %d tokens) do not fit the model's context %d", o.batch_size, o.seq_len,
                   model_seq_len);
         }
     }
-    o.global_batch = o.grad_accum * o.batch_size;
+    o.global_batch = o.grad_accum * o.batch_size * o.world;
     if (o.steps < 0) { fatal("--steps must be >= 0"); }
     if (o.steps == 0 && o.init_from.empty() && !o.model_loaded) {
         fatal("--steps 0 evaluates a model: it needs --init-from CKPT");
@@ -98,6 +102,9 @@ template <typename Trainer, typename Options, typename Config>
 int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
                  std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
+    Comm comm(&argc, &argv);  // the ranks, when started by mpirun or srun (llmc/comm.h)
+    // rank 0 prints; every rank's errors reach stderr
+    if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
     Options o = parse_with_preset<Options>(argc, argv, presets, make_flags, name,
                                            [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); });
     TrainOptions& t = o.train;
@@ -127,6 +134,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     o.model.resolve_and_check();
     const Config& c = o.model;
     const TensorFileReader* resume = t.resume_path.empty() ? nullptr : checkpoint.get();
+    t.world = comm.world;
     check_training_options(t, c.seq_len, Trainer::default_rates(c), resume);
     if (t.cudnn != 0 && !kAttentionHasCudnn) {
         fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
@@ -146,12 +154,13 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     print_optimizer(t);
 
     typename Trainer::Model model(c, t.batch_size, t.seq_len);
+    model.distribute(comm, t.zero);
     model.build_optimizer(t.opt);
     if (checkpoint != nullptr) {
         model.load_parameters(*checkpoint, resume != nullptr);
     } else {
         Trainer::init_parameters(model, o);
     }
-    run_training(model, t, tokenizer, resume);
+    run_training(model, t, tokenizer, resume, &comm);
     return 0;
 }

@@ -7,6 +7,13 @@ and writes checkpoints that resume exactly (model, optimizer, data position and 
 RNG; doc/formats.md "Resume state"). The options and their
 rules are llmc/train_options.h and llmc/resume.h; main's sequence is llmc/trainer.h.
 
+Over several ranks (doc/multi-gpu.md; comm): each rank reads its rows of every global
+batch (and of every validation batch), a micro-batch's loss is the mean over the counted
+targets of all ranks' rows, the optimizer averages the gradients (llmc/data_parallel.h),
+and every logged number is over all ranks. Every rank runs the same steps, validations and
+samples; rank 0 alone writes the log and the checkpoints (trainer_main silences the other
+ranks' stdout).
+
 What it asks of the model (besides llmc/model.h, which every model gets):
     cfg.vocab_size, cfg.bos_id                 the real vocabulary; the token samples start from
     int doc_start_token()                      the token that starts a document (-1: none)
@@ -35,6 +42,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include <utility>
 #include <vector>
 
+#include "comm.h"
 #include "cuda_common.h"
 #include "dataloader.h"
 #include "eval_scoring.h"
@@ -58,11 +66,17 @@ inline std::vector<std::pair<int, long>> milestone_steps(long steps) {
 
 // Trains `model` as the options say. `checkpoint`: the file given with --resume (its data
 // position and RNG are restored; the model has already loaded its state), or null.
+// `comm`: the ranks (the model distributed over them), or null for one.
 template <typename Model>
-void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint) {
+void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
+                  const Comm* comm = nullptr) {
     const int bos_id = model.cfg.bos_id;
     const std::string start_file = start_checkpoint(o);
+    const int rank = comm != nullptr ? comm->rank : 0, world = comm != nullptr ? comm->world : 1;
+    if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
     DataLoaderConfig train_cfg;
+    train_cfg.rank = rank;
+    train_cfg.nproc = world;
     train_cfg.pattern = o.train_data;
     train_cfg.B = o.batch_size;
     train_cfg.T = o.seq_len;
@@ -154,7 +168,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
     }
     FILE* log = nullptr;
-    if (!o.log_path.empty()) {
+    if (!o.log_path.empty() && rank == 0) {
         log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
         if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
     }
@@ -172,7 +186,8 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
                                    {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
                                    {"resume.data_shards", std::to_string(train_loader->num_shards())},
                                    {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
-                                   {"resume.rng_seed", std::to_string(rng_seed)}});
+                                   {"resume.rng_seed", std::to_string(rng_seed)},
+                                   {"run.ranks", std::to_string(world)}});
         save_checkpoint(model, path, extra);
         printf("saved %s\n", path.c_str());
         last_saved = path;
@@ -212,6 +227,8 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         DataLoaderConfig cfg = train_cfg;
         cfg.pattern = o.val_data;
         cfg.shuffle = false;
+        cfg.rank = 0;  // the same slice on every rank
+        cfg.nproc = 1;
         cfg.B = measure_B;
         cfg.T = measure_T;
         DataLoader slice(cfg);
@@ -220,7 +237,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     }
     auto validate = [&](long step) {
         if (val == nullptr) { return; }
-        ValResult r = evaluate(model, *val, o.val_batches);
+        ValResult r = evaluate(model, *val, o.val_batches, comm);
         print_validation(step, r);
         LayerMeasurements m;
         if constexpr (has_measure<Model>::value) { m = model.measure(measure_inputs.data(), measure_B, measure_T); }
@@ -263,7 +280,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         }
     };
 
-    const double tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len;
+    const double tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len * world;
     const double peak = peak_flops_per_second(), flops = flops_per_token(model.cfg);
     double total_ms = 0.0;
     const long first_step = (long)model.steps_done();
@@ -278,14 +295,20 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         double loss = 0.0;
         for (int micro = 0; micro < o.grad_accum; micro++) {
             train.next_batch();
-            // each micro-batch's loss is a mean over its own counted targets (as llm.c)
+            // each micro-batch's loss is a mean over its own counted targets (as llm.c); over
+            // several ranks, over the targets of all ranks' rows: the optimizer's mean over
+            // ranks of world x this gradient is then one rank's gradient of world x B rows
             int64_t count = count_loss_targets(model, train.targets.data(), o.batch_size * o.seq_len);
-            float scale = 1.0f / (float)(std::max<int64_t>(count, 1) * o.grad_accum);
+            int64_t count_all = world > 1 ? (int64_t)comm->sum((double)count) : count;
+            float scale = (float)world / (float)(std::max<int64_t>(count_all, 1) * o.grad_accum);
             LossStats s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale, nullptr);
             model.backward();
             model.end_micro_batch();
-            loss += model.loss_value(s) / o.grad_accum;
+            double share = world > 1 ? model.loss_value(s) * (double)count / (double)std::max<int64_t>(count_all, 1)
+                                     : model.loss_value(s);
+            loss += share / o.grad_accum;
         }
+        if (world > 1) { loss = comm->sum(loss); }  // the ranks' shares of the mean
         if (!std::isfinite(loss)) { diverged(step + 1, "the loss", loss); }
         double f = o.opt.schedule.multiplier(step, o.steps);
         float grad_norm = model.update(o.opt.lr * f, o.opt.lr_other * f);
@@ -316,13 +339,16 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(done); }
         if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
         save_milestones(done);
-        if (stop_signal() != 0 && done < o.steps) {  // SIGINT/SIGTERM: checkpoint here and stop
+        // over several ranks all stop at the same step (the checkpoint is a collective): a
+        // signal any rank has seen counts for all
+        const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
+        if (stop != 0 && done < o.steps) {  // SIGINT/SIGTERM: checkpoint here and stop
             if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
-            printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop_signal()), done, o.steps,
+            printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
                    o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
                                             : ("continue with --resume " + last_saved).c_str());
             if (log != nullptr) { fclose(log); }
-            exit(128 + stop_signal());
+            exit(128 + stop);
         }
     }
     validate(o.steps);

@@ -8,8 +8,9 @@
 #   scripts/gpu_check.sh [LOG_DIR]                  every stage in turn (the full check)
 #
 # --quick fits a short lease (8 minutes on an H200 from a clean tree): the bf16 build of
-# only what it runs, the GPU tests test_mma, test_backend, test_attention, test_san and
-# test_gpt2, then scripts/bench_gpu.sh. Its logs go under doc/gpu-runs/ to be committed.
+# only what it runs, the GPU tests test_mma, test_backend, test_attention, test_san,
+# test_gpt2, test_comm and test_data_parallel (one rank: NCCL with one GPU), then
+# scripts/bench_gpu.sh. Its logs go under doc/gpu-runs/ to be committed.
 # The full check is cut into stages that each build what they run and finish in 9 minutes
 # on an H200 from a clean tree, so a lease with a per-command limit runs it stage by stage:
 #   bf16        every .cu file built in bf16, every GPU test
@@ -78,7 +79,7 @@ print_summary() {
 }
 
 if [ $quick = 1 ]; then
-  quick_tests="test_mma test_backend test_attention test_san test_gpt2"
+  quick_tests="test_mma test_backend test_attention test_san test_gpt2 test_comm test_data_parallel"
   step machine 60 bash -c 'nvidia-smi; nvcc --version; echo; uname -a; nproc'
   step debug-states 180 bash -c "$PYTHON dev/test/make_debug_states.py build/debug-states && touch build/debug-states/.complete"
   step debug-states-gpt2 120 bash -c "$PYTHON dev/test/make_gpt2_debug_states.py build/debug-states-gpt2 && touch build/debug-states-gpt2/.complete"

@@ -26,4 +26,26 @@ for pair in SYNCTHREADS_NOOP:test_backend:syncthreads_ SHFL_WRONG_LANE:test_back
     status=1
   fi
 done
+# Multi-rank mutations (llmc/comm.h, llmc/data_parallel.h), run as 2 ranks: a mean that
+# forgets to divide by the rank count, and a rank that skips its share of the Muon matrices.
+# Needs an MPI build (-DUSE_MPI in the flags) and mpirun; ~25 s of compiling on 2 cores.
+if [[ " $compiler " == *" -DUSE_MPI "* ]] && command -v mpirun >/dev/null 2>&1; then
+  for pair in COMM_MUTATION_NO_AVERAGE:test_comm:avg_ DATA_PARALLEL_MUTATION_SKIP_MUON:test_data_parallel:muon_; do
+    IFS=: read -r mutation test cases <<<"$pair"
+    bin="$out/${test}_$mutation"
+    $compiler -D$mutation -x c++ "dev/test/$test.cu" -o "$bin" -pthread ${MPI_LINK:-} || { status=1; continue; }
+    log=$(timeout 300 scripts/mpirun.sh -np 2 "$bin" "$cases" 2>&1)
+    rc=$?
+    failed=$(grep -c '^  FAIL [a-z]' <<<"$log")
+    if [ $rc -ne 0 ] && [ "$failed" -gt 0 ]; then
+      echo "mutation $mutation: caught ($failed '$cases*' test cases of $test failed on 2 ranks)"
+    else
+      echo "mutation $mutation: NOT CAUGHT: the '$cases*' tests of $test pass on 2 ranks against it"
+      echo "$log"
+      status=1
+    fi
+  done
+else
+  echo "mutation check: skipped the multi-rank mutations (needs an MPI build and mpirun)"
+fi
 exit $status

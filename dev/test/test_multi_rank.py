@@ -1,0 +1,171 @@
+"""train_san over several ranks on the CPU: the fp32 host-backend build (TRAIN_SAN_FP32_BIN,
+which `make test` sets) started by scripts/mpirun.sh, where MPI stands in for NCCL
+(doc/multi-gpu.md). Skipped when mpirun is missing.
+
+- 2 ranks x 4 rows equal 1 rank x 8 rows for 10 steps (AdamW and Muon, ZeRO-1 on and off):
+  the logged losses, validation losses and gradient norms agree to 1e-5 relative and the
+  final parameters to 1e-5 absolute. Measured on this toy run: losses equal in all printed
+  digits, norms within 3.6e-7 relative, parameters within 2.6e-6 (AdamW) and 8.9e-7 (Muon).
+  The rows, the loss normalisation and the optimizer step are the same; only the order of
+  fp32 sums differs (per-rank partial sums, the mean over ranks), which AdamW's m/sqrt(v)
+  amplifies where a gradient is near zero;
+- a 2-rank run repeats bit for bit (final checkpoint and logged losses);
+- 8 steps straight equal 4 + resume + 4 on 2 ranks, final checkpoints byte for byte;
+- a 1-rank checkpoint resumes on 2 ranks (the global batch and the data position carry over)
+  and continues as the 1-rank run does; a resume whose rows per micro-batch the new rank
+  count cannot split is refused, naming the numbers;
+- checkpoints written by 1 and 2 ranks hold the same tensors with the same shapes.
+Cost: 17 runs of the tiny model, 28-34 s on 2 cores shared with other jobs."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+from attnref.container import read_container  # noqa: E402
+from shards import write_shard  # noqa: E402
+
+BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
+MPIRUN = os.path.join(ROOT, "scripts", "mpirun.sh")
+# make sets HAS_MPIRUN=0 when mpirun or the MPI build is missing
+HAS_MPI = os.environ.get("HAS_MPIRUN", "1" if shutil.which("mpirun") else "0") == "1"
+pytestmark = [
+    pytest.mark.skipif(not BIN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)"),
+    pytest.mark.skipif(not HAS_MPI, reason="mpirun or an MPI build missing (apt-get install openmpi-bin libopenmpi-dev)"),
+]
+
+VOCAB, BOS = 250, 2
+OPTIMIZERS = {"adamw": ["--optimizer", "adamw", "--lr", "3e-3"], "muon": ["--optimizer", "muon"]}
+
+
+def run(ranks, args, check=True):
+    cmd = ([MPIRUN, "-np", str(ranks)] if ranks > 1 else []) + [os.path.join(ROOT, BIN)] + [str(a) for a in args]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Documents of repeated short patterns, BOS-separated (so row target counts vary)."""
+    rng = np.random.default_rng(0)
+    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
+    d = tmp_path_factory.mktemp("data")
+    for split, n_docs in (("train", 400), ("val", 40)):
+        tokens = []
+        for _ in range(n_docs):
+            tokens += [BOS] + list(np.tile(patterns[rng.integers(len(patterns))], 6))
+        write_shard(d / f"toy_{split}_000000.bin", np.array(tokens, dtype=np.int64))
+    return d
+
+
+def common(data, out, optimizer, steps=10):
+    return ["--preset", "tiny", "--train-data", data / "toy_train_*.bin", "--val-data", data / "toy_val_*.bin",
+            "--sample-tokens", "0", "--val-batches", "2", "--val-every", "5", "--steps", steps,
+            "--checkpoint-dir", out, "--log", out / "log.jsonl"] + OPTIMIZERS[optimizer]
+
+
+def steps_of(log_path):
+    rows = [json.loads(line) for line in open(log_path)]
+    return [r for r in rows if "loss" in r], [r for r in rows if "val_loss" in r]
+
+
+def params(path):
+    _, _, tensors = read_container(str(path))
+    return {k: v for k, v in tensors.items() if not k.startswith("opt.")}
+
+
+def assert_same_run(a_dir, b_dir, rel=1e-5, param_tol=1e-5):
+    (a, av), (b, bv) = steps_of(a_dir / "log.jsonl"), steps_of(b_dir / "log.jsonl")
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for x, y in zip(a, b):
+        for key in ("loss", "grad_norm", "lr"):
+            assert x[key] == pytest.approx(y[key], rel=rel), (key, x, y)
+    for x, y in zip(av, bv):
+        assert x["val_loss"] == pytest.approx(y["val_loss"], rel=rel) and x["val_tokens"] == y["val_tokens"]
+    pa, pb = params(a_dir / "final.bin"), params(b_dir / "final.bin")
+    assert pa.keys() == pb.keys()
+    worst = max(float(np.max(np.abs(pa[k] - pb[k]))) for k in pa)
+    assert worst <= param_tol, f"max |param diff| {worst:.3g}"
+
+
+@pytest.fixture(scope="module")
+def one_rank(data, tmp_path_factory):
+    """The 1-rank reference runs: 8 rows per step."""
+    out = {}
+    for opt in OPTIMIZERS:
+        d = tmp_path_factory.mktemp(f"one_{opt}")
+        run(1, common(data, d, opt) + ["--batch-size", 8])
+        out[opt] = d
+    return out
+
+
+@pytest.mark.parametrize("opt", list(OPTIMIZERS))
+@pytest.mark.parametrize("zero", [0, 1])
+def test_two_ranks_equal_one_rank(data, one_rank, tmp_path, opt, zero):
+    run(2, common(data, tmp_path, opt) + ["--batch-size", 4, "--zero", zero])
+    assert_same_run(tmp_path, one_rank[opt])
+
+
+def test_two_rank_run_repeats_bit_for_bit(data, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        run(2, common(data, d, "muon") + ["--batch-size", 4, "--zero", 1])
+    assert (a / "final.bin").read_bytes() == (b / "final.bin").read_bytes()
+    (la, _), (lb, _) = steps_of(a / "log.jsonl"), steps_of(b / "log.jsonl")
+    assert [(r["loss"], r["grad_norm"]) for r in la] == [(r["loss"], r["grad_norm"]) for r in lb]
+
+
+@pytest.mark.parametrize("opt", list(OPTIMIZERS))
+def test_resume_on_two_ranks_is_exact(data, tmp_path, opt):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight.mkdir()
+    resumed.mkdir()
+    run(2, common(data, straight, opt, steps=8) + ["--batch-size", 4, "--zero", 1, "--save-every", 4])
+    # (samples are no run setting: --sample-tokens 0 again, or sampling would move the RNG)
+    run(2, ["--resume", straight / "step_4.bin", "--checkpoint-dir", resumed, "--zero", 1, "--sample-tokens", 0])
+    assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
+
+
+def test_resume_on_another_rank_count(data, one_rank, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    run(1, common(data, first, "adamw") + ["--batch-size", 8, "--save-every", 5])
+    out = run(2, ["--resume", first / "step_5.bin", "--checkpoint-dir", second, "--log", second / "log.jsonl",
+                  "--sample-tokens", 0]).stdout
+    assert "2 ranks now, 1 when saved: --batch-size 4 per rank keeps the 8 rows per micro-batch" in out
+    # the continued steps match the uninterrupted 1-rank run's
+    (ref, _), (got, _) = steps_of(one_rank["adamw"] / "log.jsonl"), steps_of(second / "log.jsonl")
+    ref = {r["step"]: r for r in ref}
+    assert [r["step"] for r in got] == list(range(6, 11))
+    for r in got:
+        assert r["loss"] == pytest.approx(ref[r["step"]]["loss"], rel=1e-5)
+    pa, pb = params(second / "final.bin"), params(one_rank["adamw"] / "final.bin")
+    assert max(float(np.max(np.abs(pa[k] - pb[k]))) for k in pa) <= 1e-5
+
+
+def test_resume_refuses_rows_that_do_not_split(data, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    run(1, common(data, first, "adamw", steps=4) + ["--batch-size", 3, "--save-every", 2])
+    proc = run(2, ["--resume", first / "step_2.bin", "--checkpoint-dir", second], check=False)
+    assert proc.returncode != 0
+    assert "read 3 rows per micro-batch (1 ranks x --batch-size 3); 2 ranks cannot split them evenly" in proc.stderr
+
+
+def test_checkpoint_layout_is_rank_independent(data, one_rank, tmp_path):
+    run(2, common(data, tmp_path, "muon", steps=2) + ["--batch-size", 4, "--zero", 1])
+    _, _, a = read_container(str(tmp_path / "final.bin"))
+    _, _, b = read_container(str(one_rank["muon"] / "final.bin"))
+    assert list(a) == list(b)
+    assert all(a[k].shape == b[k].shape for k in a)
