@@ -33,6 +33,8 @@ against the PyTorch reference train_san.py.
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/attention_variants.cuh"
+#include "llmc/attention_kinds.h"
 #include "llmc/kv_cache.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/residual.cuh"
@@ -69,12 +71,35 @@ struct SANConfig {
     int doc_mask = 1;
     int bos_id = 2;
     double z_loss = 1e-4;
+    // the attention variants of "Deconstructing Attention" (doc/deconstructing.md)
+    std::string attention = "standard";  // the kind of every layer the layout does not keep standard
+    std::string layout = "uniform";      // which layers keep standard attention (llmc/attention_kinds.h)
+    std::string taylor_norm = "joint";   // approximate: joint (Based's feature map) | separate (the paper's terms)
+    std::vector<AttnKind> kinds;         // resolved by resolve_and_check: one per layer
 
     int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
     int head_dim() const { return n_embd / n_head; }
     bool has_ffn() const { return ffn == "swiglu"; }
     // ZCN gains are stored as an offset from 1, RMSNorm gains as the gain itself
     float gain_offset() const { return norm == "zcn" ? 1.0f : 0.0f; }
+    AttnKind kind(int layer) const { return kinds[layer]; }
+    bool has_kind(AttnKind k) const { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); }
+    TaylorNorm taylor() const { return taylor_norm == "separate" ? TaylorNorm::Separate : TaylorNorm::Joint; }
+    // The weights of W_q, W_k, W_v, W_o (d x (2 Hq hd + 2 Hkv hd)), which an mlp layer's SwiGLU
+    // (3 d m weights) replaces: m = round((2 Hq hd + 2 Hkv hd) / 3), nearest integer (4d/3 for MHA).
+    int64_t attention_matrix_weights() const {
+        return (int64_t)n_embd * (2 * n_head * head_dim() + 2 * n_kv_head * head_dim());
+    }
+    int mlp_width() const {
+        int64_t per_d = 2 * (int64_t)n_head * head_dim() + 2 * (int64_t)n_kv_head * head_dim();
+        return (int)((2 * per_d + 3) / 6);
+    }
+    // "standard,mlp,..." one kind per layer (written to files, checked on load)
+    std::string layer_kinds_text() const {
+        std::string out;
+        for (AttnKind k : kinds) { out += (out.empty() ? "" : ",") + std::string(attn_kind_name(k)); }
+        return out;
+    }
     ResidualMode residual_mode() const {
         ResidualMode mode;
         if (!parse_residual_mode(residual, &mode)) { fatal("--residual: unknown mode '%s'", residual.c_str()); }
@@ -99,6 +124,35 @@ struct SANConfig {
         require(rope_theta > 0.0, "--rope-theta must be positive");
         require(z_loss >= 0.0, "--z-loss must be >= 0");
         residual_mode();
+        resolve_attention_kinds();
+    }
+
+    // --attention and --layout -> one kind per layer (llmc/attention_kinds.h)
+    void resolve_attention_kinds() {
+        AttnKind variant;
+        if (!parse_attn_kind(attention, &variant)) {
+            fatal("--attention: unknown kind '%s' (choices: %s)", attention.c_str(), attn_kind_choices().c_str());
+        }
+        if (variant == AttnKind::RndEmbQK || variant == AttnKind::FixedSeqQK) {
+            fatal("--attention %s: this kind is not built yet (built: standard, mlp, approximate, nonapprox, "
+                  "staticembqk)", attention.c_str());
+        }
+        if (taylor_norm != "joint" && taylor_norm != "separate") {
+            fatal("--taylor-norm must be joint or separate, not '%s'", taylor_norm.c_str());
+        }
+        std::vector<int> standard;
+        std::string error;
+        if (!standard_layers_of_layout(layout, n_layer, &standard, &error)) { fatal("--layout: %s", error.c_str()); }
+        if (variant == AttnKind::Standard && layout != "uniform") {
+            fatal("--layout %s chooses the layers of a variant, but --attention is standard: give --attention KIND "
+                  "(%s)", layout.c_str(), attn_kind_choices().c_str());
+        }
+        if (variant != AttnKind::Standard && (int)standard.size() == n_layer) {
+            fatal("--layout %s keeps standard attention in all %d layers: --attention %s would be used nowhere",
+                  layout.c_str(), n_layer, attention.c_str());
+        }
+        kinds.assign(n_layer, variant);
+        for (int l : standard) { kinds[l - 1] = AttnKind::Standard; }
     }
 };
 
@@ -153,6 +207,10 @@ void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("doc_mask", c.doc_mask);
     w.set("bos_id", c.bos_id);
     w.set("z_loss", c.z_loss);
+    w.set("attention", c.attention);
+    w.set("layout", c.layout);
+    w.set("taylor_norm", c.taylor_norm);
+    w.set("layer_attention", c.layer_kinds_text());
     w.set("padded_vocab_size", c.padded_vocab());
     w.set("head_dim", c.head_dim());
 }
@@ -180,7 +238,16 @@ SANConfig read_config(const TensorFileReader& r) {
     c.doc_mask = (int)r.integer("doc_mask");
     c.bos_id = (int)r.integer("bos_id");
     c.z_loss = r.real("z_loss");
+    if (r.has_key("attention")) {  // files from before the variants: standard attention everywhere
+        c.attention = r.str("attention");
+        c.layout = r.str("layout");
+        c.taylor_norm = r.str("taylor_norm");
+    }
     c.resolve_and_check();
+    if (r.has_key("layer_attention") && r.str("layer_attention") != c.layer_kinds_text()) {
+        r.fail("layer_attention=%s does not follow from attention=%s layout=%s (%s)", r.str("layer_attention").c_str(),
+               c.attention.c_str(), c.layout.c_str(), c.layer_kinds_text().c_str());
+    }
     if (r.integer("padded_vocab_size") != c.padded_vocab() || r.integer("head_dim") != c.head_dim()) {
         r.fail("padded_vocab_size/head_dim do not follow from the config");
     }
@@ -200,14 +267,21 @@ std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
     for (int l = 0; l < c.n_layer; l++) {
         std::string p = "layers." + std::to_string(l) + ".";
         spec.push_back({p + "attn_norm.weight", {d}, false, 0.0f, gain});
-        spec.push_back({p + "attn.wq", {qd, d}, true, kInitStd, 0.0f});
-        spec.push_back({p + "attn.wk", {kvd, d}, true, kInitStd, 0.0f});
-        spec.push_back({p + "attn.wv", {kvd, d}, true, kInitStd, 0.0f});
-        if (c.qk_norm) {
-            spec.push_back({p + "attn.q_norm.weight", {hd}, false, 0.0f, gain});
-            spec.push_back({p + "attn.k_norm.weight", {hd}, false, 0.0f, gain});
+        if (c.kind(l) == AttnKind::Mlp) {  // token mixing removed: a SwiGLU in the attention's place
+            int64_t m = c.mlp_width();
+            spec.push_back({p + "attn.w_gate", {m, d}, true, kInitStd, 0.0f});
+            spec.push_back({p + "attn.w_up", {m, d}, true, kInitStd, 0.0f});
+            spec.push_back({p + "attn.w_down", {d, m}, true, out_std, 0.0f});
+        } else {  // every other kind keeps standard attention's tensors
+            spec.push_back({p + "attn.wq", {qd, d}, true, kInitStd, 0.0f});
+            spec.push_back({p + "attn.wk", {kvd, d}, true, kInitStd, 0.0f});
+            spec.push_back({p + "attn.wv", {kvd, d}, true, kInitStd, 0.0f});
+            if (c.qk_norm) {
+                spec.push_back({p + "attn.q_norm.weight", {hd}, false, 0.0f, gain});
+                spec.push_back({p + "attn.k_norm.weight", {hd}, false, 0.0f, gain});
+            }
+            spec.push_back({p + "attn.wo", {d, qd}, true, out_std, 0.0f});
         }
-        spec.push_back({p + "attn.wo", {d, qd}, true, out_std, 0.0f});
         if (c.sandwich) { spec.push_back({p + "attn_post_norm.weight", {d}, false, 0.0f, gain}); }
         if (gated) { spec.push_back({p + "attn_gate", {1}, false, 0.0f, 0.0f}); }
         if (c.has_ffn()) {
@@ -230,6 +304,7 @@ template <typename T>
 struct LayerTensors {
     T *attn_norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     T *wo = nullptr, *attn_post_norm = nullptr, *attn_gate = nullptr;
+    T *mlp_gate = nullptr, *mlp_up = nullptr, *mlp_down = nullptr;  // an mlp layer's SwiGLU
     T *ffn_norm = nullptr, *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr, *ffn_post_norm = nullptr,
       *ffn_gate = nullptr;
 };
@@ -256,7 +331,9 @@ private:
             {"attn_norm.weight", &LayerTensors<T>::attn_norm}, {"attn.wq", &LayerTensors<T>::wq},
             {"attn.wk", &LayerTensors<T>::wk},                 {"attn.wv", &LayerTensors<T>::wv},
             {"attn.q_norm.weight", &LayerTensors<T>::q_norm},  {"attn.k_norm.weight", &LayerTensors<T>::k_norm},
-            {"attn.wo", &LayerTensors<T>::wo},                 {"attn_post_norm.weight", &LayerTensors<T>::attn_post_norm},
+            {"attn.wo", &LayerTensors<T>::wo},                 {"attn.w_gate", &LayerTensors<T>::mlp_gate},
+            {"attn.w_up", &LayerTensors<T>::mlp_up},           {"attn.w_down", &LayerTensors<T>::mlp_down},
+                             {"attn_post_norm.weight", &LayerTensors<T>::attn_post_norm},
             {"attn_gate", &LayerTensors<T>::attn_gate},        {"ffn_norm.weight", &LayerTensors<T>::ffn_norm},
             {"ffn.w_gate", &LayerTensors<T>::w_gate},          {"ffn.w_up", &LayerTensors<T>::w_up},
             {"ffn.w_down", &LayerTensors<T>::w_down},          {"ffn_post_norm.weight", &LayerTensors<T>::ffn_post_norm},
@@ -272,10 +349,27 @@ std::pair<int64_t, int64_t> count_parameters(const SANConfig& c) {
     return {total, total - (int64_t)c.padded_vocab() * c.n_embd};
 }
 // Training FLOPs per token (PaLM convention, as train_san.py): 6 * (non-embedding params +
-// LM head V*d) + 12 * L * T * d for attention scores and values.
+// LM head V*d) + 12 * T * d for the scores and values of every layer that mixes over T x T
+// pairs (standard, approximate, staticembqk; not mlp, which mixes nothing, nor nonapprox,
+// whose scores are one per position).
 double flops_per_token(const SANConfig& c) {
     double nonemb = (double)count_parameters(c).second;
-    return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * c.n_layer * (double)c.seq_len * c.n_embd;
+    int pairwise = 0;
+    for (AttnKind k : c.kinds) { pairwise += k != AttnKind::Mlp && k != AttnKind::Nonapprox; }
+    return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * pairwise * (double)c.seq_len * c.n_embd;
+}
+
+// One line on the attention of each layer, and for mlp layers the weight counts they match.
+std::string describe_attention(const SANConfig& c) {
+    std::string out = "attention: " + c.attention + ", layout " + c.layout + " (layers: " + c.layer_kinds_text() + ")";
+    if (c.has_kind(AttnKind::Approximate)) { out += "; taylor_norm " + c.taylor_norm; }
+    if (c.has_kind(AttnKind::Mlp)) {
+        char buf[256];
+        snprintf(buf, sizeof(buf), "; mlp width %d: SwiGLU 3 d m = %lld weights per layer for W_q,W_k,W_v,W_o's %lld",
+                 c.mlp_width(), 3LL * c.n_embd * c.mlp_width(), (long long)c.attention_matrix_weights());
+        out += buf;
+    }
+    return out;
 }
 
 // The SAN paper's locked per-device peak rates for this arm (llmc/optimizer.h DefaultRates).
@@ -293,7 +387,11 @@ DefaultRates default_rates(const SANConfig& c) {
 
 struct LayerActivations {
     floatX *u, *q_lin, *k_lin, *v, *q, *k, *o, *h, *h_post, *x_mid;  // attention block
-    float *u_rstd, *q_rstd, *k_rstd, *lse, *h_rstd;
+    float *u_rstd, *q_rstd, *k_rstd, *lse, *h_rstd;  // lse: the mixer's row statistics (see forward)
+    floatX *q_act;                          // nonapprox with QK-norm: SiLU(q_lin), the norm's input
+    floatX *u0;                             // staticembqk: the layer's pre-norm of the embedding
+    float *u0_rstd;
+    floatX *m_gate, *m_up, *m_sw;           // mlp: the SwiGLU in the attention's place
     floatX *fu, *f_gate, *f_up, *f_sw, *f_h, *f_post;  // FFN block
     float *fu_rstd, *f_rstd;
 };
@@ -303,8 +401,13 @@ struct LayerActivations {
 
 // The model: its parameters, gradients and optimizer (llmc/parameters.h) and, for B rows
 // of T positions, the activations and scratch of forward and backward.
+// --skip-nonstandard: evaluate a trained hybrid without its non-standard attention sub-layers
+// (Attention) or without those layers' whole blocks (Block), the paper's "skip" column.
+enum class SkipNonstandard { None, Attention, Block };
+
 struct SAN : ModelParameters {
     SANConfig cfg;
+    SkipNonstandard skip = SkipNonstandard::None;  // evaluation only: backward() refuses it
     int B, T;  // capacity of the activations: B rows of T positions
     DeviceArena arena;
     ModelTensors<floatX> P, G;
@@ -323,7 +426,9 @@ struct SAN : ModelParameters {
     floatX *dx = nullptr, *dxf = nullptr, *d_branch = nullptr, *d_proj = nullptr, *d_u = nullptr;
     floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_qlin = nullptr, *d_klin = nullptr;
     floatX *d_sw = nullptr, *d_gate = nullptr, *d_up = nullptr;
+    floatX *d_u0 = nullptr, *dx0 = nullptr;  // staticembqk: gradients of the layers' embedding pre-norm, and of x0
     float* scratch = nullptr;
+    float* variant_scratch = nullptr;  // backward scratch of the approximate / nonapprox mixers
     EmbeddingBuckets buckets;
     int last_B = 0, last_T = 0;
     std::vector<int> host_targets_masked;
@@ -341,29 +446,56 @@ struct SAN : ModelParameters {
 
     void allocate_activations() {
         size_t N = (size_t)B * T, d = cfg.n_embd, hd = cfg.head_dim();
-        size_t qd = (size_t)cfg.n_head * hd, kvd = (size_t)cfg.n_kv_head * hd, ff = cfg.d_ff;
+        size_t qd = (size_t)cfg.n_head * hd, kvd = (size_t)cfg.n_kv_head * hd;
+        size_t ff = cfg.has_ffn() ? (size_t)cfg.d_ff : 0;  // widest SwiGLU: FFN or mlp mixer
         size_t Vp = cfg.padded_vocab();
         for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
         acts.resize(cfg.n_layer);
-        for (LayerActivations& a : acts) {
+        size_t mixer_scratch = 0;  // the variants' backward scratch (fp32)
+        for (int l = 0; l < cfg.n_layer; l++) {
+            LayerActivations& a = acts[l];
+            const AttnKind kind = cfg.kind(l);
             a = LayerActivations{};
             a.u = arena.alloc<floatX>(N * d);
             a.u_rstd = arena.alloc<float>(N);
-            a.q_lin = arena.alloc<floatX>(N * qd);
-            a.k_lin = arena.alloc<floatX>(N * kvd);
-            a.v = arena.alloc<floatX>(N * kvd);
-            a.q = arena.alloc<floatX>(N * qd);
-            a.k = arena.alloc<floatX>(N * kvd);
-            a.q_rstd = arena.alloc<float>(N * cfg.n_head);
-            a.k_rstd = arena.alloc<float>(N * cfg.n_kv_head);
-            a.o = arena.alloc<floatX>(N * qd);
-            a.lse = arena.alloc<float>(N * cfg.n_head);
+            if (kind == AttnKind::Mlp) {
+                size_t m = cfg.mlp_width();
+                a.m_gate = arena.alloc<floatX>(N * m);
+                a.m_up = arena.alloc<floatX>(N * m);
+                a.m_sw = arena.alloc<floatX>(N * m);
+                ff = std::max(ff, m);  // the backward's SwiGLU scratch serves both
+            } else {
+                a.q_lin = arena.alloc<floatX>(N * qd);
+                a.k_lin = arena.alloc<floatX>(N * kvd);
+                a.v = arena.alloc<floatX>(N * kvd);
+                a.q = arena.alloc<floatX>(N * qd);
+                a.k = arena.alloc<floatX>(N * kvd);
+                a.q_rstd = arena.alloc<float>(N * cfg.n_head);
+                a.k_rstd = arena.alloc<float>(N * cfg.n_kv_head);
+                a.o = arena.alloc<floatX>(N * qd);
+                // row statistics: lse (standard), the Z planes (approximate), scores and lse (nonapprox)
+                size_t planes = kind == AttnKind::Approximate ? taylor_stat_planes(cfg.taylor())
+                                : kind == AttnKind::Nonapprox ? 2 : 1;
+                a.lse = arena.alloc<float>(planes * N * cfg.n_head);
+            }
+            if (kind == AttnKind::Nonapprox) {
+                if (cfg.qk_norm) { a.q_act = arena.alloc<floatX>(N * qd); }
+                mixer_scratch = std::max(mixer_scratch, nonapprox_backward_scratch_floats(B, T, cfg.n_head, (int)hd));
+            }
+            if (kind == AttnKind::Approximate) {
+                mixer_scratch = std::max(mixer_scratch, taylor_backward_scratch_floats(B, T, cfg.n_head, cfg.taylor()));
+            }
+            if (kind == AttnKind::StaticEmbQK) {
+                a.u0 = arena.alloc<floatX>(N * d);
+                a.u0_rstd = arena.alloc<float>(N);
+            }
             a.h = arena.alloc<floatX>(N * d);
             if (cfg.sandwich) {
                 a.h_post = arena.alloc<floatX>(N * d);
                 a.h_rstd = arena.alloc<float>(N);
             }
             if (cfg.has_ffn()) {
+                size_t ff = cfg.d_ff;
                 a.x_mid = arena.alloc<floatX>(N * d);
                 a.fu = arena.alloc<floatX>(N * d);
                 a.fu_rstd = arena.alloc<float>(N);
@@ -397,7 +529,12 @@ struct SAN : ModelParameters {
         d_v = arena.alloc<floatX>(N * kvd);
         d_qlin = arena.alloc<floatX>(N * qd);
         d_klin = arena.alloc<floatX>(N * kvd);
-        if (cfg.has_ffn()) {
+        if (cfg.has_kind(AttnKind::StaticEmbQK)) {
+            d_u0 = arena.alloc<floatX>(N * d);
+            dx0 = arena.alloc<floatX>(N * d);
+        }
+        if (mixer_scratch > 0) { variant_scratch = arena.alloc<float>(mixer_scratch); }
+        if (cfg.has_ffn() || cfg.has_kind(AttnKind::Mlp)) {
             d_sw = arena.alloc<floatX>(N * ff);
             d_gate = arena.alloc<floatX>(N * ff);
             d_up = arena.alloc<floatX>(N * ff);
@@ -477,37 +614,81 @@ struct SAN : ModelParameters {
             LayerActivations& a = acts[l];
             floatX* x_in = residual[l];
             floatX* x_attn_out = cfg.has_ffn() ? a.x_mid : residual[l + 1];
-            // keys and values: the activations, or with a cache its row `pos`
-            floatX* k = cache != nullptr ? cache->k[l] + (size_t)pos * kvd : a.k;
-            floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
-            const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
-            // attention block
-            norm_forward(a.u, a.u_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
-            gemm(a.q_lin, a.u, p.wq, N, qd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(a.k_lin, a.u, p.wk, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(v, a.u, p.wv, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            if (cfg.qk_norm) {
-                norm_forward(a.q, a.q_rstd, a.q_lin, p.q_norm, N * Hq, hd, off, kNormEps, stream);
-                norm_forward(k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
-                rope_forward(a.q, a.q, rope_rows, Bn, Tn, Hq, hd, stream);
-                rope_forward(k, k, rope_rows, Bn, Tn, Hkv, hd, stream);
+            const AttnKind kind = cfg.kind(l);
+            // --skip-nonstandard (evaluation): the variant's sub-layer, or its whole block, is left out
+            const bool skipped = skip != SkipNonstandard::None && kind != AttnKind::Standard;
+            if (skipped && skip == SkipNonstandard::Block) {
+                cudaCheck(cudaMemcpyAsync(residual[l + 1], x_in, (size_t)N * d * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                          stream));
+                continue;
+            }
+            if (skipped) {
+                cudaCheck(cudaMemcpyAsync(x_attn_out, x_in, (size_t)N * d * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                          stream));
             } else {
-                rope_forward(a.q, a.q_lin, rope_rows, Bn, Tn, Hq, hd, stream);
-                rope_forward(k, a.k_lin, rope_rows, Bn, Tn, Hkv, hd, stream);
+                // attention block (or the variant of this layer: doc/deconstructing.md)
+                norm_forward(a.u, a.u_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
+                if (kind == AttnKind::Mlp) {  // no token mixing: a SwiGLU of the position's own input
+                    const int m = cfg.mlp_width();
+                    gemm(a.m_gate, a.u, p.mlp_gate, N, m, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                    gemm(a.m_up, a.u, p.mlp_up, N, m, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                    swiglu_forward(a.m_sw, a.m_gate, a.m_up, (size_t)N * m, stream);
+                    gemm(a.h, a.m_sw, p.mlp_down, N, d, m, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                } else {
+                    // keys and values: the activations, or with a cache its row `pos`
+                    floatX* k = cache != nullptr ? cache->k[l] + (size_t)pos * kvd : a.k;
+                    floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
+                    const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
+                    // staticembqk: queries and keys from the embedding x0, through this layer's pre-norm
+                    const floatX* qk_in = a.u;
+                    if (kind == AttnKind::StaticEmbQK) {
+                        norm_forward(a.u0, a.u0_rstd, residual[0], p.attn_norm, N, d, off, kNormEps, stream);
+                        qk_in = a.u0;
+                    }
+                    gemm(a.q_lin, qk_in, p.wq, N, qd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                    gemm(a.k_lin, qk_in, p.wk, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                    gemm(v, a.u, p.wv, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                    if (kind == AttnKind::Nonapprox) {
+                        // q = SiLU(u W_q), then QK-norm; no RoPE: the score q[t].k[t] pairs a position
+                        // with itself, and rotating both by the same angle would change nothing
+                        silu_forward(cfg.qk_norm ? a.q_act : a.q, a.q_lin, (size_t)N * qd, stream);
+                        if (cfg.qk_norm) {
+                            norm_forward(a.q, a.q_rstd, a.q_act, p.q_norm, N * Hq, hd, off, kNormEps, stream);
+                            norm_forward(a.k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
+                        } else {
+                            cudaCheck(cudaMemcpyAsync(a.k, a.k_lin, (size_t)N * kvd * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                                      stream));
+                        }
+                        nonapprox_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
+                    } else {
+                        if (cfg.qk_norm) {
+                            norm_forward(a.q, a.q_rstd, a.q_lin, p.q_norm, N * Hq, hd, off, kNormEps, stream);
+                            norm_forward(k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
+                            rope_forward(a.q, a.q, rope_rows, Bn, Tn, Hq, hd, stream);
+                            rope_forward(k, k, rope_rows, Bn, Tn, Hkv, hd, stream);
+                        } else {
+                            rope_forward(a.q, a.q_lin, rope_rows, Bn, Tn, Hq, hd, stream);
+                            rope_forward(k, a.k_lin, rope_rows, Bn, Tn, Hkv, hd, stream);
+                        }
+                        if (cache != nullptr) {  // (sample() uses the cache for standard and staticembqk layers only)
+                            attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr, pos,
+                                             Hq, Hkv, hd, stream);
+                        } else if (kind == AttnKind::Approximate) {
+                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, cfg.taylor(),
+                                                     stream);
+                        } else {
+                            attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
+                        }
+                    }
+                    gemm(a.h, a.o, p.wo, N, d, qd, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                }
+                const floatX* branch = a.h;
+                if (cfg.sandwich) {
+                    norm_forward(a.h_post, a.h_rstd, a.h, p.attn_post_norm, N, d, off, kNormEps, stream);
+                    branch = a.h_post;
+                }
+                residual_forward(x_attn_out, x_in, branch, p.attn_gate, mode, (size_t)N * d, stream);
             }
-            if (cache != nullptr) {
-                attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr, pos, Hq, Hkv,
-                                 hd, stream);
-            } else {
-                attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
-            }
-            gemm(a.h, a.o, p.wo, N, d, qd, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            const floatX* branch = a.h;
-            if (cfg.sandwich) {
-                norm_forward(a.h_post, a.h_rstd, a.h, p.attn_post_norm, N, d, off, kNormEps, stream);
-                branch = a.h_post;
-            }
-            residual_forward(x_attn_out, x_in, branch, p.attn_gate, mode, (size_t)N * d, stream);
             // FFN block (control arm)
             if (cfg.has_ffn()) {
                 norm_forward(a.fu, a.fu_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
@@ -543,6 +724,7 @@ struct SAN : ModelParameters {
     // Accumulates d(loss * dloss_scale)/d params into grads (zero them with zero_grad()),
     // for the batch of the last forward() that was given a non-zero dloss_scale.
     void backward() {
+        if (skip != SkipNonstandard::None) { fatal("backward: --skip-nonstandard is for evaluation only"); }
         const int Bn = last_B, Tn = last_T, N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim();
         const int Hq = cfg.n_head, Hkv = cfg.n_kv_head, qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff;
         const int Vp = cfg.padded_vocab();
@@ -556,6 +738,7 @@ struct SAN : ModelParameters {
         gemm(dxf, dlogits, P.wte, N, d, Vp, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream));
         norm_backward(dx, G.final_norm, scratch, dxf, residual[cfg.n_layer], P.final_norm, xf_rstd, N, d, off, stream);
+        if (dx0 != nullptr) { cudaCheck(cudaMemsetAsync(dx0, 0, Nd * sizeof(floatX), stream)); }
 
         // Gradient of one residual branch: dx holds dL/d(x_out). Leaves dL/d(branch output
         // before the sandwich norm) in the returned buffer and clears dx for mode `none`.
@@ -587,28 +770,69 @@ struct SAN : ModelParameters {
             }
             floatX* dh = branch_backward(cfg.sandwich ? a.h_post : a.h, a.h, a.h_rstd, p.attn_post_norm,
                                          g.attn_post_norm, p.attn_gate, g.attn_gate);
+            const AttnKind kind = cfg.kind(l);
+            if (kind == AttnKind::Mlp) {
+                const int m = cfg.mlp_width();
+                gemm(g.mlp_down, dh, a.m_sw, d, m, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(d_sw, dh, p.mlp_down, N, m, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                swiglu_backward(d_gate, d_up, d_sw, a.m_gate, a.m_up, (size_t)N * m, stream);
+                gemm(g.mlp_gate, d_gate, a.u, m, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(g.mlp_up, d_up, a.u, m, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(d_u, d_gate, p.mlp_gate, N, d, m, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                gemm(d_u, d_up, p.mlp_up, N, d, m, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                norm_backward(dx, g.attn_norm, scratch, d_u, residual[l], p.attn_norm, a.u_rstd, N, d, off, stream);
+                continue;
+            }
             gemm(g.wo, dh, a.o, d, qd, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
             gemm(d_o, dh, p.wo, N, qd, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv, hd, stream);
-            rope_backward(d_q, d_q, rope, Bn, Tn, Hq, hd, stream);
-            rope_backward(d_k, d_k, rope, Bn, Tn, Hkv, hd, stream);
+            if (kind == AttnKind::Nonapprox) {  // (no RoPE)
+                nonapprox_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv,
+                                   hd, stream);
+            } else {
+                if (kind == AttnKind::Approximate) {
+                    taylor_attention_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn,
+                                              Tn, Hq, Hkv, hd, cfg.taylor(), stream);
+                } else {
+                    attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv, hd,
+                                       stream);
+                }
+                rope_backward(d_q, d_q, rope, Bn, Tn, Hq, hd, stream);
+                rope_backward(d_k, d_k, rope, Bn, Tn, Hkv, hd, stream);
+            }
             floatX* dq_lin = d_q;
             floatX* dk_lin = d_k;
             if (cfg.qk_norm) {
                 cudaCheck(cudaMemsetAsync(d_qlin, 0, (size_t)N * qd * sizeof(floatX), stream));
                 cudaCheck(cudaMemsetAsync(d_klin, 0, (size_t)N * kvd * sizeof(floatX), stream));
-                norm_backward(d_qlin, g.q_norm, scratch, d_q, a.q_lin, p.q_norm, a.q_rstd, N * Hq, hd, off, stream);
+                norm_backward(d_qlin, g.q_norm, scratch, d_q, kind == AttnKind::Nonapprox ? a.q_act : a.q_lin, p.q_norm,
+                              a.q_rstd, N * Hq, hd, off, stream);
                 norm_backward(d_klin, g.k_norm, scratch, d_k, a.k_lin, p.k_norm, a.k_rstd, N * Hkv, hd, off, stream);
                 dq_lin = d_qlin;
                 dk_lin = d_klin;
             }
-            gemm(g.wq, dq_lin, a.u, qd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(g.wk, dk_lin, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(g.wv, d_v, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, dq_lin, p.wq, N, d, qd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, dk_lin, p.wk, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_u, d_v, p.wv, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+            if (kind == AttnKind::Nonapprox) {  // through q = SiLU(q_lin), in place
+                silu_backward(dq_lin, dq_lin, a.q_lin, (size_t)N * qd, stream);
+            }
+            if (kind == AttnKind::StaticEmbQK) {  // q, k came from the embedding: their gradient goes to x0
+                gemm(g.wq, dq_lin, a.u0, qd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(g.wk, dk_lin, a.u0, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(d_u0, dq_lin, p.wq, N, d, qd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                gemm(d_u0, dk_lin, p.wk, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                norm_backward(dx0, g.attn_norm, scratch, d_u0, residual[0], p.attn_norm, a.u0_rstd, N, d, off, stream);
+                gemm(g.wv, d_v, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(d_u, d_v, p.wv, N, d, kvd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            } else {
+                gemm(g.wq, dq_lin, a.u, qd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(g.wk, dk_lin, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(g.wv, d_v, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(d_u, dq_lin, p.wq, N, d, qd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                gemm(d_u, dk_lin, p.wk, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+                gemm(d_u, d_v, p.wv, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+            }
             norm_backward(dx, g.attn_norm, scratch, d_u, residual[l], p.attn_norm, a.u_rstd, N, d, off, stream);
+        }
+        if (dx0 != nullptr) {  // the staticembqk layers' path to the embedding joins the stream's
+            residual_forward(dx, dx, dx0, nullptr, ResidualMode::Standard, Nd, stream);
         }
         embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
     }
@@ -617,7 +841,8 @@ struct SAN : ModelParameters {
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
     // tokens gives the effective rank of the residual stream after each layer
     // (llmc/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
-    // attention mask lets a query see. On the host, in double: a measurement, not a hot path.
+    // attention mask lets a query see (the input of exp, or of the Taylor polynomial; for
+    // nonapprox each position's own q[t].k[t]; mlp layers have none and log 0). On the host, in double: a measurement, not a hot path.
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
         const ResidualMode mode = cfg.residual_mode();
@@ -648,6 +873,12 @@ struct SAN : ModelParameters {
         for (int l = 0; l < cfg.n_layer; l++) {
             std::vector<float> h = to_floats(copy_from_device(residual[l + 1], (size_t)N * d));
             m.erank.push_back(effective_rank(h, N, d));
+            const AttnKind kind = cfg.kind(l);
+            if (kind == AttnKind::Mlp || (skip != SkipNonstandard::None && kind != AttnKind::Standard)) {
+                m.max_logit.push_back(0.0);  // no logits (mlp, or a skipped layer): logged as 0
+                m.max_logit.push_back(0.0);
+                continue;
+            }
             std::vector<float> q = to_floats(copy_from_device(acts[l].q, (size_t)N * Hq * hd));
             std::vector<float> k = to_floats(copy_from_device(acts[l].k, (size_t)N * Hkv * hd));
             double largest = 0.0;
@@ -656,7 +887,8 @@ struct SAN : ModelParameters {
                     int j = h / (Hq / Hkv);
                     for (int t = 0; t < Tn; t++) {
                         const float* qt = &q[(((size_t)b * Tn + t) * Hq + h) * hd];
-                        for (int tau = 0; tau <= t; tau++) {
+                        // nonapprox: each position's own score q[t].k[t] (the pre-softmax logit)
+                        for (int tau = kind == AttnKind::Nonapprox ? t : 0; tau <= t; tau++) {
                             if (cfg.doc_mask && doc[b * Tn + tau] != doc[b * Tn + t]) { continue; }
                             const float* kt = &k[(((size_t)b * Tn + tau) * Hkv + j) * hd];
                             double dot = 0.0;
@@ -688,6 +920,9 @@ struct SAN : ModelParameters {
     KVCache kv;
     std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
                             bool use_cache = true) {
+        // the cached step runs standard attention (llmc/kv_cache.cuh): approximate and nonapprox
+        // layers recompute the window instead
+        use_cache = use_cache && !cfg.has_kind(AttnKind::Approximate) && !cfg.has_kind(AttnKind::Nonapprox);
         return sample_tokens(*this, kv, T, cfg.padded_vocab(), cfg.vocab_size, cfg.bos_id,
                              cfg.n_layer, cfg.n_kv_head * cfg.head_dim(), logits, std::move(tokens), n, temperature,
                              rng, use_cache);
@@ -701,6 +936,7 @@ struct Options {
     std::string preset = "tiny";
     SANConfig model;
     int paper_setup = 0;
+    std::string skip_nonstandard = "none";  // not model config: an evaluation of a trained model
     TrainOptions train = [] {
         TrainOptions t;
         t.opt.optimizer = "muon";  // the paper's optimizer, and train_san.py's default
@@ -746,10 +982,31 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
         make_flag("--bos-id", &m.bos_id, "token that starts a document"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
+        make_flag("--attention", &m.attention, "attention kind of the non-standard layers: standard, mlp, approximate, nonapprox, staticembqk (doc/deconstructing.md)"),
+        make_flag("--layout", &m.layout, "layers that keep standard attention: uniform (none), hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, or a list like 1,24"),
+        make_flag("--taylor-norm", &m.taylor_norm, "approximate: joint (Based's feature map, default) | separate (the paper's separately normalised terms)"),
+        make_flag("--skip-nonstandard", &o.skip_nonstandard, "evaluation (--steps 0 --init-from CKPT): none | attention (leave out the non-standard attention sub-layers) | block (their whole blocks)"),
         make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
     };
     add_training_flags(flags, o.train);
     return flags;
+}
+
+// --skip-nonstandard: checked against what it needs (an evaluation of a model with variants)
+SkipNonstandard parse_skip_nonstandard(const std::string& value, const SANConfig& c, const TrainOptions& t) {
+    if (value == "none") { return SkipNonstandard::None; }
+    if (value != "attention" && value != "block") {
+        fatal("--skip-nonstandard must be none, attention or block, not '%s'", value.c_str());
+    }
+    if (t.steps != 0 || t.init_from.empty()) {
+        fatal("--skip-nonstandard evaluates a trained model: give --steps 0 --init-from CKPT");
+    }
+    bool any = false;
+    for (AttnKind k : c.kinds) { any = any || k != AttnKind::Standard; }
+    if (!any) { fatal("--skip-nonstandard %s: the model has standard attention in every layer", value.c_str()); }
+    printf("evaluation without the non-standard layers' %s (--skip-nonstandard)\n",
+           value == "block" ? "blocks" : "attention sub-layers");
+    return value == "block" ? SkipNonstandard::Block : SkipNonstandard::Attention;
 }
 
 // ========================================================================================
@@ -805,6 +1062,7 @@ int main(int argc, char** argv) {
     if (c.has_ffn()) { printf(" d_ff=%d", c.d_ff); }
     printf(" norm=%s qk_norm=%d residual=%s sandwich=%d rope_theta=%g doc_mask=%d z_loss=%g\n", c.norm.c_str(), c.qk_norm,
            c.residual.c_str(), c.sandwich, c.rope_theta, c.doc_mask, c.z_loss);
+    printf("%s\n", describe_attention(c).c_str());
     printf("vocab %d (padded %d), context %d\n", c.vocab_size, c.padded_vocab(), c.seq_len);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
            flops_per_token(c) / 1e6);
@@ -813,6 +1071,7 @@ int main(int argc, char** argv) {
     print_optimizer(t);
 
     SAN model(c, t.batch_size, t.seq_len);
+    model.skip = parse_skip_nonstandard(o.skip_nonstandard, c, t);
     if (checkpoint != nullptr) {
         model.load_parameters(*checkpoint, !t.resume_path.empty());
     } else {
