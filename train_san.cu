@@ -180,9 +180,45 @@ std::map<std::string, SANConfig> presets() {
     demo.n_embd = 128;
     demo.n_head = 4;
     demo.n_kv_head = 2;
+    // "Deconstructing Attention"'s Qwen2.5-style decoders (doc/deconstructing.md "Presets"): RMSNorm,
+    // SwiGLU, RoPE (theta 1e6), MHA, plain residuals, no QK-norm, no biases (Qwen2.5's q/k/v biases
+    // are left out), GPT-2's vocabulary (its end-of-text token starts documents), no z-loss; the
+    // smaller ones take d_ff from the 500M's ratio 4864/896 rounded to a multiple of 128.
+    SANConfig qwen = tiny;
+    qwen.vocab_size = 50257;
+    qwen.seq_len = 2048;
+    qwen.ffn = "swiglu";
+    qwen.norm = "rms";
+    qwen.qk_norm = 0;
+    qwen.residual = "standard";
+    qwen.rope_theta = 1e6;
+    qwen.bos_id = 50256;
+    qwen.z_loss = 0.0;
+    auto qwen_size = [](SANConfig c, int layers, int d, int heads, int kv_heads, int d_ff) {
+        c.n_layer = layers;
+        c.n_embd = d;
+        c.n_head = heads;
+        c.n_kv_head = kv_heads;
+        c.d_ff = d_ff;
+        return c;
+    };
+    SANConfig qwen3 = qwen_size(qwen, 28, 2048, 16, 8, 6144);  // Qwen3-1.7B's shape: GQA 16/8, hd 128, QK-norm
+    qwen3.qk_norm = 1;
+    SANConfig qwen_cpu = qwen_size(qwen, 4, 128, 4, 4, 640);  // the same shape, small enough for a CPU
+    qwen_cpu.vocab_size = 8192;
+    qwen_cpu.seq_len = 128;
+    qwen_cpu.bos_id = 2;
+    SANConfig qwen3_cpu = qwen_size(qwen_cpu, 4, 128, 4, 2, 384);  // ... of the QK-norm one (d_ff 3d)
+    qwen3_cpu.qk_norm = 1;
     return {{"tiny", tiny},
             {"tiny-ffn", tiny_ffn},
             {"demo", demo},
+            {"qwen-70m", qwen_size(qwen, 6, 512, 8, 8, 2816)},
+            {"qwen-160m", qwen_size(qwen, 12, 768, 12, 12, 4224)},
+            {"qwen-500m", qwen_size(qwen, 24, 896, 14, 14, 4864)},  // the paper's main size
+            {"qwen3-1.7b", qwen3},
+            {"qwen-cpu", qwen_cpu},
+            {"qwen3-cpu", qwen3_cpu},
             {"san20", arm(paper, 20, "none")},    // the paper's SAN
             {"ffn20", arm(paper, 20, "swiglu")},  // iso-depth partner
             {"ffn4", arm(paper, 4, "swiglu")},    // iso-param partner
@@ -965,7 +1001,7 @@ void apply_paper_setup(TrainOptions& t) {
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
     std::vector<Flag> flags = {
-        make_flag("--preset", &o.preset, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); the flags below override it"),
+        make_flag("--preset", &o.preset, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); Deconstructing Attention's qwen-70m, qwen-160m, qwen-500m, qwen3-1.7b and the CPU-sized qwen-cpu, qwen3-cpu; the flags below override it"),
         make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
         make_flag("--max-seq-len", &m.seq_len, "model context T (RoPE table size)"),
         make_flag("--n-layer", &m.n_layer, "layers L"),

@@ -158,3 +158,17 @@ def test_skip_needs_an_evaluation_of_a_variant(data, tmp_path):
     proc = run(["--steps", "0", "--init-from", str(tmp_path / "final.bin"), "--val-data", str(data / "toy_val_*.bin"),
                 "--skip-nonstandard", "attention"], check=False)
     assert proc.returncode != 0 and "standard attention in every layer" in proc.stderr
+
+
+@needs_bin
+@pytest.mark.parametrize("preset, shape", [
+    ("qwen-cpu", "L=4 d=128 heads 4/4 (head_dim 32) ffn=swiglu d_ff=640 norm=rms qk_norm=0 residual=standard"),
+    ("qwen3-cpu", "L=4 d=128 heads 4/2 (head_dim 32) ffn=swiglu d_ff=384 norm=rms qk_norm=1 residual=standard"),
+])
+def test_qwen_shaped_presets_train_with_a_variant(data, tmp_path, preset, shape):
+    args = common(data, tmp_path)
+    args[args.index("tiny")] = preset
+    out = run(args + ["--attention", "approximate", "--layout", "hybrid", "--steps", "2"]).stdout
+    assert shape in out and "(layers: approximate,standard,approximate,standard)" in out, out
+    loss = losses(out)
+    assert len(loss) == 2 and loss[1] < loss[0], out
