@@ -169,6 +169,21 @@ PRESETS = {
     # a small SAN that learns the offline data on a CPU in minutes (as train_san.cu's demo)
     "demo": dict(_TINY, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=2, ffn="none"),
 }
+# "Deconstructing Attention"'s Qwen2.5-style decoders (as train_san.cu; doc/deconstructing.md "Presets"):
+# RMSNorm, SwiGLU, RoPE theta 1e6, MHA, plain residuals, no QK-norm, no biases, GPT-2's vocabulary,
+# no z-loss; the smaller ones take d_ff from the 500M's 4864/896 rounded to a multiple of 128.
+_QWEN = dict(vocab_size=50257, seq_len=2048, ffn="swiglu", norm="rms", qk_norm=False, residual="standard",
+             sandwich=False, rope_theta=1e6, doc_mask=True, bos_id=50256, z_loss=0.0)
+PRESETS.update({
+    "qwen-70m": dict(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2816),
+    "qwen-160m": dict(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=4224),
+    "qwen-500m": dict(_QWEN, n_layer=24, n_embd=896, n_head=14, n_kv_head=14, d_ff=4864),
+    "qwen3-1.7b": dict(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, d_ff=6144, qk_norm=True),
+    "qwen-cpu": dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=4,
+                     d_ff=640),
+    "qwen3-cpu": dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=2,
+                      d_ff=384, qk_norm=True),
+})
 
 
 # -----------------------------------------------------------------------------------------
