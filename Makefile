@@ -42,7 +42,8 @@ else
 endif
 precision := $(shell echo $(PRECISION) | tr A-Z a-z)
 HOST_DIR := build/host-$(precision)
-GPU_DIR := build/gpu-$(precision)
+# (cuDNN builds get their own directory: make does not see a changed flag)
+GPU_DIR := build/gpu-$(precision)$(if $(filter 1,$(USE_CUDNN)),-cudnn)
 
 # ---- host backend build ------------------------------------------------------------------
 # -O3: the vectoriser makes the host-backend kernels' inner loops several times faster
@@ -83,12 +84,16 @@ else
     SKIPPED += "NVML: libnvidia-ml not found (GPU binaries log no clocks/temperatures)"
   endif
   ifeq ($(USE_CUDNN),1)
-    CUDNN_FRONTEND ?= $(firstword $(wildcard $(HOME)/cudnn-frontend/include /usr/local/include/cudnn_frontend.h $(CUDA_ROOT)/include/cudnn_frontend.h))
+    # the header-only cudnn-frontend: a copy carried to a GPU machine in build/cudnn-frontend,
+    # the venv's (scripts/setup.sh installs it), or a system-wide one
+    CUDNN_FRONTEND ?= $(patsubst %/,%,$(dir $(firstword $(wildcard build/cudnn-frontend/include/cudnn_frontend.h \
+      .venv/lib/python3*/site-packages/include/cudnn_frontend.h /usr/local/include/cudnn_frontend.h \
+      $(CUDA_ROOT)/include/cudnn_frontend.h))))
     ifeq ($(CUDNN_FRONTEND),)
-      SKIPPED += "cuDNN attention: USE_CUDNN=1 but cudnn_frontend.h not found (set CUDNN_FRONTEND=dir)"
+      SKIPPED += "cuDNN attention: USE_CUDNN=1 but cudnn_frontend.h not found (run scripts/setup.sh or set CUDNN_FRONTEND=dir)"
     else
-      NVCC_FLAGS += -DENABLE_CUDNN -I$(dir $(CUDNN_FRONTEND))
-      NVCC_LDFLAGS += -lcudnn
+      NVCC_FLAGS += -DENABLE_CUDNN -I$(CUDNN_FRONTEND)
+      NVCC_LDFLAGS += -lcudnn -lnvrtc  # nvrtc: the frontend's runtime-compiled engines
     endif
   endif
   ifneq ($(NO_MULTI_GPU),1)
@@ -189,14 +194,17 @@ demo: setup all
 	@bash scripts/demo.sh $(ARGS)
 
 # debug states of the PyTorch reference that test_san compares the trainer against
+# (the references are train_*.py over the attnref package, which reads shards and tokenizers
+# through dev/data)
+ATTNREF := $(wildcard attnref/*.py) dev/data/shards.py dev/data/tokenizer.py
 DEBUG_STATES := build/debug-states/.complete
-$(DEBUG_STATES): train_san.py dev/test/make_debug_states.py
+$(DEBUG_STATES): train_san.py $(ATTNREF) dev/test/make_debug_states.py
 	$(PYTHON) dev/test/make_debug_states.py $(dir $@)
 	@touch $@
 
 # and those of train_gpt2.py that test_gpt2 compares the GPT-2 trainer against
 DEBUG_STATES_GPT2 := build/debug-states-gpt2/.complete
-$(DEBUG_STATES_GPT2): train_gpt2.py train_san.py dev/test/make_gpt2_debug_states.py
+$(DEBUG_STATES_GPT2): train_gpt2.py $(ATTNREF) dev/test/make_gpt2_debug_states.py
 	$(PYTHON) dev/test/make_gpt2_debug_states.py $(dir $@)
 	@touch $@
 

@@ -37,19 +37,9 @@ implementation on rounding noise alone; the element-wise bound allows for that a
 
 #include <algorithm>
 
-#include "dev/test/compare.h"
 #include "dev/test/debug_state.h"
 #include "dev/test/testing.h"
 
-struct Tolerances {
-    Tolerance logits, loss, grads, traj_loss, traj_norm;
-    double grads_l2_matrix;  // relative L2 error per gradient tensor: matrices
-    double grads_l2_other;   // ... embedding, gains and gates
-    double final_l2_matrix;  // relative L2 error per matrix (tight enough to see weight decay)
-    double final_l2_other;   // ... per embedding/gain/gate tensor (small tensors of tiny values)
-    double final_lr_fraction;  // per element: |error| <= this * lr
-    double final_lr_fraction_muon = 0.0;  // ... for Muon's matrices (no per-element division by a running RMS)
-};
 #if defined(ENABLE_FP32)
 constexpr Tolerances kTol = {{2e-6, 1e-5}, {0, 2e-6}, {2e-5, 1e-4}, {0, 2e-5}, {0, 2e-4}, 1e-5, 1e-4, 5e-5, 5e-4, 0.5};
 #else
@@ -62,12 +52,12 @@ constexpr Tolerances kTol = {{3e-2, 3e-2}, {0, 5e-3}, {3e-1, 2e-1}, {0, 1e-2}, {
 // of wq, wk, wv, wo and the q/k-norm gains; every other kind has standard attention's tensors.
 static int64_t expected_parameter_count(const SANConfig& c) {
     int64_t d = c.n_embd, hd = c.n_embd / c.n_head, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
-    bool gated = c.residual == "gated" || c.residual == "rezero";
+    bool gated = c.residual == ResidualMode::Gated || c.residual == ResidualMode::Rezero;
     int64_t attention = d /*pre-norm*/ + qd * d /*wq*/ + 2 * kvd * d /*wk, wv*/ + qd * d /*wo*/ +
                         (c.qk_norm ? 2 * hd : 0) + (c.sandwich ? d : 0) + (gated ? 1 : 0);
     int64_t mlp_width = std::llround((2.0 * qd + 2.0 * kvd) / 3.0);
     int64_t mlp = d /*pre-norm*/ + 3 * d * mlp_width + (c.sandwich ? d : 0) + (gated ? 1 : 0);
-    int64_t ffn = c.ffn == "swiglu" ? d + 3 * d * c.d_ff + (c.sandwich ? d : 0) + (gated ? 1 : 0) : 0;
+    int64_t ffn = c.ffn == FfnKind::SwiGLU ? d + 3 * d * c.d_ff + (c.sandwich ? d : 0) + (gated ? 1 : 0) : 0;
     int64_t padded_vocab = (c.vocab_size + 127) / 128 * 128;
     int64_t total = padded_vocab * d + d /*final norm*/;
     for (int l = 0; l < c.n_layer; l++) { total += (c.kinds[l] == AttnKind::Mlp ? mlp : attention) + ffn; }
@@ -95,103 +85,27 @@ constexpr Tolerances kPairTol = {{0, 0}, {0, 0}, {0, 0}, {0, 5e-7}, {0, 1e-6}, 0
 constexpr Tolerances kPairTol = {{0, 0}, {0, 0}, {0, 0}, {0, 3e-3}, {0, 1e-2}, 0, 0, 0.05, 0.03, 0};
 #endif
 
-static OptimizerConfig optimizer_from(const TensorFileReader& r) {
-    OptimizerConfig o;
-    o.read(r);
-    return o;
-}
-
-
 static void check_state(const std::string& path) {
-    DebugCase<SAN> dc(path);
-    const SANConfig& c = dc.cfg;
-    const int N = dc.B * dc.T, Vp = c.padded_vocab();
-    std::vector<ParamSpec> spec = parameter_spec(c);
-
-    // 1. parameter counts
-    int64_t from_file = 0;
-    for (const ParamSpec& s : spec) { from_file += dc.r.tensor(s.name).numel(); }
-    CHECK_EQ(count_parameters(c).first, expected_parameter_count(c));
-    CHECK_EQ(from_file, expected_parameter_count(c));
-
-    // 2.-4. forward and backward
-    SAN model(c, dc.B, dc.T);
-    model.set_parameters(dc.init);
-    model.zero_grad();
-    LossStats stats = model.forward(dc.inputs.data(), dc.targets.data(), dc.B, dc.T, dc.loss_scale());
-    std::vector<int> ref_mask = dc.r.ints("batch.loss_mask");
-    int mask_mismatch = 0;
-    for (int i = 0; i < N; i++) { mask_mismatch += (model.host_targets_masked[i] >= 0) != (ref_mask[i] != 0); }
-    CHECK_EQ(mask_mismatch, 0);
-    model.backward();
-    std::vector<float> logits = copy_from_device(model.logits, (size_t)N * Vp);
-    compare("logits", logits.data(), dc.r.floats("logits", (int64_t)N * Vp).data(), logits.size(), kTol.logits);
-    float loss = (float)stats.loss(c.z_loss), ce = (float)(stats.ce_sum / stats.count),
-          lse_sq = (float)(stats.lse_sq_sum / stats.count);
-    compare("loss", &loss, dc.r.floats("loss", 1).data(), 1, kTol.loss);
-    compare("loss.ce", &ce, dc.r.floats("loss.ce", 1).data(), 1, kTol.loss);
-    compare("loss.lse_sq", &lse_sq, dc.r.floats("loss.lse_sq", 1).data(), 1, kTol.loss);
-    std::vector<float> grads = model.get_gradients();
-    size_t offset = 0;
-    for (const ParamSpec& s : spec) {
-        std::vector<float> ref = dc.r.floats("grad." + s.name, s.numel());
-        compare("grad." + s.name, grads.data() + offset, ref.data(), s.numel(), kTol.grads);
-        compare_l2("grad." + s.name, grads.data() + offset, ref.data(), s.numel(),
-                   s.matrix ? kTol.grads_l2_matrix : kTol.grads_l2_other);
-        offset += s.numel();
-    }
-
-    // 5. the trajectory
-    OptimizerConfig opt = optimizer_from(dc.r);
-    const Tolerances& tol = opt.is_muon() ? kTolMuon : kTol;
-    long steps = (long)dc.r.integer("debug.steps"), total = (long)dc.r.integer("debug.schedule_steps");
-    SAN trained(c, dc.B, dc.T);
-    trained.set_parameters(dc.init);
-    std::vector<float> traj_loss, traj_norm, traj_lr, traj_lr_other;
-    for (long k = 0; k < steps; k++) {
-        float norm = 0.0f;
-        traj_loss.push_back((float)dc.train_step(trained, opt, k, total, &norm));
-        traj_norm.push_back(norm);
-        double f = opt.schedule.multiplier(k, total);
-        traj_lr.push_back((float)(opt.lr * f));
-        traj_lr_other.push_back((float)(opt.lr_other * f));
-    }
-    compare("traj.loss", traj_loss.data(), dc.r.floats("traj.loss", steps).data(), steps, tol.traj_loss);
+    StateCheck how;
+    how.expected_parameters = expected_parameter_count(read_config(TensorFileReader(path, TENSOR_FILE_DEBUG_STATE)));
+    how.tolerances = [](const OptimizerConfig& opt) -> const Tolerances& { return opt.is_muon() ? kTolMuon : kTol; };
+    how.lse_sq = true;
     // In bf16 the gradient norm after a few steps is chaotic (measured: 19% off at step 8
     // of the sandwich config while the loss agrees to 1e-4, and fp32 matches to 1e-5), so
     // bf16 checks the norm of the first step only; fp32 checks every step.
-    long norm_steps = PRECISION_MODE == PrecisionMode::FP32 ? steps : 1;
-    compare("traj.grad_norm", traj_norm.data(), dc.r.floats("traj.grad_norm", steps).data(), norm_steps, tol.traj_norm);
-    compare("traj.lr_matrix", traj_lr.data(), dc.r.floats("traj.lr_matrix", steps).data(), steps, {0, 1e-6});
-    compare("traj.lr_other", traj_lr_other.data(), dc.r.floats("traj.lr_other", steps).data(), steps, {0, 1e-6});
-    std::vector<float> final_params = trained.get_parameters();
-    offset = 0;
-    for (const ParamSpec& s : spec) {
-        std::vector<float> ref = dc.r.floats("final." + s.name, s.numel());
-        double lr = s.matrix ? opt.lr : opt.lr_other;
-        compare_l2("final." + s.name, final_params.data() + offset, ref.data(), s.numel(),
-                   s.matrix ? tol.final_l2_matrix : tol.final_l2_other);
-        double fraction = opt.is_muon() && s.matrix ? tol.final_lr_fraction_muon : tol.final_lr_fraction;
-        // the paper order's update is not damped by (1 - mu): per unit of lr it moves the
-        // weights 1 / (1 - mu) times as far as the keller order (the states use lr 1e-3 for it)
-        double step_unit = lr;
-        if (opt.is_muon() && s.matrix && opt.muon_order == "paper") { step_unit /= 1.0 - opt.muon_momentum; }
-        compare("final." + s.name, final_params.data() + offset, ref.data(), s.numel(), {0.0, 0.0, fraction * step_unit});
-        offset += s.numel();
-    }
-
-    // 6. save -> load -> continue is bit-identical to continuing
-    check_resume(dc, opt, 4, steps, total, "build/test_san_resume_" + std::to_string(getpid()) + ".bin");
+    how.grad_norm_every_step = PRECISION_MODE == PrecisionMode::FP32;
+    how.resume_file = "build/test_san_resume_" + std::to_string(getpid()) + ".bin";
+    check_state<SAN>(path, how);
 }
 
 // The noise-floor pair: ZCN (gain g, effective 1 + g) and RMSNorm (gain 1 + g) from the
 // same matrices; gains sit in the other group (no decay), so both train identically up to
 // rounding. Init and batch from the zcn debug state `path`.
-static void check_zcn_rms_pair(const std::string& path, const std::string& optimizer) {
+static void check_zcn_rms_pair(const std::string& path, OptimizerKind optimizer) {
     DebugCase<SAN> dc(path);
-    CHECK(dc.cfg.norm == "zcn");
+    CHECK(dc.cfg.norm == NormKind::ZCN);
     SANConfig rms_cfg = dc.cfg;
-    rms_cfg.norm = "rms";
+    rms_cfg.norm = NormKind::RMS;
     std::vector<ParamSpec> spec = parameter_spec(dc.cfg), rms_spec = parameter_spec(rms_cfg);
     CHECK_EQ(spec.size(), rms_spec.size());
     auto is_gain = [](const ParamSpec& s) { return s.name.size() > 11 && s.name.compare(s.name.size() - 11, 11, "norm.weight") == 0; };
@@ -214,11 +128,13 @@ static void check_zcn_rms_pair(const std::string& path, const std::string& optim
     SAN zcn(dc.cfg, dc.B, dc.T), rms(rms_cfg, dc.B, dc.T);
     zcn.set_parameters(dc.init);
     rms.set_parameters(rms_init);
+    zcn.build_optimizer(opt);
+    rms.build_optimizer(opt);
     std::vector<float> loss_z, loss_r, norm_z, norm_r;
     for (long k = 0; k < steps; k++) {
         float nz = 0.0f, nr = 0.0f;
-        loss_z.push_back((float)dc.train_step(zcn, opt, k, steps, &nz));
-        loss_r.push_back((float)dc.train_step(rms, opt, k, steps, &nr));
+        loss_z.push_back((float)dc.train_step(zcn, k, steps, &nz));
+        loss_r.push_back((float)dc.train_step(rms, k, steps, &nr));
         norm_z.push_back(nz);
         norm_r.push_back(nr);
     }
@@ -277,7 +193,8 @@ static void check_grad_accumulation_fp32(const std::string& path) {
     CHECK_EQ(wrong, (size_t)0);
     OptimizerConfig opt;
     opt.lr = opt.lr_other = 0.0;
-    float norm = model.update(opt, 0.0, 0.0);
+    model.build_optimizer(opt);
+    float norm = model.update(0.0, 0.0);
     CHECK(std::fabs(norm - std::sqrt(norm_sq)) <= 1e-5 * std::sqrt(norm_sq));
 }
 
@@ -299,9 +216,9 @@ static void check_parameter_alignment(const std::string& path) {
     CHECK(shifted_before > 0);  // the config has scalar gates: the test is not vacuous
     model.set_parameters(dc.init);
     CHECK(model.get_parameters() == dc.init);
-    OptimizerConfig opt = optimizer_from(dc.r);
+    model.build_optimizer(dc.optimizer());
     float norm = 0.0f;
-    for (long k = 0; k < 2; k++) { dc.train_step(model, opt, k, 2, &norm); }
+    for (long k = 0; k < 2; k++) { dc.train_step(model, k, 2, &norm); }
     std::vector<float> all(model.device_elements);
     if (model.master != nullptr) {
         all = copy_from_device(model.master, model.device_elements);
@@ -354,8 +271,8 @@ int main(int argc, char** argv) {
     }
     if (std::find(files.begin(), files.end(), "san.bin") != files.end()) {
         std::string path = dir + "/san.bin";
-        testing::register_case("zcn_rms_pair_adamw", [path] { check_zcn_rms_pair(path, "adamw"); });
-        testing::register_case("zcn_rms_pair_muon", [path] { check_zcn_rms_pair(path, "muon"); });
+        testing::register_case("zcn_rms_pair_adamw", [path] { check_zcn_rms_pair(path, OptimizerKind::AdamW); });
+        testing::register_case("zcn_rms_pair_muon", [path] { check_zcn_rms_pair(path, OptimizerKind::Muon); });
         testing::register_case("grad_accumulation_fp32", [path] { check_grad_accumulation_fp32(path); });
         testing::register_case("parameter_alignment", [path] { check_parameter_alignment(path); });
     }

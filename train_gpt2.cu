@@ -38,14 +38,8 @@ PyTorch reference train_gpt2.py.
 #include "llmc/gelu.cuh"
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
-#include "llmc/optimizer.h"
-#include "llmc/parameters.h"
-#include "llmc/training.h"
-#include "llmc/cli.h"
-#include "llmc/tensor_file.h"
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
-#include "llmc/sampling.h"
+#include "llmc/parameters.h"  // ModelParameters: parameters, gradients, optimizer
+#include "llmc/trainer.h"     // trainer_main: main's sequence, run_training; model.h: counts, sample
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kInitStd = 0.02f;
@@ -63,6 +57,8 @@ struct GPT2Config {
 
     int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
     int head_dim() const { return n_embd / n_head; }
+    int kv_width() const { return n_embd; }
+    int64_t embedding_numel() const { return ((int64_t)padded_vocab() + seq_len) * n_embd; }  // wte and wpe
 
     void resolve_and_check() const {
         auto require = [](bool ok, const char* what) {
@@ -207,18 +203,6 @@ struct ModelTensors {
     }
 };
 
-// (total, non-embedding) parameter counts; total includes the padded wte rows, non-embedding
-// excludes wte and wpe
-std::pair<int64_t, int64_t> count_parameters(const GPT2Config& c) {
-    int64_t total = (int64_t)total_numel(parameter_spec(c));
-    return {total, total - ((int64_t)c.padded_vocab() + c.seq_len) * c.n_embd};
-}
-// Training FLOPs per token (PaLM convention, as train_gpt2.py and train_san.cu)
-double flops_per_token(const GPT2Config& c) {
-    double nonemb = (double)count_parameters(c).second;
-    return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * c.n_layer * (double)c.seq_len * c.n_embd;
-}
-
 // ========================================================================================
 // activations: everything the backward pass needs, for B x T positions
 
@@ -309,11 +293,8 @@ struct GPT2 : ModelParameters {
     }
 
     // ---- loss bookkeeping (llmc/training.h): every target >= 0 counts ---------------------
-    int64_t count_loss_targets(const int* targets, int n) const {
-        int64_t count = 0;
-        for (int i = 0; i < n; i++) { count += targets[i] >= 0; }
-        return count;
-    }
+    bool counts_in_loss(int target) const { return target >= 0; }
+    int doc_start_token() const { return -1; }  // GPT-2 attends across documents, as llm.c does
     double loss_value(const LossStats& s) const { return s.loss(0.0); }
     double z_loss_coefficient() const { return 0.0; }
     const std::vector<int>& loss_targets() const { return host_targets; }
@@ -436,24 +417,7 @@ struct GPT2 : ModelParameters {
         position_backward(G.wpe, dx, Bn, Tn, d, stream);
     }
 
-    // ---- checkpoint ---------------------------------------------------------------------
-    // Config, optimizer state and parameters in the container of doc/formats.md (readable
-    // by train_gpt2.py); `extra` adds keys such as the resume position.
-    void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
-                         const std::vector<std::pair<std::string, std::string>>& extra) const {
-        ModelParameters::save_checkpoint(path, opt, extra, [this](TensorFileWriter& w) { write_config(w, cfg); });
-    }
-
-    // ---- sampling -----------------------------------------------------------------------
-    // Continues `tokens` by n tokens (llmc/sampling.h; temperature 0: greedy); the context is
-    // the last T tokens. With use_cache, one cached forward step per position while the
-    // sequence fits in T (llmc/kv_cache.cuh sample_tokens), else the window is recomputed.
-    KVCache kv;
-    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
-                            bool use_cache = true) {
-        return sample_tokens(*this, kv, T, cfg.padded_vocab(), cfg.vocab_size, cfg.bos_id, cfg.n_layer, cfg.n_embd,
-                             logits, std::move(tokens), n, temperature, rng, use_cache);
-    }
+    KVCache kv;  // sampling's keys and values (llmc/model.h sample)
 };
 
 // ========================================================================================
@@ -530,7 +494,7 @@ LlmcModel load_llmc(const std::string& path, int bos_id) {
     int64_t lnf_at = field_at;
     // canonical order
     const int64_t Vp = c.padded_vocab();
-    m.values.assign((size_t)count_parameters(c).first, 0.0f);
+    m.values.assign((size_t)count_parameters(c).total, 0.0f);
     float* out = m.values.data();
     std::copy(raw.begin() + wte_at, raw.begin() + wte_at + (int64_t)c.vocab_size * d, out);  // rows >= V stay 0
     out += Vp * d;
@@ -548,13 +512,14 @@ LlmcModel load_llmc(const std::string& path, int bos_id) {
 }
 
 // ========================================================================================
-// command line
+// command line and main (the sequence: llmc/trainer.h)
 
 struct Options {
     std::string preset = "tiny";
     GPT2Config model;
     TrainOptions train;
     std::string init_from_llmc;
+    std::shared_ptr<LlmcModel> llmc;  // the --init-from-llmc file's parameters, until the model takes them
 };
 
 std::vector<Flag> make_flags(Options& o) {
@@ -566,82 +531,49 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--n-layer", &m.n_layer, "layers L"),
         make_flag("--n-embd", &m.n_embd, "width d"),
         make_flag("--n-head", &m.n_head, "attention heads"),
-        make_flag("--bos-id", &m.bos_id, "token that starts a sample"),
+        make_flag("--bos-id", &m.bos_id, "token that starts a sample (default: the tokenizer's)"),
         make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"),
     };
     add_training_flags(flags, o.train, /*with_muon=*/false);
     return flags;
 }
 
-// ========================================================================================
-// main loop
+// What llmc/trainer.h asks of this trainer.
+struct GPT2Trainer {
+    using Config = GPT2Config;
+    using Model = GPT2;
+    using Options = ::Options;
+    static constexpr const char* name = "train_gpt2";
+    static std::map<std::string, GPT2Config> presets() { return ::presets(); }
+    static std::vector<Flag> flags(Options& o) { return make_flags(o); }
+    static GPT2Config read_config(const TensorFileReader& r) { return ::read_config(r); }
+    static void set_defaults(Options&, int, char**) {}
+    // --init-from-llmc: the config and parameters of an llm.c model file
+    static bool start_elsewhere(Options& o, bool bos_given) {
+        if (o.init_from_llmc.empty()) { return false; }
+        if (!start_checkpoint(o.train).empty()) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
+        o.llmc = std::make_shared<LlmcModel>(load_llmc(o.init_from_llmc, bos_given ? o.model.bos_id : -1));
+        o.model = o.llmc->cfg;
+        o.train.model_loaded = true;  // --steps 0 evaluates it
+        return true;
+    }
+    static DefaultRates default_rates(const GPT2Config&) { return DefaultRates{}; }
+    static void print_model(const Options& o) {
+        const GPT2Config& c = o.model;
+        printf("model: GPT-2 L=%d d=%d heads %d (head_dim %d), vocab %d (padded %d), context %d, bos %d\n", c.n_layer,
+               c.n_embd, c.n_head, c.head_dim(), c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
+    }
+    static void init_parameters(GPT2& model, Options& o) {
+        if (o.llmc == nullptr) {
+            model.init_parameters(o.train.seed);
+            return;
+        }
+        model.set_parameters(o.llmc->values);
+        printf("initialised from llm.c model file %s\n", o.init_from_llmc.c_str());
+        o.llmc.reset();
+    }
+};
 
 #ifndef TESTING
-
-int main(int argc, char** argv) {
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
-    Options o = parse_with_preset<Options>(argc, argv, presets(), make_flags, "train_gpt2");
-    TrainOptions& t = o.train;
-    std::unique_ptr<TensorFileReader> checkpoint;
-    std::unique_ptr<LlmcModel> llmc;
-    std::string start = start_checkpoint(t);
-    if (!start.empty() && !o.init_from_llmc.empty()) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
-    Tokenizer tokenizer;
-    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
-    const bool bos_given = t.given.count("--bos-id") != 0;
-    if (!start.empty()) {
-        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
-        GPT2Config from_file = read_config(*checkpoint);
-        Options from_flags = o;
-        if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
-        if (tokenizer.loaded() && !bos_given) { from_flags.model.bos_id = from_file.bos_id; }
-        check_model_flags(from_flags, from_file, make_flags, start);
-        if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
-            fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
-                  tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
-        }
-        o.model = from_file;
-    }
-    if (!o.init_from_llmc.empty()) {
-        llmc = std::make_unique<LlmcModel>(load_llmc(o.init_from_llmc, bos_given ? o.model.bos_id : -1));
-        o.model = llmc->cfg;
-        t.model_loaded = true;  // --steps 0 evaluates it
-    }
-    if (tokenizer.loaded() && checkpoint == nullptr && llmc == nullptr) {
-        o.model.vocab_size = tokenizer.vocab_size;
-        if (tokenizer.bos_id >= 0 && !bos_given) { o.model.bos_id = tokenizer.bos_id; }
-    }
-    o.model.resolve_and_check();
-    const GPT2Config& c = o.model;
-    if (t.opt.is_muon()) { fatal("--optimizer: muon is not available for GPT-2 here (adamw); its fused qkv matrix would be orthogonalised as one"); }
-    check_training_options(t, c.seq_len, DefaultRates{}, t.resume_path.empty() ? nullptr : checkpoint.get());
-    if (!t.init_from.empty()) {
-        printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
-               "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
-    }
-
-    // config, sizes, FLOPs
-    auto counts = count_parameters(c);
-    printf("train_gpt2 (%s, %s)\n", HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
-    printf("model: GPT-2 L=%d d=%d heads %d (head_dim %d), vocab %d (padded %d), context %d, bos %d\n", c.n_layer, c.n_embd,
-           c.n_head, c.head_dim(), c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
-    printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
-           flops_per_token(c) / 1e6);
-    printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
-    print_optimizer(t);
-
-    GPT2 model(c, t.batch_size, t.seq_len);
-    if (checkpoint != nullptr) {
-        model.load_parameters(*checkpoint, !t.resume_path.empty());
-    } else if (llmc != nullptr) {
-        model.set_parameters(llmc->values);
-        printf("initialised from llm.c model file %s\n", o.init_from_llmc.c_str());
-        llmc.reset();
-    } else {
-        model.init_parameters(t.seed);
-    }
-    // GPT-2 attends across documents, as llm.c does: no document ids
-    run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size, -1, c.bos_id, flops_per_token(c));
-    return 0;
-}
+int main(int argc, char** argv) { return trainer_main<GPT2Trainer>(argc, argv); }
 #endif

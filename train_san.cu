@@ -39,20 +39,21 @@ against the PyTorch reference train_san.py.
 #include "llmc/swiglu.cuh"
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
-#include "llmc/optimizer.h"
-#include "llmc/parameters.h"
-#include "llmc/sampling.h"
-#include "llmc/training.h"
-#include "llmc/cli.h"
-#include "llmc/tensor_file.h"
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
+#include "llmc/spectrum.h"    // effective_rank (the per-layer measurements)
+#include "llmc/parameters.h"  // ModelParameters: parameters, gradients, optimizer
+#include "llmc/trainer.h"     // trainer_main: main's sequence, run_training; model.h: counts, sample
 
 constexpr float kNormEps = 1e-6f;
 constexpr float kInitStd = 0.02f;
 
 // ========================================================================================
 // config
+
+enum class FfnKind { None, SwiGLU };
+inline const Choices<FfnKind> kFfnKinds{{"none", "swiglu"}};
+enum class NormKind { ZCN, RMS };
+inline const Choices<NormKind> kNormKinds{{"zcn", "rms"}};
+inline const Choices<TaylorNorm> kTaylorNorms{{"joint", "separate"}};  // (llmc/attention_variants.cuh)
 
 struct SANConfig {
     int vocab_size = 250;
@@ -61,30 +62,31 @@ struct SANConfig {
     int n_embd = 64;
     int n_head = 4;
     int n_kv_head = 2;
-    std::string ffn = "none";  // none | swiglu
-    int d_ff = 0;              // 0: 4 * n_embd
-    std::string norm = "zcn";  // zcn | rms
+    FfnKind ffn = FfnKind::None;
+    int d_ff = 0;  // 0: 4 * n_embd
+    NormKind norm = NormKind::ZCN;
     int qk_norm = 1;
-    std::string residual = "gated";  // gated | standard | rezero | none
+    ResidualMode residual = ResidualMode::Gated;
     int sandwich = 0;
     double rope_theta = 10000.0;
     int doc_mask = 1;
     int bos_id = 2;
     double z_loss = 1e-4;
     // the attention variants of "Deconstructing Attention" (doc/deconstructing.md)
-    std::string attention = "standard";  // the kind of every layer the layout does not keep standard
-    std::string layout = "uniform";      // which layers keep standard attention (llmc/attention_kinds.h)
-    std::string taylor_norm = "joint";   // approximate: joint (Based's feature map) | separate (the paper's terms)
-    std::vector<AttnKind> kinds;         // resolved by resolve_and_check: one per layer
+    AttnKind attention = AttnKind::Standard;  // the kind of every layer the layout does not keep standard
+    std::string layout = "uniform";           // which layers keep standard attention (llmc/attention_kinds.h)
+    TaylorNorm taylor_norm = TaylorNorm::Joint;  // approximate: Based's joint feature map, or the paper's terms
+    std::vector<AttnKind> kinds;              // resolved by resolve_and_check: one per layer
 
     int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
     int head_dim() const { return n_embd / n_head; }
-    bool has_ffn() const { return ffn == "swiglu"; }
+    int kv_width() const { return n_kv_head * head_dim(); }
+    int64_t embedding_numel() const { return (int64_t)padded_vocab() * n_embd; }
+    bool has_ffn() const { return ffn == FfnKind::SwiGLU; }
     // ZCN gains are stored as an offset from 1, RMSNorm gains as the gain itself
-    float gain_offset() const { return norm == "zcn" ? 1.0f : 0.0f; }
+    float gain_offset() const { return norm == NormKind::ZCN ? 1.0f : 0.0f; }
     AttnKind kind(int layer) const { return kinds[layer]; }
     bool has_kind(AttnKind k) const { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); }
-    TaylorNorm taylor() const { return taylor_norm == "separate" ? TaylorNorm::Separate : TaylorNorm::Joint; }
     // The weights of W_q, W_k, W_v, W_o (d x (2 Hq hd + 2 Hkv hd)), which an mlp layer's SwiGLU
     // (3 d m weights) replaces: m = round((2 Hq hd + 2 Hkv hd) / 3), nearest integer (4d/3 for MHA).
     int64_t attention_matrix_weights() const {
@@ -97,13 +99,8 @@ struct SANConfig {
     // "standard,mlp,..." one kind per layer (written to files, checked on load)
     std::string layer_kinds_text() const {
         std::string out;
-        for (AttnKind k : kinds) { out += (out.empty() ? "" : ",") + std::string(attn_kind_name(k)); }
+        for (AttnKind k : kinds) { out += (out.empty() ? "" : ",") + std::string(kAttnKinds.name(k)); }
         return out;
-    }
-    ResidualMode residual_mode() const {
-        ResidualMode mode;
-        if (!parse_residual_mode(residual, &mode)) { fatal("--residual: unknown mode '%s'", residual.c_str()); }
-        return mode;
     }
 
     void resolve_and_check() {
@@ -115,43 +112,34 @@ struct SANConfig {
         require(n_head > 0 && n_embd % n_head == 0, "--n-embd must be a multiple of --n-head");
         require(head_dim() % 2 == 0 && head_dim() <= 128, "head_dim = n_embd / n_head must be even and at most 128");
         require(n_kv_head > 0 && n_head % n_kv_head == 0, "--n-head must be a multiple of --n-kv-head");
-        require(ffn == "none" || ffn == "swiglu", "--ffn must be none or swiglu");
-        require(norm == "zcn" || norm == "rms", "--norm must be zcn or rms");
         require(qk_norm == 0 || qk_norm == 1, "--qk-norm must be 0 or 1");
         require(sandwich == 0 || sandwich == 1, "--sandwich must be 0 or 1");
         require(doc_mask == 0 || doc_mask == 1, "--doc-mask must be 0 or 1");
         require(d_ff > 0, "--d-ff must be positive");
         require(rope_theta > 0.0, "--rope-theta must be positive");
         require(z_loss >= 0.0, "--z-loss must be >= 0");
-        residual_mode();
+        require(bos_id >= 0 && bos_id < vocab_size, "--bos-id must be a token id below the vocabulary size");
         resolve_attention_kinds();
     }
 
     // --attention and --layout -> one kind per layer (llmc/attention_kinds.h)
     void resolve_attention_kinds() {
-        AttnKind variant;
-        if (!parse_attn_kind(attention, &variant)) {
-            fatal("--attention: unknown kind '%s' (choices: %s)", attention.c_str(), attn_kind_choices().c_str());
-        }
-        if (variant == AttnKind::RndEmbQK || variant == AttnKind::FixedSeqQK) {
+        if (attention == AttnKind::RndEmbQK || attention == AttnKind::FixedSeqQK) {
             fatal("--attention %s: this kind is not built yet (built: standard, mlp, approximate, nonapprox, "
-                  "staticembqk)", attention.c_str());
-        }
-        if (taylor_norm != "joint" && taylor_norm != "separate") {
-            fatal("--taylor-norm must be joint or separate, not '%s'", taylor_norm.c_str());
+                  "staticembqk)", kAttnKinds.name(attention));
         }
         std::vector<int> standard;
         std::string error;
         if (!standard_layers_of_layout(layout, n_layer, &standard, &error)) { fatal("--layout: %s", error.c_str()); }
-        if (variant == AttnKind::Standard && layout != "uniform") {
+        if (attention == AttnKind::Standard && layout != "uniform") {
             fatal("--layout %s chooses the layers of a variant, but --attention is standard: give --attention KIND "
-                  "(%s)", layout.c_str(), attn_kind_choices().c_str());
+                  "(%s)", layout.c_str(), kAttnKinds.list(", ").c_str());
         }
-        if (variant != AttnKind::Standard && (int)standard.size() == n_layer) {
+        if (attention != AttnKind::Standard && (int)standard.size() == n_layer) {
             fatal("--layout %s keeps standard attention in all %d layers: --attention %s would be used nowhere",
-                  layout.c_str(), n_layer, attention.c_str());
+                  layout.c_str(), n_layer, kAttnKinds.name(attention));
         }
-        kinds.assign(n_layer, variant);
+        kinds.assign(n_layer, attention);
         for (int l : standard) { kinds[l - 1] = AttnKind::Standard; }
     }
 };
@@ -159,7 +147,7 @@ struct SANConfig {
 std::map<std::string, SANConfig> presets() {
     SANConfig tiny;  // the defaults above: the PyTorch reference's "tiny"
     SANConfig tiny_ffn = tiny;
-    tiny_ffn.ffn = "swiglu";
+    tiny_ffn.ffn = FfnKind::SwiGLU;
     tiny_ffn.d_ff = 128;
     SANConfig paper;  // d512, 8 query / 4 kv heads, vocab 16384, T 2048
     paper.vocab_size = 16384;
@@ -167,7 +155,7 @@ std::map<std::string, SANConfig> presets() {
     paper.n_embd = 512;
     paper.n_head = 8;
     paper.n_kv_head = 4;
-    auto arm = [](SANConfig c, int layers, const char* ffn) {
+    auto arm = [](SANConfig c, int layers, FfnKind ffn) {
         c.n_layer = layers;
         c.ffn = ffn;
         return c;
@@ -187,10 +175,10 @@ std::map<std::string, SANConfig> presets() {
     SANConfig qwen = tiny;
     qwen.vocab_size = 50257;
     qwen.seq_len = 2048;
-    qwen.ffn = "swiglu";
-    qwen.norm = "rms";
+    qwen.ffn = FfnKind::SwiGLU;
+    qwen.norm = NormKind::RMS;
     qwen.qk_norm = 0;
-    qwen.residual = "standard";
+    qwen.residual = ResidualMode::Standard;
     qwen.rope_theta = 1e6;
     qwen.bos_id = 50256;
     qwen.z_loss = 0.0;
@@ -219,10 +207,10 @@ std::map<std::string, SANConfig> presets() {
             {"qwen3-1.7b", qwen3},
             {"qwen-cpu", qwen_cpu},
             {"qwen3-cpu", qwen3_cpu},
-            {"san20", arm(paper, 20, "none")},    // the paper's SAN
-            {"ffn20", arm(paper, 20, "swiglu")},  // iso-depth partner
-            {"ffn4", arm(paper, 4, "swiglu")},    // iso-param partner
-            {"ffn9", arm(paper, 9, "swiglu")}};   // iso-FLOP partner
+            {"san20", arm(paper, 20, FfnKind::None)},    // the paper's SAN
+            {"ffn20", arm(paper, 20, FfnKind::SwiGLU)},  // iso-depth partner
+            {"ffn4", arm(paper, 4, FfnKind::SwiGLU)},    // iso-param partner
+            {"ffn9", arm(paper, 9, FfnKind::SwiGLU)}};   // iso-FLOP partner
 }
 
 void write_config(TensorFileWriter& w, const SANConfig& c) {
@@ -233,19 +221,19 @@ void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("n_embd", c.n_embd);
     w.set("n_head", c.n_head);
     w.set("n_kv_head", c.n_kv_head);
-    w.set("ffn", c.ffn);
+    w.set("ffn", std::string(kFfnKinds.name(c.ffn)));
     w.set("d_ff", c.d_ff);
-    w.set("norm", c.norm);
+    w.set("norm", std::string(kNormKinds.name(c.norm)));
     w.set("qk_norm", c.qk_norm);
-    w.set("residual", c.residual);
+    w.set("residual", std::string(kResidualModes.name(c.residual)));
     w.set("sandwich", c.sandwich);
     w.set("rope_theta", c.rope_theta);
     w.set("doc_mask", c.doc_mask);
     w.set("bos_id", c.bos_id);
     w.set("z_loss", c.z_loss);
-    w.set("attention", c.attention);
+    w.set("attention", std::string(kAttnKinds.name(c.attention)));
     w.set("layout", c.layout);
-    w.set("taylor_norm", c.taylor_norm);
+    w.set("taylor_norm", std::string(kTaylorNorms.name(c.taylor_norm)));
     w.set("layer_attention", c.layer_kinds_text());
     w.set("padded_vocab_size", c.padded_vocab());
     w.set("head_dim", c.head_dim());
@@ -264,25 +252,25 @@ SANConfig read_config(const TensorFileReader& r) {
     c.n_embd = (int)r.integer("n_embd");
     c.n_head = (int)r.integer("n_head");
     c.n_kv_head = (int)r.integer("n_kv_head");
-    c.ffn = r.str("ffn");
+    read_choice(r, "ffn", kFfnKinds, &c.ffn);
     c.d_ff = (int)r.integer("d_ff");
-    c.norm = r.str("norm");
+    read_choice(r, "norm", kNormKinds, &c.norm);
     c.qk_norm = (int)r.integer("qk_norm");
-    c.residual = r.str("residual");
+    read_choice(r, "residual", kResidualModes, &c.residual);
     c.sandwich = (int)r.integer("sandwich");
     c.rope_theta = r.real("rope_theta");
     c.doc_mask = (int)r.integer("doc_mask");
     c.bos_id = (int)r.integer("bos_id");
     c.z_loss = r.real("z_loss");
     if (r.has_key("attention")) {  // files from before the variants: standard attention everywhere
-        c.attention = r.str("attention");
+        read_choice(r, "attention", kAttnKinds, &c.attention);
         c.layout = r.str("layout");
-        c.taylor_norm = r.str("taylor_norm");
+        read_choice(r, "taylor_norm", kTaylorNorms, &c.taylor_norm);
     }
     c.resolve_and_check();
     if (r.has_key("layer_attention") && r.str("layer_attention") != c.layer_kinds_text()) {
         r.fail("layer_attention=%s does not follow from attention=%s layout=%s (%s)", r.str("layer_attention").c_str(),
-               c.attention.c_str(), c.layout.c_str(), c.layer_kinds_text().c_str());
+               kAttnKinds.name(c.attention), c.layout.c_str(), c.layer_kinds_text().c_str());
     }
     if (r.integer("padded_vocab_size") != c.padded_vocab() || r.integer("head_dim") != c.head_dim()) {
         r.fail("padded_vocab_size/head_dim do not follow from the config");
@@ -295,9 +283,9 @@ SANConfig read_config(const TensorFileReader& r) {
 
 std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
     int64_t d = c.n_embd, hd = c.head_dim(), qd = (int64_t)c.n_head * hd, kvd = (int64_t)c.n_kv_head * hd;
-    float gain = c.norm == "zcn" ? 0.0f : 1.0f;
+    float gain = c.norm == NormKind::ZCN ? 0.0f : 1.0f;
     float out_std = kInitStd / std::sqrt(2.0f * c.n_layer);
-    bool gated = residual_has_gate(c.residual_mode());
+    bool gated = residual_has_gate(c.residual);
     std::vector<ParamSpec> spec;
     spec.push_back({"wte", {c.padded_vocab(), d}, false, kInitStd, 0.0f, c.vocab_size});
     for (int l = 0; l < c.n_layer; l++) {
@@ -378,18 +366,12 @@ private:
     }
 };
 
-// (total, non-embedding) parameter counts; total includes the padded embedding rows
-std::pair<int64_t, int64_t> count_parameters(const SANConfig& c) {
-    int64_t total = 0;
-    for (const ParamSpec& s : parameter_spec(c)) { total += s.numel(); }
-    return {total, total - (int64_t)c.padded_vocab() * c.n_embd};
-}
-// Training FLOPs per token (PaLM convention, as train_san.py): 6 * (non-embedding params +
-// LM head V*d) + 12 * T * d for the scores and values of every layer that mixes over T x T
-// pairs (standard, approximate, staticembqk; not mlp, which mixes nothing, nor nonapprox,
-// whose scores are one per position).
+// Training FLOPs per token: llmc/model.h's convention (as train_san.py), with the 12 * T * d of
+// scores and values counted only for the layers that mix over T x T pairs (standard,
+// approximate, staticembqk; not mlp, which mixes nothing, nor nonapprox, whose scores are one
+// per position). Found instead of model.h's template by argument-dependent lookup.
 double flops_per_token(const SANConfig& c) {
-    double nonemb = (double)count_parameters(c).second;
+    double nonemb = (double)count_parameters(c).non_embedding;
     int pairwise = 0;
     for (AttnKind k : c.kinds) { pairwise += k != AttnKind::Mlp && k != AttnKind::Nonapprox; }
     return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * pairwise * (double)c.seq_len * c.n_embd;
@@ -397,8 +379,9 @@ double flops_per_token(const SANConfig& c) {
 
 // One line on the attention of each layer, and for mlp layers the weight counts they match.
 std::string describe_attention(const SANConfig& c) {
-    std::string out = "attention: " + c.attention + ", layout " + c.layout + " (layers: " + c.layer_kinds_text() + ")";
-    if (c.has_kind(AttnKind::Approximate)) { out += "; taylor_norm " + c.taylor_norm; }
+    std::string out = std::string("attention: ") + kAttnKinds.name(c.attention) + ", layout " + c.layout +
+                      " (layers: " + c.layer_kinds_text() + ")";
+    if (c.has_kind(AttnKind::Approximate)) { out += std::string("; taylor_norm ") + kTaylorNorms.name(c.taylor_norm); }
     if (c.has_kind(AttnKind::Mlp)) {
         char buf[256];
         snprintf(buf, sizeof(buf), "; mlp width %d: SwiGLU 3 d m = %lld weights per layer for W_q,W_k,W_v,W_o's %lld",
@@ -510,7 +493,7 @@ struct SAN : ModelParameters {
                 a.k_rstd = arena.alloc<float>(N * cfg.n_kv_head);
                 a.o = arena.alloc<floatX>(N * qd);
                 // row statistics: lse (standard), the Z planes (approximate), scores and lse (nonapprox)
-                size_t planes = kind == AttnKind::Approximate ? taylor_stat_planes(cfg.taylor())
+                size_t planes = kind == AttnKind::Approximate ? taylor_stat_planes(cfg.taylor_norm)
                                 : kind == AttnKind::Nonapprox ? 2 : 1;
                 a.lse = arena.alloc<float>(planes * N * cfg.n_head);
             }
@@ -519,7 +502,7 @@ struct SAN : ModelParameters {
                 mixer_scratch = std::max(mixer_scratch, nonapprox_backward_scratch_floats(B, T, cfg.n_head, (int)hd));
             }
             if (kind == AttnKind::Approximate) {
-                mixer_scratch = std::max(mixer_scratch, taylor_backward_scratch_floats(B, T, cfg.n_head, cfg.taylor()));
+                mixer_scratch = std::max(mixer_scratch, taylor_backward_scratch_floats(B, T, cfg.n_head, cfg.taylor_norm));
             }
             if (kind == AttnKind::StaticEmbQK) {
                 a.u0 = arena.alloc<floatX>(N * d);
@@ -584,12 +567,8 @@ struct SAN : ModelParameters {
     // ---- loss bookkeeping (llmc/training.h) ----------------------------------------------
     // A target counts if it is >= 0 and, with the document mask, not the BOS of the next
     // document (doc/san-model.md, "Document mask and loss mask").
-    bool counts(int target) const { return target >= 0 && !(cfg.doc_mask && target == cfg.bos_id); }
-    int64_t count_loss_targets(const int* targets, int n) const {
-        int64_t count = 0;
-        for (int i = 0; i < n; i++) { count += counts(targets[i]); }
-        return count;
-    }
+    bool counts_in_loss(int target) const { return target >= 0 && !(cfg.doc_mask && target == cfg.bos_id); }
+    int doc_start_token() const { return cfg.doc_mask ? cfg.bos_id : -1; }
     double loss_value(const LossStats& s) const { return s.loss(cfg.z_loss); }
     double z_loss_coefficient() const { return cfg.z_loss; }
     const std::vector<int>& loss_targets() const { return host_targets_masked; }
@@ -614,7 +593,7 @@ struct SAN : ModelParameters {
         const int N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
         const int qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff, V = cfg.vocab_size, Vp = cfg.padded_vocab();
         const float off = cfg.gain_offset();
-        const ResidualMode mode = cfg.residual_mode();
+        const ResidualMode mode = cfg.residual;
 
         // inputs, masked targets and document ids (the rules of doc/san-model.md)
         std::vector<int> doc_ids(N), masked(N);
@@ -627,7 +606,7 @@ struct SAN : ModelParameters {
                 if (targets[i] >= V) { fatal("target token %d at (%d, %d) is outside the vocabulary of %d", targets[i], b, t, V); }
                 doc += inputs[i] == cfg.bos_id;
                 doc_ids[i] = doc;
-                masked[i] = counts(targets[i]) ? targets[i] : -1;
+                masked[i] = counts_in_loss(targets[i]) ? targets[i] : -1;
                 count += masked[i] >= 0;
             }
         }
@@ -710,7 +689,7 @@ struct SAN : ModelParameters {
                             attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr, pos,
                                              Hq, Hkv, hd, stream);
                         } else if (kind == AttnKind::Approximate) {
-                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, cfg.taylor(),
+                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, cfg.taylor_norm,
                                                      stream);
                         } else {
                             attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
@@ -765,7 +744,7 @@ struct SAN : ModelParameters {
         const int Hq = cfg.n_head, Hkv = cfg.n_kv_head, qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff;
         const int Vp = cfg.padded_vocab();
         const float off = cfg.gain_offset();
-        const ResidualMode mode = cfg.residual_mode();
+        const ResidualMode mode = cfg.residual;
         const int* doc = cfg.doc_mask ? d_doc_ids : nullptr;
         const size_t Nd = (size_t)N * d;
 
@@ -827,7 +806,7 @@ struct SAN : ModelParameters {
             } else {
                 if (kind == AttnKind::Approximate) {
                     taylor_attention_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn,
-                                              Tn, Hq, Hkv, hd, cfg.taylor(), stream);
+                                              Tn, Hq, Hkv, hd, cfg.taylor_norm, stream);
                 } else {
                     attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv, hd,
                                        stream);
@@ -881,7 +860,7 @@ struct SAN : ModelParameters {
     // nonapprox each position's own q[t].k[t]; mlp layers have none and log 0). On the host, in double: a measurement, not a hot path.
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
-        const ResidualMode mode = cfg.residual_mode();
+        const ResidualMode mode = cfg.residual;
         auto gate_value = [&](const floatX* gate) {
             size_t offset = (size_t)(gate - params);
             float g = 0.0f;
@@ -939,34 +918,22 @@ struct SAN : ModelParameters {
         return m;
     }
 
-    // ---- checkpoint ---------------------------------------------------------------------
-    // Config, optimizer state and parameters in the container of doc/formats.md (readable
-    // by train_san.py); `extra` adds keys such as the resume position.
-    void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
-                         const std::vector<std::pair<std::string, std::string>>& extra) const {
-        ModelParameters::save_checkpoint(path, opt, extra, [this](TensorFileWriter& w) { write_config(w, cfg); });
-    }
-
-    // ---- sampling -----------------------------------------------------------------------
-    // Continues `tokens` by n tokens, sampling from softmax(logits / temperature) over the
-    // real vocabulary (llmc/sampling.h; temperature 0: greedy); the context is the last T
-    // tokens. With use_cache, each position is one cached forward step (llmc/kv_cache.cuh)
-    // while the sequence fits in T; after that (the window slides, every position moves)
-    // and without the cache, the whole window is recomputed for each token.
-    KVCache kv;
-    std::vector<int> sample(std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
-                            bool use_cache = true) {
-        // the cached step runs standard attention (llmc/kv_cache.cuh): approximate and nonapprox
-        // layers recompute the window instead
-        use_cache = use_cache && !cfg.has_kind(AttnKind::Approximate) && !cfg.has_kind(AttnKind::Nonapprox);
-        return sample_tokens(*this, kv, T, cfg.padded_vocab(), cfg.vocab_size, cfg.bos_id,
-                             cfg.n_layer, cfg.n_kv_head * cfg.head_dim(), logits, std::move(tokens), n, temperature,
-                             rng, use_cache);
-    }
+    KVCache kv;  // sampling's keys and values (llmc/model.h sample)
 };
 
+// Sampling (llmc/model.h), found instead of model.h's template by argument-dependent lookup:
+// the cached step runs standard attention (llmc/kv_cache.cuh), so a model with approximate or
+// nonapprox layers recomputes the window for every token instead.
+std::vector<int> sample(SAN& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
+                        bool use_cache = true) {
+    const SANConfig& c = model.cfg;
+    use_cache = use_cache && !c.has_kind(AttnKind::Approximate) && !c.has_kind(AttnKind::Nonapprox);
+    return sample_tokens(model, model.kv, model.T, c.padded_vocab(), c.vocab_size, c.bos_id, c.n_layer, c.kv_width(),
+                         model.logits, std::move(tokens), n, temperature, rng, use_cache);
+}
+
 // ========================================================================================
-// command line
+// command line and main (the sequence: llmc/trainer.h)
 
 struct Options {
     std::string preset = "tiny";
@@ -975,7 +942,7 @@ struct Options {
     std::string skip_nonstandard = "none";  // not model config: an evaluation of a trained model
     TrainOptions train = [] {
         TrainOptions t;
-        t.opt.optimizer = "muon";  // the paper's optimizer, and train_san.py's default
+        t.opt.optimizer = OptimizerKind::Muon;  // the paper's optimizer, and train_san.py's default
         return t;
     }();
 };
@@ -987,16 +954,19 @@ struct Options {
 void apply_paper_setup(TrainOptions& t) {
     t.global_batch = 512;
     t.lr_scale_gpus = 8;
-    t.opt.optimizer = "muon";
-    t.opt.muon_order = "paper";
+    t.opt.optimizer = OptimizerKind::Muon;
+    t.opt.muon_order = MuonOrder::Paper;
     t.opt.ns_fp32 = 1;
     t.grad_fp32 = 1;
-    t.opt.schedule.kind = "wsd";
+    t.opt.schedule.kind = ScheduleKind::WSD;
     t.opt.schedule.warmup_frac = 0.05;
     t.opt.schedule.decay_frac = 0.15;
     t.opt.schedule.final_frac = 0.05;
     t.milestones = 1;
 }
+// the settings --paper-setup sets count as given (a resume compares them)
+constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
+                                            "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"};
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
@@ -1008,19 +978,19 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--n-embd", &m.n_embd, "width d"),
         make_flag("--n-head", &m.n_head, "query heads"),
         make_flag("--n-kv-head", &m.n_kv_head, "kv heads (GQA; = n-head is MHA)"),
-        make_flag("--ffn", &m.ffn, "none (SAN) | swiglu (FFN control arm)"),
+        make_flag("--ffn", &m.ffn, kFfnKinds, "none: SAN; swiglu: FFN control arm"),
         make_flag("--d-ff", &m.d_ff, "SwiGLU width (0: 4 d)"),
-        make_flag("--norm", &m.norm, "zcn | rms"),
+        make_flag("--norm", &m.norm, kNormKinds, ""),
         make_flag("--qk-norm", &m.qk_norm, "per-head QK-norm 0|1"),
-        make_flag("--residual", &m.residual, "gated | standard | rezero | none"),
+        make_flag("--residual", &m.residual, kResidualModes, ""),
         make_flag("--sandwich", &m.sandwich, "sandwich norm on sub-layer outputs 0|1"),
         make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
-        make_flag("--bos-id", &m.bos_id, "token that starts a document"),
+        make_flag("--bos-id", &m.bos_id, "token that starts a document (default: the tokenizer's)"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
-        make_flag("--attention", &m.attention, "attention kind of the non-standard layers: standard, mlp, approximate, nonapprox, staticembqk (doc/deconstructing.md)"),
+        make_flag("--attention", &m.attention, kAttnKinds, "kind of the layers the layout does not keep standard (doc/deconstructing.md; rndembqk, fixedseqqk: not built yet)"),
         make_flag("--layout", &m.layout, "layers that keep standard attention: uniform (none), hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, or a list like 1,24"),
-        make_flag("--taylor-norm", &m.taylor_norm, "approximate: joint (Based's feature map, default) | separate (the paper's separately normalised terms)"),
+        make_flag("--taylor-norm", &m.taylor_norm, kTaylorNorms, "approximate: Based's joint feature map, or the paper's separately normalised terms"),
         make_flag("--skip-nonstandard", &o.skip_nonstandard, "evaluation (--steps 0 --init-from CKPT): none | attention (leave out the non-standard attention sub-layers) | block (their whole blocks)"),
         make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
     };
@@ -1045,76 +1015,43 @@ SkipNonstandard parse_skip_nonstandard(const std::string& value, const SANConfig
     return value == "block" ? SkipNonstandard::Block : SkipNonstandard::Attention;
 }
 
-// ========================================================================================
-// main loop
-
-#ifndef TESTING
-
-int main(int argc, char** argv) {
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
-    Options o = parse_with_preset<Options>(argc, argv, presets(), make_flags, "train_san", [&](Options& opts) {
+// What llmc/trainer.h asks of this trainer.
+struct SANTrainer {
+    using Config = SANConfig;
+    using Model = SAN;
+    using Options = ::Options;
+    static constexpr const char* name = "train_san";
+    static std::map<std::string, SANConfig> presets() { return ::presets(); }
+    static std::vector<Flag> flags(Options& o) { return make_flags(o); }
+    static SANConfig read_config(const TensorFileReader& r) { return ::read_config(r); }
+    static void set_defaults(Options& o, int argc, char** argv) {
         std::string paper = find_flag_value(argc, argv, "--paper-setup");
         if (!paper.empty() && paper != "0" && paper != "1") { fatal("option --paper-setup: must be 0 or 1, not '%s'", paper.c_str()); }
-        if (paper == "1") { apply_paper_setup(opts.train); }
-    });
-    TrainOptions& t = o.train;
-    if (o.paper_setup) {  // the settings the switch sets count as given (a resume compares them)
-        for (const char* f : {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
-                              "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"}) {
-            t.given.insert(f);
+        if (paper == "1") {
+            apply_paper_setup(o.train);
+            o.train.given.insert(std::begin(kPaperSetupFlags), std::end(kPaperSetupFlags));
         }
     }
-    std::unique_ptr<TensorFileReader> checkpoint;
-    std::string start = start_checkpoint(t);
-    Tokenizer tokenizer;
-    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
-    if (!start.empty()) {
-        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
-        SANConfig from_file = read_config(*checkpoint);
-        Options from_flags = o;
-        if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
-        from_flags.model.resolve_and_check();
-        check_model_flags(from_flags, from_file, make_flags, start);
-        if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
-            fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
-                  tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
-        }
-        o.model = from_file;
-    } else if (tokenizer.loaded()) {
-        o.model.vocab_size = tokenizer.vocab_size;
+    static bool start_elsewhere(Options&, bool) { return false; }
+    static DefaultRates default_rates(const SANConfig& c) { return ::default_rates(c); }
+    static void print_model(const Options& o) {
+        const SANConfig& c = o.model;
+        printf("model: L=%d d=%d heads %d/%d (head_dim %d) ffn=%s", c.n_layer, c.n_embd, c.n_head, c.n_kv_head,
+               c.head_dim(), kFfnKinds.name(c.ffn));
+        if (c.has_ffn()) { printf(" d_ff=%d", c.d_ff); }
+        printf(" norm=%s qk_norm=%d residual=%s sandwich=%d rope_theta=%g doc_mask=%d z_loss=%g\n", kNormKinds.name(c.norm),
+               c.qk_norm, kResidualModes.name(c.residual), c.sandwich, c.rope_theta, c.doc_mask, c.z_loss);
+        printf("%s\n", describe_attention(c).c_str());
+        printf("vocab %d (padded %d), context %d, bos %d\n", c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
+        if (o.paper_setup) { printf("recipe: the SAN paper's setup (--paper-setup 1), with the flags given on top\n"); }
     }
-    o.model.resolve_and_check();
-    const SANConfig& c = o.model;
-    check_training_options(t, c.seq_len, default_rates(c), t.resume_path.empty() ? nullptr : checkpoint.get());
-    if (!t.init_from.empty()) {
-        printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
-               "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
+    static void init_parameters(SAN& model, const Options& o) { model.init_parameters(o.train.seed); }
+    // settings of this run that are not model config (llmc/trainer.h calls it once the model is built)
+    static void configure_model(SAN& model, const Options& o) {
+        model.skip = parse_skip_nonstandard(o.skip_nonstandard, o.model, o.train);
     }
+};
 
-    // config, sizes, FLOPs
-    auto counts = count_parameters(c);
-    printf("train_san (%s, %s)\n", HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
-    printf("model: L=%d d=%d heads %d/%d (head_dim %d) ffn=%s", c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim(), c.ffn.c_str());
-    if (c.has_ffn()) { printf(" d_ff=%d", c.d_ff); }
-    printf(" norm=%s qk_norm=%d residual=%s sandwich=%d rope_theta=%g doc_mask=%d z_loss=%g\n", c.norm.c_str(), c.qk_norm,
-           c.residual.c_str(), c.sandwich, c.rope_theta, c.doc_mask, c.z_loss);
-    printf("%s\n", describe_attention(c).c_str());
-    printf("vocab %d (padded %d), context %d\n", c.vocab_size, c.padded_vocab(), c.seq_len);
-    printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.first, counts.second,
-           flops_per_token(c) / 1e6);
-    if (o.paper_setup) { printf("recipe: the SAN paper's setup (--paper-setup 1), with the flags given on top\n"); }
-    printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
-    print_optimizer(t);
-
-    SAN model(c, t.batch_size, t.seq_len);
-    model.skip = parse_skip_nonstandard(o.skip_nonstandard, c, t);
-    if (checkpoint != nullptr) {
-        model.load_parameters(*checkpoint, !t.resume_path.empty());
-    } else {
-        model.init_parameters(t.seed);
-    }
-    run_training(model, t, tokenizer, t.resume_path.empty() ? nullptr : checkpoint.get(), c.vocab_size,
-                 c.doc_mask ? c.bos_id : -1, c.bos_id, flops_per_token(c));
-    return 0;
-}
+#ifndef TESTING
+int main(int argc, char** argv) { return trainer_main<SANTrainer>(argc, argv); }
 #endif

@@ -55,6 +55,7 @@ are compiled with O3 there (below), ~15 GFLOP/s on 2 cores at hd = 64, a third o
 #include <type_traits>
 
 #include "align.h"
+#include "attention_cudnn.cuh"
 #include "attention_tc.cuh"
 #include "cuda_common.h"
 
@@ -411,9 +412,23 @@ inline void attention_backward_scalar(floatX* dq, floatX* dk, floatX* dv, float*
 }
 
 // ----------------------------------------------------------------------------------------
-// which kernel runs: the tensor-core kernels (llmc/attention_tc.cuh) in bf16 builds when hd is
+// which kernel runs: cuDNN's fused attention when the build has it (USE_CUDNN=1), the trainer
+// asked for it (--cudnn 1: attention_prefer_cudnn() = true) and the call is one cuDNN takes
+// (bf16, no document mask); else the tensor-core kernels (llmc/attention_tc.cuh) in bf16 builds when hd is
 // a multiple of 16 and every pointer is 16-byte aligned (their 16-byte copies); otherwise the
 // scalar kernels above (always in fp32 builds: they are the exact reference).
+
+constexpr bool kAttentionHasCudnn =
+#if defined(ENABLE_CUDNN) && defined(__CUDACC__)
+    PRECISION_MODE == PrecisionMode::BF16;
+#else
+    false;
+#endif
+
+inline bool& attention_prefer_cudnn() {
+    static bool prefer = false;
+    return prefer;
+}
 
 inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void*> pointers) {
     return PRECISION_MODE == PrecisionMode::BF16 && flash_supports(hd) && aligned16(pointers);
@@ -453,6 +468,12 @@ bool attention_backward_try_tc(T* dq, T* dk, T* dv, float* scratch, const T* dou
 inline void attention_forward(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
                               const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
     attention_check_shapes("attention_forward", B, T, Hq, Hkv, hd);
+#if defined(ENABLE_CUDNN) && defined(__CUDACC__)
+    if (attention_prefer_cudnn() && attention_cudnn_supports(doc_ids, hd)) {
+        attention_forward_cudnn(out, lse, q, k, v, B, T, Hq, Hkv, hd, stream);
+        return;
+    }
+#endif
     if (attention_forward_try_tc(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream)) { return; }
     attention_forward_scalar(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream);
 }
@@ -463,6 +484,12 @@ inline void attention_backward(floatX* dq, floatX* dk, floatX* dv, float* scratc
                                const floatX* out, const floatX* q, const floatX* k, const floatX* v, const float* lse,
                                const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
     attention_check_shapes("attention_backward", B, T, Hq, Hkv, hd);
+#if defined(ENABLE_CUDNN) && defined(__CUDACC__)
+    if (attention_prefer_cudnn() && attention_cudnn_supports(doc_ids, hd)) {
+        attention_backward_cudnn(dq, dk, dv, dout, out, q, k, v, lse, B, T, Hq, Hkv, hd, stream);
+        return;
+    }
+#endif
     if (attention_backward_try_tc(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, stream)) {
         return;
     }

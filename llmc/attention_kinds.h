@@ -22,40 +22,11 @@ bottom-simple 13-24, quarter 4, 8, ..., 24).
 #include <string>
 #include <vector>
 
-enum class AttnKind { Standard, Mlp, Approximate, Nonapprox, RndEmbQK, FixedSeqQK, StaticEmbQK };
+#include "choices.h"
 
-struct AttnKindName {
-    AttnKind kind;
-    const char* name;
-};
-inline const std::vector<AttnKindName>& attn_kind_names() {
-    static const std::vector<AttnKindName> names = {
-        {AttnKind::Standard, "standard"},       {AttnKind::Mlp, "mlp"},
-        {AttnKind::Approximate, "approximate"}, {AttnKind::Nonapprox, "nonapprox"},
-        {AttnKind::RndEmbQK, "rndembqk"},       {AttnKind::FixedSeqQK, "fixedseqqk"},
-        {AttnKind::StaticEmbQK, "staticembqk"}};
-    return names;
-}
-inline const char* attn_kind_name(AttnKind kind) {
-    for (const AttnKindName& n : attn_kind_names()) {
-        if (n.kind == kind) { return n.name; }
-    }
-    return "?";
-}
-inline bool parse_attn_kind(const std::string& name, AttnKind* kind) {
-    for (const AttnKindName& n : attn_kind_names()) {
-        if (name == n.name) {
-            *kind = n.kind;
-            return true;
-        }
-    }
-    return false;
-}
-inline std::string attn_kind_choices() {
-    std::string out;
-    for (const AttnKindName& n : attn_kind_names()) { out += (out.empty() ? "" : ", ") + std::string(n.name); }
-    return out;
-}
+enum class AttnKind { Standard, Mlp, Approximate, Nonapprox, RndEmbQK, FixedSeqQK, StaticEmbQK };
+inline const Choices<AttnKind> kAttnKinds{
+    {"standard", "mlp", "approximate", "nonapprox", "rndembqk", "fixedseqqk", "staticembqk"}};
 
 inline const char* attn_layout_choices() {
     return "uniform, hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, "

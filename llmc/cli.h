@@ -22,6 +22,7 @@ Host-only C++17.
 #include <type_traits>
 #include <vector>
 
+#include "choices.h"
 #include "utils.h"
 
 struct Flag {
@@ -59,6 +60,21 @@ Flag make_flag(const std::string& name, T* target, const std::string& help) {
             *target = (T)strtoll(text, &end, 10);
         }
         return end != text && *end == '\0';
+    };
+    return f;
+}
+
+// A flag for a setting with fixed values: parses a name into the enum (a name it does not
+// know fails, listing the names); -h shows the name and appends the names to the help.
+template <typename E>
+Flag make_flag(const std::string& name, E* target, const Choices<E>& choices, const std::string& help) {
+    Flag f;
+    f.name = name;
+    f.help = choices.list() + (help.empty() ? "" : " (" + help + ")");
+    f.show = [target, &choices]() { return std::string(choices.name(*target)); };
+    f.parse = [name, target, &choices](const char* text) {
+        if (!choices.parse(text, target)) { fatal("option %s: '%s' is not one of %s", name.c_str(), text, choices.list(", ").c_str()); }
+        return true;
     };
     return f;
 }
@@ -157,7 +173,8 @@ Options parse_with_preset(int argc, char** argv, const Presets& presets, MakeFla
     std::string note = "The defaults column shows the model values of preset '" + o.preset + "'" +
                        (preset.empty() ? " (the default preset; --preset NAME -h shows another's)" : "") +
                        ".\n--tokenizer FILE sets the vocabulary size (--vocab-size) to the tokenizer's.\n";
-    o.train.given = parse_flags(argc, argv, make_flags(o), program, note);
+    std::set<std::string> given = parse_flags(argc, argv, make_flags(o), program, note);
+    o.train.given.insert(given.begin(), given.end());  // (set_defaults may have added some)
     return o;
 }
 template <typename Options, typename Presets, typename MakeFlags>

@@ -73,6 +73,12 @@ constexpr const char* EXERCISE_NONE = "none";
 constexpr int DATA_HEADER_INTS = 256;
 constexpr long DATA_HEADER_BYTES = DATA_HEADER_INTS * 4;
 enum Region : uint8_t { REGION_OTHER = 0, REGION_QUERY = 1, REGION_TRACE = 2, REGION_ANSWER = 3 };
+// the regions by name, as validation prints and logs them
+constexpr int kRegions = 4;
+inline const char* region_name(int region) {
+    static const char* names[kRegions] = {"other", "query", "trace", "answer"};
+    return names[region];
+}
 
 // "dir/x_train_000001.bin" -> "dir/x_train_000001.regions"
 inline std::string regions_path_for(const std::string& shard) {

@@ -37,6 +37,7 @@ min(rows, cols) square, as in the reference, and no transposing pass is needed.
 #include "cuda_common.h"
 #include "gemm.cuh"
 #include "reduce.cuh"
+#include "choices.h"
 #include "utils.h"
 
 struct NSCoefficients {
@@ -48,12 +49,7 @@ constexpr int kMuonNormBlocks = 8;  // blocks per matrix in the Frobenius-norm p
 
 enum class MuonOrder { Keller, Paper };
 
-inline MuonOrder parse_muon_order(const std::string& s) {
-    if (s == "keller") { return MuonOrder::Keller; }
-    if (s == "paper") { return MuonOrder::Paper; }
-    fatal("--muon-order: unknown order '%s' (keller, paper)", s.c_str());
-    return MuonOrder::Keller;
-}
+inline const Choices<MuonOrder> kMuonOrders{{"keller", "paper"}};
 
 struct MuonConfig {
     MuonOrder order = MuonOrder::Keller;

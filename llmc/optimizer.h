@@ -10,12 +10,15 @@ factor min(1, clip / (norm + 1e-6)), then
   optimizer "adamw": AdamW per tensor with the group's rate and decay;
   optimizer "muon":  Muon (llmc/muon.cuh, order keller or paper) on the matrix group with
                      the matrix rate and decay, AdamW without decay on the other group.
+The optimizer is built with its OptimizerConfig (ModelParameters::build_optimizer) and
+keeps it: an update takes only the step's rates, a checkpoint writes the config it holds.
 The state is saved and loaded by name (doc/formats.md, "Model checkpoints"): fp32
 opt.m.<param> and opt.v.<param> for every AdamW tensor, fp32 opt.mom.<param> for every
 Muon matrix. All state buffers share the parameters' layout (offsets).
 */
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -25,45 +28,10 @@ Muon matrix. All state buffers share the parameters' layout (offsets).
 #include "adamw.cuh"
 #include "cuda_common.h"
 #include "muon.cuh"
+#include "param_spec.h"
 #include "reduce.cuh"
 #include "schedule.h"
 #include "tensor_file.h"
-
-struct ParamSpec {
-    std::string name;
-    std::vector<int64_t> shape;
-    bool matrix;      // matrix group: weight decay (and the matrix optimizer)
-    float init_std;   // > 0: N(0, init_std); 0: constant init_value
-    float init_value;
-    int64_t init_rows = -1;  // rows drawn from N(0, init_std) (-1: all; padded vocabulary rows stay init_value)
-    size_t offset = 0;       // element offset in the device buffers (layout_parameters)
-    int64_t numel() const {
-        int64_t n = 1;
-        for (int64_t s : shape) { n *= s; }
-        return n;
-    }
-};
-
-// Values in canonical order (host vectors, files): the tensors back to back.
-inline size_t total_numel(const std::vector<ParamSpec>& spec) {
-    size_t n = 0;
-    for (const ParamSpec& s : spec) { n += s.numel(); }
-    return n;
-}
-
-// The device layout of parameters, gradients, master weights and optimizer state: every
-// tensor starts on a multiple of kParamAlignElements elements (128 bytes in bf16, 256 in
-// fp32), so that cuBLAS and vectorised kernels see aligned operands even after the scalar
-// gates; the gaps hold zeros. Sets each spec's offset; returns the buffer size in elements.
-constexpr size_t kParamAlignElements = 64;
-inline size_t layout_parameters(std::vector<ParamSpec>& spec) {
-    size_t offset = 0;
-    for (ParamSpec& s : spec) {
-        s.offset = offset;
-        offset += CEIL_DIV((size_t)s.numel(), kParamAlignElements) * kParamAlignElements;
-    }
-    return offset;
-}
 
 // A model's default peak rates (per device, before --lr-scale-gpus): the SAN paper's locked
 // rates are 0.02 (Muon) / 6e-4 (AdamW) for the SAN and 0.04 / 2.4e-3 for the FFN arm, with
@@ -72,20 +40,22 @@ struct DefaultRates {
     double muon = 0.02, adamw = 6e-4, muon_other = 3e-4;
 };
 
+enum class OptimizerKind { AdamW, Muon };
+inline const Choices<OptimizerKind> kOptimizerKinds{{"adamw", "muon"}};
+
 struct OptimizerConfig {
-    std::string optimizer = "adamw";    // adamw | muon
+    OptimizerKind optimizer = OptimizerKind::AdamW;
     double lr = 6e-4, lr_other = -1.0;  // lr_other < 0: same as lr (resolve_rates: the optimizer's defaults)
     double weight_decay = 0.01, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
-    std::string muon_order = "keller";  // keller | paper
+    MuonOrder muon_order = MuonOrder::Keller;
     double muon_momentum = 0.95;
     int ns_steps = 5;
     int ns_fp32 = 0;  // 1: Newton-Schulz in fp32 also in bf16 builds
     Schedule schedule;
 
-    bool is_muon() const { return optimizer == "muon"; }
+    bool is_muon() const { return optimizer == OptimizerKind::Muon; }
+    const char* name() const { return kOptimizerKinds.name(optimizer); }
     void check() const {
-        if (optimizer != "adamw" && optimizer != "muon") { fatal("--optimizer: unknown optimizer '%s' (adamw, muon)", optimizer.c_str()); }
-        parse_muon_order(muon_order);
         if (ns_steps < 0) { fatal("--ns-steps must be >= 0, got %d", ns_steps); }
         if (!(muon_momentum >= 0.0 && muon_momentum < 1.0)) { fatal("--muon-momentum must be in [0, 1), got %g", muon_momentum); }
     }
@@ -101,7 +71,7 @@ struct OptimizerConfig {
     }
     MuonConfig muon() const {
         MuonConfig m;
-        m.order = parse_muon_order(muon_order);
+        m.order = muon_order;
         m.momentum = (float)muon_momentum;
         m.ns_steps = ns_steps;
         m.ns_fp32 = ns_fp32 != 0;
@@ -109,7 +79,7 @@ struct OptimizerConfig {
     }
 
     void write(TensorFileWriter& w) const {
-        w.set("opt.optimizer", optimizer);
+        w.set("opt.optimizer", std::string(name()));
         w.set("opt.lr", lr);
         w.set("opt.lr_other", lr_other < 0 ? lr : lr_other);
         w.set("opt.weight_decay", weight_decay);
@@ -117,17 +87,17 @@ struct OptimizerConfig {
         w.set("opt.beta2", beta2);
         w.set("opt.eps", eps);
         w.set("opt.grad_clip", grad_clip);
-        w.set("opt.muon_order", muon_order);
+        w.set("opt.muon_order", std::string(kMuonOrders.name(muon_order)));
         w.set("opt.muon_momentum", muon_momentum);
         w.set("opt.ns_steps", (long long)ns_steps);
         w.set("opt.ns_fp32", (long long)ns_fp32);
-        w.set("opt.schedule", schedule.kind);
+        w.set("opt.schedule", std::string(schedule.name()));
         w.set("opt.warmup_frac", schedule.warmup_frac);
         w.set("opt.decay_frac", schedule.decay_frac);
         w.set("opt.final_frac", schedule.final_frac);
     }
     void read(const TensorFileReader& r) {
-        optimizer = r.str("opt.optimizer");
+        read_choice(r, "opt.optimizer", kOptimizerKinds, &optimizer);
         lr = r.real("opt.lr");
         lr_other = r.real("opt.lr_other");
         weight_decay = r.real("opt.weight_decay");
@@ -136,11 +106,11 @@ struct OptimizerConfig {
         eps = r.real("opt.eps");
         grad_clip = r.real("opt.grad_clip");
         // absent from files written before Muon existed
-        if (r.has_key("opt.muon_order")) { muon_order = r.str("opt.muon_order"); }
+        if (r.has_key("opt.muon_order")) { read_choice(r, "opt.muon_order", kMuonOrders, &muon_order); }
         if (r.has_key("opt.muon_momentum")) { muon_momentum = r.real("opt.muon_momentum"); }
         if (r.has_key("opt.ns_steps")) { ns_steps = (int)r.integer("opt.ns_steps"); }
         if (r.has_key("opt.ns_fp32")) { ns_fp32 = (int)r.integer("opt.ns_fp32"); }
-        schedule.kind = r.str("opt.schedule");
+        read_choice(r, "opt.schedule", kScheduleKinds, &schedule.kind);
         schedule.warmup_frac = r.real("opt.warmup_frac");
         schedule.decay_frac = r.real("opt.decay_frac");
         schedule.final_frac = r.real("opt.final_frac");
@@ -151,8 +121,11 @@ class ParamOptimizer {
 public:
     int64_t step = 0;  // optimizer steps done (AdamW bias correction uses step + 1 next)
 
-    ParamOptimizer(const std::vector<ParamSpec>& spec, floatX* params, float* master, floatX* grads, float* scratch)
-        : spec_(spec), num_params_(layout_parameters(spec_)), params_(params), master_(master), grads_(grads), scratch_(scratch) {
+    ParamOptimizer(const OptimizerConfig& config, const std::vector<ParamSpec>& spec, floatX* params, float* master,
+                   floatX* grads, float* scratch)
+        : config_(config), spec_(spec), num_params_(layout_parameters(spec_)), params_(params), master_(master),
+          grads_(grads), scratch_(scratch) {
+        config_.check();
         norm_sq_ = cudaMallocElements(float, 1);
     }
     ~ParamOptimizer() {
@@ -166,10 +139,11 @@ public:
     ParamOptimizer(const ParamOptimizer&) = delete;
     ParamOptimizer& operator=(const ParamOptimizer&) = delete;
 
+    const OptimizerConfig& config() const { return config_; }
     bool has_state() const { return m_ != nullptr; }
     const float* adam_m() const { return m_; }
     const float* muon_momentum() const { return mom_; }  // null unless the state is Muon's
-    const std::string& state_kind() const { return kind_; }  // "adamw", "muon", or "" before the first step
+    OptimizerKind state_kind() const { return kind_; }  // the state's optimizer (has_state())
 
     // Where update() reads the gradients: the floatX buffer the backward pass writes, or an
     // fp32 buffer they were accumulated into (ModelParameters::grads_fp32); null: floatX.
@@ -189,27 +163,29 @@ public:
 
     // One step with the given rates; returns the gradient norm before clipping. When that
     // norm is not finite nothing is updated (the trainer stops and names the tensor).
-    float update(const OptimizerConfig& opt, double lr_matrix, double lr_other, cudaStream_t stream) {
+    float update(double lr_matrix, double lr_other, cudaStream_t stream) {
+        const OptimizerConfig& opt = config_;
         allocate_state(opt.optimizer);
         float norm = grad_norm(stream);
         if (!std::isfinite(norm)) { return norm; }
         float grad_scale = opt.grad_clip > 0.0 ? std::min(1.0f, (float)(opt.grad_clip / (norm + 1e-6))) : 1.0f;
         step++;
         if (grads_fp32_ != nullptr) {
-            apply(grads_fp32_, opt, lr_matrix, lr_other, grad_scale, stream);
+            apply(grads_fp32_, lr_matrix, lr_other, grad_scale, stream);
         } else {
-            apply((const floatX*)grads_, opt, lr_matrix, lr_other, grad_scale, stream);
+            apply((const floatX*)grads_, lr_matrix, lr_other, grad_scale, stream);
         }
         return norm;
     }
 
-    void save(TensorFileWriter& w, const OptimizerConfig& opt) const {
+    void save(TensorFileWriter& w) const {
         w.set("step", (long long)step);
         w.set("has_optimizer", has_state() ? 1 : 0);
-        if (has_state() && kind_ != opt.optimizer) {
-            fatal("checkpoint: the optimizer state is %s's but the config says %s", kind_.c_str(), opt.optimizer.c_str());
+        if (has_state() && kind_ != config_.optimizer) {
+            fatal("checkpoint: the optimizer state is %s's but the config says %s", kOptimizerKinds.name(kind_),
+                  config_.name());
         }
-        opt.write(w);
+        config_.write(w);
         if (!has_state()) { return; }
         std::vector<float> m = copy_from_device(m_, num_params_), v = copy_from_device(v_, num_params_);
         std::vector<float> mom = mom_ != nullptr ? copy_from_device(mom_, num_params_) : std::vector<float>();
@@ -228,8 +204,8 @@ public:
     // file has them. Continuing it with the other optimizer is refused by update().
     void load(const TensorFileReader& r) {
         if (r.integer("has_optimizer") != 1) { return; }
-        std::string kind = r.str("opt.optimizer");
-        if (kind != "adamw" && kind != "muon") { r.fail("holds state of an unknown optimizer '%s'", kind.c_str()); }
+        OptimizerKind kind;
+        read_choice(r, "opt.optimizer", kOptimizerKinds, &kind);
         release_state();
         allocate_state(kind);
         std::vector<float> m(num_params_, 0.0f), v(num_params_, 0.0f), mom;
@@ -253,8 +229,8 @@ public:
 
 private:
     template <typename TGrad>
-    void apply(const TGrad* grads, const OptimizerConfig& opt, double lr_matrix, double lr_other, float grad_scale,
-               cudaStream_t stream) {
+    void apply(const TGrad* grads, double lr_matrix, double lr_other, float grad_scale, cudaStream_t stream) {
+        const OptimizerConfig& opt = config_;
         const bool muon = opt.is_muon();
         for (const ParamSpec& s : spec_) {
             const size_t offset = s.offset;
@@ -278,15 +254,15 @@ private:
         }
     }
 
-    bool uses_muon(const ParamSpec& s) const { return kind_ == "muon" && s.matrix; }
+    bool uses_muon(const ParamSpec& s) const { return kind_ == OptimizerKind::Muon && s.matrix; }
 
     // m, v (and for Muon the momentum) in the parameters' layout; the parts no tensor uses
     // stay zero. The Muon grouping and workspace are made with the state.
-    void allocate_state(const std::string& kind) {
+    void allocate_state(OptimizerKind kind) {
         if (m_ != nullptr) {
             if (kind != kind_) {
                 fatal("the optimizer state is %s's (e.g. from a checkpoint); it cannot be continued with %s",
-                      kind_.c_str(), kind.c_str());
+                      kOptimizerKinds.name(kind_), kOptimizerKinds.name(kind));
             }
             return;
         }
@@ -295,7 +271,7 @@ private:
         v_ = cudaMallocElements(float, num_params_);
         cudaCheck(cudaMemset(m_, 0, num_params_ * sizeof(float)));
         cudaCheck(cudaMemset(v_, 0, num_params_ * sizeof(float)));
-        if (kind == "muon") {
+        if (kind == OptimizerKind::Muon) {
             mom_ = cudaMallocElements(float, num_params_);
             cudaCheck(cudaMemset(mom_, 0, num_params_ * sizeof(float)));
             std::vector<MuonMatrix> matrices;
@@ -315,9 +291,9 @@ private:
         if (mom_ != nullptr) { cudaFree(mom_); }
         m_ = v_ = mom_ = nullptr;
         muon_.reset();
-        kind_.clear();
     }
 
+    OptimizerConfig config_;
     std::vector<ParamSpec> spec_;
     size_t num_params_;
     floatX* params_;
@@ -327,6 +303,6 @@ private:
     float* scratch_;  // kReduceBlocks floats
     float* norm_sq_ = nullptr;
     float *m_ = nullptr, *v_ = nullptr, *mom_ = nullptr;
-    std::string kind_;
+    OptimizerKind kind_ = OptimizerKind::AdamW;  // meaningful while there is state (m_)
     std::unique_ptr<MuonOptimizer> muon_;
 };

@@ -2,7 +2,8 @@
 The trainable parameters of a model, shared by the trainers: every tensor of a ParamSpec
 list in one device buffer (canonical order, doc/formats.md), their gradients, the fp32
 master copy (bf16 builds: the optimizer updates it and rounds into the floatX copy), and
-the optimizer (llmc/optimizer.h). A trainer's model derives from ModelParameters and adds
+the optimizer (llmc/optimizer.h), built with its config by build_optimizer() before the
+first update or the load of a checkpoint's optimizer state. A trainer's model derives from ModelParameters and adds
 its activations, forward and backward.
 
 Values go in and out as fp32 host vectors in canonical order; checkpoints hold the master
@@ -38,7 +39,7 @@ public:
     floatX* grads = nullptr;
     float* grads_fp32 = nullptr;  // the fp32 gradient accumulator, when accumulate_in_fp32() was called
     float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
-    std::unique_ptr<ParamOptimizer> optimizer;
+    std::unique_ptr<ParamOptimizer> optimizer;  // null until build_optimizer()
     cudaStream_t stream = nullptr;
 
     explicit ModelParameters(std::vector<ParamSpec> parameter_spec) : spec(std::move(parameter_spec)) {
@@ -52,8 +53,13 @@ public:
             master = arena_.alloc<float>(device_elements);
             cudaCheck(cudaMemset(master, 0, device_elements * sizeof(float)));
         }
-        float* scratch = arena_.alloc<float>(kReduceBlocks);
-        optimizer = std::make_unique<ParamOptimizer>(spec, params, master, grads, scratch);
+        optimizer_scratch_ = arena_.alloc<float>(kReduceBlocks);
+    }
+
+    // The optimizer with its settings (a fresh state; load_parameters may restore one).
+    void build_optimizer(const OptimizerConfig& config) {
+        optimizer = std::make_unique<ParamOptimizer>(config, spec, params, master, grads, optimizer_scratch_);
+        if (grads_fp32 != nullptr) { optimizer->read_fp32_gradients(grads_fp32); }
     }
 
     // values: every parameter in canonical order (num_params floats)
@@ -84,7 +90,7 @@ public:
         if (PRECISION_MODE == PrecisionMode::FP32 || grads_fp32 != nullptr) { return; }
         grads_fp32 = arena_.alloc<float>(device_elements);
         cudaCheck(cudaMemset(grads_fp32, 0, device_elements * sizeof(float)));
-        optimizer->read_fp32_gradients(grads_fp32);
+        if (optimizer != nullptr) { optimizer->read_fp32_gradients(grads_fp32); }
     }
     // After each micro-batch's backward(): moves its gradients into the fp32 accumulator.
     void end_micro_batch() {
@@ -135,19 +141,17 @@ public:
 
     // One optimizer step on the accumulated gradients (clipped to the global norm); returns
     // the global gradient norm before clipping.
-    float update(const OptimizerConfig& opt, double lr_matrix, double lr_other) {
-        return optimizer->update(opt, lr_matrix, lr_other, stream);
-    }
-    int64_t steps_done() const { return optimizer->step; }
+    float update(double lr_matrix, double lr_other) { return built_optimizer().update(lr_matrix, lr_other, stream); }
+    int64_t steps_done() const { return optimizer != nullptr ? optimizer->step : 0; }
 
     // Writes a checkpoint: the model's config keys (write_config), the optimizer settings
-    // and state, `extra` keys (e.g. the resume position), and every parameter.
-    void save_checkpoint(const std::string& path, const OptimizerConfig& opt,
-                         const std::vector<std::pair<std::string, std::string>>& extra,
-                         const std::function<void(TensorFileWriter&)>& write_config) const {
+    // and state, `extra` keys (e.g. the resume position), and every parameter
+    // (llmc/model.h save_checkpoint passes the trainer's write_config).
+    void write_checkpoint(const std::string& path, const std::vector<std::pair<std::string, std::string>>& extra,
+                          const std::function<void(TensorFileWriter&)>& write_config) const {
         TensorFileWriter w(TENSOR_FILE_CHECKPOINT);
         write_config(w);
-        optimizer->save(w, opt);
+        built_optimizer().save(w);
         for (const auto& kv : extra) { w.set(kv.first, kv.second); }
         std::vector<float> values = get_parameters();
         size_t offset = 0;
@@ -167,7 +171,7 @@ public:
             values.insert(values.end(), t.begin(), t.end());
         }
         set_parameters(values);
-        if (with_optimizer) { optimizer->load(r); }
+        if (with_optimizer) { built_optimizer().load(r); }
     }
 
 protected:
@@ -196,5 +200,11 @@ protected:
     }
 
 private:
+    ParamOptimizer& built_optimizer() const {
+        if (optimizer == nullptr) { fatal("the model's optimizer is not built yet (ModelParameters::build_optimizer)"); }
+        return *optimizer;
+    }
+
     DeviceArena arena_;
+    float* optimizer_scratch_ = nullptr;  // kReduceBlocks floats for the gradient norm
 };

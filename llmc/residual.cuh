@@ -18,28 +18,13 @@ Elementwise kernels, one thread per element.
 #include <cstring>
 #include <string>
 
+#include "choices.h"
 #include "cuda_common.h"
 #include "reduce.cuh"
 
 enum class ResidualMode { Gated, Standard, Rezero, None };
 
-inline bool parse_residual_mode(const std::string& name, ResidualMode* mode) {
-    if (name == "gated") { *mode = ResidualMode::Gated; }
-    else if (name == "standard") { *mode = ResidualMode::Standard; }
-    else if (name == "rezero") { *mode = ResidualMode::Rezero; }
-    else if (name == "none") { *mode = ResidualMode::None; }
-    else { return false; }
-    return true;
-}
-inline const char* residual_mode_name(ResidualMode mode) {
-    switch (mode) {
-        case ResidualMode::Gated: return "gated";
-        case ResidualMode::Standard: return "standard";
-        case ResidualMode::Rezero: return "rezero";
-        case ResidualMode::None: return "none";
-    }
-    return "?";
-}
+inline const Choices<ResidualMode> kResidualModes{{"gated", "standard", "rezero", "none"}};
 inline bool residual_has_gate(ResidualMode mode) { return mode == ResidualMode::Gated || mode == ResidualMode::Rezero; }
 
 __device__ inline float residual_coefficient(ResidualMode mode, const floatX* gate) {

@@ -6,7 +6,7 @@ tensors (query or key heads), position t = index in the row:
     backward (the transpose, a rotation by -angle): [d1 * cos + d2 * sin,  d2 * cos - d1 * sin]
 
 The cos/sin table is computed once on the HOST in fp64 (inv_freq[i] = theta^(-2i/hd),
-angle = t * inv_freq[i], as train_san.py's rope_cos_sin) and rounded to fp32, the compute
+angle = t * inv_freq[i], as attnref/san.py's rope_cos_sin) and rounded to fp32, the compute
 dtype: table (T, hd) fp32 with table[t*hd + i] = cos, table[t*hd + hd/2 + i] = sin, i < hd/2.
 Copy it to the device once. All maths in fp32, one rounding of the output.
 

@@ -4,8 +4,8 @@
 # kernel version (causal forward FLOPs = 2 B Hq T^2 hd, backward 2.5x), and train_gpt2 at
 # GPT-2 124M. Runs on random tokens (no data files needed), from the bf16 GPU builds.
 #   scripts/bench_gpu.sh [STEPS]      (default 30 steps per trainer run)
-# Not yet here: the PyTorch fast path (bf16 autocast + torch.compile + flash/flex attention)
-# that train_san is to be compared against; this script says so in its output.
+# The PyTorch side is train_san.py's speed path (bf16 autocast, torch.compile, SDPA flash or
+# FlexAttention) on the same config, data and batch; the ratio of tokens/s is printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-30}
@@ -31,16 +31,39 @@ PY
 last_progress() {  # the trainer's last progress line (tokens/s, MFU)
   grep -E '^step +[0-9]+/' | tail -1
 }
-echo "== train_san san20, bf16, B 8 x T 2048, $steps steps"
+tokens_per_second() {  # the number before "tok/s" in a progress line
+  sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p'
+}
+echo "== train_san san20, bf16, B 8 x T 2048, $steps steps: CUDA trainer vs the PyTorch speed path"
+echo "   (train_san.py --attn-impl fast --autocast bf16 --compile 1: SDPA flash with the document mask"
+echo "   off, FlexAttention with it on; same config, data, batch and optimizer; last step's figures)"
 for mask in 0 1; do
   line=$(build/gpu-bf16/train_san --preset san20 --doc-mask $mask --train-data "$dir/san_*.bin" --batch-size 8 \
          --steps "$steps" --val-every 0 --sample-tokens 0 --log-every 1 --optimizer muon | last_progress)
-  echo "doc mask $mask: $line"
+  echo "doc mask $mask, train_san:    $line"
+  torch_line=$($python train_san.py --preset san20 --doc-mask $mask --train-data "$dir/san_*.bin" --batch-size 8 \
+               --steps "$steps" --val-every 0 --optimizer muon --device cuda --attn-impl fast --autocast bf16 \
+               --compile 1 2>&1 | last_progress)
+  echo "doc mask $mask, train_san.py: ${torch_line:-(no progress line: the PyTorch run failed)}"
+  ours=$(echo "$line" | tokens_per_second)
+  theirs=$(echo "$torch_line" | tokens_per_second)
+  if [ -n "$ours" ] && [ -n "$theirs" ]; then
+    echo "doc mask $mask: train_san / PyTorch tokens/s = $(echo "scale=2; $ours / $theirs" | bc) (target >= 1.0, goal 1.5)"
+  fi
 done
-echo "PyTorch fast path (train_san.py with autocast + compile + flash/flex attention): not built yet (issue 10)"
+# with the cudnn-frontend headers at hand (venv, or build/cudnn-frontend carried along) the
+# playgrounds are built with USE_CUDNN=1 and add cuDNN as version 4
+attention_dir=build/gpu-bf16
+if [ -n "$(make -s print-CUDNN_FRONTEND USE_CUDNN=1 2>/dev/null)" ] &&
+   make -s --no-print-directory USE_CUDNN=1 PRECISION=BF16 build/gpu-bf16-cudnn/attention_forward \
+     build/gpu-bf16-cudnn/attention_backward; then
+  attention_dir=build/gpu-bf16-cudnn
+else
+  echo "(cuDNN: not built here: no cudnn-frontend headers or the build failed; versions 1-3 only)"
+fi
 echo "== attention playgrounds (bf16; every version validates first, then the benchmark table)"
-build/gpu-bf16/attention_forward | sed -n '/^benchmark/,$p'
-build/gpu-bf16/attention_backward | sed -n '/^benchmark/,$p'
+$attention_dir/attention_forward | sed -n '/^benchmark/,$p'
+$attention_dir/attention_backward | sed -n '/^benchmark/,$p'
 echo "== train_gpt2 gpt2 (124M), bf16, B 8 x T 1024, $steps steps"
 build/gpu-bf16/train_gpt2 --preset gpt2 --train-data "$dir/gpt2_*.bin" --batch-size 8 --steps "$steps" --val-every 0 \
   --sample-tokens 0 --log-every 1 | last_progress

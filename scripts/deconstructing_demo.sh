@@ -6,17 +6,19 @@
 # each hybrid again without its variant sub-layers and without its variant blocks (the paper's
 # "skip"), and prints a table of validation losses. Same data, seed and steps for every arm.
 #
-#   bash scripts/deconstructing_demo.sh            (about 10-20 minutes on 2 cores)
+#   bash scripts/deconstructing_demo.sh            (9 runs of 200 steps: about 15 minutes on 2 idle cores)
 #   STEPS=50 bash scripts/deconstructing_demo.sh   (a quicker, noisier look)
 # Environment: DATA_DIR (data/offline), DEMO_DIR (logs/deconstructing), TRAIN_SAN (./train_san),
-# STEPS (300), KINDS ("mlp approximate nonapprox staticembqk"); extra arguments go to every run.
+# STEPS (200), BATCH (rows of 128 tokens per step, 8), KINDS ("mlp approximate nonapprox staticembqk");
+# extra arguments go to every training run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
 data_dir=${DATA_DIR:-data/offline}
 demo_dir=${DEMO_DIR:-logs/deconstructing}
 train_san=${TRAIN_SAN:-./train_san}
-steps=${STEPS:-300}
+steps=${STEPS:-200}
+batch=${BATCH:-8}
 kinds=${KINDS:-"mlp approximate nonapprox staticembqk"}
 
 if [ ! -x "$train_san" ]; then
@@ -32,7 +34,7 @@ mkdir -p "$demo_dir"
 data=(--train-data "$data_dir/kjv/kjv_train_*.bin" --val-data "$data_dir/kjv/kjv_val_*.bin"
       --tokenizer "$data_dir/tokenizer.bin")
 common=(--preset qwen-cpu "${data[@]}" --optimizer adamw --lr 2e-3 --schedule cosine --steps "$steps"
-        --batch-size 8 --val-every "$steps" --val-batches 16 --log-every 50 --sample-tokens 0 --seed 1)
+        --batch-size "$batch" --val-every "$steps" --val-batches 16 --log-every 50 --sample-tokens 0 --seed 1)
 
 # the last "step N: val loss X" of a run's output
 val_loss() { awk '/^step [0-9]+: val loss/ {v = $5} END {print v}' "$1"; }
@@ -49,7 +51,7 @@ train() {
 # evaluate a trained hybrid with --skip-nonstandard MODE
 skip() {
   local name=$1 mode=$2
-  "$train_san" --steps 0 --init-from "$demo_dir/$name/final.bin" "${data[@]}" --val-batches 16 --batch-size 8 \
+  "$train_san" --steps 0 --init-from "$demo_dir/$name/final.bin" "${data[@]}" --val-batches 16 --batch-size "$batch" \
     --sample-tokens 0 --skip-nonstandard "$mode" > "$demo_dir/$name/skip-$mode.txt"
   val_loss "$demo_dir/$name/skip-$mode.txt"
 }
@@ -63,7 +65,7 @@ for kind in $kinds; do
 done
 
 {
-  echo "validation loss (nats/token) after $steps steps of 8 x 128 tokens, qwen-cpu, kjv"
+  echo "validation loss (nats/token) after $steps steps of $batch x 128 tokens, qwen-cpu, kjv"
   printf '%-12s %9s %9s %13s %11s\n' kind uniform hybrid "skip-attn" "skip-block"
   printf '%-12s %9s %9s %13s %11s\n' standard "$(cat "$demo_dir/standard/val")" - - -
   for kind in $kinds; do

@@ -48,8 +48,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train_gpt2  # noqa: E402
-import train_san  # noqa: E402
+from attnref import container, gpt2, gpt2_files, san  # noqa: E402
 
 META_KEY = "attn_c"                                   # our config text inside config.json
 UNFOLDED_FILE = "attn_c_unfolded.safetensors"         # originals of the tensors folding changed
@@ -71,13 +70,13 @@ def read_checkpoint(path):
     """(kind 'san'|'gpt2', config, meta, {name: fp32 tensor}) of a model checkpoint. Refuses
     config keys it does not know: they may change the model (e.g. attention kinds), and an
     export that silently dropped them would not be the model that was trained."""
-    _, meta, tensors = train_san.read_container(path, train_san.KIND_CHECKPOINT)
+    _, meta, tensors = container.read_container(path, container.KIND_CHECKPOINT)
     if meta.get("model") == "gpt2":
-        kind, cfg = "gpt2", train_gpt2.GPT2Config.from_meta(meta, str(path))
-        spec = train_gpt2.parameter_spec(cfg)
+        kind, cfg = "gpt2", gpt2.GPT2Config.from_meta(meta, str(path))
+        spec = gpt2.parameter_spec(cfg)
     else:
-        kind, cfg = "san", train_san.SANConfig.from_meta(meta, str(path))
-        spec = train_san.parameter_spec(cfg)
+        kind, cfg = "san", san.SANConfig.from_meta(meta, str(path))
+        spec = san.parameter_spec(cfg)
     if meta.get("attention", "standard") != "standard":
         raise ExportError(f"{path}: attention={meta['attention']} (layers {meta.get('layer_attention', '?')}) cannot "
                           f"be exported: transformers' decoders have standard attention in every layer")
@@ -174,7 +173,7 @@ def san_hf_config(cfg, eos_id=None):
     common = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, num_hidden_layers=cfg.n_layer,
                   intermediate_size=cfg.d_ff if cfg.ffn == "swiglu" else 0,
                   num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_kv_head, head_dim=cfg.head_dim,
-                  hidden_act="silu", max_position_embeddings=cfg.seq_len, rms_norm_eps=train_san.NORM_EPS,
+                  hidden_act="silu", max_position_embeddings=cfg.seq_len, rms_norm_eps=san.NORM_EPS,
                   rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
                   attention_bias=False, attention_dropout=0.0, tie_word_embeddings=False,
                   bos_token_id=cfg.bos_id, eos_token_id=eos_id, pad_token_id=None, dtype="float32")
@@ -191,11 +190,11 @@ def gpt2_tensors(cfg, P):
     tied to wte and not stored."""
     out = {"transformer.wte.weight": P["wte"][:cfg.vocab_size].clone(), "transformer.wpe.weight": P["wpe"].clone(),
            "transformer.ln_f.weight": P["ln_f.weight"].clone(), "transformer.ln_f.bias": P["ln_f.bias"].clone()}
-    for name, _ in train_gpt2.parameter_spec(cfg):
+    for name, _ in gpt2.parameter_spec(cfg):
         if name.startswith("layers."):
             hf = "transformer." + name.replace("layers.", "h.", 1)
             t = P[name]
-            out[hf] = t.t().contiguous() if name.endswith(train_gpt2.HF_TRANSPOSED) else t.clone()
+            out[hf] = t.t().contiguous() if name.endswith(gpt2_files.HF_TRANSPOSED) else t.clone()
     return out
 
 
@@ -203,7 +202,7 @@ def gpt2_hf_config(cfg, eos_id=None):
     from transformers import GPT2Config
     return GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.seq_len, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
                       n_head=cfg.n_head, n_inner=4 * cfg.n_embd, activation_function="gelu_new",
-                      layer_norm_epsilon=train_gpt2.LN_EPS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                      layer_norm_epsilon=gpt2.LN_EPS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                       scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False,
                       tie_word_embeddings=True, bos_token_id=cfg.bos_id,
                       eos_token_id=eos_id if eos_id is not None else cfg.bos_id, dtype="float32")
@@ -275,7 +274,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         export(args.checkpoint, args.outdir, args.tokenizer)
-    except (ExportError, train_san.ContainerError, ValueError, OSError) as e:
+    except (ExportError, container.ContainerError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -31,8 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_hf  # noqa: E402  (also puts the repository root on sys.path)
-import train_gpt2  # noqa: E402
-import train_san  # noqa: E402
+from attnref import container, gpt2, gpt2_files, san  # noqa: E402
 from export_hf import META_KEY  # noqa: E402
 
 
@@ -85,8 +84,8 @@ def san_config_of(hc, ours, source):
     need = [(hc.get("hidden_act") == "silu", f"hidden_act is {hc.get('hidden_act')!r}, ours is SiLU (SwiGLU)"),
             (not hc.get("attention_bias", False), "attention_bias is set; our projections have no biases"),
             (not hc.get("mlp_bias", False), "mlp_bias is set; our projections have no biases"),
-            (hc.get("rms_norm_eps") == train_san.NORM_EPS,
-             f"rms_norm_eps is {hc.get('rms_norm_eps')}, ours is fixed at {train_san.NORM_EPS}"),
+            (hc.get("rms_norm_eps") == san.NORM_EPS,
+             f"rms_norm_eps is {hc.get('rms_norm_eps')}, ours is fixed at {san.NORM_EPS}"),
             (not hc.get("use_sliding_window", False), "sliding-window attention is on"),
             (all(t == "full_attention" for t in hc.get("layer_types") or []), "some layers are not full attention")]
     for ok, msg in need:
@@ -100,7 +99,7 @@ def san_config_of(hc, ours, source):
     if hd * Hq != d:
         fail(source, f"head_dim {hd} x {Hq} heads != hidden_size {d}; ours has head_dim = d / heads")
     ff = hc.get("intermediate_size", 0)
-    defaults = train_san.SANConfig()
+    defaults = san.SANConfig()
     kw = dict(vocab_size=hc["vocab_size"], seq_len=hc["max_position_embeddings"], n_layer=hc["num_hidden_layers"],
               n_embd=d, n_head=Hq, n_kv_head=hc.get("num_key_value_heads") or Hq,
               ffn="swiglu" if ff else "none", d_ff=ff or 4 * d, norm="rms", qk_norm=(mt == "qwen3"),
@@ -110,7 +109,7 @@ def san_config_of(hc, ours, source):
               z_loss=float(ours.get("z_loss", defaults.z_loss)))
     if ours and "d_ff" in ours and not ff:
         kw["d_ff"] = int(ours["d_ff"])        # unused without an FFN, but kept for the round trip
-    return train_san.SANConfig(**kw)
+    return san.SANConfig(**kw)
 
 
 def unfold_san(cfg, W, source):
@@ -155,7 +154,7 @@ def import_san(hc, W, d, log):
         log(f"{d}: not written by export_hf: imported as norm=rms, residual=standard; doc_mask and z_loss take "
             f"the defaults ({int(folded_cfg.doc_mask)}, {folded_cfg.z_loss})")
         return folded_cfg, P, step
-    cfg = train_san.SANConfig.from_meta(ours, f"{d}/config.json [{META_KEY}]")
+    cfg = san.SANConfig.from_meta(ours, f"{d}/config.json [{META_KEY}]")
     if replace(cfg, norm="rms", residual="standard") != folded_cfg:
         fail(d, f"config.json [{META_KEY}] describes another model than config.json's own fields")
     side = os.path.join(d, meta["unfolded"]) if meta.get("unfolded") else None
@@ -166,7 +165,7 @@ def import_san(hc, W, d, log):
             log(f"{d}: {meta['unfolded']} is missing: imported as norm=rms, residual=standard (same function)")
             return folded_cfg, P, step
         restored.update({k: v.float() for k, v in load_file(side).items()})
-    names = [n for n, _ in train_san.parameter_spec(cfg)]
+    names = [n for n, _ in san.parameter_spec(cfg)]
     missing = [n for n in names if n not in restored]
     refolded = export_hf.fold_san(cfg, restored)[0] if not missing else None
     if refolded is None or any(not torch.equal(refolded[k], W[k]) for k in refolded):
@@ -183,7 +182,7 @@ def import_gpt2(hc, W, d, log):
     need = [(hc.get("activation_function", "gelu_new") == "gelu_new",
              f"activation {hc.get('activation_function')!r}, ours is GELU (tanh approximation, gelu_new)"),
             (hc.get("n_inner") in (None, 4 * hc["n_embd"]), f"n_inner {hc.get('n_inner')}, ours is 4 x n_embd"),
-            (hc.get("layer_norm_epsilon", 1e-5) == train_gpt2.LN_EPS, f"layer_norm_epsilon {hc.get('layer_norm_epsilon')}"),
+            (hc.get("layer_norm_epsilon", 1e-5) == gpt2.LN_EPS, f"layer_norm_epsilon {hc.get('layer_norm_epsilon')}"),
             (hc.get("scale_attn_weights", True) and not hc.get("scale_attn_by_inverse_layer_idx", False),
              "attention scaling other than 1/sqrt(head_dim)"),
             (hc.get("tie_word_embeddings", True), "an untied LM head; ours is tied to wte")]
@@ -192,13 +191,13 @@ def import_gpt2(hc, W, d, log):
             fail(d, f"GPT-2 model not of the shape we support: {msg}")
     ours = (hc.get(META_KEY) or {}).get("config") or {}
     bos = hc.get("bos_token_id")
-    cfg = train_gpt2.GPT2Config(vocab_size=hc["vocab_size"], seq_len=hc["n_positions"], n_layer=hc["n_layer"],
+    cfg = gpt2.GPT2Config(vocab_size=hc["vocab_size"], seq_len=hc["n_positions"], n_layer=hc["n_layer"],
                                 n_embd=hc["n_embd"], n_head=hc["n_head"],
                                 bos_id=int(ours.get("bos_id", bos if bos is not None else 0)))
     W = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in W.items()}
     V, dm = cfg.vocab_size, cfg.n_embd
     P = {}
-    for name, shape in train_gpt2.parameter_spec(cfg):
+    for name, shape in gpt2.parameter_spec(cfg):
         if name == "wte":
             P[name] = torch.zeros(shape)
             P[name][:V] = take(W, "wte.weight", (V, dm), d)
@@ -206,7 +205,7 @@ def import_gpt2(hc, W, d, log):
             P[name] = take(W, "wpe.weight", shape, d)
         elif name.startswith("layers."):
             hf = name.replace("layers.", "h.", 1)
-            if name.endswith(train_gpt2.HF_TRANSPOSED):
+            if name.endswith(gpt2_files.HF_TRANSPOSED):
                 P[name] = take(W, hf, shape[::-1], d).t().contiguous()
             else:
                 P[name] = take(W, hf, shape, d)
@@ -241,14 +240,14 @@ def import_dir(d, ckpt, log=print):
 def _import(d, ckpt, hc, mt, W, log):
     if mt in ("qwen3", "llama"):
         cfg, P, step = import_san(hc, W, d, log)
-        model = train_san.SAN(cfg)
-        train_san.load_params_into(model, {k: v.numpy() for k, v in P.items()}, d)
-        train_san.save_checkpoint(ckpt, model, step)
+        model = san.SAN(cfg)
+        container.load_params_into(model, {k: v.numpy() for k, v in P.items()}, d)
+        container.save_checkpoint(ckpt, model, step)
     else:
         cfg, P, step = import_gpt2(hc, W, d, log)
-        model = train_gpt2.GPT2(cfg)
-        train_gpt2.set_parameters(model, {k: v.numpy() for k, v in P.items()}, d)
-        train_gpt2.save_checkpoint(ckpt, model, step)
+        model = gpt2.GPT2(cfg)
+        container.load_params_into(model, {k: v.numpy() for k, v in P.items()}, d)
+        container.save_checkpoint(ckpt, model, step)
     log(f"imported {d} ({mt}) to {ckpt}")
     return cfg
 
@@ -260,7 +259,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         import_dir(args.dir, args.checkpoint)
-    except (ImportHFError, train_san.ContainerError, ValueError, OSError) as e:
+    except (ImportHFError, container.ContainerError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -3,7 +3,8 @@
 #   1. Debian packages listed in scripts/apt-packages.txt (installed with apt when root,
 #      otherwise a message naming the missing ones and exit 1);
 #   2. the Python venv built from requirements.txt. It lives outside the checkout, keyed by
-#      the hash of requirements.txt (so fresh clones and CI reuse it), and is linked as .venv.
+#      the hash of requirements.txt (so fresh clones and CI reuse it), and is linked as .venv;
+#      plus the cudnn-frontend headers in it (for USE_CUDNN=1 GPU builds).
 # Environment: ATTN_VENV_ROOT (default ~/.cache/attn.c) is where venvs are kept;
 #              SKIP_APT=1 skips step 1, SKIP_VENV=1 skips step 2.
 set -euo pipefail
@@ -49,6 +50,14 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
     "$venv/bin/pip" install -q --upgrade pip
     "$venv/bin/pip" install -q -r requirements.txt
     touch "$venv/.complete"
+  fi
+  # The cudnn-frontend headers for USE_CUDNN=1 GPU builds (header-only C++; the Makefile finds
+  # them in the venv). Installed without dependencies: the package's own ones (cutlass-dsl,
+  # tvm-ffi) serve its Python bindings, not the headers; hence not in requirements.txt.
+  cudnn_frontend=nvidia-cudnn-frontend==1.32.0
+  if ! compgen -G "$venv/lib/python3*/site-packages/include/cudnn_frontend.h" >/dev/null; then
+    "$venv/bin/pip" install -q --no-deps "$cudnn_frontend" ||
+      echo "setup: could not install $cudnn_frontend (only USE_CUDNN=1 builds need it)" >&2
   fi
   if [ "$(readlink .venv 2>/dev/null || true)" != "$venv" ]; then
     rm -f .venv && ln -s "$venv" .venv

@@ -7,7 +7,7 @@ early, content matrices keep gaining rank, and without FFNs the gain moves to W_
     python scripts/spectra.py RUN/ckpt/milestone_*.bin --out spectra/
     python scripts/spectra.py final.bin
 
-For each checkpoint (read with train_san.py's read_container, in fp32): the singular values
+For each checkpoint (read with attnref/container.py's read_container, in fp32): the singular values
 of attn.wq, attn.wk, attn.wv, attn.wo and, in FFN arms, ffn.w_gate, ffn.w_up, ffn.w_down of
 every layer (numpy SVD in float64), and the stable rank ||W||_F^2 / sigma_max^2 (= sum s^2 /
 max s^2). Prints a table of stable ranks (mean over layers) per checkpoint; with --out writes
@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from train_san import KIND_CHECKPOINT, ContainerError, read_container  # noqa: E402
+from attnref.container import KIND_CHECKPOINT, ContainerError, read_container  # noqa: E402
 
 MATRIX_KINDS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w_gate", "ffn.w_up", "ffn.w_down")
 LAYER_MATRIX = re.compile(r"layers\.(\d+)\.(.+)")

@@ -18,6 +18,8 @@ version 3: FlashAttention-2 on tensor cores (llmc/attention_tc.cuh, via llmc/mma
            64 and 128).
            What bf16 builds of the trainers run. Validated on the host backend only; not yet
            run on a GPU.
+version 4: cuDNN's fused SDPA (llmc/attention_cudnn.cuh): GPU bf16 builds with USE_CUDNN=1
+           only, causal without the document mask; the measure our kernels are held against.
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/attention_forward && ./build/gpu-bf16/attention_forward [version]
@@ -25,6 +27,7 @@ Build and run (validation on any executor, timing on a GPU):
 #include "dev/cuda/common.h"
 #include "llmc/attention.cuh"
 #include "llmc/mma.cuh"
+#include "llmc/attention_cudnn.cuh"
 
 // ----------------------------------------------------------------------------------------
 // CPU reference: the full T x T score matrix with an explicit mask, softmax in double
@@ -113,6 +116,28 @@ void attention_forward3(floatX* out, float* lse, const floatX* q, const floatX* 
 }
 
 // ----------------------------------------------------------------------------------------
+// version 4: cuDNN (USE_CUDNN=1 GPU builds)
+
+void attention_forward4(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, const int* doc_ids,
+                        int B, int T, int Hq, int Hkv, int hd) {
+#if defined(ENABLE_CUDNN) && defined(__CUDACC__)
+    if (kAttentionHasCudnn && attention_cudnn_supports(doc_ids, hd)) {
+        attention_forward_cudnn(out, lse, q, k, v, B, T, Hq, Hkv, hd, 0);
+        return;
+    }
+#endif
+    fprintf(stderr, "attention_forward version 4: needs a bf16 GPU build with USE_CUDNN=1, no doc mask (hd %d)\n", hd);
+    exit(EXIT_FAILURE);
+}
+
+// whether a version runs in this build (and with a document mask)
+bool version_available(int version, bool use_docs) {
+    if (version == 3) { return PRECISION_MODE == PrecisionMode::BF16; }
+    if (version == 4) { return kAttentionHasCudnn && !use_docs; }
+    return true;
+}
+
+// ----------------------------------------------------------------------------------------
 // launcher
 
 void attention_forward_version(int version, floatX* out, float* lse, const floatX* q, const floatX* k,
@@ -128,6 +153,7 @@ void attention_forward_version(int version, floatX* out, float* lse, const float
             break;
         case 2: attention_forward_scalar(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, 0); break;
         case 3: attention_forward3(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd); break;
+        case 4: attention_forward4(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd); break;
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }
 }
@@ -171,12 +197,14 @@ bool validate_versions(int first, int last, int B, int T, int Hq, int Hkv, int h
            use_docs ? "on" : "off");
     bool ok = true;
     for (int version = first; version <= last; version++) {
+        if (!version_available(version, use_docs)) { continue; }
         // fp32: summation order only; bf16: one rounding of the output (2^-8 relative).
         // Version 3 also rounds the probabilities to bf16 for the P V product (as FlashAttention-2
         // does): |sum_tau p delta v| / sum_tau p <= 2^-9 max|v| = 2^-9 here (v in [-1, 1]);
         // measured max |err| 0.0029 at hd 16..128, all of it on elements the relative term covers.
         float out_eps = PRECISION_MODE == PrecisionMode::FP32 ? 1e-5f : 1.0f / 128;
-        float out_tol = PRECISION_MODE == PrecisionMode::FP32 ? 1e-6f : (version == 3 ? 1.0f / 512 : 1e-4f);
+        // cuDNN (version 4) also rounds P to bf16: the same bound as version 3
+        float out_tol = PRECISION_MODE == PrecisionMode::FP32 ? 1e-6f : (version >= 3 ? 1.0f / 512 : 1e-4f);
         printf("  version %d\n", version);
         cudaCheck(cudaMemset(d_out, 0, q_size * sizeof(floatX)));
         attention_forward_version(version, d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, Hq, Hkv, hd);
@@ -196,9 +224,14 @@ int main(int argc, char** argv) {
     // validation shape (the CPU reference is O(T^2)); the benchmark uses the paper preset
     int B = 2, T = 512, Hq = 8, Hkv = 4, hd = 64;
     if (HOST_BACKEND) { T = 300; }  // validation only: keep it quick
-    // version 3 (tensor cores) takes bf16 operands: bf16 builds only
-    int first = 1, last = PRECISION_MODE == PrecisionMode::BF16 ? 3 : 2;
+    // version 3 (tensor cores) takes bf16 operands: bf16 builds only; version 4 needs cuDNN
+    int first = 1, last = kAttentionHasCudnn ? 4 : PRECISION_MODE == PrecisionMode::BF16 ? 3 : 2;
     if (argc > 1) { first = last = atoi(argv[1]); }
+    if (!version_available(first, false)) {
+        fprintf(stderr, "attention_forward: version %d is not built here (%s%s)\n", first, PRECISION_NAME,
+                kAttentionHasCudnn ? "" : ", no cuDNN");
+        return EXIT_FAILURE;
+    }
 
     bool all_ok = true;
     for (int use_docs = 0; use_docs <= 1; use_docs++) {
@@ -228,6 +261,7 @@ int main(int argc, char** argv) {
         for (int use_docs = 0; use_docs <= 1; use_docs++) {
             float baseline = 0.0f;
             for (int version = first; version <= last; version++) {
+                if (!version_available(version, use_docs)) { continue; }
                 float ms = benchmark_kernel(10, attention_forward_version, version, d_out, d_lse, d_q, d_k, d_v,
                                             use_docs ? d_doc : nullptr, B, T, Hq, Hkv, hd);
                 if (version == first) { baseline = ms; }

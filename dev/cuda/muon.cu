@@ -184,17 +184,17 @@ static void benchmark_preset(const std::string& preset, int B, int T, int repeat
     // optimizer steps on the last gradients (each one its own optimizer state)
     auto step_ms = [&](const std::string& optimizer, int ns_fp32) {
         OptimizerConfig opt;
-        opt.optimizer = optimizer;
+        kOptimizerKinds.parse(optimizer, &opt.optimizer);
         opt.ns_fp32 = ns_fp32;
         opt.lr = opt.lr_other = -1.0;
         opt.resolve_rates(default_rates(cfg));
-        ParamOptimizer po(model.spec, model.params, model.master, model.grads, model.scratch);
-        return time_ms(repeats, [&] { po.update(opt, 1e-6, 1e-6, model.stream); });
+        ParamOptimizer po(opt, model.spec, model.params, model.master, model.grads, model.scratch);
+        return time_ms(repeats, [&] { po.update(1e-6, 1e-6, model.stream); });
     };
     double muon_bf16 = step_ms("muon", 0), muon_fp32 = step_ms("muon", 1), adamw = step_ms("adamw", 0);
     auto counts = count_parameters(cfg);
     printf("%-8s %3d %8.1fM %7dx%-5d %10.3f %10.3f %6.1f%% %10.3f %6.1f%% %9.3f\n", preset.c_str(), cfg.n_layer,
-           counts.second / 1e6, B, T, fwd_bwd, muon_bf16, 100.0 * muon_bf16 / fwd_bwd, muon_fp32,
+           counts.non_embedding / 1e6, B, T, fwd_bwd, muon_bf16, 100.0 * muon_bf16 / fwd_bwd, muon_fp32,
            100.0 * muon_fp32 / fwd_bwd, adamw);
 }
 

@@ -45,7 +45,7 @@ int main() {
         float dgate_ref = (float)(dg0 + dcoef * dot);
         residual_forward(d_out, d_x, d_h, d_gate, mode, N, 0);
         residual_backward(d_dh, d_dgate, d_scratch, d_dx, d_h, d_gate, mode, N, 0);
-        printf("  mode %s\n", residual_mode_name(mode));
+        printf("  mode %s\n", kResidualModes.name(mode));
         ok &= validate_result(d_out, out_ref.data(), "out", N, 1e-6f, eps);
         ok &= validate_result(d_dh, dh_ref.data(), "dh", N, 1e-6f, eps);
         // the gate sums N products (fp32 accumulation); in bf16 it is also stored in bf16

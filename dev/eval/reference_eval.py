@@ -69,10 +69,9 @@ def score_evalset(model, vocab_size, max_len, es, limit=None):
 
 def load_reference(ckpt):
     """(model in eval mode, vocab size, context length) of a SAN or GPT-2 checkpoint."""
-    import train_gpt2
-    import train_san
-    _, meta, _ = train_san.read_container(ckpt, train_san.KIND_CHECKPOINT)
-    mod = train_gpt2 if meta.get("model") == "gpt2" else train_san
+    from attnref import container, gpt2, san
+    _, meta, _ = container.read_container(ckpt, container.KIND_CHECKPOINT)
+    mod = gpt2 if meta.get("model") == "gpt2" else san
     model = mod.load_checkpoint(ckpt)[0].eval()
     return model, model.cfg.vocab_size, model.cfg.seq_len
 

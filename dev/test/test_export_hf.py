@@ -29,8 +29,7 @@ for sub in ("", "scripts", "dev/data", "dev/eval"):
     sys.path.insert(0, str(ROOT / sub))
 import export_hf  # noqa: E402
 import import_hf  # noqa: E402
-import train_gpt2 as tg  # noqa: E402
-import train_san as ts  # noqa: E402
+from attnref import container, gpt2, optim, san  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)
@@ -77,7 +76,7 @@ def randomised_san(cfg, seed=1):
     whose matrices are 8x their init, so that the sub-layers move the logits as much as the
     embedding does (at init they are ~1e-2 of the stream, and a wrong fold would hide under
     the logit tolerance)."""
-    m = ts.SAN(cfg).init_weights(seed)
+    m = san.SAN(cfg).init_weights(seed)
     g = torch.Generator().manual_seed(seed + 100)
     with torch.no_grad():
         for n, p in m.ordered_parameters():
@@ -89,7 +88,7 @@ def randomised_san(cfg, seed=1):
 
 
 def san_cfg(V, **kw):
-    return ts.SANConfig(**dict(ts.PRESETS["tiny"], vocab_size=V, **kw))
+    return san.SANConfig(**dict(san.PRESETS["tiny"], vocab_size=V, **kw))
 
 
 SAN_CASES = {
@@ -104,7 +103,7 @@ SAN_CASES = {
 }
 
 
-def export_model(model, tmp_path, spm=None, name="ckpt.bin", save=ts.save_checkpoint, step=3):
+def export_model(model, tmp_path, spm=None, name="ckpt.bin", save=container.save_checkpoint, step=3):
     ckpt = tmp_path / name
     save(ckpt, model, step)
     out = tmp_path / (name + ".hf")
@@ -140,14 +139,14 @@ def test_san_logits_equal_reference(case, sp, real_tokens, tmp_path):
 
 
 def test_gpt2_logits_equal_reference(sp, real_tokens, tmp_path):
-    cfg = tg.GPT2Config(vocab_size=sp.vocab_size, seq_len=64, n_layer=2, n_embd=64, n_head=4, bos_id=sp.bos_id)
-    ref = tg.GPT2(cfg).init_weights(5)
+    cfg = gpt2.GPT2Config(vocab_size=sp.vocab_size, seq_len=64, n_layer=2, n_embd=64, n_head=4, bos_id=sp.bos_id)
+    ref = gpt2.GPT2(cfg).init_weights(5)
     g = torch.Generator().manual_seed(6)
     with torch.no_grad():
         for n, p in ref.ordered_parameters():            # biases and LayerNorms away from 0 / 1
             if p.ndim == 1:
                 p.add_(torch.randn(p.shape, generator=g) * 0.2)
-    _, out = export_model(ref, tmp_path, save=tg.save_checkpoint)
+    _, out = export_model(ref, tmp_path, save=container.save_checkpoint)
     hf = load_hf(out)
     assert type(hf).__name__ == "GPT2LMHeadModel"
     with torch.no_grad():
@@ -168,8 +167,8 @@ def test_san_round_trip_is_byte_exact(case, tmp_path):
 
 
 def test_gpt2_round_trip_is_byte_exact(tmp_path):
-    cfg = tg.GPT2Config(**tg.PRESETS["tiny-wide"])
-    ckpt, out = export_model(tg.GPT2(cfg).init_weights(9), tmp_path, save=tg.save_checkpoint, step=4)
+    cfg = gpt2.GPT2Config(**gpt2.PRESETS["tiny-wide"])
+    ckpt, out = export_model(gpt2.GPT2(cfg).init_weights(9), tmp_path, save=container.save_checkpoint, step=4)
     back = tmp_path / "back.bin"
     import_hf.import_dir(str(out), str(back), log=quiet)
     assert filecmp.cmp(ckpt, back, shallow=False)
@@ -179,15 +178,15 @@ def test_round_trip_of_a_training_checkpoint_keeps_the_parameters(tmp_path):
     """A checkpoint with optimizer state: the model comes back exactly, the state does not."""
     cfg = san_cfg(250, ffn="swiglu", d_ff=64)
     model = randomised_san(cfg)
-    opt = ts.SANOptimizer(model, ts.OptConfig())
+    opt = optim.Optimizer(model, optim.OptConfig())
     ckpt = tmp_path / "train.bin"
-    ts.save_checkpoint(ckpt, model, 12, opt)
+    container.save_checkpoint(ckpt, model, 12, opt)
     export_hf.export(str(ckpt), str(tmp_path / "hf"), log=quiet)
     import_hf.import_dir(str(tmp_path / "hf"), str(tmp_path / "back.bin"), log=quiet)
-    _, meta, t = ts.read_container(tmp_path / "back.bin")
-    _, meta0, t0 = ts.read_container(ckpt)
+    _, meta, t = container.read_container(tmp_path / "back.bin")
+    _, meta0, t0 = container.read_container(ckpt)
     assert meta["step"] == "12" and meta["has_optimizer"] == "0"
-    for n, _ in ts.parameter_spec(cfg):
+    for n, _ in san.parameter_spec(cfg):
         assert np.array_equal(t[n], t0[n]), n
 
 
@@ -203,7 +202,7 @@ def test_weights_changed_after_export_import_as_the_same_function(sp, real_token
     msgs = []
     import_hf.import_dir(str(out), str(tmp_path / "back.bin"), log=msgs.append)
     assert any("differ from what the exporter wrote" in m for m in msgs)
-    back = ts.load_checkpoint(tmp_path / "back.bin")[0]
+    back = san.load_checkpoint(tmp_path / "back.bin")[0]
     assert (back.cfg.norm, back.cfg.residual) == ("rms", "standard")
     with torch.no_grad():
         err = (back(real_tokens)[0][..., : cfg.vocab_size] - load_hf(out)(real_tokens).logits).abs().max().item()
@@ -228,7 +227,7 @@ def test_import_of_a_foreign_qwen3(real_tokens, sp, tmp_path):
         hf.model.embed_tokens.weight.copy_(hf.lm_head.weight * math.sqrt(d))   # our tied, scaled form
     hf.save_pretrained(tmp_path / "q3")
     import_hf.import_dir(str(tmp_path / "q3"), str(tmp_path / "q3.bin"), log=quiet)
-    ours = ts.load_checkpoint(tmp_path / "q3.bin")[0]
+    ours = san.load_checkpoint(tmp_path / "q3.bin")[0]
     assert (ours.cfg.ffn, ours.cfg.d_ff, ours.cfg.norm, ours.cfg.rope_theta) == ("swiglu", 80, "rms", 5000.0)
     with torch.no_grad():
         err = (ours(real_tokens)[0][..., : sp.vocab_size] - hf(real_tokens).logits).abs().max().item()
@@ -260,15 +259,15 @@ def test_checkpoint_of_the_cuda_trainer_exports(tmp_path):
     assert proc.returncode == 0, proc.stderr
     ckpt = tmp_path / "ck" / "final.bin"
     export_hf.export(str(ckpt), str(tmp_path / "hf"), log=quiet)
-    ref = ts.load_checkpoint(ckpt)[0].eval()
+    ref = san.load_checkpoint(ckpt)[0].eval()
     x = torch.tensor([[2] + list(rng.integers(3, 250, size=40))])
     with torch.no_grad():
         err = (load_hf(tmp_path / "hf")(x).logits - ref(x)[0][..., :250]).abs().max().item()
     assert err < LOGIT_TOL
     import_hf.import_dir(str(tmp_path / "hf"), str(tmp_path / "back.bin"), log=quiet)
-    _, _, back = ts.read_container(tmp_path / "back.bin")
-    _, _, orig = ts.read_container(ckpt)
-    for n, _ in ts.parameter_spec(ref.cfg):
+    _, _, back = container.read_container(tmp_path / "back.bin")
+    _, _, orig = container.read_container(ckpt)
+    for n, _ in san.parameter_spec(ref.cfg):
         assert np.array_equal(back[n], orig[n]), n
 
 
@@ -281,7 +280,7 @@ def test_checkpoint_of_the_cuda_trainer_exports(tmp_path):
 ])
 def test_inexpressible_configs_are_refused(kw, message, tmp_path, capsys):
     ckpt = tmp_path / "c.bin"
-    ts.save_checkpoint(ckpt, ts.SAN(san_cfg(250, ffn="swiglu", d_ff=64, **kw)).init_weights(0))
+    container.save_checkpoint(ckpt, san.SAN(san_cfg(250, ffn="swiglu", d_ff=64, **kw)).init_weights(0))
     assert export_hf.main([str(ckpt), str(tmp_path / "hf")]) == 1
     err = capsys.readouterr().err
     assert message in err and str(ckpt) in err
@@ -290,9 +289,9 @@ def test_inexpressible_configs_are_refused(kw, message, tmp_path, capsys):
 
 def test_unknown_config_keys_are_refused(tmp_path):
     cfg = san_cfg(250)
-    model = ts.SAN(cfg).init_weights(0)
+    model = san.SAN(cfg).init_weights(0)
     meta = cfg.to_meta() + [("rotary_scaling", "2"), ("step", "0"), ("has_optimizer", "0")]
-    ts.write_container(tmp_path / "c.bin", ts.KIND_CHECKPOINT, meta, ts.param_tensors(model))
+    container.write_container(tmp_path / "c.bin", container.KIND_CHECKPOINT, meta, container.param_tensors(model))
     with pytest.raises(export_hf.ExportError, match="config keys rotary_scaling are unknown"):
         export_hf.export(str(tmp_path / "c.bin"), str(tmp_path / "hf"), log=quiet)
 
@@ -301,11 +300,12 @@ def test_attention_variants_are_refused(tmp_path):
     """A model with a non-standard attention kind (doc/deconstructing.md) has no transformers
     counterpart; the keys of an all-standard model are fine (every SAN checkpoint has them)."""
     cfg = san_cfg(250)
-    model = ts.SAN(cfg).init_weights(0)
+    model = san.SAN(cfg).init_weights(0)
     meta = dict(cfg.to_meta())
     meta.update(attention="mlp", layout="uniform", taylor_norm="joint", layer_attention="mlp,mlp", step="0",
                 has_optimizer="0")
-    ts.write_container(tmp_path / "c.bin", ts.KIND_CHECKPOINT, list(meta.items()), ts.param_tensors(model))
+    container.write_container(tmp_path / "c.bin", container.KIND_CHECKPOINT, list(meta.items()),
+                              container.param_tensors(model))
     with pytest.raises(export_hf.ExportError, match="attention=mlp .* cannot be exported"):
         export_hf.export(str(tmp_path / "c.bin"), str(tmp_path / "hf"), log=quiet)
 
@@ -324,7 +324,7 @@ def test_import_refuses_what_it_cannot_read(tmp_path, capsys):
 
 def test_tokenizer_must_fit_the_model(spm_model, tmp_path):
     ckpt = tmp_path / "c.bin"
-    ts.save_checkpoint(ckpt, ts.SAN(san_cfg(250)).init_weights(0))
+    container.save_checkpoint(ckpt, san.SAN(san_cfg(250)).init_weights(0))
     with pytest.raises(export_hf.ExportError, match="700 pieces, but .* vocab_size 250"):
         export_hf.export(str(ckpt), str(tmp_path / "hf"), spm_model, log=quiet)
 
@@ -403,8 +403,8 @@ def trained_san(sp, kjv_chapters, tmp_path_factory):
         ids += [sp.bos_id] + sp.encode(c["text"]) + [sp.eos_id]
     data = torch.tensor(ids)
     cfg = san_cfg(sp.vocab_size, seq_len=128)
-    model = ts.SAN(cfg).init_weights(0)
-    opt = ts.SANOptimizer(model, ts.OptConfig(optimizer="adamw", lr=3e-3, lr_other=3e-3))
+    model = san.SAN(cfg).init_weights(0)
+    opt = optim.Optimizer(model, optim.OptConfig(optimizer="adamw", lr=3e-3, lr_other=3e-3))
     g = torch.Generator().manual_seed(0)
     B, T = 8, 64
     for _ in range(120):
@@ -415,7 +415,7 @@ def trained_san(sp, kjv_chapters, tmp_path_factory):
         model(x, y)[1][0].backward()
         opt.step(3e-3, 3e-3)
     path = tmp_path_factory.mktemp("trained") / "san.bin"
-    ts.save_checkpoint(path, model, 120)
+    container.save_checkpoint(path, model, 120)
     return path
 
 

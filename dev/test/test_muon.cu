@@ -39,7 +39,7 @@ static double cosine_to(double final_frac, double p) { return final_frac + (1.0 
 
 static Schedule make_schedule(const char* kind, double warmup, double decay, double final_frac) {
     Schedule s;
-    s.kind = kind;
+    CHECK(kScheduleKinds.parse(kind, &s.kind));
     s.warmup_frac = warmup;
     s.decay_frac = decay;
     s.final_frac = final_frac;
@@ -51,7 +51,7 @@ static Schedule make_schedule(const char* kind, double warmup, double decay, dou
         double got_ = (sched).multiplier((step), (total)), exp_ = (expected);                                    \
         if (!(std::fabs(got_ - exp_) <= 1e-12)) {                                                                \
             char msg_[200];                                                                                      \
-            snprintf(msg_, sizeof(msg_), "%s f(%ld of %ld) = %.15g, expected %.15g", (sched).kind.c_str(),       \
+            snprintf(msg_, sizeof(msg_), "%s f(%ld of %ld) = %.15g, expected %.15g", (sched).name(),             \
                      (long)(step), (long)(total), got_, exp_);                                                   \
             testing::report_failure(__FILE__, __LINE__, msg_);                                                   \
         }                                                                                                        \
@@ -138,7 +138,7 @@ TEST_CASE(schedule_errors) {
 static OptimizerConfig rates(const char* optimizer, double lr, double lr_other, int gpus,
                              const DefaultRates& defaults = DefaultRates{}) {
     OptimizerConfig o;
-    o.optimizer = optimizer;
+    CHECK(kOptimizerKinds.parse(optimizer, &o.optimizer));
     o.lr = lr;
     o.lr_other = lr_other;
     o.resolve_rates(defaults, gpus);

@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 import match  # noqa: E402
 import spectra  # noqa: E402
 import study  # noqa: E402
-import train_san  # noqa: E402
+from attnref import container, san  # noqa: E402
 from shards import ShardWriter  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
@@ -92,11 +92,11 @@ CONFIGS = [dict(ffn=ffn, n_layer=layers, n_embd=d, n_head=h, n_kv_head=kv, vocab
 def test_counts_and_flops_equal_train_san_py():
     for c in CONFIGS:
         arm = match.Arm(**c)
-        cfg = train_san.SANConfig(**{k: (bool(v) if k in ("qk_norm", "sandwich") else v) for k, v in c.items()})
-        assert match.parameter_counts(arm) == train_san.count_parameters(cfg), c
-        assert match.flops_per_token(arm) == train_san.flops_per_token(cfg), c
+        cfg = san.SANConfig(**{k: (bool(v) if k in ("qk_norm", "sandwich") else v) for k, v in c.items()})
+        assert match.parameter_counts(arm) == san.count_parameters(cfg), c
+        assert match.flops_per_token(arm) == san.flops_per_token(cfg), c
     for name in ("san20", "ffn20", "ffn4", "ffn9", "tiny", "tiny-ffn"):
-        cfg = train_san.SANConfig(**train_san.PRESETS[name])
+        cfg = san.SANConfig(**san.PRESETS[name])
         mine = match.PRESETS[name]
         for field, value in dataclasses.asdict(mine).items():
             theirs = getattr(cfg, field)
@@ -436,14 +436,14 @@ def check_spectra_against_torch(path, model):
 
 
 def test_spectra_of_a_reference_checkpoint(tmp_path):
-    cfg = train_san.SANConfig(**dict(train_san.PRESETS["tiny-ffn"], n_layer=3))
-    model = train_san.SAN(cfg).init_weights(0)
+    cfg = san.SANConfig(**dict(san.PRESETS["tiny-ffn"], n_layer=3))
+    model = san.SAN(cfg).init_weights(0)
     with torch.no_grad():  # layers that differ, so a mix-up of layers or matrices shows
         for i, (name, p) in enumerate(model.ordered_parameters()):
             if p.ndim == 2:
                 p.mul_(1.0 + 0.1 * i)
     path = str(tmp_path / "ckpt.bin")
-    train_san.save_checkpoint(path, model, step=5)
+    container.save_checkpoint(path, model, step=5)
     check_spectra_against_torch(path, model)
     assert spectra.checkpoint_spectra(path)["step"] == 5
 
@@ -452,7 +452,7 @@ def test_spectra_of_a_reference_checkpoint(tmp_path):
 def test_spectra_of_trainer_milestones(toy_study, tmp_path):
     _, out, _ = toy_study
     ckpt = out / "runs" / "ffn_lr0.03_s7" / "ckpt"
-    model, step, _, _ = train_san.load_checkpoint(str(ckpt / "milestone_050.bin"))
+    model, step, _, _ = san.load_checkpoint(str(ckpt / "milestone_050.bin"))
     check_spectra_against_torch(str(ckpt / "milestone_050.bin"), model)
     files = sorted(str(p) for p in ckpt.glob("milestone_*.bin"))
     spectra.main(files + ["--out", str(tmp_path)])

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-import train_gpt2 as tg  # noqa: E402
+from attnref import container, gpt2, gpt2_files, optim, san  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -44,7 +44,7 @@ def independent_logits(model, idx):
 def randomised(cfg, seed=0):
     """A model whose biases and LayerNorm parameters are not at their init values, so that
     every parameter matters in the comparisons."""
-    m = tg.GPT2(cfg).init_weights(seed)
+    m = gpt2.GPT2(cfg).init_weights(seed)
     g = torch.Generator().manual_seed(seed + 7)
     with torch.no_grad():
         for n, p in m.ordered_parameters():
@@ -54,7 +54,7 @@ def randomised(cfg, seed=0):
 
 
 def test_forward_matches_independent_formulation():
-    cfg = tg.GPT2Config(**MICRO)
+    cfg = gpt2.GPT2Config(**MICRO)
     m = randomised(cfg).double()
     idx = torch.randint(0, cfg.vocab_size, (3, cfg.seq_len), generator=torch.Generator().manual_seed(1))
     logits, _ = m(idx)
@@ -62,7 +62,7 @@ def test_forward_matches_independent_formulation():
 
 
 def test_loss_is_cross_entropy_over_the_real_vocabulary():
-    cfg = tg.GPT2Config(**MICRO)
+    cfg = gpt2.GPT2Config(**MICRO)
     m = randomised(cfg).double()
     x = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len), generator=torch.Generator().manual_seed(2))
     y = x.roll(-1, 1)
@@ -73,8 +73,8 @@ def test_loss_is_cross_entropy_over_the_real_vocabulary():
 
 
 def test_init_rules():
-    cfg = tg.GPT2Config(vocab_size=300, seq_len=64, n_layer=4, n_embd=64, n_head=4, bos_id=0)
-    m = tg.GPT2(cfg).init_weights(3)
+    cfg = gpt2.GPT2Config(vocab_size=300, seq_len=64, n_layer=4, n_embd=64, n_head=4, bos_id=0)
+    m = gpt2.GPT2(cfg).init_weights(3)
     p = dict(m.ordered_parameters())
     assert torch.all(p["wte"][300:] == 0) and p["wte"].shape == (384, 64)
     assert abs(p["wte"][:300].std().item() - 0.02) < 0.002 and abs(p["wpe"].std().item() - 0.02) < 0.002
@@ -83,29 +83,29 @@ def test_init_rules():
     assert abs(p["layers.2.mlp.c_proj.weight"].std().item() - 0.02 / math.sqrt(8)) < 0.001
     assert torch.all(p["layers.3.ln_2.weight"] == 1) and torch.all(p["ln_f.bias"] == 0)
     assert torch.all(p["layers.0.attn.c_attn.bias"] == 0)
-    decayed = {n for n, q in m.ordered_parameters() if tg.is_matrix_param(n, tuple(q.shape))}
+    decayed = {n for n, q in m.ordered_parameters() if gpt2.is_matrix_param(n, tuple(q.shape))}
     assert decayed == {f"layers.{i}.{k}.weight" for i in range(4)
                        for k in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
 
 
 def test_parameter_count_of_gpt2_124m():
     # 124M with the vocabulary padded to 50304 (what llm.c reports for gpt2_124M.bin)
-    total, nonemb = tg.count_parameters(tg.GPT2Config(**tg.PRESETS["gpt2"]))
+    total, nonemb = gpt2.count_parameters(gpt2.GPT2Config(**gpt2.PRESETS["gpt2"]))
     d, L = 768, 12
     assert total == 50304 * d + 1024 * d + L * (12 * d * d + 13 * d) + 2 * d == 124475904
     assert nonemb == total - (50304 + 1024) * d
 
 
 def test_checkpoint_round_trip(tmp_path):
-    cfg = tg.GPT2Config(**MICRO)
+    cfg = gpt2.GPT2Config(**MICRO)
     m = randomised(cfg)
-    opt = tg.make_optimizer(m, tg.OptConfig(optimizer="adamw", lr=1e-3, lr_other=1e-3))
+    opt = gpt2.make_optimizer(m, optim.OptConfig(optimizer="adamw", lr=1e-3, lr_other=1e-3))
     x = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len))
     _, (loss, _, _) = m(x, x)
     loss.backward()
     opt.step(1e-3, 1e-3)
-    tg.save_checkpoint(tmp_path / "c.bin", m, 1, opt)
-    m2, step, meta, tensors = tg.load_checkpoint(tmp_path / "c.bin")
+    container.save_checkpoint(tmp_path / "c.bin", m, 1, opt)
+    m2, step, meta, tensors = gpt2.load_checkpoint(tmp_path / "c.bin")
     assert step == 1 and meta["model"] == "gpt2" and meta["has_optimizer"] == "1"
     for (n, a), (_, b) in zip(m.ordered_parameters(), m2.ordered_parameters()):
         assert torch.equal(a, b), n
@@ -113,18 +113,17 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_san_checkpoint_is_rejected(tmp_path):
-    import train_san as ts
-    ts.save_checkpoint(tmp_path / "san.bin", ts.SAN(ts.SANConfig(**ts.PRESETS["tiny"])).init_weights(0))
+    container.save_checkpoint(tmp_path / "san.bin", san.SAN(san.SANConfig(**san.PRESETS["tiny"])).init_weights(0))
     with pytest.raises(ValueError, match="not a GPT-2 file"):
-        tg.load_checkpoint(tmp_path / "san.bin")
+        gpt2.load_checkpoint(tmp_path / "san.bin")
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_llmc_file_round_trip_and_layout(tmp_path, dtype):
-    cfg = tg.GPT2Config(**MICRO)
+    cfg = gpt2.GPT2Config(**MICRO)
     m = randomised(cfg)
     path = tmp_path / "m.llmc"
-    tg.write_llmc(path, m, dtype)
+    gpt2_files.write_llmc(path, m, dtype)
     header = np.fromfile(path, dtype="<i4", count=256)
     assert list(header[:8]) == [20240326, 3 if dtype == "fp32" else 5, 8, 20, 2, 2, 8, 128] and not header[8:].any()
     # layout: kinds stacked over layers; check one tensor at its computed offset
@@ -132,17 +131,17 @@ def test_llmc_file_round_trip_and_layout(tmp_path, dtype):
     offset = 1024 + (128 * d + 8 * d + L * d + L * d) * item      # after wte, wpe, ln_1.weight, ln_1.bias
     raw = np.fromfile(path, dtype="<f4" if item == 4 else "<u2", count=L * 3 * d * d, offset=offset)
     want = torch.stack([dict(m.ordered_parameters())[f"layers.{i}.attn.c_attn.weight"] for i in range(L)])
-    got = raw if item == 4 else tg.train_san.bf16_bits_to_fp32(raw)
+    got = raw if item == 4 else container.bf16_bits_to_fp32(raw)
     want = want.detach().numpy().ravel()
     if item == 2:
-        want = tg.train_san.bf16_bits_to_fp32(tg.train_san.fp32_to_bf16_bits(want))
+        want = container.bf16_bits_to_fp32(container.fp32_to_bf16_bits(want))
     assert np.array_equal(got, want)
-    cfg2, tensors = tg.read_llmc(path, bos_id=2)
+    cfg2, tensors = gpt2_files.read_llmc(path, bos_id=2)
     assert cfg2 == cfg
     for n, p in m.ordered_parameters():
         a = p.detach().numpy()
         if dtype == "bf16":
-            a = tg.train_san.bf16_bits_to_fp32(tg.train_san.fp32_to_bf16_bits(a))
+            a = container.bf16_bits_to_fp32(container.fp32_to_bf16_bits(a))
         assert np.array_equal(tensors[n], a), n
 
 
@@ -162,21 +161,21 @@ def write_safetensors(path, tensors):
 def test_hugging_face_mapping(tmp_path, monkeypatch):
     """A safetensors file in Hugging Face's GPT-2 layout (Conv1D weights (in, out), unpadded
     wte, h.<i>. names, mask buffers) loads into the model it was made from."""
-    cfg = tg.GPT2Config(vocab_size=50257, seq_len=16, n_layer=2, n_embd=8, n_head=2, bos_id=50256)
+    cfg = gpt2.GPT2Config(vocab_size=50257, seq_len=16, n_layer=2, n_embd=8, n_head=2, bos_id=50256)
     m = randomised(cfg)
     hf = {"wte.weight": m.wte.detach().numpy()[:50257], "wpe.weight": m.wpe.detach().numpy()}
     for n, p in m.ordered_parameters():
         if n.startswith("layers."):
             a = p.detach().numpy()
-            hf[n.replace("layers.", "h.", 1)] = a.T if n.endswith(tg.HF_TRANSPOSED) else a
+            hf[n.replace("layers.", "h.", 1)] = a.T if n.endswith(gpt2_files.HF_TRANSPOSED) else a
     for i in range(cfg.n_layer):
         hf[f"h.{i}.attn.bias"] = np.ones((1, 1, 16, 16), np.float32)   # old exports carry the mask
     hf["ln_f.weight"], hf["ln_f.bias"] = m.ln_f.weight.detach().numpy(), m.ln_f.bias.detach().numpy()
     write_safetensors(tmp_path / "model.safetensors", hf)
-    loaded = tg.read_safetensors(tmp_path / "model.safetensors")
-    monkeypatch.setattr(tg, "load_hf_weights", lambda name: loaded)
-    monkeypatch.setitem(tg.PRESETS, "gpt2", dict(vocab_size=50257, seq_len=16, n_layer=2, n_embd=8, n_head=2,
+    loaded = gpt2_files.read_safetensors(tmp_path / "model.safetensors")
+    monkeypatch.setattr(gpt2_files, "load_hf_weights", lambda name: loaded)
+    monkeypatch.setitem(gpt2.PRESETS, "gpt2", dict(vocab_size=50257, seq_len=16, n_layer=2, n_embd=8, n_head=2,
                                                  bos_id=50256))
-    m2 = tg.gpt2_from_hf("gpt2")
+    m2 = gpt2_files.gpt2_from_hf("gpt2")
     for (n, a), (_, b) in zip(m.ordered_parameters(), m2.ordered_parameters()):
         assert torch.equal(a, b), n

@@ -62,6 +62,7 @@ def test_help_lists_every_option_with_defaults():
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--n-embd", "60", "--n-head", "8", "--train-data", "x"], "multiple of --n-head"),
     (["--train-data", "/nonexistent/*.bin"], "/nonexistent/*.bin"),
+    (["--cudnn", "1", "--train-data", "x"], "--cudnn 1: this build has no cuDNN attention"),  # host builds never do
 ])
 def test_bad_options_fail_clearly(args, message):
     proc = run(args, check=False)

@@ -24,6 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 import train_san as ts  # noqa: E402
+from attnref import container, ops, san, training  # noqa: E402
+from attnref.data import ShardLoader  # noqa: E402
 from shards import read_exercises, read_regions, read_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
@@ -73,7 +75,7 @@ def trained(data, tmp_path_factory):
     proc = run(BIN32, ["--steps", 0, "--init-from", d / "final.bin", "--batch-size", B, "--val-batches", VAL_BATCHES,
                        "--sample-tokens", 0, "--log", d / "eval.jsonl"] + data_flags(data))
     record = read_log(d / "eval.jsonl")[-1]
-    model, _, _, _ = ts.load_checkpoint(str(d / "final.bin"))
+    model, _, _, _ = san.load_checkpoint(str(d / "final.bin"))
     return d, model.double().eval(), record, proc.stdout
 
 
@@ -95,7 +97,7 @@ def per_token_ce(model, windows):
         logits, _ = model(x)
     logits = logits[..., : model.cfg.vocab_size].double()
     ce = torch.logsumexp(logits, -1) - logits.gather(-1, y[..., None])[..., 0]
-    return ce.numpy(), ts.loss_mask(y, model.cfg).numpy()
+    return ce.numpy(), ops.loss_mask(y, model.cfg).numpy()
 
 
 def test_validation_is_token_weighted_cross_entropy(data, trained):
@@ -112,8 +114,8 @@ def test_validation_is_token_weighted_cross_entropy(data, trained):
     z = model.cfg.z_loss * (lse ** 2 * mask).sum() / mask.sum()
     assert abs(record["val_z_loss"] - z) < 1e-4 * z
     # the reference's evaluator gives the same number for the same batches
-    loader = ts.ShardLoader(str(data / "synth" / "synth_val_*.bin"), B, T, model.cfg.vocab_size)
-    assert abs(ts.evaluate(model, loader, VAL_BATCHES) - expected) < 1e-9
+    loader = ShardLoader(str(data / "synth" / "synth_val_*.bin"), B, T, model.cfg.vocab_size)
+    assert abs(training.evaluate(model, loader, VAL_BATCHES) - expected) < 1e-9
 
 
 def test_region_and_exercise_losses_label_targets_by_their_own_region(data, trained):
@@ -164,7 +166,7 @@ def test_measurements_against_reference(data, trained):
     x = torch.from_numpy(windows[:, :-1])
     hidden, scores = [], []
     hooks = [layer.register_forward_hook(lambda m, i, o: hidden.append(o.detach())) for layer in model.layers]
-    original = ts.gqa_attention
+    original = san.gqa_attention  # the name the SAN's attention sub-layer calls
 
     def recording_attention(q, k, v, mask):
         G = q.shape[1] // k.shape[1]
@@ -172,12 +174,12 @@ def test_measurements_against_reference(data, trained):
         scores.append(s.masked_fill(~mask[:, :, 0], 0.0).abs().max().item())
         return original(q, k, v, mask)
 
-    ts.gqa_attention = recording_attention
+    san.gqa_attention = recording_attention
     try:
         with torch.no_grad():
             model(x)
     finally:
-        ts.gqa_attention = original
+        san.gqa_attention = original
         for h in hooks:
             h.remove()
     eranks = []
@@ -196,7 +198,7 @@ def test_milestones(trained):
     d = trained[0]
     for percent in (0, 25, 50, 75, 100):
         path = d / f"milestone_{percent:03d}.bin"
-        _, step, _, _ = ts.load_checkpoint(str(path))
+        _, step, _, _ = san.load_checkpoint(str(path))
         assert step == math.floor(percent * STEPS / 100 + 0.5), (percent, step)
 
 
@@ -220,11 +222,11 @@ def test_loss_spikes_are_the_steps_above_the_threshold(data, tmp_path):
 
 
 def test_divergence_names_the_first_nonfinite_tensor(data, trained, tmp_path):
-    model, _, _, _ = ts.load_checkpoint(str(trained[0] / "final.bin"))
+    model, _, _, _ = san.load_checkpoint(str(trained[0] / "final.bin"))
     with torch.no_grad():
         dict(model.ordered_parameters())["layers.1.attn.wk"][3, 5] = float("nan")
     bad = tmp_path / "nan.bin"
-    ts.save_checkpoint(str(bad), model, 0)
+    container.save_checkpoint(str(bad), model, 0)
     proc = run(BIN, ["--init-from", bad, "--steps", 2, "--batch-size", 4, "--sample-tokens", 0] + data_flags(data),
                check=False)
     assert proc.returncode != 0

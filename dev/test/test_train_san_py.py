@@ -20,6 +20,7 @@ from torch.func import functional_call
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from attnref import container, data, ops, optim, san, training  # noqa: E402
 import train_san as ts  # noqa: E402
 
 torch.set_num_threads(1)   # tiny tensors: threads only add contention
@@ -31,7 +32,7 @@ MICRO = dict(vocab_size=20, seq_len=8, n_layer=2, n_embd=8, n_head=2, n_kv_head=
 
 
 def micro(**kw):
-    return ts.SANConfig(**dict(MICRO, **kw))
+    return san.SANConfig(**dict(MICRO, **kw))
 
 
 def batch_with_docs(cfg, B, seed=0):
@@ -79,33 +80,33 @@ def independent_count(cfg):
     dict(vocab_size=129, n_head=4, n_kv_head=4, n_embd=16)])
 def test_parameter_count_independent(kw):
     cfg = micro(**kw)
-    model = ts.SAN(cfg)
-    assert ts.count_parameters(cfg) == independent_count(cfg)
+    model = san.SAN(cfg)
+    assert san.count_parameters(cfg) == independent_count(cfg)
     assert sum(p.numel() for p in model.parameters()) == independent_count(cfg)[0]
-    assert [n for n, _ in model.ordered_parameters()] == [n for n, _ in ts.parameter_spec(cfg)]
+    assert [n for n, _ in model.ordered_parameters()] == [n for n, _ in san.parameter_spec(cfg)]
 
 
 def test_presets_match_paper_matchings():
-    counts = {k: independent_count(ts.SANConfig(**ts.PRESETS[k])) for k in ("san20", "ffn20", "ffn4", "ffn9")}
+    counts = {k: independent_count(san.SANConfig(**san.PRESETS[k])) for k in ("san20", "ffn20", "ffn4", "ffn9")}
     for k, c in counts.items():
-        assert ts.count_parameters(ts.SANConfig(**ts.PRESETS[k])) == c
-    san = counts["san20"][1]
+        assert san.count_parameters(san.SANConfig(**san.PRESETS[k])) == c
+    san_nonemb = counts["san20"][1]
     # iso-param: 4 FFN layers hold the non-embedding parameters of 20 SAN layers (within 1%)
-    assert abs(counts["ffn4"][1] - san) / san < 0.01
+    assert abs(counts["ffn4"][1] - san_nonemb) / san_nonemb < 0.01
     # iso-depth: the paper's "~3.6x params" is the ratio of total (embedding included) counts
     assert round(counts["ffn20"][0] / counts["san20"][0], 1) == 3.6
     # iso-FLOP: by flops_per_token the SAN's FLOPs/token fall between the 9- and 10-layer FFN
     # models (9.56 layers); the paper's partner is "~9"
-    f = lambda L: ts.flops_per_token(ts.SANConfig(**dict(ts.PRESETS["ffn9"], n_layer=L)))
-    san_f = ts.flops_per_token(ts.SANConfig(**ts.PRESETS["san20"]))
-    assert f(9) < san_f < f(10) and ts.PRESETS["ffn9"]["n_layer"] == 9
-    assert ts.SANConfig(vocab_size=50257, bos_id=0).padded_vocab_size == 50304
+    f = lambda L: san.flops_per_token(san.SANConfig(**dict(san.PRESETS["ffn9"], n_layer=L)))
+    san_f = san.flops_per_token(san.SANConfig(**san.PRESETS["san20"]))
+    assert f(9) < san_f < f(10) and san.PRESETS["ffn9"]["n_layer"] == 9
+    assert san.SANConfig(vocab_size=50257, bos_id=0).padded_vocab_size == 50304
 
 
 def test_init_follows_spec():
-    cfg = ts.SANConfig(vocab_size=1000, seq_len=16, n_layer=3, n_embd=128, n_head=4, n_kv_head=2,
+    cfg = san.SANConfig(vocab_size=1000, seq_len=16, n_layer=3, n_embd=128, n_head=4, n_kv_head=2,
                        ffn="swiglu", sandwich=True)
-    model = ts.SAN(cfg).init_weights(7)
+    model = san.SAN(cfg).init_weights(7)
     P = dict(model.ordered_parameters())
     assert torch.all(P["wte"][cfg.vocab_size:] == 0)
     assert abs(P["wte"][: cfg.vocab_size].std().item() - 0.02) < 0.001
@@ -116,7 +117,7 @@ def test_init_follows_spec():
             assert abs(p.std().item() / 0.02 - 1) < 0.05, n
         elif p.ndim == 1:
             assert torch.all(p == 0), n           # zcn gains and gates
-    rms = ts.SAN(replace(cfg, norm="rms")).init_weights(7)
+    rms = san.SAN(replace(cfg, norm="rms")).init_weights(7)
     for (n, a), (_, b) in zip(model.ordered_parameters(), rms.ordered_parameters()):
         if n.endswith(".weight") and a.ndim == 1:
             assert torch.all(b == 1), n
@@ -190,7 +191,7 @@ def spec_forward(cfg, P, idx):
     dict(residual="none", n_kv_head=2), dict(residual="standard", doc_mask=False, n_head=4, n_embd=16)])
 def test_forward_matches_spec_implementation(kw):
     cfg = micro(**kw)
-    model = ts.SAN(cfg).init_weights(8).double()
+    model = san.SAN(cfg).init_weights(8).double()
     randomize_gains(model)
     with torch.no_grad():
         for n, p in model.ordered_parameters():
@@ -213,7 +214,7 @@ def test_forward_matches_spec_implementation(kw):
     dict(n_head=4, n_kv_head=1, n_embd=16)])
 def test_gradcheck(kw):
     cfg = micro(**kw)
-    model = ts.SAN(cfg).init_weights(3).double()
+    model = san.SAN(cfg).init_weights(3).double()
     randomize_gains(model)
     with torch.no_grad():   # rezero/none start with dead paths; give the gates a value
         for n, p in model.ordered_parameters():
@@ -240,8 +241,8 @@ def test_doc_mask_attention_vs_per_document_loop():
     idx = torch.randint(3, 9, (B, T), generator=g)
     idx[0, [3, 4, 9]] = bos
     idx[1, [0, 7]] = bos
-    doc = ts.document_ids(idx, bos)
-    out = ts.gqa_attention(q, k, v, ts.attention_mask(T, doc, "cpu"))
+    doc = ops.document_ids(idx, bos)
+    out = ops.gqa_attention(q, k, v, ops.attention_mask(T, doc, "cpu"))
     ref = torch.zeros_like(out)
     for b in range(B):
         # split the row at BOS tokens; the part before the first BOS is its own document
@@ -257,13 +258,13 @@ def test_doc_mask_attention_vs_per_document_loop():
                     ref[b, h, t] = sum(w[i] * v[b, kv, s0 + i] for i in range(t + 1 - s0))
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
     # without the document mask the same inputs must give a different answer
-    plain = ts.gqa_attention(q, k, v, ts.attention_mask(T, None, "cpu"))
+    plain = ops.gqa_attention(q, k, v, ops.attention_mask(T, None, "cpu"))
     assert not torch.allclose(plain, ref)
 
 
 def test_doc_mask_model_equals_each_document_alone():
     cfg = micro(seq_len=16, doc_mask=True)
-    model = ts.SAN(cfg).init_weights(5).double()
+    model = san.SAN(cfg).init_weights(5).double()
     randomize_gains(model)
     g = torch.Generator().manual_seed(2)
     row = torch.randint(3, cfg.vocab_size, (1, 16), generator=g)
@@ -289,29 +290,29 @@ def test_loss_mask_and_loss_definition():
     keep = [(b, t) for b in range(2) for t in range(8) if y[b, t] >= 0 and y[b, t] != cfg.bos_id]
     ce = sum(-F.log_softmax(logits[b, t, :50], -1)[y[b, t]] for b, t in keep) / len(keep)
     z = sum(torch.logsumexp(logits[b, t, :50], -1) ** 2 for b, t in keep) / len(keep)
-    loss, ce_, z_ = ts.san_loss(logits, y, cfg)
+    loss, ce_, z_ = ops.san_loss(logits, y, cfg)
     torch.testing.assert_close(ce_, ce)
     torch.testing.assert_close(z_, z)
     torch.testing.assert_close(loss, ce + 0.3 * z)
     # doc mask off: only the -1 target is dropped
     off = replace(cfg, doc_mask=False)
-    assert int(ts.loss_mask(y, off).sum()) == 15 and int(ts.loss_mask(y, cfg).sum()) == len(keep)
+    assert int(ops.loss_mask(y, off).sum()) == 15 and int(ops.loss_mask(y, cfg).sum()) == len(keep)
     # everything masked: loss 0, not NaN
-    l0, _, _ = ts.san_loss(logits, torch.full_like(y, -1), cfg)
+    l0, _, _ = ops.san_loss(logits, torch.full_like(y, -1), cfg)
     assert l0.item() == 0.0
 
 
 def test_document_ids_rule():
     idx = torch.tensor([[5, 6, 2, 7, 2, 2, 8], [2, 3, 3, 3, 3, 3, 3]])
-    assert ts.document_ids(idx, 2).tolist() == [[0, 0, 1, 1, 2, 3, 3], [1, 1, 1, 1, 1, 1, 1]]
+    assert ops.document_ids(idx, 2).tolist() == [[0, 0, 1, 1, 2, 3, 3], [1, 1, 1, 1, 1, 1, 1]]
 
 
 def test_rope_vs_complex_formulation():
     g = torch.Generator().manual_seed(0)
     B, H, T, hd, theta = 2, 3, 17, 8, 500.0
     x = torch.randn(B, H, T, hd, generator=g, dtype=torch.float64)
-    cos, sin = ts.rope_cos_sin(T, hd, theta, torch.float64, "cpu")
-    out = ts.apply_rope(x, cos, sin)
+    cos, sin = san.rope_cos_sin(T, hd, theta, torch.float64, "cpu")
+    out = san.apply_rope(x, cos, sin)
     half = hd // 2
     z = torch.complex(x[..., :half], x[..., half:])                 # pair (i, i + hd/2)
     freqs = torch.tensor([1.0 / theta ** (2 * i / hd) for i in range(half)], dtype=torch.float64)
@@ -320,7 +321,7 @@ def test_rope_vs_complex_formulation():
     torch.testing.assert_close(out, torch.cat([rot.real, rot.imag], -1), rtol=1e-12, atol=1e-12)
     # relative-position property: <R_t q, R_s k> depends on t - s only
     q, k = x[0, 0, 0], x[0, 0, 1]
-    rq, rk = (ts.apply_rope(v.expand(1, 1, T, hd).clone(), cos, sin)[0, 0] for v in (q, k))
+    rq, rk = (san.apply_rope(v.expand(1, 1, T, hd).clone(), cos, sin)[0, 0] for v in (q, k))
     assert abs(float(rq[9] @ rk[4]) - float(rq[12] @ rk[7])) < 1e-10
 
 
@@ -328,9 +329,9 @@ def test_rope_vs_complex_formulation():
 def test_gqa_vs_repeated_kv_mha(hkv):
     cfg = micro(n_head=4, n_kv_head=hkv, n_embd=16, ffn="swiglu", d_ff=8)
     mha_cfg = replace(cfg, n_kv_head=4)
-    gqa = ts.SAN(cfg).init_weights(9).double()
+    gqa = san.SAN(cfg).init_weights(9).double()
     randomize_gains(gqa)
-    mha = ts.SAN(mha_cfg).double()
+    mha = san.SAN(mha_cfg).double()
     G, hd = 4 // hkv, cfg.head_dim
     src = dict(gqa.ordered_parameters())
     with torch.no_grad():
@@ -345,12 +346,40 @@ def test_gqa_vs_repeated_kv_mha(hkv):
 
 def test_sdpa_path_matches_explicit():
     cfg = micro(n_head=4, n_kv_head=2, n_embd=16)
-    model = ts.SAN(cfg).init_weights(1).double()
+    model = san.SAN(cfg).init_weights(1).double()
     randomize_gains(model)
     x, _ = batch_with_docs(cfg, 3)
     a = model(x)[0]
     model.attn_impl = "sdpa"
     torch.testing.assert_close(model(x)[0], a, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("doc_mask", [0, 1])
+def test_fast_path_matches_explicit(doc_mask):
+    """The speed path (SDPA is_causal / FlexAttention with the document block mask, GQA without
+    repeated k, v) against the explicit maths, eager fp32 on the CPU: logits, and gradients
+    where the CPU has a backward (FlexAttention's, used with the document mask, is GPU-only)."""
+    import warnings
+    cfg = micro(n_head=4, n_kv_head=2, n_embd=16, doc_mask=doc_mask)
+    model = san.SAN(cfg).init_weights(1)
+    randomize_gains(model)
+    x, y = batch_with_docs(cfg, 3)
+    results = []
+    for impl in ("explicit", "fast"):
+        model.attn_impl = impl
+        model.zero_grad(set_to_none=True)
+        with warnings.catch_warnings(), torch.set_grad_enabled(not doc_mask):
+            warnings.simplefilter("ignore")  # FlexAttention in eager mode says it is unfused
+            logits, (loss, _, _) = model(x, y)
+        if doc_mask:
+            results.append((logits.detach(), []))
+            continue
+        loss.backward()
+        results.append((logits.detach(), [p.grad.clone() for _, p in model.ordered_parameters()]))
+    (ref_logits, ref_grads), (logits, grads) = results
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-5)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------
@@ -369,14 +398,14 @@ def test_newton_schulz_singular_values(shape):
     G = torch.randn(shape, generator=g, dtype=torch.float64)
     s_in = torch.linalg.svdvals(G) / (G.norm() + 1e-7)
     # exact property (float64): singular values map through the scalar quintic, 5 times
-    out = ts.newton_schulz(G)
+    out = optim.newton_schulz(G)
     expect = torch.sort(quintic_iterate(s_in)).values
     torch.testing.assert_close(torch.sort(torch.linalg.svdvals(out)).values, expect, rtol=1e-8, atol=1e-10)
     # fp32 path: singular values inside the band the quintic produces on [s_min, s_max]
     grid = torch.linspace(float(s_in.min()), float(s_in.max()), 20001, dtype=torch.float64)
     band = quintic_iterate(grid)
     lo, hi = float(band.min()), float(band.max())
-    sv32 = torch.linalg.svdvals(ts.newton_schulz(G.float()).double())
+    sv32 = torch.linalg.svdvals(optim.newton_schulz(G.float()).double())
     assert lo - 1e-3 <= float(sv32.min()) and float(sv32.max()) <= hi + 1e-3, (lo, hi, sv32)
     # and never above the quintic's maximum over (0, 1]
     top = float(quintic_iterate(torch.linspace(1e-6, 1, 100001, dtype=torch.float64)).max())
@@ -389,11 +418,11 @@ def test_newton_schulz_singular_values(shape):
 
 def test_adamw_matches_torch_adamw():
     cfg = micro(ffn="swiglu", d_ff=12)
-    model = ts.SAN(cfg).init_weights(0)
-    ref = ts.SAN(cfg)
+    model = san.SAN(cfg).init_weights(0)
+    ref = san.SAN(cfg)
     ref.load_state_dict(model.state_dict())
-    oc = ts.OptConfig(optimizer="adamw", lr=1e-2, lr_other=3e-3, weight_decay=0.1, grad_clip=0)
-    opt = ts.SANOptimizer(model, oc)
+    oc = optim.OptConfig(optimizer="adamw", lr=1e-2, lr_other=3e-3, weight_decay=0.1, grad_clip=0)
+    opt = optim.Optimizer(model, oc)
     mats = [p for n, p in ref.ordered_parameters() if p.ndim == 2 and n != "wte"]
     rest = [p for n, p in ref.ordered_parameters() if not (p.ndim == 2 and n != "wte")]
     topt = torch.optim.AdamW([dict(params=mats, lr=1e-2, weight_decay=0.1),
@@ -414,9 +443,9 @@ def test_muon_update_equations(order):
     """Two steps of Muon on one matrix, against the equations written out here."""
     torch.manual_seed(0)
     cfg = micro(ffn="swiglu", d_ff=12)     # w_gate is tall (12 x 8): shape factor sqrt(1.5)
-    model = ts.SAN(cfg).init_weights(0).double()
-    oc = ts.OptConfig(optimizer="muon", muon_order=order, lr=0.05, lr_other=0.0, weight_decay=0.1)
-    opt = ts.SANOptimizer(model, oc)
+    model = san.SAN(cfg).init_weights(0).double()
+    oc = optim.OptConfig(optimizer="muon", muon_order=order, lr=0.05, lr_other=0.0, weight_decay=0.1)
+    opt = optim.Optimizer(model, oc)
     P = dict(model.ordered_parameters())
     name = "layers.0.ffn.w_gate"
     W = P[name].detach().clone()
@@ -430,9 +459,9 @@ def test_muon_update_equations(order):
         opt.step(lr, 0.0)
         if order == "keller":
             M = mu * M + (1 - mu) * G
-            U = ts.newton_schulz((1 - mu) * G + mu * M) * math.sqrt(12 / 8)
+            U = optim.newton_schulz((1 - mu) * G + mu * M) * math.sqrt(12 / 8)
         else:
-            O = ts.newton_schulz(G)                   # the SAN paper's code: no (1 - mu) damping
+            O = optim.newton_schulz(G)                   # the SAN paper's code: no (1 - mu) damping
             M = mu * M + O
             U = O + mu * M
         W = W * (1 - lr * wd) - lr * U
@@ -445,9 +474,9 @@ def test_muon_paper_order_first_step_size():
     """From zero momentum the paper order moves W by exactly lr (1 + mu) NS(G): a (1 - mu)
     factor on the orthogonalised gradient (20x smaller steps at mu 0.95) fails this."""
     cfg = micro()
-    model = ts.SAN(cfg).init_weights(0).double()
+    model = san.SAN(cfg).init_weights(0).double()
     mu, lr = 0.95, 0.01
-    opt = ts.SANOptimizer(model, ts.OptConfig(optimizer="muon", muon_order="paper", lr=lr, lr_other=0.0,
+    opt = optim.Optimizer(model, optim.OptConfig(optimizer="muon", muon_order="paper", lr=lr, lr_other=0.0,
                                               weight_decay=0.0, muon_momentum=mu))
     P = dict(model.ordered_parameters())
     name = "layers.0.attn.wq"
@@ -458,7 +487,7 @@ def test_muon_paper_order_first_step_size():
     P[name].grad = G.clone()
     opt.step(lr, 0.0)
     step = (W0 - P[name].detach()) / lr
-    O = ts.newton_schulz(G)
+    O = optim.newton_schulz(G)
     torch.testing.assert_close(step, (1 + mu) * O, rtol=1e-10, atol=1e-12)
     # the orthogonalised update has spectral size ~1 (NS's singular values lie in ~[0.7, 1.2])
     assert 1.5 < torch.linalg.matrix_norm(step, ord=2).item() < 2.5
@@ -469,12 +498,12 @@ def test_grad_clip():
     q = torch.nn.Parameter(torch.zeros(2, 2))
     p.grad = torch.tensor([3.0, 0.0, 0.0])
     q.grad = torch.tensor([[0.0, 4.0], [0.0, 0.0]])
-    norm = ts.clip_grad_norm([("p", p), ("q", q)], 1.0)
+    norm = optim.clip_grad_norm([("p", p), ("q", q)], 1.0)
     assert norm == pytest.approx(5.0)
     torch.testing.assert_close(p.grad, torch.tensor([3.0, 0, 0]) / (5 + 1e-6))
     p.grad = torch.tensor([0.3, 0.0, 0.0])
     q.grad = torch.zeros(2, 2)
-    ts.clip_grad_norm([("p", p), ("q", q)], 1.0)
+    optim.clip_grad_norm([("p", p), ("q", q)], 1.0)
     assert torch.equal(p.grad, torch.tensor([0.3, 0.0, 0.0]))   # below the threshold: untouched
 
 
@@ -486,7 +515,7 @@ def cos_mix(p, final):
 
 
 def test_schedule_boundaries():
-    f = ts.lr_multiplier
+    f = optim.lr_multiplier
     N = 100                                   # W = 5 warmup, D = 15 decay steps
     assert f(0, N, "wsd") == pytest.approx(1 / 5)
     assert f(4, N, "wsd") == 1.0
@@ -524,9 +553,9 @@ def test_container_round_trip_bit_exact(tmp_path):
                ("ints", ints, "int32"), ("bf", bf, "bf16"), ("empty", np.zeros((0, 4), np.float32), "fp32")]
     meta = [("alpha", "1"), ("beta", "x y"), ("gamma", repr(0.1))]
     p = tmp_path / "c.bin"
-    ts.write_container(p, ts.KIND_CHECKPOINT, meta, tensors)
-    kind, m, t = ts.read_container(p, ts.KIND_CHECKPOINT)
-    assert kind == ts.KIND_CHECKPOINT and m == dict(meta) and list(t) == [n for n, _, _ in tensors]
+    container.write_container(p, container.KIND_CHECKPOINT, meta, tensors)
+    kind, m, t = container.read_container(p, container.KIND_CHECKPOINT)
+    assert kind == container.KIND_CHECKPOINT and m == dict(meta) and list(t) == [n for n, _, _ in tensors]
     assert t["a"].tobytes() == a32.tobytes() and t["ints"].tobytes() == ints.tobytes()
     assert t["empty"].shape == (0, 4)
     # bf16: round-to-nearest-even, as torch converts
@@ -537,72 +566,73 @@ def test_container_round_trip_bit_exact(tmp_path):
     assert (magic, ver, nt) == (b"ATTNFILE", 1, 5) and doff % 64 == 0 and len(raw) == doff + dbytes
     name, dt, nd, *rest = struct.unpack_from("<64sII4QQQ", raw, 64 + mb + 3 * 128)
     assert name.rstrip(b"\0") == b"bf" and dt == 1 and nd == 1 and rest[0] == 33 and rest[4] % 64 == 0
-    assert raw[doff + rest[4]: doff + rest[4] + 66] == ts.fp32_to_bf16_bits(bf).tobytes()
+    assert raw[doff + rest[4]: doff + rest[4] + 66] == container.fp32_to_bf16_bits(bf).tobytes()
     # every reader check names the file
-    with pytest.raises(ts.ContainerError, match="expected a debug state"):
-        ts.read_container(p, ts.KIND_DEBUG_STATE)
+    with pytest.raises(container.ContainerError, match="expected a debug state"):
+        container.read_container(p, container.KIND_DEBUG_STATE)
     (tmp_path / "trunc.bin").write_bytes(raw[:-1])
-    with pytest.raises(ts.ContainerError, match="trunc.bin: size"):
-        ts.read_container(tmp_path / "trunc.bin")
+    with pytest.raises(container.ContainerError, match="trunc.bin: size"):
+        container.read_container(tmp_path / "trunc.bin")
     (tmp_path / "magic.bin").write_bytes(b"X" + raw[1:])
-    with pytest.raises(ts.ContainerError, match="magic.bin: bad magic"):
-        ts.read_container(tmp_path / "magic.bin")
+    with pytest.raises(container.ContainerError, match="magic.bin: bad magic"):
+        container.read_container(tmp_path / "magic.bin")
 
 
 def test_checkpoint_round_trip_and_resume(tmp_path):
     cfg = micro(ffn="swiglu", d_ff=12, sandwich=True, norm="rms")
-    oc = ts.OptConfig(optimizer="muon", lr=0.02, lr_other=0.01, schedule="cosine")
+    oc = optim.OptConfig(optimizer="muon", lr=0.02, lr_other=0.01, schedule="cosine")
     x, y = batch_with_docs(cfg, 2)
 
     def fresh():
-        m = ts.SAN(cfg).init_weights(11)
-        return m, ts.SANOptimizer(m, oc)
+        m = san.SAN(cfg).init_weights(11)
+        return m, optim.Optimizer(m, oc)
 
     m1, o1 = fresh()
-    r1 = ts.train_steps(m1, o1, x, y, 3, 8)
-    ts.save_checkpoint(tmp_path / "ck.bin", m1, o1.step_count, o1)
-    m2, step, meta, tensors = ts.load_checkpoint(tmp_path / "ck.bin")
+    r1 = training.train_steps(m1, o1, x, y, 3, 8)
+    container.save_checkpoint(tmp_path / "ck.bin", m1, o1.step_count, o1)
+    m2, step, meta, tensors = san.load_checkpoint(tmp_path / "ck.bin")
     assert step == 3 and m2.cfg == cfg
     for (n, a), (_, b) in zip(m1.ordered_parameters(), m2.ordered_parameters()):
         assert torch.equal(a, b), n
-    o2 = ts.SANOptimizer(m2, ts.OptConfig.from_meta(meta))
+    o2 = optim.Optimizer(m2, optim.OptConfig.from_meta(meta))
     o2.load_state_tensors(tensors, step, "ck.bin")
     for k, v in o1.state_tensors().items():
         assert torch.equal(v, o2.state_tensors()[k]), k
-    ra = ts.train_steps(m1, o1, x, y, 3, 8)
-    rb = ts.train_steps(m2, o2, x, y, 3, 8)
+    ra = training.train_steps(m1, o1, x, y, 3, 8)
+    rb = training.train_steps(m2, o2, x, y, 3, 8)
     assert ra == rb                                   # bit-exact continuation
     assert ra["loss"][-1] < r1["loss"][0]
     # a file whose parameter has the wrong shape is rejected with its name
-    _, meta, tensors = ts.read_container(tmp_path / "ck.bin")
+    _, meta, tensors = container.read_container(tmp_path / "ck.bin")
     bad = [(n, a if n != "final_norm.weight" else a[:-1], "fp32") for n, a in tensors.items()]
-    ts.write_container(tmp_path / "bad.bin", ts.KIND_CHECKPOINT, list(meta.items()), bad)
-    with pytest.raises(ts.ContainerError, match="final_norm.weight"):
-        ts.load_checkpoint(tmp_path / "bad.bin")
+    container.write_container(tmp_path / "bad.bin", container.KIND_CHECKPOINT, list(meta.items()), bad)
+    with pytest.raises(container.ContainerError, match="final_norm.weight"):
+        san.load_checkpoint(tmp_path / "bad.bin")
 
 
 def test_debug_state_contents(tmp_path):
     cfg = micro(ffn="swiglu", d_ff=12)
-    oc = ts.OptConfig(optimizer="muon", muon_order="paper", lr=0.02, lr_other=0.005)
+    oc = optim.OptConfig(optimizer="muon", muon_order="paper", lr=0.02, lr_other=0.005)
     path = tmp_path / "d.bin"
-    ts.write_debug_state(path, cfg, oc, seed=5, batch_size=3, n_steps=10)
-    kind, meta, t = ts.read_container(path, ts.KIND_DEBUG_STATE)
-    cfg2 = ts.SANConfig.from_meta(meta)
-    assert cfg2 == cfg and ts.OptConfig.from_meta(meta) == oc
+    training.write_debug_state(path, san.SAN(cfg).init_weights(5), oc, optim.Optimizer, seed=5, batch_size=3,
+                               n_steps=10)
+    kind, meta, t = container.read_container(path, container.KIND_DEBUG_STATE)
+    cfg2 = san.SANConfig.from_meta(meta)
+    assert cfg2 == cfg and optim.OptConfig.from_meta(meta) == oc
     assert meta["debug.steps"] == "10" and meta["debug.precision"] == "fp64"
-    spec = [n for n, _ in ts.parameter_spec(cfg)]
+    spec = [n for n, _ in san.parameter_spec(cfg)]
     names = list(t)
     assert names[: len(spec)] == spec
     assert [n[5:] for n in names if n.startswith("grad.")] == spec
     assert [n[6:] for n in names if n.startswith("final.")] == spec
     # recompute everything independently from the stored parameters and batch
-    model = ts.SAN(cfg2)
-    ts.load_params_into(model, t, str(path))
+    model = san.SAN(cfg2)
+    container.load_params_into(model, t, str(path))
     model.double()
     x = torch.from_numpy(t["batch.inputs"]).long()
     y = torch.from_numpy(t["batch.targets"]).long()
     assert x.shape == (3, cfg.seq_len) and torch.equal(x[:, 1:], y[:, :-1])
-    assert torch.equal(torch.from_numpy(t["batch.doc_ids"]).long(), ts.document_ids(x, cfg.bos_id))
+    assert torch.equal(torch.from_numpy(t["batch.doc_ids"]).long(), ops.document_ids(x, cfg.bos_id))
     assert torch.equal(torch.from_numpy(t["batch.loss_mask"]).bool(), y != cfg.bos_id)
     logits, (loss, ce, lse_sq) = model(x, y)
     loss.backward()
@@ -613,7 +643,7 @@ def test_debug_state_contents(tmp_path):
     for n, p in model.ordered_parameters():
         np.testing.assert_array_equal(t["grad." + n], p.grad.float().numpy(), err_msg=n)
     assert len(t["traj.loss"]) == 10 and t["traj.loss"][-1] < t["traj.loss"][0]
-    lrs = [oc.lr * ts.lr_multiplier(s, 10, "wsd") for s in range(10)]
+    lrs = [oc.lr * optim.lr_multiplier(s, 10, "wsd") for s in range(10)]
     np.testing.assert_allclose(t["traj.lr_matrix"], lrs, rtol=1e-6)
 
 
@@ -624,7 +654,7 @@ def test_cli_writes_debug_state(tmp_path, capsys):
                         "--write-debug-state", str(out)], capture_output=True, text=True, cwd=tmp_path,
                        env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr
-    _, meta, t = ts.read_container(out, ts.KIND_DEBUG_STATE)
+    _, meta, t = container.read_container(out, container.KIND_DEBUG_STATE)
     assert meta["residual"] == "rezero" and meta["n_layer"] == "1" and meta["opt.optimizer"] == "adamw"
     assert meta["opt.lr"] == repr(6e-4) and len(t["traj.loss"]) == 3
     assert ts.main(["--n-head", "3"]) == 1
@@ -636,14 +666,14 @@ def test_cli_writes_debug_state(tmp_path, capsys):
 
 @pytest.mark.parametrize("optimizer", ["muon", "adamw"])
 def test_zcn_rms_same_trajectory(optimizer):
-    cfg = ts.SANConfig(**dict(ts.PRESETS["tiny-ffn"], n_layer=2, sandwich=True))
-    x, y = ts.debug_batch(cfg, 2, seed=0)
-    oc = ts.OptConfig(optimizer=optimizer, lr=0.02 if optimizer == "muon" else 3e-3, lr_other=3e-3,
+    cfg = san.SANConfig(**dict(san.PRESETS["tiny-ffn"], n_layer=2, sandwich=True))
+    x, y = data.debug_batch(cfg, 2, seed=0)
+    oc = optim.OptConfig(optimizer=optimizer, lr=0.02 if optimizer == "muon" else 3e-3, lr_other=3e-3,
                       weight_decay=0.1)
     runs = {}
     for norm in ("zcn", "rms"):
-        m = ts.SAN(replace(cfg, norm=norm)).init_weights(0)
-        runs[norm] = (m, ts.train_steps(m, ts.SANOptimizer(m, oc), x, y, 10, 10))
+        m = san.SAN(replace(cfg, norm=norm)).init_weights(0)
+        runs[norm] = (m, training.train_steps(m, optim.Optimizer(m, oc), x, y, 10, 10))
     lz, lr_ = runs["zcn"][1]["loss"], runs["rms"][1]["loss"]
     np.testing.assert_allclose(lz, lr_, rtol=2e-5)
     assert lz[-1] < lz[0] - 0.05                     # it did train
@@ -668,21 +698,21 @@ def test_shard_reader(tmp_path):
     toks = np.arange(1000) % 250
     write_shard(tmp_path / "a_000.bin", toks, 1)
     write_shard(tmp_path / "a_001.bin", toks + 70000, 2)
-    assert np.array_equal(ts.read_shard(tmp_path / "a_000.bin"), toks)
-    assert np.array_equal(ts.read_shard(tmp_path / "a_001.bin"), toks + 70000)
-    loader = ts.ShardLoader(str(tmp_path / "a_000.bin"), 2, 10, 250)
+    assert np.array_equal(data.read_shard(tmp_path / "a_000.bin"), toks)
+    assert np.array_equal(data.read_shard(tmp_path / "a_001.bin"), toks + 70000)
+    loader = data.ShardLoader(str(tmp_path / "a_000.bin"), 2, 10, 250)
     x, y = loader.next_batch()
     assert x.tolist() == [list(range(10)), list(range(10, 20))] and torch.equal(y, x + 1)
     bad = bytearray((tmp_path / "a_000.bin").read_bytes())
     bad[0] = 0
     (tmp_path / "bad.bin").write_bytes(bytes(bad))
     with pytest.raises(ValueError, match="bad.bin: bad magic"):
-        ts.read_shard(tmp_path / "bad.bin")
+        data.read_shard(tmp_path / "bad.bin")
     (tmp_path / "short.bin").write_bytes((tmp_path / "a_000.bin").read_bytes()[:-2])
     with pytest.raises(ValueError, match="short.bin: size"):
-        ts.read_shard(tmp_path / "short.bin")
+        data.read_shard(tmp_path / "short.bin")
     with pytest.raises(ValueError, match="token id"):
-        ts.ShardLoader(str(tmp_path / "a_001.bin"), 2, 10, 250).next_batch()
+        data.ShardLoader(str(tmp_path / "a_001.bin"), 2, 10, 250).next_batch()
 
 
 def test_cli_train_save_load(tmp_path, capsys):
@@ -712,11 +742,11 @@ def test_cli_train_save_load(tmp_path, capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_matches_cpu():
     cfg = micro(ffn="swiglu", d_ff=12, n_head=4, n_kv_head=2, n_embd=16)
-    model = ts.SAN(cfg).init_weights(2)
+    model = san.SAN(cfg).init_weights(2)
     randomize_gains(model)
     x, y = batch_with_docs(cfg, 2)
     l_cpu, (loss_cpu, _, _) = model(x, y)
-    gpu = ts.SAN(cfg).cuda()
+    gpu = san.SAN(cfg).cuda()
     gpu.load_state_dict(model.state_dict())
     torch.backends.cuda.matmul.allow_tf32 = False
     l_gpu, (loss_gpu, _, _) = gpu(x.cuda(), y.cuda())

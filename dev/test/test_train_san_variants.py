@@ -8,6 +8,7 @@
 - the named layouts at 24 layers are the paper's sets (written out here from the paper's text),
   and the trainer's layouts (its start-up line) equal attnref/variants.py's at several depths.
 """
+import math
 import os
 import subprocess
 import sys
@@ -87,14 +88,14 @@ def test_taylor_separate_trains(data, tmp_path):
 
 @needs_bin
 @pytest.mark.parametrize("args, message", [
-    (["--attention", "sideways"], "--attention: unknown kind 'sideways'"),
+    (["--attention", "sideways"], "option --attention: 'sideways' is not one of standard, mlp, approximate"),
     (["--attention", "mlp", "--layout", "1,3"], "--layout: layer 3 is out of range: the model has layers 1..2"),
     (["--attention", "mlp", "--layout", "2,2"], "layer 2 is listed twice"),
     (["--attention", "mlp", "--layout", "zigzag"], "'zigzag' is neither a named layout"),
     (["--layout", "hybrid"], "but --attention is standard"),
     (["--attention", "nonapprox", "--layout", "middle-simple"], "would be used nowhere"),
     (["--attention", "rndembqk"], "not built yet"),
-    (["--attention", "approximate", "--taylor-norm", "both"], "--taylor-norm must be joint or separate"),
+    (["--attention", "approximate", "--taylor-norm", "both"], "option --taylor-norm: 'both' is not one of joint, separate"),
 ])
 def test_bad_combinations_fail_clearly(data, tmp_path, args, message):
     proc = run(common(data, tmp_path) + ["--steps", "1"] + args, check=False)
@@ -172,3 +173,81 @@ def test_qwen_shaped_presets_train_with_a_variant(data, tmp_path, preset, shape)
     assert shape in out and "(layers: approximate,standard,approximate,standard)" in out, out
     loss = losses(out)
     assert len(loss) == 2 and loss[1] < loss[0], out
+
+
+@needs_bin
+@pytest.mark.parametrize("skip", ["none", "attention", "block"])
+def test_reference_evaluates_the_trainers_variant_checkpoint(data, tmp_path, skip):
+    """A hybrid trained by the CUDA trainer, evaluated by train_san.py and by the trainer itself,
+    whole and with --skip-nonstandard: the same validation loss (one batch; the trainer runs in
+    floatX, the reference in fp32)."""
+    run(common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", "staticembqk", "--layout",
+                                  "hybrid", "--steps", "5"])
+    ckpt, val = str(tmp_path / "final.bin"), str(data / "toy_val_*.bin")
+    out = run(["--steps", "0", "--init-from", ckpt, "--val-data", val, "--val-batches", "1", "--batch-size", "4",
+               "--sample-tokens", "0"] + ([] if skip == "none" else ["--skip-nonstandard", skip])).stdout
+    cuda_val = val_loss(out)
+    ref = subprocess.run([sys.executable, os.path.join(ROOT, "train_san.py"), "--load-checkpoint", ckpt, "--val-data",
+                          val, "--val-batches", "1", "--batch-size", "4", "--device", "cpu", "--skip-nonstandard", skip],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    ref_val = float([l for l in ref.stdout.splitlines() if l.startswith("val loss")][-1].split()[2])
+    assert abs(cuda_val - ref_val) <= 5e-3 * ref_val, (cuda_val, ref_val)
+
+
+@needs_bin
+@pytest.mark.parametrize("preset", ["qwen-cpu", "qwen3-cpu"])
+def test_reference_counts_the_presets_as_the_trainer(data, tmp_path, preset):
+    import train_san
+    from attnref.san import SANConfig, count_parameters, flops_per_token
+    for attention, layout in (("standard", "uniform"), ("mlp", "hybrid"), ("nonapprox", "uniform")):
+        args = common(data, tmp_path)
+        args[args.index("tiny")] = preset
+        out = run(args + ["--attention", attention, "--layout", layout, "--steps", "1"]).stdout
+        cfg = SANConfig(**dict(train_san.PRESETS[preset], attention=attention, layout=layout))
+        total, nonemb = count_parameters(cfg)
+        assert f"parameters: {total} total, {nonemb} non-embedding; {flops_per_token(cfg) / 1e6:.2f} MFLOPs/token" \
+            in out, out
+
+
+def test_reference_taylor_joint_is_based_linear_attention():
+    """approximate (joint) written as the reference's masked quadratic form equals Based's
+    linear attention with the feature map phi(z) = [1, z / d^(1/4), (z (x) z) / (sqrt(2) sqrt(d))]
+    and causal prefix sums (doc/deconstructing.md): phi(q).phi(k) = 1 + x + x^2/2."""
+    import torch
+    from attnref.ops import attention_mask
+    from attnref.variants import taylor_attention
+    g = torch.Generator().manual_seed(0)
+    B, Hq, Hkv, T, hd = 2, 4, 2, 9, 6
+    q = torch.randn(B, Hq, T, hd, generator=g, dtype=torch.float64)
+    k = torch.randn(B, Hkv, T, hd, generator=g, dtype=torch.float64)
+    v = torch.randn(B, Hkv, T, hd, generator=g, dtype=torch.float64)
+    out = taylor_attention(q, k, v, attention_mask(T, None, "cpu"), "joint")
+
+    def phi(z):
+        outer = (z[..., :, None] * z[..., None, :]).flatten(-2) / (math.sqrt(2) * math.sqrt(hd))
+        return torch.cat([torch.ones_like(z[..., :1]), z / hd ** 0.25, outer], dim=-1)
+    kk, vv = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
+    fq, fk = phi(q), phi(kk)
+    state = torch.cumsum(fk[..., :, None] * vv[..., None, :], dim=2)       # sum_{tau <= t} phi(k) v^T
+    norm = torch.cumsum(fk, dim=2)
+    based = (fq[..., None, :] @ state).squeeze(-2) / (fq * norm).sum(-1, keepdim=True)
+    assert torch.allclose(out, based, rtol=1e-10, atol=1e-12)
+
+
+def test_reference_nonapprox_is_a_running_average():
+    """nonapprox from the reference's T x T weights equals the running softmax-weighted average
+    written as two cumulative sums (no mask: one document)."""
+    import torch
+    from attnref.ops import attention_mask
+    from attnref.variants import nonapprox_attention
+    g = torch.Generator().manual_seed(1)
+    B, Hq, Hkv, T, hd = 2, 4, 1, 11, 8
+    q = torch.randn(B, Hq, T, hd, generator=g, dtype=torch.float64)
+    k = torch.randn(B, Hkv, T, hd, generator=g, dtype=torch.float64)
+    v = torch.randn(B, Hkv, T, hd, generator=g, dtype=torch.float64)
+    out = nonapprox_attention(q, k, v, attention_mask(T, None, "cpu"))
+    kk, vv = k.repeat_interleave(Hq, dim=1), v.repeat_interleave(Hq, dim=1)
+    w = torch.exp((q * kk).sum(-1, keepdim=True) / math.sqrt(hd))
+    running = torch.cumsum(w * vv, dim=2) / torch.cumsum(w, dim=2)
+    assert torch.allclose(out, running, rtol=1e-10, atol=1e-12)

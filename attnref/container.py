@@ -1,0 +1,267 @@
+"""
+The tensor container of doc/formats.md ("Model checkpoints", "Debug state"): one file type
+for checkpoints and debug states of both references. Layout: a 64-byte header (magic
+ATTNFILE, version, kind, sizes), the config text ("key=value" lines), a table of 128-byte
+tensor entries (name, dtype, shape, offset, bytes), then the tensor data, each tensor
+64-byte aligned. Also the config-text helpers that turn a config dataclass into those
+lines and back, and the model-level checkpoint save and parameter load.
+"""
+
+import math
+import os
+import struct
+from dataclasses import fields
+
+import numpy as np
+import torch
+
+# -----------------------------------------------------------------------------------------
+# Config text ("key=value" lines, see doc/formats.md)
+
+def format_meta_value(v):
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return repr(v)            # shortest text that parses back to the same double
+    return str(v)
+
+
+def parse_meta_value(text, typ, what):
+    try:
+        if typ in (bool, "bool"):
+            if text not in ("0", "1"):
+                raise ValueError
+            return text == "1"
+        if typ in (int, "int"):
+            return int(text)
+        if typ in (float, "float"):
+            return float(text)
+        return text
+    except ValueError:
+        raise ValueError(f"{what}: cannot parse {text!r} as {getattr(typ, '__name__', typ)}") from None
+
+
+# Presets: the paper's arms (d512, 8 query / 4 kv heads, vocab 16384, T 2048) and tiny ones.
+# iso-depth: same L with FFN; iso-param: L/5... -> 4 layers (one SwiGLU block has 4x the
+
+
+def config_to_meta(model_name, cfg):
+    """[(key, text)] of a model config: which trainer it belongs to (model=san|gpt2), every
+    field, then the derived padded_vocab_size and head_dim (checked on load)."""
+    out = [("model", model_name)]
+    out += [(f.name, format_meta_value(getattr(cfg, f.name))) for f in fields(cfg)]
+    out += [("padded_vocab_size", str(cfg.padded_vocab_size)), ("head_dim", str(cfg.head_dim))]
+    return out
+
+
+def config_from_meta(cls, meta, source):
+    """The config dataclass `cls` from its meta keys; a missing key, a bad value or derived
+    keys that disagree with the config raise a ValueError naming `source`."""
+    kw = {}
+    for f in fields(cls):
+        if f.name not in meta:
+            raise ValueError(f"{source}: config key '{f.name}' missing")
+        kw[f.name] = parse_meta_value(meta[f.name], f.type, f"{source}: key '{f.name}'")
+    cfg = cls(**kw)
+    for key, val in (("padded_vocab_size", cfg.padded_vocab_size), ("head_dim", cfg.head_dim)):
+        if key in meta and int(meta[key]) != val:
+            raise ValueError(f"{source}: {key}={meta[key]} does not match the config ({val})")
+    return cfg
+
+
+# -----------------------------------------------------------------------------------------
+# File container
+
+FILE_MAGIC = b"ATTNFILE"
+FILE_VERSION = 1
+KIND_CHECKPOINT = 1
+KIND_DEBUG_STATE = 2
+KIND_NAMES = {KIND_CHECKPOINT: "checkpoint", KIND_DEBUG_STATE: "debug state"}
+HEADER_BYTES = 64
+ENTRY_BYTES = 128
+NAME_BYTES = 64
+MAX_NDIM = 4
+ALIGN = 64
+DT_FP32, DT_BF16, DT_INT32 = 0, 1, 2
+DTYPE_ITEMSIZE = {DT_FP32: 4, DT_BF16: 2, DT_INT32: 4}
+DTYPE_NAMES = {"fp32": DT_FP32, "bf16": DT_BF16, "int32": DT_INT32}
+
+
+def _align(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def fp32_to_bf16_bits(a):
+    """fp32 array -> uint16 bf16 bits, round to nearest even (NaN kept quiet)."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def bf16_bits_to_fp32(b):
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def _to_numpy(t):
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu()
+        if t.dtype in (torch.float64, torch.float16, torch.bfloat16):
+            t = t.float()
+        return t.numpy()
+    return np.asarray(t)
+
+
+def write_container(path, kind, meta, tensors):
+    """meta: [(key, value-text)]; tensors: [(name, array-like, dtype-name)] with dtype-name
+    in fp32 | bf16 | int32. Written atomically (path.tmp, then rename)."""
+    text = "".join(f"{k}={v}\n" for k, v in meta).encode("ascii")
+    for k, v in meta:
+        if "=" in k or "\n" in k or "\n" in str(v) or not k:
+            raise ValueError(f"bad meta entry {k!r}={v!r}")
+    entries, blobs, offset = [], [], 0
+    names = set()
+    for name, arr, dt in tensors:
+        code = DTYPE_NAMES[dt]
+        a = _to_numpy(arr)
+        if code == DT_FP32:
+            data = np.ascontiguousarray(a, dtype="<f4")
+        elif code == DT_INT32:
+            if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+                raise ValueError(f"tensor {name} does not fit int32")
+            data = np.ascontiguousarray(a, dtype="<i4")
+        else:
+            data = fp32_to_bf16_bits(np.asarray(a, dtype=np.float32)).astype("<u2")
+        nb = name.encode("ascii")
+        if len(nb) >= NAME_BYTES or name in names:
+            raise ValueError(f"tensor name {name!r} too long or repeated")
+        if data.ndim > MAX_NDIM:
+            raise ValueError(f"tensor {name} has {data.ndim} dims (max {MAX_NDIM})")
+        names.add(name)
+        shape = list(data.shape) + [0] * (MAX_NDIM - data.ndim)
+        entries.append(struct.pack("<64sII4QQQ8x", nb, code, data.ndim, *shape, offset, data.nbytes))
+        blobs.append((offset, data.tobytes()))
+        offset = _align(offset + data.nbytes)
+    data_offset = _align(HEADER_BYTES + len(text) + ENTRY_BYTES * len(entries))
+    data_bytes = offset
+    header = struct.pack("<8sIIQQQQ16x", FILE_MAGIC, FILE_VERSION, kind, len(text), len(entries),
+                         data_offset, data_bytes)
+    assert len(header) == HEADER_BYTES and all(len(e) == ENTRY_BYTES for e in entries)
+    tmp = str(path) + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(header)
+        f.write(text)
+        for e in entries:
+            f.write(e)
+        f.write(b"\0" * (data_offset - f.tell()))
+        for off, blob in blobs:
+            f.write(b"\0" * (data_offset + off - f.tell()))
+            f.write(blob)
+        f.write(b"\0" * (data_offset + data_bytes - f.tell()))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ContainerError(ValueError):
+    pass
+
+
+def read_container(path, expect_kind=None):
+    """Returns (kind, meta dict, {name: numpy array}) with tensors in file order; bf16 is
+    returned as float32. Every check failure names the file and what is wrong."""
+    def fail(msg):
+        raise ContainerError(f"{path}: {msg}")
+    try:
+        with open(path, "rb") as f:
+            buf = f.read()
+    except OSError as e:
+        raise ContainerError(f"{path}: cannot read ({e.strerror})") from None
+    if len(buf) < HEADER_BYTES:
+        fail(f"file is {len(buf)} bytes, shorter than the {HEADER_BYTES}-byte header")
+    magic, version, kind, meta_bytes, n_tensors, data_offset, data_bytes = \
+        struct.unpack_from("<8sIIQQQQ", buf, 0)
+    if magic != FILE_MAGIC:
+        fail(f"bad magic {magic!r}, expected {FILE_MAGIC!r} (not an attn.c checkpoint/debug state)")
+    if version != FILE_VERSION:
+        fail(f"unsupported version {version}, this reader knows version {FILE_VERSION}")
+    if kind not in KIND_NAMES:
+        fail(f"unknown kind {kind}")
+    if expect_kind is not None and kind != expect_kind:
+        fail(f"is a {KIND_NAMES[kind]}, expected a {KIND_NAMES[expect_kind]}")
+    table_end = HEADER_BYTES + meta_bytes + ENTRY_BYTES * n_tensors
+    if data_offset % ALIGN or data_offset < table_end:
+        fail(f"data offset {data_offset} is not a multiple of {ALIGN} at or after the table end {table_end}")
+    if len(buf) != data_offset + data_bytes:
+        fail(f"size is {len(buf)} bytes, header says {data_offset + data_bytes}")
+    try:
+        text = buf[HEADER_BYTES:HEADER_BYTES + meta_bytes].decode("ascii")
+    except UnicodeDecodeError:
+        fail("config text is not ASCII")
+    meta = {}
+    for line in text.split("\n")[:-1] if text else []:
+        key, sep, val = line.partition("=")
+        if not sep or not key:
+            fail(f"config line {line!r} is not key=value")
+        if key in meta:
+            fail(f"config key {key!r} repeated")
+        meta[key] = val
+    if text and not text.endswith("\n"):
+        fail("config text does not end with a newline")
+    tensors = {}
+    for i in range(n_tensors):
+        e = struct.unpack_from("<64sII4QQQ", buf, HEADER_BYTES + meta_bytes + i * ENTRY_BYTES)
+        raw_name, code, ndim, shape, offset, nbytes = e[0], e[1], e[2], e[3:7], e[7], e[8]
+        name = raw_name.split(b"\0", 1)[0].decode("ascii", "replace")
+        if b"\0" not in raw_name or not name:
+            fail(f"tensor {i}: name is empty or not NUL-terminated")
+        if code not in DTYPE_ITEMSIZE:
+            fail(f"tensor {name}: unknown dtype code {code}")
+        if ndim > MAX_NDIM or any(shape[ndim:]):
+            fail(f"tensor {name}: bad ndim {ndim} / shape {shape}")
+        shp = tuple(int(s) for s in shape[:ndim])
+        if nbytes != math.prod(shp) * DTYPE_ITEMSIZE[code]:
+            fail(f"tensor {name}: {nbytes} bytes does not match shape {shp}")
+        if offset % ALIGN or offset + nbytes > data_bytes:
+            fail(f"tensor {name}: offset {offset} (+{nbytes}) outside the data section ({data_bytes} bytes)")
+        if name in tensors:
+            fail(f"tensor {name} repeated")
+        start = data_offset + offset
+        np_dt = {DT_FP32: "<f4", DT_BF16: "<u2", DT_INT32: "<i4"}[code]
+        a = np.frombuffer(buf, dtype=np_dt, count=math.prod(shp), offset=start).reshape(shp).copy()
+        tensors[name] = bf16_bits_to_fp32(a) if code == DT_BF16 else a
+    return kind, meta, tensors
+
+
+# -----------------------------------------------------------------------------------------
+# Model parameters in and out of the container (both models have cfg and ordered_parameters)
+
+def param_tensors(model):
+    """[(name, parameter, "fp32")] in canonical order, as write_container takes them."""
+    return [(n, p, "fp32") for n, p in model.ordered_parameters()]
+
+
+def load_params_into(model, tensors, source):
+    """Copy every canonical parameter from tensors (checks presence and shape)."""
+    with torch.no_grad():
+        for n, p in model.ordered_parameters():
+            if n not in tensors:
+                raise ContainerError(f"{source}: parameter '{n}' missing")
+            a = np.asarray(tensors[n], dtype=np.float32)
+            if tuple(a.shape) != tuple(p.shape):
+                raise ContainerError(f"{source}: parameter '{n}' has shape {tuple(a.shape)}, "
+                                     f"expected {tuple(p.shape)}")
+            p.copy_(torch.from_numpy(a))
+
+
+def save_checkpoint(path, model, step=0, optimizer=None):
+    """A checkpoint of either model: its config, the step, the parameters and, when an
+    optimizer is given, its settings and state (restore with load_state_tensors)."""
+    meta = model.cfg.to_meta() + [("step", str(step)), ("has_optimizer", "1" if optimizer else "0")]
+    tensors = param_tensors(model)
+    if optimizer is not None:
+        meta += optimizer.oc.to_meta()
+        tensors += [(n, t, "fp32") for n, t in optimizer.state_tensors().items()]
+    write_container(path, KIND_CHECKPOINT, meta, tensors)
+

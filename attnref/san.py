@@ -1,0 +1,433 @@
+"""
+The SAN family (doc/san-model.md; shared/DESIGN.md "The SAN family"): attention-only
+"Simple Attention Networks" and their SwiGLU-FFN control arm, the numerical twin of
+train_san.cu. Explicit maths (our own masked GQA attention, RoPE, ZCN/RMS norms); fp32 by
+default, fp64 for the debug-state references.
+
+Reads top to bottom: config and presets -> parameters (names, shapes, order, init) ->
+norms and RoPE -> the attention sub-layer (Attention) -> the FFN (SwiGLU) -> the block
+(residual modes) -> the model -> checkpoint load.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attnref.container import KIND_CHECKPOINT, load_params_into, read_container
+from attnref.ops import (attention_mask, document_ids, fast_attention, fast_attention_mask, gqa_attention, san_loss,
+                         sdpa_attention)
+from attnref.params import ModelConfig, SpecModel
+from attnref.variants import (TAYLOR_NORMS, MlpMixer, layer_kinds, mlp_width, nonapprox_attention,
+                              taylor_attention)
+
+# -----------------------------------------------------------------------------------------
+# Configuration
+
+NORM_EPS = 1e-6          # epsilon inside every ZCN / RMS norm (fixed, not a config field)
+INIT_STD = 0.02          # std of every matrix and of the embedding
+
+
+@dataclass
+class SANConfig(ModelConfig):
+    """The SAN family (shared/DESIGN.md "The SAN family"). Field names are the keys of the
+    config text in checkpoints and debug states (doc/formats.md)."""
+    MODEL: ClassVar[str] = "san"   # the config key model= of SAN files (GPT-2's say gpt2)
+    vocab_size: int = 250          # real vocabulary V; loss and softmax run over these ids only
+    seq_len: int = 64              # max context T
+    n_layer: int = 2               # L
+    n_embd: int = 64               # d
+    n_head: int = 4                # query heads Hq; head_dim = d / Hq
+    n_kv_head: int = 2             # kv heads Hkv (Hq % Hkv == 0); Hkv == Hq is MHA
+    ffn: str = "none"              # none (SAN) | swiglu (FFN control arm)
+    d_ff: int = 0                  # FFN width; 0 means 4 * d (resolved in __post_init__)
+    norm: str = "zcn"              # zcn: (1+g)*x/rms, g init 0 | rms: g*x/rms, g init 1
+    qk_norm: bool = True           # per-head norm of q and k (gains shared across heads)
+    residual: str = "gated"        # gated | standard | rezero | none
+    sandwich: bool = False         # norm (own gain) on each sub-layer output before its gate
+    rope_theta: float = 10000.0    # RoPE base, rotate-half convention
+    doc_mask: bool = True          # same-document attention + mask of boundary-crossing targets
+    bos_id: int = 2                # token that starts a document (used when doc_mask is on)
+    z_loss: float = 1e-4           # coefficient of mean(logsumexp^2)
+    # the attention variants of "Deconstructing Attention" (doc/deconstructing.md, attnref/variants.py)
+    attention: str = "standard"    # the kind of every layer the layout does not keep standard
+    layout: str = "uniform"        # which layers keep standard attention
+    taylor_norm: str = "joint"     # approximate: joint (Based's feature map) | separate (the paper's terms)
+
+    def __post_init__(self):
+        if self.d_ff == 0:
+            self.d_ff = 4 * self.n_embd
+        self.validate()
+
+    def validate(self):
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(f"bad config: {msg}")
+        need(self.vocab_size > 0, f"vocab_size must be > 0 (got {self.vocab_size})")
+        need(self.seq_len > 0, f"seq_len must be > 0 (got {self.seq_len})")
+        need(self.n_layer > 0, f"n_layer must be > 0 (got {self.n_layer})")
+        need(self.n_head > 0 and self.n_kv_head > 0, "n_head and n_kv_head must be > 0")
+        need(self.n_embd % self.n_head == 0,
+             f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        need(self.n_head % self.n_kv_head == 0,
+             f"n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head})")
+        need(self.head_dim % 2 == 0, f"head_dim ({self.head_dim}) must be even for RoPE")
+        need(self.ffn in ("none", "swiglu"), f"ffn must be none|swiglu (got {self.ffn!r})")
+        need(self.d_ff > 0, f"d_ff must be > 0 (got {self.d_ff})")
+        need(self.norm in ("zcn", "rms"), f"norm must be zcn|rms (got {self.norm!r})")
+        need(self.residual in ("gated", "standard", "rezero", "none"),
+             f"residual must be gated|standard|rezero|none (got {self.residual!r})")
+        need(self.rope_theta > 0, f"rope_theta must be > 0 (got {self.rope_theta})")
+        need(0 <= self.bos_id < self.vocab_size,
+             f"bos_id ({self.bos_id}) must be a token id < vocab_size ({self.vocab_size})")
+        need(self.z_loss >= 0, f"z_loss must be >= 0 (got {self.z_loss})")
+        need(self.taylor_norm in TAYLOR_NORMS, f"taylor_norm must be joint|separate (got {self.taylor_norm!r})")
+        try:
+            self.kinds = layer_kinds(self.attention, self.layout, self.n_layer)   # one per layer
+        except ValueError as e:
+            need(False, str(e))
+
+    def to_meta(self):
+        """The config text, plus the derived per-layer kinds (checked on load, as train_san.cu)."""
+        return super().to_meta() + [("layer_attention", ",".join(self.kinds))]
+
+    @classmethod
+    def from_meta(cls, meta, source="<meta>"):
+        """Files from before the variants have no attention keys: standard attention everywhere."""
+        meta = dict(meta)
+        for key in ("attention", "layout", "taylor_norm"):
+            meta.setdefault(key, str(getattr(cls, key)))
+        cfg = super().from_meta(meta, source)
+        if "layer_attention" in meta and meta["layer_attention"] != ",".join(cfg.kinds):
+            raise ValueError(f"{source}: layer_attention={meta['layer_attention']} does not follow from "
+                             f"attention={cfg.attention} layout={cfg.layout} ({','.join(cfg.kinds)})")
+        return cfg
+
+
+# Presets: the paper's arms (d512, 8 query / 4 kv heads, vocab 16384, T 2048) and tiny ones.
+# iso-depth: same L with FFN; iso-param: L/5... -> 4 layers (one SwiGLU block has 4x the
+# parameters of one GQA block here, so 20 SAN layers ~ 4 FFN layers); iso-FLOP: ~9 layers
+# (see flops_per_token and doc/san-model.md).
+_PAPER = dict(vocab_size=16384, seq_len=2048, n_embd=512, n_head=8, n_kv_head=4,
+              norm="zcn", qk_norm=True, residual="gated", sandwich=False,
+              rope_theta=10000.0, doc_mask=True, bos_id=2, z_loss=1e-4)
+_TINY = dict(vocab_size=250, seq_len=64, n_layer=2, n_embd=64, n_head=4, n_kv_head=2,
+             norm="zcn", qk_norm=True, residual="gated", sandwich=False,
+             rope_theta=10000.0, doc_mask=True, bos_id=2, z_loss=1e-4)
+PRESETS = {
+    "san20": dict(_PAPER, n_layer=20, ffn="none"),     # the paper's SAN
+    "ffn20": dict(_PAPER, n_layer=20, ffn="swiglu"),   # iso-depth partner
+    "ffn4": dict(_PAPER, n_layer=4, ffn="swiglu"),     # iso-param partner
+    "ffn9": dict(_PAPER, n_layer=9, ffn="swiglu"),     # iso-FLOP partner
+    "tiny": dict(_TINY, ffn="none"),
+    "tiny-ffn": dict(_TINY, ffn="swiglu", d_ff=128),
+    # a small SAN that learns the offline data on a CPU in minutes (as train_san.cu's demo)
+    "demo": dict(_TINY, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=2, ffn="none"),
+}
+# "Deconstructing Attention"'s Qwen2.5-style decoders (as train_san.cu; doc/deconstructing.md "Presets"):
+# RMSNorm, SwiGLU, RoPE theta 1e6, MHA, plain residuals, no QK-norm, no biases, GPT-2's vocabulary,
+# no z-loss; the smaller ones take d_ff from the 500M's 4864/896 rounded to a multiple of 128.
+_QWEN = dict(vocab_size=50257, seq_len=2048, ffn="swiglu", norm="rms", qk_norm=False, residual="standard",
+             sandwich=False, rope_theta=1e6, doc_mask=True, bos_id=50256, z_loss=0.0)
+PRESETS.update({
+    "qwen-70m": dict(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2816),
+    "qwen-160m": dict(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=4224),
+    "qwen-500m": dict(_QWEN, n_layer=24, n_embd=896, n_head=14, n_kv_head=14, d_ff=4864),
+    "qwen3-1.7b": dict(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, d_ff=6144, qk_norm=True),
+    "qwen-cpu": dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=4,
+                     d_ff=640),
+    "qwen3-cpu": dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=2,
+                      d_ff=384, qk_norm=True),
+})
+
+
+# -----------------------------------------------------------------------------------------
+# Parameters: names, shapes, order and init. This list IS the contract with train_san.cu.
+
+def parameter_spec(cfg):
+    """[(name, shape)] in canonical order (the order of tensors in every file)."""
+    d, hd = cfg.n_embd, cfg.head_dim
+    dq, dkv = cfg.n_head * hd, cfg.n_kv_head * hd
+    has_gate = cfg.residual in ("gated", "rezero")
+    spec = [("wte", (cfg.padded_vocab_size, d))]
+    for i in range(cfg.n_layer):
+        p = f"layers.{i}."
+        spec += [(p + "attn_norm.weight", (d,))]
+        if cfg.kinds[i] == "mlp":      # token mixing removed: a SwiGLU in the attention's place
+            m = mlp_width(cfg)
+            spec += [(p + "attn.w_gate", (m, d)), (p + "attn.w_up", (m, d)), (p + "attn.w_down", (d, m))]
+        else:                          # every other kind keeps standard attention's tensors
+            spec += [(p + "attn.wq", (dq, d)),
+                     (p + "attn.wk", (dkv, d)),
+                     (p + "attn.wv", (dkv, d))]
+            if cfg.qk_norm:
+                spec += [(p + "attn.q_norm.weight", (hd,)), (p + "attn.k_norm.weight", (hd,))]
+            spec += [(p + "attn.wo", (d, dq))]
+        if cfg.sandwich:
+            spec += [(p + "attn_post_norm.weight", (d,))]
+        if has_gate:
+            spec += [(p + "attn_gate", (1,))]
+        if cfg.ffn == "swiglu":
+            spec += [(p + "ffn_norm.weight", (d,)),
+                     (p + "ffn.w_gate", (cfg.d_ff, d)),
+                     (p + "ffn.w_up", (cfg.d_ff, d)),
+                     (p + "ffn.w_down", (d, cfg.d_ff))]
+            if cfg.sandwich:
+                spec += [(p + "ffn_post_norm.weight", (d,))]
+            if has_gate:
+                spec += [(p + "ffn_gate", (1,))]
+    spec += [("final_norm.weight", (d,))]
+    return spec
+
+
+def is_matrix_param(name, shape):
+    """Matrix group (Muon / AdamW with weight decay): every 2-D weight except the embedding."""
+    return len(shape) == 2 and name != "wte"
+
+
+def init_value(cfg, name, shape, gen):
+    """Initial value of one parameter (fp32, CPU), drawn from `gen` in canonical order."""
+    if name == "wte":
+        w = torch.zeros(shape)
+        w[: cfg.vocab_size] = torch.randn(cfg.vocab_size, shape[1], generator=gen) * INIT_STD
+        return w                                      # padded rows: exactly zero
+    if len(shape) == 2:
+        std = INIT_STD
+        if name.endswith("attn.wo") or name.endswith("ffn.w_down") or name.endswith("attn.w_down"):
+            std = INIT_STD / math.sqrt(2 * cfg.n_layer)
+        return torch.randn(shape, generator=gen) * std
+    if name.endswith(".weight"):                      # norm gains
+        return torch.zeros(shape) if cfg.norm == "zcn" else torch.ones(shape)
+    if name.endswith("_gate"):                        # residual gate scalars (gated/rezero)
+        return torch.zeros(shape)
+    raise AssertionError(f"no init rule for {name}")
+
+
+def count_parameters(cfg):
+    """(total, non-embedding) parameter counts, padded embedding included in total."""
+    total = sum(math.prod(s) for _, s in parameter_spec(cfg))
+    return total, total - cfg.padded_vocab_size * cfg.n_embd
+
+
+def flops_per_token(cfg):
+    """Training FLOPs per token, PaLM convention: 6 * (non-embedding params + LM head V*d) +
+    12 * T * d for the scores and values of each layer that mixes over T x T pairs (standard,
+    approximate, staticembqk; not mlp, nor nonapprox with its one score per position)."""
+    pairwise = sum(k not in ("mlp", "nonapprox") for k in cfg.kinds)
+    return 6 * (count_parameters(cfg)[1] + cfg.vocab_size * cfg.n_embd) + 12 * pairwise * cfg.seq_len * cfg.n_embd
+
+
+# -----------------------------------------------------------------------------------------
+# Model pieces (explicit maths; shapes in comments)
+
+def rms_normalize(x):
+    """x / sqrt(mean(x^2) + eps) over the last dim; fp32 or wider."""
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS)
+
+
+def apply_norm(x, gain, kind):
+    """ZCN: (1 + gain) * rmsnorm(x)   RMS: gain * rmsnorm(x)."""
+    y = rms_normalize(x)
+    return y * (1.0 + gain) if kind == "zcn" else y * gain
+
+
+def rope_cos_sin(T, head_dim, theta, dtype, device):
+    """(T, head_dim/2) cos and sin tables; angles computed in fp64, then cast.
+    angle[t, i] = t * theta^(-2i/head_dim)."""
+    half = head_dim // 2
+    inv_freq = theta ** (-(torch.arange(half, dtype=torch.float64) * 2.0 / head_dim))
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    return torch.cos(ang).to(dtype=dtype, device=device), torch.sin(ang).to(dtype=dtype, device=device)
+
+
+def apply_rope(x, cos, sin):
+    """Rotate-half RoPE. x (B,H,T,hd); pairs are (x[i], x[i+hd/2])."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Norm(nn.Module):
+    def __init__(self, dim, kind):
+        super().__init__()
+        self.kind = kind
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return apply_norm(x, self.weight, self.kind)
+
+
+class Attention(nn.Module):
+    """The attention sub-layer of a block: q, k, v projections (GQA: Hkv kv heads shared by
+    groups of query heads), optional per-head q/k norm, RoPE, masked softmax attention,
+    output projection. u (B,T,d) -> (B,T,d). The variants of doc/deconstructing.md that keep
+    these tensors differ here: approximate (Taylor weights), nonapprox (q = SiLU(u W_q), one
+    score per position, no RoPE), staticembqk (q, k from u0, the pre-normed embedding)."""
+
+    def __init__(self, cfg, kind="standard"):
+        super().__init__()
+        self.cfg = cfg
+        self.kind = kind
+        d, hd = cfg.n_embd, cfg.head_dim
+        self.wq = nn.Parameter(torch.zeros(cfg.n_head * hd, d))
+        self.wk = nn.Parameter(torch.zeros(cfg.n_kv_head * hd, d))
+        self.wv = nn.Parameter(torch.zeros(cfg.n_kv_head * hd, d))
+        self.wo = nn.Parameter(torch.zeros(d, cfg.n_head * hd))
+        if cfg.qk_norm:
+            self.q_norm = Norm(hd, cfg.norm)
+            self.k_norm = Norm(hd, cfg.norm)
+
+    def forward(self, u, cos, sin, mask, impl="explicit", u0=None):
+        cfg = self.cfg
+        B, T, _ = u.shape
+        hd = cfg.head_dim
+        qk_in = u0 if self.kind == "staticembqk" else u
+        q = (qk_in @ self.wq.t()).view(B, T, cfg.n_head, hd)
+        k = (qk_in @ self.wk.t()).view(B, T, cfg.n_kv_head, hd)
+        v = (u @ self.wv.t()).view(B, T, cfg.n_kv_head, hd)
+        if self.kind == "nonapprox":
+            q = F.silu(q)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)           # per head, over head_dim
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)   # (B,H,T,hd)
+        if self.kind == "nonapprox":                         # q[t].k[t]: RoPE would cancel
+            y = nonapprox_attention(q, k, v, mask)
+        else:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if self.kind == "approximate":
+                y = taylor_attention(q, k, v, mask, cfg.taylor_norm)
+            else:
+                attn = {"explicit": gqa_attention, "sdpa": sdpa_attention, "fast": fast_attention}[impl]
+                y = attn(q, k, v, mask)                      # (B,Hq,T,hd)
+        y = y.transpose(1, 2).reshape(B, T, cfg.n_head * hd)
+        return y @ self.wo.t()
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        d = cfg.n_embd
+        self.w_gate = nn.Parameter(torch.zeros(cfg.d_ff, d))
+        self.w_up = nn.Parameter(torch.zeros(cfg.d_ff, d))
+        self.w_down = nn.Parameter(torch.zeros(d, cfg.d_ff))
+
+    def forward(self, u):
+        return (F.silu(u @ self.w_gate.t()) * (u @ self.w_up.t())) @ self.w_down.t()
+
+
+class Block(nn.Module):
+    """One layer: the attention branch and, in the FFN arm, the SwiGLU branch. Each branch is
+    <name>_norm (pre-norm), the sub-layer <name>, with sandwich norm <name>_post_norm on its
+    output, and with gated / rezero residuals the scalar <name>_gate."""
+
+    def __init__(self, cfg, kind="standard"):
+        super().__init__()
+        self.cfg = cfg
+        self.kind = kind
+        self.add_branch("attn", MlpMixer(cfg) if kind == "mlp" else Attention(cfg, kind))
+        if cfg.ffn == "swiglu":
+            self.add_branch("ffn", SwiGLU(cfg))
+
+    def add_branch(self, name, sublayer):
+        cfg = self.cfg
+        setattr(self, name + "_norm", Norm(cfg.n_embd, cfg.norm))
+        setattr(self, name, sublayer)
+        if cfg.sandwich:
+            setattr(self, name + "_post_norm", Norm(cfg.n_embd, cfg.norm))
+        if cfg.residual in ("gated", "rezero"):
+            setattr(self, name + "_gate", nn.Parameter(torch.zeros(1)))
+
+    def residual(self, name, x, h):
+        """x: stream, h: the output of sub-layer `name`."""
+        if self.cfg.sandwich:
+            h = getattr(self, name + "_post_norm")(h)
+        mode = self.cfg.residual
+        if mode == "gated":
+            return x + torch.sigmoid(getattr(self, name + "_gate")) * h
+        if mode == "rezero":
+            return x + getattr(self, name + "_gate") * h
+        if mode == "standard":
+            return x + h
+        return h                                             # "none": no skip connection
+
+    def forward(self, x, cos, sin, mask, impl="explicit", x0=None, skip="none"):
+        """x0: the embedding stream as it entered layer 1 (staticembqk's queries and keys).
+        skip (evaluation, --skip-nonstandard): a non-standard layer leaves out its attention
+        sub-layer ("attention") or its whole block ("block")."""
+        skipped = skip != "none" and self.kind != "standard"
+        if skipped and skip == "block":
+            return x
+        if skipped:
+            pass
+        elif self.kind == "mlp":
+            x = self.residual("attn", x, self.attn(self.attn_norm(x)))
+        else:
+            u0 = self.attn_norm(x0) if self.kind == "staticembqk" else None
+            x = self.residual("attn", x, self.attn(self.attn_norm(x), cos, sin, mask, impl, u0))
+        if self.cfg.ffn == "swiglu":
+            x = self.residual("ffn", x, self.ffn(self.ffn_norm(x)))
+        return x
+
+
+class SAN(SpecModel):
+    parameter_spec = staticmethod(parameter_spec)
+    init_value = staticmethod(init_value)            # the init of shared/papers/SAN.md
+    is_matrix_param = staticmethod(is_matrix_param)
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Parameter(torch.zeros(cfg.padded_vocab_size, cfg.n_embd))
+        self.layers = nn.ModuleList([Block(cfg, kind) for kind in cfg.kinds])
+        self.final_norm = Norm(cfg.n_embd, cfg.norm)
+        self.attn_impl = "explicit"        # "sdpa": the cross-check path; "fast": the fused speed path
+        self.skip = "none"                 # evaluation: attention | block (Block.forward)
+        self.check_spec()
+
+    def forward(self, idx, targets=None):
+        """idx (B,T) int64 token ids < vocab_size. Returns logits (B,T,Vp) and, when
+        targets are given, (loss, ce, lse_sq) from san_loss."""
+        cfg = self.cfg
+        B, T = idx.shape
+        if T > cfg.seq_len:
+            raise ValueError(f"sequence length {T} exceeds seq_len {cfg.seq_len}")
+        x = F.embedding(idx, self.wte) * math.sqrt(cfg.n_embd)
+        cos, sin = rope_cos_sin(T, cfg.head_dim, cfg.rope_theta, x.dtype, x.device)
+        doc = document_ids(idx, cfg.bos_id) if cfg.doc_mask else None
+        if self.attn_impl == "fast" and any(k != "standard" for k in cfg.kinds):
+            raise ValueError("--attn-impl fast runs standard attention only; the attention variants need the "
+                             "explicit maths (--attn-impl explicit)")
+        mask = fast_attention_mask(T, doc) if self.attn_impl == "fast" else attention_mask(T, doc, idx.device)
+        x0 = x
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, self.attn_impl, x0, self.skip)
+        x = self.final_norm(x)
+        logits = x @ self.wte.t()                            # (B,T,Vp), fp32 or wider
+        if targets is None:
+            return logits, None
+        return logits, san_loss(logits, targets, cfg)
+
+
+# -----------------------------------------------------------------------------------------
+# Checkpoint load (the save is container.save_checkpoint, shared with GPT-2)
+
+def load_checkpoint(path, device="cpu"):
+    """Returns (model, step, meta, tensors). The optimizer state, if any, stays in
+    tensors/meta: restore it with optim.Optimizer(...).load_state_tensors."""
+    _, meta, tensors = read_container(path, KIND_CHECKPOINT)
+    kind = meta.get("model", "san")  # files from before the key are SAN files
+    if kind != "san":
+        raise ValueError(f"{path} is a {kind} checkpoint (config key model={kind}): it belongs to train_{kind}, "
+                         f"not train_san")
+    cfg = SANConfig.from_meta(meta, str(path))
+    model = SAN(cfg)
+    load_params_into(model, tensors, str(path))
+    step = int(meta.get("step", "0"))
+    return model.to(device), step, meta, tensors
+
+
