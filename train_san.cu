@@ -939,6 +939,7 @@ struct Options {
     std::string preset = "tiny";
     SANConfig model;
     int paper_setup = 0;
+    int deconstructing_setup = 0;
     std::string skip_nonstandard = "none";  // not model config: an evaluation of a trained model
     TrainOptions train = [] {
         TrainOptions t;
@@ -968,6 +969,24 @@ void apply_paper_setup(TrainOptions& t) {
 constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
                                             "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"};
 
+// --deconstructing-setup 1: the recipe of "Deconstructing Attention" as defaults that explicit
+// flags override: AdamW at peak 4e-4 (every group), weight decay 0.1 (matrices, as always here),
+// clip 1.0, 256 rows per step, cosine to 0.1x after 2000 warmup steps: the warmup fraction is
+// 2000 / steps (at most 1), from --steps as given. (The paper states no final rate: 0.1x is
+// this project's choice, doc/deconstructing.md.)
+void apply_deconstructing_setup(TrainOptions& t, long steps) {
+    t.global_batch = 256;
+    t.opt.optimizer = OptimizerKind::AdamW;
+    t.opt.lr = 4e-4;
+    t.opt.weight_decay = 0.1;
+    t.opt.grad_clip = 1.0;
+    t.opt.schedule.kind = ScheduleKind::Cosine;
+    t.opt.schedule.warmup_frac = std::min(1.0, 2000.0 / (double)std::max(1L, steps));
+    t.opt.schedule.final_frac = 0.1;
+}
+constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimizer", "--lr", "--weight-decay",
+                                                     "--grad-clip", "--schedule", "--warmup-frac", "--final-frac"};
+
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
     std::vector<Flag> flags = {
@@ -993,6 +1012,7 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--taylor-norm", &m.taylor_norm, kTaylorNorms, "approximate: Based's joint feature map, or the paper's separately normalised terms"),
         make_flag("--skip-nonstandard", &o.skip_nonstandard, "evaluation (--steps 0 --init-from CKPT): none | attention (leave out the non-standard attention sub-layers) | block (their whole blocks)"),
         make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
+        make_flag("--deconstructing-setup", &o.deconstructing_setup, "1: Deconstructing Attention's recipe as defaults (doc/deconstructing.md \"Recipe\"); flags given win"),
     };
     add_training_flags(flags, o.train);
     return flags;
@@ -1031,6 +1051,18 @@ struct SANTrainer {
             apply_paper_setup(o.train);
             o.train.given.insert(std::begin(kPaperSetupFlags), std::end(kPaperSetupFlags));
         }
+        std::string recipe = find_flag_value(argc, argv, "--deconstructing-setup");
+        if (!recipe.empty() && recipe != "0" && recipe != "1") {
+            fatal("option --deconstructing-setup: must be 0 or 1, not '%s'", recipe.c_str());
+        }
+        if (recipe == "1") {
+            if (paper == "1") { fatal("--paper-setup 1 and --deconstructing-setup 1 are two recipes: give one"); }
+            std::string steps = find_flag_value(argc, argv, "--steps");
+            char* end = nullptr;
+            long n = steps.empty() ? o.train.steps : std::strtol(steps.c_str(), &end, 10);
+            apply_deconstructing_setup(o.train, n > 0 ? n : 1);
+            o.train.given.insert(std::begin(kDeconstructingSetupFlags), std::end(kDeconstructingSetupFlags));
+        }
     }
     static bool start_elsewhere(Options&, bool) { return false; }
     static DefaultRates default_rates(const SANConfig& c) { return ::default_rates(c); }
@@ -1044,6 +1076,9 @@ struct SANTrainer {
         printf("%s\n", describe_attention(c).c_str());
         printf("vocab %d (padded %d), context %d, bos %d\n", c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
         if (o.paper_setup) { printf("recipe: the SAN paper's setup (--paper-setup 1), with the flags given on top\n"); }
+        if (o.deconstructing_setup) {
+            printf("recipe: Deconstructing Attention's setup (--deconstructing-setup 1), with the flags given on top\n");
+        }
     }
     static void init_parameters(SAN& model, const Options& o) { model.init_parameters(o.train.seed); }
     // settings of this run that are not model config (llmc/trainer.h calls it once the model is built)

@@ -66,6 +66,9 @@ def build_parser():
     r.add_argument("--global-batch", type=int, default=0, help="rows per optimizer step (0: batch-size x grad-accum)")
     r.add_argument("--paper-setup", type=int, choices=(0, 1), default=0,
                    help="1: the SAN paper's recipe as defaults (doc/san-model.md 'Paper setup'); flags given win")
+    r.add_argument("--deconstructing-setup", type=int, choices=(0, 1), default=0,
+                   help="1: Deconstructing Attention's recipe as defaults (doc/deconstructing.md 'Recipe'); flags "
+                        "given win")
     r.add_argument("--tokenizer", metavar="PATH",
                    help="tokenizer .bin (dev/data/tokenizer.py, as the C++ trainers read it): sets the vocabulary "
                         "size and decodes the sample")
@@ -120,11 +123,23 @@ PAPER_SETUP = dict(global_batch=512, lr_scale_gpus=8, optimizer="muon", muon_ord
                    warmup_frac=0.05, decay_frac=0.15, final_frac=0.05)
 
 
+# --deconstructing-setup 1: the recipe of "Deconstructing Attention" (as train_san.cu): AdamW at
+# peak 4e-4, weight decay 0.1, clip 1.0, 256 rows per step, cosine to 0.1x after 2000 warmup steps
+# (the warmup fraction is 2000 / --steps, at most 1).
+def deconstructing_setup(steps):
+    return dict(global_batch=256, optimizer="adamw", lr=4e-4, weight_decay=0.1, grad_clip=1.0, schedule="cosine",
+                warmup_frac=min(1.0, 2000 / max(1, steps)), final_frac=0.1)
+
+
 def parse_args(argv=None):
     parser = build_parser()
     early, _ = parser.parse_known_args(argv)
+    if early.paper_setup and early.deconstructing_setup:
+        parser.error("--paper-setup 1 and --deconstructing-setup 1 are two recipes: give one")
     if early.paper_setup:
         parser.set_defaults(**PAPER_SETUP)
+    if early.deconstructing_setup:
+        parser.set_defaults(**deconstructing_setup(early.steps))
     args = parser.parse_args(argv)
     if args.global_batch:
         if args.global_batch % args.batch_size:

@@ -251,3 +251,36 @@ def test_reference_nonapprox_is_a_running_average():
     w = torch.exp((q * kk).sum(-1, keepdim=True) / math.sqrt(hd))
     running = torch.cumsum(w * vv, dim=2) / torch.cumsum(w, dim=2)
     assert torch.allclose(out, running, rtol=1e-10, atol=1e-12)
+
+
+@needs_bin
+def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
+    """--deconstructing-setup 1 (doc/deconstructing.md "Recipe"): the same settings in the trainer
+    and the reference, the warmup 2000 steps (of 4000 here; at most all of them), flags on top win."""
+    import train_san
+    args = ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--sample-tokens",
+            "0", "--checkpoint-dir", str(tmp_path), "--deconstructing-setup", "1", "--steps", "2", "--batch-size", "4",
+            "--global-batch", "8"]
+    out = run(args).stdout
+    assert "optimizer: adamw lr 0.0004 (other 0.0004); wd 0.1 clip 1, schedule cosine (warmup 1, decay 0.15, " \
+           "final 0.1)" in out, out
+    assert "recipe: Deconstructing Attention's setup" in out and "batch: 8 rows per step" in out
+    a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "4000", "--lr", "1e-3"])
+    assert (a.optimizer, a.lr, a.weight_decay, a.grad_clip, a.schedule, a.warmup_frac, a.final_frac, a.global_batch) \
+        == ("adamw", 1e-3, 0.1, 1.0, "cosine", 0.5, 0.1, 256)
+    proc = run(["--paper-setup", "1", "--deconstructing-setup", "1"], check=False)
+    assert proc.returncode != 0 and "two recipes" in proc.stderr
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(attention="mlp", layout="1,3"), "layer 3 is out of range"),
+    (dict(attention="mlp", layout="2,2"), "listed twice"),
+    (dict(layout="hybrid"), "but attention is standard"),
+    (dict(attention="nonapprox", layout="middle-simple"), "would be used nowhere"),
+    (dict(attention="rndembqk"), "not built yet"),
+    (dict(attention="approximate", taylor_norm="both"), "taylor_norm must be joint|separate"),
+])
+def test_reference_refuses_bad_combinations(kw, message):
+    from attnref.san import PRESETS, SANConfig
+    with pytest.raises(ValueError, match=message):
+        SANConfig(**dict(PRESETS["tiny"], **kw))
