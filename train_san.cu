@@ -857,7 +857,8 @@ struct SAN : ModelParameters {
     // tokens gives the effective rank of the residual stream after each layer
     // (llmc/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
     // attention mask lets a query see (the input of exp, or of the Taylor polynomial; for
-    // nonapprox each position's own q[t].k[t]; mlp layers have none and log 0). On the host, in double: a measurement, not a hot path.
+    // nonapprox each position's own q[t].k[t]; mlp layers have none and log 0). On the host, in
+    // double: a measurement, not a hot path.
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
         const ResidualMode mode = cfg.residual;
