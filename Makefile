@@ -189,8 +189,9 @@ endif
 setup:
 	@bash scripts/setup.sh
 
-# The main job (README): set up, build, and run the demo of what has landed so far.
-demo: setup all
+# The main job (README): set up, build what the demo runs (./train_san: the GPU build where
+# there is a GPU, else the host build; not every binary), and run it (scripts/demo.sh).
+demo: setup train_san
 	@bash scripts/demo.sh $(ARGS)
 
 # debug states of the PyTorch reference that test_san compares the trainer against

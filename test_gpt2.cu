@@ -118,19 +118,7 @@ static void check_llmc(const std::string& state_path, const std::string& llmc_pr
 int main(int argc, char** argv) {
     std::string dir = argc > 1 ? argv[1] : "build/debug-states-gpt2";
     const char* filter = argc > 2 ? argv[2] : nullptr;
-    std::vector<std::string> files;
-    if (DIR* d = opendir(dir.c_str())) {
-        while (dirent* e = readdir(d)) {
-            std::string name = e->d_name;
-            if (name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) { files.push_back(name); }
-        }
-        closedir(d);
-    }
-    if (files.empty()) {
-        fatal("no GPT-2 debug states in '%s': run `make test` (or python dev/test/make_gpt2_debug_states.py %s)",
-              dir.c_str(), dir.c_str());
-    }
-    std::sort(files.begin(), files.end());
+    std::vector<std::string> files = debug_state_files(dir, "dev/test/make_gpt2_debug_states.py");
     for (const std::string& f : files) {
         std::string name = f.substr(0, f.size() - 4);
         std::string path = dir + "/" + f;

@@ -251,19 +251,7 @@ TEST_CASE(mfu_peaks_by_device_name) {
 int main(int argc, char** argv) {
     std::string dir = argc > 1 ? argv[1] : "build/debug-states";
     const char* filter = argc > 2 ? argv[2] : nullptr;
-    std::vector<std::string> files;
-    if (DIR* d = opendir(dir.c_str())) {
-        while (dirent* e = readdir(d)) {
-            std::string name = e->d_name;
-            if (name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) { files.push_back(name); }
-        }
-        closedir(d);
-    }
-    if (files.empty()) {
-        fatal("no debug states in '%s': run `make test` (or python dev/test/make_debug_states.py %s)", dir.c_str(),
-              dir.c_str());
-    }
-    std::sort(files.begin(), files.end());
+    std::vector<std::string> files = debug_state_files(dir, "dev/test/make_debug_states.py");
     for (const std::string& f : files) {
         std::string name = f.substr(0, f.size() - 4);
         std::string path = dir + "/" + f;

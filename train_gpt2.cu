@@ -47,16 +47,9 @@ constexpr float kInitStd = 0.02f;
 // ========================================================================================
 // config
 
-struct GPT2Config {
-    int vocab_size = 250;  // real vocabulary V (the embedding is padded to a multiple of 128)
-    int seq_len = 64;      // max context T (rows of wpe)
-    int n_layer = 2;
-    int n_embd = 64;
-    int n_head = 4;
-    int bos_id = 2;  // first token of a sample (GPT-2 BPE: 50256)
-
-    int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
-    int head_dim() const { return n_embd / n_head; }
+// The sizes (vocabulary, context T = rows of wpe, layers, width, heads, BOS: GPT-2 BPE 50256)
+// are ModelDims' (llmc/model.h); GPT-2 has no other settings.
+struct GPT2Config : ModelDims {
     int kv_width() const { return n_embd; }
     int64_t embedding_numel() const { return ((int64_t)padded_vocab() + seq_len) * n_embd; }  // wte and wpe
 
@@ -64,35 +57,21 @@ struct GPT2Config {
         auto require = [](bool ok, const char* what) {
             if (!ok) { fatal("bad model config: %s", what); }
         };
-        require(vocab_size > 0 && seq_len > 0 && n_layer > 0 && n_embd > 0, "vocab, seq_len, layers and width must be positive");
-        require(n_head > 0 && n_embd % n_head == 0, "--n-embd must be a multiple of --n-head");
+        check_dims();
         require(head_dim() <= 128, "head_dim = n_embd / n_head must be at most 128");
-        require(bos_id >= 0 && bos_id < vocab_size, "--bos-id must be a token id below the vocabulary size");
     }
 };
 
 std::map<std::string, GPT2Config> presets() {
     GPT2Config tiny;  // the defaults above: the PyTorch reference's "tiny" (padded vocab 256)
     GPT2Config wide = tiny;
-    wide.vocab_size = 384;
-    wide.seq_len = 32;
-    wide.n_layer = 3;
-    wide.n_embd = 96;
-    wide.n_head = 2;
+    wide.set_sizes(384, 32, 3, 96, 2);
     GPT2Config demo = tiny;  // learns the offline corpus on a CPU in minutes (vocab from the tokenizer)
-    demo.vocab_size = 8192;
-    demo.seq_len = 128;
-    demo.n_layer = 4;
-    demo.n_embd = 128;
-    demo.n_head = 4;
+    demo.set_sizes(8192, 128, 4, 128, 4);
     auto gpt2 = [](int layers, int width, int heads) {
         GPT2Config c;
-        c.vocab_size = 50257;
-        c.seq_len = 1024;
+        c.set_sizes(50257, 1024, layers, width, heads);
         c.bos_id = 50256;
-        c.n_layer = layers;
-        c.n_embd = width;
-        c.n_head = heads;
         return c;
     };
     return {{"tiny", tiny},
@@ -106,14 +85,7 @@ std::map<std::string, GPT2Config> presets() {
 
 void write_config(TensorFileWriter& w, const GPT2Config& c) {
     w.set("model", std::string("gpt2"));
-    w.set("vocab_size", c.vocab_size);
-    w.set("seq_len", c.seq_len);
-    w.set("n_layer", c.n_layer);
-    w.set("n_embd", c.n_embd);
-    w.set("n_head", c.n_head);
-    w.set("bos_id", c.bos_id);
-    w.set("padded_vocab_size", c.padded_vocab());
-    w.set("head_dim", c.head_dim());
+    c.write_dims(w);
 }
 
 GPT2Config read_config(const TensorFileReader& r) {
@@ -122,16 +94,9 @@ GPT2Config read_config(const TensorFileReader& r) {
                r.has_key("model") ? r.str("model").c_str() : "<missing>, as in SAN checkpoints");
     }
     GPT2Config c;
-    c.vocab_size = (int)r.integer("vocab_size");
-    c.seq_len = (int)r.integer("seq_len");
-    c.n_layer = (int)r.integer("n_layer");
-    c.n_embd = (int)r.integer("n_embd");
-    c.n_head = (int)r.integer("n_head");
-    c.bos_id = (int)r.integer("bos_id");
+    c.read_dims(r);
     c.resolve_and_check();
-    if (r.integer("padded_vocab_size") != c.padded_vocab() || r.integer("head_dim") != c.head_dim()) {
-        r.fail("padded_vocab_size/head_dim do not follow from the config");
-    }
+    c.check_derived(r);
     return c;
 }
 
@@ -214,85 +179,49 @@ struct LayerActivations {
 // ========================================================================================
 // the model
 
-// The model: its parameters, gradients and optimizer (llmc/parameters.h) and, for B rows
-// of T positions, the activations and scratch of forward and backward.
-struct GPT2 : ModelParameters {
-    GPT2Config cfg;
-    int B, T;  // capacity of the activations
-    DeviceArena arena;
+// The model: its parameters, gradients and optimizer, the residual stream, logits and loss
+// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
+// scratch of forward and backward.
+struct GPT2 : LanguageModel<GPT2Config> {
     ModelTensors<floatX> P, G;
 
     // activations
-    std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
     std::vector<LayerActivations> acts;
     floatX* branch = nullptr;  // output of the current sub-layer before it joins the stream (N, d)
     floatX* xf = nullptr;
     float *lnf_mean = nullptr, *lnf_rstd = nullptr;
-    float* logits = nullptr;  // (N, Vp) fp32
-    floatX* dlogits = nullptr;
-    float *row_loss = nullptr, *row_lse_sq = nullptr;
-    int *d_inputs = nullptr, *d_targets = nullptr;
     // backward scratch
-    floatX *dx = nullptr, *dxf = nullptr, *d_ln = nullptr, *d_o = nullptr, *d_q = nullptr, *d_k = nullptr,
+    floatX *d_ln = nullptr, *d_o = nullptr, *d_q = nullptr, *d_k = nullptr,
            *d_v = nullptr, *d_fc = nullptr;
     float* scratch = nullptr;
-    EmbeddingBuckets buckets;
-    int last_B = 0, last_T = 0;
     std::vector<int> host_targets;
 
-    GPT2(const GPT2Config& config, int batch, int seq)
-        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
-        if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
+    GPT2(const GPT2Config& config, int batch, int seq) : LanguageModel(config, batch, seq) {
         P.point_into(params, spec, cfg);
         G.point_into(grads, spec, cfg);
         allocate_activations();
     }
 
     void allocate_activations() {
-        size_t N = (size_t)B * T, d = cfg.n_embd, Vp = cfg.padded_vocab(), H = cfg.n_head;
-        for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
+        size_t N = (size_t)B * T, d = cfg.n_embd, H = cfg.n_head;
         acts.resize(cfg.n_layer);
-        for (LayerActivations& a : acts) {
-            a.ln1 = arena.alloc<floatX>(N * d);
-            a.q = arena.alloc<floatX>(N * d);
-            a.k = arena.alloc<floatX>(N * d);
-            a.v = arena.alloc<floatX>(N * d);
-            a.o = arena.alloc<floatX>(N * d);
-            a.x_mid = arena.alloc<floatX>(N * d);
-            a.ln2 = arena.alloc<floatX>(N * d);
-            a.fc = arena.alloc<floatX>(N * 4 * d);
-            a.gelu = arena.alloc<floatX>(N * 4 * d);
-            a.ln1_mean = arena.alloc<float>(N);
-            a.ln1_rstd = arena.alloc<float>(N);
-            a.ln2_mean = arena.alloc<float>(N);
-            a.ln2_rstd = arena.alloc<float>(N);
+        for (LayerActivations& a : acts) {  // grouped by size
+            for (floatX** p : {&a.ln1, &a.q, &a.k, &a.v, &a.o, &a.x_mid, &a.ln2}) { *p = arena.alloc<floatX>(N * d); }
+            for (floatX** p : {&a.fc, &a.gelu}) { *p = arena.alloc<floatX>(N * 4 * d); }
+            for (float** p : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) { *p = arena.alloc<float>(N); }
             a.lse = arena.alloc<float>(N * H);
         }
-        branch = arena.alloc<floatX>(N * d);
-        xf = arena.alloc<floatX>(N * d);
+        for (floatX** p : {&branch, &xf, &d_ln, &d_o, &d_q, &d_k, &d_v}) { *p = arena.alloc<floatX>(N * d); }
+        d_fc = arena.alloc<floatX>(N * 4 * d);
         lnf_mean = arena.alloc<float>(N);
         lnf_rstd = arena.alloc<float>(N);
-        logits = arena.alloc<float>(N * Vp);
-        dlogits = arena.alloc<floatX>(N * Vp);
-        row_loss = arena.alloc<float>(N);
-        row_lse_sq = arena.alloc<float>(N);
-        d_inputs = arena.alloc<int>(N);
-        d_targets = arena.alloc<int>(N);
-        dx = arena.alloc<floatX>(N * d);
-        dxf = arena.alloc<floatX>(N * d);
-        d_ln = arena.alloc<floatX>(N * d);
-        d_o = arena.alloc<floatX>(N * d);
-        d_q = arena.alloc<floatX>(N * d);
-        d_k = arena.alloc<floatX>(N * d);
-        d_v = arena.alloc<floatX>(N * d);
-        d_fc = arena.alloc<floatX>(N * 4 * d);
         size_t scratch_floats = std::max({layernorm_backward_scratch_floats((int)N, (int)d),
                                           bias_backward_scratch_floats((int)N, (int)(4 * d)), N * H,
                                           (size_t)kReduceBlocks + 1});
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- loss bookkeeping (llmc/training.h): every target >= 0 counts ---------------------
+    // ---- loss bookkeeping (llmc/model.h, training.h): every target >= 0 counts -----------
     bool counts_in_loss(int target) const { return target >= 0; }
     int doc_start_token() const { return -1; }  // GPT-2 attends across documents, as llm.c does
     double loss_value(const LossStats& s) const { return s.loss(0.0); }
@@ -307,14 +236,7 @@ struct GPT2 : ModelParameters {
     // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                      std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
-        if (cache != nullptr && (Bn != 1 || Tn != 1 || cache->pos >= cache->capacity || dloss_scale != 0.0f)) {
-            fatal("forward: a cached step is one position within the cache's %d rows", cache->capacity);
-        }
-        if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
-            fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
-        }
-        last_B = Bn;
-        last_T = Tn;
+        begin_forward(Bn, Tn, dloss_scale, cache);
         const int N = Bn * Tn, d = cfg.n_embd, H = cfg.n_head, hd = cfg.head_dim(), V = cfg.vocab_size,
                   Vp = cfg.padded_vocab();
         LossStats sums;
@@ -340,7 +262,7 @@ struct GPT2 : ModelParameters {
             floatX* qkv[3] = {a.q, cache != nullptr ? cache->k[l] + (size_t)pos * d : a.k,
                               cache != nullptr ? cache->v[l] + (size_t)pos * d : a.v};
             for (int j = 0; j < 3; j++) {
-                gemm(qkv[j], a.ln1, p.qkvw + (size_t)j * d * d, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                linear_forward(qkv[j], a.ln1, p.qkvw + (size_t)j * d * d, N, d, d, stream);
                 bias_forward(qkv[j], qkv[j], p.qkvb + (size_t)j * d, N, d, stream);
             }
             if (cache != nullptr) {
@@ -348,20 +270,20 @@ struct GPT2 : ModelParameters {
             } else {
                 attention_forward(a.o, a.lse, a.q, a.k, a.v, nullptr, Bn, Tn, H, H, hd, stream);
             }
-            gemm(branch, a.o, p.attprojw, N, d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(branch, a.o, p.attprojw, N, d, d, stream);
             bias_forward(branch, branch, p.attprojb, N, d, stream);
             residual_forward(a.x_mid, residual[l], branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
             // MLP block
             layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.ln2w, p.ln2b, N, d, kLayerNormEps, stream);
-            gemm(a.fc, a.ln2, p.fcw, N, 4 * d, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(a.fc, a.ln2, p.fcw, N, d, 4 * d, stream);
             bias_forward(a.fc, a.fc, p.fcb, N, 4 * d, stream);
             gelu_forward(a.gelu, a.fc, (size_t)N * 4 * d, stream);
-            gemm(branch, a.gelu, p.fcprojw, N, d, 4 * d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_forward(branch, a.gelu, p.fcprojw, N, 4 * d, d, stream);
             bias_forward(branch, branch, p.fcprojb, N, d, stream);
             residual_forward(residual[l + 1], a.x_mid, branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
         }
         layernorm_forward(xf, lnf_mean, lnf_rstd, residual[cfg.n_layer], P.lnfw, P.lnfb, N, d, kLayerNormEps, stream);
-        gemm(logits, xf, P.wte, N, Vp, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_forward(logits, xf, P.wte, N, d, Vp, stream);
         classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
                                     d_targets, N, V, Vp, 0.0f, dloss_scale, stream);
 
@@ -379,8 +301,8 @@ struct GPT2 : ModelParameters {
         const int Vp = cfg.padded_vocab();
 
         // LM head (tied embedding) and final LayerNorm
-        gemm(G.wte, dlogits, xf, Vp, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-        gemm(dxf, dlogits, P.wte, N, d, Vp, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_backward_weight(G.wte, dlogits, xf, N, d, Vp, stream);
+        linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, (size_t)N * d * sizeof(floatX), stream));
         layernorm_backward(dx, G.lnfw, G.lnfb, scratch, dxf, residual[cfg.n_layer], P.lnfw, lnf_mean, lnf_rstd, N, d, stream);
 
@@ -392,24 +314,23 @@ struct GPT2 : ModelParameters {
             LayerActivations& a = acts[l];
             // MLP block
             bias_backward(g.fcprojb, scratch, dx, N, d, stream);
-            gemm(g.fcprojw, dx, a.gelu, d, 4 * d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_fc, dx, p.fcprojw, N, 4 * d, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.fcprojw, dx, a.gelu, N, 4 * d, d, stream);
+            linear_backward_input(d_fc, dx, p.fcprojw, N, 4 * d, d, false, stream);
             gelu_backward(d_fc, d_fc, a.fc, (size_t)N * 4 * d, stream);
             bias_backward(g.fcb, scratch, d_fc, N, 4 * d, stream);
-            gemm(g.fcw, d_fc, a.ln2, 4 * d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_ln, d_fc, p.fcw, N, d, 4 * d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.fcw, d_fc, a.ln2, N, d, 4 * d, stream);
+            linear_backward_input(d_ln, d_fc, p.fcw, N, d, 4 * d, false, stream);
             layernorm_backward(dx, g.ln2w, g.ln2b, scratch, d_ln, a.x_mid, p.ln2w, a.ln2_mean, a.ln2_rstd, N, d, stream);
             // attention block
             bias_backward(g.attprojb, scratch, dx, N, d, stream);
-            gemm(g.attprojw, dx, a.o, d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_o, dx, p.attprojw, N, d, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.attprojw, dx, a.o, N, d, d, stream);
+            linear_backward_input(d_o, dx, p.attprojw, N, d, d, false, stream);
             attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, nullptr, Bn, Tn, H, H, hd, stream);
             floatX* dqkv[3] = {d_q, d_k, d_v};
             for (int j = 0; j < 3; j++) {
                 bias_backward(g.qkvb + (size_t)j * d, scratch, dqkv[j], N, d, stream);
-                gemm(g.qkvw + (size_t)j * d * d, dqkv[j], a.ln1, d, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, false, false, 1.0f, j == 0 ? 0.0f : 1.0f, 1, 0,
-                     0, 0, stream);
+                linear_backward_weight(g.qkvw + (size_t)j * d * d, dqkv[j], a.ln1, N, d, d, stream);
+                linear_backward_input(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, j > 0, stream);
             }
             layernorm_backward(dx, g.ln1w, g.ln1b, scratch, d_ln, residual[l], p.ln1w, a.ln1_mean, a.ln1_rstd, N, d, stream);
         }
@@ -417,7 +338,6 @@ struct GPT2 : ModelParameters {
         position_backward(G.wpe, dx, Bn, Tn, d, stream);
     }
 
-    KVCache kv;  // sampling's keys and values (llmc/model.h sample)
 };
 
 // ========================================================================================
@@ -523,30 +443,17 @@ struct Options {
 };
 
 std::vector<Flag> make_flags(Options& o) {
-    GPT2Config& m = o.model;
-    std::vector<Flag> flags = {
-        make_flag("--preset", &o.preset, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it"),
-        make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
-        make_flag("--max-seq-len", &m.seq_len, "model context T (rows of the position embedding)"),
-        make_flag("--n-layer", &m.n_layer, "layers L"),
-        make_flag("--n-embd", &m.n_embd, "width d"),
-        make_flag("--n-head", &m.n_head, "attention heads"),
-        make_flag("--bos-id", &m.bos_id, "token that starts a sample (default: the tokenizer's)"),
-        make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"),
-    };
+    std::vector<Flag> flags = ModelDims::flags(
+        &o.preset, o.model, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it",
+        "model context T (rows of the position embedding)", "attention heads", "token that starts a sample (default: the tokenizer's)");
+    flags.push_back(make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"));
     add_training_flags(flags, o.train, /*with_muon=*/false);
     return flags;
 }
 
 // What llmc/trainer.h asks of this trainer.
 struct GPT2Trainer {
-    using Config = GPT2Config;
     using Model = GPT2;
-    using Options = ::Options;
-    static constexpr const char* name = "train_gpt2";
-    static std::map<std::string, GPT2Config> presets() { return ::presets(); }
-    static std::vector<Flag> flags(Options& o) { return make_flags(o); }
-    static GPT2Config read_config(const TensorFileReader& r) { return ::read_config(r); }
     static void set_defaults(Options&, int, char**) {}
     // --init-from-llmc: the config and parameters of an llm.c model file
     static bool start_elsewhere(Options& o, bool bos_given) {
@@ -575,5 +482,5 @@ struct GPT2Trainer {
 };
 
 #ifndef TESTING
-int main(int argc, char** argv) { return trainer_main<GPT2Trainer>(argc, argv); }
+int main(int argc, char** argv) { return trainer_main<GPT2Trainer>(argc, argv, "train_gpt2", presets(), make_flags, read_config); }
 #endif

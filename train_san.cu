@@ -1,5 +1,5 @@
 /*
-train_san.cu: trains the SAN family (papers/SAN.md, doc/san-model.md): attention-only
+train_san.cu: trains the SAN family (the SAN paper; doc/san-model.md): attention-only
 transformers ("Simple Attention Networks") and, from the same code, their FFN control
 arm, which differs only by a SwiGLU block after each attention block.
 
@@ -33,8 +33,8 @@ against the PyTorch reference train_san.py.
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/attention.cuh"
-#include "llmc/attention_variants.cuh"
-#include "llmc/attention_kinds.h"
+#include "llmc/attention_variants.cuh"  // approximate, nonapprox (and SiLU)
+#include "llmc/attention_kinds.h"       // AttnKind, the layouts
 #include "llmc/kv_cache.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/residual.cuh"
@@ -55,12 +55,8 @@ enum class NormKind { ZCN, RMS };
 inline const Choices<NormKind> kNormKinds{{"zcn", "rms"}};
 inline const Choices<TaylorNorm> kTaylorNorms{{"joint", "separate"}};  // (llmc/attention_variants.cuh)
 
-struct SANConfig {
-    int vocab_size = 250;
-    int seq_len = 64;
-    int n_layer = 2;
-    int n_embd = 64;
-    int n_head = 4;
+// The sizes (vocabulary, context, layers, width, query heads, BOS) are ModelDims' (llmc/model.h).
+struct SANConfig : ModelDims {
     int n_kv_head = 2;
     FfnKind ffn = FfnKind::None;
     int d_ff = 0;  // 0: 4 * n_embd
@@ -70,7 +66,6 @@ struct SANConfig {
     int sandwich = 0;
     double rope_theta = 10000.0;
     int doc_mask = 1;
-    int bos_id = 2;
     double z_loss = 1e-4;
     // the attention variants of "Deconstructing Attention" (doc/deconstructing.md)
     AttnKind attention = AttnKind::Standard;  // the kind of every layer the layout does not keep standard
@@ -78,8 +73,6 @@ struct SANConfig {
     TaylorNorm taylor_norm = TaylorNorm::Joint;  // approximate: Based's joint feature map, or the paper's terms
     std::vector<AttnKind> kinds;              // resolved by resolve_and_check: one per layer
 
-    int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
-    int head_dim() const { return n_embd / n_head; }
     int kv_width() const { return n_kv_head * head_dim(); }
     int64_t embedding_numel() const { return (int64_t)padded_vocab() * n_embd; }
     bool has_ffn() const { return ffn == FfnKind::SwiGLU; }
@@ -108,8 +101,7 @@ struct SANConfig {
         auto require = [](bool ok, const char* what) {
             if (!ok) { fatal("bad model config: %s", what); }
         };
-        require(vocab_size > 0 && seq_len > 0 && n_layer > 0 && n_embd > 0, "vocab, seq_len, layers and width must be positive");
-        require(n_head > 0 && n_embd % n_head == 0, "--n-embd must be a multiple of --n-head");
+        check_dims();
         require(head_dim() % 2 == 0 && head_dim() <= 128, "head_dim = n_embd / n_head must be even and at most 128");
         require(n_kv_head > 0 && n_head % n_kv_head == 0, "--n-head must be a multiple of --n-kv-head");
         require(qk_norm == 0 || qk_norm == 1, "--qk-norm must be 0 or 1");
@@ -118,7 +110,6 @@ struct SANConfig {
         require(d_ff > 0, "--d-ff must be positive");
         require(rope_theta > 0.0, "--rope-theta must be positive");
         require(z_loss >= 0.0, "--z-loss must be >= 0");
-        require(bos_id >= 0 && bos_id < vocab_size, "--bos-id must be a token id below the vocabulary size");
         resolve_attention_kinds();
     }
 
@@ -150,10 +141,7 @@ std::map<std::string, SANConfig> presets() {
     tiny_ffn.ffn = FfnKind::SwiGLU;
     tiny_ffn.d_ff = 128;
     SANConfig paper;  // d512, 8 query / 4 kv heads, vocab 16384, T 2048
-    paper.vocab_size = 16384;
-    paper.seq_len = 2048;
-    paper.n_embd = 512;
-    paper.n_head = 8;
+    paper.set_sizes(16384, 2048, paper.n_layer, 512, 8);
     paper.n_kv_head = 4;
     auto arm = [](SANConfig c, int layers, FfnKind ffn) {
         c.n_layer = layers;
@@ -162,11 +150,7 @@ std::map<std::string, SANConfig> presets() {
     };
     // a small SAN that learns the offline data on a CPU in minutes (vocab from the tokenizer)
     SANConfig demo = tiny;
-    demo.vocab_size = 8192;
-    demo.seq_len = 128;
-    demo.n_layer = 4;
-    demo.n_embd = 128;
-    demo.n_head = 4;
+    demo.set_sizes(8192, 128, 4, 128, 4);
     demo.n_kv_head = 2;
     // "Deconstructing Attention"'s Qwen2.5-style decoders (doc/deconstructing.md "Presets"): RMSNorm,
     // SwiGLU, RoPE (theta 1e6), MHA, plain residuals, no QK-norm, no biases (Qwen2.5's q/k/v biases
@@ -215,11 +199,7 @@ std::map<std::string, SANConfig> presets() {
 
 void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("model", std::string("san"));
-    w.set("vocab_size", c.vocab_size);
-    w.set("seq_len", c.seq_len);
-    w.set("n_layer", c.n_layer);
-    w.set("n_embd", c.n_embd);
-    w.set("n_head", c.n_head);
+    c.write_dims(w);
     w.set("n_kv_head", c.n_kv_head);
     w.set("ffn", std::string(kFfnKinds.name(c.ffn)));
     w.set("d_ff", c.d_ff);
@@ -229,14 +209,11 @@ void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("sandwich", c.sandwich);
     w.set("rope_theta", c.rope_theta);
     w.set("doc_mask", c.doc_mask);
-    w.set("bos_id", c.bos_id);
     w.set("z_loss", c.z_loss);
     w.set("attention", std::string(kAttnKinds.name(c.attention)));
     w.set("layout", c.layout);
     w.set("taylor_norm", std::string(kTaylorNorms.name(c.taylor_norm)));
     w.set("layer_attention", c.layer_kinds_text());
-    w.set("padded_vocab_size", c.padded_vocab());
-    w.set("head_dim", c.head_dim());
 }
 
 SANConfig read_config(const TensorFileReader& r) {
@@ -246,11 +223,7 @@ SANConfig read_config(const TensorFileReader& r) {
                r.str("model").c_str(), r.str("model").c_str());
     }
     SANConfig c;
-    c.vocab_size = (int)r.integer("vocab_size");
-    c.seq_len = (int)r.integer("seq_len");
-    c.n_layer = (int)r.integer("n_layer");
-    c.n_embd = (int)r.integer("n_embd");
-    c.n_head = (int)r.integer("n_head");
+    c.read_dims(r);
     c.n_kv_head = (int)r.integer("n_kv_head");
     read_choice(r, "ffn", kFfnKinds, &c.ffn);
     c.d_ff = (int)r.integer("d_ff");
@@ -260,7 +233,6 @@ SANConfig read_config(const TensorFileReader& r) {
     c.sandwich = (int)r.integer("sandwich");
     c.rope_theta = r.real("rope_theta");
     c.doc_mask = (int)r.integer("doc_mask");
-    c.bos_id = (int)r.integer("bos_id");
     c.z_loss = r.real("z_loss");
     if (r.has_key("attention")) {  // files from before the variants: standard attention everywhere
         read_choice(r, "attention", kAttnKinds, &c.attention);
@@ -268,12 +240,10 @@ SANConfig read_config(const TensorFileReader& r) {
         read_choice(r, "taylor_norm", kTaylorNorms, &c.taylor_norm);
     }
     c.resolve_and_check();
+    c.check_derived(r);
     if (r.has_key("layer_attention") && r.str("layer_attention") != c.layer_kinds_text()) {
         r.fail("layer_attention=%s does not follow from attention=%s layout=%s (%s)", r.str("layer_attention").c_str(),
                kAttnKinds.name(c.attention), c.layout.c_str(), c.layer_kinds_text().c_str());
-    }
-    if (r.integer("padded_vocab_size") != c.padded_vocab() || r.integer("head_dim") != c.head_dim()) {
-        r.fail("padded_vocab_size/head_dim do not follow from the config");
     }
     return c;
 }
@@ -355,9 +325,9 @@ private:
             {"attn_norm.weight", &LayerTensors<T>::attn_norm}, {"attn.wq", &LayerTensors<T>::wq},
             {"attn.wk", &LayerTensors<T>::wk},                 {"attn.wv", &LayerTensors<T>::wv},
             {"attn.q_norm.weight", &LayerTensors<T>::q_norm},  {"attn.k_norm.weight", &LayerTensors<T>::k_norm},
-            {"attn.wo", &LayerTensors<T>::wo},                 {"attn.w_gate", &LayerTensors<T>::mlp_gate},
-            {"attn.w_up", &LayerTensors<T>::mlp_up},           {"attn.w_down", &LayerTensors<T>::mlp_down},
-                             {"attn_post_norm.weight", &LayerTensors<T>::attn_post_norm},
+            {"attn.wo", &LayerTensors<T>::wo},                 {"attn_post_norm.weight", &LayerTensors<T>::attn_post_norm},
+            {"attn.w_gate", &LayerTensors<T>::mlp_gate},       {"attn.w_up", &LayerTensors<T>::mlp_up},
+            {"attn.w_down", &LayerTensors<T>::mlp_down},
             {"attn_gate", &LayerTensors<T>::attn_gate},        {"ffn_norm.weight", &LayerTensors<T>::ffn_norm},
             {"ffn.w_gate", &LayerTensors<T>::w_gate},          {"ffn.w_up", &LayerTensors<T>::w_up},
             {"ffn.w_down", &LayerTensors<T>::w_down},          {"ffn_post_norm.weight", &LayerTensors<T>::ffn_post_norm},
@@ -404,57 +374,54 @@ DefaultRates default_rates(const SANConfig& c) {
 // ========================================================================================
 // activations: everything the backward pass needs, for B x T positions
 
+// (norm_rstd: the 1/rms of a norm's rows, kept for its backward)
 struct LayerActivations {
-    floatX *u, *q_lin, *k_lin, *v, *q, *k, *o, *h, *h_post, *x_mid;  // attention block
-    float *u_rstd, *q_rstd, *k_rstd, *lse, *h_rstd;  // lse: the mixer's row statistics (see forward)
-    floatX *q_act;                          // nonapprox with QK-norm: SiLU(q_lin), the norm's input
-    floatX *u0;                             // staticembqk: the layer's pre-norm of the embedding
-    float *u0_rstd;
-    floatX *m_gate, *m_up, *m_sw;           // mlp: the SwiGLU in the attention's place
-    floatX *fu, *f_gate, *f_up, *f_sw, *f_h, *f_post;  // FFN block
-    float *fu_rstd, *f_rstd;
+    // attention block: attn_in = norm(x); q_lin, k_lin, v = attn_in W^T; q, k = rope(qk_norm(.));
+    // o = attention(q, k, v); attn_out = o W_o^T (attn_out_normed: its sandwich norm);
+    // x_mid = residual(x, attn_out) when an FFN block follows
+    floatX *attn_in, *q_lin, *k_lin, *v, *q, *k, *o, *attn_out, *attn_out_normed, *x_mid;
+    float *attn_in_rstd, *q_rstd, *k_rstd, *lse, *attn_out_rstd;  // lse: the mixer's row statistics (forward)
+    // the variants (doc/deconstructing.md): nonapprox with QK-norm keeps q_act = SiLU(q_lin), the
+    // norm's input; staticembqk keeps qk_in = norm(x0), the embedding through this layer's pre-norm;
+    // mlp keeps its SwiGLU's gate, up and output (the attention tensors above stay null)
+    floatX *q_act, *qk_in, *mlp_gate, *mlp_up, *mlp_out;
+    float *qk_in_rstd;
+    // FFN block: ffn_in = norm(x_mid); swiglu_out = silu(ffn_in W_gate^T) * (ffn_in W_up^T);
+    // ffn_out = swiglu_out W_down^T (ffn_out_normed: its sandwich norm)
+    floatX *ffn_in, *swiglu_gate, *swiglu_up, *swiglu_out, *ffn_out, *ffn_out_normed;
+    float *ffn_in_rstd, *ffn_out_rstd;
 };
 
 // ========================================================================================
 // the model
 
-// The model: its parameters, gradients and optimizer (llmc/parameters.h) and, for B rows
-// of T positions, the activations and scratch of forward and backward.
 // --skip-nonstandard: evaluate a trained hybrid without its non-standard attention sub-layers
 // (Attention) or without those layers' whole blocks (Block), the paper's "skip" column.
 enum class SkipNonstandard { None, Attention, Block };
 
-struct SAN : ModelParameters {
-    SANConfig cfg;
-    SkipNonstandard skip = SkipNonstandard::None;  // evaluation only: backward() refuses it
-    int B, T;  // capacity of the activations: B rows of T positions
-    DeviceArena arena;
+// The model: its parameters, gradients and optimizer, the residual stream, logits and loss
+// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
+// scratch of forward and backward.
+struct SAN : LanguageModel<SANConfig> {
     ModelTensors<floatX> P, G;
 
     // activations
-    std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
     std::vector<LayerActivations> acts;
     floatX* xf = nullptr;
     float* xf_rstd = nullptr;
-    float* logits = nullptr;  // (N, Vp) fp32
-    floatX* dlogits = nullptr;
-    float *row_loss = nullptr, *row_lse_sq = nullptr;
-    int *d_inputs = nullptr, *d_targets = nullptr, *d_doc_ids = nullptr;
+    int* d_doc_ids = nullptr;
     float* rope = nullptr;
     // backward scratch
-    floatX *dx = nullptr, *dxf = nullptr, *d_branch = nullptr, *d_proj = nullptr, *d_u = nullptr;
+    floatX *d_branch = nullptr, *d_proj = nullptr, *d_block_in = nullptr;
     floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_qlin = nullptr, *d_klin = nullptr;
-    floatX *d_sw = nullptr, *d_gate = nullptr, *d_up = nullptr;
-    floatX *d_u0 = nullptr, *dx0 = nullptr;  // staticembqk: gradients of the layers' embedding pre-norm, and of x0
+    floatX *d_swiglu_out = nullptr, *d_swiglu_gate = nullptr, *d_swiglu_up = nullptr;
+    floatX *d_qk_in = nullptr, *dx0 = nullptr;  // staticembqk: gradients of the layers' qk_in, and of x0
     float* scratch = nullptr;
     float* variant_scratch = nullptr;  // backward scratch of the approximate / nonapprox mixers
-    EmbeddingBuckets buckets;
-    int last_B = 0, last_T = 0;
+    SkipNonstandard skip = SkipNonstandard::None;  // evaluation only: backward() refuses it
     std::vector<int> host_targets_masked;
 
-    SAN(const SANConfig& config, int batch, int seq)
-        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
-        if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
+    SAN(const SANConfig& config, int batch, int seq) : LanguageModel(config, batch, seq) {
         P.point_into(params, spec, cfg.n_layer);
         G.point_into(grads, spec, cfg.n_layer);
         allocate_activations();
@@ -466,23 +433,21 @@ struct SAN : ModelParameters {
     void allocate_activations() {
         size_t N = (size_t)B * T, d = cfg.n_embd, hd = cfg.head_dim();
         size_t qd = (size_t)cfg.n_head * hd, kvd = (size_t)cfg.n_kv_head * hd;
-        size_t ff = cfg.has_ffn() ? (size_t)cfg.d_ff : 0;  // widest SwiGLU: FFN or mlp mixer
-        size_t Vp = cfg.padded_vocab();
-        for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
+        size_t ff = cfg.has_ffn() ? (size_t)cfg.d_ff : 0;  // the widest SwiGLU: the FFN's or an mlp layer's
+        size_t mixer_scratch = 0;                          // the variants' backward scratch (fp32)
         acts.resize(cfg.n_layer);
-        size_t mixer_scratch = 0;  // the variants' backward scratch (fp32)
         for (int l = 0; l < cfg.n_layer; l++) {
             LayerActivations& a = acts[l];
             const AttnKind kind = cfg.kind(l);
             a = LayerActivations{};
-            a.u = arena.alloc<floatX>(N * d);
-            a.u_rstd = arena.alloc<float>(N);
+            a.attn_in = arena.alloc<floatX>(N * d);
+            a.attn_in_rstd = arena.alloc<float>(N);
             if (kind == AttnKind::Mlp) {
                 size_t m = cfg.mlp_width();
-                a.m_gate = arena.alloc<floatX>(N * m);
-                a.m_up = arena.alloc<floatX>(N * m);
-                a.m_sw = arena.alloc<floatX>(N * m);
-                ff = std::max(ff, m);  // the backward's SwiGLU scratch serves both
+                a.mlp_gate = arena.alloc<floatX>(N * m);
+                a.mlp_up = arena.alloc<floatX>(N * m);
+                a.mlp_out = arena.alloc<floatX>(N * m);
+                ff = std::max(ff, m);
             } else {
                 a.q_lin = arena.alloc<floatX>(N * qd);
                 a.k_lin = arena.alloc<floatX>(N * kvd);
@@ -505,43 +470,35 @@ struct SAN : ModelParameters {
                 mixer_scratch = std::max(mixer_scratch, taylor_backward_scratch_floats(B, T, cfg.n_head, cfg.taylor_norm));
             }
             if (kind == AttnKind::StaticEmbQK) {
-                a.u0 = arena.alloc<floatX>(N * d);
-                a.u0_rstd = arena.alloc<float>(N);
+                a.qk_in = arena.alloc<floatX>(N * d);
+                a.qk_in_rstd = arena.alloc<float>(N);
             }
-            a.h = arena.alloc<floatX>(N * d);
+            a.attn_out = arena.alloc<floatX>(N * d);
             if (cfg.sandwich) {
-                a.h_post = arena.alloc<floatX>(N * d);
-                a.h_rstd = arena.alloc<float>(N);
+                a.attn_out_normed = arena.alloc<floatX>(N * d);
+                a.attn_out_rstd = arena.alloc<float>(N);
             }
             if (cfg.has_ffn()) {
                 size_t ff = cfg.d_ff;
                 a.x_mid = arena.alloc<floatX>(N * d);
-                a.fu = arena.alloc<floatX>(N * d);
-                a.fu_rstd = arena.alloc<float>(N);
-                a.f_gate = arena.alloc<floatX>(N * ff);
-                a.f_up = arena.alloc<floatX>(N * ff);
-                a.f_sw = arena.alloc<floatX>(N * ff);
-                a.f_h = arena.alloc<floatX>(N * d);
+                a.ffn_in = arena.alloc<floatX>(N * d);
+                a.ffn_in_rstd = arena.alloc<float>(N);
+                a.swiglu_gate = arena.alloc<floatX>(N * ff);
+                a.swiglu_up = arena.alloc<floatX>(N * ff);
+                a.swiglu_out = arena.alloc<floatX>(N * ff);
+                a.ffn_out = arena.alloc<floatX>(N * d);
                 if (cfg.sandwich) {
-                    a.f_post = arena.alloc<floatX>(N * d);
-                    a.f_rstd = arena.alloc<float>(N);
+                    a.ffn_out_normed = arena.alloc<floatX>(N * d);
+                    a.ffn_out_rstd = arena.alloc<float>(N);
                 }
             }
         }
         xf = arena.alloc<floatX>(N * d);
         xf_rstd = arena.alloc<float>(N);
-        logits = arena.alloc<float>(N * Vp);
-        dlogits = arena.alloc<floatX>(N * Vp);
-        row_loss = arena.alloc<float>(N);
-        row_lse_sq = arena.alloc<float>(N);
-        d_inputs = arena.alloc<int>(N);
-        d_targets = arena.alloc<int>(N);
         d_doc_ids = arena.alloc<int>(N);
-        dx = arena.alloc<floatX>(N * d);
-        dxf = arena.alloc<floatX>(N * d);
         d_branch = arena.alloc<floatX>(N * d);
         d_proj = arena.alloc<floatX>(N * d);
-        d_u = arena.alloc<floatX>(N * d);
+        d_block_in = arena.alloc<floatX>(N * d);
         d_o = arena.alloc<floatX>(N * qd);
         d_q = arena.alloc<floatX>(N * qd);
         d_k = arena.alloc<floatX>(N * kvd);
@@ -549,14 +506,14 @@ struct SAN : ModelParameters {
         d_qlin = arena.alloc<floatX>(N * qd);
         d_klin = arena.alloc<floatX>(N * kvd);
         if (cfg.has_kind(AttnKind::StaticEmbQK)) {
-            d_u0 = arena.alloc<floatX>(N * d);
+            d_qk_in = arena.alloc<floatX>(N * d);
             dx0 = arena.alloc<floatX>(N * d);
         }
         if (mixer_scratch > 0) { variant_scratch = arena.alloc<float>(mixer_scratch); }
-        if (cfg.has_ffn() || cfg.has_kind(AttnKind::Mlp)) {
-            d_sw = arena.alloc<floatX>(N * ff);
-            d_gate = arena.alloc<floatX>(N * ff);
-            d_up = arena.alloc<floatX>(N * ff);
+        if (ff > 0) {
+            d_swiglu_out = arena.alloc<floatX>(N * ff);
+            d_swiglu_gate = arena.alloc<floatX>(N * ff);
+            d_swiglu_up = arena.alloc<floatX>(N * ff);
         }
         size_t scratch_floats = std::max({norm_backward_scratch_floats((int)N, (int)d),
                                           norm_backward_scratch_floats((int)(N * cfg.n_head), (int)hd),
@@ -564,7 +521,7 @@ struct SAN : ModelParameters {
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- loss bookkeeping (llmc/training.h) ----------------------------------------------
+    // ---- loss bookkeeping (llmc/model.h, training.h) -------------------------------------
     // A target counts if it is >= 0 and, with the document mask, not the BOS of the next
     // document (doc/san-model.md, "Document mask and loss mask").
     bool counts_in_loss(int target) const { return target >= 0 && !(cfg.doc_mask && target == cfg.bos_id); }
@@ -582,14 +539,7 @@ struct SAN : ModelParameters {
     // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                       std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
-        if (cache != nullptr && (Bn != 1 || Tn != 1 || cache->pos >= cache->capacity || dloss_scale != 0.0f)) {
-            fatal("forward: a cached step is one position within the cache's %d rows", cache->capacity);
-        }
-        if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
-            fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
-        }
-        last_B = Bn;
-        last_T = Tn;
+        begin_forward(Bn, Tn, dloss_scale, cache);
         const int N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
         const int qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff, V = cfg.vocab_size, Vp = cfg.padded_vocab();
         const float off = cfg.gain_offset();
@@ -633,8 +583,8 @@ struct SAN : ModelParameters {
             // --skip-nonstandard (evaluation): the variant's sub-layer, or its whole block, is left out
             const bool skipped = skip != SkipNonstandard::None && kind != AttnKind::Standard;
             if (skipped && skip == SkipNonstandard::Block) {
-                cudaCheck(cudaMemcpyAsync(residual[l + 1], x_in, (size_t)N * d * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                          stream));
+                cudaCheck(cudaMemcpyAsync(residual[l + 1], x_in, (size_t)N * d * sizeof(floatX),
+                                          cudaMemcpyDeviceToDevice, stream));
                 continue;
             }
             if (skipped) {
@@ -642,37 +592,37 @@ struct SAN : ModelParameters {
                                           stream));
             } else {
                 // attention block (or the variant of this layer: doc/deconstructing.md)
-                norm_forward(a.u, a.u_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
+                norm_forward(a.attn_in, a.attn_in_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
                 if (kind == AttnKind::Mlp) {  // no token mixing: a SwiGLU of the position's own input
                     const int m = cfg.mlp_width();
-                    gemm(a.m_gate, a.u, p.mlp_gate, N, m, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                    gemm(a.m_up, a.u, p.mlp_up, N, m, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                    swiglu_forward(a.m_sw, a.m_gate, a.m_up, (size_t)N * m, stream);
-                    gemm(a.h, a.m_sw, p.mlp_down, N, d, m, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                    linear_forward(a.mlp_gate, a.attn_in, p.mlp_gate, N, d, m, stream);
+                    linear_forward(a.mlp_up, a.attn_in, p.mlp_up, N, d, m, stream);
+                    swiglu_forward(a.mlp_out, a.mlp_gate, a.mlp_up, (size_t)N * m, stream);
+                    linear_forward(a.attn_out, a.mlp_out, p.mlp_down, N, m, d, stream);
                 } else {
                     // keys and values: the activations, or with a cache its row `pos`
                     floatX* k = cache != nullptr ? cache->k[l] + (size_t)pos * kvd : a.k;
                     floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
                     const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
                     // staticembqk: queries and keys from the embedding x0, through this layer's pre-norm
-                    const floatX* qk_in = a.u;
+                    const floatX* qk_in = a.attn_in;
                     if (kind == AttnKind::StaticEmbQK) {
-                        norm_forward(a.u0, a.u0_rstd, residual[0], p.attn_norm, N, d, off, kNormEps, stream);
-                        qk_in = a.u0;
+                        norm_forward(a.qk_in, a.qk_in_rstd, residual[0], p.attn_norm, N, d, off, kNormEps, stream);
+                        qk_in = a.qk_in;
                     }
-                    gemm(a.q_lin, qk_in, p.wq, N, qd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                    gemm(a.k_lin, qk_in, p.wk, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                    gemm(v, a.u, p.wv, N, kvd, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                    linear_forward(a.q_lin, qk_in, p.wq, N, d, qd, stream);
+                    linear_forward(a.k_lin, qk_in, p.wk, N, d, kvd, stream);
+                    linear_forward(v, a.attn_in, p.wv, N, d, kvd, stream);
                     if (kind == AttnKind::Nonapprox) {
-                        // q = SiLU(u W_q), then QK-norm; no RoPE: the score q[t].k[t] pairs a position
-                        // with itself, and rotating both by the same angle would change nothing
+                        // q = SiLU(attn_in W_q), then QK-norm; no RoPE: the score q[t].k[t] pairs a
+                        // position with itself, and rotating both by one angle would change nothing
                         silu_forward(cfg.qk_norm ? a.q_act : a.q, a.q_lin, (size_t)N * qd, stream);
                         if (cfg.qk_norm) {
                             norm_forward(a.q, a.q_rstd, a.q_act, p.q_norm, N * Hq, hd, off, kNormEps, stream);
                             norm_forward(a.k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
                         } else {
-                            cudaCheck(cudaMemcpyAsync(a.k, a.k_lin, (size_t)N * kvd * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                                      stream));
+                            cudaCheck(cudaMemcpyAsync(a.k, a.k_lin, (size_t)N * kvd * sizeof(floatX),
+                                                      cudaMemcpyDeviceToDevice, stream));
                         }
                         nonapprox_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
                     } else {
@@ -685,42 +635,43 @@ struct SAN : ModelParameters {
                             rope_forward(a.q, a.q_lin, rope_rows, Bn, Tn, Hq, hd, stream);
                             rope_forward(k, a.k_lin, rope_rows, Bn, Tn, Hkv, hd, stream);
                         }
-                        if (cache != nullptr) {  // (sample() uses the cache for standard and staticembqk layers only)
-                            attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr, pos,
-                                             Hq, Hkv, hd, stream);
+                        if (cache != nullptr) {  // (sample() caches standard and staticembqk layers only)
+                            attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr,
+                                             pos, Hq, Hkv, hd, stream);
                         } else if (kind == AttnKind::Approximate) {
-                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, cfg.taylor_norm,
-                                                     stream);
+                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd,
+                                                     cfg.taylor_norm, stream);
                         } else {
                             attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
                         }
                     }
-                    gemm(a.h, a.o, p.wo, N, d, qd, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+                    linear_forward(a.attn_out, a.o, p.wo, N, qd, d, stream);
                 }
-                const floatX* branch = a.h;
+                const floatX* branch = a.attn_out;
                 if (cfg.sandwich) {
-                    norm_forward(a.h_post, a.h_rstd, a.h, p.attn_post_norm, N, d, off, kNormEps, stream);
-                    branch = a.h_post;
+                    norm_forward(a.attn_out_normed, a.attn_out_rstd, a.attn_out, p.attn_post_norm, N, d, off, kNormEps,
+                                 stream);
+                    branch = a.attn_out_normed;
                 }
                 residual_forward(x_attn_out, x_in, branch, p.attn_gate, mode, (size_t)N * d, stream);
             }
             // FFN block (control arm)
             if (cfg.has_ffn()) {
-                norm_forward(a.fu, a.fu_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
-                gemm(a.f_gate, a.fu, p.w_gate, N, ff, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(a.f_up, a.fu, p.w_up, N, ff, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                swiglu_forward(a.f_sw, a.f_gate, a.f_up, (size_t)N * ff, stream);
-                gemm(a.f_h, a.f_sw, p.w_down, N, d, ff, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                const floatX* fbranch = a.f_h;
+                norm_forward(a.ffn_in, a.ffn_in_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
+                linear_forward(a.swiglu_gate, a.ffn_in, p.w_gate, N, d, ff, stream);
+                linear_forward(a.swiglu_up, a.ffn_in, p.w_up, N, d, ff, stream);
+                swiglu_forward(a.swiglu_out, a.swiglu_gate, a.swiglu_up, (size_t)N * ff, stream);
+                linear_forward(a.ffn_out, a.swiglu_out, p.w_down, N, ff, d, stream);
+                const floatX* fbranch = a.ffn_out;
                 if (cfg.sandwich) {
-                    norm_forward(a.f_post, a.f_rstd, a.f_h, p.ffn_post_norm, N, d, off, kNormEps, stream);
-                    fbranch = a.f_post;
+                    norm_forward(a.ffn_out_normed, a.ffn_out_rstd, a.ffn_out, p.ffn_post_norm, N, d, off, kNormEps, stream);
+                    fbranch = a.ffn_out_normed;
                 }
                 residual_forward(residual[l + 1], a.x_mid, fbranch, p.ffn_gate, mode, (size_t)N * d, stream);
             }
         }
         norm_forward(xf, xf_rstd, residual[cfg.n_layer], P.final_norm, N, d, off, kNormEps, stream);
-        gemm(logits, xf, P.wte, N, Vp, d, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_forward(logits, xf, P.wte, N, d, Vp, stream);
         classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
                                     d_targets, N, V, Vp, (float)cfg.z_loss, dloss_scale, stream);
 
@@ -749,8 +700,8 @@ struct SAN : ModelParameters {
         const size_t Nd = (size_t)N * d;
 
         // LM head (tied embedding) and final norm
-        gemm(G.wte, dlogits, xf, Vp, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-        gemm(dxf, dlogits, P.wte, N, d, Vp, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+        linear_backward_weight(G.wte, dlogits, xf, N, d, Vp, stream);
+        linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream));
         norm_backward(dx, G.final_norm, scratch, dxf, residual[cfg.n_layer], P.final_norm, xf_rstd, N, d, off, stream);
         if (dx0 != nullptr) { cudaCheck(cudaMemsetAsync(dx0, 0, Nd * sizeof(floatX), stream)); }
@@ -772,34 +723,36 @@ struct SAN : ModelParameters {
             const LayerTensors<floatX>& g = G.layers[l];
             LayerActivations& a = acts[l];
             if (cfg.has_ffn()) {
-                floatX* df = branch_backward(cfg.sandwich ? a.f_post : a.f_h, a.f_h, a.f_rstd, p.ffn_post_norm,
-                                             g.ffn_post_norm, p.ffn_gate, g.ffn_gate);
-                gemm(g.w_down, df, a.f_sw, d, ff, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_sw, df, p.w_down, N, ff, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                swiglu_backward(d_gate, d_up, d_sw, a.f_gate, a.f_up, (size_t)N * ff, stream);
-                gemm(g.w_gate, d_gate, a.fu, ff, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(g.w_up, d_up, a.fu, ff, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_gate, p.w_gate, N, d, ff, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_up, p.w_up, N, d, ff, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                norm_backward(dx, g.ffn_norm, scratch, d_u, a.x_mid, p.ffn_norm, a.fu_rstd, N, d, off, stream);
+                floatX* d_ffn_out = branch_backward(cfg.sandwich ? a.ffn_out_normed : a.ffn_out, a.ffn_out,
+                                                    a.ffn_out_rstd, p.ffn_post_norm, g.ffn_post_norm, p.ffn_gate, g.ffn_gate);
+                linear_backward_weight(g.w_down, d_ffn_out, a.swiglu_out, N, ff, d, stream);
+                linear_backward_input(d_swiglu_out, d_ffn_out, p.w_down, N, ff, d, false, stream);
+                swiglu_backward(d_swiglu_gate, d_swiglu_up, d_swiglu_out, a.swiglu_gate, a.swiglu_up, (size_t)N * ff,
+                                stream);
+                linear_backward_weight(g.w_gate, d_swiglu_gate, a.ffn_in, N, d, ff, stream);
+                linear_backward_weight(g.w_up, d_swiglu_up, a.ffn_in, N, d, ff, stream);
+                linear_backward_input(d_block_in, d_swiglu_gate, p.w_gate, N, d, ff, false, stream);
+                linear_backward_input(d_block_in, d_swiglu_up, p.w_up, N, d, ff, true, stream);
+                norm_backward(dx, g.ffn_norm, scratch, d_block_in, a.x_mid, p.ffn_norm, a.ffn_in_rstd, N, d, off, stream);
             }
-            floatX* dh = branch_backward(cfg.sandwich ? a.h_post : a.h, a.h, a.h_rstd, p.attn_post_norm,
-                                         g.attn_post_norm, p.attn_gate, g.attn_gate);
+            floatX* d_attn_out = branch_backward(cfg.sandwich ? a.attn_out_normed : a.attn_out, a.attn_out,
+                                                 a.attn_out_rstd, p.attn_post_norm, g.attn_post_norm, p.attn_gate, g.attn_gate);
             const AttnKind kind = cfg.kind(l);
             if (kind == AttnKind::Mlp) {
                 const int m = cfg.mlp_width();
-                gemm(g.mlp_down, dh, a.m_sw, d, m, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_sw, dh, p.mlp_down, N, m, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                swiglu_backward(d_gate, d_up, d_sw, a.m_gate, a.m_up, (size_t)N * m, stream);
-                gemm(g.mlp_gate, d_gate, a.u, m, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(g.mlp_up, d_up, a.u, m, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_gate, p.mlp_gate, N, d, m, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_up, p.mlp_up, N, d, m, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                norm_backward(dx, g.attn_norm, scratch, d_u, residual[l], p.attn_norm, a.u_rstd, N, d, off, stream);
+                linear_backward_weight(g.mlp_down, d_attn_out, a.mlp_out, N, m, d, stream);
+                linear_backward_input(d_swiglu_out, d_attn_out, p.mlp_down, N, m, d, false, stream);
+                swiglu_backward(d_swiglu_gate, d_swiglu_up, d_swiglu_out, a.mlp_gate, a.mlp_up, (size_t)N * m, stream);
+                linear_backward_weight(g.mlp_gate, d_swiglu_gate, a.attn_in, N, d, m, stream);
+                linear_backward_weight(g.mlp_up, d_swiglu_up, a.attn_in, N, d, m, stream);
+                linear_backward_input(d_block_in, d_swiglu_gate, p.mlp_gate, N, d, m, false, stream);
+                linear_backward_input(d_block_in, d_swiglu_up, p.mlp_up, N, d, m, true, stream);
+                norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off,
+                              stream);
                 continue;
             }
-            gemm(g.wo, dh, a.o, d, qd, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-            gemm(d_o, dh, p.wo, N, qd, d, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+            linear_backward_weight(g.wo, d_attn_out, a.o, N, qd, d, stream);
+            linear_backward_input(d_o, d_attn_out, p.wo, N, qd, d, false, stream);
             if (kind == AttnKind::Nonapprox) {  // (no RoPE)
                 nonapprox_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv,
                                    hd, stream);
@@ -828,23 +781,20 @@ struct SAN : ModelParameters {
             if (kind == AttnKind::Nonapprox) {  // through q = SiLU(q_lin), in place
                 silu_backward(dq_lin, dq_lin, a.q_lin, (size_t)N * qd, stream);
             }
-            if (kind == AttnKind::StaticEmbQK) {  // q, k came from the embedding: their gradient goes to x0
-                gemm(g.wq, dq_lin, a.u0, qd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(g.wk, dk_lin, a.u0, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_u0, dq_lin, p.wq, N, d, qd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(d_u0, dk_lin, p.wk, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                norm_backward(dx0, g.attn_norm, scratch, d_u0, residual[0], p.attn_norm, a.u0_rstd, N, d, off, stream);
-                gemm(g.wv, d_v, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_v, p.wv, N, d, kvd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-            } else {
-                gemm(g.wq, dq_lin, a.u, qd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(g.wk, dk_lin, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(g.wv, d_v, a.u, kvd, d, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, dq_lin, p.wq, N, d, qd, false, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, dk_lin, p.wk, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-                gemm(d_u, d_v, p.wv, N, d, kvd, false, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+            // staticembqk: q and k came from qk_in = norm(x0): their gradient goes to x0 (dx0)
+            const floatX* qk_in = kind == AttnKind::StaticEmbQK ? a.qk_in : a.attn_in;
+            floatX* d_qk = kind == AttnKind::StaticEmbQK ? d_qk_in : d_block_in;
+            linear_backward_weight(g.wq, dq_lin, qk_in, N, d, qd, stream);
+            linear_backward_weight(g.wk, dk_lin, qk_in, N, d, kvd, stream);
+            linear_backward_weight(g.wv, d_v, a.attn_in, N, d, kvd, stream);
+            linear_backward_input(d_qk, dq_lin, p.wq, N, d, qd, false, stream);
+            linear_backward_input(d_qk, dk_lin, p.wk, N, d, kvd, true, stream);
+            linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, kind != AttnKind::StaticEmbQK, stream);
+            if (kind == AttnKind::StaticEmbQK) {
+                norm_backward(dx0, g.attn_norm, scratch, d_qk_in, residual[0], p.attn_norm, a.qk_in_rstd, N, d, off,
+                              stream);
             }
-            norm_backward(dx, g.attn_norm, scratch, d_u, residual[l], p.attn_norm, a.u_rstd, N, d, off, stream);
+            norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off, stream);
         }
         if (dx0 != nullptr) {  // the staticembqk layers' path to the embedding joins the stream's
             residual_forward(dx, dx, dx0, nullptr, ResidualMode::Standard, Nd, stream);
@@ -852,13 +802,13 @@ struct SAN : ModelParameters {
         embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
     }
 
-    // ---- measurements (logged at every validation; llmc/training.h LayerMeasurements) ----
+    // ---- measurements (logged at every validation; llmc/evaluation.h LayerMeasurements) --
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
     // tokens gives the effective rank of the residual stream after each layer
     // (llmc/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
     // attention mask lets a query see (the input of exp, or of the Taylor polynomial; for
-    // nonapprox each position's own q[t].k[t]; mlp layers have none and log 0). On the host, in
-    // double: a measurement, not a hot path.
+    // nonapprox each position's own q[t].k[t]; mlp and skipped layers have none and log 0). On
+    // the host, in double: a measurement, not a hot path.
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
         const ResidualMode mode = cfg.residual;
@@ -891,7 +841,6 @@ struct SAN : ModelParameters {
             m.erank.push_back(effective_rank(h, N, d));
             const AttnKind kind = cfg.kind(l);
             if (kind == AttnKind::Mlp || (skip != SkipNonstandard::None && kind != AttnKind::Standard)) {
-                m.max_logit.push_back(0.0);  // no logits (mlp, or a skipped layer): logged as 0
                 m.max_logit.push_back(0.0);
                 continue;
             }
@@ -903,7 +852,6 @@ struct SAN : ModelParameters {
                     int j = h / (Hq / Hkv);
                     for (int t = 0; t < Tn; t++) {
                         const float* qt = &q[(((size_t)b * Tn + t) * Hq + h) * hd];
-                        // nonapprox: each position's own score q[t].k[t] (the pre-softmax logit)
                         for (int tau = kind == AttnKind::Nonapprox ? t : 0; tau <= t; tau++) {
                             if (cfg.doc_mask && doc[b * Tn + tau] != doc[b * Tn + t]) { continue; }
                             const float* kt = &k[(((size_t)b * Tn + tau) * Hkv + j) * hd];
@@ -918,8 +866,6 @@ struct SAN : ModelParameters {
         }
         return m;
     }
-
-    KVCache kv;  // sampling's keys and values (llmc/model.h sample)
 };
 
 // Sampling (llmc/model.h), found instead of model.h's template by argument-dependent lookup:
@@ -990,13 +936,10 @@ constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimi
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
-    std::vector<Flag> flags = {
-        make_flag("--preset", &o.preset, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); Deconstructing Attention's qwen-70m, qwen-160m, qwen-500m, qwen3-1.7b and the CPU-sized qwen-cpu, qwen3-cpu; the flags below override it"),
-        make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
-        make_flag("--max-seq-len", &m.seq_len, "model context T (RoPE table size)"),
-        make_flag("--n-layer", &m.n_layer, "layers L"),
-        make_flag("--n-embd", &m.n_embd, "width d"),
-        make_flag("--n-head", &m.n_head, "query heads"),
+    std::vector<Flag> flags = ModelDims::flags(
+        &o.preset, m, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); Deconstructing Attention's qwen-70m, qwen-160m, qwen-500m, qwen3-1.7b and the CPU-sized qwen-cpu, qwen3-cpu; the flags below override it",
+        "model context T (RoPE table size)", "query heads", "token that starts a document (default: the tokenizer's)");
+    std::vector<Flag> san = {
         make_flag("--n-kv-head", &m.n_kv_head, "kv heads (GQA; = n-head is MHA)"),
         make_flag("--ffn", &m.ffn, kFfnKinds, "none: SAN; swiglu: FFN control arm"),
         make_flag("--d-ff", &m.d_ff, "SwiGLU width (0: 4 d)"),
@@ -1006,7 +949,6 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--sandwich", &m.sandwich, "sandwich norm on sub-layer outputs 0|1"),
         make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
-        make_flag("--bos-id", &m.bos_id, "token that starts a document (default: the tokenizer's)"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
         make_flag("--attention", &m.attention, kAttnKinds, "kind of the layers the layout does not keep standard (doc/deconstructing.md; rndembqk, fixedseqqk: not built yet)"),
         make_flag("--layout", &m.layout, "layers that keep standard attention: uniform (none), hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, or a list like 1,24"),
@@ -1015,6 +957,7 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
         make_flag("--deconstructing-setup", &o.deconstructing_setup, "1: Deconstructing Attention's recipe as defaults (doc/deconstructing.md \"Recipe\"); flags given win"),
     };
+    flags.insert(flags.end(), san.begin(), san.end());
     add_training_flags(flags, o.train);
     return flags;
 }
@@ -1038,13 +981,7 @@ SkipNonstandard parse_skip_nonstandard(const std::string& value, const SANConfig
 
 // What llmc/trainer.h asks of this trainer.
 struct SANTrainer {
-    using Config = SANConfig;
     using Model = SAN;
-    using Options = ::Options;
-    static constexpr const char* name = "train_san";
-    static std::map<std::string, SANConfig> presets() { return ::presets(); }
-    static std::vector<Flag> flags(Options& o) { return make_flags(o); }
-    static SANConfig read_config(const TensorFileReader& r) { return ::read_config(r); }
     static void set_defaults(Options& o, int argc, char** argv) {
         std::string paper = find_flag_value(argc, argv, "--paper-setup");
         if (!paper.empty() && paper != "0" && paper != "1") { fatal("option --paper-setup: must be 0 or 1, not '%s'", paper.c_str()); }
@@ -1089,5 +1026,5 @@ struct SANTrainer {
 };
 
 #ifndef TESTING
-int main(int argc, char** argv) { return trainer_main<SANTrainer>(argc, argv); }
+int main(int argc, char** argv) { return trainer_main<SANTrainer>(argc, argv, "train_san", presets(), make_flags, read_config); }
 #endif

@@ -131,7 +131,6 @@ struct alignas(16) Packed128 {
         for (int k = 0; k < size; k++) { result.payload[k] = value; }
         return result;
     }
-    __device__ static Packed128 zeros() { return constant(from_float<T>(0.0f)); }
     __device__ T& operator[](int index) { return payload[index]; }
     __device__ const T& operator[](int index) const { return payload[index]; }
     __device__ int4 get_bits() const {
@@ -140,7 +139,6 @@ struct alignas(16) Packed128 {
         return bits;
     }
 };
-typedef Packed128<float> f128;
 typedef Packed128<floatX> x128;
 
 // `address` must be 16-byte aligned.
@@ -160,10 +158,6 @@ __device__ inline void store128(T* target, Packed128<T> value) {
 template <typename T>
 __device__ inline void store128cs(T* target, Packed128<T> value) {
     __stcs(reinterpret_cast<int4*>(target), value.get_bits());
-}
-template <typename T>
-__device__ inline void store128cg(T* target, Packed128<T> value) {
-    __stcg(reinterpret_cast<int4*>(target), value.get_bits());
 }
 
 // V consecutive floatX elements to / from fp32 registers: one 128-bit access when

@@ -168,3 +168,22 @@ void gemm(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a
 }
 
 #endif
+
+// ---- the linear layer, as the trainers use it ---------------------------------------------
+// A weight W is (out, in) as in PyTorch; x is (N, in) rows, y = x W^T is (N, out).
+
+// y = x W^T (y may be fp32 where x and W are floatX: the logits)
+template <typename TIn, typename TOut>
+void linear_forward(TOut* y, const TIn* x, const TIn* W, int N, int in, int out, cudaStream_t stream) {
+    gemm(y, x, W, N, out, in, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+}
+// dW += dy^T x: the weight gradient accumulates over micro-batches
+template <typename T>
+void linear_backward_weight(T* dW, const T* dy, const T* x, int N, int in, int out, cudaStream_t stream) {
+    gemm(dW, dy, x, out, in, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+}
+// dx = dy W, or dx += dy W with `accumulate` (x feeds several linear layers: q, k and v)
+template <typename T>
+void linear_backward_input(T* dx, const T* dy, const T* W, int N, int in, int out, bool accumulate, cudaStream_t stream) {
+    gemm(dx, dy, W, N, in, out, false, false, 1.0f, accumulate ? 1.0f : 0.0f, 1, 0, 0, 0, stream);
+}

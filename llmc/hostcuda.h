@@ -1,7 +1,7 @@
 /*
 The host backend: lets the host C++ compiler build and run the project's CUDA kernels
 on the CPU, so that `make test` runs the real kernels on machines without a GPU
-(DESIGN.md, principle 1). Included by llmc/cuda_common.h when the compiler is not nvcc.
+(doc/host-backend.md). Included by llmc/cuda_common.h when the compiler is not nvcc.
 
   hostcuda/types.h             qualifiers (__global__, __shared__, ...), dim3, vector types
   hostcuda/bf16.h              __nv_bfloat16 and its conversions and arithmetic

@@ -1,7 +1,7 @@
 /*
-Warp-level tensor-core primitives: the only way kernels reach tensor cores (DESIGN.md,
-principle 1). Under nvcc each is one PTX instruction (sm_80 or newer); on the host backend
-each is a warp collective that follows the PTX ISA fragment layouts (llmc/hostcuda/mma.h),
+Warp-level tensor-core primitives: the only way kernels reach tensor cores, so that every
+kernel keeps one source for both executors (doc/host-backend.md). Under nvcc each is one
+PTX instruction (sm_80 or newer); on the host backend each is a warp collective that follows the PTX ISA fragment layouts (llmc/hostcuda/mma.h),
 so a kernel written against them runs in `make test` on any CPU. dev/test/test_mma.cu
 checks the layouts lane by lane, on both executors.
 

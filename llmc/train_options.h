@@ -60,7 +60,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--val-data", &o.val_data, "validation shards (glob); empty: no validation"),
         make_flag("--tokenizer", &o.tokenizer_path, "tokenizer .bin: sets the vocabulary size, decodes samples, encodes --prompt"),
         make_flag("--batch-size", &o.batch_size, "rows per micro-batch B"),
-        make_flag("--seq-len", &o.seq_len, "tokens per row (0: the model's T)"),
+        make_flag("--seq-len", &o.seq_len, "tokens per row of a batch, at most the model's context --max-seq-len (0: all of it)"),
         make_flag("--grad-accum", &o.grad_accum, "micro-batches per optimizer step (0: --global-batch / --batch-size, or 1)"),
         make_flag("--global-batch", &o.global_batch, "rows per optimizer step (0: batch-size x grad-accum)"),
         make_flag("--grad-fp32", &o.grad_fp32, "accumulate gradients in fp32 in bf16 builds 0|1"),

@@ -12,12 +12,12 @@ trainer file holds its model and little else:
   5. build the model and its optimizer, load or initialise the parameters, and train
      (llmc/training.h run_training).
 
-A trainer describes itself to trainer_main<Trainer> with a struct of types and static
-functions (train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer):
-    Config, Model, Options     Options holds `preset`, `model` (a Config) and `train` (TrainOptions)
-    name                       "train_san": usage and messages
-    presets(), flags(Options&) the named configs; the model flags, then add_training_flags
-    read_config(reader)        a checkpoint's model config
+A trainer's main is trainer_main<Trainer>(argc, argv, name, presets(), make_flags,
+read_config): its program name, the named model configs, its flags (the model's, then
+add_training_flags; Options holds `preset`, `model` (a Config) and `train` (TrainOptions))
+and the reader of a checkpoint's config. The trainer describes the rest with a struct
+(train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer):
+    Model                      the model type (llmc/model.h LanguageModel<Config>)
     set_defaults(o, argc, argv)      switches read before the other flags (--paper-setup)
     start_elsewhere(o, bos_given)    a model from a file other than a checkpoint (GPT-2's
                                      --init-from-llmc) into o.model; returns whether there is one
@@ -32,8 +32,10 @@ and optionally
 
 #include <cinttypes>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attention.cuh"
 #include "cli.h"
@@ -101,12 +103,11 @@ auto configure_model_if_any(Model& model, const Options& o, int) -> decltype(Tra
 template <typename Trainer, typename Model, typename Options>
 void configure_model_if_any(Model&, const Options&, long) {}
 
-template <typename Trainer>
-int trainer_main(int argc, char** argv) {
-    using Options = typename Trainer::Options;
-    using Config = typename Trainer::Config;
+template <typename Trainer, typename Options, typename Config>
+int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
+                 std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
-    Options o = parse_with_preset<Options>(argc, argv, Trainer::presets(), Trainer::flags, Trainer::name,
+    Options o = parse_with_preset<Options>(argc, argv, presets, make_flags, name,
                                            [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); });
     TrainOptions& t = o.train;
     const std::string start = start_checkpoint(t);
@@ -117,12 +118,12 @@ int trainer_main(int argc, char** argv) {
     std::unique_ptr<TensorFileReader> checkpoint;
     if (!start.empty()) {
         checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
-        Config from_file = Trainer::read_config(*checkpoint);
+        Config from_file = read_config(*checkpoint);
         Options from_flags = o;  // what the flags say, where the tokenizer would have set nothing
         if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
         if (tokenizer.loaded() && !bos_given) { from_flags.model.bos_id = from_file.bos_id; }
         from_flags.model.resolve_and_check();
-        check_model_flags(from_flags, from_file, Trainer::flags, start);
+        check_model_flags(from_flags, from_file, make_flags, start);
         if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
             fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
                   tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
@@ -146,7 +147,7 @@ int trainer_main(int argc, char** argv) {
     }
 
     ParameterCounts counts = count_parameters(c);
-    printf("%s (%s, %s)\n", Trainer::name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
+    printf("%s (%s, %s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, flops_per_token(c) / 1e6);

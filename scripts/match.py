@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-match.py: the matched partners of one SAN-family arm (papers/SAN.md, "Question").
+match.py: the matched partners of one SAN-family arm (the SAN paper, "Question").
 
 Given an arm (SAN or FFN; layers, width, heads, kv heads, vocabulary, d_ff, context), prints
 its partners of the other kind:

@@ -30,9 +30,7 @@ version 4: cuDNN's fused SDPA backward, deterministic algorithm (llmc/attention_
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/attention_backward && ./build/gpu-bf16/attention_backward [version]
 */
-#include "dev/cuda/common.h"
-#include "llmc/attention.cuh"
-#include "llmc/attention_cudnn.cuh"
+#include "dev/cuda/attention_common.h"
 
 // ----------------------------------------------------------------------------------------
 // CPU reference: full softmax rows in double, gradients written out term by term.
@@ -151,13 +149,6 @@ __global__ void attention_backward_dkdv_kernel1(floatX* dk, floatX* dv, const fl
 // ----------------------------------------------------------------------------------------
 // launcher
 
-// whether a version runs in this build (and with a document mask)
-bool version_available(int version, bool use_docs) {
-    if (version == 3) { return PRECISION_MODE == PrecisionMode::BF16; }
-    if (version == 4) { return kAttentionHasCudnn && !use_docs; }
-    return true;
-}
-
 void attention_backward_version(int version, floatX* dq, floatX* dk, floatX* dv, float* scratch, const floatX* dout,
                                 const floatX* out, const floatX* q, const floatX* k, const floatX* v,
                                 const float* lse, const int* doc_ids, int B, int T, int Hq, int Hkv, int hd) {
@@ -201,17 +192,6 @@ void attention_backward_version(int version, floatX* dq, floatX* dk, floatX* dv,
             exit(EXIT_FAILURE);
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }
-}
-
-std::vector<int> make_doc_ids(int B, int T, int mean_length, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> coin(0, mean_length - 1);
-    std::vector<int> doc((size_t)B * T);
-    for (int b = 0; b < B; b++) {
-        int id = 0;
-        for (int t = 0; t < T; t++) { doc[(size_t)b * T + t] = (t > 0 && coin(rng) == 0) ? ++id : id; }
-    }
-    return doc;
 }
 
 std::vector<float> rounded_to_floatX(std::vector<float> x) {
@@ -266,7 +246,7 @@ bool validate_versions(int first, int last, int B, int T, int Hq, int Hkv, int h
     printf("attention_backward (%s), B=%d T=%d Hq=%d Hkv=%d hd=%d, doc mask %s\n", PRECISION_NAME, B, T, Hq, Hkv,
            hd, use_docs ? "on" : "off");
     for (int version = first; version <= last; version++) {
-        if (!version_available(version, use_docs)) { continue; }
+        if (!attention_version_available(version, use_docs)) { continue; }
         printf("  version %d\n", version);
         // cuDNN (version 4) rounds P and dS to bf16 as version 3 does: the same bound
         float abs_frac = fp32 ? 1e-5f : (version >= 3 ? 4e-3f : 1e-3f);
@@ -291,14 +271,8 @@ int main(int argc, char** argv) {
     // validation shape (the CPU reference is O(T^2)); the benchmark uses the paper preset
     int B = 2, T = 512, Hq = 8, Hkv = 4, hd = 64;
     if (HOST_BACKEND) { T = 200; }  // validation only: keep it quick
-    // version 3 (tensor cores) takes bf16 operands: bf16 builds only; version 4 needs cuDNN
-    int first = 1, last = kAttentionHasCudnn ? 4 : PRECISION_MODE == PrecisionMode::BF16 ? 3 : 2;
-    if (argc > 1) { first = last = atoi(argv[1]); }
-    if (!version_available(first, false)) {
-        fprintf(stderr, "attention_backward: version %d is not built here (%s%s)\n", first, PRECISION_NAME,
-                kAttentionHasCudnn ? "" : ", no cuDNN");
-        return EXIT_FAILURE;
-    }
+    int first, last;
+    attention_versions_from_args("attention_backward", argc, argv, &first, &last);
 
     bool all_ok = true;
     for (int use_docs = 0; use_docs <= 1; use_docs++) {
@@ -340,7 +314,7 @@ int main(int argc, char** argv) {
             attention_forward(d_out, d_lse, d_q, d_k, d_v, docs, B, T, Hq, Hkv, hd, 0);
             float baseline = 0.0f;
             for (int version = first; version <= last; version++) {
-                if (!version_available(version, use_docs)) { continue; }
+                if (!attention_version_available(version, use_docs)) { continue; }
                 float ms = benchmark_kernel(10, attention_backward_version, version, d_dq, d_dk, d_dv, d_scratch, d_dout,
                                             d_out, d_q, d_k, d_v, d_lse, docs, B, T, Hq, Hkv, hd);
                 if (version == first) { baseline = ms; }

@@ -24,10 +24,8 @@ version 4: cuDNN's fused SDPA (llmc/attention_cudnn.cuh): GPU bf16 builds with U
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/attention_forward && ./build/gpu-bf16/attention_forward [version]
 */
-#include "dev/cuda/common.h"
-#include "llmc/attention.cuh"
+#include "dev/cuda/attention_common.h"
 #include "llmc/mma.cuh"
-#include "llmc/attention_cudnn.cuh"
 
 // ----------------------------------------------------------------------------------------
 // CPU reference: the full T x T score matrix with an explicit mask, softmax in double
@@ -130,13 +128,6 @@ void attention_forward4(floatX* out, float* lse, const floatX* q, const floatX* 
     exit(EXIT_FAILURE);
 }
 
-// whether a version runs in this build (and with a document mask)
-bool version_available(int version, bool use_docs) {
-    if (version == 3) { return PRECISION_MODE == PrecisionMode::BF16; }
-    if (version == 4) { return kAttentionHasCudnn && !use_docs; }
-    return true;
-}
-
 // ----------------------------------------------------------------------------------------
 // launcher
 
@@ -156,19 +147,6 @@ void attention_forward_version(int version, floatX* out, float* lse, const float
         case 4: attention_forward4(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd); break;
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }
-}
-
-// Document ids as the data loader makes them: the row starts mid-document, then new
-// documents start at random (mean length `mean_length`).
-std::vector<int> make_doc_ids(int B, int T, int mean_length, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> coin(0, mean_length - 1);
-    std::vector<int> doc((size_t)B * T);
-    for (int b = 0; b < B; b++) {
-        int id = 0;
-        for (int t = 0; t < T; t++) { doc[(size_t)b * T + t] = (t > 0 && coin(rng) == 0) ? ++id : id; }
-    }
-    return doc;
 }
 
 // Validates versions first..last at one shape against the CPU reference; false on a mismatch.
@@ -197,7 +175,7 @@ bool validate_versions(int first, int last, int B, int T, int Hq, int Hkv, int h
            use_docs ? "on" : "off");
     bool ok = true;
     for (int version = first; version <= last; version++) {
-        if (!version_available(version, use_docs)) { continue; }
+        if (!attention_version_available(version, use_docs)) { continue; }
         // fp32: summation order only; bf16: one rounding of the output (2^-8 relative).
         // Version 3 also rounds the probabilities to bf16 for the P V product (as FlashAttention-2
         // does): |sum_tau p delta v| / sum_tau p <= 2^-9 max|v| = 2^-9 here (v in [-1, 1]);
@@ -224,14 +202,8 @@ int main(int argc, char** argv) {
     // validation shape (the CPU reference is O(T^2)); the benchmark uses the paper preset
     int B = 2, T = 512, Hq = 8, Hkv = 4, hd = 64;
     if (HOST_BACKEND) { T = 300; }  // validation only: keep it quick
-    // version 3 (tensor cores) takes bf16 operands: bf16 builds only; version 4 needs cuDNN
-    int first = 1, last = kAttentionHasCudnn ? 4 : PRECISION_MODE == PrecisionMode::BF16 ? 3 : 2;
-    if (argc > 1) { first = last = atoi(argv[1]); }
-    if (!version_available(first, false)) {
-        fprintf(stderr, "attention_forward: version %d is not built here (%s%s)\n", first, PRECISION_NAME,
-                kAttentionHasCudnn ? "" : ", no cuDNN");
-        return EXIT_FAILURE;
-    }
+    int first, last;
+    attention_versions_from_args("attention_forward", argc, argv, &first, &last);
 
     bool all_ok = true;
     for (int use_docs = 0; use_docs <= 1; use_docs++) {
@@ -261,7 +233,7 @@ int main(int argc, char** argv) {
         for (int use_docs = 0; use_docs <= 1; use_docs++) {
             float baseline = 0.0f;
             for (int version = first; version <= last; version++) {
-                if (!version_available(version, use_docs)) { continue; }
+                if (!attention_version_available(version, use_docs)) { continue; }
                 float ms = benchmark_kernel(10, attention_forward_version, version, d_out, d_lse, d_q, d_k, d_v,
                                             use_docs ? d_doc : nullptr, B, T, Hq, Hkv, hd);
                 if (version == first) { baseline = ms; }

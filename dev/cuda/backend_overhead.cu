@@ -12,8 +12,8 @@ understood and the host backend tuned (doc/host-backend.md records the figures):
   ldmatrix      64 ldmatrix_x4 per warp: cost per thread per ldmatrix
   gemm          the GEMM wrapper, 512 x 768 x 768, fp32 in/out: GFLOP/s
 
-Runs on both executors (`make` builds it as build/host/backend_overhead and, with nvcc,
-build/gpu/backend_overhead); prints one table.
+Runs on both executors (`make` builds it as build/host-bf16/backend_overhead and, with
+nvcc, build/gpu-bf16/backend_overhead); prints one table.
 */
 #include <chrono>
 

@@ -6,6 +6,7 @@ build and validate; timing a CPU emulation of a GPU kernel means nothing, so
 benchmarking is skipped there.
 
   validate_result(device_ptr, reference, name, n, tol, eps)  |got - ref| <= tol + |ref| * eps
+                                                             (dev/test/compare.h measure_error)
   benchmark_kernel(repeats, fn, args...)                     mean ms per call, L2 flushed before each
   print_result_row(...)                                      one row of the summary table
 */
@@ -17,6 +18,7 @@ benchmarking is skipped there.
 #include <random>
 #include <vector>
 
+#include "dev/test/compare.h"
 #include "llmc/cuda_common.h"
 
 inline std::vector<float> make_random_float(size_t n, uint32_t seed = 42, float lo = -1.0f, float hi = 1.0f) {
@@ -39,21 +41,17 @@ std::vector<T> convert_vector(const std::vector<float>& v) {
 template <typename T>
 bool validate_result(const T* device_result, const float* reference, const char* name, size_t n, float tol,
                      float eps = 0.0f) {
-    std::vector<T> got = copy_from_device(device_result, n);
-    size_t bad = 0;
-    double max_err = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double g = to_float(got[i]), r = reference[i];
-        double err = std::fabs(g - r);
-        if (!(err <= tol + std::fabs(r) * eps)) {
-            if (bad < 5) { printf("    mismatch %s[%zu]: got %.8g, reference %.8g\n", name, i, g, r); }
-            bad++;
-        }
-        if (std::isfinite(err) && err > max_err) { max_err = err; }
+    std::vector<T> raw = copy_from_device(device_result, n);
+    std::vector<float> got(n);
+    for (size_t i = 0; i < n; i++) { got[i] = to_float(raw[i]); }
+    ErrorMeasure m = measure_error(got.data(), reference, n, Tolerance{0.0, eps, tol});
+    if (m.bad > 0) {
+        printf("    mismatch %s[%zu] (the worst): got %.8g, reference %.8g\n", name, m.worst, got[m.worst],
+               reference[m.worst]);
     }
     printf("    %-10s %s (max |err| %.3g, tol %.3g + |ref| x %.3g, %zu elements)\n", name,
-           bad == 0 ? "ok" : "MISMATCH", max_err, (double)tol, (double)eps, n);
-    return bad == 0;
+           m.bad == 0 ? "ok" : "MISMATCH", m.max_error, (double)tol, (double)eps, n);
+    return m.bad == 0;
 }
 
 constexpr bool kBenchmarksEnabled = !HOST_BACKEND;

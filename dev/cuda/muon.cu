@@ -19,7 +19,7 @@ the same table is printed for the tiny presets once, as a smoke test of the code
     make build/gpu-bf16/muon && ./build/gpu-bf16/muon [batch rows (default 8)]
 */
 #define TESTING
-#include "train_san.cu"
+#include "train_san.cu"  // the SAN model and its presets: the table times a Muon step against its forward + backward
 
 #include "dev/cuda/common.h"
 

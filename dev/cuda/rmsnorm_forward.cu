@@ -10,7 +10,7 @@ version 2: one warp per row; lanes stride over the row with 128-bit loads and co
            their sums with warp shuffles
 
 Build and run (validation on any executor, timing on a GPU):
-    make dev/cuda/rmsnorm_forward && ./build/gpu/rmsnorm_forward [version]
+    make build/gpu-bf16/rmsnorm_forward && ./build/gpu-bf16/rmsnorm_forward [version]
 */
 #include "dev/cuda/common.h"
 

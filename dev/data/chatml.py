@@ -1,5 +1,5 @@
 """
-SYNTH documents as ChatML (papers/SAN.md, "Data"), tokenized with exact region labels.
+SYNTH documents as ChatML (the SAN paper, "Data"), tokenized with exact region labels.
 
   <|im_start|>user\n{query}<|im_end|>\n<|im_start|>assistant\n<think>\n{reasoning}\n</think>\n{answer}<|im_end|>
 

@@ -1,7 +1,7 @@
 /*
 Inspects data files with the C++ readers (llmc/dataloader.h, llmc/tokenizer.h,
 llmc/evalset.h); the Python tests use it to check that both sides agree.
-  g++ -std=c++17 -O2 -Wall -I. dev/data/datatool.cpp -o build/host/datatool
+  make build/host-bf16/datatool
   datatool decode TOKENIZER.bin SHARD.bin     decoded text of the whole shard (control tokens hidden)
   datatool regions SHARD.bin                   "tokens N" and the count of each region label
   datatool exercises SHARD.bin                 "tokens N" and "NAME COUNT" per exercise of the shard's table

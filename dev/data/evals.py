@@ -1,6 +1,6 @@
 """
 Benchmark eval sets -> eval .bin (dev/data/evalset.py; doc/formats.md, "Eval sets"),
-following lm-evaluation-harness's 0-shot prompts (papers/SAN.md, "Evaluation conventions";
+following lm-evaluation-harness's 0-shot prompts (the SAN paper, "Evaluation conventions";
 BOS prepended to every context). Downloads from the Hugging Face Hub (needs the network).
 
   lambada    EleutherAI/lambada_openai (en, test): cloze, context = text without its last

@@ -1,5 +1,5 @@
 """
-PleIAs/SYNTH -> token shards + region sidecars (papers/SAN.md, "Data").
+PleIAs/SYNTH -> token shards + region sidecars (the SAN paper, "Data").
 
 Streams the dataset's parquet files from the Hugging Face Hub one at a time (or reads
 local ones with --parquet), keeps every language (or one: --language en), and formats

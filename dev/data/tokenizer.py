@@ -3,7 +3,7 @@ Tokenizers for the data pipeline, behind one small interface (encode/decode/ids 
 special tokens), and export of either kind to the tokenizer .bin that the C++ side
 (llmc/tokenizer.h) reads to decode token ids. Format in doc/formats.md ("Tokenizer").
 
-- SentencePiece BPE as in papers/SAN.md: byte fallback, identity normalisation, no
+- SentencePiece BPE as in the SAN paper: byte fallback, identity normalisation, no
   whitespace collapsing and no dummy prefix (so decode(encode(x)) == x for any text),
   pad 0 / eos 1 / bos 2 / unk 3, and the ChatML/think markers as atomic user-defined
   pieces 4..7. train_sentencepiece() trains one; the CLI is dev/data/train_tokenizer.py.

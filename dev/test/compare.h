@@ -1,15 +1,17 @@
 /*
-Comparisons of a trainer's tensors with a PyTorch debug state (doc/formats.md "Debug
-state"), for the trainer tests (test_gpt2.cu; test_san.cu has the same two functions
-inline and can switch to this header):
+The one element-wise comparison of the C++ tests and the kernel playgrounds: a value is
+within tolerance when
 
-  compare(what, got, ref, n, tol)      every element: |got - ref| <= tol.atol * max|ref|
-                                       + tol.rtol * |ref| + tol.abs; reports the worst
-                                       element (as a fraction of its allowance)
+    |got - ref| <= tol.atol * max|ref| + tol.rtol * |ref| + tol.abs        (NaN never is)
+
+  measure_error(got, ref, n, tol)      the count out of tolerance and the worst element (as
+                                       a fraction of its allowance): what the others report
+  compare(what, got, ref, n, tol)      records a test failure (dev/test/testing.h) and prints
+                                       the worst element when out of tolerance (always with
+                                       TEST_VERBOSE set: the measured errors tolerances cite)
+  CHECK_CLOSE(what, got, ref, n, abs, rel)   compare() with tol {0, rel, abs}
   compare_l2(what, got, ref, n, tol)   ||got - ref|| / ||ref|| <= tol for the whole tensor
-
-Both record a test failure (dev/test/testing.h) and print a line when out of tolerance, and
-always print one with TEST_VERBOSE set (the measured errors the tolerances are set from).
+The playgrounds' validate_result (dev/cuda/common.h) prints measure_error's figures.
 */
 #pragma once
 
@@ -26,6 +28,49 @@ struct Tolerance {
 
 inline bool compare_verbose() { return getenv("TEST_VERBOSE") != nullptr; }
 
+struct ErrorMeasure {
+    size_t bad = 0, worst = 0;   // elements out of tolerance; the index of the worst one
+    double worst_ratio = 0.0;    // its |error| / allowance (> 1: out of tolerance)
+    double max_error = 0.0;      // the largest finite |error|
+    double max_ref = 0.0;
+};
+
+template <typename Got, typename Ref>
+ErrorMeasure measure_error(const Got* got, const Ref* ref, size_t n, Tolerance tol) {
+    ErrorMeasure m;
+    for (size_t i = 0; i < n; i++) { m.max_ref = std::fmax(m.max_ref, std::fabs((double)ref[i])); }
+    for (size_t i = 0; i < n; i++) {
+        double err = std::fabs((double)got[i] - (double)ref[i]);
+        double allowed = tol.atol * m.max_ref + tol.rtol * std::fabs((double)ref[i]) + tol.abs;
+        double ratio = allowed > 0.0 ? err / allowed : (err > 0.0 ? INFINITY : 0.0);
+        if (!(ratio <= 1.0)) { m.bad++; }
+        if (!(ratio <= m.worst_ratio)) {
+            m.worst_ratio = ratio;
+            m.worst = i;
+        }
+        if (std::isfinite(err) && err > m.max_error) { m.max_error = err; }
+    }
+    return m;
+}
+
+// Element-wise comparison under tol; reports the worst element and returns true if all pass.
+template <typename Got, typename Ref>
+bool compare(const std::string& what, const Got* got, const Ref* ref, size_t n, Tolerance tol) {
+    ErrorMeasure m = measure_error(got, ref, n, tol);
+    if (compare_verbose() || m.bad > 0) {
+        printf("    %-40s %s worst err/allowed %.3f at [%zu]: %.9g vs %.9g (max|ref| %.3g)\n", what.c_str(),
+               m.bad ? "FAIL" : "ok  ", m.worst_ratio, m.worst, n ? (double)got[m.worst] : 0.0,
+               n ? (double)ref[m.worst] : 0.0, m.max_ref);
+    }
+    if (m.bad > 0) {
+        testing::report_failure(__FILE__, __LINE__, what + ": " + std::to_string(m.bad) + " of " + std::to_string(n) +
+                                                         " elements out of tolerance");
+    }
+    return m.bad == 0;
+}
+
+#define CHECK_CLOSE(what, got, ref, n, abs, rel) compare((what), (got), (ref), (n), Tolerance{0.0, (double)(rel), (double)(abs)})
+
 // Relative L2 error ||got - ref|| / ||ref|| of one tensor.
 inline bool compare_l2(const std::string& what, const float* got, const float* ref, size_t n, double tol) {
     double diff = 0.0, norm = 0.0;
@@ -40,31 +85,4 @@ inline bool compare_l2(const std::string& what, const float* got, const float* r
     }
     if (!ok) { testing::report_failure(__FILE__, __LINE__, what + ": relative L2 error out of tolerance"); }
     return ok;
-}
-
-// Element-wise comparison under tol; reports the worst element and returns true if all pass.
-inline bool compare(const std::string& what, const float* got, const float* ref, size_t n, Tolerance tol) {
-    double max_ref = 0.0;
-    for (size_t i = 0; i < n; i++) { max_ref = std::fmax(max_ref, (double)std::fabs(ref[i])); }
-    size_t bad = 0, worst = 0;
-    double worst_ratio = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double err = std::fabs((double)got[i] - (double)ref[i]);
-        double allowed = tol.atol * max_ref + tol.rtol * std::fabs(ref[i]) + tol.abs;
-        double ratio = allowed > 0.0 ? err / allowed : (err > 0.0 ? INFINITY : 0.0);
-        if (!(ratio <= 1.0)) { bad++; }
-        if (!(ratio <= worst_ratio)) {
-            worst_ratio = ratio;
-            worst = i;
-        }
-    }
-    if (compare_verbose() || bad > 0) {
-        printf("    %-40s %s worst err/allowed %.3f at [%zu]: %.9g vs %.9g (max|ref| %.3g)\n", what.c_str(),
-               bad ? "FAIL" : "ok  ", worst_ratio, worst, n ? got[worst] : 0.0f, n ? ref[worst] : 0.0f, max_ref);
-    }
-    if (bad > 0) {
-        testing::report_failure(__FILE__, __LINE__, what + ": " + std::to_string(bad) + " of " + std::to_string(n) +
-                                                         " elements out of tolerance");
-    }
-    return bad == 0;
 }

@@ -1,6 +1,6 @@
 /*
 Small helpers for the data-side C++ tests (test_dataloader.cpp, test_tokenizer.cpp,
-test_evalset.cpp): a CHECK macro that counts failures, a fresh temporary directory for
+test_evalset.cpp): CHECK (dev/test/testing.h), a fresh temporary directory for
 fixture files, raw file writing, and expect_fatal(), which runs code that should stop with
 fatal() in a forked child and checks its exit status and its error message.
 */
@@ -16,17 +16,8 @@ fatal() in a forked child and checks its exit status and its error message.
 #include <string>
 #include <vector>
 
-static int g_failures = 0;
-static int g_checks = 0;
+#include "dev/test/testing.h"  // CHECK
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        g_checks++;                                                                   \
-        if (!(cond)) {                                                                \
-            g_failures++;                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
-        }                                                                             \
-    } while (0)
 
 inline std::string make_temp_dir(const char* tag) {
     const char* base = getenv("TMPDIR");
@@ -102,11 +93,13 @@ inline bool expect_fatal(const std::function<void()>& fn, const std::vector<std:
     return ok;
 }
 
+// The summary line and exit status of a data test's main().
 inline int report(const char* name) {
-    if (g_failures == 0) {
-        printf("%s: all %d checks passed\n", name, g_checks);
+    int failed = testing::Registry::get().failed_checks;
+    if (failed == 0) {
+        printf("%s: all checks passed\n", name);
         return 0;
     }
-    printf("%s: %d of %d checks FAILED\n", name, g_failures, g_checks);
+    printf("%s: %d checks FAILED\n", name, failed);
     return 1;
 }

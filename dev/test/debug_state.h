@@ -1,8 +1,7 @@
 /*
 What the trainer tests (test_san.cu, test_gpt2.cu) do alike with a PyTorch debug state
-(doc/formats.md "Debug state"), for any model type of llmc/training.h that also derives
-from ModelParameters. Include it after the trainer (its read_config and parameter_spec
-are used here).
+(doc/formats.md "Debug state"), for any model of llmc/model.h (LanguageModel). Include it
+after the trainer (its read_config and parameter_spec are used here).
 
   DebugCase<Model> dc(path)      the config, the batch and the initial parameters
   dc.train_step(model, ...)      one optimizer step on the debug batch, as the reference did
@@ -15,7 +14,10 @@ are used here).
 */
 #pragma once
 
+#include <dirent.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <cstring>
@@ -26,6 +28,23 @@ are used here).
 
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
+
+// The debug states (*.bin) in `dir`, sorted; none is an error that says how to make them.
+inline std::vector<std::string> debug_state_files(const std::string& dir, const char* maker) {
+    std::vector<std::string> files;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+            std::string name = e->d_name;
+            if (name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) { files.push_back(name); }
+        }
+        closedir(d);
+    }
+    if (files.empty()) {
+        fatal("no debug states in '%s': run `make test` (or python %s %s)", dir.c_str(), maker, dir.c_str());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+}
 
 template <typename Model>
 struct DebugCase {

@@ -28,6 +28,7 @@ Usage: test_attention [name-filter]
 #include <vector>
 
 #include "llmc/attention.cuh"
+#include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
 constexpr bool kFp32 = PRECISION_MODE == PrecisionMode::FP32;

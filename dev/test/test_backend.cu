@@ -20,6 +20,7 @@ Usage: test_backend [name-filter]
 
 #include "llmc/async_copy.cuh"
 #include "llmc/cuda_common.h"
+#include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
 static std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {

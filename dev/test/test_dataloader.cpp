@@ -6,7 +6,7 @@ batch; every window at most once per epoch), seeded shuffling, exact resume, reg
 labels and exercise ids (remapped from per-shard tables to one) lining up with tokens,
 document ids, whole-document rows checked against plain loops over the tokens, and clear
 failures on bad files.
-  g++ -std=c++17 -O2 -Wall -I. dev/test/test_dataloader.cpp -o build/host/test_dataloader
+  make build/host-bf16/test_dataloader
 */
 #include <map>
 #include <set>

@@ -2,7 +2,7 @@
 Tests llmc/evalset.h on eval .bin files written here by hand from doc/formats.md: a
 multiple-choice set and a cloze set read back exactly, and clear failures on wrong magic,
 truncation, out-of-range gold/tokens, a cloze item with two continuations, trailing bytes.
-  g++ -std=c++17 -O2 -Wall -I. dev/test/test_evalset.cpp -o build/host/test_evalset
+  make build/host-bf16/test_evalset
 */
 #include "llmc/evalset.h"
 #include "dev/test/data_test_util.h"

@@ -23,6 +23,7 @@ Usage: test_mma [name-filter]
 
 #include "llmc/cuda_common.h"
 #include "llmc/mma.cuh"
+#include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
 // ----------------------------------------------------------------------------------------

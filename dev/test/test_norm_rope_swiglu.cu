@@ -27,6 +27,7 @@ Usage: test_norm_rope_swiglu [name-filter]
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/swiglu.cuh"
+#include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
 static constexpr bool kFP32 = PRECISION_MODE == PrecisionMode::FP32;

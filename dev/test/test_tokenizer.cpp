@@ -5,7 +5,7 @@ that together form a UTF-8 character and a newline, control pieces (hidden unles
 user-defined markers, <unk>; encoding and complete_utf8 on small cases (the encoder is
 checked against SentencePiece itself in dev/test/test_trainer_ux.py); and clear failures
 on bad files.
-  g++ -std=c++17 -O2 -Wall -I. dev/test/test_tokenizer.cpp -o build/host/test_tokenizer
+  make build/host-bf16/test_tokenizer
 */
 #include "llmc/tokenizer.h"
 #include "dev/test/data_test_util.h"

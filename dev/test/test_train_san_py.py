@@ -61,7 +61,7 @@ def randomize_gains(model, seed=1):
 # parameters, counts, init
 
 def independent_count(cfg):
-    """Parameter count written out from the architecture description (DESIGN.md)."""
+    """Parameter count written out from the architecture description (doc/san-model.md)."""
     d, hd = cfg.n_embd, cfg.n_embd // cfg.n_head
     Vp = -(-cfg.vocab_size // 128) * 128
     gate = 1 if cfg.residual in ("gated", "rezero") else 0
@@ -129,7 +129,7 @@ def test_init_follows_spec():
 # the forward pass against a second, loop-based implementation written from the spec
 
 def spec_forward(cfg, P, idx):
-    """Logits of one row idx (T,) written from shared/papers/SAN.md with per-head loops,
+    """Logits of one row idx (T,) written from the SAN paper with per-head loops,
     complex-number RoPE and an explicit allowed-key list (float64)."""
     d, hd, T = cfg.n_embd, cfg.n_embd // cfg.n_head, len(idx)
 

@@ -1,8 +1,7 @@
 /*
 A minimal test harness for the C++/CUDA test binaries: named test cases, CHECK macros
-that report file:line and keep going, element-wise comparison of arrays with
-|got - ref| <= tol + |ref| * eps, and a summary whose exit status is non-zero when any
-check failed. Header-only, host code.
+that report file:line and keep going, and a summary whose exit status is non-zero when any
+check failed (element-wise comparisons: dev/test/compare.h). Header-only, host code.
 */
 #pragma once
 
@@ -37,35 +36,6 @@ inline bool register_case(const char* name, std::function<void()> fn) {
 inline void report_failure(const char* file, int line, const std::string& what) {
     Registry::get().failed_checks++;
     fprintf(stderr, "  FAILED %s:%d [%s]: %s\n", file, line, Registry::get().current, what.c_str());
-}
-
-// Compares n values; prints the first few mismatches. Returns true when all match.
-template <typename Got, typename Ref>
-bool all_close(const char* what, const Got* got, const Ref* ref, size_t n, double tol, double eps,
-               const char* file, int line) {
-    size_t bad = 0;
-    double worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double g = static_cast<double>(got[i]), r = static_cast<double>(ref[i]);
-        double err = std::fabs(g - r);
-        bool ok = err <= tol + std::fabs(r) * eps;  // false for NaN, as it should be
-        if (!ok) {
-            if (bad < 5) {
-                char msg[256];
-                snprintf(msg, sizeof(msg), "%s[%zu] = %.9g, expected %.9g", what, i, g, r);
-                report_failure(file, line, msg);
-            }
-            bad++;
-        }
-        if (std::isfinite(err) && err > worst) { worst = err; }
-    }
-    if (bad > 0) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "%s: %zu of %zu elements differ (max |err| %.3g, tol %.3g + |ref| x %.3g)",
-                 what, bad, n, worst, tol, eps);
-        report_failure(file, line, msg);
-    }
-    return bad == 0;
 }
 
 // Runs every case whose name contains `filter` (all when null); returns the exit status.
@@ -109,9 +79,6 @@ inline int run_all(const char* program, const char* filter) {
                                         " vs " + std::to_string(check_b_));                    \
         }                                                                                      \
     } while (0)
-
-#define CHECK_CLOSE(what, got, ref, n, tol, eps) \
-    testing::all_close(what, got, ref, n, tol, eps, __FILE__, __LINE__)
 
 #define TEST_MAIN()                                                                        \
     int main(int argc, char** argv) { return testing::run_all(argv[0], argc > 1 ? argv[1] : nullptr); }

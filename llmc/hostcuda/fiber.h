@@ -6,7 +6,7 @@ is a fiber that switched away; the scheduler (scheduler.h) switches back when it
 x86-64 uses a hand-written switch: it saves the callee-saved registers (System V ABI),
 MXCSR and the x87 control word on the old stack, stores the stack pointer, loads the
 new one and restores the same set. About ten instructions, no system call, so a switch
-costs a few nanoseconds (dev/cuda/host_backend_bench.cu measures it). Other
+costs a few nanoseconds (dev/cuda/backend_overhead.cu measures it). Other
 architectures fall back to ucontext, which is correct but slower.
 
 Stacks come from mmap with a PROT_NONE guard page below them, so a kernel that
