@@ -5,6 +5,7 @@
 #   build/gpu-<precision>/NAME   with nvcc for sm_$(GPU_COMPUTE_CAPABILITY): when nvcc is found (no GPU needed)
 # and, on request (make test-racecheck, or make build/racecheck-<precision>/NAME), a third time:
 #   build/racecheck-<precision>/NAME  the host build with shared-memory race checking (slow)
+#   build/asan-<precision>/NAME       the host build under AddressSanitizer + UBSan (make test-asan)
 # Trainers (train_*.cu) and their tests (test_*.cu) at the top level are also copied to ./NAME,
 # from the GPU build when a GPU is present, else from the host build.
 #
@@ -64,6 +65,28 @@ RACECHECK_CXXFLAGS := $(HOST_CXXFLAGS) -DHOSTCUDA_RACECHECK -fsanitize=thread --
 RACECHECK_SEED ?= 1
 RACECHECK_TEST_NAMES = test_racecheck test_backend test_attention test_norm_rope_swiglu \
   $(filter-out $(BENCHMARK_ONLY),$(notdir $(basename $(wildcard dev/cuda/*.cu))))
+
+# ---- AddressSanitizer + UndefinedBehaviorSanitizer host build ------------------------------
+# build/asan-<precision>/NAME: the host build with -fsanitize=address,undefined, halting at the
+# first report (the fibers tell ASan about their stack switches: llmc/hostcuda/fiber.h). -O1
+# keeps the build cheap; the checks do not depend on the optimisation level.
+ASAN_DIR := build/asan-$(precision)
+ASAN_SANITIZERS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_CXXFLAGS = $(filter-out -O3,$(HOST_CXXFLAGS)) -O1 $(ASAN_SANITIZERS)
+ASAN_OPTIONS_RUN := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# What `make test-asan` runs (BF16 only): a representative subset that fits the 15-minute
+# budget of `make test` (~90 s of CPU to build, ~20 s to run; 2026-12-01, 2 cores under load):
+# the reader fuzz and the data-side tests (every file reader: bad input comes from outside),
+# the backend and tensor-core tests (fibers and their stack switches, shared memory, warp
+# collectives, cp.async), and the attention and norm tests (the kernels with the most index
+# arithmetic; the tensor-core attention's global loads). Left out: test_san and test_gpt2 (a
+# whole trainer under ASan: test_san took 250 s of CPU instead of ~10), test_muon and test_gemm
+# (double-precision references, slow instrumented), test_racecheck (its TSan hooks do not
+# combine with ASan), and the dev/cuda playgrounds (their kernels are the ones the tests
+# above launch, or simple elementwise ones).
+ASAN_TEST_NAMES = test_fuzz_readers test_dataloader test_tokenizer test_evalset test_backend test_mma \
+  test_attention test_norm_rope_swiglu
 
 # ---- GPU build ---------------------------------------------------------------------------
 NVCC_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo \
@@ -136,7 +159,7 @@ TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SO
 GPU_TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SOURCES))))
 BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 
-.PHONY: all host gpu test test-host test-racecheck test-gpu test-python mutation-check setup clean report demo
+.PHONY: all host gpu test test-host test-racecheck test-asan test-gpu test-python mutation-check setup clean report demo
 all: report
 host: $(HOST_BINS)
 gpu: $(GPU_BINS)
@@ -157,30 +180,42 @@ $(HOST_DIR)/%: %.cpp | $(HOST_DIR)
 $(RACECHECK_DIR)/%: %.cu | $(RACECHECK_DIR)
 	$(HOST_CXX) $(RACECHECK_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
 	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) && rm -f $@.o
+$(ASAN_DIR)/%: %.cu | $(ASAN_DIR)
+	$(HOST_CXX) $(ASAN_CXXFLAGS) -x c++ $< -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS)
+$(ASAN_DIR)/%: %.cpp | $(ASAN_DIR)
+	$(HOST_CXX) $(ASAN_CXXFLAGS) $< -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS)
 $(GPU_DIR)/%: %.cu | $(GPU_DIR)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDFLAGS)
 $(TOP_LEVEL): %: $(BEST_DIR)/%
 	cp $< $@
-$(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR):
+$(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR):
 	mkdir -p $@
 
--include $(wildcard $(HOST_DIR)/*.d $(GPU_DIR)/*.d $(RACECHECK_DIR)/*.d)
+-include $(wildcard $(HOST_DIR)/*.d $(GPU_DIR)/*.d $(RACECHECK_DIR)/*.d $(ASAN_DIR)/*.d)
 
 # ---- tests -------------------------------------------------------------------------------
 # `make test`: set up what is missing (venv, Debian packages), then every check this machine
 # can run, in both precisions. Exits non-zero if anything failed.
+# Without a GPU the nvcc builds only prove that the code compiles for the GPU: every binary
+# in BF16, and in FP32 only the trainers and their tests (GPU_FP32_COMPILE_CHECK; the FP32
+# playgrounds and kernel tests compile the same kernels, their FP32 code paths are also
+# built by the host FP32 build, and they cost ~2 min of the 15-minute budget).
+GPU_FP32_COMPILE_CHECK := $(addprefix build/gpu-fp32/,train_san train_gpt2 test_san test_gpt2)
 test: setup
 	$(MAKE) --no-print-directory test-host PRECISION=BF16
 	$(MAKE) --no-print-directory test-host PRECISION=FP32
 	$(MAKE) --no-print-directory test-racecheck PRECISION=BF16
+	$(MAKE) --no-print-directory test-asan PRECISION=BF16
 	$(MAKE) --no-print-directory mutation-check
 	$(MAKE) --no-print-directory test-python
 ifneq ($(NVCC),)
 	$(MAKE) --no-print-directory gpu PRECISION=BF16
-	$(MAKE) --no-print-directory gpu PRECISION=FP32
 ifeq ($(HAS_GPU),1)
+	$(MAKE) --no-print-directory gpu PRECISION=FP32
 	$(MAKE) --no-print-directory test-gpu PRECISION=BF16
 	$(MAKE) --no-print-directory test-gpu PRECISION=FP32
+else
+	$(MAKE) --no-print-directory $(GPU_FP32_COMPILE_CHECK) PRECISION=FP32
 endif
 endif
 	@$(MAKE) --no-print-directory report
@@ -209,8 +244,10 @@ $(DEBUG_STATES_GPT2): train_gpt2.py $(ATTNREF) dev/test/make_gpt2_debug_states.p
 	$(PYTHON) dev/test/make_gpt2_debug_states.py $(dir $@)
 	@touch $@
 
-test-host: host $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
-	@bash scripts/run_tests.sh $(HOST_DIR) $(TEST_NAMES)
+# (the data-side C++ tests, dev/test/*.cpp, do not depend on PRECISION: only BF16 runs them)
+PRECISION_FREE := $(if $(filter FP32,$(PRECISION)),$(notdir $(basename $(CPP_TESTS))))
+test-host: $(filter-out $(addprefix $(HOST_DIR)/,$(PRECISION_FREE)),$(HOST_BINS)) $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
+	@bash scripts/run_tests.sh $(HOST_DIR) $(filter-out $(PRECISION_FREE),$(TEST_NAMES))
 
 test-gpu: gpu $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(GPU_DIR) $(GPU_TEST_NAMES)
@@ -219,6 +256,11 @@ test-gpu: gpu $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 # shared-memory race or out-of-bounds access fails the run; results must not change.
 test-racecheck: $(addprefix $(RACECHECK_DIR)/,$(RACECHECK_TEST_NAMES))
 	@HOSTCUDA_SCHEDULE=random:$(RACECHECK_SEED) bash scripts/run_tests.sh $(RACECHECK_DIR) $(RACECHECK_TEST_NAMES)
+
+# The host tests once more under AddressSanitizer + UBSan: any out-of-bounds access, use after
+# free, leak or undefined behaviour fails the run.
+test-asan: $(addprefix $(ASAN_DIR)/,$(ASAN_TEST_NAMES))
+	@$(ASAN_OPTIONS_RUN) bash scripts/run_tests.sh $(ASAN_DIR) $(ASAN_TEST_NAMES)
 
 # (the Python tests also run the trainer binary end to end: CLI errors, exact resume)
 # (and the fp32 build of train_san, for the comparisons that need fp32 agreement)

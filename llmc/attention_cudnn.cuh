@@ -53,8 +53,8 @@ inline cudnnHandle_t handle() {
 }
 
 // a (B, T, H, hd) row-major tensor seen as (B, H, T, hd)
-inline std::shared_ptr<fe::graph::Tensor_attributes> bthd_tensor(fe::graph::Graph& g, const char* name, Uid uid, int B,
-                                                                 int T, int H, int hd) {
+inline std::shared_ptr<fe::graph::Tensor_attributes> bthd_tensor(fe::graph::Graph& g, const char* name, Uid uid,
+                                                                 int B, int T, int H, int hd) {
     return g.tensor(fe::graph::Tensor_attributes()
                         .set_name(name)
                         .set_uid(uid)
@@ -85,57 +85,61 @@ inline void finalize(fe::graph::Graph& g) {
 }
 
 using Shape = std::tuple<int, int, int, int, int>;  // B, T, Hq, Hkv, hd
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
-inline fe::graph::Graph& forward_graph(const Shape& s) {
-    static std::map<Shape, std::shared_ptr<fe::graph::Graph>> cache;
-    auto found = cache.find(s);
+// The graph of `shape` from `cache`, built on first use: q, k, v as inputs, then
+// add_rest(graph, q, k, v) adds the operation and its other tensors.
+template <typename AddRest>
+fe::graph::Graph& cached_graph(std::map<Shape, std::shared_ptr<fe::graph::Graph>>& cache, const Shape& shape,
+                               AddRest add_rest) {
+    auto found = cache.find(shape);
     if (found != cache.end()) { return *found->second; }
-    auto [B, T, Hq, Hkv, hd] = s;
+    auto [B, T, Hq, Hkv, hd] = shape;
     auto g = new_graph();
-    auto q = bthd_tensor(*g, "q", kQ, B, T, Hq, hd);
-    auto k = bthd_tensor(*g, "k", kK, B, T, Hkv, hd);
-    auto v = bthd_tensor(*g, "v", kV, B, T, Hkv, hd);
-    auto options = fe::graph::SDPA_attributes()
-                       .set_name("attention_forward")
-                       .set_generate_stats(true)
-                       .set_causal_mask(true)
-                       .set_attn_scale(1.0f / sqrtf((float)hd));
-    auto [o, stats] = g->sdpa(q, k, v, options);
-    set_bthd_output(o, kO, B, T, Hq, hd);
-    stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(lse_dims(B, T, Hq)).set_stride(
-        lse_strides(T, Hq));
+    add_rest(*g, bthd_tensor(*g, "q", kQ, B, T, Hq, hd), bthd_tensor(*g, "k", kK, B, T, Hkv, hd),
+             bthd_tensor(*g, "v", kV, B, T, Hkv, hd));
     finalize(*g);
-    return *cache.emplace(s, g).first->second;
+    return *cache.emplace(shape, g).first->second;
 }
 
-inline fe::graph::Graph& backward_graph(const Shape& s) {
+inline fe::graph::Graph& forward_graph(const Shape& shape) {
     static std::map<Shape, std::shared_ptr<fe::graph::Graph>> cache;
-    auto found = cache.find(s);
-    if (found != cache.end()) { return *found->second; }
-    auto [B, T, Hq, Hkv, hd] = s;
-    auto g = new_graph();
-    auto q = bthd_tensor(*g, "q", kQ, B, T, Hq, hd);
-    auto k = bthd_tensor(*g, "k", kK, B, T, Hkv, hd);
-    auto v = bthd_tensor(*g, "v", kV, B, T, Hkv, hd);
-    auto o = bthd_tensor(*g, "o", kO, B, T, Hq, hd);
-    auto dout = bthd_tensor(*g, "dout", kDO, B, T, Hq, hd);
-    auto stats = g->tensor(fe::graph::Tensor_attributes()
-                               .set_name("lse")
-                               .set_uid(kStats)
-                               .set_dim(lse_dims(B, T, Hq))
-                               .set_stride(lse_strides(T, Hq))
-                               .set_data_type(fe::DataType_t::FLOAT));
-    auto options = fe::graph::SDPA_backward_attributes()
-                       .set_name("attention_backward")
-                       .set_causal_mask(true)
-                       .set_attn_scale(1.0f / sqrtf((float)hd))
-                       .set_deterministic_algorithm(true);
-    auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
-    set_bthd_output(dq, kDQ, B, T, Hq, hd);
-    set_bthd_output(dk, kDK, B, T, Hkv, hd);
-    set_bthd_output(dv, kDV, B, T, Hkv, hd);
-    finalize(*g);
-    return *cache.emplace(s, g).first->second;
+    return cached_graph(cache, shape, [&](fe::graph::Graph& g, TensorPtr q, TensorPtr k, TensorPtr v) {
+        auto [B, T, Hq, Hkv, hd] = shape;
+        auto options = fe::graph::SDPA_attributes()
+                           .set_name("attention_forward")
+                           .set_generate_stats(true)
+                           .set_causal_mask(true)
+                           .set_attn_scale(1.0f / sqrtf((float)hd));
+        auto [o, stats] = g.sdpa(q, k, v, options);
+        set_bthd_output(o, kO, B, T, Hq, hd);
+        stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(lse_dims(B, T, Hq))
+            .set_stride(lse_strides(T, Hq));
+    });
+}
+
+inline fe::graph::Graph& backward_graph(const Shape& shape) {
+    static std::map<Shape, std::shared_ptr<fe::graph::Graph>> cache;
+    return cached_graph(cache, shape, [&](fe::graph::Graph& g, TensorPtr q, TensorPtr k, TensorPtr v) {
+        auto [B, T, Hq, Hkv, hd] = shape;
+        auto o = bthd_tensor(g, "o", kO, B, T, Hq, hd);
+        auto dout = bthd_tensor(g, "dout", kDO, B, T, Hq, hd);
+        auto stats = g.tensor(fe::graph::Tensor_attributes()
+                                  .set_name("lse")
+                                  .set_uid(kStats)
+                                  .set_dim(lse_dims(B, T, Hq))
+                                  .set_stride(lse_strides(T, Hq))
+                                  .set_data_type(fe::DataType_t::FLOAT));
+        auto options = fe::graph::SDPA_backward_attributes()
+                           .set_name("attention_backward")
+                           .set_causal_mask(true)
+                           .set_attn_scale(1.0f / sqrtf((float)hd))
+                           .set_deterministic_algorithm(true);
+        auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dout, stats, options);
+        set_bthd_output(dq, kDQ, B, T, Hq, hd);
+        set_bthd_output(dk, kDK, B, T, Hkv, hd);
+        set_bthd_output(dv, kDV, B, T, Hkv, hd);
+    });
 }
 
 // one workspace for every graph, grown when a graph needs more

@@ -53,6 +53,12 @@ inline EvalSet load_evalset(const std::string& path) {
               n_items, es.vocab_size, es.max_choices, es.max_tokens, desc_len);
     }
     if (es.kind != EVAL_MULTIPLE_CHOICE && es.kind != EVAL_CLOZE) { fatal("eval set '%s': unknown kind %d", path.c_str(), es.kind); }
+    // an item takes at least 28 bytes (three counts, a context token, a continuation's two
+    // counts and one token), so the counts are checked before anything is allocated for them
+    if (desc_len > size - 1024 || (long)n_items * 28 > size - 1024 - desc_len) {
+        fatal("eval set '%s' is truncated or corrupt: the header announces %d items and a %d-byte description, "
+              "the file has %ld bytes after its header", path.c_str(), n_items, desc_len, size - 1024);
+    }
     es.description.resize(desc_len);
     if (desc_len > 0) { f.read(&es.description[0], desc_len, "description"); }
     // every count is checked against the bytes left, so a corrupt count cannot allocate wildly

@@ -57,9 +57,10 @@ public:
         }
         uint64_t meta_bytes = get<uint64_t>(header + 16), n_tensors = get<uint64_t>(header + 24);
         uint64_t data_offset = get<uint64_t>(header + 32), data_bytes = get<uint64_t>(header + 40);
+        // (each sum is bounded first, so none can wrap around)
         if (meta_bytes > (uint64_t)file_size || n_tensors > (uint64_t)file_size / 128 ||
-            data_offset < 64 + meta_bytes + 128 * n_tensors || data_offset % 64 != 0 ||
-            data_offset + data_bytes != (uint64_t)file_size) {
+            data_offset > (uint64_t)file_size || data_offset < 64 + meta_bytes + 128 * n_tensors ||
+            data_offset % 64 != 0 || data_bytes != (uint64_t)file_size - data_offset) {
             fail("inconsistent header: meta %" PRIu64 " bytes, %" PRIu64 " tensors, data at %" PRIu64 " + %" PRIu64
                  " bytes, file %ld bytes (truncated or corrupt)",
                  meta_bytes, n_tensors, data_offset, data_bytes, file_size);
@@ -78,14 +79,22 @@ public:
             uint32_t ndim = get<uint32_t>(e + 68);
             if (entry.dtype > DTYPE_INT32) { fail("tensor '%s': unknown dtype code %u", entry.name.c_str(), entry.dtype); }
             if (ndim > 4) { fail("tensor '%s': %u dimensions (at most 4)", entry.name.c_str(), ndim); }
-            for (uint32_t d = 0; d < ndim; d++) { entry.shape.push_back((int64_t)get<uint64_t>(e + 72 + 8 * d)); }
             uint64_t offset = get<uint64_t>(e + 104), nbytes = get<uint64_t>(e + 112);
-            if (nbytes != (uint64_t)entry.numel() * dtype_size(entry.dtype)) {
-                fail("tensor '%s': %" PRIu64 " bytes do not match its shape and dtype", entry.name.c_str(), nbytes);
-            }
-            if (offset % 64 != 0 || offset + nbytes > data_bytes) {
+            if (offset % 64 != 0 || offset > data_bytes || nbytes > data_bytes - offset) {
                 fail("tensor '%s': data at %" PRIu64 " + %" PRIu64 " lies outside the data section", entry.name.c_str(),
                      offset, nbytes);
+            }
+            // the byte count of the shape, checked for overflow (a corrupt shape could wrap it
+            // around to the stored size, or make numel() negative)
+            uint64_t shape_bytes = dtype_size(entry.dtype);
+            bool overflow = false;
+            for (uint32_t d = 0; d < ndim; d++) {
+                uint64_t dim = get<uint64_t>(e + 72 + 8 * d);
+                overflow = overflow || dim > (uint64_t)INT64_MAX || __builtin_mul_overflow(shape_bytes, dim, &shape_bytes);
+                entry.shape.push_back((int64_t)dim);
+            }
+            if (overflow || nbytes != shape_bytes) {
+                fail("tensor '%s': %" PRIu64 " bytes do not match its shape and dtype", entry.name.c_str(), nbytes);
             }
             if (index_.count(entry.name)) { fail("tensor '%s' appears twice", entry.name.c_str()); }
             f.seek((long)(data_offset + offset));

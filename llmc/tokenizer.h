@@ -57,6 +57,10 @@ public:
         bos_id = h[4]; eos_id = h[5]; pad_id = h[6]; unk_id = h[7];
         int max_len = h[8];
         if (vocab_size <= 0) { fatal("tokenizer '%s': bad vocabulary size %d", path.c_str(), vocab_size); }
+        if (vocab_size > (size - 1024) / 3) {  // each piece takes at least 3 bytes: type and length
+            fatal("tokenizer '%s' is truncated or corrupt: the header announces %d pieces, the %ld bytes after it "
+                  "hold at most %ld", path.c_str(), vocab_size, size - 1024, (size - 1024) / 3);
+        }
         if (kind != TOKENIZER_SENTENCEPIECE && kind != TOKENIZER_TIKTOKEN) {
             fatal("tokenizer '%s': unknown kind %d", path.c_str(), kind);
         }

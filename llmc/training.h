@@ -39,6 +39,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "model.h"
 #include "resume.h"
 #include "run_log.h"
+#include "stop_signal.h"  // defines: install_stop_signal_handlers, stop_signal
 #include "tensor_file.h"
 #include "tokenizer.h"
 #include "train_options.h"
@@ -111,6 +112,9 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         if (stat(o.checkpoint_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
             fatal("--checkpoint-dir '%s' is not a directory", o.checkpoint_dir.c_str());
         }
+        if (access(o.checkpoint_dir.c_str(), W_OK | X_OK) != 0) {
+            fatal("--checkpoint-dir '%s': cannot write there: %s", o.checkpoint_dir.c_str(), strerror(errno));
+        }
     }
     if (!o.checkpoint_dir.empty() && !start_file.empty() && o.steps > 0) {
         // every file this run will write (after the steps already done); none may be the
@@ -151,6 +155,8 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
         if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
     }
+    std::string last_saved;  // path of the checkpoint written last, and after how many steps
+    long last_saved_step = -1;
     auto save = [&](const std::string& name) {
         if (o.checkpoint_dir.empty()) { return; }
         DataPosition pos = train_loader->position();
@@ -166,6 +172,8 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
                                    {"resume.rng_seed", std::to_string(rng_seed)}});
         save_checkpoint(model, path, extra);
         printf("saved %s\n", path.c_str());
+        last_saved = path;
+        last_saved_step = (long)model.steps_done();
     };
     // the sample's start: BOS, then the --prompt encoded with the tokenizer
     std::vector<int> sample_start = {bos_id};
@@ -248,6 +256,7 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     SpikeDetector spikes(o.spike_window, o.spike_z);
     DataLoader& train = *train_loader;
     if (first_step == 0) { save_milestones(0); }
+    install_stop_signal_handlers();
     for (long step = first_step; step < o.steps; step++) {
         Timer timer;
         model.zero_grad();
@@ -291,6 +300,14 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(done); }
         if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
         save_milestones(done);
+        if (stop_signal() != 0 && done < o.steps) {  // SIGINT/SIGTERM: checkpoint here and stop
+            if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
+            printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop_signal()), done, o.steps,
+                   o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
+                                            : ("continue with --resume " + last_saved).c_str());
+            if (log != nullptr) { fclose(log); }
+            exit(128 + stop_signal());
+        }
     }
     validate(o.steps);
     print_sample(o.steps);

@@ -15,6 +15,7 @@ checkpoint under the real name. Plain C++17, no CUDA.
 #include <cstring>
 #include <string>
 #include <vector>
+#include <fcntl.h>
 #include <unistd.h>
 
 // Print "error: <message>" and exit(1). printf-style.
@@ -89,8 +90,10 @@ public:
 
     void write(const void* src, size_t bytes, const char* what) {
         if (fwrite(src, 1, bytes, file_) != bytes) {
+            int err = errno;
+            remove_if_asked();
             fatal("file '%s': failed to write %zu bytes of %s: %s", path_.c_str(), bytes, what,
-                  strerror(errno));
+                  strerror(err));
         }
     }
     template <typename T>
@@ -115,12 +118,23 @@ public:
         bool ok = fflush(file_) == 0 && fsync(fileno(file_)) == 0;
         ok = (fclose(file_) == 0) && ok;
         file_ = nullptr;
-        if (!ok) { fatal("file '%s': failed to flush/close: %s", path_.c_str(), strerror(errno)); }
+        if (!ok) {
+            int err = errno;
+            remove_if_asked();
+            fatal("file '%s': failed to flush/close: %s", path_.c_str(), strerror(err));
+        }
     }
+    // A write or close that fails deletes the file before stopping (a partial temporary
+    // file would only fill the disk further).
+    void remove_on_failure() { remove_on_failure_ = true; }
 
 private:
+    void remove_if_asked() {
+        if (remove_on_failure_) { unlink(path_.c_str()); }
+    }
     std::string path_;
     FILE* file_ = nullptr;
+    bool remove_on_failure_ = false;
 };
 
 // Writes a file atomically: the caller writes into `file()`, which is "<path>.tmp";
@@ -129,12 +143,24 @@ private:
 class AtomicFileWriter {
 public:
     explicit AtomicFileWriter(const std::string& path)
-        : path_(path), tmp_path_(path + ".tmp"), file_(tmp_path_, "wb") {}
+        : path_(path), tmp_path_(path + ".tmp"), file_(tmp_path_, "wb") {
+        file_.remove_on_failure();
+    }
     CheckedFile& file() { return file_; }
     void commit() {
-        file_.close();
+        file_.close();  // flushed and fsynced: the data is on disk before its name changes
         if (rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-            fatal("cannot rename '%s' to '%s': %s", tmp_path_.c_str(), path_.c_str(), strerror(errno));
+            int err = errno;
+            unlink(tmp_path_.c_str());
+            fatal("cannot rename '%s' to '%s': %s", tmp_path_.c_str(), path_.c_str(), strerror(err));
+        }
+        // and the rename itself on disk (a filesystem that cannot sync a directory is no error)
+        size_t slash = path_.rfind('/');
+        std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
+        int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+        if (fd >= 0) {
+            fsync(fd);
+            ::close(fd);
         }
     }
 

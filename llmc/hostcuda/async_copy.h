@@ -45,6 +45,11 @@ HOSTCUDA_UNINSTRUMENTED inline AsyncThreadCopies& async_copies_of_current_thread
     return w.async_copies->threads[tls.fiber->linear_tid];
 }
 
+inline void async_copies_release(Worker& w) {
+    delete w.async_copies;
+    w.async_copies = nullptr;
+}
+
 HOSTCUDA_UNINSTRUMENTED inline void async_copy_land(Worker& w, const AsyncCopy& c, int owner) {
     if (w.race != nullptr) { w.race->async_landed(c.dst, c.bytes, owner); }
     memcpy(c.dst, c.data, c.bytes);

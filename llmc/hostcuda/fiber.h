@@ -11,6 +11,13 @@ architectures fall back to ucontext, which is correct but slower.
 
 Stacks come from mmap with a PROT_NONE guard page below them, so a kernel that
 overflows its stack crashes at once instead of corrupting a neighbour.
+
+Under AddressSanitizer (the build/asan-<precision> builds) every switch is announced with
+__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber, so ASan knows which
+stack is live: without that it takes a fiber's stack for a wild region of the OS thread's
+stack and reports false errors (or misses real ones) at exceptions and longjmp. A context
+learns its own stack bounds when it is first switched away from (the worker's scheduler
+runs on the OS thread's stack, whose bounds only ASan knows).
 */
 #pragma once
 
@@ -22,6 +29,11 @@ overflows its stack crashes at once instead of corrupting a neighbour.
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define HOSTCUDA_ASAN_FIBERS 1
 #endif
 
 namespace hostcuda {
@@ -86,8 +98,12 @@ __asm__(
 // resumed and must never return (it switches away for the last time instead).
 struct Context {
     void* sp = nullptr;
+    const void* stack_bottom = nullptr;  // for ASan: the stack this context runs on
+    size_t stack_size = 0;
 
     void prepare(const FiberStack& stack, void (*entry)()) {
+        stack_bottom = stack.base;
+        stack_size = stack.size;
         uintptr_t top = reinterpret_cast<uintptr_t>(stack.top()) & ~static_cast<uintptr_t>(15);
         void** frame = reinterpret_cast<void**>(top);
         *--frame = nullptr;                              // fake return address of entry()
@@ -103,13 +119,17 @@ struct Context {
         sp = frame;
     }
 };
-inline void switch_context(Context& from, Context& to) { hostcuda_switch_context(&from.sp, to.sp); }
+inline void raw_switch(Context& from, Context& to) { hostcuda_switch_context(&from.sp, to.sp); }
 
 #else  // portable fallback
 
 struct Context {
     ucontext_t uc;
+    const void* stack_bottom = nullptr;  // for ASan: the stack this context runs on
+    size_t stack_size = 0;
     void prepare(const FiberStack& stack, void (*entry)()) {
+        stack_bottom = stack.base;
+        stack_size = stack.size;
         getcontext(&uc);
         uc.uc_stack.ss_sp = stack.base;
         uc.uc_stack.ss_size = stack.size;
@@ -117,8 +137,46 @@ struct Context {
         makecontext(&uc, entry, 0);
     }
 };
-inline void switch_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+inline void raw_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
 
 #endif
+
+#if defined(HOSTCUDA_ASAN_FIBERS)
+// The context that switched to the running one, whose stack bounds the switch's end records.
+inline thread_local Context* asan_switched_from = nullptr;
+
+// Called first thing on a stack that a switch (or a fiber's first start) has just entered.
+inline void asan_switch_done(void* fake_stack) {
+    Context* from = asan_switched_from;
+    const void* bottom = nullptr;
+    size_t size = 0;
+    __sanitizer_finish_switch_fiber(fake_stack, &bottom, &size);
+    if (from != nullptr) {
+        from->stack_bottom = bottom;
+        from->stack_size = size;
+    }
+}
+#endif
+
+// Saves the running context in `from` and resumes `to`; returns when something switches
+// back to `from`. A fiber's first start enters its entry function instead, which must call
+// fiber_started().
+inline void switch_context(Context& from, Context& to) {
+#if defined(HOSTCUDA_ASAN_FIBERS)
+    void* fake_stack = nullptr;
+    asan_switched_from = &from;
+    __sanitizer_start_switch_fiber(&fake_stack, to.stack_bottom, to.stack_size);
+    raw_switch(from, to);
+    asan_switch_done(fake_stack);
+#else
+    raw_switch(from, to);
+#endif
+}
+
+inline void fiber_started() {
+#if defined(HOSTCUDA_ASAN_FIBERS)
+    asan_switch_done(nullptr);
+#endif
+}
 
 }  // namespace hostcuda

@@ -69,7 +69,11 @@ inline void die(const char* fmt, ...) {
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreadsPerBlock = 1024;
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kFiberStackBytes = 1024 * 1024;  // ASan's redzones make frames several times larger
+#else
 constexpr size_t kFiberStackBytes = 256 * 1024;
+#endif
 
 // Exchange: each lane posts a pointer to its own operands; the last to arrive calls the
 // collective's `exchange` function on all of them (tensor-core emulation, hostcuda/mma.h).
@@ -149,6 +153,7 @@ void race_block_started(Worker& w);
 void race_block_barrier(Worker& w);
 void race_syncwarp(Worker& w, int warp, uint32_t lanes);
 void async_copies_thread_exited(Worker& w, int linear_tid);
+void async_copies_release(Worker& w);
 void race_launch_finished(const char* kernel_name);
 
 // Per-OS-thread view of "which GPU thread is running now"; threadIdx & co read from here.
@@ -193,6 +198,7 @@ struct Worker {
     AsyncCopyState* async_copies = nullptr;  // cp.async copies in flight (async_copy.h)
 
     ~Worker() {
+        if (async_copies != nullptr) { async_copies_release(*this); }  // (found by LeakSanitizer)
         for (Fiber* f : all_fibers) {
             f->stack.release();
             delete f;
@@ -237,6 +243,7 @@ inline dim3 unflatten(int linear, dim3 dims) {
 // The function every fiber runs: claim unstarted threads of the current block and run
 // them; when none are left, park as idle until the next block needs a fiber.
 inline void fiber_main() {
+    fiber_started();
     for (;;) {
         Worker& w = *tls.worker;
         Fiber* self = tls.fiber;

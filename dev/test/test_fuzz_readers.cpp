@@ -1,0 +1,490 @@
+/*
+A bounded, deterministic fuzz of every file reader: token shards (uint16 and uint32), region
+and exercise sidecars (llmc/dataloader.h), tokenizer files (llmc/tokenizer.h), model
+checkpoints and debug states (llmc/tensor_file.h) and eval sets (llmc/evalset.h).
+
+For each reader a valid seed file is written here from doc/formats.md and read back (it
+must be accepted); then FUZZ_CASES (default 300) mutants of it per reader are written and
+read, each in a forked child with a 10 s alarm. The child reads the file the way the
+trainers do (the data loader through a whole epoch, in window and whole-document mode;
+every tokenizer id decoded and a text encoded; every config key and tensor of a tensor
+file fetched; every eval item walked). A mutant passes when the child either exits 0
+(read) or exits 1 with "error: " and the mutated file's path in its output (refused, as
+fatal() does); anything else fails the test: a signal (crash, the alarm: a hang), an abort
+from an uncaught exception (e.g. std::bad_alloc from a size taken on trust), a sanitizer
+report, or a refusal that does not name the file. `make test-asan` runs it under
+AddressSanitizer and UBSan, so an out-of-bounds read is a failure too.
+
+Mutations (from splitmix64(FUZZ_SEED, reader, case), so every run makes the same files),
+after four hand-made tensor-file mutants whose sizes wrap around 2^64 (these must be refused):
+1-3 of: flip bits, set a byte, set an aligned 32-bit word (most often inside the
+1024-byte header) or 64-bit word to an interesting value (0, ±1, extremes, the file
+size and small multiples), truncate, append garbage, delete or duplicate a chunk.
+Each reader must see some mutants accepted and several distinct refusals, so the
+mutants demonstrably get past the magic number.
+A failing mutant is kept in the temporary directory and named in the output.
+Cost: about 2,700 files in ~5 s (plain build) and ~10 s (ASan build) of CPU time.
+*/
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dev/test/data_test_util.h"
+#include "llmc/dataloader.h"
+#include "llmc/evalset.h"
+#include "llmc/tensor_file.h"
+#include "llmc/tokenizer.h"
+
+using Bytes = std::vector<uint8_t>;
+
+// ---- seed files (doc/formats.md) -------------------------------------------------------
+
+constexpr int kVocab = 300, kBos = 1;
+
+static std::vector<int> seed_tokens(int n) {  // documents that start with BOS
+    std::vector<int> t;
+    SplitMix64 rng(7);
+    while ((int)t.size() < n) {
+        t.push_back(kBos);
+        int len = 2 + (int)rng.below(12);
+        for (int i = 0; i < len && (int)t.size() < n; i++) { t.push_back(2 + (int)rng.below(kVocab - 2)); }
+    }
+    return t;
+}
+
+static Bytes shard_bytes(const std::vector<int>& toks, int version) {
+    Bytes b = header_bytes({SHARD_MAGIC, version, (int32_t)toks.size()});
+    for (int t : toks) {
+        if (version == SHARD_VERSION_U16) { append_le<uint16_t>(b, (uint16_t)t); }
+        else { append_le<uint32_t>(b, (uint32_t)t); }
+    }
+    return b;
+}
+
+static Bytes regions_bytes(int ntok) {
+    Bytes b = header_bytes({REGIONS_MAGIC, REGIONS_VERSION, ntok});
+    for (int i = 0; i < ntok; i++) { b.push_back((uint8_t)(i / 5 % 4)); }
+    return b;
+}
+
+static Bytes exercises_bytes(int ntok) {
+    const std::string table = std::string("none") + '\0' + "recall" + '\0' + "sort" + '\0';
+    Bytes b = header_bytes({EXERCISES_MAGIC, EXERCISES_VERSION, ntok, 3, (int32_t)table.size()});
+    b.insert(b.end(), table.begin(), table.end());
+    for (int i = 0; i < ntok; i++) { b.push_back((uint8_t)(i / 7 % 3)); }
+    return b;
+}
+
+static Bytes tokenizer_seed() {
+    struct Piece { uint8_t type; std::string text; };
+    std::vector<Piece> p = {{PIECE_CONTROL, "<pad>"}, {PIECE_CONTROL, "<s>"}, {PIECE_CONTROL, "</s>"},
+                            {PIECE_UNKNOWN, "<unk>"}, {PIECE_USER, "<|q|>"}};
+    for (int c = 0; c < 256; c += 17) { p.push_back({PIECE_BYTE, std::string(1, (char)c)}); }
+    for (const char* s : {"t", "h", "e", " ", "a", "n", "th", "he", "the", " the", "an", "and", "\xE2\x81\x87"}) {
+        p.push_back({PIECE_NORMAL, s});
+    }
+    p.push_back({PIECE_UNUSED, "<unused>"});
+    Bytes b = header_bytes({TOKENIZER_MAGIC, TOKENIZER_VERSION, (int32_t)p.size(), TOKENIZER_SENTENCEPIECE, 1, 2, 0,
+                            3, 16});
+    for (const Piece& x : p) {
+        b.push_back(x.type);
+        append_le<uint16_t>(b, (uint16_t)x.text.size());
+        b.insert(b.end(), x.text.begin(), x.text.end());
+    }
+    return b;
+}
+
+static Bytes evalset_seed(int kind) {
+    std::vector<int> toks = seed_tokens(400);
+    SplitMix64 rng(kind + 11);
+    const std::string desc = kind == EVAL_CLOZE ? "cloze fixture" : "multiple-choice fixture";
+    const int items = 12, max_choices = kind == EVAL_CLOZE ? 1 : 4, max_tokens = 24;
+    Bytes b = header_bytes({EVAL_MAGIC, EVAL_VERSION, items, kind, kVocab, max_choices, max_tokens, 1,
+                            (int32_t)desc.size()});
+    b.insert(b.end(), desc.begin(), desc.end());
+    size_t k = 0;
+    for (int i = 0; i < items; i++) {
+        int nc = kind == EVAL_CLOZE ? 1 : 2 + (int)rng.below(3), nctx = 2 + (int)rng.below(10);
+        append_le<int32_t>(b, nc);
+        append_le<int32_t>(b, (int32_t)rng.below(nc));
+        append_le<int32_t>(b, nctx);
+        for (int t = 0; t < nctx; t++) { append_le<int32_t>(b, toks[k++ % toks.size()]); }
+        for (int c = 0; c < nc; c++) {
+            int nt = 1 + (int)rng.below(max_tokens - nctx);
+            append_le<int32_t>(b, nt);
+            append_le<int32_t>(b, 3 * nt);
+            for (int t = 0; t < nt; t++) { append_le<int32_t>(b, toks[k++ % toks.size()]); }
+        }
+    }
+    return b;
+}
+
+// the names and config keys the tensor-file seeds hold (the child asks for each)
+static const std::vector<std::string> kTensorNames = {"wte", "h.0.attn.w_q", "h.0.gate", "tokens", "logits"};
+static const std::vector<std::string> kIntKeys = {"n_layer", "n_embd", "vocab_size", "step"};
+static const std::vector<std::string> kRealKeys = {"lr", "rope_theta"};
+
+static Bytes tensor_file_seed(const std::string& dir, uint32_t kind) {
+    TensorFileWriter w(kind);
+    w.set("n_layer", 1);
+    w.set("n_embd", 8);
+    w.set("vocab_size", 16);
+    w.set("step", 3);
+    w.set("lr", 3e-3);
+    w.set("rope_theta", 10000.0);
+    w.set("norm", std::string("zcn"));
+    std::vector<float> f(16 * 8);
+    for (size_t i = 0; i < f.size(); i++) { f[i] = 0.01f * (float)i - 0.3f; }
+    std::vector<int32_t> ids(12);
+    for (size_t i = 0; i < ids.size(); i++) { ids[i] = (int32_t)(i * 5 % 16); }
+    w.add_floats("wte", {16, 8}, f.data());
+    w.add_floats("h.0.attn.w_q", {8, 8}, f.data());
+    w.add_floats("h.0.gate", {}, f.data());
+    w.add_ints("tokens", {2, 6}, ids.data());
+    if (kind == TENSOR_FILE_DEBUG_STATE) { w.add_floats("logits", {2, 3, 16}, f.data()); }
+    std::string path = dir + "/seed.tensors";
+    w.write(path);
+    FILE* fp = fopen(path.c_str(), "rb");
+    Bytes b;
+    int c;
+    while ((c = fgetc(fp)) != EOF) { b.push_back((uint8_t)c); }
+    fclose(fp);
+    return b;
+}
+
+// ---- how each reader reads (runs in the child; fatal() exits 1) -------------------------
+
+static void read_data(const std::string& shard) {
+    volatile int64_t sum = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        DataLoaderConfig cfg;
+        cfg.pattern = shard;
+        cfg.B = 2;
+        cfg.T = 16;
+        cfg.vocab_size = kVocab;
+        cfg.doc_start_token = kBos;
+        cfg.whole_documents = mode == 1;
+        cfg.shuffle = mode == 0;
+        cfg.seed = 5;
+        DataLoader d(cfg);
+        for (int64_t s = 0; s <= d.steps_per_epoch(); s++) {  // one epoch and the first batch of the next
+            d.next_batch();
+            for (size_t i = 0; i < d.tokens.size(); i++) { sum += d.tokens[i] + d.regions[i] + d.exercises[i] + d.doc_ids[i]; }
+            for (size_t i = 0; i < d.targets.size(); i++) { sum += d.targets[i]; }
+        }
+        for (size_t e = 0; e < d.exercise_names.size(); e++) { sum += (int64_t)d.exercise_names[e].size(); }
+    }
+    std::vector<int32_t> all = read_token_shard(shard);
+    for (int32_t t : all) { sum += t; }
+}
+
+static void read_tokenizer(const std::string& path) {
+    Tokenizer tok(path);
+    std::vector<int> ids;
+    for (int i = 0; i < tok.vocab_size; i++) { ids.push_back(i); }
+    volatile size_t n = complete_utf8(tok.decode(ids, true)).size() + tok.decode(ids).size();
+    if (tok.kind == TOKENIZER_SENTENCEPIECE) {
+        for (int id : tok.encode("<|q|>the and then \xE2\x81\x87\n\x01\xff the end")) { n += tok.decode(id).size(); }
+    }
+    (void)n;
+}
+
+static void read_tensor_file(const std::string& path, uint32_t kind) {
+    TensorFileReader r(path, kind);
+    volatile double sum = 0;
+    for (const std::string& k : kIntKeys) { if (r.has_key(k)) { sum += (double)r.integer(k); } }
+    for (const std::string& k : kRealKeys) { if (r.has_key(k)) { sum += r.real(k); } }
+    sum += (double)r.str("norm").size();
+    for (const std::string& name : kTensorNames) {
+        if (!r.has_tensor(name)) { continue; }
+        if (r.tensor(name).dtype == DTYPE_INT32) {
+            for (int32_t v : r.ints(name)) { sum += v; }
+        } else {
+            for (float v : r.floats(name)) { sum += v; }
+        }
+    }
+    r.floats("wte", 16 * 8);  // as a trainer asks: with the element count it expects
+}
+
+static void read_evalset(const std::string& path) {
+    EvalSet es = load_evalset(path);
+    volatile int64_t sum = (int64_t)es.description.size();
+    for (const EvalItem& it : es.items) {
+        for (int t : it.context) { sum += t; }
+        for (size_t c = 0; c < it.choices.size(); c++) {
+            for (int t : it.choices[c]) { sum += t; }
+            sum += it.choice_chars[c] + it.gold;
+        }
+    }
+}
+
+// ---- mutations -------------------------------------------------------------------------
+
+static void mutate(Bytes& b, SplitMix64& rng) {
+    const int64_t interesting32[] = {0, 1, -1, 2, 255, 256, 65535, 65536, 0x7fffffff, (int64_t)0x80000000u,
+                                     0x7ffffffe, -2, 1023, 1024, 1025, (int64_t)b.size(), (int64_t)b.size() / 4,
+                                     (int64_t)b.size() * 2};
+    const uint64_t interesting64[] = {0, 1, ~0ull, 64, 128, 1ull << 32, 1ull << 63, (1ull << 63) - 64, ~0ull - 63,
+                                      (uint64_t)b.size(), (uint64_t)b.size() - 64, (uint64_t)b.size() + 64};
+    int n = 1 + (int)rng.below(3);
+    for (int m = 0; m < n; m++) {
+        if (b.empty()) { b.push_back(0); }
+        size_t size = b.size();
+        switch (rng.below(9)) {
+            case 0: {  // flip bits
+                int flips = 1 + (int)rng.below(4);
+                for (int i = 0; i < flips; i++) { b[rng.below(size)] ^= (uint8_t)(1u << rng.below(8)); }
+                break;
+            }
+            case 1: b[rng.below(size)] = (uint8_t)rng.next(); break;
+            case 2:
+            case 3: {  // an aligned 32-bit word, mostly in the header
+                size_t words = size / 4;
+                if (words == 0) { break; }
+                size_t w = rng.below(4) != 0 ? rng.below(std::min<size_t>(words, 16)) : rng.below(words);
+                int64_t v = interesting32[rng.below(sizeof(interesting32) / sizeof(interesting32[0]))];
+                if (rng.below(4) == 0) { v += (int64_t)rng.below(5) - 2; }
+                uint32_t u = (uint32_t)v;
+                memcpy(&b[4 * w], &u, 4);
+                break;
+            }
+            case 4: {  // an aligned 64-bit word (tensor-file headers and tables)
+                size_t words = size / 8;
+                if (words == 0) { break; }
+                size_t w = rng.below(2) != 0 ? rng.below(std::min<size_t>(words, 8)) : rng.below(words);
+                uint64_t v = interesting64[rng.below(sizeof(interesting64) / sizeof(interesting64[0]))];
+                memcpy(&b[8 * w], &v, 8);
+                break;
+            }
+            case 5: b.resize(rng.below(size + 1)); break;  // truncate
+            case 6: {                                       // append garbage
+                size_t extra = 1 + rng.below(64);
+                for (size_t i = 0; i < extra; i++) { b.push_back((uint8_t)rng.next()); }
+                break;
+            }
+            case 7: {  // delete a chunk
+                size_t at = rng.below(size), len = 1 + rng.below(std::min<size_t>(size - at, 64));
+                b.erase(b.begin() + at, b.begin() + at + len);
+                break;
+            }
+            case 8: {  // duplicate a chunk
+                size_t at = rng.below(size), len = 1 + rng.below(std::min<size_t>(size - at, 64));
+                Bytes chunk(b.begin() + at, b.begin() + at + len);
+                b.insert(b.begin() + rng.below(size + 1), chunk.begin(), chunk.end());
+                break;
+            }
+        }
+    }
+}
+
+// ---- running one file in a child -------------------------------------------------------
+
+enum Outcome { READ, REFUSED, BROKEN };
+
+struct Result {
+    Outcome outcome;
+    std::string detail;  // the message (refused) or what went wrong (broken)
+};
+
+// The child ends here when fatal() calls exit(): at once with the same status, skipping the
+// sanitizer's leak check at exit (it would triple the fuzz's time under ASan; the parent
+// process still has it).
+static void exit_at_once(int status, void*) {
+    fflush(nullptr);
+    _exit(status);
+}
+
+static Result run_child(const std::function<void()>& reader, const std::string& must_name) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); exit(2); }
+    if (pid == 0) {
+        close(pipefd[0]);
+        dup2(pipefd[1], 1);
+        dup2(pipefd[1], 2);
+        alarm(10);
+        on_exit(exit_at_once, nullptr);
+        reader();
+        fflush(stdout);
+        fflush(stderr);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) { out.append(buf, (size_t)n); }
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        return {BROKEN, std::string(sig == SIGALRM ? "hang (no result in 10 s)" : strsignal(sig)) + ": " + out};
+    }
+    int code = WEXITSTATUS(status);
+    bool sanitizer = out.find("Sanitizer") != std::string::npos || out.find("runtime error") != std::string::npos;
+    if (code == 0 && !sanitizer) { return {READ, ""}; }
+    if (code == 1 && !sanitizer && out.find("error: ") != std::string::npos && out.find(must_name) != std::string::npos) {
+        return {REFUSED, out};
+    }
+    return {BROKEN, "exit " + std::to_string(code) + (code == 1 ? " (refusal that does not name the file?)" : "") + ": " + out};
+}
+
+// the message with its numbers blanked, to count distinct kinds of refusal
+static std::string message_kind(const std::string& msg) {
+    std::string k;
+    size_t start = msg.find("error: ");
+    for (size_t i = start; i < msg.size() && msg[i] != '\n'; i++) {
+        char c = msg[i];
+        if (isdigit((unsigned char)c) || c == '-') {
+            if (k.empty() || k.back() != '#') { k += '#'; }
+        } else {
+            k += c;
+        }
+    }
+    return k;
+}
+
+struct Target {
+    std::string name;
+    std::string file;                  // the file that is mutated (others stay valid)
+    Bytes seed;
+    std::function<void()> read;        // reads the file (and its companions) as a trainer does
+    std::vector<Bytes> crafted = {};   // hand-made mutants, read before the random ones
+};
+
+// Tensor-file mutants whose sums wrap around 2^64 (random mutation rarely lines up two
+// fields like this): a data offset past the end with the data size wrapping back to the
+// file size; a tensor's offset + size wrapping to a small number; a negative dimension
+// whose byte count wraps to the stored size; a shape whose product overflows to it.
+static std::vector<Bytes> crafted_tensor_files(const Bytes& seed) {
+    auto u64 = [&](const Bytes& b, size_t at) { uint64_t v; memcpy(&v, &b[at], 8); return v; };
+    auto set64 = [](Bytes& b, size_t at, uint64_t v) { memcpy(&b[at], &v, 8); };
+    const uint64_t size = seed.size(), table = 64 + u64(seed, 16);  // the first entry is "wte" [16, 8] fp32
+    std::vector<Bytes> out;
+    Bytes b = seed;
+    set64(b, 32, ~0ull - 63);
+    set64(b, 40, size - (~0ull - 63));
+    out.push_back(b);
+    b = seed;
+    set64(b, table + 104, ~0ull - 63);  // offset 2^64 - 64, 512 bytes: the sum wraps to 448
+    out.push_back(b);
+    b = seed;
+    set64(b, table + 72, ~0ull);        // shape [-1, 8]: numel -8, 2^64 - 32 bytes
+    set64(b, table + 112, ~0ull - 31);
+    out.push_back(b);
+    b = seed;
+    set64(b, table + 72, (1ull << 62) + 16);  // [2^62 + 16, 8] x 4 bytes wraps to 512
+    out.push_back(b);
+    return out;
+}
+
+int main() {
+    const char* cases_env = getenv("FUZZ_CASES");
+    const char* seed_env = getenv("FUZZ_SEED");
+    const int cases = cases_env ? atoi(cases_env) : 300;
+    const uint64_t fuzz_seed = seed_env ? strtoull(seed_env, nullptr, 10) : 1;
+    std::string dir = make_temp_dir("fuzz");
+    Timer timer;
+
+    // one directory per target, so a mutant never meets another target's files
+    auto sub = [&](const std::string& name) {
+        std::string d = dir + "/" + name;
+        if (mkdir(d.c_str(), 0755) != 0) { perror(d.c_str()); exit(2); }
+        return d;
+    };
+    std::vector<int> toks = seed_tokens(240);
+    std::vector<Target> targets;
+    for (const char* which : {"shard_u16", "regions", "exercises"}) {
+        std::string d = sub(which);
+        std::string shard = d + "/fz_000000.bin";
+        Bytes sb = shard_bytes(toks, SHARD_VERSION_U16), rb = regions_bytes((int)toks.size()),
+              eb = exercises_bytes((int)toks.size());
+        write_bytes(shard, sb);
+        write_bytes(regions_path_for(shard), rb);
+        write_bytes(exercises_path_for(shard), eb);
+        std::string w = which;
+        std::string file = w == "shard_u16" ? shard : w == "regions" ? regions_path_for(shard) : exercises_path_for(shard);
+        targets.push_back({w, file, w == "shard_u16" ? sb : w == "regions" ? rb : eb, [shard] { read_data(shard); }});
+    }
+    {
+        std::string shard = sub("shard_u32") + "/fz_000000.bin";
+        targets.push_back({"shard_u32", shard, shard_bytes(toks, SHARD_VERSION_U32), [shard] { read_data(shard); }});
+    }
+    {
+        std::string path = sub("tokenizer") + "/tok.bin";
+        targets.push_back({"tokenizer", path, tokenizer_seed(), [path] { read_tokenizer(path); }});
+    }
+    for (uint32_t kind : {(uint32_t)TENSOR_FILE_CHECKPOINT, (uint32_t)TENSOR_FILE_DEBUG_STATE}) {
+        std::string name = kind == TENSOR_FILE_CHECKPOINT ? "checkpoint" : "debug_state";
+        std::string d = sub(name);
+        std::string path = d + "/" + name + ".bin";
+        Bytes seed = tensor_file_seed(d, kind);
+        targets.push_back({name, path, seed, [path, kind] { read_tensor_file(path, kind); }, crafted_tensor_files(seed)});
+    }
+    for (int kind : {EVAL_MULTIPLE_CHOICE, EVAL_CLOZE}) {
+        std::string name = kind == EVAL_CLOZE ? "evalset_cloze" : "evalset_mc";
+        std::string path = sub(name) + "/eval.bin";
+        targets.push_back({name, path, evalset_seed(kind), [path] { read_evalset(path); }});
+    }
+
+    int total = 0, broken = 0;
+    printf("%-14s %8s %8s %8s %16s\n", "reader", "mutants", "read", "refused", "kinds of refusal");
+    for (size_t ti = 0; ti < targets.size(); ti++) {
+        Target& t = targets[ti];
+        write_bytes(t.file, t.seed);
+        Result seed = run_child(t.read, t.file);
+        CHECK(seed.outcome == READ);
+        if (seed.outcome != READ) { fprintf(stderr, "seed of %s not read: %s\n", t.name.c_str(), seed.detail.c_str()); }
+        int read = 0, refused = 0;
+        std::set<std::string> kinds;
+        const int n_crafted = (int)t.crafted.size();
+        for (int c = -n_crafted; c < cases; c++) {  // c < 0: the hand-made mutants
+            SplitMix64 rng(fuzz_seed * 0x9E3779B97F4A7C15ull ^ (ti << 32) ^ (uint64_t)c);
+            Bytes b = t.seed;
+            if (c < 0) { b = t.crafted[c + n_crafted]; }
+            else { mutate(b, rng); }
+            write_bytes(t.file, b);
+            Result r = run_child(t.read, t.file);
+            total++;
+            if (r.outcome == READ) { read++; }
+            if (r.outcome == REFUSED) {
+                refused++;
+                kinds.insert(message_kind(r.detail));
+            }
+            if (c < 0 && r.outcome == READ) {  // each hand-made mutant is corrupt: it must be refused
+                broken++;
+                fprintf(stderr, "FAIL %s hand-made mutant %d was read as if it were valid\n", t.name.c_str(), c + n_crafted);
+            }
+            if (r.outcome == BROKEN) {
+                broken++;
+                std::string keep = t.file + ".case" + std::to_string(c);
+                write_bytes(keep, b);
+                fprintf(stderr, "FAIL %s case %d (FUZZ_SEED=%llu; file kept as %s): %s\n", t.name.c_str(), c,
+                        (unsigned long long)fuzz_seed, keep.c_str(), r.detail.substr(0, 2000).c_str());
+            }
+        }
+        write_bytes(t.file, t.seed);
+        printf("%-14s %8d %8d %8d %16zu\n", t.name.c_str(), cases + n_crafted, read, refused, kinds.size());
+        // the mutants must reach past the header checks: some read, several kinds of refusal
+        CHECK(read >= cases / 50);
+        CHECK(kinds.size() >= 4);
+    }
+    CHECK(broken == 0);
+    printf("%d mutated files in %.1f s, %d crashed, hung or were refused without naming the file\n", total,
+           timer.ms() / 1e3, broken);
+    if (broken == 0) { remove_dir(dir); }
+    return report("test_fuzz_readers");
+}

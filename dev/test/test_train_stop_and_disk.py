@@ -1,0 +1,172 @@
+"""A training run stopped by a signal, and checkpoints that cannot be written (the host
+train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/stop_signal.h, llmc/utils.h).
+
+- SIGINT after the first steps: the run finishes its step, writes step_K.bin, exits with
+  130; resumed from that file it ends byte for byte where an uninterrupted run ends (the
+  reference run also saves at step K, as the interrupted one did: a save draws the sampling
+  RNG's next seed). SIGTERM: the same, exit 143. Without --checkpoint-dir: a clean exit
+  that says nothing was saved.
+- A checkpoint directory that cannot be written is refused before training starts.
+- A disk that fills up while a checkpoint is written (a small tmpfs where this process may
+  mount one, else a file-size limit, RLIMIT_FSIZE) stops the run with the file and the
+  reason named, leaves no partial file behind, and the checkpoint that was already under
+  the final name is untouched.
+Cost: ~10 runs of a few tiny-preset steps each, ~10 s on 2 cores."""
+import os
+import resource
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+from shards import write_shard  # noqa: E402
+
+BIN = os.environ.get("TRAIN_SAN_BIN")
+pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
+
+VOCAB = 250
+BOS = 2
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(1)
+    d = tmp_path_factory.mktemp("data")
+    tokens = []
+    for _ in range(300):
+        tokens += [BOS] + list(rng.integers(3, VOCAB, size=20))
+    write_shard(d / "toy_train_000000.bin", np.array(tokens, dtype=np.int64))
+    return d
+
+
+def args(data, ckpt_dir, steps=STEPS):
+    a = ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--batch-size", "4",
+         "--sample-tokens", "0", "--optimizer", "adamw", "--lr", "3e-3", "--log-every", "1", "--steps", str(steps)]
+    return a + (["--checkpoint-dir", str(ckpt_dir)] if ckpt_dir is not None else [])
+
+
+def run(a, check=True, **kw):
+    proc = subprocess.run([os.path.join(ROOT, BIN)] + [str(x) for x in a], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train_san failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def interrupted_run(a, sig):
+    """Starts the trainer, sends `sig` once the first step's progress line is out; returns
+    (exit status, stdout, stderr)."""
+    proc = subprocess.Popen([os.path.join(ROOT, BIN)] + [str(x) for x in a], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("step ") and "/" in line.split("|")[0]:
+            proc.send_signal(sig)
+            break
+    rest, err = proc.communicate(timeout=300)
+    return proc.returncode, "".join(out) + rest, err
+
+
+def saved_step(out):
+    """K of the step_K.bin the interrupted run names for --resume."""
+    line = [l for l in out.splitlines() if "continue with --resume" in l]
+    assert line, out
+    name = os.path.basename(line[-1].split("--resume ")[1].strip())
+    assert name.startswith("step_") and name.endswith(".bin"), line
+    return int(name[len("step_"):-len(".bin")])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_saves_a_checkpoint_that_resumes_exactly(data, tmp_path, sig):
+    stopped, straight, resumed = tmp_path / "stopped", tmp_path / "straight", tmp_path / "resumed"
+    rc, out, err = interrupted_run(args(data, stopped), sig)
+    assert rc == 128 + sig, (rc, out, err)
+    k = saved_step(out)
+    assert 1 <= k < STEPS, out
+    assert f"stopped after step {k} of {STEPS}" in out
+    assert sorted(p.name for p in stopped.iterdir()) == [f"step_{k}.bin"]  # nothing else, no .tmp
+    if sig != signal.SIGINT:
+        return  # the resume below is the same for both signals; once is enough
+    run(args(data, straight) + ["--save-every", k])
+    proc = run(args(data, resumed) + ["--resume", stopped / f"step_{k}.bin", "--resume-override", 1,
+                                      "--save-every", k])
+    assert f"resumed from {stopped / f'step_{k}.bin'} at step {k}" in proc.stdout
+    assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
+
+
+def test_signal_without_checkpoint_dir_stops_cleanly(data):
+    rc, out, err = interrupted_run(args(data, None), signal.SIGINT)
+    assert rc == 130, (rc, out, err)
+    assert "no --checkpoint-dir, so nothing was saved" in out
+    assert "error" not in err
+
+
+def can_mount_tmpfs(tmp_path):
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)], capture_output=True).returncode == 0
+    if ok:
+        subprocess.run(["umount", str(probe)], check=True)
+    return ok
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    """mounted(options) -> a fresh tmpfs directory with those mount options (unmounted after)."""
+    points = []
+
+    def mount(options):
+        d = tmp_path / f"mnt{len(points)}"
+        d.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(d)], check=True, capture_output=True)
+        points.append(d)
+        return d
+    yield mount
+    for d in points:
+        subprocess.run(["umount", str(d)], check=False)
+
+
+def test_unwritable_checkpoint_dir_is_refused_at_start(data, tmp_path, mounted):
+    if can_mount_tmpfs(tmp_path):
+        d = mounted("ro,size=64k")  # read-only even for root
+    elif os.geteuid() != 0:
+        d = tmp_path / "readonly"
+        d.mkdir()
+        d.chmod(0o555)
+    else:
+        pytest.skip("root without mount: no directory here is unwritable")
+    proc = run(args(data, d), check=False)
+    assert proc.returncode == 1
+    assert f"--checkpoint-dir '{d}': cannot write there" in proc.stderr
+    assert not [l for l in proc.stdout.splitlines() if l.startswith("step ")]  # refused before training
+
+
+def test_full_disk_stops_and_keeps_the_previous_checkpoint(data, tmp_path, mounted):
+    ref = tmp_path / "ref"
+    run(args(data, ref, steps=2))
+    size = (ref / "final.bin").stat().st_size
+    previous = b"the checkpoint an earlier run left here\n"
+    limit = size // 2
+    if can_mount_tmpfs(tmp_path):
+        d = mounted(f"size={limit}")
+        preexec = None
+    else:  # a file-size limit instead: writes past it fail with EFBIG (SIGXFSZ ignored)
+        d = tmp_path / "limited"
+        d.mkdir()
+
+        def preexec():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    (d / "final.bin").write_bytes(previous)
+    proc = run(args(data, d, steps=2), check=False, preexec_fn=preexec)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert f"file '{d}/final.bin.tmp': failed to" in proc.stderr
+    assert "No space left on device" in proc.stderr or "File too large" in proc.stderr, proc.stderr
+    assert (d / "final.bin").read_bytes() == previous
+    assert sorted(p.name for p in d.iterdir()) == ["final.bin"]  # the partial temporary file is gone
