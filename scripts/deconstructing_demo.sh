@@ -6,10 +6,11 @@
 # each hybrid again without its variant sub-layers and without its variant blocks (the paper's
 # "skip"), and prints a table of validation losses. Same data, seed and steps for every arm.
 #
-#   bash scripts/deconstructing_demo.sh            (9 runs of 200 steps: about 15 minutes on 2 idle cores)
-#   STEPS=50 bash scripts/deconstructing_demo.sh   (a quicker, noisier look)
+#   bash scripts/deconstructing_demo.sh            (9 runs of 100 steps of 4 rows: 24 minutes measured on
+#                                                   2 cores shared with other jobs, doc/deconstructing.md)
+#   STEPS=400 BATCH=8 bash scripts/deconstructing_demo.sh   (8x the tokens: a less early look)
 # Environment: DATA_DIR (data/offline), DEMO_DIR (logs/deconstructing), TRAIN_SAN (./train_san),
-# STEPS (200), BATCH (rows of 128 tokens per step, 8), KINDS ("mlp approximate nonapprox staticembqk");
+# STEPS (100), BATCH (rows of 128 tokens per step, 4), KINDS ("mlp approximate nonapprox staticembqk");
 # extra arguments go to every training run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +18,8 @@ python=.venv/bin/python
 data_dir=${DATA_DIR:-data/offline}
 demo_dir=${DEMO_DIR:-logs/deconstructing}
 train_san=${TRAIN_SAN:-./train_san}
-steps=${STEPS:-200}
-batch=${BATCH:-8}
+steps=${STEPS:-100}
+batch=${BATCH:-4}
 kinds=${KINDS:-"mlp approximate nonapprox staticembqk"}
 
 if [ ! -x "$train_san" ]; then
