@@ -47,15 +47,21 @@ constexpr Tolerances kTol = {{3e-2, 3e-2}, {0, 5e-3}, {3e-1, 2e-1}, {0, 1e-2}, {
 #endif
 
 
-// The parameter count written out from the architecture (not from parameter_spec).
+// The parameter count written out from the architecture (not from parameter_spec). An mlp
+// layer (doc/deconstructing.md) holds a SwiGLU of width round((2 qd + 2 kvd) / 3) in place
+// of wq, wk, wv, wo and the q/k-norm gains; every other kind has standard attention's tensors.
 static int64_t expected_parameter_count(const SANConfig& c) {
     int64_t d = c.n_embd, hd = c.n_embd / c.n_head, qd = c.n_head * hd, kvd = c.n_kv_head * hd;
     bool gated = c.residual == ResidualMode::Gated || c.residual == ResidualMode::Rezero;
     int64_t attention = d /*pre-norm*/ + qd * d /*wq*/ + 2 * kvd * d /*wk, wv*/ + qd * d /*wo*/ +
                         (c.qk_norm ? 2 * hd : 0) + (c.sandwich ? d : 0) + (gated ? 1 : 0);
+    int64_t mlp_width = std::llround((2.0 * qd + 2.0 * kvd) / 3.0);
+    int64_t mlp = d /*pre-norm*/ + 3 * d * mlp_width + (c.sandwich ? d : 0) + (gated ? 1 : 0);
     int64_t ffn = c.ffn == FfnKind::SwiGLU ? d + 3 * d * c.d_ff + (c.sandwich ? d : 0) + (gated ? 1 : 0) : 0;
     int64_t padded_vocab = (c.vocab_size + 127) / 128 * 128;
-    return padded_vocab * d + c.n_layer * (attention + ffn) + d /*final norm*/;
+    int64_t total = padded_vocab * d + d /*final norm*/;
+    for (int l = 0; l < c.n_layer; l++) { total += (c.kinds[l] == AttnKind::Mlp ? mlp : attention) + ffn; }
+    return total;
 }
 
 // Muon's trajectories (6 states, tiny presets, lr 0.02), measured worst over the states:

@@ -33,6 +33,8 @@ against the PyTorch reference train_san.py.
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/attention_variants.cuh"  // approximate, nonapprox (and SiLU)
+#include "llmc/attention_kinds.h"       // AttnKind, the layouts
 #include "llmc/kv_cache.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/residual.cuh"
@@ -51,6 +53,7 @@ enum class FfnKind { None, SwiGLU };
 inline const Choices<FfnKind> kFfnKinds{{"none", "swiglu"}};
 enum class NormKind { ZCN, RMS };
 inline const Choices<NormKind> kNormKinds{{"zcn", "rms"}};
+inline const Choices<TaylorNorm> kTaylorNorms{{"joint", "separate"}};  // (llmc/attention_variants.cuh)
 
 // The sizes (vocabulary, context, layers, width, query heads, BOS) are ModelDims' (llmc/model.h).
 struct SANConfig : ModelDims {
@@ -64,12 +67,34 @@ struct SANConfig : ModelDims {
     double rope_theta = 10000.0;
     int doc_mask = 1;
     double z_loss = 1e-4;
+    // the attention variants of "Deconstructing Attention" (doc/deconstructing.md)
+    AttnKind attention = AttnKind::Standard;  // the kind of every layer the layout does not keep standard
+    std::string layout = "uniform";           // which layers keep standard attention (llmc/attention_kinds.h)
+    TaylorNorm taylor_norm = TaylorNorm::Joint;  // approximate: Based's joint feature map, or the paper's terms
+    std::vector<AttnKind> kinds;              // resolved by resolve_and_check: one per layer
 
     int kv_width() const { return n_kv_head * head_dim(); }
     int64_t embedding_numel() const { return (int64_t)padded_vocab() * n_embd; }
     bool has_ffn() const { return ffn == FfnKind::SwiGLU; }
     // ZCN gains are stored as an offset from 1, RMSNorm gains as the gain itself
     float gain_offset() const { return norm == NormKind::ZCN ? 1.0f : 0.0f; }
+    AttnKind kind(int layer) const { return kinds[layer]; }
+    bool has_kind(AttnKind k) const { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); }
+    // The weights of W_q, W_k, W_v, W_o (d x (2 Hq hd + 2 Hkv hd)), which an mlp layer's SwiGLU
+    // (3 d m weights) replaces: m = round((2 Hq hd + 2 Hkv hd) / 3), nearest integer (4d/3 for MHA).
+    int64_t attention_matrix_weights() const {
+        return (int64_t)n_embd * (2 * n_head * head_dim() + 2 * n_kv_head * head_dim());
+    }
+    int mlp_width() const {
+        int64_t per_d = 2 * (int64_t)n_head * head_dim() + 2 * (int64_t)n_kv_head * head_dim();
+        return (int)((2 * per_d + 3) / 6);
+    }
+    // "standard,mlp,..." one kind per layer (written to files, checked on load)
+    std::string layer_kinds_text() const {
+        std::string out;
+        for (AttnKind k : kinds) { out += (out.empty() ? "" : ",") + std::string(kAttnKinds.name(k)); }
+        return out;
+    }
 
     void resolve_and_check() {
         if (d_ff == 0) { d_ff = 4 * n_embd; }
@@ -85,6 +110,28 @@ struct SANConfig : ModelDims {
         require(d_ff > 0, "--d-ff must be positive");
         require(rope_theta > 0.0, "--rope-theta must be positive");
         require(z_loss >= 0.0, "--z-loss must be >= 0");
+        resolve_attention_kinds();
+    }
+
+    // --attention and --layout -> one kind per layer (llmc/attention_kinds.h)
+    void resolve_attention_kinds() {
+        if (attention == AttnKind::RndEmbQK || attention == AttnKind::FixedSeqQK) {
+            fatal("--attention %s: this kind is not built yet (built: standard, mlp, approximate, nonapprox, "
+                  "staticembqk)", kAttnKinds.name(attention));
+        }
+        std::vector<int> standard;
+        std::string error;
+        if (!standard_layers_of_layout(layout, n_layer, &standard, &error)) { fatal("--layout: %s", error.c_str()); }
+        if (attention == AttnKind::Standard && layout != "uniform") {
+            fatal("--layout %s chooses the layers of a variant, but --attention is standard: give --attention KIND "
+                  "(%s)", layout.c_str(), kAttnKinds.list(", ").c_str());
+        }
+        if (attention != AttnKind::Standard && (int)standard.size() == n_layer) {
+            fatal("--layout %s keeps standard attention in all %d layers: --attention %s would be used nowhere",
+                  layout.c_str(), n_layer, kAttnKinds.name(attention));
+        }
+        kinds.assign(n_layer, attention);
+        for (int l : standard) { kinds[l - 1] = AttnKind::Standard; }
     }
 };
 
@@ -105,9 +152,45 @@ std::map<std::string, SANConfig> presets() {
     SANConfig demo = tiny;
     demo.set_sizes(8192, 128, 4, 128, 4);
     demo.n_kv_head = 2;
+    // "Deconstructing Attention"'s Qwen2.5-style decoders (doc/deconstructing.md "Presets"): RMSNorm,
+    // SwiGLU, RoPE (theta 1e6), MHA, plain residuals, no QK-norm, no biases (Qwen2.5's q/k/v biases
+    // are left out), GPT-2's vocabulary (its end-of-text token starts documents), no z-loss; the
+    // smaller ones take d_ff from the 500M's ratio 4864/896 rounded to a multiple of 128.
+    SANConfig qwen = tiny;
+    qwen.vocab_size = 50257;
+    qwen.seq_len = 2048;
+    qwen.ffn = FfnKind::SwiGLU;
+    qwen.norm = NormKind::RMS;
+    qwen.qk_norm = 0;
+    qwen.residual = ResidualMode::Standard;
+    qwen.rope_theta = 1e6;
+    qwen.bos_id = 50256;
+    qwen.z_loss = 0.0;
+    auto qwen_size = [](SANConfig c, int layers, int d, int heads, int kv_heads, int d_ff) {
+        c.n_layer = layers;
+        c.n_embd = d;
+        c.n_head = heads;
+        c.n_kv_head = kv_heads;
+        c.d_ff = d_ff;
+        return c;
+    };
+    SANConfig qwen3 = qwen_size(qwen, 28, 2048, 16, 8, 6144);  // Qwen3-1.7B's shape: GQA 16/8, hd 128, QK-norm
+    qwen3.qk_norm = 1;
+    SANConfig qwen_cpu = qwen_size(qwen, 4, 128, 4, 4, 640);  // the same shape, small enough for a CPU
+    qwen_cpu.vocab_size = 8192;
+    qwen_cpu.seq_len = 128;
+    qwen_cpu.bos_id = 2;
+    SANConfig qwen3_cpu = qwen_size(qwen_cpu, 4, 128, 4, 2, 384);  // ... of the QK-norm one (d_ff 3d)
+    qwen3_cpu.qk_norm = 1;
     return {{"tiny", tiny},
             {"tiny-ffn", tiny_ffn},
             {"demo", demo},
+            {"qwen-70m", qwen_size(qwen, 6, 512, 8, 8, 2816)},
+            {"qwen-160m", qwen_size(qwen, 12, 768, 12, 12, 4224)},
+            {"qwen-500m", qwen_size(qwen, 24, 896, 14, 14, 4864)},  // the paper's main size
+            {"qwen3-1.7b", qwen3},
+            {"qwen-cpu", qwen_cpu},
+            {"qwen3-cpu", qwen3_cpu},
             {"san20", arm(paper, 20, FfnKind::None)},    // the paper's SAN
             {"ffn20", arm(paper, 20, FfnKind::SwiGLU)},  // iso-depth partner
             {"ffn4", arm(paper, 4, FfnKind::SwiGLU)},    // iso-param partner
@@ -127,6 +210,10 @@ void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("rope_theta", c.rope_theta);
     w.set("doc_mask", c.doc_mask);
     w.set("z_loss", c.z_loss);
+    w.set("attention", std::string(kAttnKinds.name(c.attention)));
+    w.set("layout", c.layout);
+    w.set("taylor_norm", std::string(kTaylorNorms.name(c.taylor_norm)));
+    w.set("layer_attention", c.layer_kinds_text());
 }
 
 SANConfig read_config(const TensorFileReader& r) {
@@ -147,8 +234,17 @@ SANConfig read_config(const TensorFileReader& r) {
     c.rope_theta = r.real("rope_theta");
     c.doc_mask = (int)r.integer("doc_mask");
     c.z_loss = r.real("z_loss");
+    if (r.has_key("attention")) {  // files from before the variants: standard attention everywhere
+        read_choice(r, "attention", kAttnKinds, &c.attention);
+        c.layout = r.str("layout");
+        read_choice(r, "taylor_norm", kTaylorNorms, &c.taylor_norm);
+    }
     c.resolve_and_check();
     c.check_derived(r);
+    if (r.has_key("layer_attention") && r.str("layer_attention") != c.layer_kinds_text()) {
+        r.fail("layer_attention=%s does not follow from attention=%s layout=%s (%s)", r.str("layer_attention").c_str(),
+               kAttnKinds.name(c.attention), c.layout.c_str(), c.layer_kinds_text().c_str());
+    }
     return c;
 }
 
@@ -165,14 +261,21 @@ std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
     for (int l = 0; l < c.n_layer; l++) {
         std::string p = "layers." + std::to_string(l) + ".";
         spec.push_back({p + "attn_norm.weight", {d}, false, 0.0f, gain});
-        spec.push_back({p + "attn.wq", {qd, d}, true, kInitStd, 0.0f});
-        spec.push_back({p + "attn.wk", {kvd, d}, true, kInitStd, 0.0f});
-        spec.push_back({p + "attn.wv", {kvd, d}, true, kInitStd, 0.0f});
-        if (c.qk_norm) {
-            spec.push_back({p + "attn.q_norm.weight", {hd}, false, 0.0f, gain});
-            spec.push_back({p + "attn.k_norm.weight", {hd}, false, 0.0f, gain});
+        if (c.kind(l) == AttnKind::Mlp) {  // token mixing removed: a SwiGLU in the attention's place
+            int64_t m = c.mlp_width();
+            spec.push_back({p + "attn.w_gate", {m, d}, true, kInitStd, 0.0f});
+            spec.push_back({p + "attn.w_up", {m, d}, true, kInitStd, 0.0f});
+            spec.push_back({p + "attn.w_down", {d, m}, true, out_std, 0.0f});
+        } else {  // every other kind keeps standard attention's tensors
+            spec.push_back({p + "attn.wq", {qd, d}, true, kInitStd, 0.0f});
+            spec.push_back({p + "attn.wk", {kvd, d}, true, kInitStd, 0.0f});
+            spec.push_back({p + "attn.wv", {kvd, d}, true, kInitStd, 0.0f});
+            if (c.qk_norm) {
+                spec.push_back({p + "attn.q_norm.weight", {hd}, false, 0.0f, gain});
+                spec.push_back({p + "attn.k_norm.weight", {hd}, false, 0.0f, gain});
+            }
+            spec.push_back({p + "attn.wo", {d, qd}, true, out_std, 0.0f});
         }
-        spec.push_back({p + "attn.wo", {d, qd}, true, out_std, 0.0f});
         if (c.sandwich) { spec.push_back({p + "attn_post_norm.weight", {d}, false, 0.0f, gain}); }
         if (gated) { spec.push_back({p + "attn_gate", {1}, false, 0.0f, 0.0f}); }
         if (c.has_ffn()) {
@@ -195,6 +298,7 @@ template <typename T>
 struct LayerTensors {
     T *attn_norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     T *wo = nullptr, *attn_post_norm = nullptr, *attn_gate = nullptr;
+    T *mlp_gate = nullptr, *mlp_up = nullptr, *mlp_down = nullptr;  // an mlp layer's SwiGLU
     T *ffn_norm = nullptr, *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr, *ffn_post_norm = nullptr,
       *ffn_gate = nullptr;
 };
@@ -222,6 +326,8 @@ private:
             {"attn.wk", &LayerTensors<T>::wk},                 {"attn.wv", &LayerTensors<T>::wv},
             {"attn.q_norm.weight", &LayerTensors<T>::q_norm},  {"attn.k_norm.weight", &LayerTensors<T>::k_norm},
             {"attn.wo", &LayerTensors<T>::wo},                 {"attn_post_norm.weight", &LayerTensors<T>::attn_post_norm},
+            {"attn.w_gate", &LayerTensors<T>::mlp_gate},       {"attn.w_up", &LayerTensors<T>::mlp_up},
+            {"attn.w_down", &LayerTensors<T>::mlp_down},
             {"attn_gate", &LayerTensors<T>::attn_gate},        {"ffn_norm.weight", &LayerTensors<T>::ffn_norm},
             {"ffn.w_gate", &LayerTensors<T>::w_gate},          {"ffn.w_up", &LayerTensors<T>::w_up},
             {"ffn.w_down", &LayerTensors<T>::w_down},          {"ffn_post_norm.weight", &LayerTensors<T>::ffn_post_norm},
@@ -229,6 +335,31 @@ private:
         return L.*(fields.at(field));
     }
 };
+
+// Training FLOPs per token: llmc/model.h's convention (as train_san.py), with the 12 * T * d of
+// scores and values counted only for the layers that mix over T x T pairs (standard,
+// approximate, staticembqk; not mlp, which mixes nothing, nor nonapprox, whose scores are one
+// per position). Found instead of model.h's template by argument-dependent lookup.
+double flops_per_token(const SANConfig& c) {
+    double nonemb = (double)count_parameters(c).non_embedding;
+    int pairwise = 0;
+    for (AttnKind k : c.kinds) { pairwise += k != AttnKind::Mlp && k != AttnKind::Nonapprox; }
+    return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * pairwise * (double)c.seq_len * c.n_embd;
+}
+
+// One line on the attention of each layer, and for mlp layers the weight counts they match.
+std::string describe_attention(const SANConfig& c) {
+    std::string out = std::string("attention: ") + kAttnKinds.name(c.attention) + ", layout " + c.layout +
+                      " (layers: " + c.layer_kinds_text() + ")";
+    if (c.has_kind(AttnKind::Approximate)) { out += std::string("; taylor_norm ") + kTaylorNorms.name(c.taylor_norm); }
+    if (c.has_kind(AttnKind::Mlp)) {
+        char buf[256];
+        snprintf(buf, sizeof(buf), "; mlp width %d: SwiGLU 3 d m = %lld weights per layer for W_q,W_k,W_v,W_o's %lld",
+                 c.mlp_width(), 3LL * c.n_embd * c.mlp_width(), (long long)c.attention_matrix_weights());
+        out += buf;
+    }
+    return out;
+}
 
 // The SAN paper's locked per-device peak rates for this arm (llmc/optimizer.h DefaultRates).
 DefaultRates default_rates(const SANConfig& c) {
@@ -249,7 +380,12 @@ struct LayerActivations {
     // o = attention(q, k, v); attn_out = o W_o^T (attn_out_normed: its sandwich norm);
     // x_mid = residual(x, attn_out) when an FFN block follows
     floatX *attn_in, *q_lin, *k_lin, *v, *q, *k, *o, *attn_out, *attn_out_normed, *x_mid;
-    float *attn_in_rstd, *q_rstd, *k_rstd, *lse, *attn_out_rstd;
+    float *attn_in_rstd, *q_rstd, *k_rstd, *lse, *attn_out_rstd;  // lse: the mixer's row statistics (forward)
+    // the variants (doc/deconstructing.md): nonapprox with QK-norm keeps q_act = SiLU(q_lin), the
+    // norm's input; staticembqk keeps qk_in = norm(x0), the embedding through this layer's pre-norm;
+    // mlp keeps its SwiGLU's gate, up and output (the attention tensors above stay null)
+    floatX *q_act, *qk_in, *mlp_gate, *mlp_up, *mlp_out;
+    float *qk_in_rstd;
     // FFN block: ffn_in = norm(x_mid); swiglu_out = silu(ffn_in W_gate^T) * (ffn_in W_up^T);
     // ffn_out = swiglu_out W_down^T (ffn_out_normed: its sandwich norm)
     floatX *ffn_in, *swiglu_gate, *swiglu_up, *swiglu_out, *ffn_out, *ffn_out_normed;
@@ -258,6 +394,10 @@ struct LayerActivations {
 
 // ========================================================================================
 // the model
+
+// --skip-nonstandard: evaluate a trained hybrid without its non-standard attention sub-layers
+// (Attention) or without those layers' whole blocks (Block), the paper's "skip" column.
+enum class SkipNonstandard { None, Attention, Block };
 
 // The model: its parameters, gradients and optimizer, the residual stream, logits and loss
 // buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
@@ -275,7 +415,10 @@ struct SAN : LanguageModel<SANConfig> {
     floatX *d_branch = nullptr, *d_proj = nullptr, *d_block_in = nullptr;
     floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_qlin = nullptr, *d_klin = nullptr;
     floatX *d_swiglu_out = nullptr, *d_swiglu_gate = nullptr, *d_swiglu_up = nullptr;
+    floatX *d_qk_in = nullptr, *dx0 = nullptr;  // staticembqk: gradients of the layers' qk_in, and of x0
     float* scratch = nullptr;
+    float* variant_scratch = nullptr;  // backward scratch of the approximate / nonapprox mixers
+    SkipNonstandard skip = SkipNonstandard::None;  // evaluation only: backward() refuses it
     std::vector<int> host_targets_masked;
 
     SAN(const SANConfig& config, int batch, int seq) : LanguageModel(config, batch, seq) {
@@ -289,27 +432,54 @@ struct SAN : LanguageModel<SANConfig> {
 
     void allocate_activations() {
         size_t N = (size_t)B * T, d = cfg.n_embd, hd = cfg.head_dim();
-        size_t qd = (size_t)cfg.n_head * hd, kvd = (size_t)cfg.n_kv_head * hd, ff = cfg.d_ff;
+        size_t qd = (size_t)cfg.n_head * hd, kvd = (size_t)cfg.n_kv_head * hd;
+        size_t ff = cfg.has_ffn() ? (size_t)cfg.d_ff : 0;  // the widest SwiGLU: the FFN's or an mlp layer's
+        size_t mixer_scratch = 0;                          // the variants' backward scratch (fp32)
         acts.resize(cfg.n_layer);
-        for (LayerActivations& a : acts) {
+        for (int l = 0; l < cfg.n_layer; l++) {
+            LayerActivations& a = acts[l];
+            const AttnKind kind = cfg.kind(l);
             a = LayerActivations{};
             a.attn_in = arena.alloc<floatX>(N * d);
             a.attn_in_rstd = arena.alloc<float>(N);
-            a.q_lin = arena.alloc<floatX>(N * qd);
-            a.k_lin = arena.alloc<floatX>(N * kvd);
-            a.v = arena.alloc<floatX>(N * kvd);
-            a.q = arena.alloc<floatX>(N * qd);
-            a.k = arena.alloc<floatX>(N * kvd);
-            a.q_rstd = arena.alloc<float>(N * cfg.n_head);
-            a.k_rstd = arena.alloc<float>(N * cfg.n_kv_head);
-            a.o = arena.alloc<floatX>(N * qd);
-            a.lse = arena.alloc<float>(N * cfg.n_head);
+            if (kind == AttnKind::Mlp) {
+                size_t m = cfg.mlp_width();
+                a.mlp_gate = arena.alloc<floatX>(N * m);
+                a.mlp_up = arena.alloc<floatX>(N * m);
+                a.mlp_out = arena.alloc<floatX>(N * m);
+                ff = std::max(ff, m);
+            } else {
+                a.q_lin = arena.alloc<floatX>(N * qd);
+                a.k_lin = arena.alloc<floatX>(N * kvd);
+                a.v = arena.alloc<floatX>(N * kvd);
+                a.q = arena.alloc<floatX>(N * qd);
+                a.k = arena.alloc<floatX>(N * kvd);
+                a.q_rstd = arena.alloc<float>(N * cfg.n_head);
+                a.k_rstd = arena.alloc<float>(N * cfg.n_kv_head);
+                a.o = arena.alloc<floatX>(N * qd);
+                // row statistics: lse (standard), the Z planes (approximate), scores and lse (nonapprox)
+                size_t planes = kind == AttnKind::Approximate ? taylor_stat_planes(cfg.taylor_norm)
+                                : kind == AttnKind::Nonapprox ? 2 : 1;
+                a.lse = arena.alloc<float>(planes * N * cfg.n_head);
+            }
+            if (kind == AttnKind::Nonapprox) {
+                if (cfg.qk_norm) { a.q_act = arena.alloc<floatX>(N * qd); }
+                mixer_scratch = std::max(mixer_scratch, nonapprox_backward_scratch_floats(B, T, cfg.n_head, (int)hd));
+            }
+            if (kind == AttnKind::Approximate) {
+                mixer_scratch = std::max(mixer_scratch, taylor_backward_scratch_floats(B, T, cfg.n_head, cfg.taylor_norm));
+            }
+            if (kind == AttnKind::StaticEmbQK) {
+                a.qk_in = arena.alloc<floatX>(N * d);
+                a.qk_in_rstd = arena.alloc<float>(N);
+            }
             a.attn_out = arena.alloc<floatX>(N * d);
             if (cfg.sandwich) {
                 a.attn_out_normed = arena.alloc<floatX>(N * d);
                 a.attn_out_rstd = arena.alloc<float>(N);
             }
             if (cfg.has_ffn()) {
+                size_t ff = cfg.d_ff;
                 a.x_mid = arena.alloc<floatX>(N * d);
                 a.ffn_in = arena.alloc<floatX>(N * d);
                 a.ffn_in_rstd = arena.alloc<float>(N);
@@ -335,7 +505,12 @@ struct SAN : LanguageModel<SANConfig> {
         d_v = arena.alloc<floatX>(N * kvd);
         d_qlin = arena.alloc<floatX>(N * qd);
         d_klin = arena.alloc<floatX>(N * kvd);
-        if (cfg.has_ffn()) {
+        if (cfg.has_kind(AttnKind::StaticEmbQK)) {
+            d_qk_in = arena.alloc<floatX>(N * d);
+            dx0 = arena.alloc<floatX>(N * d);
+        }
+        if (mixer_scratch > 0) { variant_scratch = arena.alloc<float>(mixer_scratch); }
+        if (ff > 0) {
             d_swiglu_out = arena.alloc<floatX>(N * ff);
             d_swiglu_gate = arena.alloc<floatX>(N * ff);
             d_swiglu_up = arena.alloc<floatX>(N * ff);
@@ -404,37 +579,82 @@ struct SAN : LanguageModel<SANConfig> {
             LayerActivations& a = acts[l];
             floatX* x_in = residual[l];
             floatX* x_attn_out = cfg.has_ffn() ? a.x_mid : residual[l + 1];
-            // keys and values: the activations, or with a cache its row `pos`
-            floatX* k = cache != nullptr ? cache->k[l] + (size_t)pos * kvd : a.k;
-            floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
-            const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
-            // attention block
-            norm_forward(a.attn_in, a.attn_in_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
-            linear_forward(a.q_lin, a.attn_in, p.wq, N, d, qd, stream);
-            linear_forward(a.k_lin, a.attn_in, p.wk, N, d, kvd, stream);
-            linear_forward(v, a.attn_in, p.wv, N, d, kvd, stream);
-            if (cfg.qk_norm) {
-                norm_forward(a.q, a.q_rstd, a.q_lin, p.q_norm, N * Hq, hd, off, kNormEps, stream);
-                norm_forward(k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
-                rope_forward(a.q, a.q, rope_rows, Bn, Tn, Hq, hd, stream);
-                rope_forward(k, k, rope_rows, Bn, Tn, Hkv, hd, stream);
+            const AttnKind kind = cfg.kind(l);
+            // --skip-nonstandard (evaluation): the variant's sub-layer, or its whole block, is left out
+            const bool skipped = skip != SkipNonstandard::None && kind != AttnKind::Standard;
+            if (skipped && skip == SkipNonstandard::Block) {
+                cudaCheck(cudaMemcpyAsync(residual[l + 1], x_in, (size_t)N * d * sizeof(floatX),
+                                          cudaMemcpyDeviceToDevice, stream));
+                continue;
+            }
+            if (skipped) {
+                cudaCheck(cudaMemcpyAsync(x_attn_out, x_in, (size_t)N * d * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                          stream));
             } else {
-                rope_forward(a.q, a.q_lin, rope_rows, Bn, Tn, Hq, hd, stream);
-                rope_forward(k, a.k_lin, rope_rows, Bn, Tn, Hkv, hd, stream);
+                // attention block (or the variant of this layer: doc/deconstructing.md)
+                norm_forward(a.attn_in, a.attn_in_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
+                if (kind == AttnKind::Mlp) {  // no token mixing: a SwiGLU of the position's own input
+                    const int m = cfg.mlp_width();
+                    linear_forward(a.mlp_gate, a.attn_in, p.mlp_gate, N, d, m, stream);
+                    linear_forward(a.mlp_up, a.attn_in, p.mlp_up, N, d, m, stream);
+                    swiglu_forward(a.mlp_out, a.mlp_gate, a.mlp_up, (size_t)N * m, stream);
+                    linear_forward(a.attn_out, a.mlp_out, p.mlp_down, N, m, d, stream);
+                } else {
+                    // keys and values: the activations, or with a cache its row `pos`
+                    floatX* k = cache != nullptr ? cache->k[l] + (size_t)pos * kvd : a.k;
+                    floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
+                    const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
+                    // staticembqk: queries and keys from the embedding x0, through this layer's pre-norm
+                    const floatX* qk_in = a.attn_in;
+                    if (kind == AttnKind::StaticEmbQK) {
+                        norm_forward(a.qk_in, a.qk_in_rstd, residual[0], p.attn_norm, N, d, off, kNormEps, stream);
+                        qk_in = a.qk_in;
+                    }
+                    linear_forward(a.q_lin, qk_in, p.wq, N, d, qd, stream);
+                    linear_forward(a.k_lin, qk_in, p.wk, N, d, kvd, stream);
+                    linear_forward(v, a.attn_in, p.wv, N, d, kvd, stream);
+                    if (kind == AttnKind::Nonapprox) {
+                        // q = SiLU(attn_in W_q), then QK-norm; no RoPE: the score q[t].k[t] pairs a
+                        // position with itself, and rotating both by one angle would change nothing
+                        silu_forward(cfg.qk_norm ? a.q_act : a.q, a.q_lin, (size_t)N * qd, stream);
+                        if (cfg.qk_norm) {
+                            norm_forward(a.q, a.q_rstd, a.q_act, p.q_norm, N * Hq, hd, off, kNormEps, stream);
+                            norm_forward(a.k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
+                        } else {
+                            cudaCheck(cudaMemcpyAsync(a.k, a.k_lin, (size_t)N * kvd * sizeof(floatX),
+                                                      cudaMemcpyDeviceToDevice, stream));
+                        }
+                        nonapprox_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
+                    } else {
+                        if (cfg.qk_norm) {
+                            norm_forward(a.q, a.q_rstd, a.q_lin, p.q_norm, N * Hq, hd, off, kNormEps, stream);
+                            norm_forward(k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
+                            rope_forward(a.q, a.q, rope_rows, Bn, Tn, Hq, hd, stream);
+                            rope_forward(k, k, rope_rows, Bn, Tn, Hkv, hd, stream);
+                        } else {
+                            rope_forward(a.q, a.q_lin, rope_rows, Bn, Tn, Hq, hd, stream);
+                            rope_forward(k, a.k_lin, rope_rows, Bn, Tn, Hkv, hd, stream);
+                        }
+                        if (cache != nullptr) {  // (sample() caches standard and staticembqk layers only)
+                            attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr,
+                                             pos, Hq, Hkv, hd, stream);
+                        } else if (kind == AttnKind::Approximate) {
+                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd,
+                                                     cfg.taylor_norm, stream);
+                        } else {
+                            attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
+                        }
+                    }
+                    linear_forward(a.attn_out, a.o, p.wo, N, qd, d, stream);
+                }
+                const floatX* branch = a.attn_out;
+                if (cfg.sandwich) {
+                    norm_forward(a.attn_out_normed, a.attn_out_rstd, a.attn_out, p.attn_post_norm, N, d, off, kNormEps,
+                                 stream);
+                    branch = a.attn_out_normed;
+                }
+                residual_forward(x_attn_out, x_in, branch, p.attn_gate, mode, (size_t)N * d, stream);
             }
-            if (cache != nullptr) {
-                attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr, pos, Hq, Hkv,
-                                 hd, stream);
-            } else {
-                attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
-            }
-            linear_forward(a.attn_out, a.o, p.wo, N, qd, d, stream);
-            const floatX* branch = a.attn_out;
-            if (cfg.sandwich) {
-                norm_forward(a.attn_out_normed, a.attn_out_rstd, a.attn_out, p.attn_post_norm, N, d, off, kNormEps, stream);
-                branch = a.attn_out_normed;
-            }
-            residual_forward(x_attn_out, x_in, branch, p.attn_gate, mode, (size_t)N * d, stream);
             // FFN block (control arm)
             if (cfg.has_ffn()) {
                 norm_forward(a.ffn_in, a.ffn_in_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
@@ -470,6 +690,7 @@ struct SAN : LanguageModel<SANConfig> {
     // Accumulates d(loss * dloss_scale)/d params into grads (zero them with zero_grad()),
     // for the batch of the last forward() that was given a non-zero dloss_scale.
     void backward() {
+        if (skip != SkipNonstandard::None) { fatal("backward: --skip-nonstandard is for evaluation only"); }
         const int Bn = last_B, Tn = last_T, N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim();
         const int Hq = cfg.n_head, Hkv = cfg.n_kv_head, qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff;
         const int Vp = cfg.padded_vocab();
@@ -483,6 +704,7 @@ struct SAN : LanguageModel<SANConfig> {
         linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream));
         norm_backward(dx, G.final_norm, scratch, dxf, residual[cfg.n_layer], P.final_norm, xf_rstd, N, d, off, stream);
+        if (dx0 != nullptr) { cudaCheck(cudaMemsetAsync(dx0, 0, Nd * sizeof(floatX), stream)); }
 
         // Gradient of one residual branch: dx holds dL/d(x_out). Leaves dL/d(branch output
         // before the sandwich norm) in the returned buffer and clears dx for mode `none`.
@@ -515,28 +737,67 @@ struct SAN : LanguageModel<SANConfig> {
             }
             floatX* d_attn_out = branch_backward(cfg.sandwich ? a.attn_out_normed : a.attn_out, a.attn_out,
                                                  a.attn_out_rstd, p.attn_post_norm, g.attn_post_norm, p.attn_gate, g.attn_gate);
+            const AttnKind kind = cfg.kind(l);
+            if (kind == AttnKind::Mlp) {
+                const int m = cfg.mlp_width();
+                linear_backward_weight(g.mlp_down, d_attn_out, a.mlp_out, N, m, d, stream);
+                linear_backward_input(d_swiglu_out, d_attn_out, p.mlp_down, N, m, d, false, stream);
+                swiglu_backward(d_swiglu_gate, d_swiglu_up, d_swiglu_out, a.mlp_gate, a.mlp_up, (size_t)N * m, stream);
+                linear_backward_weight(g.mlp_gate, d_swiglu_gate, a.attn_in, N, d, m, stream);
+                linear_backward_weight(g.mlp_up, d_swiglu_up, a.attn_in, N, d, m, stream);
+                linear_backward_input(d_block_in, d_swiglu_gate, p.mlp_gate, N, d, m, false, stream);
+                linear_backward_input(d_block_in, d_swiglu_up, p.mlp_up, N, d, m, true, stream);
+                norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off,
+                              stream);
+                continue;
+            }
             linear_backward_weight(g.wo, d_attn_out, a.o, N, qd, d, stream);
             linear_backward_input(d_o, d_attn_out, p.wo, N, qd, d, false, stream);
-            attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv, hd, stream);
-            rope_backward(d_q, d_q, rope, Bn, Tn, Hq, hd, stream);
-            rope_backward(d_k, d_k, rope, Bn, Tn, Hkv, hd, stream);
+            if (kind == AttnKind::Nonapprox) {  // (no RoPE)
+                nonapprox_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv,
+                                   hd, stream);
+            } else {
+                if (kind == AttnKind::Approximate) {
+                    taylor_attention_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn,
+                                              Tn, Hq, Hkv, hd, cfg.taylor_norm, stream);
+                } else {
+                    attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv, hd,
+                                       stream);
+                }
+                rope_backward(d_q, d_q, rope, Bn, Tn, Hq, hd, stream);
+                rope_backward(d_k, d_k, rope, Bn, Tn, Hkv, hd, stream);
+            }
             floatX* dq_lin = d_q;
             floatX* dk_lin = d_k;
             if (cfg.qk_norm) {
                 cudaCheck(cudaMemsetAsync(d_qlin, 0, (size_t)N * qd * sizeof(floatX), stream));
                 cudaCheck(cudaMemsetAsync(d_klin, 0, (size_t)N * kvd * sizeof(floatX), stream));
-                norm_backward(d_qlin, g.q_norm, scratch, d_q, a.q_lin, p.q_norm, a.q_rstd, N * Hq, hd, off, stream);
+                norm_backward(d_qlin, g.q_norm, scratch, d_q, kind == AttnKind::Nonapprox ? a.q_act : a.q_lin, p.q_norm,
+                              a.q_rstd, N * Hq, hd, off, stream);
                 norm_backward(d_klin, g.k_norm, scratch, d_k, a.k_lin, p.k_norm, a.k_rstd, N * Hkv, hd, off, stream);
                 dq_lin = d_qlin;
                 dk_lin = d_klin;
             }
-            linear_backward_weight(g.wq, dq_lin, a.attn_in, N, d, qd, stream);
-            linear_backward_weight(g.wk, dk_lin, a.attn_in, N, d, kvd, stream);
+            if (kind == AttnKind::Nonapprox) {  // through q = SiLU(q_lin), in place
+                silu_backward(dq_lin, dq_lin, a.q_lin, (size_t)N * qd, stream);
+            }
+            // staticembqk: q and k came from qk_in = norm(x0): their gradient goes to x0 (dx0)
+            const floatX* qk_in = kind == AttnKind::StaticEmbQK ? a.qk_in : a.attn_in;
+            floatX* d_qk = kind == AttnKind::StaticEmbQK ? d_qk_in : d_block_in;
+            linear_backward_weight(g.wq, dq_lin, qk_in, N, d, qd, stream);
+            linear_backward_weight(g.wk, dk_lin, qk_in, N, d, kvd, stream);
             linear_backward_weight(g.wv, d_v, a.attn_in, N, d, kvd, stream);
-            linear_backward_input(d_block_in, dq_lin, p.wq, N, d, qd, false, stream);
-            linear_backward_input(d_block_in, dk_lin, p.wk, N, d, kvd, true, stream);
-            linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, true, stream);
+            linear_backward_input(d_qk, dq_lin, p.wq, N, d, qd, false, stream);
+            linear_backward_input(d_qk, dk_lin, p.wk, N, d, kvd, true, stream);
+            linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, kind != AttnKind::StaticEmbQK, stream);
+            if (kind == AttnKind::StaticEmbQK) {
+                norm_backward(dx0, g.attn_norm, scratch, d_qk_in, residual[0], p.attn_norm, a.qk_in_rstd, N, d, off,
+                              stream);
+            }
             norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off, stream);
+        }
+        if (dx0 != nullptr) {  // the staticembqk layers' path to the embedding joins the stream's
+            residual_forward(dx, dx, dx0, nullptr, ResidualMode::Standard, Nd, stream);
         }
         embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
     }
@@ -545,7 +806,9 @@ struct SAN : LanguageModel<SANConfig> {
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
     // tokens gives the effective rank of the residual stream after each layer
     // (llmc/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
-    // attention mask lets a query see. On the host, in double: a measurement, not a hot path.
+    // attention mask lets a query see (the input of exp, or of the Taylor polynomial; for
+    // nonapprox each position's own q[t].k[t]; mlp and skipped layers have none and log 0). On
+    // the host, in double: a measurement, not a hot path.
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
         const ResidualMode mode = cfg.residual;
@@ -576,6 +839,11 @@ struct SAN : LanguageModel<SANConfig> {
         for (int l = 0; l < cfg.n_layer; l++) {
             std::vector<float> h = to_floats(copy_from_device(residual[l + 1], (size_t)N * d));
             m.erank.push_back(effective_rank(h, N, d));
+            const AttnKind kind = cfg.kind(l);
+            if (kind == AttnKind::Mlp || (skip != SkipNonstandard::None && kind != AttnKind::Standard)) {
+                m.max_logit.push_back(0.0);
+                continue;
+            }
             std::vector<float> q = to_floats(copy_from_device(acts[l].q, (size_t)N * Hq * hd));
             std::vector<float> k = to_floats(copy_from_device(acts[l].k, (size_t)N * Hkv * hd));
             double largest = 0.0;
@@ -584,7 +852,7 @@ struct SAN : LanguageModel<SANConfig> {
                     int j = h / (Hq / Hkv);
                     for (int t = 0; t < Tn; t++) {
                         const float* qt = &q[(((size_t)b * Tn + t) * Hq + h) * hd];
-                        for (int tau = 0; tau <= t; tau++) {
+                        for (int tau = kind == AttnKind::Nonapprox ? t : 0; tau <= t; tau++) {
                             if (cfg.doc_mask && doc[b * Tn + tau] != doc[b * Tn + t]) { continue; }
                             const float* kt = &k[(((size_t)b * Tn + tau) * Hkv + j) * hd];
                             double dot = 0.0;
@@ -598,8 +866,18 @@ struct SAN : LanguageModel<SANConfig> {
         }
         return m;
     }
-
 };
+
+// Sampling (llmc/model.h), found instead of model.h's template by argument-dependent lookup:
+// the cached step runs standard attention (llmc/kv_cache.cuh), so a model with approximate or
+// nonapprox layers recomputes the window for every token instead.
+std::vector<int> sample(SAN& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
+                        bool use_cache = true) {
+    const SANConfig& c = model.cfg;
+    use_cache = use_cache && !c.has_kind(AttnKind::Approximate) && !c.has_kind(AttnKind::Nonapprox);
+    return sample_tokens(model, model.kv, model.T, c.padded_vocab(), c.vocab_size, c.bos_id, c.n_layer, c.kv_width(),
+                         model.logits, std::move(tokens), n, temperature, rng, use_cache);
+}
 
 // ========================================================================================
 // command line and main (the sequence: llmc/trainer.h)
@@ -608,6 +886,8 @@ struct Options {
     std::string preset = "tiny";
     SANConfig model;
     int paper_setup = 0;
+    int deconstructing_setup = 0;
+    std::string skip_nonstandard = "none";  // not model config: an evaluation of a trained model
     TrainOptions train = [] {
         TrainOptions t;
         t.opt.optimizer = OptimizerKind::Muon;  // the paper's optimizer, and train_san.py's default
@@ -636,10 +916,28 @@ void apply_paper_setup(TrainOptions& t) {
 constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
                                             "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"};
 
+// --deconstructing-setup 1: the recipe of "Deconstructing Attention" as defaults that explicit
+// flags override: AdamW at peak 4e-4 (every group), weight decay 0.1 (matrices, as always here),
+// clip 1.0, 256 rows per step, cosine to 0.1x after 2000 warmup steps: the warmup fraction is
+// 2000 / steps (at most 1), from --steps as given. (The paper states no final rate: 0.1x is
+// this project's choice, doc/deconstructing.md.)
+void apply_deconstructing_setup(TrainOptions& t, long steps) {
+    t.global_batch = 256;
+    t.opt.optimizer = OptimizerKind::AdamW;
+    t.opt.lr = 4e-4;
+    t.opt.weight_decay = 0.1;
+    t.opt.grad_clip = 1.0;
+    t.opt.schedule.kind = ScheduleKind::Cosine;
+    t.opt.schedule.warmup_frac = std::min(1.0, 2000.0 / (double)std::max(1L, steps));
+    t.opt.schedule.final_frac = 0.1;
+}
+constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimizer", "--lr", "--weight-decay",
+                                                     "--grad-clip", "--schedule", "--warmup-frac", "--final-frac"};
+
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
     std::vector<Flag> flags = ModelDims::flags(
-        &o.preset, m, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); the flags below override it",
+        &o.preset, m, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); Deconstructing Attention's qwen-70m, qwen-160m, qwen-500m, qwen3-1.7b and the CPU-sized qwen-cpu, qwen3-cpu; the flags below override it",
         "model context T (RoPE table size)", "query heads", "token that starts a document (default: the tokenizer's)");
     std::vector<Flag> san = {
         make_flag("--n-kv-head", &m.n_kv_head, "kv heads (GQA; = n-head is MHA)"),
@@ -652,11 +950,33 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
+        make_flag("--attention", &m.attention, kAttnKinds, "kind of the layers the layout does not keep standard (doc/deconstructing.md; rndembqk, fixedseqqk: not built yet)"),
+        make_flag("--layout", &m.layout, "layers that keep standard attention: uniform (none), hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, or a list like 1,24"),
+        make_flag("--taylor-norm", &m.taylor_norm, kTaylorNorms, "approximate: Based's joint feature map, or the paper's separately normalised terms"),
+        make_flag("--skip-nonstandard", &o.skip_nonstandard, "evaluation (--steps 0 --init-from CKPT): none | attention (leave out the non-standard attention sub-layers) | block (their whole blocks)"),
         make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
+        make_flag("--deconstructing-setup", &o.deconstructing_setup, "1: Deconstructing Attention's recipe as defaults (doc/deconstructing.md \"Recipe\"); flags given win"),
     };
     flags.insert(flags.end(), san.begin(), san.end());
     add_training_flags(flags, o.train);
     return flags;
+}
+
+// --skip-nonstandard: checked against what it needs (an evaluation of a model with variants)
+SkipNonstandard parse_skip_nonstandard(const std::string& value, const SANConfig& c, const TrainOptions& t) {
+    if (value == "none") { return SkipNonstandard::None; }
+    if (value != "attention" && value != "block") {
+        fatal("--skip-nonstandard must be none, attention or block, not '%s'", value.c_str());
+    }
+    if (t.steps != 0 || t.init_from.empty()) {
+        fatal("--skip-nonstandard evaluates a trained model: give --steps 0 --init-from CKPT");
+    }
+    bool any = false;
+    for (AttnKind k : c.kinds) { any = any || k != AttnKind::Standard; }
+    if (!any) { fatal("--skip-nonstandard %s: the model has standard attention in every layer", value.c_str()); }
+    printf("evaluation without the non-standard layers' %s (--skip-nonstandard)\n",
+           value == "block" ? "blocks" : "attention sub-layers");
+    return value == "block" ? SkipNonstandard::Block : SkipNonstandard::Attention;
 }
 
 // What llmc/trainer.h asks of this trainer.
@@ -669,6 +989,18 @@ struct SANTrainer {
             apply_paper_setup(o.train);
             o.train.given.insert(std::begin(kPaperSetupFlags), std::end(kPaperSetupFlags));
         }
+        std::string recipe = find_flag_value(argc, argv, "--deconstructing-setup");
+        if (!recipe.empty() && recipe != "0" && recipe != "1") {
+            fatal("option --deconstructing-setup: must be 0 or 1, not '%s'", recipe.c_str());
+        }
+        if (recipe == "1") {
+            if (paper == "1") { fatal("--paper-setup 1 and --deconstructing-setup 1 are two recipes: give one"); }
+            std::string steps = find_flag_value(argc, argv, "--steps");
+            char* end = nullptr;
+            long n = steps.empty() ? o.train.steps : std::strtol(steps.c_str(), &end, 10);
+            apply_deconstructing_setup(o.train, n > 0 ? n : 1);
+            o.train.given.insert(std::begin(kDeconstructingSetupFlags), std::end(kDeconstructingSetupFlags));
+        }
     }
     static bool start_elsewhere(Options&, bool) { return false; }
     static DefaultRates default_rates(const SANConfig& c) { return ::default_rates(c); }
@@ -679,10 +1011,18 @@ struct SANTrainer {
         if (c.has_ffn()) { printf(" d_ff=%d", c.d_ff); }
         printf(" norm=%s qk_norm=%d residual=%s sandwich=%d rope_theta=%g doc_mask=%d z_loss=%g\n", kNormKinds.name(c.norm),
                c.qk_norm, kResidualModes.name(c.residual), c.sandwich, c.rope_theta, c.doc_mask, c.z_loss);
+        printf("%s\n", describe_attention(c).c_str());
         printf("vocab %d (padded %d), context %d, bos %d\n", c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
         if (o.paper_setup) { printf("recipe: the SAN paper's setup (--paper-setup 1), with the flags given on top\n"); }
+        if (o.deconstructing_setup) {
+            printf("recipe: Deconstructing Attention's setup (--deconstructing-setup 1), with the flags given on top\n");
+        }
     }
     static void init_parameters(SAN& model, const Options& o) { model.init_parameters(o.train.seed); }
+    // settings of this run that are not model config (llmc/trainer.h calls it once the model is built)
+    static void configure_model(SAN& model, const Options& o) {
+        model.skip = parse_skip_nonstandard(o.skip_nonstandard, o.model, o.train);
+    }
 };
 
 #ifndef TESTING

@@ -24,6 +24,7 @@ from attnref import training
 from attnref.container import ContainerError
 from attnref.optim import OptConfig, Optimizer
 from attnref.san import PRESETS, SAN, SANConfig, count_parameters, flops_per_token, load_checkpoint
+from attnref.variants import KINDS, TAYLOR_NORMS
 
 
 def build_parser():
@@ -32,10 +33,14 @@ def build_parser():
         flag = training.model_flag(f.name)
         if f.type in (bool, "bool"):
             g.add_argument(flag, dest=f.name, type=int, choices=(0, 1), default=None)
-        elif f.name in ("ffn", "norm", "residual"):
+        elif f.name in ("ffn", "norm", "residual", "attention", "taylor_norm"):
             choices = {"ffn": ("none", "swiglu"), "norm": ("zcn", "rms"),
-                       "residual": ("gated", "standard", "rezero", "none")}[f.name]
+                       "residual": ("gated", "standard", "rezero", "none"), "attention": KINDS,
+                       "taylor_norm": TAYLOR_NORMS}[f.name]
             g.add_argument(flag, dest=f.name, choices=choices, default=None)
+        elif f.name == "layout":
+            g.add_argument(flag, dest=f.name, default=None,
+                           help="layers that keep standard attention: a named layout or a list (doc/deconstructing.md)")
         else:
             g.add_argument(flag, dest=f.name, type=int if f.type in (int, "int") else float, default=None)
     o = p.add_argument_group("optimizer and schedule")
@@ -61,6 +66,9 @@ def build_parser():
     r.add_argument("--global-batch", type=int, default=0, help="rows per optimizer step (0: batch-size x grad-accum)")
     r.add_argument("--paper-setup", type=int, choices=(0, 1), default=0,
                    help="1: the SAN paper's recipe as defaults (doc/san-model.md 'Paper setup'); flags given win")
+    r.add_argument("--deconstructing-setup", type=int, choices=(0, 1), default=0,
+                   help="1: Deconstructing Attention's recipe as defaults (doc/deconstructing.md 'Recipe'); flags "
+                        "given win")
     r.add_argument("--tokenizer", metavar="PATH",
                    help="tokenizer .bin (dev/data/tokenizer.py, as the C++ trainers read it): sets the vocabulary "
                         "size and decodes the sample")
@@ -70,6 +78,9 @@ def build_parser():
     r.add_argument("--autocast", choices=("off", "bf16"), default="off",
                    help="bf16: train under torch.autocast (the speed path; the reference numerics are fp32)")
     r.add_argument("--compile", type=int, choices=(0, 1), default=0, help="1: torch.compile the training forward")
+    r.add_argument("--skip-nonstandard", choices=("none", "attention", "block"), default="none",
+                   help="evaluation of a trained model: leave out the non-standard layers' attention sub-layers or "
+                        "whole blocks (doc/deconstructing.md)")
     return p
 
 
@@ -112,11 +123,23 @@ PAPER_SETUP = dict(global_batch=512, lr_scale_gpus=8, optimizer="muon", muon_ord
                    warmup_frac=0.05, decay_frac=0.15, final_frac=0.05)
 
 
+# --deconstructing-setup 1: the recipe of "Deconstructing Attention" (as train_san.cu): AdamW at
+# peak 4e-4, weight decay 0.1, clip 1.0, 256 rows per step, cosine to 0.1x after 2000 warmup steps
+# (the warmup fraction is 2000 / --steps, at most 1).
+def deconstructing_setup(steps):
+    return dict(global_batch=256, optimizer="adamw", lr=4e-4, weight_decay=0.1, grad_clip=1.0, schedule="cosine",
+                warmup_frac=min(1.0, 2000 / max(1, steps)), final_frac=0.1)
+
+
 def parse_args(argv=None):
     parser = build_parser()
     early, _ = parser.parse_known_args(argv)
+    if early.paper_setup and early.deconstructing_setup:
+        parser.error("--paper-setup 1 and --deconstructing-setup 1 are two recipes: give one")
     if early.paper_setup:
         parser.set_defaults(**PAPER_SETUP)
+    if early.deconstructing_setup:
+        parser.set_defaults(**deconstructing_setup(early.steps))
     args = parser.parse_args(argv)
     if args.global_batch:
         if args.global_batch % args.batch_size:
@@ -172,6 +195,12 @@ def main(argv=None):
     if model is None:
         model = SAN(cfg).init_weights(args.seed).to(device)
     model.attn_impl = args.attn_impl
+    if args.skip_nonstandard != "none":
+        if args.steps or not (args.init_from or args.load_checkpoint):
+            print("error: --skip-nonstandard evaluates a trained model: give --load-checkpoint CKPT without --steps",
+                  file=sys.stderr)
+            return 1
+        model.skip = args.skip_nonstandard
     if args.attn_impl == "fast" and cfg.doc_mask and args.steps > 0 and str(device).startswith("cpu"):
         print("error: --attn-impl fast with the document mask trains only on a GPU (FlexAttention has no CPU "
               "backward); use --doc-mask 0 or another --attn-impl", file=sys.stderr)

@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from attnref.container import KIND_CHECKPOINT, load_params_into, read_container
 from attnref.ops import (attention_mask, document_ids, fast_attention, fast_attention_mask, gqa_attention, san_loss,
                          sdpa_attention)
-from attnref.params import ModelConfig, SpecModel, palm_flops_per_token
+from attnref.params import ModelConfig, SpecModel
+from attnref.variants import (TAYLOR_NORMS, MlpMixer, layer_kinds, mlp_width, nonapprox_attention,
+                              taylor_attention)
 
 # -----------------------------------------------------------------------------------------
 # Configuration
@@ -50,6 +52,10 @@ class SANConfig(ModelConfig):
     doc_mask: bool = True          # same-document attention + mask of boundary-crossing targets
     bos_id: int = 2                # token that starts a document (used when doc_mask is on)
     z_loss: float = 1e-4           # coefficient of mean(logsumexp^2)
+    # the attention variants of "Deconstructing Attention" (doc/deconstructing.md, attnref/variants.py)
+    attention: str = "standard"    # the kind of every layer the layout does not keep standard
+    layout: str = "uniform"        # which layers keep standard attention
+    taylor_norm: str = "joint"     # approximate: joint (Based's feature map) | separate (the paper's terms)
 
     def __post_init__(self):
         if self.d_ff == 0:
@@ -78,6 +84,27 @@ class SANConfig(ModelConfig):
         need(0 <= self.bos_id < self.vocab_size,
              f"bos_id ({self.bos_id}) must be a token id < vocab_size ({self.vocab_size})")
         need(self.z_loss >= 0, f"z_loss must be >= 0 (got {self.z_loss})")
+        need(self.taylor_norm in TAYLOR_NORMS, f"taylor_norm must be joint|separate (got {self.taylor_norm!r})")
+        try:
+            self.kinds = layer_kinds(self.attention, self.layout, self.n_layer)   # one per layer
+        except ValueError as e:
+            need(False, str(e))
+
+    def to_meta(self):
+        """The config text, plus the derived per-layer kinds (checked on load, as train_san.cu)."""
+        return super().to_meta() + [("layer_attention", ",".join(self.kinds))]
+
+    @classmethod
+    def from_meta(cls, meta, source="<meta>"):
+        """Files from before the variants have no attention keys: standard attention everywhere."""
+        meta = dict(meta)
+        for key in ("attention", "layout", "taylor_norm"):
+            meta.setdefault(key, str(getattr(cls, key)))
+        cfg = super().from_meta(meta, source)
+        if "layer_attention" in meta and meta["layer_attention"] != ",".join(cfg.kinds):
+            raise ValueError(f"{source}: layer_attention={meta['layer_attention']} does not follow from "
+                             f"attention={cfg.attention} layout={cfg.layout} ({','.join(cfg.kinds)})")
+        return cfg
 
 
 # Presets: the paper's arms (d512, 8 query / 4 kv heads, vocab 16384, T 2048) and tiny ones.
@@ -100,6 +127,21 @@ PRESETS = {
     # a small SAN that learns the offline data on a CPU in minutes (as train_san.cu's demo)
     "demo": dict(_TINY, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=2, ffn="none"),
 }
+# "Deconstructing Attention"'s Qwen2.5-style decoders (as train_san.cu; doc/deconstructing.md "Presets"):
+# RMSNorm, SwiGLU, RoPE theta 1e6, MHA, plain residuals, no QK-norm, no biases, GPT-2's vocabulary,
+# no z-loss; the smaller ones take d_ff from the 500M's 4864/896 rounded to a multiple of 128.
+_QWEN = dict(vocab_size=50257, seq_len=2048, ffn="swiglu", norm="rms", qk_norm=False, residual="standard",
+             sandwich=False, rope_theta=1e6, doc_mask=True, bos_id=50256, z_loss=0.0)
+PRESETS.update({
+    "qwen-70m": dict(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2816),
+    "qwen-160m": dict(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=4224),
+    "qwen-500m": dict(_QWEN, n_layer=24, n_embd=896, n_head=14, n_kv_head=14, d_ff=4864),
+    "qwen3-1.7b": dict(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, d_ff=6144, qk_norm=True),
+    "qwen-cpu": dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=4,
+                     d_ff=640),
+    "qwen3-cpu": dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=2,
+                      d_ff=384, qk_norm=True),
+})
 
 
 # -----------------------------------------------------------------------------------------
@@ -113,13 +155,17 @@ def parameter_spec(cfg):
     spec = [("wte", (cfg.padded_vocab_size, d))]
     for i in range(cfg.n_layer):
         p = f"layers.{i}."
-        spec += [(p + "attn_norm.weight", (d,)),
-                 (p + "attn.wq", (dq, d)),
-                 (p + "attn.wk", (dkv, d)),
-                 (p + "attn.wv", (dkv, d))]
-        if cfg.qk_norm:
-            spec += [(p + "attn.q_norm.weight", (hd,)), (p + "attn.k_norm.weight", (hd,))]
-        spec += [(p + "attn.wo", (d, dq))]
+        spec += [(p + "attn_norm.weight", (d,))]
+        if cfg.kinds[i] == "mlp":      # token mixing removed: a SwiGLU in the attention's place
+            m = mlp_width(cfg)
+            spec += [(p + "attn.w_gate", (m, d)), (p + "attn.w_up", (m, d)), (p + "attn.w_down", (d, m))]
+        else:                          # every other kind keeps standard attention's tensors
+            spec += [(p + "attn.wq", (dq, d)),
+                     (p + "attn.wk", (dkv, d)),
+                     (p + "attn.wv", (dkv, d))]
+            if cfg.qk_norm:
+                spec += [(p + "attn.q_norm.weight", (hd,)), (p + "attn.k_norm.weight", (hd,))]
+            spec += [(p + "attn.wo", (d, dq))]
         if cfg.sandwich:
             spec += [(p + "attn_post_norm.weight", (d,))]
         if has_gate:
@@ -150,7 +196,7 @@ def init_value(cfg, name, shape, gen):
         return w                                      # padded rows: exactly zero
     if len(shape) == 2:
         std = INIT_STD
-        if name.endswith("attn.wo") or name.endswith("ffn.w_down"):
+        if name.endswith("attn.wo") or name.endswith("ffn.w_down") or name.endswith("attn.w_down"):
             std = INIT_STD / math.sqrt(2 * cfg.n_layer)
         return torch.randn(shape, generator=gen) * std
     if name.endswith(".weight"):                      # norm gains
@@ -167,8 +213,11 @@ def count_parameters(cfg):
 
 
 def flops_per_token(cfg):
-    """Training FLOPs per token (PaLM convention, params.palm_flops_per_token)."""
-    return palm_flops_per_token(cfg, count_parameters(cfg)[1])
+    """Training FLOPs per token, PaLM convention: 6 * (non-embedding params + LM head V*d) +
+    12 * T * d for the scores and values of each layer that mixes over T x T pairs (standard,
+    approximate, staticembqk; not mlp, nor nonapprox with its one score per position)."""
+    pairwise = sum(k not in ("mlp", "nonapprox") for k in cfg.kinds)
+    return 6 * (count_parameters(cfg)[1] + cfg.vocab_size * cfg.n_embd) + 12 * pairwise * cfg.seq_len * cfg.n_embd
 
 
 # -----------------------------------------------------------------------------------------
@@ -216,11 +265,14 @@ class Norm(nn.Module):
 class Attention(nn.Module):
     """The attention sub-layer of a block: q, k, v projections (GQA: Hkv kv heads shared by
     groups of query heads), optional per-head q/k norm, RoPE, masked softmax attention,
-    output projection. u (B,T,d) -> (B,T,d)."""
+    output projection. u (B,T,d) -> (B,T,d). The variants of doc/deconstructing.md that keep
+    these tensors differ here: approximate (Taylor weights), nonapprox (q = SiLU(u W_q), one
+    score per position, no RoPE), staticembqk (q, k from u0, the pre-normed embedding)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, kind="standard"):
         super().__init__()
         self.cfg = cfg
+        self.kind = kind
         d, hd = cfg.n_embd, cfg.head_dim
         self.wq = nn.Parameter(torch.zeros(cfg.n_head * hd, d))
         self.wk = nn.Parameter(torch.zeros(cfg.n_kv_head * hd, d))
@@ -230,19 +282,28 @@ class Attention(nn.Module):
             self.q_norm = Norm(hd, cfg.norm)
             self.k_norm = Norm(hd, cfg.norm)
 
-    def forward(self, u, cos, sin, mask, impl="explicit"):
+    def forward(self, u, cos, sin, mask, impl="explicit", u0=None):
         cfg = self.cfg
         B, T, _ = u.shape
         hd = cfg.head_dim
-        q = (u @ self.wq.t()).view(B, T, cfg.n_head, hd)
-        k = (u @ self.wk.t()).view(B, T, cfg.n_kv_head, hd)
+        qk_in = u0 if self.kind == "staticembqk" else u
+        q = (qk_in @ self.wq.t()).view(B, T, cfg.n_head, hd)
+        k = (qk_in @ self.wk.t()).view(B, T, cfg.n_kv_head, hd)
         v = (u @ self.wv.t()).view(B, T, cfg.n_kv_head, hd)
+        if self.kind == "nonapprox":
+            q = F.silu(q)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)           # per head, over head_dim
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)   # (B,H,T,hd)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        attn = {"explicit": gqa_attention, "sdpa": sdpa_attention, "fast": fast_attention}[impl]
-        y = attn(q, k, v, mask)                              # (B,Hq,T,hd)
+        if self.kind == "nonapprox":                         # q[t].k[t]: RoPE would cancel
+            y = nonapprox_attention(q, k, v, mask)
+        else:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if self.kind == "approximate":
+                y = taylor_attention(q, k, v, mask, cfg.taylor_norm)
+            else:
+                attn = {"explicit": gqa_attention, "sdpa": sdpa_attention, "fast": fast_attention}[impl]
+                y = attn(q, k, v, mask)                      # (B,Hq,T,hd)
         y = y.transpose(1, 2).reshape(B, T, cfg.n_head * hd)
         return y @ self.wo.t()
 
@@ -264,10 +325,11 @@ class Block(nn.Module):
     <name>_norm (pre-norm), the sub-layer <name>, with sandwich norm <name>_post_norm on its
     output, and with gated / rezero residuals the scalar <name>_gate."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, kind="standard"):
         super().__init__()
         self.cfg = cfg
-        self.add_branch("attn", Attention(cfg))
+        self.kind = kind
+        self.add_branch("attn", MlpMixer(cfg) if kind == "mlp" else Attention(cfg, kind))
         if cfg.ffn == "swiglu":
             self.add_branch("ffn", SwiGLU(cfg))
 
@@ -293,8 +355,20 @@ class Block(nn.Module):
             return x + h
         return h                                             # "none": no skip connection
 
-    def forward(self, x, cos, sin, mask, impl="explicit"):
-        x = self.residual("attn", x, self.attn(self.attn_norm(x), cos, sin, mask, impl))
+    def forward(self, x, cos, sin, mask, impl="explicit", x0=None, skip="none"):
+        """x0: the embedding stream as it entered layer 1 (staticembqk's queries and keys).
+        skip (evaluation, --skip-nonstandard): a non-standard layer leaves out its attention
+        sub-layer ("attention") or its whole block ("block")."""
+        skipped = skip != "none" and self.kind != "standard"
+        if skipped and skip == "block":
+            return x
+        if skipped:
+            pass
+        elif self.kind == "mlp":
+            x = self.residual("attn", x, self.attn(self.attn_norm(x)))
+        else:
+            u0 = self.attn_norm(x0) if self.kind == "staticembqk" else None
+            x = self.residual("attn", x, self.attn(self.attn_norm(x), cos, sin, mask, impl, u0))
         if self.cfg.ffn == "swiglu":
             x = self.residual("ffn", x, self.ffn(self.ffn_norm(x)))
         return x
@@ -309,9 +383,10 @@ class SAN(SpecModel):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Parameter(torch.zeros(cfg.padded_vocab_size, cfg.n_embd))
-        self.layers = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.layers = nn.ModuleList([Block(cfg, kind) for kind in cfg.kinds])
         self.final_norm = Norm(cfg.n_embd, cfg.norm)
         self.attn_impl = "explicit"        # "sdpa": the cross-check path; "fast": the fused speed path
+        self.skip = "none"                 # evaluation: attention | block (Block.forward)
         self.check_spec()
 
     def forward(self, idx, targets=None):
@@ -324,9 +399,13 @@ class SAN(SpecModel):
         x = F.embedding(idx, self.wte) * math.sqrt(cfg.n_embd)
         cos, sin = rope_cos_sin(T, cfg.head_dim, cfg.rope_theta, x.dtype, x.device)
         doc = document_ids(idx, cfg.bos_id) if cfg.doc_mask else None
+        if self.attn_impl == "fast" and any(k != "standard" for k in cfg.kinds):
+            raise ValueError("--attn-impl fast runs standard attention only; the attention variants need the "
+                             "explicit maths (--attn-impl explicit)")
         mask = fast_attention_mask(T, doc) if self.attn_impl == "fast" else attention_mask(T, doc, idx.device)
+        x0 = x
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, self.attn_impl)
+            x = layer(x, cos, sin, mask, self.attn_impl, x0, self.skip)
         x = self.final_norm(x)
         logits = x @ self.wte.t()                            # (B,T,Vp), fp32 or wider
         if targets is None:

@@ -24,6 +24,9 @@ and the reader of a checkpoint's config. The trainer describes the rest with a s
     default_rates(cfg)         the model's default peak rates (llmc/optimizer.h DefaultRates)
     print_model(o)             the config lines of the start-of-run summary
     init_parameters(model, o)  parameters of a fresh run (seeded init, or the other file's)
+and optionally
+    configure_model(model, o)  run settings that are not model config, once the model is built
+                               (train_san's --skip-nonstandard)
 */
 #pragma once
 
@@ -98,6 +101,14 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
 }
 
 
+// Trainer::configure_model(model, o) where the trainer has one.
+template <typename Trainer, typename Model, typename Options>
+auto configure_model_if_any(Model& model, const Options& o, int) -> decltype(Trainer::configure_model(model, o)) {
+    return Trainer::configure_model(model, o);
+}
+template <typename Trainer, typename Model, typename Options>
+void configure_model_if_any(Model&, const Options&, long) {}
+
 template <typename Trainer, typename Options, typename Config>
 int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
                  std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
@@ -161,6 +172,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     } else {
         Trainer::init_parameters(model, o);
     }
+    configure_model_if_any<Trainer>(model, o, 0);
     run_training(model, t, tokenizer, resume, &comm);
     return 0;
 }

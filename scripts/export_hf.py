@@ -54,6 +54,8 @@ META_KEY = "attn_c"                                   # our config text inside c
 UNFOLDED_FILE = "attn_c_unfolded.safetensors"         # originals of the tensors folding changed
 FORMAT_VERSION = 1
 DERIVED_KEYS = {"padded_vocab_size", "head_dim", "step", "has_optimizer", "model"}
+# the attention kinds of doc/deconstructing.md: exportable when every layer is standard
+VARIANT_KEYS = {"attention", "layout", "taylor_norm", "layer_attention"}
 IGNORED_PREFIXES = ("opt.", "run.", "resume.", "debug.")  # training settings and state: not part of the model
 
 
@@ -75,7 +77,10 @@ def read_checkpoint(path):
     else:
         kind, cfg = "san", san.SANConfig.from_meta(meta, str(path))
         spec = san.parameter_spec(cfg)
-    known = {f.name for f in fields(cfg)} | DERIVED_KEYS
+    if meta.get("attention", "standard") != "standard":
+        raise ExportError(f"{path}: attention={meta['attention']} (layers {meta.get('layer_attention', '?')}) cannot "
+                          f"be exported: transformers' decoders have standard attention in every layer")
+    known = {f.name for f in fields(cfg)} | DERIVED_KEYS | VARIANT_KEYS
     unknown = sorted(k for k in meta if k not in known and not k.startswith(IGNORED_PREFIXES) and k != "seed")
     if unknown:
         raise ExportError(f"{path}: config keys {', '.join(unknown)} are unknown to this exporter; they may "

@@ -47,6 +47,17 @@ MATRIX = {
     "paper_san": ["--preset", "tiny"] + PAPER,
     "paper_ffn": ["--preset", "tiny-ffn"] + PAPER,
 }
+# The attention variants (doc/deconstructing.md): each uniform in the SAN and as the paper's
+# hybrid (variant in layer 1, standard in layer 2) in the FFN arm, plus the switches they add.
+for kind in ("mlp", "approximate", "nonapprox", "staticembqk"):
+    MATRIX[f"{kind}_uniform"] = ["--preset", "tiny", "--attention", kind] + ADAMW
+    MATRIX[f"{kind}_hybrid"] = ["--preset", "tiny-ffn", "--attention", kind, "--layout", "hybrid"] + ADAMW
+# (approximate's separate normalisation has no state: it divides by sum x, which crosses zero at
+# random init, so its fp32/bf16 results are as ill-conditioned as that makes them; the kernel
+# test checks it on well-conditioned inputs, doc/deconstructing.md)
+MATRIX["nonapprox_noqk"] = ["--preset", "tiny", "--attention", "nonapprox", "--qk-norm", "0"] + ADAMW
+# MHA: the mlp width rounds (d 64: 4d/3 = 85.3 -> 85); an explicit layout list
+MATRIX["mlp_mha"] = ["--preset", "tiny", "--n-kv-head", "4", "--attention", "mlp", "--layout", "2"] + ADAMW
 
 
 def main():

@@ -290,9 +290,23 @@ def test_inexpressible_configs_are_refused(kw, message, tmp_path, capsys):
 def test_unknown_config_keys_are_refused(tmp_path):
     cfg = san_cfg(250)
     model = san.SAN(cfg).init_weights(0)
-    meta = cfg.to_meta() + [("attention", "mlp"), ("step", "0"), ("has_optimizer", "0")]
+    meta = cfg.to_meta() + [("rotary_scaling", "2"), ("step", "0"), ("has_optimizer", "0")]
     container.write_container(tmp_path / "c.bin", container.KIND_CHECKPOINT, meta, container.param_tensors(model))
-    with pytest.raises(export_hf.ExportError, match="config keys attention are unknown"):
+    with pytest.raises(export_hf.ExportError, match="config keys rotary_scaling are unknown"):
+        export_hf.export(str(tmp_path / "c.bin"), str(tmp_path / "hf"), log=quiet)
+
+
+def test_attention_variants_are_refused(tmp_path):
+    """A model with a non-standard attention kind (doc/deconstructing.md) has no transformers
+    counterpart; the keys of an all-standard model are fine (every SAN checkpoint has them)."""
+    cfg = san_cfg(250)
+    model = san.SAN(cfg).init_weights(0)
+    meta = dict(cfg.to_meta())
+    meta.update(attention="mlp", layout="uniform", taylor_norm="joint", layer_attention="mlp,mlp", step="0",
+                has_optimizer="0")
+    container.write_container(tmp_path / "c.bin", container.KIND_CHECKPOINT, list(meta.items()),
+                              container.param_tensors(model))
+    with pytest.raises(export_hf.ExportError, match="attention=mlp .* cannot be exported"):
         export_hf.export(str(tmp_path / "c.bin"), str(tmp_path / "hf"), log=quiet)
 
 

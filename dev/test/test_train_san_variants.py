@@ -1,0 +1,286 @@
+"""End-to-end checks of the attention variants in the train_san binary (TRAIN_SAN_BIN, which
+`make test` sets) and of the layout rules (doc/deconstructing.md):
+
+- every built kind, uniform and hybrid, trains 2 steps on a toy corpus with a finite loss that
+  falls, and writes a checkpoint that the trainer resumes from;
+- bad combinations (an unknown kind, a layer out of range or listed twice, a layout without a
+  variant, a variant that no layer would get, a kind not built yet) stop with a clear error;
+- the named layouts at 24 layers are the paper's sets (written out here from the paper's text),
+  and the trainer's layouts (its start-up line) equal attnref/variants.py's at several depths.
+"""
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+sys.path.insert(0, ROOT)
+from shards import write_shard  # noqa: E402
+
+from attnref.variants import layer_kinds, standard_layers  # noqa: E402
+
+BIN = os.environ.get("TRAIN_SAN_BIN")
+needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
+
+VOCAB = 250
+BOS = 2
+BUILT = ("mlp", "approximate", "nonapprox", "staticembqk")
+
+
+def run(args, check=True):
+    proc = subprocess.run([os.path.join(ROOT, BIN)] + args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train_san failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A learnable corpus: each document repeats one of four fixed short patterns."""
+    rng = np.random.default_rng(0)
+    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
+    d = tmp_path_factory.mktemp("data")
+    for split, n_docs in (("train", 200), ("val", 20)):
+        tokens = []
+        for _ in range(n_docs):
+            pattern = patterns[rng.integers(len(patterns))]
+            tokens += [BOS] + list(np.tile(pattern, 6))
+        write_shard(d / f"toy_{split}_000000.bin", np.array(tokens, dtype=np.int64))
+    return d
+
+
+def common(data, tmp):
+    return ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", "",
+            "--batch-size", "4", "--sample-tokens", "0", "--checkpoint-dir", str(tmp),
+            "--optimizer", "adamw", "--lr", "3e-3", "--schedule", "constant", "--warmup-frac", "0"]
+
+
+def losses(out):
+    return [float(line.split("|")[1].split()[1]) for line in out.splitlines() if line.startswith("step ") and "|" in line]
+
+
+@needs_bin
+@pytest.mark.parametrize("kind", BUILT)
+@pytest.mark.parametrize("layout", ["uniform", "hybrid"])
+def test_variant_trains_and_resumes(data, tmp_path, kind, layout):
+    args = common(data, tmp_path) + ["--attention", kind, "--layout", layout, "--taylor-norm", "joint"]
+    out = run(args + ["--steps", "2"]).stdout
+    expect = ",".join(layer_kinds(kind, layout, 2))
+    assert f"(layers: {expect})" in out, out
+    loss = losses(out)
+    assert len(loss) == 2 and all(np.isfinite(loss)) and loss[1] < loss[0], out
+    # the checkpoint carries the kinds: a resume needs no flags, and continues the run
+    resumed = run(["--resume", str(tmp_path / "final.bin"), "--train-data", str(data / "toy_train_*.bin"),
+                   "--val-data", "", "--sample-tokens", "0", "--extend-to", "3"]).stdout
+    assert f"(layers: {expect})" in resumed and len(losses(resumed)) == 1, resumed
+
+
+@needs_bin
+def test_taylor_separate_trains(data, tmp_path):
+    out = run(common(data, tmp_path) + ["--attention", "approximate", "--taylor-norm", "separate", "--steps", "2"]).stdout
+    assert "taylor_norm separate" in out
+    assert all(np.isfinite(losses(out)))
+
+
+@needs_bin
+@pytest.mark.parametrize("args, message", [
+    (["--attention", "sideways"], "option --attention: 'sideways' is not one of standard, mlp, approximate"),
+    (["--attention", "mlp", "--layout", "1,3"], "--layout: layer 3 is out of range: the model has layers 1..2"),
+    (["--attention", "mlp", "--layout", "2,2"], "layer 2 is listed twice"),
+    (["--attention", "mlp", "--layout", "zigzag"], "'zigzag' is neither a named layout"),
+    (["--layout", "hybrid"], "but --attention is standard"),
+    (["--attention", "nonapprox", "--layout", "middle-simple"], "would be used nowhere"),
+    (["--attention", "rndembqk"], "not built yet"),
+    (["--attention", "approximate", "--taylor-norm", "both"], "option --taylor-norm: 'both' is not one of joint, separate"),
+])
+def test_bad_combinations_fail_clearly(data, tmp_path, args, message):
+    proc = run(common(data, tmp_path) + ["--steps", "1"] + args, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+def test_named_layouts_at_24_layers_are_the_papers():
+    paper = {  # the layers that keep standard attention, from the paper's layout ablation
+        "even": list(range(2, 25, 2)), "hybrid": list(range(2, 25, 2)), "odd": list(range(1, 24, 2)),
+        "top-simple": list(range(1, 13)), "middle-simple": list(range(1, 7)) + list(range(19, 25)),
+        "bottom-simple": list(range(13, 25)), "quarter": [4, 8, 12, 16, 20, 24], "first": [1], "last": [24],
+        "bilateral": [1, 24], "uniform": [], "1,24": [1, 24],
+    }
+    for layout, layers in paper.items():
+        assert standard_layers(layout, 24) == layers, layout
+
+
+@needs_bin
+@pytest.mark.parametrize("n_layer", [3, 6, 7])
+def test_trainer_layouts_equal_the_references(data, tmp_path, n_layer):
+    for layout in ("odd", "top-simple", "middle-simple", "bottom-simple", "quarter", "bilateral"):
+        try:
+            expect = ",".join(layer_kinds("mlp", layout, n_layer))
+        except ValueError:
+            continue  # (e.g. middle-simple at 3 layers keeps all; the error is tested above)
+        out = run(common(data, tmp_path) + ["--n-layer", str(n_layer), "--attention", "mlp", "--layout", layout,
+                                            "--steps", "1"]).stdout
+        assert f"(layers: {expect})" in out, (layout, out)
+
+
+def val_loss(out):
+    return [float(line.split()[4]) for line in out.splitlines() if line.startswith("step ") and "val loss" in line][-1]
+
+
+@needs_bin
+def test_skip_evaluation(data, tmp_path):
+    """A trained FFN-arm hybrid evaluated whole, without its nonapprox sub-layers, and without
+    their whole blocks: three different losses (each removal changes the function)."""
+    train = common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", "nonapprox", "--layout", "hybrid"]
+    run(train + ["--steps", "15"])
+    evaluate = ["--steps", "0", "--init-from", str(tmp_path / "final.bin"), "--val-data",
+                str(data / "toy_val_*.bin"), "--val-batches", "1", "--batch-size", "4", "--sample-tokens", "0"]
+    whole = val_loss(run(evaluate).stdout)
+    out = run(evaluate + ["--skip-nonstandard", "attention"]).stdout
+    assert "without the non-standard layers' attention sub-layers" in out
+    no_attn = val_loss(out)
+    no_block = val_loss(run(evaluate + ["--skip-nonstandard", "block"]).stdout)
+    assert all(np.isfinite([whole, no_attn, no_block]))
+    assert len({whole, no_attn, no_block}) == 3, (whole, no_attn, no_block)
+    proc = run(evaluate + ["--skip-nonstandard", "sideways"], check=False)
+    assert proc.returncode != 0 and "--skip-nonstandard must be none, attention or block" in proc.stderr
+
+
+@needs_bin
+def test_skip_needs_an_evaluation_of_a_variant(data, tmp_path):
+    proc = run(common(data, tmp_path) + ["--attention", "mlp", "--steps", "1", "--skip-nonstandard", "block"],
+               check=False)
+    assert proc.returncode != 0 and "give --steps 0 --init-from CKPT" in proc.stderr
+    run(common(data, tmp_path) + ["--steps", "1"])
+    proc = run(["--steps", "0", "--init-from", str(tmp_path / "final.bin"), "--val-data", str(data / "toy_val_*.bin"),
+                "--skip-nonstandard", "attention"], check=False)
+    assert proc.returncode != 0 and "standard attention in every layer" in proc.stderr
+
+
+@needs_bin
+@pytest.mark.parametrize("preset, shape", [
+    ("qwen-cpu", "L=4 d=128 heads 4/4 (head_dim 32) ffn=swiglu d_ff=640 norm=rms qk_norm=0 residual=standard"),
+    ("qwen3-cpu", "L=4 d=128 heads 4/2 (head_dim 32) ffn=swiglu d_ff=384 norm=rms qk_norm=1 residual=standard"),
+])
+def test_qwen_shaped_presets_train_with_a_variant(data, tmp_path, preset, shape):
+    args = common(data, tmp_path)
+    args[args.index("tiny")] = preset
+    out = run(args + ["--attention", "approximate", "--layout", "hybrid", "--steps", "2"]).stdout
+    assert shape in out and "(layers: approximate,standard,approximate,standard)" in out, out
+    loss = losses(out)
+    assert len(loss) == 2 and loss[1] < loss[0], out
+
+
+@needs_bin
+@pytest.mark.parametrize("skip", ["none", "attention", "block"])
+def test_reference_evaluates_the_trainers_variant_checkpoint(data, tmp_path, skip):
+    """A hybrid trained by the CUDA trainer, evaluated by train_san.py and by the trainer itself,
+    whole and with --skip-nonstandard: the same validation loss (one batch; the trainer runs in
+    floatX, the reference in fp32)."""
+    run(common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", "staticembqk", "--layout",
+                                  "hybrid", "--steps", "5"])
+    ckpt, val = str(tmp_path / "final.bin"), str(data / "toy_val_*.bin")
+    out = run(["--steps", "0", "--init-from", ckpt, "--val-data", val, "--val-batches", "1", "--batch-size", "4",
+               "--sample-tokens", "0"] + ([] if skip == "none" else ["--skip-nonstandard", skip])).stdout
+    cuda_val = val_loss(out)
+    ref = subprocess.run([sys.executable, os.path.join(ROOT, "train_san.py"), "--load-checkpoint", ckpt, "--val-data",
+                          val, "--val-batches", "1", "--batch-size", "4", "--device", "cpu", "--skip-nonstandard", skip],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    ref_val = float([l for l in ref.stdout.splitlines() if l.startswith("val loss")][-1].split()[2])
+    assert abs(cuda_val - ref_val) <= 5e-3 * ref_val, (cuda_val, ref_val)
+
+
+@needs_bin
+@pytest.mark.parametrize("preset", ["qwen-cpu", "qwen3-cpu"])
+def test_reference_counts_the_presets_as_the_trainer(data, tmp_path, preset):
+    import train_san
+    from attnref.san import SANConfig, count_parameters, flops_per_token
+    for attention, layout in (("standard", "uniform"), ("mlp", "hybrid"), ("nonapprox", "uniform")):
+        args = common(data, tmp_path)
+        args[args.index("tiny")] = preset
+        out = run(args + ["--attention", attention, "--layout", layout, "--steps", "1"]).stdout
+        cfg = SANConfig(**dict(train_san.PRESETS[preset], attention=attention, layout=layout))
+        total, nonemb = count_parameters(cfg)
+        assert f"parameters: {total} total, {nonemb} non-embedding; {flops_per_token(cfg) / 1e6:.2f} MFLOPs/token" \
+            in out, out
+
+
+def test_reference_taylor_joint_is_based_linear_attention():
+    """approximate (joint) written as the reference's masked quadratic form equals Based's
+    linear attention with the feature map phi(z) = [1, z / d^(1/4), (z (x) z) / (sqrt(2) sqrt(d))]
+    and causal prefix sums (doc/deconstructing.md): phi(q).phi(k) = 1 + x + x^2/2."""
+    import torch
+    from attnref.ops import attention_mask
+    from attnref.variants import taylor_attention
+    g = torch.Generator().manual_seed(0)
+    B, Hq, Hkv, T, hd = 2, 4, 2, 9, 6
+    q = torch.randn(B, Hq, T, hd, generator=g, dtype=torch.float64)
+    k = torch.randn(B, Hkv, T, hd, generator=g, dtype=torch.float64)
+    v = torch.randn(B, Hkv, T, hd, generator=g, dtype=torch.float64)
+    out = taylor_attention(q, k, v, attention_mask(T, None, "cpu"), "joint")
+
+    def phi(z):
+        outer = (z[..., :, None] * z[..., None, :]).flatten(-2) / (math.sqrt(2) * math.sqrt(hd))
+        return torch.cat([torch.ones_like(z[..., :1]), z / hd ** 0.25, outer], dim=-1)
+    kk, vv = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
+    fq, fk = phi(q), phi(kk)
+    state = torch.cumsum(fk[..., :, None] * vv[..., None, :], dim=2)       # sum_{tau <= t} phi(k) v^T
+    norm = torch.cumsum(fk, dim=2)
+    based = (fq[..., None, :] @ state).squeeze(-2) / (fq * norm).sum(-1, keepdim=True)
+    assert torch.allclose(out, based, rtol=1e-10, atol=1e-12)
+
+
+def test_reference_nonapprox_is_a_running_average():
+    """nonapprox from the reference's T x T weights equals the running softmax-weighted average
+    written as two cumulative sums (no mask: one document)."""
+    import torch
+    from attnref.ops import attention_mask
+    from attnref.variants import nonapprox_attention
+    g = torch.Generator().manual_seed(1)
+    B, Hq, Hkv, T, hd = 2, 4, 1, 11, 8
+    q = torch.randn(B, Hq, T, hd, generator=g, dtype=torch.float64)
+    k = torch.randn(B, Hkv, T, hd, generator=g, dtype=torch.float64)
+    v = torch.randn(B, Hkv, T, hd, generator=g, dtype=torch.float64)
+    out = nonapprox_attention(q, k, v, attention_mask(T, None, "cpu"))
+    kk, vv = k.repeat_interleave(Hq, dim=1), v.repeat_interleave(Hq, dim=1)
+    w = torch.exp((q * kk).sum(-1, keepdim=True) / math.sqrt(hd))
+    running = torch.cumsum(w * vv, dim=2) / torch.cumsum(w, dim=2)
+    assert torch.allclose(out, running, rtol=1e-10, atol=1e-12)
+
+
+@needs_bin
+def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
+    """--deconstructing-setup 1 (doc/deconstructing.md "Recipe"): the same settings in the trainer
+    and the reference, the warmup 2000 steps (of 4000 here; at most all of them), flags on top win."""
+    import train_san
+    args = ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--sample-tokens",
+            "0", "--checkpoint-dir", str(tmp_path), "--deconstructing-setup", "1", "--steps", "2", "--batch-size", "4",
+            "--global-batch", "8"]
+    out = run(args).stdout
+    assert "optimizer: adamw lr 0.0004 (other 0.0004); wd 0.1 clip 1, schedule cosine (warmup 1, decay 0.15, " \
+           "final 0.1)" in out, out
+    assert "recipe: Deconstructing Attention's setup" in out and "batch: 8 rows per step" in out
+    a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "4000", "--lr", "1e-3"])
+    assert (a.optimizer, a.lr, a.weight_decay, a.grad_clip, a.schedule, a.warmup_frac, a.final_frac, a.global_batch) \
+        == ("adamw", 1e-3, 0.1, 1.0, "cosine", 0.5, 0.1, 256)
+    proc = run(["--paper-setup", "1", "--deconstructing-setup", "1"], check=False)
+    assert proc.returncode != 0 and "two recipes" in proc.stderr
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(attention="mlp", layout="1,3"), "layer 3 is out of range"),
+    (dict(attention="mlp", layout="2,2"), "listed twice"),
+    (dict(layout="hybrid"), "but attention is standard"),
+    (dict(attention="nonapprox", layout="middle-simple"), "would be used nowhere"),
+    (dict(attention="rndembqk"), "not built yet"),
+    (dict(attention="approximate", taylor_norm="both"), "taylor_norm must be joint|separate"),
+])
+def test_reference_refuses_bad_combinations(kw, message):
+    from attnref.san import PRESETS, SANConfig
+    with pytest.raises(ValueError, match=message):
+        SANConfig(**dict(PRESETS["tiny"], **kw))
