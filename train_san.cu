@@ -812,17 +812,12 @@ struct SAN : LanguageModel<SANConfig> {
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
         const ResidualMode mode = cfg.residual;
+        // the fp32 values (master weights in bf16 builds; gathered when ZeRO-1 shards them,
+        // so every rank measures)
+        const std::vector<float> values = residual_has_gate(mode) ? laid_out_parameters() : std::vector<float>();
         auto gate_value = [&](const floatX* gate) {
-            size_t offset = (size_t)(gate - params);
-            float g = 0.0f;
-            if (master != nullptr) {
-                cudaCheck(cudaMemcpy(&g, master + offset, sizeof(float), cudaMemcpyDeviceToHost));
-            } else {
-                floatX x;
-                cudaCheck(cudaMemcpy(&x, params + offset, sizeof(floatX), cudaMemcpyDeviceToHost));
-                g = to_float(x);
-            }
-            return mode == ResidualMode::Gated ? 1.0 / (1.0 + std::exp(-(double)g)) : (double)g;
+            double g = values[(size_t)(gate - params)];
+            return mode == ResidualMode::Gated ? 1.0 / (1.0 + std::exp(-g)) : g;
         };
         if (residual_has_gate(mode)) {
             for (const LayerTensors<floatX>& p : P.layers) {

@@ -7,7 +7,9 @@ first update or the load of a checkpoint's optimizer state. A trainer's model de
 its activations, forward and backward.
 
 Values go in and out as fp32 host vectors in canonical order; checkpoints hold the master
-weights, so a bf16 run resumes bit for bit.
+weights, so a bf16 run resumes bit for bit. Under ZeRO-1 (distribute(comm, 1)) the master
+weights are sharded with the optimizer state: the optimizer holds this rank's share,
+`master` is null, and get_parameters() gathers them (a collective: every rank calls it).
 
 Gradients: backward() accumulates into `grads` (floatX). With accumulate_in_fp32() (bf16
 builds, --grad-fp32 1) every micro-batch ends with end_micro_batch(), which moves them into
@@ -38,7 +40,7 @@ public:
     floatX* params = nullptr;
     floatX* grads = nullptr;
     float* grads_fp32 = nullptr;  // the fp32 gradient accumulator, when accumulate_in_fp32() was called
-    float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
+    float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only; null when sharded, above)
     std::unique_ptr<ParamOptimizer> optimizer;  // null until build_optimizer()
     cudaStream_t stream = nullptr;
 
@@ -49,19 +51,27 @@ public:
         grads = arena_.alloc<floatX>(device_elements);
         cudaCheck(cudaMemset(params, 0, device_elements * sizeof(floatX)));
         cudaCheck(cudaMemset(grads, 0, device_elements * sizeof(floatX)));
-        if (PRECISION_MODE != PrecisionMode::FP32) {
-            master = arena_.alloc<float>(device_elements);
+        if (PRECISION_MODE != PrecisionMode::FP32) {  // (not in the arena: ZeRO-1 frees it)
+            master = cudaMallocElements(float, device_elements);
             cudaCheck(cudaMemset(master, 0, device_elements * sizeof(float)));
         }
         optimizer_scratch_ = arena_.alloc<float>(kReduceBlocks);
     }
+    ~ModelParameters() {
+        if (master != nullptr) { cudaFree(master); }
+    }
+    ModelParameters(const ModelParameters&) = delete;
+    ModelParameters& operator=(const ModelParameters&) = delete;
 
     // The optimizer with its settings (a fresh state; load_parameters may restore one).
     void build_optimizer(const OptimizerConfig& config) {
+        if (master_sharded()) { fatal("build_optimizer: the master weights are sharded with the optimizer built already"); }
         optimizer = std::make_unique<ParamOptimizer>(config, spec, params, master, grads, optimizer_scratch_);
         optimizer->distribute(comm_, zero_);
+        release_sharded_master();
         if (grads_fp32 != nullptr) { optimizer->read_fp32_gradients(grads_fp32); }
     }
+    bool master_sharded() const { return optimizer != nullptr && optimizer->shards_master(); }
 
     // values: every parameter in canonical order (num_params floats)
     void set_parameters(const std::vector<float>& values) {
@@ -73,10 +83,15 @@ public:
         if (master != nullptr) {
             cudaCheck(cudaMemcpy(master, laid_out.data(), device_elements * sizeof(float), cudaMemcpyHostToDevice));
         }
+        if (master_sharded()) { optimizer->load_master(laid_out); }
     }
-    std::vector<float> get_parameters() const {
-        if (master != nullptr) { return to_canonical(copy_from_device(master, device_elements)); }
-        return to_canonical(to_floats(copy_from_device(params, device_elements)));
+    // Under sharded master weights a collective (see the top of the file).
+    std::vector<float> get_parameters() const { return to_canonical(laid_out_parameters()); }
+    // The same in the device layout (device_elements floats, zeros in the gaps).
+    std::vector<float> laid_out_parameters() const {
+        if (master_sharded()) { return optimizer->gather_master(); }
+        if (master != nullptr) { return copy_from_device(master, device_elements); }
+        return to_floats(copy_from_device(params, device_elements));
     }
     // The gradients the optimizer would use (the fp32 accumulator when there is one), in
     // canonical order.
@@ -140,7 +155,10 @@ public:
     void distribute(Comm& comm, int zero) {
         comm_ = &comm;
         zero_ = zero;
-        if (optimizer != nullptr) { optimizer->distribute(comm_, zero_); }
+        if (optimizer != nullptr) {
+            optimizer->distribute(comm_, zero_);
+            release_sharded_master();
+        }
     }
 
     void zero_grad() {
@@ -210,6 +228,13 @@ protected:
     }
 
 private:
+    // once the optimizer holds this rank's share of the master weights, the full copy goes
+    void release_sharded_master() {
+        if (master != nullptr && optimizer->shards_master()) {
+            cudaCheck(cudaFree(master));
+            master = nullptr;
+        }
+    }
     ParamOptimizer& built_optimizer() const {
         if (optimizer == nullptr) { fatal("the model's optimizer is not built yet (ModelParameters::build_optimizer)"); }
         return *optimizer;
