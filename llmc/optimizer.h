@@ -153,7 +153,10 @@ public:
 
     const OptimizerConfig& config() const { return config_; }
     bool has_state() const { return m_ != nullptr; }
+    // this rank's state buffers (layouts: DataParallel's pieces; the tests compare them)
     const float* adam_m() const { return m_; }
+    const float* adam_v() const { return v_; }
+    const float* master_shard() const { return master_shard_; }
     const float* muon_momentum() const { return mom_; }  // null unless the state is Muon's
     OptimizerKind state_kind() const { return kind_; }  // the state's optimizer (has_state())
 

@@ -167,6 +167,9 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     typename Trainer::Model model(c, t.batch_size, t.seq_len);
     model.distribute(comm, t.zero);
     model.build_optimizer(t.opt);
+    // rank 0's share (ZeRO-1 splits the state by pieces and whole matrices: ranks differ a little)
+    printf("optimizer state per rank: %.3f MiB (%zu bytes: AdamW moments, Muon momentum, fp32 master weights)\n",
+           (double)model.optimizer->state_bytes() / (1 << 20), model.optimizer->state_bytes());
     if (checkpoint != nullptr) {
         model.load_parameters(*checkpoint, resume != nullptr);
     } else {
