@@ -719,6 +719,8 @@ struct SAN : LanguageModel<SANConfig> {
         };
 
         for (int l = cfg.n_layer - 1; l >= 0; l--) {
+            // layer l + 1's gradients are final: their reduction may start (--overlap-reduce)
+            if (l + 1 < cfg.n_layer) { layer_gradients_done(l + 1); }
             const LayerTensors<floatX>& p = P.layers[l];
             const LayerTensors<floatX>& g = G.layers[l];
             LayerActivations& a = acts[l];
@@ -796,6 +798,7 @@ struct SAN : LanguageModel<SANConfig> {
             }
             norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off, stream);
         }
+        layer_gradients_done(0);
         if (dx0 != nullptr) {  // the staticembqk layers' path to the embedding joins the stream's
             residual_forward(dx, dx, dx0, nullptr, ResidualMode::Standard, Nd, stream);
         }

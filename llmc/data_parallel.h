@@ -217,6 +217,38 @@ public:
         if (tail_ < elements_) { comm_->all_reduce(grads + tail_, elements_ - tail_, ReduceOp::Avg, stream); }
     }
 
+    // The same for the gradients of [begin, end) only, a range of whole tensors (a layer's
+    // bucket when the reduction overlaps the backward pass; the ranges of one step cover
+    // [0, E) once). Elementwise the same sums as reduce_gradients, so the same bits on the
+    // host; under flat chunks the reduce-scatter becomes a reduce of each chunk's part.
+    template <typename T>
+    void reduce_range(T* grads, size_t begin, size_t end, cudaStream_t stream) {
+        if (world() == 1 || begin >= end) { return; }
+        if (zero_ == 0) {
+            comm_->all_reduce(grads + begin, end - begin, ReduceOp::Avg, stream);
+            return;
+        }
+        comm_->group_start();
+        if (by_owner()) {
+            for (const Piece& p : pieces_) {
+                if (p.begin < begin || p.end > end) { continue; }
+                int root = p.owner;
+#if defined(DATA_PARALLEL_MUTATION_REDUCE_ROOT)
+                root = (root + 1) % world();
+#endif
+                comm_->reduce(grads + p.begin, p.end - p.begin, root, ReduceOp::Avg, stream);
+            }
+        } else {
+            for (int r = 0; r < world() && chunk_ > 0; r++) {
+                size_t b = std::max(begin, (size_t)r * chunk_), e = std::min(end, (size_t)(r + 1) * chunk_);
+                if (b < e) { comm_->reduce(grads + b, e - b, r, ReduceOp::Avg, stream); }
+            }
+            size_t b = std::max(begin, tail_);
+            if (b < end) { comm_->all_reduce(grads + b, end - b, ReduceOp::Avg, stream); }
+        }
+        comm_->group_end();
+    }
+
     // The global gradient norm of the reduced gradients (see the top of the file).
     // norm_sq: one device float; scratch: kReduceBlocks floats.
     template <typename T>

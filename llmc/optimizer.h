@@ -141,6 +141,11 @@ public:
     }
     ~ParamOptimizer() {
         cudaFree(norm_sq_);
+        if (comm_stream_ != nullptr) {
+            cudaEventDestroy(ready_);
+            cudaEventDestroy(reduced_);
+            cudaStreamDestroy(comm_stream_);
+        }
         if (m_ != nullptr) {
             cudaFree(m_);
             cudaFree(v_);
@@ -209,6 +214,26 @@ public:
         return floats * sizeof(float);
     }
 
+    // Overlap of the reduction with the backward pass (doc/multi-gpu.md): the gradients of
+    // [begin, end) (whole tensors: a layer) are final once what `stream` has queued is
+    // done, so their reduction starts now on a second stream, ordered after it by an event;
+    // update() reduces the rest and waits for that stream. Over one rank, or with an fp32
+    // accumulator (filled after the whole backward pass), there is nothing to start early.
+    void reduce_early(size_t begin, size_t end, cudaStream_t stream) {
+        if (dp_->world() == 1 || grads_fp32_ != nullptr || begin >= end) { return; }
+        if (comm_stream_ == nullptr) {
+            cudaCheck(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+            cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
+        }
+        cudaCheck(cudaEventRecord(ready_, stream));
+        cudaCheck(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+        dp_->reduce_range(grads_, begin, end, comm_stream_);
+        early_.push_back({begin, end});
+    }
+    // How many ranges reduce_early() has started since the last update (tests).
+    size_t early_ranges() const { return early_.size(); }
+
     // One step with the given rates; returns the gradient norm before clipping. When that
     // norm is not finite nothing is updated (the trainer stops and names the tensor).
     float update(double lr_matrix, double lr_other, cudaStream_t stream) {
@@ -220,7 +245,22 @@ public:
             dp_->reduce_gradients(const_cast<float*>(grads_fp32_), stream);
             norm = dp_->grad_norm(grads_fp32_, norm_sq_, scratch_, stream);
         } else {
-            dp_->reduce_gradients(grads_, stream);
+            if (early_.empty()) {
+                dp_->reduce_gradients(grads_, stream);
+            } else {  // the ranges not started early, then wait for the second stream
+                std::sort(early_.begin(), early_.end());
+                size_t at = 0;
+                cudaCheck(cudaEventRecord(ready_, stream));
+                cudaCheck(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+                for (const auto& r : early_) {
+                    dp_->reduce_range(grads_, at, r.first, comm_stream_);
+                    at = std::max(at, r.second);
+                }
+                dp_->reduce_range(grads_, at, num_params_, comm_stream_);
+                cudaCheck(cudaEventRecord(reduced_, comm_stream_));
+                cudaCheck(cudaStreamWaitEvent(stream, reduced_, 0));
+                early_.clear();
+            }
             norm = dp_->grad_norm((const floatX*)grads_, norm_sq_, scratch_, stream);
         }
         if (!std::isfinite(norm)) { return norm; }
@@ -406,4 +446,8 @@ private:
     OptimizerKind kind_ = OptimizerKind::AdamW;  // meaningful while there is state (m_)
     std::unique_ptr<MuonOptimizer> muon_;
     std::unique_ptr<DataParallel> dp_;
+    // reduce_early(): the second stream, its events, and the ranges started this step
+    cudaStream_t comm_stream_ = nullptr;
+    cudaEvent_t ready_ = nullptr, reduced_ = nullptr;
+    std::vector<std::pair<size_t, size_t>> early_;
 };

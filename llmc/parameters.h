@@ -19,6 +19,7 @@ the fp32 buffer `grads_fp32` that the optimizer then reads (llmc/grad_accumulate
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,6 +57,22 @@ public:
             cudaCheck(cudaMemset(master, 0, device_elements * sizeof(float)));
         }
         optimizer_scratch_ = arena_.alloc<float>(kReduceBlocks);
+        // each layer's tensors ("layers.<l>."), a contiguous range of the layout (the buckets
+        // of an overlapped reduction)
+        for (const ParamSpec& s : spec) {
+            int l = -1;
+            if (sscanf(s.name.c_str(), "layers.%d.", &l) != 1 || l < 0) { continue; }
+            if ((size_t)l >= layer_range_.size()) { layer_range_.resize(l + 1, {device_elements, 0}); }
+            layer_range_[l].first = std::min(layer_range_[l].first, s.offset);
+            layer_range_[l].second = std::max(layer_range_[l].second, s.offset + (size_t)s.numel());
+        }
+        for (size_t l = 0; l < layer_range_.size(); l++) {
+            for (const ParamSpec& s : spec) {  // a tensor of another layer inside the range: no buckets
+                bool inside = s.offset >= layer_range_[l].first && s.offset < layer_range_[l].second;
+                if (inside && s.name.rfind("layers." + std::to_string(l) + ".", 0) != 0) { layer_range_.clear(); }
+                if (layer_range_.empty()) { break; }
+            }
+        }
     }
     ~ModelParameters() {
         if (master != nullptr) { cudaFree(master); }
@@ -161,6 +178,15 @@ public:
         }
     }
 
+    // Overlap of the gradient reduction with backward() (--overlap-reduce 1; doc/multi-gpu.md):
+    // on for the last micro-batch's backward, where backward() calls layer_gradients_done(l)
+    // once layer l's gradients are final, which starts their reduction on a second stream.
+    void overlap_reduction(bool on) { overlap_ = on; }
+    void layer_gradients_done(int layer) {
+        if (!overlap_ || optimizer == nullptr || layer < 0 || (size_t)layer >= layer_range_.size()) { return; }
+        optimizer->reduce_early(layer_range_[layer].first, layer_range_[layer].second, stream);
+    }
+
     void zero_grad() {
         cudaCheck(cudaMemsetAsync(grads, 0, device_elements * sizeof(floatX), stream));
         if (grads_fp32 != nullptr) { cudaCheck(cudaMemsetAsync(grads_fp32, 0, device_elements * sizeof(float), stream)); }
@@ -244,4 +270,6 @@ private:
     float* optimizer_scratch_ = nullptr;  // kReduceBlocks floats for the gradient norm
     Comm* comm_ = nullptr;                 // the ranks (distribute()); null: one
     int zero_ = 0;
+    std::vector<std::pair<size_t, size_t>> layer_range_;  // layer l's [begin, end) in the layout
+    bool overlap_ = false;
 };

@@ -14,8 +14,12 @@ which `make test` sets) started by scripts/mpirun.sh, where MPI stands in for NC
 - a 1-rank checkpoint resumes on 2 ranks (the global batch and the data position carry over)
   and continues as the 1-rank run does; a resume whose rows per micro-batch the new rank
   count cannot split is refused, naming the numbers;
-- checkpoints written by 1 and 2 ranks hold the same tensors with the same shapes.
-Cost: 17 runs of the tiny model, 28-34 s on 2 cores shared with other jobs."""
+- checkpoints written by 1 and 2 ranks hold the same tensors with the same shapes;
+- samples and eval-set scores (rank 0 alone runs them; the other rank waits at the next
+  collective) in the 2-rank log equal the 1-rank run's: the same sampled tokens and the
+  same accuracies, perplexities within 1e-5; and ZeRO-1 on 2 ranks holds less than 0.6 of
+  the 1-rank optimizer state per rank (the printed figure).
+Cost: 19 runs of the tiny model, 30-40 s on 2 cores shared with other jobs."""
 import json
 import os
 import shutil
@@ -29,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 from attnref.container import read_container  # noqa: E402
+from evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
 from shards import write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
@@ -169,3 +174,42 @@ def test_checkpoint_layout_is_rank_independent(data, one_rank, tmp_path):
     _, _, b = read_container(str(one_rank["muon"] / "final.bin"))
     assert list(a) == list(b)
     assert all(a[k].shape == b[k].shape for k in a)
+
+
+def state_bytes(stdout):
+    line = next(x for x in stdout.splitlines() if x.startswith("optimizer state per rank:"))
+    return int(line.split("(")[1].split()[0])
+
+
+def test_samples_and_evals_on_rank_zero_equal_one_rank(data, tmp_path):
+    rng = np.random.default_rng(3)
+    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
+    mc, cloze = [], []
+    for i in range(10):
+        p = list(np.tile(patterns[i % 4], 4))
+        mc.append({"context": [BOS] + p[:5], "choices": [p[5:8], list(rng.integers(3, VOCAB, size=3))],
+                   "gold": 0, "choice_chars": [3, 3]})
+        cloze.append({"context": [BOS] + p[:6], "choices": [p[6:8]], "gold": 0, "choice_chars": [1]})
+    write_evalset(tmp_path / "mc.bin", mc, KIND_MC, VOCAB, "mc")
+    write_evalset(tmp_path / "cloze.bin", cloze, KIND_CLOZE, VOCAB, "cloze")
+    extra = ["--steps", 6, "--sample-tokens", 12, "--sample-every", 3, "--eval-sets",
+             f"{tmp_path / 'mc.bin'},{tmp_path / 'cloze.bin'}", "--eval-every", 3]
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    out1 = run(1, common(data, one, "muon") + ["--batch-size", 8, "--zero", 1] + extra).stdout
+    out2 = run(2, common(data, two, "muon") + ["--batch-size", 4, "--zero", 1] + extra).stdout
+
+    def records(d, key):
+        return [r for r in map(json.loads, open(d / "log.jsonl")) if key in r]
+    s1, s2 = records(one, "sample"), records(two, "sample")
+    assert [r["step"] for r in s1] == [3, 6] and s1 == s2
+    e1, e2 = records(one, "eval"), records(two, "eval")
+    assert [r["step"] for r in e1] == [3, 6] == [r["step"] for r in e2]
+    for a, b in zip(e1, e2):
+        for name in ("mc", "cloze"):
+            for key, value in a["eval"][name].items():
+                assert b["eval"][name][key] == pytest.approx(value, rel=1e-5), (name, key, a, b)
+    # rank 0 printed the samples and scores once
+    assert out2.count("sample: ") == 2 and out2.count(": eval mc") == 2
+    assert state_bytes(out2) < 0.6 * state_bytes(out1)
