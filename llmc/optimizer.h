@@ -230,9 +230,11 @@ public:
         cudaCheck(cudaStreamWaitEvent(comm_stream_, ready_, 0));
         dp_->reduce_range(grads_, begin, end, comm_stream_);
         early_.push_back({begin, end});
+        early_total_++;
     }
-    // How many ranges reduce_early() has started since the last update (tests).
+    // How many ranges reduce_early() has started: since the last update, and in all.
     size_t early_ranges() const { return early_.size(); }
+    long early_total() const { return early_total_; }
 
     // One step with the given rates; returns the gradient norm before clipping. When that
     // norm is not finite nothing is updated (the trainer stops and names the tensor).
@@ -450,4 +452,5 @@ private:
     cudaStream_t comm_stream_ = nullptr;
     cudaEvent_t ready_ = nullptr, reduced_ = nullptr;
     std::vector<std::pair<size_t, size_t>> early_;
+    long early_total_ = 0;
 };

@@ -358,6 +358,9 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             exit(128 + stop);
         }
     }
+    if (o.overlap_reduce != 0 && world > 1) {
+        printf("gradient reduction: %ld layer buckets started during the backward pass\n", model.optimizer->early_total());
+    }
     validate(o.steps);
     score_evals(o.steps);
     print_sample(o.steps);

@@ -15,6 +15,8 @@ chunks cut tensors mid-way and the Muon owners differ.
       every rank's own state (AdamW m and v, Muon momentum, bf16 master weights), kept
       compact under ZeRO-1, equals the reference's full state on the pieces it owns, bit
       for bit, and under ZeRO-1 with Muon no rank holds the full master weights;
+  overlap_*       the same with two buckets of whole tensors reduced early (reduce_early, as
+      backward() hands over finished layers) and the rest in update(): the same bits;
   state_bytes_*   the optimizer state a rank holds under ZeRO-1 is at most the 1-rank state
       / N plus one matrix and the 64-element rounding of each tensor (printed);
   *_grad_fp32     the same with fp32 gradient accumulation (bf16 builds reduce fp32 then);
@@ -135,6 +137,7 @@ static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 struct Pair {
     ModelParameters dist, ref;
     bool fp32_grads;
+    bool overlap = false;  // reduce two layer-like buckets early (reduce_early), the rest in update
     Pair(const OptimizerConfig& opt, int zero, bool fp32_grads) : dist(test_spec()), ref(test_spec()), fp32_grads(fp32_grads) {
         dist.init_parameters(7);
         ref.init_parameters(7);
@@ -154,6 +157,12 @@ struct Pair {
         } else {
             set_gradient(dist, dist.grads, g_comm->rank, k, scale, false);
             set_gradient(ref, ref.grads, g_comm->rank, k, scale, true);
+        }
+        if (overlap) {  // tensors 2-4 and 5-8, as backward() would hand over two layers (last first)
+            auto end = [&](int t) { return dist.spec[t].offset + (size_t)dist.spec[t].numel(); };
+            dist.optimizer->reduce_early(dist.spec[5].offset, end(8), dist.stream);
+            dist.optimizer->reduce_early(dist.spec[2].offset, end(4), dist.stream);
+            CHECK_EQ(dist.optimizer->early_ranges(), (size_t)(g_comm->world > 1 && !fp32_grads ? 2 : 0));
         }
         float a = dist.update(opt.lr, opt.lr_other), b = ref.update(opt.lr, opt.lr_other);
         cudaCheck(cudaDeviceSynchronize());
@@ -199,9 +208,10 @@ static void check_owned_state(const DataParallel& dp, const float* got, const fl
     CHECK(mine > 0 || g_comm->world > 2);
 }
 
-static void check_steps(OptimizerKind optimizer, int zero, bool fp32_grads) {
+static void check_steps(OptimizerKind optimizer, int zero, bool fp32_grads, bool overlap = false) {
     OptimizerConfig opt = make_opt(optimizer, 0.0);
     Pair p(opt, zero, fp32_grads);
+    p.overlap = overlap;
     for (int k = 1; k <= 5; k++) {
         auto norms = p.step(opt, k, 0.01f);
         // ZeRO-1 sums the squares per rank's share, then over ranks: another order
@@ -241,6 +251,10 @@ TEST_CASE(muon_zero0) { check_steps(OptimizerKind::Muon, 0, false); }
 TEST_CASE(muon_zero1) { check_steps(OptimizerKind::Muon, 1, false); }
 TEST_CASE(adamw_zero1_grad_fp32) { check_steps(OptimizerKind::AdamW, 1, true); }
 TEST_CASE(muon_zero1_grad_fp32) { check_steps(OptimizerKind::Muon, 1, true); }
+TEST_CASE(overlap_adamw_zero0) { check_steps(OptimizerKind::AdamW, 0, false, true); }
+TEST_CASE(overlap_adamw_zero1) { check_steps(OptimizerKind::AdamW, 1, false, true); }
+TEST_CASE(overlap_muon_zero0) { check_steps(OptimizerKind::Muon, 0, false, true); }
+TEST_CASE(overlap_muon_zero1) { check_steps(OptimizerKind::Muon, 1, false, true); }
 
 // Bytes of optimizer state per rank: ZeRO-1 divides it by N up to one matrix (ownership
 // is by whole matrices) and the 64-element rounding of each tensor.
