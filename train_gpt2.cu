@@ -333,6 +333,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
                 linear_backward_input(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, j > 0, stream);
             }
             layernorm_backward(dx, g.ln1w, g.ln1b, scratch, d_ln, residual[l], p.ln1w, a.ln1_mean, a.ln1_rstd, N, d, stream);
+            layer_gradients_done(l);  // final: its reduction may start (--overlap-reduce)
         }
         embedding_backward(G.wte, dx, buckets, d, 1.0f, stream);
         position_backward(G.wpe, dx, Bn, Tn, d, stream);

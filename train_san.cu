@@ -719,6 +719,8 @@ struct SAN : LanguageModel<SANConfig> {
         };
 
         for (int l = cfg.n_layer - 1; l >= 0; l--) {
+            // layer l + 1's gradients are final: their reduction may start (--overlap-reduce)
+            if (l + 1 < cfg.n_layer) { layer_gradients_done(l + 1); }
             const LayerTensors<floatX>& p = P.layers[l];
             const LayerTensors<floatX>& g = G.layers[l];
             LayerActivations& a = acts[l];
@@ -796,6 +798,7 @@ struct SAN : LanguageModel<SANConfig> {
             }
             norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off, stream);
         }
+        layer_gradients_done(0);
         if (dx0 != nullptr) {  // the staticembqk layers' path to the embedding joins the stream's
             residual_forward(dx, dx, dx0, nullptr, ResidualMode::Standard, Nd, stream);
         }
@@ -812,17 +815,12 @@ struct SAN : LanguageModel<SANConfig> {
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
         const ResidualMode mode = cfg.residual;
+        // the fp32 values (master weights in bf16 builds; gathered when ZeRO-1 shards them,
+        // so every rank measures)
+        const std::vector<float> values = residual_has_gate(mode) ? laid_out_parameters() : std::vector<float>();
         auto gate_value = [&](const floatX* gate) {
-            size_t offset = (size_t)(gate - params);
-            float g = 0.0f;
-            if (master != nullptr) {
-                cudaCheck(cudaMemcpy(&g, master + offset, sizeof(float), cudaMemcpyDeviceToHost));
-            } else {
-                floatX x;
-                cudaCheck(cudaMemcpy(&x, params + offset, sizeof(floatX), cudaMemcpyDeviceToHost));
-                g = to_float(x);
-            }
-            return mode == ResidualMode::Gated ? 1.0 / (1.0 + std::exp(-(double)g)) : (double)g;
+            double g = values[(size_t)(gate - params)];
+            return mode == ResidualMode::Gated ? 1.0 / (1.0 + std::exp(-g)) : g;
         };
         if (residual_has_gate(mode)) {
             for (const LayerTensors<floatX>& p : P.layers) {

@@ -11,10 +11,14 @@ Collectives on device buffers, in stream order (T = float or __nv_bfloat16):
                                     out = sum/mean over ranks of in[r*chunk, (r+1)*chunk)
   all_gather(x, chunk)              in place: rank r contributes x[r*chunk, (r+1)*chunk) and
                                     every rank ends with all world chunks
+  reduce(x, n, root, op)            root's x <- sum/mean over ranks (the all-reduce's bits); the
+                                    other ranks' x is left as it was
   broadcast(x, n, root)             x <- root's x
   sum(value), max(value)            a host double over ranks (metrics, token counts); the
                                     same bits on every rank; sum(vector) element-wise
   barrier()
+Several collectives between group_start() and group_end() form one NCCL group (they
+overlap; the host stand-in runs them in order).
 
 Executors:
   GPU build with NCCL (MULTI_GPU): NCCL; rank 0 makes the unique id and MPI broadcasts it,
@@ -203,6 +207,22 @@ public:
 #endif
     }
 
+    // Only the root gets the result (the Muon owner of a matrix, the rank that updates an
+    // AdamW piece); the host stand-in sums exactly as all_reduce does, so the root's bits
+    // equal the all-reduce's.
+    template <typename T>
+    void reduce(T* x, size_t n, int root, ReduceOp op, cudaStream_t stream) {
+        check_type<T>();
+        if (world == 1) { return; }
+        if (root < 0 || root >= world) { fatal("reduce: root %d is not a rank of %d", root, world); }
+#if COMM_NCCL
+        ncclCheck(ncclReduce(x, x, n, nccl_type<T>(), nccl_op(op), root, nccl_, stream));
+#else
+        (void)stream;
+        reduce_to_root(x, n, root, op);
+#endif
+    }
+
     template <typename T>
     void broadcast(T* x, size_t n, int root, cudaStream_t stream) {
         check_type<T>();
@@ -321,11 +341,6 @@ private:
         const size_t step = std::max<size_t>(1, kMaxMessage / ((size_t)world * sizeof(T)));
         std::vector<T> received;
         std::vector<int> send_counts(world), send_displs(world), recv_counts(world), recv_displs(world);
-#if defined(COMM_MUTATION_NO_AVERAGE)
-        const float scale = 1.0f;
-#else
-        const float scale = op == ReduceOp::Avg ? 1.0f / (float)world : 1.0f;
-#endif
         for (size_t from = 0; from < longest; from += step) {
             size_t recv_each = from < mine ? std::min(step, mine - from) : 0;
             // this slice of every part, packed back to back (a copy, so in and out may overlap)
@@ -345,7 +360,7 @@ private:
             for (size_t i = 0; i < recv_each; i++) {
                 float total = 0.0f;
                 for (int r = 0; r < world; r++) { total += to_float(received[r * recv_each + i]); }
-                out[from + i] = from_float<T>(op == ReduceOp::Avg ? total * scale : total);
+                out[from + i] = finish_sum<T>(total, op);
             }
         }
 #else
@@ -353,6 +368,43 @@ private:
         (void)in;
         (void)begin;
         (void)op;
+#endif
+    }
+
+    // root's x[i] = the sum (or mean) over ranks in rank order, as reduce_parts sums: every
+    // rank's copy is gathered at the root (MPI_Gather, in slices for int counts).
+    template <typename T>
+    void reduce_to_root(T* x, size_t n, int root, ReduceOp op) const {
+#if defined(USE_MPI)
+        const size_t step = std::max<size_t>(1, kMaxMessage / ((size_t)world * sizeof(T)));
+        std::vector<T> received;
+        for (size_t from = 0; from < n; from += step) {
+            const size_t count = std::min(step, n - from);
+            if (rank == root) { received.assign(count * world, T()); }
+            mpiCheck(MPI_Gather(x + from, (int)(count * sizeof(T)), MPI_BYTE, rank == root ? received.data() : nullptr,
+                                (int)(count * sizeof(T)), MPI_BYTE, root, MPI_COMM_WORLD));
+            if (rank != root) { continue; }
+            for (size_t i = 0; i < count; i++) {
+                float total = 0.0f;
+                for (int r = 0; r < world; r++) { total += to_float(received[r * count + i]); }
+                x[from + i] = finish_sum<T>(total, op);
+            }
+        }
+#else
+        (void)x;
+        (void)n;
+        (void)root;
+        (void)op;
+#endif
+    }
+    // A rank-order fp32 sum into T: the mean is the sum times 1/N, rounded once.
+    template <typename T>
+    T finish_sum(float total, ReduceOp op) const {
+#if defined(COMM_MUTATION_NO_AVERAGE)
+        (void)op;
+        return from_float<T>(total);
+#else
+        return from_float<T>(op == ReduceOp::Avg ? total * (1.0f / (float)world) : total);
 #endif
     }
 

@@ -59,11 +59,15 @@ struct MuonConfig {
     NSCoefficients coefficients = kNSCoefficients;
 };
 
-// One matrix of the group: its offset (in elements) into the parameter, gradient and
-// momentum buffers, which share one layout.
+// One matrix of the group: its offset (in elements) into the parameter and gradient
+// buffers, and into the momentum (and master-weight) buffers: the same offset when those
+// share the parameters' layout (state_offset < 0), else where this rank's compact state
+// holds the matrix (ZeRO-1: a rank keeps the state of the matrices it owns only).
 struct MuonMatrix {
     int64_t offset;
     int rows, cols;
+    int64_t state_offset = -1;
+    int64_t state() const { return state_offset >= 0 ? state_offset : offset; }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -86,10 +90,10 @@ __device__ inline float muon_input(const TGrad* g, float* m, int64_t i, float gr
 // kReduceThreads threads per block, kMuonNormBlocks blocks per matrix.
 template <typename TGrad>
 __global__ void muon_prepare_kernel(float* partials, const TGrad* grads, float* mom, const int64_t* offsets,
-                                    int64_t n, float grad_scale, float mu, bool keller) {
+                                    const int64_t* state_offsets, int64_t n, float grad_scale, float mu, bool keller) {
     int b = blockIdx.y;
     const TGrad* g = grads + offsets[b];
-    float* m = mom + offsets[b];
+    float* m = mom + state_offsets[b];
     float sum = 0.0f;
     for (int64_t i = (int64_t)blockIdx.x * kReduceThreads + threadIdx.x; i < n;
          i += (int64_t)kMuonNormBlocks * kReduceThreads) {
@@ -102,35 +106,37 @@ __global__ void muon_prepare_kernel(float* partials, const TGrad* grads, float* 
 
 template <typename T, typename TGrad>
 __global__ void muon_normalize_kernel(T* X, const float* partials, const TGrad* grads, float* mom,
-                                      const int64_t* offsets, int64_t n, float grad_scale, float mu, bool keller) {
+                                      const int64_t* offsets, const int64_t* state_offsets, int64_t n, float grad_scale,
+                                      float mu, bool keller) {
     int b = blockIdx.y;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
     float sum_sq = 0.0f;
     for (int k = 0; k < kMuonNormBlocks; k++) { sum_sq += partials[b * kMuonNormBlocks + k]; }
-    float u = muon_input(grads + offsets[b], mom + offsets[b], i, grad_scale, mu, keller, false);
+    float u = muon_input(grads + offsets[b], mom + state_offsets[b], i, grad_scale, mu, keller, false);
     X[(int64_t)b * n + i] = from_float<T>(u / (sqrtf(sum_sq) + kNSEps));
 }
 
 template <typename T>
 __global__ void muon_apply_kernel(floatX* params, float* master, float* mom, const T* X, const int64_t* offsets,
-                                  int64_t n, float lr, float weight_decay, float mu, float shape_scale, bool keller) {
+                                  const int64_t* state_offsets, int64_t n, float lr, float weight_decay, float mu,
+                                  float shape_scale, bool keller) {
     int b = blockIdx.y;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
-    int64_t j = offsets[b] + i;
+    int64_t j = offsets[b] + i, k = state_offsets[b] + i;  // parameter, state (momentum, master)
     float o = to_float(X[(int64_t)b * n + i]);
     float u;
     if (keller) {
         u = o * shape_scale;
     } else {
-        float m = mu * mom[j] + o;
-        mom[j] = m;
+        float m = mu * mom[k] + o;
+        mom[k] = m;
         u = o + mu * m;
     }
-    float p = master != nullptr ? master[j] : to_float(params[j]);
+    float p = master != nullptr ? master[k] : to_float(params[j]);
     p = p * (1.0f - lr * weight_decay) - lr * u;
-    if (master != nullptr) { master[j] = p; }
+    if (master != nullptr) { master[k] = p; }
     params[j] = from_float<floatX>(p);
 }
 
@@ -172,8 +178,9 @@ class MuonOptimizer {
 public:
     struct Group {
         int rows, cols;
-        std::vector<int64_t> offsets;  // host copy
-        int64_t* d_offsets = nullptr;  // device copy
+        std::vector<int64_t> offsets, state_offsets;  // host copies
+        int64_t* d_offsets = nullptr;                  // device copies
+        int64_t* d_state_offsets = nullptr;
         int batch() const { return (int)offsets.size(); }
         int64_t numel() const { return (int64_t)rows * cols; }
     };
@@ -185,14 +192,16 @@ public:
             auto key = std::make_pair(m.rows, m.cols);
             if (!index.count(key)) {
                 index[key] = (int)groups_.size();
-                groups_.push_back(Group{m.rows, m.cols, {}, nullptr});
+                groups_.push_back(Group{m.rows, m.cols, {}, {}, nullptr, nullptr});
             }
             groups_[index[key]].offsets.push_back(m.offset);
+            groups_[index[key]].state_offsets.push_back(m.state());
         }
         size_t max_x = 0, max_gram = 0;
         int max_batch = 0;
         for (Group& g : groups_) {
             g.d_offsets = copy_to_device(g.offsets);
+            g.d_state_offsets = copy_to_device(g.state_offsets);
             int n = std::min(g.rows, g.cols);
             max_x = std::max(max_x, (size_t)g.batch() * g.numel());
             max_gram = std::max(max_gram, (size_t)g.batch() * n * n);
@@ -203,7 +212,10 @@ public:
         partials_ = cudaMallocElements(float, (size_t)std::max(1, max_batch) * kMuonNormBlocks);
     }
     ~MuonOptimizer() {
-        for (Group& g : groups_) { cudaFree(g.d_offsets); }
+        for (Group& g : groups_) {
+            cudaFree(g.d_offsets);
+            cudaFree(g.d_state_offsets);
+        }
         cudaFree(partials_);
         if (workspace_ != nullptr) { cudaFree(workspace_); }
     }
@@ -223,11 +235,11 @@ public:
         workspace<T>(&x0, &x1, &gram, &poly);
         const int64_t n = g.numel();
         LAUNCH(dim3(kMuonNormBlocks, g.batch()), kReduceThreads, 0, stream, muon_prepare_kernel<TGrad>)(
-            partials_, grads, mom, g.d_offsets, n, grad_scale, cfg.momentum, keller);
+            partials_, grads, mom, g.d_offsets, g.d_state_offsets, n, grad_scale, cfg.momentum, keller);
         cudaCheckLaunch();
         const int block = 256;
         LAUNCH(dim3(CEIL_DIV(n, block), g.batch()), block, 0, stream, muon_normalize_kernel<T, TGrad>)(
-            x0, partials_, grads, mom, g.d_offsets, n, grad_scale, cfg.momentum, keller);
+            x0, partials_, grads, mom, g.d_offsets, g.d_state_offsets, n, grad_scale, cfg.momentum, keller);
         cudaCheckLaunch();
         return newton_schulz(x0, x1, gram, poly, g.batch(), g.rows, g.cols, cfg.ns_steps, cfg.coefficients, stream);
     }
@@ -255,7 +267,8 @@ private:
             float shape_scale = std::sqrt(std::max(1.0f, (float)g.rows / (float)g.cols));
             const int block = 256;
             LAUNCH(dim3(CEIL_DIV(g.numel(), block), g.batch()), block, 0, stream, muon_apply_kernel<T>)(
-                params, master, mom, X, g.d_offsets, g.numel(), lr, weight_decay, cfg.momentum, shape_scale, keller);
+                params, master, mom, X, g.d_offsets, g.d_state_offsets, g.numel(), lr, weight_decay, cfg.momentum,
+                shape_scale, keller);
             cudaCheckLaunch();
         }
     }

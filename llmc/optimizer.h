@@ -17,10 +17,13 @@ opt.m.<param> and opt.v.<param> for every AdamW tensor, fp32 opt.mom.<param> for
 Muon matrix. All state buffers share the parameters' layout (offsets).
 
 Over N ranks (distribute(); llmc/data_parallel.h): the gradients are averaged over ranks
-first, the norm is global, ZeRO-1 shards the AdamW state (m, v hold this rank's chunk and
-the tail), Muon matrices are updated by their owners; the updated parameters are shared
-at the end of the step. A checkpoint gathers everything, so its file is the same for any
-rank count and zero mode: save() is then a collective that every rank calls.
+first (under ZeRO-1 each rank gets the mean only of what it updates), the norm is global,
+Muon matrices are updated by their owners, and ZeRO-1 keeps on each rank only the state it
+updates: m, v of its chunk (AdamW) or its pieces (Muon), the momentum of its matrices,
+and (bf16 builds) the fp32 master weights of both, which this class then holds in place of
+ModelParameters (shards_master()). The updated parameters are shared at the end of the
+step. A checkpoint gathers everything, so its file is the same for any rank count and zero
+mode: save() is then a collective that every rank calls.
 */
 #pragma once
 
@@ -138,7 +141,7 @@ public:
 
     ParamOptimizer(const OptimizerConfig& config, const std::vector<ParamSpec>& spec, floatX* params, float* master,
                    floatX* grads, float* scratch)
-        : config_(config), spec_(spec), num_params_(layout_parameters(spec_)), params_(params), master_(master),
+        : config_(config), spec_(spec), num_params_(layout_parameters(spec_)), params_(params), model_master_(master),
           grads_(grads), scratch_(scratch) {
         config_.check();
         norm_sq_ = cudaMallocElements(float, 1);
@@ -146,18 +149,27 @@ public:
     }
     ~ParamOptimizer() {
         cudaFree(norm_sq_);
+        if (comm_stream_ != nullptr) {
+            cudaEventDestroy(ready_);
+            cudaEventDestroy(reduced_);
+            cudaStreamDestroy(comm_stream_);
+        }
         if (m_ != nullptr) {
             cudaFree(m_);
             cudaFree(v_);
         }
         if (mom_ != nullptr) { cudaFree(mom_); }
+        if (master_shard_ != nullptr) { cudaFree(master_shard_); }
     }
     ParamOptimizer(const ParamOptimizer&) = delete;
     ParamOptimizer& operator=(const ParamOptimizer&) = delete;
 
     const OptimizerConfig& config() const { return config_; }
     bool has_state() const { return m_ != nullptr; }
+    // this rank's state buffers (layouts: DataParallel's pieces; the tests compare them)
     const float* adam_m() const { return m_; }
+    const float* adam_v() const { return v_; }
+    const float* master_shard() const { return master_shard_; }
     const float* muon_momentum() const { return mom_; }  // null unless the state is Muon's
     OptimizerKind state_kind() const { return kind_; }  // the state's optimizer (has_state())
 
@@ -166,17 +178,71 @@ public:
     void read_fp32_gradients(const float* grads) { grads_fp32_ = grads; }
 
     // Data parallelism over comm's ranks (null: one rank) with ZeRO stage `zero` (0 or 1);
-    // before the optimizer has state.
+    // before the optimizer has state. With zero 1 and master weights the optimizer takes
+    // this rank's share of them (shards_master(): the model's full copy may then go).
     void distribute(Comm* comm, int zero) {
         if (m_ != nullptr) { fatal("ParamOptimizer::distribute: the optimizer has state already"); }
+        if (master_shard_ != nullptr) { fatal("ParamOptimizer::distribute: the master weights are sharded already"); }
         std::vector<size_t> offsets, sizes;
         for (const ParamSpec& s : spec_) {
             offsets.push_back(s.offset);
             sizes.push_back((size_t)s.numel());
         }
         dp_ = std::make_unique<DataParallel>(comm, zero, offsets, sizes, num_params_, kParamAlignElements);
+        planned_ = config_.optimizer;
+        dp_->plan(muon_tensors(planned_));
+        if (zero == 1 && model_master_ != nullptr) {
+            master_shard_ = cudaMallocElements(float, std::max<size_t>(dp_->master_elements(), 1));
+            cudaCheck(cudaMemset(master_shard_, 0, dp_->master_elements() * sizeof(float)));
+            dp_->load_full_device(model_master_, master_shard_, DataParallel::State::Master);
+            model_master_ = nullptr;
+        }
     }
     const DataParallel& data_parallel() const { return *dp_; }
+
+    // ZeRO-1 master weights (bf16 builds): this rank's share lives here.
+    bool shards_master() const { return master_shard_ != nullptr; }
+    // Full-layout fp32 values (E) -> this rank's share (local).
+    void load_master(const std::vector<float>& laid_out) {
+        dp_->load_full(laid_out, master_shard_, DataParallel::State::Master);
+    }
+    // Every rank's share -> the full layout (E host floats): a collective.
+    std::vector<float> gather_master() { return dp_->gather_full(master_shard_, DataParallel::State::Master, nullptr); }
+
+    // Bytes of optimizer state this rank holds for the configured optimizer: AdamW m and v,
+    // the Muon momentum, and the fp32 master weights (bf16 builds; sharded under ZeRO-1,
+    // else the model's full copy).
+    size_t state_bytes() const {
+        size_t floats = 2 * dp_->state_elements() + dp_->muon_state_elements();
+        if (master_shard_ != nullptr) {
+            floats += dp_->master_elements();
+        } else if (model_master_ != nullptr) {
+            floats += num_params_;
+        }
+        return floats * sizeof(float);
+    }
+
+    // Overlap of the reduction with the backward pass (doc/multi-gpu.md): the gradients of
+    // [begin, end) (whole tensors: a layer) are final once what `stream` has queued is
+    // done, so their reduction starts now on a second stream, ordered after it by an event;
+    // update() reduces the rest and waits for that stream. Over one rank, or with an fp32
+    // accumulator (filled after the whole backward pass), there is nothing to start early.
+    void reduce_early(size_t begin, size_t end, cudaStream_t stream) {
+        if (dp_->world() == 1 || grads_fp32_ != nullptr || begin >= end) { return; }
+        if (comm_stream_ == nullptr) {
+            cudaCheck(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+            cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
+        }
+        cudaCheck(cudaEventRecord(ready_, stream));
+        cudaCheck(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+        dp_->reduce_range(grads_, begin, end, comm_stream_);
+        early_.push_back({begin, end});
+        early_total_++;
+    }
+    // How many ranges reduce_early() has started: since the last update, and in all.
+    size_t early_ranges() const { return early_.size(); }
+    long early_total() const { return early_total_; }
 
     // One step with the given rates; returns the gradient norm before clipping. When that
     // norm is not finite nothing is updated (the trainer stops and names the tensor).
@@ -189,7 +255,22 @@ public:
             dp_->reduce_gradients(const_cast<float*>(grads_fp32_), stream);
             norm = dp_->grad_norm(grads_fp32_, norm_sq_, scratch_, stream);
         } else {
-            dp_->reduce_gradients(grads_, stream);
+            if (early_.empty()) {
+                dp_->reduce_gradients(grads_, stream);
+            } else {  // the ranges not started early, then wait for the second stream
+                std::sort(early_.begin(), early_.end());
+                size_t at = 0;
+                cudaCheck(cudaEventRecord(ready_, stream));
+                cudaCheck(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+                for (const auto& r : early_) {
+                    dp_->reduce_range(grads_, at, r.first, comm_stream_);
+                    at = std::max(at, r.second);
+                }
+                dp_->reduce_range(grads_, at, num_params_, comm_stream_);
+                cudaCheck(cudaEventRecord(reduced_, comm_stream_));
+                cudaCheck(cudaStreamWaitEvent(stream, reduced_, 0));
+                early_.clear();
+            }
             norm = dp_->grad_norm((const floatX*)grads_, norm_sq_, scratch_, stream);
         }
         if (!std::isfinite(norm)) { return norm; }
@@ -200,7 +281,7 @@ public:
         } else {
             apply((const floatX*)grads_, lr_matrix, lr_other, grad_scale, stream);
         }
-        dp_->gather_updated(params_, true, stream);
+        dp_->gather_updated(params_, stream);
         return norm;
     }
 
@@ -214,11 +295,14 @@ public:
                   config_.name());
         }
         config_.write(w);
-        if (master_ != nullptr) { dp_->gather_updated(master_, true, nullptr); }
+        // full-layout master weights are current where a rank updated them: the matrices
+        // from their owners (sharded ones are gathered by ModelParameters::get_parameters)
+        if (model_master_ != nullptr && dp_->muon()) { dp_->broadcast_matrices(model_master_, nullptr); }
         if (!has_state()) { return; }
-        std::vector<float> m = dp_->full_state(m_, nullptr), v = dp_->full_state(v_, nullptr);
-        if (mom_ != nullptr) { dp_->broadcast_matrices(mom_, nullptr); }
-        std::vector<float> mom = mom_ != nullptr ? copy_from_device(mom_, num_params_) : std::vector<float>();
+        std::vector<float> m = dp_->gather_full(m_, DataParallel::State::AdamW, nullptr);
+        std::vector<float> v = dp_->gather_full(v_, DataParallel::State::AdamW, nullptr);
+        std::vector<float> mom =
+            mom_ != nullptr ? dp_->gather_full(mom_, DataParallel::State::Muon, nullptr) : std::vector<float>();
         for (const ParamSpec& s : spec_) {
             const size_t offset = s.offset;
             if (uses_muon(s)) {
@@ -231,7 +315,8 @@ public:
     }
 
     // Restores the optimizer state (AdamW's or Muon's, as the file says) and step, if the
-    // file has them. Continuing it with the other optimizer is refused by update().
+    // file has them. Continuing it with the other optimizer is refused by update() (under
+    // ZeRO-1 already here: the state is sharded by the run's optimizer).
     void load(const TensorFileReader& r) {
         const long long has = r.integer("has_optimizer");
         if (has != 0 && has != 1) { r.fail("has_optimizer must be 0 or 1, got %lld", has); }
@@ -253,9 +338,9 @@ public:
                 std::copy(tv.begin(), tv.end(), v.begin() + offset);
             }
         }
-        dp_->load_state(m, m_);
-        dp_->load_state(v, v_);
-        if (mom_ != nullptr) { cudaCheck(cudaMemcpy(mom_, mom.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice)); }
+        dp_->load_full(m, m_, DataParallel::State::AdamW);
+        dp_->load_full(v, v_, DataParallel::State::AdamW);
+        if (mom_ != nullptr) { dp_->load_full(mom, mom_, DataParallel::State::Muon); }
         step = r.integer("step");
         if (step < 0) { r.fail("step is %lld: a saved run has done 0 or more steps", (long long)step); }
     }
@@ -277,20 +362,38 @@ private:
                 a.beta1_correction = (float)(1.0 - std::pow(opt.beta1, (double)step));
                 a.beta2_correction = (float)(1.0 - std::pow(opt.beta2, (double)step));
                 a.grad_scale = grad_scale;
-                // the parts of the tensor this rank updates (all of it unless ZeRO-1)
+                // the parts of the tensor this rank updates (all of it unless ZeRO-1); the
+                // master weights in the full layout, or sharded as the state
                 for (const DataParallel::Range& p : dp_->adamw_pieces((int)t)) {
-                    adamw_update(params_ + p.begin, master_ != nullptr ? master_ + p.begin : nullptr, grads + p.begin,
-                                 m_ + p.state, v_ + p.state, p.end - p.begin, a, stream);
+                    float* master = master_shard_ != nullptr ? master_shard_ + p.state
+                                    : model_master_ != nullptr ? model_master_ + p.begin
+                                                               : nullptr;
+                    adamw_update(params_ + p.begin, master, grads + p.begin, m_ + p.state, v_ + p.state, p.end - p.begin, a,
+                                 stream);
                 }
             }
         }
-        if (muon) {
-            muon_->step(params_, master_, grads, mom_, grad_scale, (float)lr_matrix, (float)opt.weight_decay, opt.muon(),
+        if (muon) {  // the master weights of the matrices after the AdamW part when sharded
+            float* master = master_shard_ != nullptr ? master_shard_ + dp_->state_elements() : model_master_;
+            muon_->step(params_, master, grads, mom_, grad_scale, (float)lr_matrix, (float)opt.weight_decay, opt.muon(),
                         stream);
         }
     }
 
     bool uses_muon(const ParamSpec& s) const { return kind_ == OptimizerKind::Muon && s.matrix; }
+
+    // The tensors an optimizer of `kind` updates with Muon (none for AdamW).
+    std::vector<int> muon_tensors(OptimizerKind kind) const {
+        std::vector<int> tensors;
+        if (kind != OptimizerKind::Muon) { return tensors; }
+        for (size_t t = 0; t < spec_.size(); t++) {
+            if (spec_[t].matrix) {
+                if (spec_[t].shape.size() != 2) { fatal("Muon: matrix-group tensor %s is not 2-D", spec_[t].name.c_str()); }
+                tensors.push_back((int)t);
+            }
+        }
+        return tensors;
+    }
 
     // m, v (and for Muon the momentum) in the parameters' layout; the parts no tensor uses
     // stay zero. The Muon grouping and workspace are made with the state.
@@ -302,6 +405,16 @@ private:
             }
             return;
         }
+        if (kind != planned_) {
+            // ZeRO-1 shards the state (and master weights) by the run's optimizer
+            if (dp_->zero() == 1) {
+                fatal("the optimizer state is %s's (e.g. from a checkpoint) but this run's optimizer is %s: under "
+                      "--zero 1 the state is sharded by the run's optimizer; continue with --optimizer %s",
+                      kOptimizerKinds.name(kind), config_.name(), kOptimizerKinds.name(kind));
+            }
+            planned_ = kind;
+            dp_->plan(muon_tensors(kind));
+        }
         kind_ = kind;
         const size_t state = dp_->state_elements();  // this rank's AdamW state (all of it unless ZeRO-1)
         m_ = cudaMallocElements(float, std::max<size_t>(state, 1));
@@ -309,21 +422,16 @@ private:
         cudaCheck(cudaMemset(m_, 0, state * sizeof(float)));
         cudaCheck(cudaMemset(v_, 0, state * sizeof(float)));
         if (kind == OptimizerKind::Muon) {
-            mom_ = cudaMallocElements(float, num_params_);
-            cudaCheck(cudaMemset(mom_, 0, num_params_ * sizeof(float)));
-            std::vector<int> tensors;
-            for (size_t t = 0; t < spec_.size(); t++) {
-                if (spec_[t].matrix) {
-                    if (spec_[t].shape.size() != 2) { fatal("Muon: matrix-group tensor %s is not 2-D", spec_[t].name.c_str()); }
-                    tensors.push_back((int)t);
-                }
-            }
+            const size_t mom = dp_->muon_state_elements();  // the full layout, or the owned matrices (ZeRO-1)
+            mom_ = cudaMallocElements(float, std::max<size_t>(mom, 1));
+            cudaCheck(cudaMemset(mom_, 0, mom * sizeof(float)));
             // each rank orthogonalises the matrices it owns
-            dp_->set_muon_matrices(tensors);
             std::vector<MuonMatrix> matrices;
-            for (int t : tensors) {
+            for (int t : muon_tensors(kind)) {
                 const ParamSpec& s = spec_[t];
-                if (dp_->updates_matrix(t)) { matrices.push_back({(int64_t)s.offset, (int)s.shape[0], (int)s.shape[1]}); }
+                if (dp_->updates_matrix(t)) {
+                    matrices.push_back({(int64_t)s.offset, (int)s.shape[0], (int)s.shape[1], (int64_t)dp_->muon_state(t)});
+                }
             }
             muon_ = std::make_unique<MuonOptimizer>(matrices);
         }
@@ -335,14 +443,15 @@ private:
         if (mom_ != nullptr) { cudaFree(mom_); }
         m_ = v_ = mom_ = nullptr;
         muon_.reset();
-        dp_->set_muon_matrices({});
     }
 
     OptimizerConfig config_;
     std::vector<ParamSpec> spec_;
     size_t num_params_;
     floatX* params_;
-    float* master_;
+    float* model_master_;             // the model's full-layout master weights (null: none, or sharded)
+    float* master_shard_ = nullptr;   // ZeRO-1: this rank's master weights (AdamW part, then matrices)
+    OptimizerKind planned_ = OptimizerKind::AdamW;  // the optimizer dp_'s split was made for
     floatX* grads_;
     const float* grads_fp32_ = nullptr;
     float* scratch_;  // kReduceBlocks floats
@@ -351,4 +460,9 @@ private:
     OptimizerKind kind_ = OptimizerKind::AdamW;  // meaningful while there is state (m_)
     std::unique_ptr<MuonOptimizer> muon_;
     std::unique_ptr<DataParallel> dp_;
+    // reduce_early(): the second stream, its events, and the ranges started this step
+    cudaStream_t comm_stream_ = nullptr;
+    cudaEvent_t ready_ = nullptr, reduced_ = nullptr;
+    std::vector<std::pair<size_t, size_t>> early_;
+    long early_total_ = 0;
 };

@@ -7,7 +7,9 @@ first update or the load of a checkpoint's optimizer state. A trainer's model de
 its activations, forward and backward.
 
 Values go in and out as fp32 host vectors in canonical order; checkpoints hold the master
-weights, so a bf16 run resumes bit for bit.
+weights, so a bf16 run resumes bit for bit. Under ZeRO-1 (distribute(comm, 1)) the master
+weights are sharded with the optimizer state: the optimizer holds this rank's share,
+`master` is null, and get_parameters() gathers them (a collective: every rank calls it).
 
 Gradients: backward() accumulates into `grads` (floatX). With accumulate_in_fp32() (bf16
 builds, --grad-fp32 1) every micro-batch ends with end_micro_batch(), which moves them into
@@ -17,6 +19,7 @@ the fp32 buffer `grads_fp32` that the optimizer then reads (llmc/grad_accumulate
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,7 +41,7 @@ public:
     floatX* params = nullptr;
     floatX* grads = nullptr;
     float* grads_fp32 = nullptr;  // the fp32 gradient accumulator, when accumulate_in_fp32() was called
-    float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only)
+    float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only; null when sharded, above)
     std::unique_ptr<ParamOptimizer> optimizer;  // null until build_optimizer()
     cudaStream_t stream = nullptr;
 
@@ -49,19 +52,43 @@ public:
         grads = arena_.alloc<floatX>(device_elements);
         cudaCheck(cudaMemset(params, 0, device_elements * sizeof(floatX)));
         cudaCheck(cudaMemset(grads, 0, device_elements * sizeof(floatX)));
-        if (PRECISION_MODE != PrecisionMode::FP32) {
-            master = arena_.alloc<float>(device_elements);
+        if (PRECISION_MODE != PrecisionMode::FP32) {  // (not in the arena: ZeRO-1 frees it)
+            master = cudaMallocElements(float, device_elements);
             cudaCheck(cudaMemset(master, 0, device_elements * sizeof(float)));
         }
         optimizer_scratch_ = arena_.alloc<float>(kReduceBlocks);
+        // each layer's tensors ("layers.<l>."), a contiguous range of the layout (the buckets
+        // of an overlapped reduction)
+        for (const ParamSpec& s : spec) {
+            int l = -1;
+            if (sscanf(s.name.c_str(), "layers.%d.", &l) != 1 || l < 0) { continue; }
+            if ((size_t)l >= layer_range_.size()) { layer_range_.resize(l + 1, {device_elements, 0}); }
+            layer_range_[l].first = std::min(layer_range_[l].first, s.offset);
+            layer_range_[l].second = std::max(layer_range_[l].second, s.offset + (size_t)s.numel());
+        }
+        for (size_t l = 0; l < layer_range_.size(); l++) {
+            for (const ParamSpec& s : spec) {  // a tensor of another layer inside the range: no buckets
+                bool inside = s.offset >= layer_range_[l].first && s.offset < layer_range_[l].second;
+                if (inside && s.name.rfind("layers." + std::to_string(l) + ".", 0) != 0) { layer_range_.clear(); }
+                if (layer_range_.empty()) { break; }
+            }
+        }
     }
+    ~ModelParameters() {
+        if (master != nullptr) { cudaFree(master); }
+    }
+    ModelParameters(const ModelParameters&) = delete;
+    ModelParameters& operator=(const ModelParameters&) = delete;
 
     // The optimizer with its settings (a fresh state; load_parameters may restore one).
     void build_optimizer(const OptimizerConfig& config) {
+        if (master_sharded()) { fatal("build_optimizer: the master weights are sharded with the optimizer built already"); }
         optimizer = std::make_unique<ParamOptimizer>(config, spec, params, master, grads, optimizer_scratch_);
         optimizer->distribute(comm_, zero_);
+        release_sharded_master();
         if (grads_fp32 != nullptr) { optimizer->read_fp32_gradients(grads_fp32); }
     }
+    bool master_sharded() const { return optimizer != nullptr && optimizer->shards_master(); }
 
     // values: every parameter in canonical order (num_params floats)
     void set_parameters(const std::vector<float>& values) {
@@ -73,10 +100,15 @@ public:
         if (master != nullptr) {
             cudaCheck(cudaMemcpy(master, laid_out.data(), device_elements * sizeof(float), cudaMemcpyHostToDevice));
         }
+        if (master_sharded()) { optimizer->load_master(laid_out); }
     }
-    std::vector<float> get_parameters() const {
-        if (master != nullptr) { return to_canonical(copy_from_device(master, device_elements)); }
-        return to_canonical(to_floats(copy_from_device(params, device_elements)));
+    // Under sharded master weights a collective (see the top of the file).
+    std::vector<float> get_parameters() const { return to_canonical(laid_out_parameters()); }
+    // The same in the device layout (device_elements floats, zeros in the gaps).
+    std::vector<float> laid_out_parameters() const {
+        if (master_sharded()) { return optimizer->gather_master(); }
+        if (master != nullptr) { return copy_from_device(master, device_elements); }
+        return to_floats(copy_from_device(params, device_elements));
     }
     // The gradients the optimizer would use (the fp32 accumulator when there is one), in
     // canonical order.
@@ -140,7 +172,19 @@ public:
     void distribute(Comm& comm, int zero) {
         comm_ = &comm;
         zero_ = zero;
-        if (optimizer != nullptr) { optimizer->distribute(comm_, zero_); }
+        if (optimizer != nullptr) {
+            optimizer->distribute(comm_, zero_);
+            release_sharded_master();
+        }
+    }
+
+    // Overlap of the gradient reduction with backward() (--overlap-reduce 1; doc/multi-gpu.md):
+    // on for the last micro-batch's backward, where backward() calls layer_gradients_done(l)
+    // once layer l's gradients are final, which starts their reduction on a second stream.
+    void overlap_reduction(bool on) { overlap_ = on; }
+    void layer_gradients_done(int layer) {
+        if (!overlap_ || optimizer == nullptr || layer < 0 || (size_t)layer >= layer_range_.size()) { return; }
+        optimizer->reduce_early(layer_range_[layer].first, layer_range_[layer].second, stream);
     }
 
     void zero_grad() {
@@ -210,6 +254,13 @@ protected:
     }
 
 private:
+    // once the optimizer holds this rank's share of the master weights, the full copy goes
+    void release_sharded_master() {
+        if (master != nullptr && optimizer->shards_master()) {
+            cudaCheck(cudaFree(master));
+            master = nullptr;
+        }
+    }
     ParamOptimizer& built_optimizer() const {
         if (optimizer == nullptr) { fatal("the model's optimizer is not built yet (ModelParameters::build_optimizer)"); }
         return *optimizer;
@@ -219,4 +270,6 @@ private:
     float* optimizer_scratch_ = nullptr;  // kReduceBlocks floats for the gradient norm
     Comm* comm_ = nullptr;                 // the ranks (distribute()); null: one
     int zero_ = 0;
+    std::vector<std::pair<size_t, size_t>> layer_range_;  // layer l's [begin, end) in the layout
+    bool overlap_ = false;
 };

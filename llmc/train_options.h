@@ -25,6 +25,7 @@ struct TrainOptions {
     }();
     int lr_scale_gpus = 1;
     int zero = 0;   // ZeRO stage over the ranks (llmc/data_parallel.h)
+    int overlap_reduce = 0;  // reduce each layer's gradients during the last backward pass
     int world = 1;  // ranks of this run (trainer_main sets it from its Comm; no flag)
     std::string train_data, val_data, tokenizer_path, log_path, checkpoint_dir, resume_path, init_from;
     int batch_size = 8, seq_len = 0;
@@ -107,7 +108,8 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
         make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; calls with the document mask keep our kernels) 0|1"),
-        make_flag("--zero", &o.zero, "over several ranks (mpirun): 0 every rank holds all optimizer state | 1 ZeRO-1: AdamW state sharded over the ranks"),
+        make_flag("--zero", &o.zero, "over several ranks (mpirun): 0 every rank holds all optimizer state | 1 ZeRO-1: optimizer state and master weights sharded over the ranks"),
+        make_flag("--overlap-reduce", &o.overlap_reduce, "over several ranks: reduce each layer's gradients on a second stream as soon as the last micro-batch's backward has them (not with --grad-fp32 1) 0|1"),
     };
     if (with_muon) {
         std::vector<Flag> muon = {
@@ -152,6 +154,10 @@ inline void print_optimizer(const TrainOptions& o) {
     if (o.world > 1) { printf(" x %d ranks", o.world); }
     printf(" of %d tokens; gradients accumulated in %s\n", o.seq_len, gradient_precision(o));
     if (o.world > 1) {
-        printf("ranks: %d; gradients averaged over them in %s; zero %d\n", o.world, gradient_precision(o), o.zero);
+        printf("ranks: %d; gradients averaged over them in %s; zero %d%s\n", o.world, gradient_precision(o), o.zero,
+               o.overlap_reduce == 0 ? ""
+               : o.grad_fp32 != 0 && PRECISION_MODE != PrecisionMode::FP32
+                   ? "; --overlap-reduce ignored: the fp32 accumulator is filled after the backward pass"
+                   : "; reduction overlapped with the backward pass (per layer)");
     }
 }

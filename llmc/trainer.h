@@ -59,6 +59,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     }
     if (o.grad_accum < 0 || o.global_batch < 0) { fatal("--grad-accum and --global-batch must be >= 0"); }
     if (o.zero != 0 && o.zero != 1) { fatal("--zero must be 0 or 1, got %d", o.zero); }
+    if (o.overlap_reduce != 0 && o.overlap_reduce != 1) { fatal("--overlap-reduce must be 0 or 1, got %d", o.overlap_reduce); }
     if (o.global_batch > 0) {  // rows per optimizer step over micro-batches and ranks
         const int rows = o.batch_size * o.world;
         if (o.global_batch % rows != 0) {
@@ -172,6 +173,9 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     typename Trainer::Model model(c, t.batch_size, t.seq_len);
     model.distribute(comm, t.zero);
     model.build_optimizer(t.opt);
+    // rank 0's share (ZeRO-1 splits the state by pieces and whole matrices: ranks differ a little)
+    printf("optimizer state per rank: %.3f MiB (%zu bytes: AdamW moments, Muon momentum, fp32 master weights)\n",
+           (double)model.optimizer->state_bytes() / (1 << 20), model.optimizer->state_bytes());
     if (checkpoint != nullptr) {
         model.load_parameters(*checkpoint, resume != nullptr);
     } else {

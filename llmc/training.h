@@ -10,9 +10,11 @@ rules are llmc/train_options.h and llmc/resume.h; main's sequence is llmc/traine
 Over several ranks (doc/multi-gpu.md; comm): each rank reads its rows of every global
 batch (and of every validation batch), a micro-batch's loss is the mean over the counted
 targets of all ranks' rows, the optimizer averages the gradients (llmc/data_parallel.h),
-and every logged number is over all ranks. Every rank runs the same steps, validations and
-samples; rank 0 alone writes the log and the checkpoints (trainer_main silences the other
-ranks' stdout).
+and every logged number is over all ranks. Every rank runs the same steps and validations
+(collectives: each takes its rows); samples and eval-set scoring run on rank 0 alone (no
+collective inside them: the model's forward pass only), while the other ranks go on to the
+next collective and wait there; rank 0 alone writes the log and the checkpoints
+(trainer_main silences the other ranks' stdout).
 
 What it asks of the model (besides llmc/model.h, which every model gets):
     cfg.vocab_size, cfg.bos_id                 the real vocabulary; the token samples start from
@@ -207,8 +209,9 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         for (int id : p) { printf(" %d", id); }
         printf("\n");
     }
+    // rank 0 alone samples (its RNG is the one a checkpoint saves)
     auto print_sample = [&](long step) {
-        if (o.sample_tokens <= 0) { return; }
+        if (o.sample_tokens <= 0 || rank != 0) { return; }
         std::vector<int> out = sample(model, sample_start, o.sample_tokens, o.temperature, rng, o.kv_cache != 0);
         std::string text;
         if (tokenizer.loaded()) {
@@ -252,8 +255,9 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     // the eval sets (llmc/eval_scoring.h): one {"step", "eval"} record per scoring
     EvalSuite evals;
     if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size); }
+    // rank 0 alone scores them: one forward pass per batch of requests, nothing to reduce
     auto score_evals = [&](long step) {
-        if (evals.empty()) { return; }
+        if (evals.empty() || rank != 0) { return; }
         std::string results = evals.score(model, step, o.batch_size, o.seq_len, model.cfg.vocab_size,
                                           model.cfg.padded_vocab());
         if (log == nullptr) { return; }
@@ -306,7 +310,10 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             int64_t count_all = world > 1 ? (int64_t)comm->sum((double)count) : count;
             float scale = (float)world / (float)(std::max<int64_t>(count_all, 1) * o.grad_accum);
             LossStats s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale, nullptr);
+            // the last micro-batch's backward may start reducing each layer (--overlap-reduce)
+            model.overlap_reduction(o.overlap_reduce != 0 && micro == o.grad_accum - 1);
             model.backward();
+            model.overlap_reduction(false);
             model.end_micro_batch();
             double share = world > 1 ? model.loss_value(s) * (double)count / (double)std::max<int64_t>(count_all, 1)
                                      : model.loss_value(s);
@@ -354,6 +361,9 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             if (log != nullptr) { fclose(log); }
             exit(128 + stop);
         }
+    }
+    if (o.overlap_reduce != 0 && world > 1) {
+        printf("gradient reduction: %ld layer buckets started during the backward pass\n", model.optimizer->early_total());
     }
     validate(o.steps);
     score_evals(o.steps);

@@ -27,10 +27,12 @@ for pair in SYNCTHREADS_NOOP:test_backend:syncthreads_ SHFL_WRONG_LANE:test_back
   fi
 done
 # Multi-rank mutations (llmc/comm.h, llmc/data_parallel.h), run as 2 ranks: a mean that
-# forgets to divide by the rank count, and a rank that skips its share of the Muon matrices.
-# Needs an MPI build (-DUSE_MPI in the flags) and mpirun; ~25 s of compiling on 2 cores.
+# forgets to divide by the rank count, a rank that skips its share of the Muon matrices, and
+# ZeRO-1's per-owner reduction sent to the wrong rank.
+# Needs an MPI build (-DUSE_MPI in the flags) and mpirun; ~35 s of compiling on 2 cores.
 if [[ " $compiler " == *" -DUSE_MPI "* ]] && command -v mpirun >/dev/null 2>&1; then
-  for pair in COMM_MUTATION_NO_AVERAGE:test_comm:avg_ DATA_PARALLEL_MUTATION_SKIP_MUON:test_data_parallel:muon_; do
+  for pair in COMM_MUTATION_NO_AVERAGE:test_comm:avg_ DATA_PARALLEL_MUTATION_SKIP_MUON:test_data_parallel:muon_ \
+              DATA_PARALLEL_MUTATION_REDUCE_ROOT:test_data_parallel:muon_zero1; do
     IFS=: read -r mutation test cases <<<"$pair"
     bin="$out/${test}_$mutation"
     $compiler -D$mutation -x c++ "dev/test/$test.cu" -o "$bin" -pthread ${MPI_LINK:-} || { status=1; continue; }

@@ -11,6 +11,8 @@ plain: one rank, where the collectives are identities and only that is checked).
                    fp32 sum (the property that makes a 2-rank run repeat exactly), and every
                    rank holds the same bits;
   reduce_scatter_*, all_gather_*, broadcast_*, scalars_*   the same for the other collectives;
+  reduce_*         reduce to each root, grouped: the root gets the all-reduce's bits, the
+                   other ranks' buffers stay as they were;
   shards_*         flat_shards: equal aligned chunks and a short shared tail that cover the
                    buffer once, for many sizes and rank counts; pieces_in over the chunks
                    and the tail covers every tensor element exactly once;
@@ -196,6 +198,50 @@ TEST_CASE(broadcast_each_root) {
         CHECK(memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
         cudaFree(d);
     }
+}
+
+// reduce (Muon owners, ZeRO-1 pieces): the root's result is the all-reduce's bits (NCCL:
+// its rounding); every other rank's buffer is untouched. Several roots in one group, as
+// DataParallel::reduce_gradients issues them, and sizes that are not multiples of anything.
+template <typename T>
+static void check_reduce(ReduceOp op) {
+    const int N = g_comm->world, me = g_comm->rank;
+    const size_t sizes[] = {1, 257, 3001};
+    std::vector<std::vector<T>> inputs, expected;
+    std::vector<T*> d;
+    for (int root = 0; root < N; root++) {
+        for (size_t n : sizes) {
+            inputs.push_back(make_input<T>(me, n, 11 + root, false));
+            expected.push_back(run_all_reduce(inputs.back(), op));
+            d.push_back(copy_to_device(inputs.back()));
+        }
+    }
+    g_comm->group_start();
+    for (size_t k = 0; k < d.size(); k++) { g_comm->reduce(d[k], inputs[k].size(), (int)(k / 3), op, g_stream); }
+    g_comm->group_end();
+    cudaCheck(cudaStreamSynchronize(g_stream));
+    for (size_t k = 0; k < d.size(); k++) {
+        const int root = (int)(k / 3);
+        std::vector<T> got = copy_from_device(d[k], inputs[k].size());
+        const std::vector<T>& want = root == me ? expected[k] : inputs[k];
+        if (COMM_NCCL && root == me) {
+            std::vector<float> a(got.size()), b(got.size());
+            for (size_t i = 0; i < got.size(); i++) { a[i] = to_float(got[i]), b[i] = to_float(want[i]); }
+            const double eps = std::is_same<T, float>::value ? 1e-6 : 2e-2;
+            CHECK_CLOSE("reduce at the root", a.data(), b.data(), a.size(), 0.0, eps);
+        } else {
+            CHECK(memcmp(got.data(), want.data(), got.size() * sizeof(T)) == 0);
+        }
+        cudaFree(d[k]);
+    }
+}
+TEST_CASE(reduce_fp32) {
+    check_reduce<float>(ReduceOp::Sum);
+    check_reduce<float>(ReduceOp::Avg);
+}
+TEST_CASE(reduce_bf16) {
+    check_reduce<__nv_bfloat16>(ReduceOp::Sum);
+    check_reduce<__nv_bfloat16>(ReduceOp::Avg);
 }
 
 TEST_CASE(scalars) {
