@@ -365,3 +365,41 @@ def test_checkpoint_without_its_fixed_input_is_refused(data, tmp_path, kind, nam
                               str(tmp_path / broken), "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
                              timeout=300)
         assert ref.returncode != 0 and str(tmp_path / broken) in ref.stderr and name in ref.stderr, ref.stderr
+
+
+@pytest.mark.parametrize("kind, layout", [("rndembqk", "uniform"), ("fixedseqqk", "hybrid")])
+def test_reference_fixed_qk_maps_are_input_independent(kind, layout):
+    """The reference's rndembqk / fixedseqqk (attnref/san.py): every real row of a variant layer
+    attends with the same q, k, those of the fixed stream alone (a batch of other tokens gives the
+    same ones), while the values and so the outputs follow the input; the fixed input is state
+    (no gradient), while W_q, W_k of the variant layer get one (through the fixed stream)."""
+    import torch
+    from attnref.san import PRESETS, SAN, SANConfig
+    cfg = SANConfig(**dict(PRESETS["tiny-ffn"], attention=kind, layout=layout))
+    model = SAN(cfg).init_weights(3).double()
+    attn = model.layers[0].attn
+    original = attn.forward
+    seen = []
+
+    def capture(u, cos, sin, mask, impl="explicit", u0=None, qk=None):
+        seen.append((u.shape[0], qk))
+        return original(u, cos, sin, mask, impl, u0, qk)
+    attn.forward = capture
+    g = torch.Generator().manual_seed(0)
+    runs = []
+    for _ in range(2):
+        seen.clear()
+        idx = torch.randint(3, cfg.vocab_size, (3, 16), generator=g)
+        logits, _ = model(idx)
+        (q_real, k_real), = [qk for rows, qk in seen if rows == 3]
+        (q_fixed, k_fixed), = [qk for rows, qk in seen if rows == 1]
+        assert torch.equal(q_real, q_fixed.expand_as(q_real)) and torch.equal(k_real, k_fixed.expand_as(k_real))
+        runs.append((q_fixed.detach(), logits.detach()))
+    assert torch.equal(runs[0][0], runs[1][0])            # the maps do not depend on the input
+    assert not torch.allclose(runs[0][1], runs[1][1])     # the outputs do
+    attn.forward = original
+    idx = torch.randint(3, cfg.vocab_size, (2, 16), generator=g)
+    _, (loss, _, _) = model(idx, torch.roll(idx, -1, 1))
+    loss.backward()
+    assert float(attn.wq.grad.abs().max()) > 0 and float(attn.wk.grad.abs().max()) > 0
+    assert all(not t.requires_grad for _, t, _ in model.state_tensors())
