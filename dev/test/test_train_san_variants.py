@@ -403,3 +403,15 @@ def test_reference_fixed_qk_maps_are_input_independent(kind, layout):
     loss.backward()
     assert float(attn.wq.grad.abs().max()) > 0 and float(attn.wk.grad.abs().max()) > 0
     assert all(not t.requires_grad for _, t, _ in model.state_tensors())
+
+
+@needs_bin
+@pytest.mark.parametrize("kind", ["rndembqk", "fixedseqqk"])
+def test_fixed_qk_resume_is_exact(data, tmp_path, kind):
+    """6 steps of 2 micro-batches straight, and resumed from the step-3 checkpoint: byte-identical
+    final checkpoints (parameters, optimizer state, the fixed input, the data position)."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    args = ["--attention", kind, "--layout", "hybrid", "--grad-accum", "2", "--steps", "6"]
+    run(common(data, straight) + args + ["--save-every", "3"])
+    run(common(data, resumed) + args + ["--resume", str(straight / "step_3.bin")])
+    assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
