@@ -66,12 +66,19 @@ static int64_t expected_parameter_count(const SANConfig& c) {
 
 // Muon's trajectories (6 states, tiny presets, lr 0.02), measured worst over the states:
 //   fp32: loss 9e-8 relative, grad norm (every step) 1.7e-7, final matrices L2
-//         1.9e-6 and per element 2e-7 (= 1e-5 lr), other group as AdamW (1.1e-4);
+//         1.9e-5 and per element 1e-4 lr, other group as AdamW (1.1e-4);
 //   bf16 (NS in bf16): loss 5e-5, first-step grad norm 1.6e-3, matrices L2 1.3e-2 and per
 //         element 1.2e-3 (= 0.06 lr), other group 4.7e-2.
 // Tolerances are 4-10x those; forward/backward figures are kTol's (same code path).
+// The fp32 final matrices depend on the draw: Newton-Schulz maps a small singular value s
+// to about a s per step (a = 3.4445; 5 steps: up to ~490x), so where the momentum has one,
+// fp32 rounding grows by as much. Measured 2026-12-01 (torch 2.15's initial draw): muon_gqa4
+// (seed 42) 1.9e-5 L2 and 1.03e-4 lr per element; seeds 1-6 of muon_gqa4 and muon_san
+// 8e-7 to 1.8e-6 (an earlier torch's seed-42 draw: 1.9e-6). Muon's weight decay left out
+// (tried) moves muon_san's by 1.6e-3, 16x the bound; the paper-order states (lr 1e-3) only by
+// 8.5e-5, inside it, but both orders share that update line.
 #if defined(ENABLE_FP32)
-constexpr Tolerances kTolMuon = {{2e-6, 1e-5}, {0, 2e-6}, {2e-5, 1e-4}, {0, 5e-7}, {0, 1e-6}, 1e-5, 1e-4, 1e-5, 5e-4, 0.5, 1e-4};
+constexpr Tolerances kTolMuon = {{2e-6, 1e-5}, {0, 2e-6}, {2e-5, 1e-4}, {0, 5e-7}, {0, 1e-6}, 1e-5, 1e-4, 1e-4, 5e-4, 0.5, 5e-4};
 #else
 constexpr Tolerances kTolMuon = {{3e-2, 3e-2}, {0, 5e-3}, {3e-1, 2e-1}, {0, 3e-4}, {0, 1e-2}, 0.1, 0.5, 0.05, 0.3, 20.0, 0.25};
 #endif

@@ -223,15 +223,15 @@ SANConfig read_config(const TensorFileReader& r) {
     }
     SANConfig c;
     c.read_dims(r);
-    c.n_kv_head = (int)r.integer("n_kv_head");
+    c.n_kv_head = r.int32("n_kv_head");
     read_choice(r, "ffn", kFfnKinds, &c.ffn);
-    c.d_ff = (int)r.integer("d_ff");
+    c.d_ff = r.int32("d_ff");
     read_choice(r, "norm", kNormKinds, &c.norm);
-    c.qk_norm = (int)r.integer("qk_norm");
+    c.qk_norm = r.int32("qk_norm");
     read_choice(r, "residual", kResidualModes, &c.residual);
-    c.sandwich = (int)r.integer("sandwich");
+    c.sandwich = r.int32("sandwich");
     c.rope_theta = r.real("rope_theta");
-    c.doc_mask = (int)r.integer("doc_mask");
+    c.doc_mask = r.int32("doc_mask");
     c.z_loss = r.real("z_loss");
     if (r.has_key("attention")) {  // files from before the variants: standard attention everywhere
         read_choice(r, "attention", kAttnKinds, &c.attention);

@@ -101,24 +101,6 @@ __device__ __forceinline__ void attn_load_tile(float* tile, const floatX* src, i
     }
 }
 
-// Whether the row with document `doc` at position `pos` sees any key of the tile
-// [start, start + kAttnTile) (keys <= pos only), reading the ids from global memory.
-__device__ __forceinline__ bool attn_query_sees_tile(const int* doc_row, int start, int pos, int T, int doc) {
-    int end = min(min(start + kAttnTile, T), pos + 1);
-    for (int tau = start; tau < end; tau++) {
-        if (doc_row[tau] == doc) { return true; }
-    }
-    return false;
-}
-// Whether the key at `pos` is seen by any query of the tile (queries >= pos only).
-__device__ __forceinline__ bool attn_key_seen_by_tile(const int* doc_row, int start, int pos, int T, int doc) {
-    int end = min(start + kAttnTile, T);
-    for (int t = max(start, pos); t < end; t++) {
-        if (doc_row[t] == doc) { return true; }
-    }
-    return false;
-}
-
 // The query-side kernels' key tile: K, V (float) and the document ids of keys
 // start .. start + kAttnTile - 1 into shared memory, between two block barriers (the first
 // one also means the previous tile is consumed). Returns false, after the first barrier
@@ -129,7 +111,7 @@ __device__ inline bool attn_load_key_tile(float* k_tile, float* v_tile, int* doc
                                           const int* doc_row, int b, int start, int kv_head, int T, int Hkv, int hd,
                                           bool active, int t, int my_doc) {
     if (doc_row != nullptr) {
-        bool sees = active && attn_query_sees_tile(doc_row, start, t, T, my_doc);
+        bool sees = active && query_sees_key_tile(doc_row, start, kAttnTile, t, T, my_doc);
         if (!__syncthreads_or(sees)) { return false; }
     } else {
         __syncthreads();
@@ -290,7 +272,7 @@ __global__ void __launch_bounds__(kAttnRows)
         const float* D_head = D + ((size_t)b * Hq + h) * T;
         for (int start = first_row; start < T; start += kAttnTile) {
             if (doc_row != nullptr) {
-                bool seen = active && attn_key_seen_by_tile(doc_row, start, tau, T, my_doc);
+                bool seen = active && key_seen_by_query_tile(doc_row, start, kAttnTile, tau, T, my_doc);
                 if (!__syncthreads_or(seen)) { continue; }
             } else {
                 __syncthreads();

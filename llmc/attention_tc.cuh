@@ -94,17 +94,19 @@ __device__ __forceinline__ void flash_load_tile(flash_bf16* tile, const flash_bf
     }
 }
 
-// Whether the query at `pos` (document `doc`) sees any key of [start, start + kFlashTile).
-__device__ __forceinline__ bool flash_query_sees_tile(const int* doc_row, int start, int pos, int T, int doc) {
-    int end = min(min(start + kFlashTile, T), pos + 1);
+// The document mask's tile tests, shared with llmc/attention.cuh's kernels (which use their own
+// tile size): doc_row holds the row's document ids, T of them.
+// Whether the query at `pos` (document `doc`) sees any key of [start, start + tile).
+__device__ __forceinline__ bool query_sees_key_tile(const int* doc_row, int start, int tile, int pos, int T, int doc) {
+    int end = min(min(start + tile, T), pos + 1);
     for (int tau = start; tau < end; tau++) {
         if (doc_row[tau] == doc) { return true; }
     }
     return false;
 }
-// Whether the key at `pos` (document `doc`) is seen by any query of [start, start + kFlashTile).
-__device__ __forceinline__ bool flash_key_seen_by_tile(const int* doc_row, int start, int pos, int T, int doc) {
-    int end = min(start + kFlashTile, T);
+// Whether the key at `pos` (document `doc`) is seen by any query of [start, start + tile).
+__device__ __forceinline__ bool key_seen_by_query_tile(const int* doc_row, int start, int tile, int pos, int T, int doc) {
+    int end = min(start + tile, T);
     for (int t = max(start, pos); t < end; t++) {
         if (doc_row[t] == doc) { return true; }
     }
@@ -123,7 +125,7 @@ __device__ inline int flash_next_key_tile(int i, int total, const int* doc_row, 
         }
         int row = block_row0 + threadIdx.x;
         bool sees = threadIdx.x < kFlashRows && row < T &&
-                    flash_query_sees_tile(doc_row, i * kFlashTile, row, T, doc_row[row]);
+                    query_sees_key_tile(doc_row, i * kFlashTile, kFlashTile, row, T, doc_row[row]);
         if (__syncthreads_or(sees)) { return i; }
     }
     return total;
@@ -495,7 +497,7 @@ __global__ void __launch_bounds__(kFlashThreads)
             }
             int key = block_key0 + threadIdx.x;
             bool seen = threadIdx.x < kFlashRows && key < T &&
-                        flash_key_seen_by_tile(doc_row, tile_start(i), key, T, doc_row[key]);
+                        key_seen_by_query_tile(doc_row, tile_start(i), kFlashTile, key, T, doc_row[key]);
             if (__syncthreads_or(seen)) { return i; }
         }
         return total;

@@ -35,6 +35,18 @@ struct LossStats {
 
 constexpr int kClassifierRowsPerBlock = 4;
 
+// One warp's pass over a row of V logits: its maximum and sum_j exp(row[j] - max), both
+// reduced over the warp (every lane gets them), so logsumexp = max + log(sum).
+__device__ inline void warp_row_softmax_stats(const float* row, int V, int lane, float* max_out, float* sum_out) {
+    float max_value = -INFINITY;
+    for (int j = lane; j < V; j += 32) { max_value = fmaxf(max_value, row[j]); }
+    max_value = warp_reduce_max(max_value);
+    float sum = 0.0f;
+    for (int j = lane; j < V; j += 32) { sum += expf(row[j] - max_value); }
+    *max_out = max_value;
+    *sum_out = warp_reduce_sum(sum);
+}
+
 template <typename TGrad>
 __global__ void classifier_kernel(TGrad* dlogits, float* losses, float* lse_sq, const float* logits, const int* targets,
                                   int N, int V, int Vp, float z_loss, float dloss_scale) {
@@ -43,12 +55,8 @@ __global__ void classifier_kernel(TGrad* dlogits, float* losses, float* lse_sq, 
     if (n >= N) { return; }  // the whole warp leaves together
     const float* row = logits + (size_t)n * Vp;
     int target = targets[n];
-    float max_value = -INFINITY;
-    for (int j = lane; j < V; j += 32) { max_value = fmaxf(max_value, row[j]); }
-    max_value = warp_reduce_max(max_value);
-    float sum = 0.0f;
-    for (int j = lane; j < V; j += 32) { sum += expf(row[j] - max_value); }
-    sum = warp_reduce_sum(sum);
+    float max_value, sum;
+    warp_row_softmax_stats(row, V, lane, &max_value, &sum);
     float lse = max_value + logf(sum);
     if (lane == 0) {
         losses[n] = target >= 0 ? lse - row[target] : 0.0f;
@@ -87,12 +95,8 @@ __global__ void target_logprob_kernel(float* logprob, int* greedy, const float* 
     if (n >= N) { return; }
     const float* row = logits + (size_t)n * Vp;
     int target = targets[n];
-    float max_value = -INFINITY;
-    for (int j = lane; j < V; j += 32) { max_value = fmaxf(max_value, row[j]); }
-    max_value = warp_reduce_max(max_value);
-    float sum = 0.0f;
-    for (int j = lane; j < V; j += 32) { sum += expf(row[j] - max_value); }
-    sum = warp_reduce_sum(sum);
+    float max_value, sum;
+    warp_row_softmax_stats(row, V, lane, &max_value, &sum);
     // does any column beat the target (a larger logit, or an equal one at a smaller index)?
     float beaten = 0.0f;
     if (target >= 0) {

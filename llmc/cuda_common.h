@@ -15,6 +15,8 @@ Common CUDA utilities for every kernel header, trainer and test:
 #include <type_traits>
 #include <vector>
 
+#include "utils.h"  // fatal
+
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -32,11 +34,7 @@ Common CUDA utilities for every kernel header, trainer and test:
 // error checking
 
 inline void cuda_check(cudaError_t error, const char* file, int line) {
-    if (error != cudaSuccess) {
-        fflush(stdout);
-        fprintf(stderr, "[CUDA ERROR] at %s:%d: %s\n", file, line, cudaGetErrorString(error));
-        exit(EXIT_FAILURE);
-    }
+    if (error != cudaSuccess) { fatal("CUDA error at %s:%d: %s", file, line, cudaGetErrorString(error)); }
 }
 #define cudaCheck(err) (cuda_check(err, __FILE__, __LINE__))
 
@@ -48,9 +46,7 @@ T* cuda_malloc_check(size_t count, const char* file, int line) {
     T* ptr = nullptr;
     cudaError_t error = cudaMalloc(reinterpret_cast<void**>(&ptr), count * sizeof(T));
     if (error != cudaSuccess) {
-        fprintf(stderr, "[CUDA ERROR] at %s:%d: cudaMalloc of %zu bytes: %s\n", file, line, count * sizeof(T),
-                cudaGetErrorString(error));
-        exit(EXIT_FAILURE);
+        fatal("CUDA error at %s:%d: cudaMalloc of %zu bytes: %s", file, line, count * sizeof(T), cudaGetErrorString(error));
     }
     return ptr;
 }

@@ -68,12 +68,12 @@ struct ModelDims {
         w.set("head_dim", head_dim());
     }
     void read_dims(const TensorFileReader& r) {
-        vocab_size = (int)r.integer("vocab_size");
-        seq_len = (int)r.integer("seq_len");
-        n_layer = (int)r.integer("n_layer");
-        n_embd = (int)r.integer("n_embd");
-        n_head = (int)r.integer("n_head");
-        bos_id = (int)r.integer("bos_id");
+        vocab_size = r.int32("vocab_size");
+        seq_len = r.int32("seq_len");
+        n_layer = r.int32("n_layer");
+        n_embd = r.int32("n_embd");
+        n_head = r.int32("n_head");
+        bos_id = r.int32("bos_id");
     }
     // after read_dims and the config check: the derived keys must follow from the config
     void check_derived(const TensorFileReader& r) const {

@@ -63,8 +63,16 @@ struct OptimizerConfig {
     bool is_muon() const { return optimizer == OptimizerKind::Muon; }
     const char* name() const { return kOptimizerKinds.name(optimizer); }
     void check() const {
-        if (ns_steps < 0) { fatal("--ns-steps must be >= 0, got %d", ns_steps); }
+        // (written as !(ok) so that NaN fails too; 100 Newton-Schulz steps is far past any use)
+        if (!(ns_steps >= 0 && ns_steps <= 100)) { fatal("--ns-steps must be in [0, 100], got %d", ns_steps); }
         if (!(muon_momentum >= 0.0 && muon_momentum < 1.0)) { fatal("--muon-momentum must be in [0, 1), got %g", muon_momentum); }
+        if (!(beta1 >= 0.0 && beta1 < 1.0)) { fatal("--beta1 must be in [0, 1), got %g", beta1); }
+        if (!(beta2 >= 0.0 && beta2 < 1.0)) { fatal("--beta2 must be in [0, 1), got %g", beta2); }
+        if (!(eps > 0.0)) { fatal("--eps must be > 0, got %g", eps); }
+        if (!(weight_decay >= 0.0)) { fatal("--weight-decay must be >= 0, got %g", weight_decay); }
+        if (!(grad_clip >= 0.0)) { fatal("--grad-clip must be >= 0 (0: off), got %g", grad_clip); }
+        if (ns_fp32 != 0 && ns_fp32 != 1) { fatal("--ns-fp32 must be 0 or 1, got %d", ns_fp32); }
+        schedule.check_fractions();
     }
     // Rates left < 0 take the model's defaults (the matrix group's rate for this optimizer;
     // the other group: 3e-4 under Muon, the matrix rate under AdamW), then the N-GPU rule
@@ -115,8 +123,8 @@ struct OptimizerConfig {
         // absent from files written before Muon existed
         if (r.has_key("opt.muon_order")) { read_choice(r, "opt.muon_order", kMuonOrders, &muon_order); }
         if (r.has_key("opt.muon_momentum")) { muon_momentum = r.real("opt.muon_momentum"); }
-        if (r.has_key("opt.ns_steps")) { ns_steps = (int)r.integer("opt.ns_steps"); }
-        if (r.has_key("opt.ns_fp32")) { ns_fp32 = (int)r.integer("opt.ns_fp32"); }
+        if (r.has_key("opt.ns_steps")) { ns_steps = r.int32("opt.ns_steps"); }
+        if (r.has_key("opt.ns_fp32")) { ns_fp32 = r.int32("opt.ns_fp32"); }
         read_choice(r, "opt.schedule", kScheduleKinds, &schedule.kind);
         schedule.warmup_frac = r.real("opt.warmup_frac");
         schedule.decay_frac = r.real("opt.decay_frac");
@@ -225,7 +233,9 @@ public:
     // Restores the optimizer state (AdamW's or Muon's, as the file says) and step, if the
     // file has them. Continuing it with the other optimizer is refused by update().
     void load(const TensorFileReader& r) {
-        if (r.integer("has_optimizer") != 1) { return; }
+        const long long has = r.integer("has_optimizer");
+        if (has != 0 && has != 1) { r.fail("has_optimizer must be 0 or 1, got %lld", has); }
+        if (has == 0) { return; }
         OptimizerKind kind;
         read_choice(r, "opt.optimizer", kOptimizerKinds, &kind);
         release_state();
@@ -247,6 +257,7 @@ public:
         dp_->load_state(v, v_);
         if (mom_ != nullptr) { cudaCheck(cudaMemcpy(mom_, mom.data(), num_params_ * sizeof(float), cudaMemcpyHostToDevice)); }
         step = r.integer("step");
+        if (step < 0) { r.fail("step is %lld: a saved run has done 0 or more steps", (long long)step); }
     }
 
 private:

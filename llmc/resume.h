@@ -14,6 +14,10 @@ doc/formats.md "Resume state" lists the keys.
 
 #include <sys/stat.h>
 
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -46,6 +50,27 @@ inline std::string real_text(double value) {
     return text;
 }
 
+// A saved setting's value as a number: the whole text, finite, and (unless `wide`) within an
+// int; anything else is refused with the key (a resume's FatalContext names the file).
+inline double parse_setting_real(const char* key, const std::string& text) {
+    char* end = nullptr;
+    double x = strtod(text.c_str(), &end);
+    if (text.empty() || isspace((unsigned char)text[0]) || *end != '\0' || !std::isfinite(x)) {
+        fatal("checkpoint key %s: '%s' is not a finite number", key, text.c_str());
+    }
+    return x;
+}
+inline long long parse_setting_integer(const char* key, const std::string& text, bool wide) {
+    char* end = nullptr;
+    errno = 0;
+    long long x = strtoll(text.c_str(), &end, 10);
+    if (text.empty() || isspace((unsigned char)text[0]) || *end != '\0' || errno == ERANGE) {
+        fatal("checkpoint key %s: '%s' is not an integer", key, text.c_str());
+    }
+    if (!wide && (x < INT32_MIN || x > INT32_MAX)) { fatal("checkpoint key %s: %lld does not fit a 32-bit int", key, x); }
+    return x;
+}
+
 // One setting of a run: its checkpoint key, the flags that set it, and its value as text.
 // Where the outputs go (--checkpoint-dir, --log) is no setting of the run: each command
 // line says it (so a resumed run's checkpoints equal the uninterrupted run's, byte for byte).
@@ -71,15 +96,16 @@ inline std::vector<RunSetting> run_settings() {
     };
     auto real = [&](const char* key, std::vector<std::string> flags, std::function<double&(TrainOptions&)> ref) {
         out.push_back({key, flags, [ref](const TrainOptions& o) { return real_text(ref(const_cast<TrainOptions&>(o))); },
-                       [ref](TrainOptions& o, const std::string& v) { ref(o) = strtod(v.c_str(), nullptr); }});
+                       [key, ref](TrainOptions& o, const std::string& v) { ref(o) = parse_setting_real(key, v); }});
     };
+    // (the values are ints, except run.steps and run.seed: `wide`)
     auto integer = [&](const char* key, std::vector<std::string> flags, std::function<long long(const TrainOptions&)> get,
-                       std::function<void(TrainOptions&, long long)> set) {
+                       std::function<void(TrainOptions&, long long)> set, bool wide = false) {
         out.push_back({key, flags, [get](const TrainOptions& o) { return std::to_string(get(o)); },
-                       [set](TrainOptions& o, const std::string& v) { set(o, strtoll(v.c_str(), nullptr, 10)); }});
+                       [key, set, wide](TrainOptions& o, const std::string& v) { set(o, parse_setting_integer(key, v, wide)); }});
     };
     integer("run.steps", {"--steps"}, [](const TrainOptions& o) { return (long long)o.steps; },
-            [](TrainOptions& o, long long v) { o.steps = (long)v; });
+            [](TrainOptions& o, long long v) { o.steps = (long)v; }, true);
     choice("opt.optimizer", {"--optimizer"}, [](TrainOptions& o) -> OptimizerKind& { return o.opt.optimizer; }, kOptimizerKinds);
     real("opt.lr", {"--lr", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr; });
     real("opt.lr_other", {"--lr-other", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr_other; });
@@ -113,7 +139,7 @@ inline std::vector<RunSetting> run_settings() {
     integer("run.shuffle", {"--shuffle"}, [](const TrainOptions& o) { return (long long)o.shuffle; },
             [](TrainOptions& o, long long v) { o.shuffle = (int)v; });
     integer("run.seed", {"--seed"}, [](const TrainOptions& o) { return (long long)o.seed; },
-            [](TrainOptions& o, long long v) { o.seed = (uint64_t)v; });
+            [](TrainOptions& o, long long v) { o.seed = (uint64_t)v; }, true);
     text("run.val_data", {"--val-data"}, &TrainOptions::val_data);
     integer("run.val_every", {"--val-every"}, [](const TrainOptions& o) { return (long long)o.val_every; },
             [](TrainOptions& o, long long v) { o.val_every = (int)v; });
@@ -176,6 +202,7 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     o.extend_to = extend_to;
     o.resume_override = override_;
     long done = (long)ckpt.integer("step");
+    if (done < 0) { ckpt.fail("step is %ld: a saved run has done 0 or more steps", done); }
     printf("resume: continuing the run saved in %s at step %ld of %ld (optimizer, schedule, steps and data settings "
            "from the file)\n", ckpt.path().c_str(), done, o.steps);
     for (const std::string& c : changes) { printf("resume: --resume-override 1: %s\n", c.c_str()); }
@@ -246,6 +273,14 @@ inline bool same_file(const std::string& a, const std::string& b) {
 
 // Why a resumed data loader would not continue where the saved run left off, named from
 // the keys the checkpoint holds ("" when nothing differs that they show).
+// How many ranks wrote the checkpoint (files from before run.ranks: 1).
+inline int saved_rank_count(const TensorFileReader& ckpt) {
+    if (!ckpt.has_key("run.ranks")) { return 1; }
+    int ranks = ckpt.int32("run.ranks");
+    if (ranks < 1) { ckpt.fail("run.ranks is %d: a run has at least one rank", ranks); }
+    return ranks;
+}
+
 inline std::string data_difference(const TensorFileReader& ckpt, const DataLoader& d, const TrainOptions& o) {
     std::string why;
     auto differs = [&](const char* key, long long now, const char* what) {
@@ -258,7 +293,7 @@ inline std::string data_difference(const TensorFileReader& ckpt, const DataLoade
     differs("resume.data_tokens", (long long)data_tokens(d), "training tokens:");
     differs("run.seq_len", o.seq_len, "--seq-len");
     // rows per micro-batch over the ranks: the unit of the data position
-    const long long saved_ranks = ckpt.has_key("run.ranks") ? ckpt.integer("run.ranks") : 1;
+    const long long saved_ranks = saved_rank_count(ckpt);
     if (ckpt.has_key("run.batch_size") && ckpt.integer("run.batch_size") * saved_ranks != (long long)o.batch_size * o.world) {
         why += std::string(why.empty() ? "" : "; ") + "rows per micro-batch: " + std::to_string(o.batch_size) + " x " +
                std::to_string(o.world) + " ranks now, " + std::to_string(ckpt.integer("run.batch_size")) + " x " +
@@ -274,7 +309,7 @@ inline std::string data_difference(const TensorFileReader& ckpt, const DataLoade
 // position (counted in those rows) and the schedule carry over; --batch-size becomes the
 // saved rows / o.world (printed). A rank count that does not divide them is refused.
 inline void continue_on_ranks(TrainOptions& o, const TensorFileReader& ckpt) {
-    const long long saved_ranks = ckpt.has_key("run.ranks") ? ckpt.integer("run.ranks") : 1;
+    const long long saved_ranks = saved_rank_count(ckpt);
     if (saved_ranks == o.world) { return; }
     const long long rows = (long long)o.batch_size * saved_ranks;
     if (rows % o.world != 0) {

@@ -28,6 +28,11 @@ struct Schedule {
     // Rounds to nearest, halves up (floor(x + 0.5)), as the reference does.
     static long round_steps(double fraction, long total) { return (long)std::floor(fraction * total + 0.5); }
 
+    void check_fractions() const {
+        if (!(warmup_frac >= 0.0 && warmup_frac <= 1.0)) { fatal("--warmup-frac must be in [0, 1], got %g", warmup_frac); }
+        if (!(decay_frac >= 0.0 && decay_frac <= 1.0)) { fatal("--decay-frac must be in [0, 1], got %g", decay_frac); }
+        if (!(final_frac >= 0.0 && final_frac <= 1.0)) { fatal("--final-frac must be in [0, 1], got %g", final_frac); }
+    }
     void check(long total) const {
         if (total <= 0) { fatal("schedule: the number of steps must be positive, got %ld", total); }
         long W = round_steps(warmup_frac, total), D = kind == ScheduleKind::WSD ? round_steps(decay_frac, total) : 0;

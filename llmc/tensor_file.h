@@ -11,7 +11,10 @@ atomically (temp file + rename), so an interrupted save never replaces a good fi
 */
 #pragma once
 
+#include <cctype>
+#include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -115,15 +118,37 @@ public:
     long long integer(const std::string& key) const {
         const std::string& v = str(key);
         char* end = nullptr;
+        errno = 0;
         long long x = strtoll(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0') { fail("config key '%s': '%s' is not an integer", key.c_str(), v.c_str()); }
+        if (v.empty() || isspace((unsigned char)v[0]) || *end != '\0' || errno == ERANGE) {
+            fail("config key '%s': '%s' is not an integer", key.c_str(), v.c_str());
+        }
         return x;
+    }
+    // an unsigned 64-bit value (seeds, fingerprints), written in decimal
+    uint64_t uint64(const std::string& key) const {
+        const std::string& v = str(key);
+        char* end = nullptr;
+        errno = 0;
+        unsigned long long x = strtoull(v.c_str(), &end, 10);
+        if (v.empty() || !isdigit((unsigned char)v[0]) || *end != '\0' || errno == ERANGE) {
+            fail("config key '%s': '%s' is not an unsigned 64-bit integer", key.c_str(), v.c_str());
+        }
+        return (uint64_t)x;
+    }
+    // an integer that must fit an int (sizes, flags, counts): a larger one is refused, not wrapped
+    int int32(const std::string& key) const {
+        long long x = integer(key);
+        if (x < INT32_MIN || x > INT32_MAX) { fail("config key '%s': %lld does not fit a 32-bit int", key.c_str(), x); }
+        return (int)x;
     }
     double real(const std::string& key) const {
         const std::string& v = str(key);
         char* end = nullptr;
         double x = strtod(v.c_str(), &end);
-        if (v.empty() || *end != '\0') { fail("config key '%s': '%s' is not a number", key.c_str(), v.c_str()); }
+        if (v.empty() || isspace((unsigned char)v[0]) || *end != '\0' || !std::isfinite(x)) {
+            fail("config key '%s': '%s' is not a finite number", key.c_str(), v.c_str());
+        }
         return x;
     }
 

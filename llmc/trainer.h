@@ -125,7 +125,12 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     const bool bos_given = t.given.count("--bos-id") != 0;
     const bool elsewhere = Trainer::start_elsewhere(o, bos_given);
     std::unique_ptr<TensorFileReader> checkpoint;
+    // until training starts, an error names the checkpoint the run starts from (a value read
+    // from it may fail a check written for the flag that sets it)
+    std::unique_ptr<FatalContext> from_checkpoint;
     if (!start.empty()) {
+        from_checkpoint = std::make_unique<FatalContext>(
+            (t.resume_path.empty() ? "the model of " : "resuming ") + start, start);
         checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
         Config from_file = read_config(*checkpoint);
         Options from_flags = o;  // what the flags say, where the tokenizer would have set nothing
@@ -173,6 +178,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
         Trainer::init_parameters(model, o);
     }
     configure_model_if_any<Trainer>(model, o, 0);
+    from_checkpoint.reset();
     run_training(model, t, tokenizer, resume, &comm);
     return 0;
 }

@@ -84,6 +84,9 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
     train_cfg.seed = o.seed;
     train_cfg.doc_start_token = model.doc_start_token();
     train_cfg.vocab_size = model.cfg.vocab_size;
+    // (on --resume the data settings come from the checkpoint: errors until training starts name it)
+    std::unique_ptr<FatalContext> resuming;
+    if (checkpoint != nullptr) { resuming = std::make_unique<FatalContext>("resuming " + checkpoint->path(), checkpoint->path()); }
     std::unique_ptr<DataLoader> train_loader;  // none when only evaluating (--steps 0)
     if (o.steps > 0) {
         train_loader = std::make_unique<DataLoader>(train_cfg);
@@ -162,11 +165,12 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
                   why.c_str());
         }
         DataPosition pos{checkpoint->integer("resume.data_epoch"), checkpoint->integer("resume.data_step"),
-                         (uint64_t)std::stoull(checkpoint->str("resume.data_fingerprint"))};
+                         checkpoint->uint64("resume.data_fingerprint")};
         train_loader->set_position(pos);
-        rng.seed((uint64_t)std::stoull(checkpoint->str("resume.rng_seed")));
+        rng.seed(checkpoint->uint64("resume.rng_seed"));
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
     }
+    resuming.reset();
     FILE* log = nullptr;
     if (!o.log_path.empty() && rank == 0) {
         log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");

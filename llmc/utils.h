@@ -14,19 +14,45 @@ checkpoint under the real name. Plain C++17, no CUDA.
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 #include <fcntl.h>
 #include <unistd.h>
 
-// Print "error: <message>" and exit(1). printf-style.
+// What the program is in the middle of, for fatal()'s message: while a FatalContext lives,
+// an error that does not name `subject` already ends with " (<what>)". So a value read from a
+// checkpoint that fails a check meant for flags ("--doc-mask must be 0 or 1") still names the
+// file it came from.
+struct FatalContext {
+    std::string what, subject;
+    FatalContext* outer;
+    FatalContext(std::string what_, std::string subject_)
+        : what(std::move(what_)), subject(std::move(subject_)), outer(current()) {
+        current() = this;
+    }
+    ~FatalContext() { current() = outer; }
+    FatalContext(const FatalContext&) = delete;
+    FatalContext& operator=(const FatalContext&) = delete;
+    static FatalContext*& current() {
+        static thread_local FatalContext* innermost = nullptr;
+        return innermost;
+    }
+};
+
+// Print "error: <message>" (and the innermost FatalContext) and exit(1). printf-style.
 [[noreturn]] __attribute__((format(printf, 1, 2))) inline void fatal(const char* fmt, ...) {
     fflush(stdout);
     va_list args;
     va_start(args, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
+    char message[2048];
+    vsnprintf(message, sizeof(message), fmt, args);
     va_end(args);
+    const FatalContext* context = FatalContext::current();
+    if (context != nullptr && strstr(message, context->subject.c_str()) == nullptr) {
+        fprintf(stderr, "error: %s (%s)\n", message, context->what.c_str());
+    } else {
+        fprintf(stderr, "error: %s\n", message);
+    }
     exit(EXIT_FAILURE);
 }
 

@@ -51,6 +51,22 @@ for mask in 0 1; do
     echo "doc mask $mask: train_san / PyTorch tokens/s = $(echo "scale=2; $ours / $theirs" | bc) (target >= 1.0, goal 1.5)"
   fi
 done
+echo "== the optimizer's share of a step: train_san san20, bf16, B 8 x T 2048, $steps steps each"
+step_ms() {  # the number before "ms" in a progress line
+  sed -n 's/.*| *\([0-9.]*\) ms |.*/\1/p'
+}
+adamw_ms=""
+for optimizer in "adamw" "muon" "muon --ns-fp32 1"; do
+  line=$(build/gpu-bf16/train_san --preset san20 --train-data "$dir/san_*.bin" --batch-size 8 --steps "$steps" \
+         --val-every 0 --sample-tokens 0 --log-every 1 --optimizer $optimizer | last_progress)
+  ms=$(echo "$line" | step_ms)
+  [ "$optimizer" = adamw ] && adamw_ms=$ms
+  extra=""
+  if [ -n "$ms" ] && [ -n "$adamw_ms" ] && [ "$optimizer" != adamw ]; then
+    extra=" (+$(echo "scale=1; $ms - $adamw_ms" | bc) ms over AdamW)"
+  fi
+  echo "--optimizer $optimizer: ${ms:-?} ms/step$extra"
+done
 # with the cudnn-frontend headers at hand (venv, or build/cudnn-frontend carried along) the
 # playgrounds are built with USE_CUDNN=1 and add cuDNN as version 4
 attention_dir=build/gpu-bf16

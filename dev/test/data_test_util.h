@@ -56,9 +56,10 @@ inline std::vector<uint8_t> header_bytes(std::vector<int32_t> first) {
     return out;
 }
 
-// Runs fn in a child process; true if it exited with a non-zero status and its stderr
-// contains every one of `needles`.
-inline bool expect_fatal(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+// Runs fn in a forked child process, its stdout and stderr captured into *output; returns
+// the child's wait status. `prepare` runs in the child before fn (an alarm, an exit hook).
+inline int run_in_child(const std::function<void()>& fn, std::string* output,
+                        const std::function<void()>& prepare = nullptr) {
     int pipefd[2];
     if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
     fflush(stdout);
@@ -67,21 +68,30 @@ inline bool expect_fatal(const std::function<void()>& fn, const std::vector<std:
     if (pid < 0) { perror("fork"); exit(2); }
     if (pid == 0) {
         close(pipefd[0]);
-        dup2(pipefd[1], 2);
         dup2(pipefd[1], 1);
+        dup2(pipefd[1], 2);
+        if (prepare) { prepare(); }
         fn();
         fflush(stdout);
         fflush(stderr);
         _exit(0);
     }
     close(pipefd[1]);
-    std::string msg;
-    char buf[512];
+    output->clear();
+    char buf[4096];
     ssize_t n;
-    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) { msg.append(buf, (size_t)n); }
+    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) { output->append(buf, (size_t)n); }
     close(pipefd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
+    return status;
+}
+
+// Runs fn in a child process; true if it exited with a non-zero status and its stderr
+// contains every one of `needles`.
+inline bool expect_fatal(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+    std::string msg;
+    int status = run_in_child(fn, &msg);
     bool failed = WIFEXITED(status) && WEXITSTATUS(status) != 0;
     bool ok = failed;
     for (const std::string& s : needles) { ok = ok && msg.find(s) != std::string::npos; }

@@ -304,31 +304,11 @@ static void exit_at_once(int status, void*) {
 }
 
 static Result run_child(const std::function<void()>& reader, const std::string& must_name) {
-    int pipefd[2];
-    if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) { perror("fork"); exit(2); }
-    if (pid == 0) {
-        close(pipefd[0]);
-        dup2(pipefd[1], 1);
-        dup2(pipefd[1], 2);
+    std::string out;
+    int status = run_in_child(reader, &out, [] {
         alarm(10);
         on_exit(exit_at_once, nullptr);
-        reader();
-        fflush(stdout);
-        fflush(stderr);
-        _exit(0);
-    }
-    close(pipefd[1]);
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) { out.append(buf, (size_t)n); }
-    close(pipefd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    });
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         return {BROKEN, std::string(sig == SIGALRM ? "hang (no result in 10 s)" : strsignal(sig)) + ": " + out};

@@ -19,20 +19,17 @@ Cost: 17 runs of the tiny model, 28-34 s on 2 cores shared with other jobs."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trainer_cli import ROOT, run_binary, write_pattern_corpus
+
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 from attnref.container import read_container  # noqa: E402
-from shards import write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
-MPIRUN = os.path.join(ROOT, "scripts", "mpirun.sh")
 # make sets HAS_MPIRUN=0 when mpirun or the MPI build is missing
 HAS_MPI = os.environ.get("HAS_MPIRUN", "1" if shutil.which("mpirun") else "0") == "1"
 pytestmark = [
@@ -40,30 +37,16 @@ pytestmark = [
     pytest.mark.skipif(not HAS_MPI, reason="mpirun or an MPI build missing (apt-get install openmpi-bin libopenmpi-dev)"),
 ]
 
-VOCAB, BOS = 250, 2
 OPTIMIZERS = {"adamw": ["--optimizer", "adamw", "--lr", "3e-3"], "muon": ["--optimizer", "muon"]}
 
 
 def run(ranks, args, check=True):
-    cmd = ([MPIRUN, "-np", str(ranks)] if ranks > 1 else []) + [os.path.join(ROOT, BIN)] + [str(a) for a in args]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_binary(BIN, args, check, ranks=ranks)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """Documents of repeated short patterns, BOS-separated (so row target counts vary)."""
-    rng = np.random.default_rng(0)
-    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
-    d = tmp_path_factory.mktemp("data")
-    for split, n_docs in (("train", 400), ("val", 40)):
-        tokens = []
-        for _ in range(n_docs):
-            tokens += [BOS] + list(np.tile(patterns[rng.integers(len(patterns))], 6))
-        write_shard(d / f"toy_{split}_000000.bin", np.array(tokens, dtype=np.int64))
-    return d
+    return write_pattern_corpus(tmp_path_factory.mktemp("data"), {"toy_train_000000": 400, "toy_val_000000": 40})
 
 
 def common(data, out, optimizer, steps=10):

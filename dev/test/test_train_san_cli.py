@@ -6,40 +6,21 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-from shards import write_shard  # noqa: E402
+from trainer_cli import ROOT, run_binary, step_losses, write_pattern_corpus
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 
-VOCAB = 250
-BOS = 2
-
 
 def run(args, check=True):
-    proc = subprocess.run([os.path.join(ROOT, BIN)] + args, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"train_san failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_binary(BIN, args, check)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """A learnable corpus: each document repeats one of four fixed short patterns."""
-    rng = np.random.default_rng(0)
-    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
-    d = tmp_path_factory.mktemp("data")
-    for split, n_docs in (("train", 400), ("val", 40)):
-        tokens = []
-        for _ in range(n_docs):
-            pattern = patterns[rng.integers(len(patterns))]
-            tokens += [BOS] + list(np.tile(pattern, 6))
-        write_shard(d / f"toy_{split}_000000.bin", np.array(tokens, dtype=np.int64))
-    return d
+    return write_pattern_corpus(tmp_path_factory.mktemp("data"), {"toy_train_000000": 400, "toy_val_000000": 40})
 
 
 def common(data, tmp, optimizer=("--optimizer", "adamw", "--lr", "3e-3")):
@@ -63,6 +44,14 @@ def test_help_lists_every_option_with_defaults():
     (["--n-embd", "60", "--n-head", "8", "--train-data", "x"], "multiple of --n-head"),
     (["--train-data", "/nonexistent/*.bin"], "/nonexistent/*.bin"),
     (["--cudnn", "1", "--train-data", "x"], "--cudnn 1: this build has no cuDNN attention"),  # host builds never do
+    (["--beta1", "1.5", "--train-data", "x"], "--beta1 must be in [0, 1), got 1.5"),
+    (["--beta2", "nan", "--train-data", "x"], "--beta2 must be in [0, 1), got nan"),
+    (["--eps", "0", "--train-data", "x"], "--eps must be > 0, got 0"),
+    (["--weight-decay", "-0.1", "--train-data", "x"], "--weight-decay must be >= 0"),
+    (["--grad-clip", "-1", "--train-data", "x"], "--grad-clip must be >= 0"),
+    (["--ns-steps", "1000000", "--train-data", "x"], "--ns-steps must be in [0, 100], got 1000000"),
+    (["--warmup-frac", "1.5", "--train-data", "x"], "--warmup-frac must be in [0, 1], got 1.5"),
+    (["--final-frac", "-0.5", "--train-data", "x"], "--final-frac must be in [0, 1], got -0.5"),
 ])
 def test_bad_options_fail_clearly(args, message):
     proc = run(args, check=False)
@@ -72,7 +61,7 @@ def test_bad_options_fail_clearly(args, message):
 
 def test_loss_falls(data, tmp_path):
     out = run(common(data, tmp_path) + ["--steps", "30", "--val-every", "0", "--schedule", "constant"]).stdout
-    losses = [float(line.split("|")[1].split()[1]) for line in out.splitlines() if line.startswith("step ") and "|" in line]
+    losses = step_losses(out)
     assert len(losses) >= 2
     assert losses[-1] < losses[0] - 1.0, out
 

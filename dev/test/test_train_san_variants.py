@@ -20,41 +20,25 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-sys.path.insert(0, ROOT)
-from shards import write_shard  # noqa: E402
+from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus
+from shards import write_shard  # noqa: E402 (dev/data, on the path by trainer_cli)
 
+sys.path.insert(0, ROOT)
 from attnref.variants import layer_kinds, standard_layers  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 
-VOCAB = 250
-BOS = 2
 BUILT = ("mlp", "approximate", "nonapprox", "staticembqk", "rndembqk", "fixedseqqk")
 
 
 def run(args, check=True):
-    proc = subprocess.run([os.path.join(ROOT, BIN)] + args, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"train_san failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_binary(BIN, args, check)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """A learnable corpus: each document repeats one of four fixed short patterns."""
-    rng = np.random.default_rng(0)
-    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
-    d = tmp_path_factory.mktemp("data")
-    for split, n_docs in (("train", 200), ("val", 20)):
-        tokens = []
-        for _ in range(n_docs):
-            pattern = patterns[rng.integers(len(patterns))]
-            tokens += [BOS] + list(np.tile(pattern, 6))
-        write_shard(d / f"toy_{split}_000000.bin", np.array(tokens, dtype=np.int64))
-    return d
+    return write_pattern_corpus(tmp_path_factory.mktemp("data"), {"toy_train_000000": 200, "toy_val_000000": 20})
 
 
 def common(data, tmp):
@@ -63,8 +47,7 @@ def common(data, tmp):
             "--optimizer", "adamw", "--lr", "3e-3", "--schedule", "constant", "--warmup-frac", "0"]
 
 
-def losses(out):
-    return [float(line.split("|")[1].split()[1]) for line in out.splitlines() if line.startswith("step ") and "|" in line]
+losses = step_losses
 
 
 @needs_bin

@@ -17,20 +17,16 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-from shards import write_shard  # noqa: E402
+from trainer_cli import BOS, ROOT, VOCAB, run_binary
+from shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 
-VOCAB = 250
-BOS = 2
 STEPS = 12
 
 
@@ -52,11 +48,7 @@ def args(data, ckpt_dir, steps=STEPS):
 
 
 def run(a, check=True, **kw):
-    proc = subprocess.run([os.path.join(ROOT, BIN)] + [str(x) for x in a], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"train_san failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_binary(BIN, a, check, **kw)
 
 
 def interrupted_run(a, sig):

@@ -14,16 +14,13 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-from shards import write_shard  # noqa: E402
+from trainer_cli import BOS, ROOT, run_binary, write_pattern_corpus
+from shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
 
 SAN = os.environ.get("TRAIN_SAN_BIN")
 GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))
 pytestmark = pytest.mark.skipif(not SAN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 TRAINERS = ["san", "gpt2"]
-
-VOCAB, BOS = 250, 2
 
 
 def binary(trainer):
@@ -34,25 +31,14 @@ def binary(trainer):
 
 
 def run(trainer, args, check=True):
-    proc = subprocess.run([binary(trainer)] + [str(a) for a in args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"train_{trainer} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_binary(binary(trainer), args, check)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """Documents that repeat one of four short patterns; two training shards, one validation."""
-    rng = np.random.default_rng(0)
-    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
-    d = tmp_path_factory.mktemp("data")
-    for name, n_docs in (("toy_train_000000", 200), ("toy_train_000001", 200), ("toy_val_000000", 40)):
-        tokens = []
-        for _ in range(n_docs):
-            tokens += [BOS] + list(np.tile(patterns[rng.integers(len(patterns))], 6))
-        write_shard(d / f"{name}.bin", np.array(tokens, dtype=np.int64))
-    return d
+    """Two training shards, one validation shard."""
+    return write_pattern_corpus(tmp_path_factory.mktemp("data"),
+                                {"toy_train_000000": 200, "toy_train_000001": 200, "toy_val_000000": 40})
 
 
 def common(data, ckpt_dir=None):

@@ -1,0 +1,50 @@
+"""What the end-to-end trainer tests share: running a trainer binary (optionally under
+scripts/mpirun.sh) and writing the toy corpus they train on.
+
+The toy corpus is learnable in a few steps: each document is BOS followed by one of four
+fixed short token patterns repeated six times, so the loss falls fast and row target
+counts vary (documents end at different positions of a row)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+from shards import write_shard  # noqa: E402
+
+VOCAB = 250  # the toy corpus's tokens are 3 .. VOCAB-1 (the tiny presets' vocabulary is larger)
+BOS = 2
+MPIRUN = os.path.join(ROOT, "scripts", "mpirun.sh")
+
+
+def run_binary(binary, args, check=True, ranks=1, timeout=300, **kw):
+    """Runs `binary` (a path relative to the repository root, or absolute) with `args` from
+    the root; with ranks > 1 under scripts/mpirun.sh. With `check`, a non-zero exit fails the
+    calling test with the command's output."""
+    cmd = ([MPIRUN, "-np", str(ranks)] if ranks > 1 else []) + [os.path.join(ROOT, binary)] + [str(a) for a in args]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def write_pattern_corpus(directory, docs_per_shard, seed=0):
+    """Writes one token shard per entry of `docs_per_shard` ({shard name: documents}) into
+    `directory` (NAME.bin) and returns the directory. One generator draws the patterns and
+    then every shard's documents in order, so a given mapping always writes the same files."""
+    rng = np.random.default_rng(seed)
+    patterns = [rng.integers(3, VOCAB, size=n) for n in (3, 4, 5, 6)]
+    for name, n_docs in docs_per_shard.items():
+        tokens = []
+        for _ in range(n_docs):
+            tokens += [BOS] + list(np.tile(patterns[rng.integers(len(patterns))], 6))
+        write_shard(os.path.join(str(directory), f"{name}.bin"), np.array(tokens, dtype=np.int64))
+    return directory
+
+
+def step_losses(stdout):
+    """The training losses of the progress lines ("step k/n | loss X | ...")."""
+    return [float(line.split("|")[1].split()[1]) for line in stdout.splitlines()
+            if line.startswith("step ") and "|" in line]
