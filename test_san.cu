@@ -271,5 +271,12 @@ int main(int argc, char** argv) {
         testing::register_case("grad_accumulation_fp32", [path] { check_grad_accumulation_fp32(path); });
         testing::register_case("parameter_alignment", [path] { check_parameter_alignment(path); });
     }
+    // rndembqk / fixedseqqk rerun the fixed row in every micro-batch: their sum must be exact too
+    for (const char* fixed : {"rndembqk_hybrid.bin", "fixedseqqk_uniform.bin"}) {
+        if (std::find(files.begin(), files.end(), fixed) == files.end()) { continue; }
+        std::string path = dir + "/" + fixed, name = std::string("grad_accumulation_fp32_") + fixed;
+        name.resize(name.size() - 4);
+        testing::register_case(strdup(name.c_str()), [path] { check_grad_accumulation_fp32(path); });
+    }
     return testing::run_all(argv[0], filter);
 }

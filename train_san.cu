@@ -35,6 +35,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/attention.cuh"
 #include "llmc/attention_variants.cuh"  // approximate, nonapprox (and SiLU)
 #include "llmc/attention_kinds.h"       // AttnKind, the layouts
+#include "llmc/fixed_qk.cuh"            // rndembqk, fixedseqqk: FixedQKInput, the fixed row's broadcast and its backward
 #include "llmc/kv_cache.cuh"
 #include "llmc/swiglu.cuh"
 #include "llmc/residual.cuh"
@@ -80,6 +81,8 @@ struct SANConfig : ModelDims {
     float gain_offset() const { return norm == NormKind::ZCN ? 1.0f : 0.0f; }
     AttnKind kind(int layer) const { return kinds[layer]; }
     bool has_kind(AttnKind k) const { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); }
+    // rndembqk, fixedseqqk: q, k from a fixed input run through the network (doc/deconstructing.md)
+    bool has_fixed_qk() const { return attention == AttnKind::RndEmbQK || attention == AttnKind::FixedSeqQK; }
     // The weights of W_q, W_k, W_v, W_o (d x (2 Hq hd + 2 Hkv hd)), which an mlp layer's SwiGLU
     // (3 d m weights) replaces: m = round((2 Hq hd + 2 Hkv hd) / 3), nearest integer (4d/3 for MHA).
     int64_t attention_matrix_weights() const {
@@ -115,10 +118,6 @@ struct SANConfig : ModelDims {
 
     // --attention and --layout -> one kind per layer (llmc/attention_kinds.h)
     void resolve_attention_kinds() {
-        if (attention == AttnKind::RndEmbQK || attention == AttnKind::FixedSeqQK) {
-            fatal("--attention %s: this kind is not built yet (built: standard, mlp, approximate, nonapprox, "
-                  "staticembqk)", kAttnKinds.name(attention));
-        }
         std::vector<int> standard;
         std::string error;
         if (!standard_layers_of_layout(layout, n_layer, &standard, &error)) { fatal("--layout: %s", error.c_str()); }
@@ -338,8 +337,10 @@ private:
 
 // Training FLOPs per token: llmc/model.h's convention (as train_san.py), with the 12 * T * d of
 // scores and values counted only for the layers that mix over T x T pairs (standard,
-// approximate, staticembqk; not mlp, which mixes nothing, nor nonapprox, whose scores are one
-// per position). Found instead of model.h's template by argument-dependent lookup.
+// approximate, staticembqk, rndembqk, fixedseqqk; not mlp, which mixes nothing, nor nonapprox,
+// whose scores are one per position). Found instead of model.h's template by argument-dependent
+// lookup. (rndembqk / fixedseqqk: the fixed row's cost per micro-batch is not in it, nor the
+// real rows' q, k projections that they skip; describe_attention says so.)
 double flops_per_token(const SANConfig& c) {
     double nonemb = (double)count_parameters(c).non_embedding;
     int pairwise = 0;
@@ -352,6 +353,19 @@ std::string describe_attention(const SANConfig& c) {
     std::string out = std::string("attention: ") + kAttnKinds.name(c.attention) + ", layout " + c.layout +
                       " (layers: " + c.layer_kinds_text() + ")";
     if (c.has_kind(AttnKind::Approximate)) { out += std::string("; taylor_norm ") + kTaylorNorms.name(c.taylor_norm); }
+    if (c.has_fixed_qk()) {
+        char buf[512];
+        if (c.attention == AttnKind::RndEmbQK) {
+            snprintf(buf, sizeof(buf), "\nfixed QK input (rndembqk): eps ~ N(0, %g^2) of %d x %d = %lld values",
+                     0.02 * std::sqrt((double)c.n_embd), c.seq_len, c.n_embd, (long long)c.seq_len * c.n_embd);
+        } else {
+            snprintf(buf, sizeof(buf), "\nfixed QK input (fixedseqqk): the embedding of %d fixed tokens = %d values",
+                     c.seq_len, c.seq_len);
+        }
+        out += buf;
+        out += " of model state (in checkpoints; not a parameter, not counted below); it runs as one more row per "
+               "micro-batch (+1/B of the compute, not in FLOPs/token)";
+    }
     if (c.has_kind(AttnKind::Mlp)) {
         char buf[256];
         snprintf(buf, sizeof(buf), "; mlp width %d: SwiGLU 3 d m = %lld weights per layer for W_q,W_k,W_v,W_o's %lld",
@@ -399,6 +413,8 @@ struct LayerActivations {
 // (Attention) or without those layers' whole blocks (Block), the paper's "skip" column.
 enum class SkipNonstandard { None, Attention, Block };
 
+inline bool is_fixed_qk(AttnKind k) { return k == AttnKind::RndEmbQK || k == AttnKind::FixedSeqQK; }
+
 // The model: its parameters, gradients and optimizer, the residual stream, logits and loss
 // buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
 // scratch of forward and backward.
@@ -420,11 +436,24 @@ struct SAN : LanguageModel<SANConfig> {
     float* variant_scratch = nullptr;  // backward scratch of the approximate / nonapprox mixers
     SkipNonstandard skip = SkipNonstandard::None;  // evaluation only: backward() refuses it
     std::vector<int> host_targets_masked;
+    // rndembqk, fixedseqqk (llmc/fixed_qk.cuh): the fixed input (model state, host copy as in
+    // files), rndembqk's eps on the device, and whether the last forward ran the fixed row
+    FixedQKInput fixed;
+    floatX* fixed_eps = nullptr;
+    int fixed_row = 0;
 
-    SAN(const SANConfig& config, int batch, int seq) : LanguageModel(config, batch, seq) {
+    // The activations hold one row more than `batch` for the fixed row of rndembqk / fixedseqqk.
+    SAN(const SANConfig& config, int batch, int seq) : LanguageModel(config, batch + (config.has_fixed_qk() ? 1 : 0), seq) {
         P.point_into(params, spec, cfg.n_layer);
         G.point_into(grads, spec, cfg.n_layer);
         allocate_activations();
+        if (cfg.has_fixed_qk()) {
+            fixed = FixedQKInput(cfg.attention == AttnKind::RndEmbQK, cfg.seq_len, cfg.n_embd, cfg.vocab_size);
+            if (fixed.random) {
+                fixed_eps = arena.alloc<floatX>((size_t)cfg.seq_len * cfg.n_embd);
+                upload_fixed_input();
+            }
+        }
         std::vector<float> table = rope_table(cfg.seq_len, cfg.head_dim(), cfg.rope_theta);
         rope = copy_to_device(table);
         arena.blocks.push_back(rope);
@@ -521,6 +550,35 @@ struct SAN : LanguageModel<SANConfig> {
         scratch = arena.alloc<float>(scratch_floats);
     }
 
+    // ---- the fixed QK input (rndembqk, fixedseqqk): model state, not a parameter ------------
+    // A fresh model's: rndembqk draws eps from the seed, fixedseqqk takes the first seq_len
+    // tokens of the training data (`train_data`, the --train-data pattern).
+    void init_fixed_input(uint64_t seed, const std::string& train_data) {
+        if (!cfg.has_fixed_qk()) { return; }
+        if (fixed.random) {
+            fixed.draw(seed);
+            upload_fixed_input();
+        } else {
+            fixed.take_first_tokens(train_data);
+        }
+    }
+    void write_state(TensorFileWriter& w) const override {
+        if (cfg.has_fixed_qk()) { fixed.write(w); }
+    }
+    void read_state(const TensorFileReader& r) override {
+        if (!cfg.has_fixed_qk()) { return; }
+        fixed.read(r);
+        upload_fixed_input();
+    }
+    void upload_fixed_input() {
+        if (fixed_eps == nullptr) { return; }
+        std::vector<floatX> x(fixed.eps.size());
+        for (size_t i = 0; i < x.size(); i++) { x[i] = from_float<floatX>(fixed.eps[i]); }
+        cudaCheck(cudaMemcpy(fixed_eps, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    }
+    // the fixed row runs when some layer reads it (not when --skip-nonstandard leaves them out)
+    bool fixed_row_needed() const { return cfg.has_fixed_qk() && skip == SkipNonstandard::None; }
+
     // ---- loss bookkeeping (llmc/model.h, training.h) -------------------------------------
     // A target counts if it is >= 0 and, with the document mask, not the BOS of the next
     // document (doc/san-model.md, "Document mask and loss mask").
@@ -539,14 +597,24 @@ struct SAN : LanguageModel<SANConfig> {
     // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                       std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
-        begin_forward(Bn, Tn, dloss_scale, cache);
-        const int N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
+        // rndembqk, fixedseqqk: the fixed stream rides along as one more row after the Bn real
+        // rows (row Bn), through every layer; it has no targets. --skip-nonstandard leaves out the
+        // layers that read it, and so the row.
+        const int F = fixed_row_needed() ? 1 : 0;
+        if (F && cache != nullptr) { fatal("forward: a cached step has no fixed row (sample() recomputes the window)"); }
+        begin_forward(Bn + F, Tn, dloss_scale, cache);
+        fixed_row = F;
+        const int Rn = Bn + F;  // rows through the layers
+        const int Nh = Bn * Tn, N = Rn * Tn;  // positions of the real rows (head, loss), of every row (layers)
+        const int d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
         const int qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff, V = cfg.vocab_size, Vp = cfg.padded_vocab();
         const float off = cfg.gain_offset();
         const ResidualMode mode = cfg.residual;
 
-        // inputs, masked targets and document ids (the rules of doc/san-model.md)
-        std::vector<int> doc_ids(N), masked(N);
+        // inputs, masked targets and document ids (the rules of doc/san-model.md); the fixed row
+        // is one sequence (document id 0 throughout: causal, no document boundaries) and, for
+        // fixedseqqk, its inputs are the fixed tokens
+        std::vector<int> doc_ids(N, 0), masked(Nh), stream_inputs(inputs, inputs + Nh);
         int64_t count = 0;
         for (int b = 0; b < Bn; b++) {
             int doc = 0;
@@ -566,14 +634,22 @@ struct SAN : LanguageModel<SANConfig> {
             doc_ids[0] = cache->next_doc;
             cudaCheck(cudaMemcpy(cache->doc + pos, doc_ids.data(), sizeof(int), cudaMemcpyHostToDevice));
         }
+        const bool fixed_tokens = F && cfg.attention == AttnKind::FixedSeqQK;
+        if (fixed_tokens) { stream_inputs.insert(stream_inputs.end(), fixed.tokens.begin(), fixed.tokens.begin() + Tn); }
+        const int embedded = fixed_tokens ? N : Nh;  // positions looked up in the embedding
         host_targets_masked = masked;
-        cudaCheck(cudaMemcpy(d_inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(d_targets, masked.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_inputs, stream_inputs.data(), embedded * sizeof(int), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_targets, masked.data(), Nh * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_doc_ids, doc_ids.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+        // (with the document mask off, the fixed row's mask is causal like every row's)
         const int* doc = cfg.doc_mask ? d_doc_ids : nullptr;
-        if (dloss_scale != 0.0f) { buckets.build(inputs, N, stream); }
+        if (dloss_scale != 0.0f) { buckets.build(stream_inputs.data(), embedded, stream); }
 
-        embedding_forward(residual[0], d_inputs, P.wte, N, d, std::sqrt((float)d), stream);
+        embedding_forward(residual[0], d_inputs, P.wte, embedded, d, std::sqrt((float)d), stream);
+        if (F && !fixed_tokens) {  // rndembqk: the fixed row starts as eps (its first Tn positions)
+            cudaCheck(cudaMemcpyAsync(residual[0] + (size_t)Nh * d, fixed_eps, (size_t)Tn * d * sizeof(floatX),
+                                      cudaMemcpyDeviceToDevice, stream));
+        }
         for (int l = 0; l < cfg.n_layer; l++) {
             const LayerTensors<floatX>& p = P.layers[l];
             LayerActivations& a = acts[l];
@@ -610,8 +686,15 @@ struct SAN : LanguageModel<SANConfig> {
                         norm_forward(a.qk_in, a.qk_in_rstd, residual[0], p.attn_norm, N, d, off, kNormEps, stream);
                         qk_in = a.qk_in;
                     }
-                    linear_forward(a.q_lin, qk_in, p.wq, N, d, qd, stream);
-                    linear_forward(a.k_lin, qk_in, p.wk, N, d, kvd, stream);
+                    // rndembqk, fixedseqqk: only the fixed row computes its own q, k (rows r0 ..
+                    // r0 + Rq - 1), which are then broadcast into the real rows; v from every row
+                    const bool fixed_qk = is_fixed_qk(kind);
+                    const int r0 = fixed_qk ? Bn : 0, Rq = fixed_qk ? 1 : Rn, Nq = Rq * Tn;
+                    const size_t p0 = (size_t)r0 * Tn;  // first position of those rows
+                    floatX* q = a.q + p0 * qd;
+                    k += p0 * kvd;
+                    linear_forward(a.q_lin + p0 * qd, qk_in + p0 * d, p.wq, Nq, d, qd, stream);
+                    linear_forward(a.k_lin + p0 * kvd, qk_in + p0 * d, p.wk, Nq, d, kvd, stream);
                     linear_forward(v, a.attn_in, p.wv, N, d, kvd, stream);
                     if (kind == AttnKind::Nonapprox) {
                         // q = SiLU(attn_in W_q), then QK-norm; no RoPE: the score q[t].k[t] pairs a
@@ -624,25 +707,31 @@ struct SAN : LanguageModel<SANConfig> {
                             cudaCheck(cudaMemcpyAsync(a.k, a.k_lin, (size_t)N * kvd * sizeof(floatX),
                                                       cudaMemcpyDeviceToDevice, stream));
                         }
-                        nonapprox_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
+                        nonapprox_forward(a.o, a.lse, a.q, a.k, a.v, doc, Rn, Tn, Hq, Hkv, hd, stream);
                     } else {
                         if (cfg.qk_norm) {
-                            norm_forward(a.q, a.q_rstd, a.q_lin, p.q_norm, N * Hq, hd, off, kNormEps, stream);
-                            norm_forward(k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
-                            rope_forward(a.q, a.q, rope_rows, Bn, Tn, Hq, hd, stream);
-                            rope_forward(k, k, rope_rows, Bn, Tn, Hkv, hd, stream);
+                            norm_forward(q, a.q_rstd + p0 * Hq, a.q_lin + p0 * qd, p.q_norm, Nq * Hq, hd, off, kNormEps,
+                                         stream);
+                            norm_forward(k, a.k_rstd + p0 * Hkv, a.k_lin + p0 * kvd, p.k_norm, Nq * Hkv, hd, off,
+                                         kNormEps, stream);
+                            rope_forward(q, q, rope_rows, Rq, Tn, Hq, hd, stream);
+                            rope_forward(k, k, rope_rows, Rq, Tn, Hkv, hd, stream);
                         } else {
-                            rope_forward(a.q, a.q_lin, rope_rows, Bn, Tn, Hq, hd, stream);
-                            rope_forward(k, a.k_lin, rope_rows, Bn, Tn, Hkv, hd, stream);
+                            rope_forward(q, a.q_lin + p0 * qd, rope_rows, Rq, Tn, Hq, hd, stream);
+                            rope_forward(k, a.k_lin + p0 * kvd, rope_rows, Rq, Tn, Hkv, hd, stream);
+                        }
+                        if (fixed_qk) {  // every real row attends with the fixed row's q, k (its own mask)
+                            broadcast_fixed_row(a.q, (size_t)Tn * qd, Bn, stream);
+                            broadcast_fixed_row(a.k, (size_t)Tn * kvd, Bn, stream);
                         }
                         if (cache != nullptr) {  // (sample() caches standard and staticembqk layers only)
                             attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr,
                                              pos, Hq, Hkv, hd, stream);
                         } else if (kind == AttnKind::Approximate) {
-                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd,
+                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Rn, Tn, Hq, Hkv, hd,
                                                      cfg.taylor_norm, stream);
                         } else {
-                            attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Bn, Tn, Hq, Hkv, hd, stream);
+                            attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Rn, Tn, Hq, Hkv, hd, stream);
                         }
                     }
                     linear_forward(a.attn_out, a.o, p.wo, N, qd, d, stream);
@@ -670,14 +759,15 @@ struct SAN : LanguageModel<SANConfig> {
                 residual_forward(residual[l + 1], a.x_mid, fbranch, p.ffn_gate, mode, (size_t)N * d, stream);
             }
         }
-        norm_forward(xf, xf_rstd, residual[cfg.n_layer], P.final_norm, N, d, off, kNormEps, stream);
-        linear_forward(logits, xf, P.wte, N, d, Vp, stream);
+        // the head: the real rows (the first Nh positions; the fixed row has no targets)
+        norm_forward(xf, xf_rstd, residual[cfg.n_layer], P.final_norm, Nh, d, off, kNormEps, stream);
+        linear_forward(logits, xf, P.wte, Nh, d, Vp, stream);
         classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
-                                    d_targets, N, V, Vp, (float)cfg.z_loss, dloss_scale, stream);
+                                    d_targets, Nh, V, Vp, (float)cfg.z_loss, dloss_scale, stream);
 
-        std::vector<float> losses = copy_from_device(row_loss, N), lse_sq = copy_from_device(row_lse_sq, N);
+        std::vector<float> losses = copy_from_device(row_loss, Nh), lse_sq = copy_from_device(row_lse_sq, Nh);
         LossStats stats;
-        for (int i = 0; i < N; i++) {
+        for (int i = 0; i < Nh; i++) {
             stats.ce_sum += losses[i];
             stats.lse_sq_sum += lse_sq[i];
         }
@@ -691,7 +781,9 @@ struct SAN : LanguageModel<SANConfig> {
     // for the batch of the last forward() that was given a non-zero dloss_scale.
     void backward() {
         if (skip != SkipNonstandard::None) { fatal("backward: --skip-nonstandard is for evaluation only"); }
-        const int Bn = last_B, Tn = last_T, N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim();
+        // rows: Bn real rows and, with rndembqk / fixedseqqk, the fixed row after them (row Bn)
+        const int Rn = last_B, Bn = Rn - fixed_row, Tn = last_T, Nh = Bn * Tn, N = Rn * Tn;
+        const int d = cfg.n_embd, hd = cfg.head_dim();
         const int Hq = cfg.n_head, Hkv = cfg.n_kv_head, qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff;
         const int Vp = cfg.padded_vocab();
         const float off = cfg.gain_offset();
@@ -699,11 +791,12 @@ struct SAN : LanguageModel<SANConfig> {
         const int* doc = cfg.doc_mask ? d_doc_ids : nullptr;
         const size_t Nd = (size_t)N * d;
 
-        // LM head (tied embedding) and final norm
-        linear_backward_weight(G.wte, dlogits, xf, N, d, Vp, stream);
-        linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
+        // LM head (tied embedding) and final norm: the real rows (the fixed row's stream gradient
+        // starts at 0: it has no loss, only the q, k paths of the variant layers below)
+        linear_backward_weight(G.wte, dlogits, xf, Nh, d, Vp, stream);
+        linear_backward_input(dxf, dlogits, P.wte, Nh, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream));
-        norm_backward(dx, G.final_norm, scratch, dxf, residual[cfg.n_layer], P.final_norm, xf_rstd, N, d, off, stream);
+        norm_backward(dx, G.final_norm, scratch, dxf, residual[cfg.n_layer], P.final_norm, xf_rstd, Nh, d, off, stream);
         if (dx0 != nullptr) { cudaCheck(cudaMemsetAsync(dx0, 0, Nd * sizeof(floatX), stream)); }
 
         // Gradient of one residual branch: dx holds dL/d(x_out). Leaves dL/d(branch output
@@ -756,42 +849,62 @@ struct SAN : LanguageModel<SANConfig> {
             linear_backward_weight(g.wo, d_attn_out, a.o, N, qd, d, stream);
             linear_backward_input(d_o, d_attn_out, p.wo, N, qd, d, false, stream);
             if (kind == AttnKind::Nonapprox) {  // (no RoPE)
-                nonapprox_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv,
+                nonapprox_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Rn, Tn, Hq, Hkv,
                                    hd, stream);
-            } else {
+            }
+            // rndembqk, fixedseqqk: the real rows' q, k were the fixed row's (broadcast), so their
+            // dq, dk join the fixed row's own; from here on only the fixed row's q, k path runs
+            // (rows r0 .. r0 + Rq - 1; every row for the other kinds)
+            const bool fixed_qk = is_fixed_qk(kind);
+            const int r0 = fixed_qk ? Bn : 0, Rq = fixed_qk ? 1 : Rn, Nq = Rq * Tn;
+            const size_t p0 = (size_t)r0 * Tn;
+            floatX* dq = d_q + p0 * qd;
+            floatX* dk = d_k + p0 * kvd;
+            if (kind != AttnKind::Nonapprox) {
                 if (kind == AttnKind::Approximate) {
-                    taylor_attention_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn,
+                    taylor_attention_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Rn,
                                               Tn, Hq, Hkv, hd, cfg.taylor_norm, stream);
                 } else {
-                    attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Bn, Tn, Hq, Hkv, hd,
+                    attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Rn, Tn, Hq, Hkv, hd,
                                        stream);
                 }
-                rope_backward(d_q, d_q, rope, Bn, Tn, Hq, hd, stream);
-                rope_backward(d_k, d_k, rope, Bn, Tn, Hkv, hd, stream);
+                if (fixed_qk) {
+                    sum_rows_into_fixed(d_q, (size_t)Tn * qd, Bn, stream);
+                    sum_rows_into_fixed(d_k, (size_t)Tn * kvd, Bn, stream);
+                }
+                rope_backward(dq, dq, rope, Rq, Tn, Hq, hd, stream);
+                rope_backward(dk, dk, rope, Rq, Tn, Hkv, hd, stream);
             }
-            floatX* dq_lin = d_q;
-            floatX* dk_lin = d_k;
+            floatX* dq_lin = dq;
+            floatX* dk_lin = dk;
             if (cfg.qk_norm) {
-                cudaCheck(cudaMemsetAsync(d_qlin, 0, (size_t)N * qd * sizeof(floatX), stream));
-                cudaCheck(cudaMemsetAsync(d_klin, 0, (size_t)N * kvd * sizeof(floatX), stream));
-                norm_backward(d_qlin, g.q_norm, scratch, d_q, kind == AttnKind::Nonapprox ? a.q_act : a.q_lin, p.q_norm,
-                              a.q_rstd, N * Hq, hd, off, stream);
-                norm_backward(d_klin, g.k_norm, scratch, d_k, a.k_lin, p.k_norm, a.k_rstd, N * Hkv, hd, off, stream);
-                dq_lin = d_qlin;
-                dk_lin = d_klin;
+                dq_lin = d_qlin + p0 * qd;
+                dk_lin = d_klin + p0 * kvd;
+                cudaCheck(cudaMemsetAsync(dq_lin, 0, (size_t)Nq * qd * sizeof(floatX), stream));
+                cudaCheck(cudaMemsetAsync(dk_lin, 0, (size_t)Nq * kvd * sizeof(floatX), stream));
+                norm_backward(dq_lin, g.q_norm, scratch, dq, (kind == AttnKind::Nonapprox ? a.q_act : a.q_lin) + p0 * qd,
+                              p.q_norm, a.q_rstd + p0 * Hq, Nq * Hq, hd, off, stream);
+                norm_backward(dk_lin, g.k_norm, scratch, dk, a.k_lin + p0 * kvd, p.k_norm, a.k_rstd + p0 * Hkv, Nq * Hkv,
+                              hd, off, stream);
             }
             if (kind == AttnKind::Nonapprox) {  // through q = SiLU(q_lin), in place
                 silu_backward(dq_lin, dq_lin, a.q_lin, (size_t)N * qd, stream);
             }
             // staticembqk: q and k came from qk_in = norm(x0): their gradient goes to x0 (dx0)
-            const floatX* qk_in = kind == AttnKind::StaticEmbQK ? a.qk_in : a.attn_in;
-            floatX* d_qk = kind == AttnKind::StaticEmbQK ? d_qk_in : d_block_in;
-            linear_backward_weight(g.wq, dq_lin, qk_in, N, d, qd, stream);
-            linear_backward_weight(g.wk, dk_lin, qk_in, N, d, kvd, stream);
+            const floatX* qk_in = (kind == AttnKind::StaticEmbQK ? a.qk_in : a.attn_in) + p0 * d;
+            floatX* d_qk = (kind == AttnKind::StaticEmbQK ? d_qk_in : d_block_in) + p0 * d;
+            linear_backward_weight(g.wq, dq_lin, qk_in, Nq, d, qd, stream);
+            linear_backward_weight(g.wk, dk_lin, qk_in, Nq, d, kvd, stream);
             linear_backward_weight(g.wv, d_v, a.attn_in, N, d, kvd, stream);
-            linear_backward_input(d_qk, dq_lin, p.wq, N, d, qd, false, stream);
-            linear_backward_input(d_qk, dk_lin, p.wk, N, d, kvd, true, stream);
-            linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, kind != AttnKind::StaticEmbQK, stream);
+            if (fixed_qk) {  // the real rows' input reaches only v; the fixed row's also q and k
+                linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, false, stream);
+                linear_backward_input(d_qk, dq_lin, p.wq, Nq, d, qd, true, stream);
+                linear_backward_input(d_qk, dk_lin, p.wk, Nq, d, kvd, true, stream);
+            } else {
+                linear_backward_input(d_qk, dq_lin, p.wq, N, d, qd, false, stream);
+                linear_backward_input(d_qk, dk_lin, p.wk, N, d, kvd, true, stream);
+                linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, kind != AttnKind::StaticEmbQK, stream);
+            }
             if (kind == AttnKind::StaticEmbQK) {
                 norm_backward(dx0, g.attn_norm, scratch, d_qk_in, residual[0], p.attn_norm, a.qk_in_rstd, N, d, off,
                               stream);
@@ -867,12 +980,13 @@ struct SAN : LanguageModel<SANConfig> {
 };
 
 // Sampling (llmc/model.h), found instead of model.h's template by argument-dependent lookup:
-// the cached step runs standard attention (llmc/kv_cache.cuh), so a model with approximate or
-// nonapprox layers recomputes the window for every token instead.
+// the cached step runs standard attention (llmc/kv_cache.cuh), so a model with approximate,
+// nonapprox, rndembqk or fixedseqqk layers (the last two need the fixed row beside every step's
+// queries) recomputes the window for every token instead.
 std::vector<int> sample(SAN& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
                         bool use_cache = true) {
     const SANConfig& c = model.cfg;
-    use_cache = use_cache && !c.has_kind(AttnKind::Approximate) && !c.has_kind(AttnKind::Nonapprox);
+    use_cache = use_cache && !c.has_kind(AttnKind::Approximate) && !c.has_kind(AttnKind::Nonapprox) && !c.has_fixed_qk();
     return sample_tokens(model, model.kv, model.T, c.padded_vocab(), c.vocab_size, c.bos_id, c.n_layer, c.kv_width(),
                          model.logits, std::move(tokens), n, temperature, rng, use_cache);
 }
@@ -948,7 +1062,7 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
-        make_flag("--attention", &m.attention, kAttnKinds, "kind of the layers the layout does not keep standard (doc/deconstructing.md; rndembqk, fixedseqqk: not built yet)"),
+        make_flag("--attention", &m.attention, kAttnKinds, "kind of the layers the layout does not keep standard (doc/deconstructing.md; rndembqk: q, k from a fixed random input run through the model; fixedseqqk: from the first seq_len tokens of --train-data)"),
         make_flag("--layout", &m.layout, "layers that keep standard attention: uniform (none), hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, or a list like 1,24"),
         make_flag("--taylor-norm", &m.taylor_norm, kTaylorNorms, "approximate: Based's joint feature map, or the paper's separately normalised terms"),
         make_flag("--skip-nonstandard", &o.skip_nonstandard, "evaluation (--steps 0 --init-from CKPT): none | attention (leave out the non-standard attention sub-layers) | block (their whole blocks)"),
@@ -1016,7 +1130,10 @@ struct SANTrainer {
             printf("recipe: Deconstructing Attention's setup (--deconstructing-setup 1), with the flags given on top\n");
         }
     }
-    static void init_parameters(SAN& model, const Options& o) { model.init_parameters(o.train.seed); }
+    static void init_parameters(SAN& model, const Options& o) {
+        model.init_parameters(o.train.seed);
+        model.init_fixed_input(o.train.seed, o.train.train_data);
+    }
     // settings of this run that are not model config (llmc/trainer.h calls it once the model is built)
     static void configure_model(SAN& model, const Options& o) {
         model.skip = parse_skip_nonstandard(o.skip_nonstandard, o.model, o.train);

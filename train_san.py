@@ -16,15 +16,17 @@ Examples:
   python train_san.py --load-checkpoint model.bin --val-data "data/x/*val*.bin" --sample-tokens 64
 """
 
+import glob
 import math
 import sys
 from dataclasses import fields
 
 from attnref import training
 from attnref.container import ContainerError
+from attnref.data import read_shard
 from attnref.optim import OptConfig, Optimizer
 from attnref.san import PRESETS, SAN, SANConfig, count_parameters, flops_per_token, load_checkpoint
-from attnref.variants import KINDS, TAYLOR_NORMS
+from attnref.variants import FIXED_QK_KINDS, KINDS, TAYLOR_NORMS, fixed_input_std
 
 
 def build_parser():
@@ -131,6 +133,36 @@ def deconstructing_setup(steps):
                 warmup_frac=min(1.0, 2000 / max(1, steps)), final_frac=0.1)
 
 
+def fixed_input_line(cfg):
+    """The start-up line on the fixed QK input (as train_san.cu prints it): model state, not a parameter."""
+    if cfg.attention == "rndembqk":
+        what = f"eps ~ N(0, {fixed_input_std(cfg):g}^2) of {cfg.seq_len} x {cfg.n_embd}"
+        n = cfg.seq_len * cfg.n_embd
+    else:
+        what = f"the embedding of {cfg.seq_len} fixed tokens"
+        n = cfg.seq_len
+    return (f"fixed QK input ({cfg.attention}): {what} = {n} values of model state (in checkpoints; not a parameter, "
+            f"not counted above)")
+
+
+def first_tokens(pattern, cfg):
+    """fixedseqqk's fixed sequence: the first seq_len tokens of the training data (its shards in
+    sorted order, as train_san.cu takes them), or None without --train-data (debug states: the
+    model draws a row, attnref/san.py SAN.init_weights)."""
+    if not pattern:
+        return None
+    files = sorted(f for f in glob.glob(pattern) if f.endswith(".bin"))
+    if not files:
+        raise ValueError(f"--train-data {pattern}: no token shards match (fixedseqqk takes its fixed tokens from them)")
+    tokens = []
+    for f in files:
+        tokens += list(read_shard(f)[: cfg.seq_len - len(tokens)])
+        if len(tokens) == cfg.seq_len:
+            return tokens
+    raise ValueError(f"--train-data {pattern}: {len(tokens)} tokens, fewer than the seq_len {cfg.seq_len} fixed tokens "
+                     f"of fixedseqqk")
+
+
 def parse_args(argv=None):
     parser = build_parser()
     early, _ = parser.parse_known_args(argv)
@@ -187,13 +219,20 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 1
     training.print_model(cfg, count_parameters(cfg), flops_per_token(cfg))
+    if cfg.attention in FIXED_QK_KINDS:
+        print(fixed_input_line(cfg))
 
+    try:
+        fixed = first_tokens(args.train_data, cfg) if model is None and cfg.attention == "fixedseqqk" else None
+    except (ValueError, ContainerError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if args.write_debug_state:
-        training.debug_state_from_args(args, SAN(cfg).init_weights(args.seed), oc, Optimizer)
+        training.debug_state_from_args(args, SAN(cfg).init_weights(args.seed, fixed), oc, Optimizer)
         return 0
 
     if model is None:
-        model = SAN(cfg).init_weights(args.seed).to(device)
+        model = SAN(cfg).init_weights(args.seed, fixed).to(device)
     model.attn_impl = args.attn_impl
     if args.skip_nonstandard != "none":
         if args.steps or not (args.init_from or args.load_checkpoint):

@@ -259,7 +259,8 @@ def save_checkpoint(path, model, step=0, optimizer=None):
     """A checkpoint of either model: its config, the step, the parameters and, when an
     optimizer is given, its settings and state (restore with load_state_tensors)."""
     meta = model.cfg.to_meta() + [("step", str(step)), ("has_optimizer", "1" if optimizer else "0")]
-    tensors = param_tensors(model)
+    # model state that is not a parameter (train_san's rndembqk / fixedseqqk fixed input)
+    tensors = param_tensors(model) + (model.state_tensors() if hasattr(model, "state_tensors") else [])
     if optimizer is not None:
         meta += optimizer.oc.to_meta()
         tensors += [(n, t, "fp32") for n, t in optimizer.state_tensors().items()]

@@ -13,16 +13,18 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnref.container import KIND_CHECKPOINT, load_params_into, read_container
+from attnref.container import KIND_CHECKPOINT, ContainerError, load_params_into, read_container
 from attnref.ops import (attention_mask, document_ids, fast_attention, fast_attention_mask, gqa_attention, san_loss,
                          sdpa_attention)
 from attnref.params import ModelConfig, SpecModel
-from attnref.variants import (TAYLOR_NORMS, MlpMixer, layer_kinds, mlp_width, nonapprox_attention,
-                              taylor_attention)
+from attnref.data import debug_batch
+from attnref.variants import (FIXED_QK_KINDS, TAYLOR_NORMS, MlpMixer, fixed_input_std, layer_kinds, mlp_width,
+                              nonapprox_attention, taylor_attention)
 
 # -----------------------------------------------------------------------------------------
 # Configuration
@@ -267,7 +269,8 @@ class Attention(nn.Module):
     groups of query heads), optional per-head q/k norm, RoPE, masked softmax attention,
     output projection. u (B,T,d) -> (B,T,d). The variants of doc/deconstructing.md that keep
     these tensors differ here: approximate (Taylor weights), nonapprox (q = SiLU(u W_q), one
-    score per position, no RoPE), staticembqk (q, k from u0, the pre-normed embedding)."""
+    score per position, no RoPE), staticembqk (q, k from u0, the pre-normed embedding),
+    rndembqk and fixedseqqk (q, k given: the fixed stream's, Block.forward)."""
 
     def __init__(self, cfg, kind="standard"):
         super().__init__()
@@ -282,28 +285,41 @@ class Attention(nn.Module):
             self.q_norm = Norm(hd, cfg.norm)
             self.k_norm = Norm(hd, cfg.norm)
 
-    def forward(self, u, cos, sin, mask, impl="explicit", u0=None):
+    def qk(self, qk_in, cos, sin):
+        """Queries and keys of standard attention: qk_in (B,T,d) -> q (B,Hq,T,hd), k (B,Hkv,T,hd)
+        after QK-norm and RoPE (nonapprox: q = SiLU(.), no RoPE)."""
         cfg = self.cfg
-        B, T, _ = u.shape
+        B, T, _ = qk_in.shape
         hd = cfg.head_dim
-        qk_in = u0 if self.kind == "staticembqk" else u
         q = (qk_in @ self.wq.t()).view(B, T, cfg.n_head, hd)
         k = (qk_in @ self.wk.t()).view(B, T, cfg.n_kv_head, hd)
-        v = (u @ self.wv.t()).view(B, T, cfg.n_kv_head, hd)
         if self.kind == "nonapprox":
             q = F.silu(q)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)           # per head, over head_dim
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)   # (B,H,T,hd)
-        if self.kind == "nonapprox":                         # q[t].k[t]: RoPE would cancel
-            y = nonapprox_attention(q, k, v, mask)
-        else:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)         # (B,H,T,hd)
+        if self.kind != "nonapprox":                         # nonapprox: q[t].k[t], RoPE would cancel
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            if self.kind == "approximate":
-                y = taylor_attention(q, k, v, mask, cfg.taylor_norm)
-            else:
-                attn = {"explicit": gqa_attention, "sdpa": sdpa_attention, "fast": fast_attention}[impl]
-                y = attn(q, k, v, mask)                      # (B,Hq,T,hd)
+        return q, k
+
+    def forward(self, u, cos, sin, mask, impl="explicit", u0=None, qk=None):
+        """qk: (q, k) given from elsewhere (rndembqk, fixedseqqk: the fixed stream's, broadcast
+        over the batch); then only v comes from u and the mixer is standard attention."""
+        cfg = self.cfg
+        B, T, _ = u.shape
+        hd = cfg.head_dim
+        if qk is None:
+            q, k = self.qk(u0 if self.kind == "staticembqk" else u, cos, sin)
+        else:
+            q, k = qk
+        v = (u @ self.wv.t()).view(B, T, cfg.n_kv_head, hd).transpose(1, 2)   # (B,Hkv,T,hd)
+        if self.kind == "nonapprox":
+            y = nonapprox_attention(q, k, v, mask)
+        elif self.kind == "approximate":
+            y = taylor_attention(q, k, v, mask, cfg.taylor_norm)
+        else:
+            attn = {"explicit": gqa_attention, "sdpa": sdpa_attention, "fast": fast_attention}[impl]
+            y = attn(q, k, v, mask)                          # (B,Hq,T,hd)
         y = y.transpose(1, 2).reshape(B, T, cfg.n_head * hd)
         return y @ self.wo.t()
 
@@ -355,26 +371,45 @@ class Block(nn.Module):
             return x + h
         return h                                             # "none": no skip connection
 
-    def forward(self, x, cos, sin, mask, impl="explicit", x0=None, skip="none"):
+    def forward(self, x, cos, sin, mask, impl="explicit", x0=None, skip="none", f=None, f_mask=None):
         """x0: the embedding stream as it entered layer 1 (staticembqk's queries and keys).
+        f: the fixed stream (1,T,d) of rndembqk / fixedseqqk, or None; f_mask its (causal) mask.
+        Returns (x, f): the fixed stream passes through every layer as standard attention on
+        itself; a fixed-QK layer's real rows take their q, k from it (broadcast over the batch:
+        autograd sums their gradients into the fixed stream) and v from their own input.
         skip (evaluation, --skip-nonstandard): a non-standard layer leaves out its attention
         sub-layer ("attention") or its whole block ("block")."""
         skipped = skip != "none" and self.kind != "standard"
         if skipped and skip == "block":
-            return x
+            return x, f
         if skipped:
             pass
         elif self.kind == "mlp":
             x = self.residual("attn", x, self.attn(self.attn_norm(x)))
+        elif self.kind in FIXED_QK_KINDS:
+            uf = self.attn_norm(f)
+            qf, kf = self.attn.qk(uf, cos, sin)                 # (1,H,T,hd)
+            B = x.shape[0]
+            shared = (qf.expand(B, -1, -1, -1).contiguous(), kf.expand(B, -1, -1, -1).contiguous())
+            x = self.residual("attn", x, self.attn(self.attn_norm(x), cos, sin, mask, impl, qk=shared))
+            f = self.residual("attn", f, self.attn(uf, cos, sin, f_mask, impl, qk=(qf, kf)))
         else:
             u0 = self.attn_norm(x0) if self.kind == "staticembqk" else None
             x = self.residual("attn", x, self.attn(self.attn_norm(x), cos, sin, mask, impl, u0))
+            if f is not None:                                   # (only standard layers see f here)
+                f = self.residual("attn", f, self.attn(self.attn_norm(f), cos, sin, f_mask, impl))
         if self.cfg.ffn == "swiglu":
             x = self.residual("ffn", x, self.ffn(self.ffn_norm(x)))
-        return x
+            if f is not None:
+                f = self.residual("ffn", f, self.ffn(self.ffn_norm(f)))
+        return x, f
 
 
 class SAN(SpecModel):
+    """The model. With rndembqk or fixedseqqk layers it also holds their fixed input, model
+    state that is not a parameter (a buffer: in checkpoints, not trained): rndembqk's
+    fixed_input (T_max, d), eps ~ N(0, (0.02 sqrt(d))^2); fixedseqqk's fixed_tokens (T_max,),
+    embedded with the live embedding at every forward."""
     parameter_spec = staticmethod(parameter_spec)
     init_value = staticmethod(init_value)            # the init of shared/papers/SAN.md
     is_matrix_param = staticmethod(is_matrix_param)
@@ -387,7 +422,67 @@ class SAN(SpecModel):
         self.final_norm = Norm(cfg.n_embd, cfg.norm)
         self.attn_impl = "explicit"        # "sdpa": the cross-check path; "fast": the fused speed path
         self.skip = "none"                 # evaluation: attention | block (Block.forward)
+        if cfg.attention == "rndembqk":
+            self.register_buffer("fixed_input", torch.zeros(cfg.seq_len, cfg.n_embd))
+        if cfg.attention == "fixedseqqk":
+            self.register_buffer("fixed_tokens", torch.zeros(cfg.seq_len, dtype=torch.int64))
         self.check_spec()
+
+    # ---- the fixed input of rndembqk / fixedseqqk (model state, not parameters) ----
+    def init_weights(self, seed, fixed_tokens=None):
+        """Parameters from `seed` (SpecModel), then the fixed input: rndembqk's eps from its own
+        generator (seed + 1, so the parameters do not depend on the kind); fixedseqqk's tokens
+        as given (the first T_max tokens of the training data), or, when none are given (debug
+        states), a debug_batch-style row of seed + 1: uniform ids with documents."""
+        super().init_weights(seed)
+        cfg = self.cfg
+        with torch.no_grad():
+            if cfg.attention == "rndembqk":
+                gen = torch.Generator().manual_seed(seed + 1)
+                self.fixed_input.copy_(torch.randn(cfg.seq_len, cfg.n_embd, generator=gen) * fixed_input_std(cfg))
+            if cfg.attention == "fixedseqqk":
+                if fixed_tokens is None:
+                    fixed_tokens = debug_batch(cfg, 1, seed + 1)[0][0]
+                self.set_fixed_tokens(fixed_tokens)
+        return self
+
+    def set_fixed_tokens(self, tokens, source="fixed tokens"):
+        tokens = torch.as_tensor(tokens, dtype=torch.int64).reshape(-1)
+        if tokens.numel() != self.cfg.seq_len:
+            raise ValueError(f"{source}: {tokens.numel()} fixed tokens, fixedseqqk needs seq_len = {self.cfg.seq_len}")
+        if int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size:
+            raise ValueError(f"{source}: a fixed token is outside the vocabulary of {self.cfg.vocab_size}")
+        with torch.no_grad():
+            self.fixed_tokens.copy_(tokens.to(self.fixed_tokens.device))
+
+    def state_tensors(self):
+        """[(name, tensor, dtype)]: the model state that is not a parameter, as files store it."""
+        if self.cfg.attention == "rndembqk":
+            return [("fixed_qk.input", self.fixed_input, "fp32")]
+        if self.cfg.attention == "fixedseqqk":
+            return [("fixed_qk.tokens", self.fixed_tokens, "int32")]
+        return []
+
+    def load_state_tensors(self, tensors, source):
+        """The fixed input from a file's tensors (checks presence and shape)."""
+        for name, t, _ in self.state_tensors():
+            if name not in tensors:
+                raise ContainerError(f"{source}: tensor '{name}' (the {self.cfg.attention} fixed input) is missing")
+            a = np.asarray(tensors[name])
+            if tuple(a.shape) != tuple(t.shape):
+                raise ContainerError(f"{source}: tensor '{name}' has shape {tuple(a.shape)}, expected {tuple(t.shape)}")
+            if name == "fixed_qk.tokens":
+                self.set_fixed_tokens(a, f"{source}: tensor '{name}'")
+            else:
+                with torch.no_grad():
+                    t.copy_(torch.from_numpy(a.astype(np.float32)))
+
+    def fixed_stream(self, T):
+        """The fixed stream's input (1,T,d): its first T positions (causal, so a shorter row sees
+        exactly the first T positions of the full fixed run)."""
+        if self.cfg.attention == "rndembqk":
+            return self.fixed_input[None, :T]
+        return F.embedding(self.fixed_tokens[None, :T], self.wte) * math.sqrt(self.cfg.n_embd)
 
     def forward(self, idx, targets=None):
         """idx (B,T) int64 token ids < vocab_size. Returns logits (B,T,Vp) and, when
@@ -403,9 +498,14 @@ class SAN(SpecModel):
             raise ValueError("--attn-impl fast runs standard attention only; the attention variants need the "
                              "explicit maths (--attn-impl explicit)")
         mask = fast_attention_mask(T, doc) if self.attn_impl == "fast" else attention_mask(T, doc, idx.device)
+        # the fixed stream: one sequence, causal without documents (doc/deconstructing.md); not
+        # needed when --skip-nonstandard leaves out the layers that use it
+        f, f_mask = None, None
+        if cfg.attention in FIXED_QK_KINDS and self.skip == "none":
+            f, f_mask = self.fixed_stream(T).to(x.dtype), attention_mask(T, None, idx.device)
         x0 = x
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, self.attn_impl, x0, self.skip)
+            x, f = layer(x, cos, sin, mask, self.attn_impl, x0, self.skip, f, f_mask)
         x = self.final_norm(x)
         logits = x @ self.wte.t()                            # (B,T,Vp), fp32 or wider
         if targets is None:
@@ -427,6 +527,7 @@ def load_checkpoint(path, device="cpu"):
     cfg = SANConfig.from_meta(meta, str(path))
     model = SAN(cfg)
     load_params_into(model, tensors, str(path))
+    model.load_state_tensors(tensors, str(path))
     step = int(meta.get("step", "0"))
     return model.to(device), step, meta, tensors
 

@@ -53,6 +53,8 @@ def write_debug_state(path, model, oc, make_optimizer, seed=42, batch_size=4, n_
     schedule_steps = schedule_steps or n_steps
     cfg = model.cfg
     init_params = [(n, p.detach().clone()) for n, p in model.ordered_parameters()]
+    # model state that is not a parameter (the SAN's fixed QK input): stored after the parameters
+    state = [(n, t.detach().clone(), dt) for n, t, dt in (model.state_tensors() if hasattr(model, "state_tensors") else [])]
     if precision == "fp64":
         model = model.double()
     x, y = debug_batch(cfg, batch_size, seed)
@@ -67,7 +69,7 @@ def write_debug_state(path, model, oc, make_optimizer, seed=42, batch_size=4, n_
         ("seed", str(seed)), ("debug.batch_size", str(batch_size)), ("debug.steps", str(n_steps)),
         ("debug.schedule_steps", str(schedule_steps)), ("debug.precision", precision)]
     doc = document_ids(x, cfg.bos_id) if cfg.doc_mask else torch.zeros_like(x)
-    t = [(n, p, "fp32") for n, p in init_params]
+    t = [(n, p, "fp32") for n, p in init_params] + state
     t += [("batch.inputs", x, "int32"), ("batch.targets", y, "int32"),
           ("batch.doc_ids", doc, "int32"), ("batch.loss_mask", loss_mask(y, cfg).long(), "int32"),
           ("logits", logits, "fp32"),

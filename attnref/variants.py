@@ -2,7 +2,7 @@
 The attention variants of "Deconstructing Attention" (doc/deconstructing.md) for the SAN
 family, the reference of train_san.cu's per-layer attention kinds (llmc/attention_kinds.h for
 the layouts, llmc/attention_variants.cuh for the kernels): the kinds and layouts, the mlp
-mixer's width, and the token mixers written out as explicit T x T weights (no running
+mixer's width, the fixed-QK kinds' input scale, and the token mixers written out as explicit T x T weights (no running
 maximum, no suffix sums: the kernels' tricks are theirs, this file is the plain maths).
 """
 
@@ -13,7 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 KINDS = ("standard", "mlp", "approximate", "nonapprox", "rndembqk", "fixedseqqk", "staticembqk")
-NOT_BUILT = ("rndembqk", "fixedseqqk")
+# the kinds whose queries and keys come from a fixed input run through the network (attnref/san.py
+# FixedStream): rndembqk's is random, fixedseqqk's the embedding of fixed text tokens
+FIXED_QK_KINDS = ("rndembqk", "fixedseqqk")
 NAMED_LAYOUTS = ("uniform", "hybrid", "even", "odd", "top-simple", "middle-simple", "bottom-simple", "quarter",
                  "first", "last", "bilateral")
 TAYLOR_NORMS = ("joint", "separate")
@@ -61,8 +63,6 @@ def layer_kinds(attention, layout, n_layer):
     """One kind per layer (0-based list) from --attention and --layout; ValueError if bad."""
     if attention not in KINDS:
         raise ValueError(f"attention: unknown kind '{attention}' (choices: {', '.join(KINDS)})")
-    if attention in NOT_BUILT:
-        raise ValueError(f"attention {attention}: this kind is not built yet")
     try:
         keep = standard_layers(layout, n_layer)
     except ValueError as e:
@@ -95,6 +95,12 @@ class MlpMixer(nn.Module):
 
     def forward(self, u):
         return (F.silu(u @ self.w_gate.t()) * (u @ self.w_up.t())) @ self.w_down.t()
+
+
+def fixed_input_std(cfg):
+    """rndembqk: the std of its fixed random input eps ~ N(0, std^2), 0.02 sqrt(d): the real
+    stream's scale at init (the embedding, N(0, 0.02), times sqrt(d))."""
+    return 0.02 * math.sqrt(cfg.n_embd)
 
 
 def _grouped(q, k):

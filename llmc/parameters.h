@@ -45,6 +45,13 @@ public:
     std::unique_ptr<ParamOptimizer> optimizer;  // null until build_optimizer()
     cudaStream_t stream = nullptr;
 
+    virtual ~ModelParameters() = default;
+    // Model state that is not a parameter (not trained, not counted; train_san's fixed QK input of
+    // rndembqk / fixedseqqk): written into checkpoints with the parameters and read back by
+    // load_parameters (and by the tests from debug states). None by default.
+    virtual void write_state(TensorFileWriter&) const {}
+    virtual void read_state(const TensorFileReader&) {}
+
     explicit ModelParameters(std::vector<ParamSpec> parameter_spec) : spec(std::move(parameter_spec)) {
         num_params = total_numel(spec);
         device_elements = layout_parameters(spec);
@@ -198,7 +205,7 @@ public:
     int64_t steps_done() const { return optimizer != nullptr ? optimizer->step : 0; }
 
     // Writes a checkpoint: the model's config keys (write_config), the optimizer settings
-    // and state, `extra` keys (e.g. the resume position), and every parameter
+    // and state, `extra` keys (e.g. the resume position), every parameter and the model state
     // (llmc/model.h save_checkpoint passes the trainer's write_config). Over several ranks a
     // collective (the state is gathered) that rank 0 alone writes.
     void write_checkpoint(const std::string& path, const std::vector<std::pair<std::string, std::string>>& extra,
@@ -213,10 +220,12 @@ public:
             w.add_floats(s.name, s.shape, values.data() + offset);
             offset += s.numel();
         }
+        write_state(w);
         if (comm_ == nullptr || comm_->is_main()) { w.write(path); }
     }
 
-    // Loads every parameter by name (and the optimizer state and step, if asked and present).
+    // Loads every parameter by name, the model state (read_state), and the optimizer state and
+    // step if asked and present.
     void load_parameters(const TensorFileReader& r, bool with_optimizer) {
         std::vector<float> values;
         values.reserve(num_params);
@@ -225,6 +234,7 @@ public:
             values.insert(values.end(), t.begin(), t.end());
         }
         set_parameters(values);
+        read_state(r);
         if (with_optimizer) { built_optimizer().load(r); }
     }
 

@@ -10,7 +10,7 @@
 #                                                   2 cores shared with other jobs, doc/deconstructing.md)
 #   STEPS=400 BATCH=8 bash scripts/deconstructing_demo.sh   (8x the tokens: a less early look)
 # Environment: DATA_DIR (data/offline), DEMO_DIR (logs/deconstructing), TRAIN_SAN (./train_san),
-# STEPS (100), BATCH (rows of 128 tokens per step, 4), KINDS ("mlp approximate nonapprox staticembqk");
+# STEPS (100), BATCH (rows of 128 tokens per step, 4), KINDS ("mlp approximate nonapprox rndembqk fixedseqqk staticembqk");
 # extra arguments go to every training run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ demo_dir=${DEMO_DIR:-logs/deconstructing}
 train_san=${TRAIN_SAN:-./train_san}
 steps=${STEPS:-100}
 batch=${BATCH:-4}
-kinds=${KINDS:-"mlp approximate nonapprox staticembqk"}
+kinds=${KINDS:-"mlp approximate nonapprox rndembqk fixedseqqk staticembqk"}
 
 if [ ! -x "$train_san" ]; then
   echo "deconstructing_demo: $train_san not found: run make first (or set TRAIN_SAN=path)" >&2

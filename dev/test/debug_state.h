@@ -78,10 +78,11 @@ struct DebugCase {
         opt.read(r);
         return opt;
     }
-    // A model with the state's initial parameters and an optimizer built with `opt`.
+    // A model with the state's initial parameters (and model state) and an optimizer built with `opt`.
     std::unique_ptr<Model> model(const OptimizerConfig& opt) const {
         auto m = std::make_unique<Model>(cfg, B, T);
         m->set_parameters(init);
+        m->read_state(r);  // model state that is not a parameter (train_san's fixed QK input), if any
         m->build_optimizer(opt);
         return m;
     }

@@ -49,7 +49,9 @@ MATRIX = {
 }
 # The attention variants (doc/deconstructing.md): each uniform in the SAN and as the paper's
 # hybrid (variant in layer 1, standard in layer 2) in the FFN arm, plus the switches they add.
-for kind in ("mlp", "approximate", "nonapprox", "staticembqk"):
+# rndembqk and fixedseqqk states carry their fixed input (fixed_qk.input / fixed_qk.tokens: the
+# reference draws them, there being no training data here).
+for kind in ("mlp", "approximate", "nonapprox", "staticembqk", "rndembqk", "fixedseqqk"):
     MATRIX[f"{kind}_uniform"] = ["--preset", "tiny", "--attention", kind] + ADAMW
     MATRIX[f"{kind}_hybrid"] = ["--preset", "tiny-ffn", "--attention", kind, "--layout", "hybrid"] + ADAMW
 # (approximate's separate normalisation has no state: it divides by sum x, which crosses zero at

@@ -4,7 +4,11 @@
 - every built kind, uniform and hybrid, trains 2 steps on a toy corpus with a finite loss that
   falls, and writes a checkpoint that the trainer resumes from;
 - bad combinations (an unknown kind, a layer out of range or listed twice, a layout without a
-  variant, a variant that no layer would get, a kind not built yet) stop with a clear error;
+  variant, a variant that no layer would get, fixedseqqk on too little training data, a
+  checkpoint without its fixed QK input) stop with a clear error;
+- rndembqk / fixedseqqk keep their fixed input in the checkpoint (fixedseqqk's: the first
+  seq_len training tokens), unchanged by training and by a resume; their validation logs
+  max_logit and sampling recomputes the window;
 - the named layouts at 24 layers are the paper's sets (written out here from the paper's text),
   and the trainer's layouts (its start-up line) equal attnref/variants.py's at several depths.
 """
@@ -16,7 +20,8 @@ import sys
 import numpy as np
 import pytest
 
-from trainer_cli import ROOT, run_binary, step_losses, write_pattern_corpus
+from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus
+from shards import write_shard  # noqa: E402 (dev/data, on the path by trainer_cli)
 
 sys.path.insert(0, ROOT)
 from attnref.variants import layer_kinds, standard_layers  # noqa: E402
@@ -24,7 +29,7 @@ from attnref.variants import layer_kinds, standard_layers  # noqa: E402
 BIN = os.environ.get("TRAIN_SAN_BIN")
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 
-BUILT = ("mlp", "approximate", "nonapprox", "staticembqk")
+BUILT = ("mlp", "approximate", "nonapprox", "staticembqk", "rndembqk", "fixedseqqk")
 
 
 def run(args, check=True):
@@ -76,7 +81,6 @@ def test_taylor_separate_trains(data, tmp_path):
     (["--attention", "mlp", "--layout", "zigzag"], "'zigzag' is neither a named layout"),
     (["--layout", "hybrid"], "but --attention is standard"),
     (["--attention", "nonapprox", "--layout", "middle-simple"], "would be used nowhere"),
-    (["--attention", "rndembqk"], "not built yet"),
     (["--attention", "approximate", "--taylor-norm", "both"], "option --taylor-norm: 'both' is not one of joint, separate"),
 ])
 def test_bad_combinations_fail_clearly(data, tmp_path, args, message):
@@ -114,10 +118,11 @@ def val_loss(out):
 
 
 @needs_bin
-def test_skip_evaluation(data, tmp_path):
-    """A trained FFN-arm hybrid evaluated whole, without its nonapprox sub-layers, and without
+@pytest.mark.parametrize("kind", ["nonapprox", "rndembqk", "fixedseqqk"])
+def test_skip_evaluation(data, tmp_path, kind):
+    """A trained FFN-arm hybrid evaluated whole, without its variant sub-layers, and without
     their whole blocks: three different losses (each removal changes the function)."""
-    train = common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", "nonapprox", "--layout", "hybrid"]
+    train = common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", kind, "--layout", "hybrid"]
     run(train + ["--steps", "15"])
     evaluate = ["--steps", "0", "--init-from", str(tmp_path / "final.bin"), "--val-data",
                 str(data / "toy_val_*.bin"), "--val-batches", "1", "--batch-size", "4", "--sample-tokens", "0"]
@@ -158,12 +163,14 @@ def test_qwen_shaped_presets_train_with_a_variant(data, tmp_path, preset, shape)
 
 
 @needs_bin
+@pytest.mark.parametrize("kind", ["staticembqk", "rndembqk", "fixedseqqk"])
 @pytest.mark.parametrize("skip", ["none", "attention", "block"])
-def test_reference_evaluates_the_trainers_variant_checkpoint(data, tmp_path, skip):
+def test_reference_evaluates_the_trainers_variant_checkpoint(data, tmp_path, skip, kind):
     """A hybrid trained by the CUDA trainer, evaluated by train_san.py and by the trainer itself,
     whole and with --skip-nonstandard: the same validation loss (one batch; the trainer runs in
-    floatX, the reference in fp32)."""
-    run(common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", "staticembqk", "--layout",
+    floatX, the reference in fp32). rndembqk / fixedseqqk: the reference reads the fixed input
+    from the checkpoint."""
+    run(common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", kind, "--layout",
                                   "hybrid", "--steps", "5"])
     ckpt, val = str(tmp_path / "final.bin"), str(data / "toy_val_*.bin")
     out = run(["--steps", "0", "--init-from", ckpt, "--val-data", val, "--val-batches", "1", "--batch-size", "4",
@@ -259,10 +266,135 @@ def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
     (dict(attention="mlp", layout="2,2"), "listed twice"),
     (dict(layout="hybrid"), "but attention is standard"),
     (dict(attention="nonapprox", layout="middle-simple"), "would be used nowhere"),
-    (dict(attention="rndembqk"), "not built yet"),
     (dict(attention="approximate", taylor_norm="both"), "taylor_norm must be joint|separate"),
 ])
 def test_reference_refuses_bad_combinations(kw, message):
     from attnref.san import PRESETS, SANConfig
     with pytest.raises(ValueError, match=message):
         SANConfig(**dict(PRESETS["tiny"], **kw))
+
+
+def read_checkpoint(path):
+    from attnref.container import KIND_CHECKPOINT, read_container
+    return read_container(path, KIND_CHECKPOINT)[1:]
+
+
+@needs_bin
+@pytest.mark.parametrize("kind", ["rndembqk", "fixedseqqk"])
+def test_fixed_input_is_model_state(data, tmp_path, kind):
+    """The fixed QK input sits in the checkpoint (rndembqk: eps of seq_len x d with std 0.02 sqrt(d);
+    fixedseqqk: the first seq_len tokens of the training shard), is not counted as a parameter,
+    and neither training nor a resume changes it; validation logs a max_logit per layer (the
+    fixed q . k the real rows used) and sampling (no KV cache for these kinds) works."""
+    from shards import read_shard
+    log = tmp_path / "log.jsonl"
+    out = run(common(data, tmp_path) + ["--attention", kind, "--steps", "2", "--val-data", str(data / "toy_val_*.bin"),
+                                        "--val-batches", "1", "--log", str(log), "--sample-tokens", "8"]).stdout
+    assert f"fixed QK input ({kind})" in out and "not a parameter" in out, out
+    meta, tensors = read_checkpoint(tmp_path / "final.bin")
+    if kind == "rndembqk":
+        eps = tensors["fixed_qk.input"]
+        assert eps.shape == (64, 64) and abs(eps.std() - 0.02 * 8) < 0.01, eps.std()
+        state = eps
+    else:
+        state = tensors["fixed_qk.tokens"]
+        assert state.shape == (64,)
+        assert list(state) == list(read_shard(str(data / "toy_train_000000.bin"))[:64])
+    names = {n for n in tensors if not n.startswith("opt.")}
+    from attnref.san import SANConfig, count_parameters, parameter_spec
+    cfg = SANConfig.from_meta(meta)
+    assert names == {n for n, _ in parameter_spec(cfg)} | {"fixed_qk.input" if kind == "rndembqk" else "fixed_qk.tokens"}
+    assert f"parameters: {count_parameters(cfg)[0]} total" in out
+    import json
+    records = [json.loads(l) for l in log.read_text().splitlines() if "max_logit" in l]
+    assert records and all(len(r["max_logit"]) == 2 and min(r["max_logit"]) > 0 for r in records), records
+    assert "\nsample: " in out, out
+    run(["--resume", str(tmp_path / "final.bin"), "--sample-tokens", "0", "--extend-to", "3", "--checkpoint-dir",
+         str(tmp_path / "resumed")])
+    again = read_checkpoint(tmp_path / "resumed" / "final.bin")[1]
+    key = "fixed_qk.input" if kind == "rndembqk" else "fixed_qk.tokens"
+    assert again[key].tobytes() == state.tobytes()
+    assert not np.array_equal(again["layers.0.attn.wq"], tensors["layers.0.attn.wq"])  # (training went on)
+
+
+@needs_bin
+def test_fixedseqqk_needs_enough_training_data(tmp_path):
+    write_shard(tmp_path / "short_train_000000.bin", np.array([BOS] + list(range(3, 23)), dtype=np.int64))
+    args = ["--preset", "tiny", "--attention", "fixedseqqk", "--train-data", str(tmp_path / "short_train_*.bin"),
+            "--val-data", "", "--steps", "1", "--sample-tokens", "0", "--batch-size", "1", "--seq-len", "16"]
+    proc = run(args, check=False)
+    assert proc.returncode != 0 and "21 tokens, fewer than the 64 fixed tokens of fixedseqqk" in proc.stderr, proc.stderr
+    import train_san
+    assert train_san.main(args[:6] + ["--device", "cpu", "--steps", "1", "--batch-size", "1"]) == 1
+
+
+@needs_bin
+@pytest.mark.parametrize("kind, name", [("rndembqk", "fixed_qk.input"), ("fixedseqqk", "fixed_qk.tokens")])
+def test_checkpoint_without_its_fixed_input_is_refused(data, tmp_path, kind, name):
+    """Both readers name the file and the missing tensor (or its wrong shape)."""
+    from attnref.container import KIND_CHECKPOINT, read_container, write_container
+    run(common(data, tmp_path) + ["--attention", kind, "--steps", "1"])
+    _, meta, tensors = read_container(tmp_path / "final.bin", KIND_CHECKPOINT)
+    for broken, message in (("missing.bin", f"missing tensor '{name}'"), ("short.bin", f"tensor '{name}' has")):
+        items = [(n, t, "int32" if t.dtype.kind == "i" else "fp32") for n, t in tensors.items()
+                 if broken == "short.bin" or n != name]
+        if broken == "short.bin":
+            items = [(n, t[:10] if n == name else t, dt) for n, t, dt in items]
+        write_container(tmp_path / broken, KIND_CHECKPOINT, list(meta.items()), items)
+        proc = run(["--steps", "0", "--init-from", str(tmp_path / broken), "--val-data", str(data / "toy_val_*.bin"),
+                    "--val-batches", "1"], check=False)
+        assert proc.returncode != 0 and str(tmp_path / broken) in proc.stderr and message in proc.stderr, proc.stderr
+        ref = subprocess.run([sys.executable, os.path.join(ROOT, "train_san.py"), "--load-checkpoint",
+                              str(tmp_path / broken), "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+        assert ref.returncode != 0 and str(tmp_path / broken) in ref.stderr and name in ref.stderr, ref.stderr
+
+
+@pytest.mark.parametrize("kind, layout", [("rndembqk", "uniform"), ("fixedseqqk", "hybrid")])
+def test_reference_fixed_qk_maps_are_input_independent(kind, layout):
+    """The reference's rndembqk / fixedseqqk (attnref/san.py): every real row of a variant layer
+    attends with the same q, k, those of the fixed stream alone (a batch of other tokens gives the
+    same ones), while the values and so the outputs follow the input; the fixed input is state
+    (no gradient), while W_q, W_k of the variant layer get one (through the fixed stream)."""
+    import torch
+    from attnref.san import PRESETS, SAN, SANConfig
+    cfg = SANConfig(**dict(PRESETS["tiny-ffn"], attention=kind, layout=layout))
+    model = SAN(cfg).init_weights(3).double()
+    attn = model.layers[0].attn
+    original = attn.forward
+    seen = []
+
+    def capture(u, cos, sin, mask, impl="explicit", u0=None, qk=None):
+        seen.append((u.shape[0], qk))
+        return original(u, cos, sin, mask, impl, u0, qk)
+    attn.forward = capture
+    g = torch.Generator().manual_seed(0)
+    runs = []
+    for _ in range(2):
+        seen.clear()
+        idx = torch.randint(3, cfg.vocab_size, (3, 16), generator=g)
+        logits, _ = model(idx)
+        (q_real, k_real), = [qk for rows, qk in seen if rows == 3]
+        (q_fixed, k_fixed), = [qk for rows, qk in seen if rows == 1]
+        assert torch.equal(q_real, q_fixed.expand_as(q_real)) and torch.equal(k_real, k_fixed.expand_as(k_real))
+        runs.append((q_fixed.detach(), logits.detach()))
+    assert torch.equal(runs[0][0], runs[1][0])            # the maps do not depend on the input
+    assert not torch.allclose(runs[0][1], runs[1][1])     # the outputs do
+    attn.forward = original
+    idx = torch.randint(3, cfg.vocab_size, (2, 16), generator=g)
+    _, (loss, _, _) = model(idx, torch.roll(idx, -1, 1))
+    loss.backward()
+    assert float(attn.wq.grad.abs().max()) > 0 and float(attn.wk.grad.abs().max()) > 0
+    assert all(not t.requires_grad for _, t, _ in model.state_tensors())
+
+
+@needs_bin
+@pytest.mark.parametrize("kind", ["rndembqk", "fixedseqqk"])
+def test_fixed_qk_resume_is_exact(data, tmp_path, kind):
+    """6 steps of 2 micro-batches straight, and resumed from the step-3 checkpoint: byte-identical
+    final checkpoints (parameters, optimizer state, the fixed input, the data position)."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    args = ["--attention", kind, "--layout", "hybrid", "--grad-accum", "2", "--steps", "6"]
+    run(common(data, straight) + args + ["--save-every", "3"])
+    run(common(data, resumed) + args + ["--resume", str(straight / "step_3.bin")])
+    assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
