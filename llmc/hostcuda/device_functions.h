@@ -94,6 +94,9 @@ inline int __any_sync(unsigned mask, int predicate) {
 // atomics: relaxed read-modify-write, returning the old value, as on the GPU
 
 namespace hostcuda {
+#if defined(HOSTCUDA_MUTATION_ATOMICS_NONATOMIC)
+inline void reschedule_current_thread();  // (scheduler.h)
+#endif
 // Applies `op` to *address atomically with a compare-and-swap loop on the raw bits.
 template <typename T, typename Bits, typename Op>
 T atomic_update(T* address, Op op) {
@@ -101,6 +104,7 @@ T atomic_update(T* address, Op op) {
     Bits* raw = reinterpret_cast<Bits*>(address);
 #if defined(HOSTCUDA_MUTATION_ATOMICS_NONATOMIC)
     T old = *address;
+    reschedule_current_thread();  // the other threads' read-modify-writes run in between
     *address = op(old);
     (void)raw;
     return old;

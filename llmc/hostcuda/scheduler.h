@@ -463,6 +463,19 @@ inline uint64_t warp_collective(CollectiveKind kind, uint32_t mask, uint64_t val
     return self->collective_result;
 }
 
+// Puts the running thread at the back of its block's run queue (starting the next thread
+// first if some have not started) and lets the others run: the interleaving a GPU gives a
+// read-modify-write that is not atomic. For the atomics mutation only (device_functions.h):
+// with it every thread of a block reads before any writes, so lost updates show on any
+// machine, whatever the load (racing OS threads alone only show them when two run at once).
+inline void reschedule_current_thread() {
+    Worker& w = current_worker("atomic (mutation)");
+    Fiber* self = tls.fiber;
+    if (w.next_unstarted < w.num_threads) { w.run_queue.push_back(w.acquire_fiber()); }
+    w.run_queue.push_back(self);
+    w.yield_current_fiber(self);
+}
+
 inline uint32_t active_lanes() {
     Worker& w = current_worker("__activemask");
     int warp = tls.fiber->linear_tid / kWarpSize;
