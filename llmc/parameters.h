@@ -45,7 +45,6 @@ public:
     std::unique_ptr<ParamOptimizer> optimizer;  // null until build_optimizer()
     cudaStream_t stream = nullptr;
 
-    virtual ~ModelParameters() = default;
     // Model state that is not a parameter (not trained, not counted; train_san's fixed QK input of
     // rndembqk / fixedseqqk): written into checkpoints with the parameters and read back by
     // load_parameters (and by the tests from debug states). None by default.
@@ -81,7 +80,7 @@ public:
             }
         }
     }
-    ~ModelParameters() {
+    virtual ~ModelParameters() {
         if (master != nullptr) { cudaFree(master); }
     }
     ModelParameters(const ModelParameters&) = delete;
