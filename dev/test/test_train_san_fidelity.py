@@ -165,7 +165,8 @@ def test_measurements_against_reference(data, trained):
     windows, _, _, _ = val_rows(data, 1, rows=2, length=min(257, T))
     x = torch.from_numpy(windows[:, :-1])
     hidden, scores = [], []
-    hooks = [layer.register_forward_hook(lambda m, i, o: hidden.append(o.detach())) for layer in model.layers]
+    # (a block returns its output and the fixed-QK stream, None for this kind)
+    hooks = [layer.register_forward_hook(lambda m, i, o: hidden.append(o[0].detach())) for layer in model.layers]
     original = san.gqa_attention  # the name the SAN's attention sub-layer calls
 
     def recording_attention(q, k, v, mask):
