@@ -122,10 +122,10 @@ int main(int argc, char** argv) {
     for (const std::string& f : files) {
         std::string name = f.substr(0, f.size() - 4);
         std::string path = dir + "/" + f;
-        testing::register_case(strdup(name.c_str()), [path] { check_state(path); });
+        testing::register_case(name, [path] { check_state(path); });
         std::string llmc = dir + "/llmc/" + name;
         if (file_exists(llmc + ".fp32.llmc")) {
-            testing::register_case(strdup((name + "_llmc").c_str()), [path, llmc] { check_llmc(path, llmc); });
+            testing::register_case(name + "_llmc", [path, llmc] { check_llmc(path, llmc); });
         }
     }
     return testing::run_all(argv[0], filter);

@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
     for (const std::string& f : files) {
         std::string name = f.substr(0, f.size() - 4);
         std::string path = dir + "/" + f;
-        testing::register_case(strdup(name.c_str()), [path] { check_state(path); });
+        testing::register_case(name, [path] { check_state(path); });
     }
     if (std::find(files.begin(), files.end(), "san.bin") != files.end()) {
         std::string path = dir + "/san.bin";
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
         if (std::find(files.begin(), files.end(), fixed) == files.end()) { continue; }
         std::string path = dir + "/" + fixed, name = std::string("grad_accumulation_fp32_") + fixed;
         name.resize(name.size() - 4);
-        testing::register_case(strdup(name.c_str()), [path] { check_grad_accumulation_fp32(path); });
+        testing::register_case(name, [path] { check_grad_accumulation_fp32(path); });
     }
     return testing::run_all(argv[0], filter);
 }

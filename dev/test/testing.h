@@ -16,7 +16,7 @@ namespace testing {
 
 struct Registry {
     struct Case {
-        const char* name;
+        std::string name;  // (owned: the binaries name cases after the files they find)
         std::function<void()> run;
     };
     std::vector<Case> cases;
@@ -28,8 +28,8 @@ struct Registry {
     }
 };
 
-inline bool register_case(const char* name, std::function<void()> fn) {
-    Registry::get().cases.push_back({name, std::move(fn)});
+inline bool register_case(std::string name, std::function<void()> fn) {
+    Registry::get().cases.push_back({std::move(name), std::move(fn)});
     return true;
 }
 
@@ -43,14 +43,14 @@ inline int run_all(const char* program, const char* filter) {
     Registry& r = Registry::get();
     int failed_cases = 0, ran = 0;
     for (auto& c : r.cases) {
-        if (filter != nullptr && strstr(c.name, filter) == nullptr) { continue; }
-        r.current = c.name;
+        if (filter != nullptr && strstr(c.name.c_str(), filter) == nullptr) { continue; }
+        r.current = c.name.c_str();
         int before = r.failed_checks;
         c.run();
         bool ok = r.failed_checks == before;
         failed_cases += !ok;
         ran++;
-        printf("%s %s\n", ok ? "  ok  " : "  FAIL", c.name);
+        printf("%s %s\n", ok ? "  ok  " : "  FAIL", c.name.c_str());
         fflush(stdout);
     }
     printf("%s: %d of %d test cases passed\n", program, ran - failed_cases, ran);
