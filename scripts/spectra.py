@@ -26,7 +26,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from attnref.container import KIND_CHECKPOINT, ContainerError, read_container  # noqa: E402
 
-MATRIX_KINDS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w_gate", "ffn.w_up", "ffn.w_down")
+MATRIX_KINDS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w_gate", "ffn.w_up", "ffn.w_down",
+                "attn.w_gate", "attn.w_up", "attn.w_down")  # the last three: an mlp layer's sub-layer
+MLP_KINDS = ("attn.w_gate", "attn.w_up", "attn.w_down")
+ATTENTION_KINDS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo")
 LAYER_MATRIX = re.compile(r"layers\.(\d+)\.(.+)")
 
 
@@ -35,8 +38,21 @@ def stable_rank(singular_values):
     return float(np.sum(s * s) / np.max(s) ** 2) if s.size and np.max(s) > 0 else 0.0
 
 
+def layer_mean(per_layer):
+    """The mean over the layers that have the matrix (an mlp layer has no attn.wq ..., None)."""
+    values = [v for v in per_layer if v is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def plottable(per_layer):
+    return [np.nan if v is None else v for v in per_layer]
+
+
 def checkpoint_spectra(path):
-    """{"step": int, "singular_values": {kind: [per layer: list]}, "stable_rank": {kind: [per layer]}}."""
+    """{"step": int, "singular_values": {kind: [per layer: list]}, "stable_rank": {kind: [per layer]}}.
+    A layer without a kind's matrix (an mlp attention layer has no attn.wq, a standard one no
+    attn.w_gate; meta layer_attention says which) holds None there; a matrix the layer's kind
+    should have and the file lacks is an error."""
     _, meta, tensors = read_container(path, KIND_CHECKPOINT)
     n_layer = int(meta["n_layer"])
     sv, sr = {}, {}
@@ -48,9 +64,13 @@ def checkpoint_spectra(path):
         s = np.linalg.svd(array.astype(np.float64), compute_uv=False)
         sv.setdefault(kind, [None] * n_layer)[layer] = s.tolist()
         sr.setdefault(kind, [None] * n_layer)[layer] = stable_rank(s)
-    for kind, per_layer in sr.items():
-        if None in per_layer:
-            raise ContainerError(f"{path}: {kind} is missing for layer {per_layer.index(None)}")
+    layer_kinds = meta["layer_attention"].split(",") if meta.get("layer_attention") else ["standard"] * n_layer
+    ffn_kinds = [k for k in MATRIX_KINDS if k.startswith("ffn.")] if any(k.startswith("ffn.") for k in sr) else []
+    for layer in range(n_layer):
+        is_mlp = layer < len(layer_kinds) and layer_kinds[layer] == "mlp"
+        for kind in list(MLP_KINDS if is_mlp else ATTENTION_KINDS) + ffn_kinds:
+            if sr.get(kind, [None] * n_layer)[layer] is None:
+                raise ContainerError(f"{path}: {kind} is missing for layer {layer}")
     order = [k for k in MATRIX_KINDS if k in sr]
     return {"path": path, "step": int(meta.get("step", 0)),
             "singular_values": {k: sv[k] for k in order}, "stable_rank": {k: sr[k] for k in order}}
@@ -69,6 +89,8 @@ def plot(results, out):
     for ax, kind in zip(axes[0], kinds):
         layers = last["singular_values"][kind]
         for i, s in enumerate(layers):
+            if s is None:
+                continue
             s = np.asarray(s)
             ax.plot(s / s[0], color=cmap(i / max(1, len(layers) - 1)), lw=1)
         ax.set(title=kind, xlabel="index", yscale="log")
@@ -81,7 +103,7 @@ def plot(results, out):
     fig, ax = plt.subplots(figsize=(6, 4))
     steps = [r["step"] for r in results]
     for i, kind in enumerate(kinds):
-        ax.plot(steps, [np.mean(r["stable_rank"][kind]) for r in results], "o-", color=f"C{i}", label=kind)
+        ax.plot(steps, [layer_mean(r["stable_rank"][kind]) for r in results], "o-", color=f"C{i}", label=kind)
     ax.set(title="stable rank over training (mean over layers)", xlabel="step", ylabel="‖W‖²_F / σ²_max")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -92,7 +114,8 @@ def plot(results, out):
     fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
     for ax, kind in zip(axes[0], kinds):
         for j, r in enumerate(results):
-            ax.plot(r["stable_rank"][kind], "o-", ms=3, color=cmap(j / max(1, len(results) - 1)), label=f"step {r['step']}")
+            ax.plot(plottable(r["stable_rank"][kind]), "o-", ms=3, color=cmap(j / max(1, len(results) - 1)),
+                    label=f"step {r['step']}")
         ax.set(title=kind, xlabel="layer")
     axes[0][0].set_ylabel("stable rank")
     axes[0][-1].legend(fontsize=7)
@@ -116,7 +139,7 @@ def main(argv=None):
     print("stable rank (mean over layers)")
     print(f"{'step':>8}  " + "  ".join(f"{k:>10}" for k in kinds) + "  checkpoint")
     for r in results:
-        print(f"{r['step']:>8}  " + "  ".join(f"{np.mean(r['stable_rank'][k]):>10.3f}" for k in kinds) + f"  {r['path']}")
+        print(f"{r['step']:>8}  " + "  ".join(f"{layer_mean(r['stable_rank'][k]):>10.3f}" for k in kinds) + f"  {r['path']}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "spectra.json"), "w") as f:

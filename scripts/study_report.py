@@ -431,7 +431,7 @@ def milestone_spectra(summaries):
 
 
 def mean_stable_rank(sp, kind):
-    return sum(sp["stable_rank"][kind]) / len(sp["stable_rank"][kind])
+    return spectra.layer_mean(sp["stable_rank"][kind])
 
 
 def plot_spectra_training(milestones, out):
@@ -453,7 +453,7 @@ def plot_spectra(spec, out):
     for ax, kind in zip(axes[0], kinds):
         for i, (arm, sp) in enumerate(spec.items()):
             if kind in sp["stable_rank"]:
-                ax.plot(sp["stable_rank"][kind], "o-", ms=3, color=f"C{i % 10}", label=arm)
+                ax.plot(spectra.plottable(sp["stable_rank"][kind]), "o-", ms=3, color=f"C{i % 10}", label=arm)
         ax.set(title=kind, xlabel="layer")
     axes[0][0].set_ylabel("stable rank ‖W‖²_F / σ²_max")
     axes[0][-1].legend(fontsize=7)
@@ -591,7 +591,7 @@ def write_report(study, why, out=None):
         md += ["## Weight spectra", "", "Stable rank ‖W‖²_F / σ²_max of each matrix, final checkpoint of each arm's "
                "representative run, mean over layers (per layer in the plot; scripts/spectra.py for milestones).", ""]
         kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
-        rows = [[arm] + [fmt(sum(sp["stable_rank"][k]) / len(sp["stable_rank"][k]), 2) if k in sp["stable_rank"] else "—"
+        rows = [[arm] + [fmt(mean_stable_rank(sp, k), 2) if k in sp["stable_rank"] else "—"
                          for k in kinds] for arm, sp in spec.items()]
         md += [table(["arm"] + kinds, rows), ""]
         name = plot_spectra(spec, out)

@@ -469,6 +469,29 @@ def test_spectra_of_a_reference_checkpoint(tmp_path):
     assert spectra.checkpoint_spectra(path)["step"] == 5
 
 
+def test_spectra_of_a_hybrid_with_mlp_layers(tmp_path):
+    """An mlp layer has no attn.wq ... (its sub-layer is attn.w_gate/w_up/w_down): those layers
+    hold None, the means skip them; a standard layer without attn.wq is still an error."""
+    cfg = san.SANConfig(**dict(san.PRESETS["tiny-ffn"], n_layer=3, attention="mlp", layout="2"))
+    model = san.SAN(cfg).init_weights(0)
+    path = str(tmp_path / "hybrid.bin")
+    container.save_checkpoint(path, model, step=3)
+    sp = spectra.checkpoint_spectra(path)
+    params = dict(model.ordered_parameters())
+    for kind, layers in (("attn.wq", [1]), ("attn.w_gate", [0, 2])):
+        got = sp["stable_rank"][kind]
+        assert [l for l, v in enumerate(got) if v is not None] == layers, (kind, got)
+        want = [spectra.stable_rank(torch.linalg.svdvals(params[f"layers.{l}.{kind}"].detach().double()).numpy()) for l in layers]
+        assert spectra.layer_mean(got) == pytest.approx(np.mean(want), rel=1e-9)
+    kind, meta, tensors = container.read_container(path)
+    del tensors["layers.1.attn.wq"]
+    broken = str(tmp_path / "broken.bin")
+    container.write_container(broken, kind, list(meta.items()),
+                              [(n, a, "int32" if a.dtype.kind in "iu" else "fp32") for n, a in tensors.items()])
+    with pytest.raises(container.ContainerError, match="attn.wq is missing for layer 1"):
+        spectra.checkpoint_spectra(broken)
+
+
 @needs_bin
 def test_spectra_of_trainer_milestones(toy_study, tmp_path):
     _, out, _ = toy_study
