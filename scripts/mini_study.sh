@@ -2,7 +2,7 @@
 # The mini-study: both papers' main comparisons at toy scale, run end to end, then a report
 # that says finding by finding whether the papers' qualitative results show at this scale.
 #
-#   scripts/mini_study.sh --cpu    studies/mini_cpu.toml on the host-backend build (about 30
+#   scripts/mini_study.sh --cpu    studies/mini_cpu.toml on the host-backend build (about 50
 #                                  minutes on 2 idle cores; doc/study.md has the measured time)
 #   scripts/mini_study.sh --gpu    studies/mini_gpu.toml on a GPU build (aimed at about an hour
 #                                  on one H200; not part of gpu_check.sh)
