@@ -271,8 +271,6 @@ inline bool same_file(const std::string& a, const std::string& b) {
     return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-// Why a resumed data loader would not continue where the saved run left off, named from
-// the keys the checkpoint holds ("" when nothing differs that they show).
 // How many ranks wrote the checkpoint (files from before run.ranks: 1).
 inline int saved_rank_count(const TensorFileReader& ckpt) {
     if (!ckpt.has_key("run.ranks")) { return 1; }
@@ -281,6 +279,8 @@ inline int saved_rank_count(const TensorFileReader& ckpt) {
     return ranks;
 }
 
+// Why a resumed data loader would not continue where the saved run left off, named from
+// the keys the checkpoint holds ("" when nothing differs that they show).
 inline std::string data_difference(const TensorFileReader& ckpt, const DataLoader& d, const TrainOptions& o) {
     std::string why;
     auto differs = [&](const char* key, long long now, const char* what) {
