@@ -14,15 +14,18 @@ Host-only C++17.
 
 #include <algorithm>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "choices.h"
+#include "number_text.h"
 #include "utils.h"
 
 struct Flag {
@@ -49,17 +52,31 @@ Flag make_flag(const std::string& name, T* target, const std::string& help) {
             return std::string(text);
         }
     };
-    f.parse = [target](const char* text) {
-        char* end = nullptr;
+    // numbers are read strictly (llmc/number_text.h): the whole text, finite, and within the
+    // option's type; a value out of range is refused here, naming the option, not wrapped
+    f.parse = [name, target](const char* text) {
         if constexpr (std::is_same<T, std::string>::value) {
             *target = text;
-            return true;
         } else if constexpr (std::is_floating_point<T>::value) {
-            *target = (T)strtod(text, &end);
+            double x;
+            if (!parse_finite_real(text, &x)) { fatal("option %s: '%s' is not a finite number", name.c_str(), text); }
+            if (std::fabs(x) > (double)std::numeric_limits<T>::max()) { fatal("option %s: %s is too large", name.c_str(), text); }
+            *target = (T)x;
+        } else if constexpr (std::is_unsigned<T>::value) {
+            uint64_t x;
+            if (!parse_whole_unsigned64(text, &x)) { fatal("option %s: '%s' is not a non-negative integer", name.c_str(), text); }
+            if (x > (uint64_t)std::numeric_limits<T>::max()) { fatal("option %s: %s is too large", name.c_str(), text); }
+            *target = (T)x;
         } else {
-            *target = (T)strtoll(text, &end, 10);
+            long long x;
+            if (!parse_whole_integer(text, &x)) { fatal("option %s: '%s' is not an integer", name.c_str(), text); }
+            if (x < (long long)std::numeric_limits<T>::min() || x > (long long)std::numeric_limits<T>::max()) {
+                fatal("option %s: %s is out of range (%lld to %lld)", name.c_str(), text,
+                      (long long)std::numeric_limits<T>::min(), (long long)std::numeric_limits<T>::max());
+            }
+            *target = (T)x;
         }
-        return end != text && *end == '\0';
+        return true;
     };
     return f;
 }

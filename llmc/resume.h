@@ -14,10 +14,7 @@ doc/formats.md "Resume state" lists the keys.
 
 #include <sys/stat.h>
 
-#include <cctype>
-#include <cerrno>
 #include <climits>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -28,6 +25,7 @@ doc/formats.md "Resume state" lists the keys.
 
 #include "cli.h"
 #include "dataloader.h"
+#include "number_text.h"
 #include "tensor_file.h"
 #include "train_options.h"
 #include "utils.h"
@@ -40,33 +38,16 @@ doc/formats.md "Resume state" lists the keys.
 // --extend-to N is the one way to train a finished run further: the total becomes N and
 // the schedule is recomputed over N steps (printed).
 
-// Shortest text that reads back to the same double (as TensorFileWriter writes reals).
-inline std::string real_text(double value) {
-    char text[40];
-    for (int precision = 1; precision <= 17; precision++) {
-        snprintf(text, sizeof(text), "%.*g", precision, value);
-        if (strtod(text, nullptr) == value) { break; }
-    }
-    return text;
-}
-
 // A saved setting's value as a number: the whole text, finite, and (unless `wide`) within an
 // int; anything else is refused with the key (a resume's FatalContext names the file).
 inline double parse_setting_real(const char* key, const std::string& text) {
-    char* end = nullptr;
-    double x = strtod(text.c_str(), &end);
-    if (text.empty() || isspace((unsigned char)text[0]) || *end != '\0' || !std::isfinite(x)) {
-        fatal("checkpoint key %s: '%s' is not a finite number", key, text.c_str());
-    }
+    double x;
+    if (!parse_finite_real(text.c_str(), &x)) { fatal("checkpoint key %s: '%s' is not a finite number", key, text.c_str()); }
     return x;
 }
 inline long long parse_setting_integer(const char* key, const std::string& text, bool wide) {
-    char* end = nullptr;
-    errno = 0;
-    long long x = strtoll(text.c_str(), &end, 10);
-    if (text.empty() || isspace((unsigned char)text[0]) || *end != '\0' || errno == ERANGE) {
-        fatal("checkpoint key %s: '%s' is not an integer", key, text.c_str());
-    }
+    long long x;
+    if (!parse_whole_integer(text.c_str(), &x)) { fatal("checkpoint key %s: '%s' is not an integer", key, text.c_str()); }
     if (!wide && (x < INT32_MIN || x > INT32_MAX)) { fatal("checkpoint key %s: %lld does not fit a 32-bit int", key, x); }
     return x;
 }
@@ -95,7 +76,7 @@ inline std::vector<RunSetting> run_settings() {
                        }});
     };
     auto real = [&](const char* key, std::vector<std::string> flags, std::function<double&(TrainOptions&)> ref) {
-        out.push_back({key, flags, [ref](const TrainOptions& o) { return real_text(ref(const_cast<TrainOptions&>(o))); },
+        out.push_back({key, flags, [ref](const TrainOptions& o) { return shortest_real_text(ref(const_cast<TrainOptions&>(o))); },
                        [key, ref](TrainOptions& o, const std::string& v) { ref(o) = parse_setting_real(key, v); }});
     };
     // (the values are ints, except run.steps and run.seed: `wide`)

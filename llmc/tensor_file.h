@@ -11,17 +11,15 @@ atomically (temp file + rename), so an interrupted save never replaces a good fi
 */
 #pragma once
 
-#include <cctype>
-#include <cerrno>
 #include <cinttypes>
 #include <climits>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "number_text.h"
 #include "utils.h"
 
 constexpr char TENSOR_FILE_MAGIC[8] = {'A', 'T', 'T', 'N', 'F', 'I', 'L', 'E'};
@@ -117,24 +115,18 @@ public:
     }
     long long integer(const std::string& key) const {
         const std::string& v = str(key);
-        char* end = nullptr;
-        errno = 0;
-        long long x = strtoll(v.c_str(), &end, 10);
-        if (v.empty() || isspace((unsigned char)v[0]) || *end != '\0' || errno == ERANGE) {
-            fail("config key '%s': '%s' is not an integer", key.c_str(), v.c_str());
-        }
+        long long x;
+        if (!parse_whole_integer(v.c_str(), &x)) { fail("config key '%s': '%s' is not an integer", key.c_str(), v.c_str()); }
         return x;
     }
     // an unsigned 64-bit value (seeds, fingerprints), written in decimal
     uint64_t uint64(const std::string& key) const {
         const std::string& v = str(key);
-        char* end = nullptr;
-        errno = 0;
-        unsigned long long x = strtoull(v.c_str(), &end, 10);
-        if (v.empty() || !isdigit((unsigned char)v[0]) || *end != '\0' || errno == ERANGE) {
+        uint64_t x;
+        if (!parse_whole_unsigned64(v.c_str(), &x)) {
             fail("config key '%s': '%s' is not an unsigned 64-bit integer", key.c_str(), v.c_str());
         }
-        return (uint64_t)x;
+        return x;
     }
     // an integer that must fit an int (sizes, flags, counts): a larger one is refused, not wrapped
     int int32(const std::string& key) const {
@@ -144,11 +136,8 @@ public:
     }
     double real(const std::string& key) const {
         const std::string& v = str(key);
-        char* end = nullptr;
-        double x = strtod(v.c_str(), &end);
-        if (v.empty() || isspace((unsigned char)v[0]) || *end != '\0' || !std::isfinite(x)) {
-            fail("config key '%s': '%s' is not a finite number", key.c_str(), v.c_str());
-        }
+        double x;
+        if (!parse_finite_real(v.c_str(), &x)) { fail("config key '%s': '%s' is not a finite number", key.c_str(), v.c_str()); }
         return x;
     }
 
@@ -239,15 +228,7 @@ public:
     void set(const std::string& key, const std::string& value) { config_.emplace_back(key, value); }
     void set(const std::string& key, long long value) { set(key, std::to_string(value)); }
     void set(const std::string& key, int value) { set(key, std::to_string(value)); }
-    void set(const std::string& key, double value) {
-        // shortest text that reads back to the same double
-        char text[40];
-        for (int precision = 1; precision <= 17; precision++) {
-            snprintf(text, sizeof(text), "%.*g", precision, value);
-            if (strtod(text, nullptr) == value) { break; }
-        }
-        set(key, std::string(text));
-    }
+    void set(const std::string& key, double value) { set(key, shortest_real_text(value)); }
     void add_floats(const std::string& name, const std::vector<int64_t>& shape, const float* data) {
         add(name, DTYPE_FP32, shape, data);
     }

@@ -38,14 +38,18 @@ def test_help_lists_every_option_with_defaults():
 
 @pytest.mark.parametrize("args, message", [
     (["--no-such-flag", "1"], "unknown option '--no-such-flag'"),
-    (["--n-layer", "abc"], "--n-layer: cannot parse 'abc'"),
+    (["--n-layer", "abc"], "option --n-layer: 'abc' is not an integer"),
+    (["--batch-size", "4294967297"], "option --batch-size: 4294967297 is out of range"),  # once wrapped to 1
+    (["--steps", "1e3"], "option --steps: '1e3' is not an integer"),
+    (["--seed", "-1"], "option --seed: '-1' is not a non-negative integer"),
+    (["--lr", "nan"], "option --lr: 'nan' is not a finite number"),
     (["--residual", "sideways", "--train-data", "x"], "--residual"),
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--n-embd", "60", "--n-head", "8", "--train-data", "x"], "multiple of --n-head"),
     (["--train-data", "/nonexistent/*.bin"], "/nonexistent/*.bin"),
     (["--cudnn", "1", "--train-data", "x"], "--cudnn 1: this build has no cuDNN attention"),  # host builds never do
     (["--beta1", "1.5", "--train-data", "x"], "--beta1 must be in [0, 1), got 1.5"),
-    (["--beta2", "nan", "--train-data", "x"], "--beta2 must be in [0, 1), got nan"),
+    (["--beta2", "1", "--train-data", "x"], "--beta2 must be in [0, 1), got 1"),
     (["--eps", "0", "--train-data", "x"], "--eps must be > 0, got 0"),
     (["--weight-decay", "-0.1", "--train-data", "x"], "--weight-decay must be >= 0"),
     (["--grad-clip", "-1", "--train-data", "x"], "--grad-clip must be >= 0"),
