@@ -63,6 +63,16 @@ def test_bad_options_fail_clearly(args, message):
     assert message in proc.stderr
 
 
+@pytest.mark.parametrize("threads", ["abc", "0", "2x", "257", " 2"])
+def test_bad_host_thread_count_fails_clearly(data, tmp_path, threads):
+    """HOSTCUDA_THREADS that is not a count of 1 to 256 stops the first launch (it once read
+    'abc' as one worker and '2x' as two)."""
+    env = dict(os.environ, HOSTCUDA_THREADS=threads)
+    proc = run_binary(BIN, common(data, tmp_path) + ["--steps", "1"], check=False, env=env)
+    assert proc.returncode != 0
+    assert f"HOSTCUDA_THREADS='{threads}': expected a number of worker threads from 1 to 256" in proc.stderr
+
+
 def test_loss_falls(data, tmp_path):
     out = run(common(data, tmp_path) + ["--steps", "30", "--val-every", "0", "--schedule", "constant"]).stdout
     losses = step_losses(out)

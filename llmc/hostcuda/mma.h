@@ -94,15 +94,17 @@ inline void mma_m16n8k16_exchange(const uint64_t* lane_values, uint32_t) {
             c[mma_c_row(lane, i)][mma_c_col(lane, i)] = in.c[i];
         }
     }
+    // k outermost, so that the compiler vectorises over the 128 outputs; each output still
+    // adds its products to C in k order (the arithmetic stated above)
+    for (int k = 0; k < 16; k++) {
+        for (int row = 0; row < 16; row++) {
+            for (int col = 0; col < 8; col++) { c[row][col] += a[row][k] * b[k][col]; }
+        }
+    }
     // every operand is read before any D is written: D may be the C registers
     for (int lane = 0; lane < kWarpSize; lane++) {
         const MmaLane& out = *reinterpret_cast<const MmaLane*>(lane_values[lane]);
-        for (int i = 0; i < 4; i++) {
-            int row = mma_c_row(lane, i), col = mma_c_col(lane, i);
-            float sum = c[row][col];
-            for (int k = 0; k < 16; k++) { sum += a[row][k] * b[k][col]; }
-            out.d[i] = sum;
-        }
+        for (int i = 0; i < 4; i++) { out.d[i] = c[mma_c_row(lane, i)][mma_c_col(lane, i)]; }
     }
 }
 

@@ -108,6 +108,18 @@ inline Schedule parse_schedule(const char* text) {
     die("HOSTCUDA_SCHEDULE='%s': expected forward, reverse or random:SEED (SEED a non-negative integer)", text);
 }
 
+// HOSTCUDA_THREADS: a whole number of worker threads, 1 to kMaxWorkers (a typo is an error,
+// not one worker; empty is the default, as for HOSTCUDA_SCHEDULE).
+constexpr int kMaxWorkers = 256;
+inline int parse_thread_count(const char* text) {
+    char* end = nullptr;
+    long n = text[0] >= '0' && text[0] <= '9' ? strtol(text, &end, 10) : 0;
+    if (end == nullptr || *end != '\0' || n < 1 || n > kMaxWorkers) {
+        die("HOSTCUDA_THREADS='%s': expected a number of worker threads from 1 to %d", text, kMaxWorkers);
+    }
+    return static_cast<int>(n);
+}
+
 // The schedule of the following launches: HOSTCUDA_SCHEDULE, unless a test set another one.
 inline Schedule& current_schedule() {
     static Schedule schedule = parse_schedule(getenv("HOSTCUDA_SCHEDULE"));
@@ -206,6 +218,8 @@ struct Worker {
     }
 
     Fiber* acquire_fiber();
+    Fiber* next_runnable();
+    void switch_away(Context& from);
     void run_block(dim3 block_idx);
     void block_current_fiber(Fiber* self, const char* reason);
     void on_thread_finished();
@@ -258,7 +272,7 @@ inline void fiber_main() {
         }
         self->linear_tid = -1;
         w.idle_fibers.push_back(self);
-        switch_context(self->context, w.scheduler);
+        w.switch_away(self->context);
     }
 }
 
@@ -308,12 +322,40 @@ inline void Worker::on_thread_finished() {
 inline void Worker::block_current_fiber(Fiber* self, const char* reason) {
     self->waiting_for = reason;
     if (next_unstarted < num_threads) { run_queue.push_back(acquire_fiber()); }
-    switch_context(self->context, scheduler);
+    switch_away(self->context);
     self->waiting_for = nullptr;
 }
 
-// Lets the scheduler pick what runs next; `self` must already be in the run queue.
-inline void Worker::yield_current_fiber(Fiber* self) { switch_context(self->context, scheduler); }
+// Lets the schedule pick what runs next; `self` must already be in the run queue.
+inline void Worker::yield_current_fiber(Fiber* self) { switch_away(self->context); }
+
+// The fiber that runs next, taken off the run queue (the front; a random schedule swaps a
+// random one to the front first), or null when none can run.
+inline Fiber* Worker::next_runnable() {
+    if (run_queue.empty()) { return nullptr; }
+    if (order == ScheduleOrder::Random && run_queue.size() > 1) {
+        std::swap(run_queue.front(), run_queue[random_below(static_cast<uint32_t>(run_queue.size()))]);
+    }
+    Fiber* f = run_queue.front();
+    run_queue.pop_front();
+    return f;
+}
+
+// Leaves the running fiber (its context `from`) for the next runnable one, switching to it
+// directly, or for the scheduler loop of run_block when none can run (the block is done, or
+// deadlocked). A direct switch is one context switch per blocked thread instead of two (to
+// the loop and out of it): warp collectives, which park every lane, cost about half as much.
+// The order is the one the loop would pick, so every schedule runs the same interleaving.
+inline void Worker::switch_away(Context& from) {
+    Fiber* next = next_runnable();
+    if (next == nullptr) {
+        switch_context(from, scheduler);
+        return;
+    }
+    tls.fiber = next;
+    tls.thread_idx = next->thread_idx;
+    if (&next->context != &from) { switch_context(from, next->context); }
+}
 
 inline void Worker::run_block(dim3 block_idx) {
     tls.block_idx = block_idx;
@@ -333,12 +375,9 @@ inline void Worker::run_block(dim3 block_idx) {
     }
     if (race != nullptr) { race_block_started(*this); }
     run_queue.push_back(acquire_fiber());
-    while (!run_queue.empty()) {
-        if (order == ScheduleOrder::Random && run_queue.size() > 1) {
-            std::swap(run_queue.front(), run_queue[random_below(static_cast<uint32_t>(run_queue.size()))]);
-        }
-        Fiber* f = run_queue.front();
-        run_queue.pop_front();
+    // (fibers pass control among themselves, switch_away; this loop runs again only when
+    // none of them can)
+    while (Fiber* f = next_runnable()) {
         tls.fiber = f;
         tls.thread_idx = f->thread_idx;
         switch_context(scheduler, f->context);
@@ -550,8 +589,9 @@ private:
 
     Pool() {
         int n = static_cast<int>(std::thread::hardware_concurrency());
-        if (const char* env = getenv("HOSTCUDA_THREADS")) { n = atoi(env); }
-        n = std::max(1, std::min(n, 256));
+        const char* env = getenv("HOSTCUDA_THREADS");
+        if (env != nullptr && env[0] != '\0') { n = parse_thread_count(env); }  // (empty: unset)
+        n = std::max(1, std::min(n, kMaxWorkers));
         for (int i = 1; i < n; i++) {
             threads_.emplace_back([this] { thread_main(); });
         }
