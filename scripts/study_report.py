@@ -197,7 +197,24 @@ def finding_qk_norm(f, summaries, floor, why):
     if n_wo > 0 and n_w == 0:
         return "shows", text + " Only the stack without QK-norm diverged."
     if n_wo == 0:
-        return "does not show", text + " No run without QK-norm diverged at this depth, scale and rate."
+        # short of a divergence, say how far the stack without QK-norm is from stable training
+        signs = []
+        if w.ok and wo.ok:
+            gap = wo.mean - w.mean
+            signs.append(f"the stack without QK-norm ends {gap:+.4f} nats from the one with it"
+                         + (f" ({gap / floor:+.0f} noise floors)" if floor else ""))
+        if "with" in logit and "without" in logit and logit["with"] > 0:
+            signs.append(f"its largest logit is {logit['without'] / logit['with']:.1f}x the QK-norm stack's")
+        norms = {}
+        for name, s in (("with", w), ("without", wo)):
+            rep = s.representative
+            train = getattr(rep, "train", None) if rep is not None else None
+            if train and train[-1].get("grad_norm") is not None:
+                norms[name] = train[-1]["grad_norm"]
+        if len(norms) == 2:
+            signs.append(f"its gradient norm at the last step is {norms['without']:.3g} (with QK-norm {norms['with']:.3g})")
+        return "does not show", text + " No run without QK-norm diverged at this depth, scale and rate" + (
+            "; " + ", ".join(signs[:-1]) + (" and " if len(signs) > 1 else "") + signs[-1] + "." if signs else ".")
     return "does not show", text + " Runs with QK-norm diverged too."
 
 

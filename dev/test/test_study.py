@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -566,3 +567,24 @@ lr = 1e5
     rows = {r["arm"]: r for r in md_table(report, "arm")}
     assert rows["blowup"]["seeds"] == "0" and rows["blowup"]["val loss"] == "—"
     assert "**shows.** diverged runs: with QK-norm 0 of 1, without 1 of 1" in report
+
+
+def test_qk_norm_finding_without_a_divergence_measures_the_instability():
+    """No run diverged: the finding says 'does not show' and gives the loss gap (in noise
+    floors), the logit ratio and the last gradient norms, recomputed here from stand-in summaries."""
+    import study_report
+
+    def arm(loss, logits, grad_norm):
+        run = types.SimpleNamespace(final={"max_logit": logits}, train=[{"grad_norm": 1.0}, {"grad_norm": grad_norm}])
+        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], all_runs=[run], representative=run)
+
+    summaries = {"with": arm(4.0, [1.5, 4.0, 2.0], 0.9), "without": arm(5.5, [30.0, 100.0], 170.0)}
+    f = {"with_qk_norm": "with", "without_qk_norm": "without"}
+    verdict, text = study_report.finding_qk_norm(f, summaries, 0.02, {})
+    assert verdict == "does not show"
+    assert f"ends {5.5 - 4.0:+.4f} nats" in text and f"({(5.5 - 4.0) / 0.02:+.0f} noise floors)" in text
+    assert f"largest logit is {100.0 / 4.0:.1f}x" in text
+    assert "gradient norm at the last step is 170 (with QK-norm 0.9)" in text
+    # without a noise floor (one seed per arm) the gap is given alone
+    _, text = study_report.finding_qk_norm(f, summaries, None, {})
+    assert "noise floors" not in text and "ends +1.5000 nats" in text
