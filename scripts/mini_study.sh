@@ -3,8 +3,8 @@
 # that says finding by finding whether the papers' qualitative results show at this scale.
 #
 #   scripts/mini_study.sh --cpu    studies/mini_cpu.toml on the host backend's fp32 build
-#                                  (built here if missing; about 20 minutes on 2 idle cores,
-#                                  doc/study.md has the measured time)
+#                                  (built here if missing; 19 minutes on 2 cores, measured,
+#                                  doc/study.md)
 #   scripts/mini_study.sh --gpu    studies/mini_gpu.toml on a GPU build (aimed at about an hour
 #                                  on one H200; not part of gpu_check.sh)
 #   extra arguments go to `study.py run` (e.g. --binary PATH, --only 0,1)
@@ -19,7 +19,8 @@ python=.venv/bin/python
 
 case "${1:-}" in
   # (--cpu trains with the fp32 host build: the bf16 one emulates the tensor-core attention
-  # lane by lane, 3.8x slower per step at this size, measured, and fp32 is a CPU's precision)
+  # lane by lane, 2.8x slower per step at the SAN arm's size on 2 idle cores, measured; and
+  # fp32 is a CPU's precision)
   --cpu) study=studies/mini_cpu.toml out=logs/studies/mini-cpu data=data/offline-v2048 build_args=(--vocab-size 2048)
          trainer=build/host-fp32/train_san make_trainer=(make --no-print-directory build/host-fp32/train_san PRECISION=FP32) ;;
   --gpu) study=studies/mini_gpu.toml out=logs/studies/mini-gpu data=data/offline-gpu

@@ -177,6 +177,21 @@ def finding_localisation(f, summaries, floor, why):
     return "does not show", text + " The deficit is not largest on query tokens."
 
 
+def instability(run, floor):
+    """Why a finished run trained unstably, or None: its validation loss went back up (the end
+    is above its best validation by more than the noise floor, 0.01 without one: the schedules
+    never raise the rate late, so only instability does that), or its gradient norm grew more
+    than tenfold from the first logged step to the last."""
+    reasons = []
+    losses = [v["val_loss"] for v in run.val if v.get("val_loss") is not None]
+    if len(losses) >= 2 and losses[-1] - min(losses[:-1]) > (floor or 0.01):
+        reasons.append(f"validation loss rose from {min(losses[:-1]):.4f} to {losses[-1]:.4f}")
+    norms = [t["grad_norm"] for t in run.train if t.get("grad_norm") is not None]
+    if len(norms) >= 2 and norms[-1] > 10 * norms[0]:
+        reasons.append(f"gradient norm grew from {norms[0]:.3g} to {norms[-1]:.3g}")
+    return " and ".join(reasons) or None
+
+
 def finding_qk_norm(f, summaries, floor, why):
     missing = _need(summaries, f, ("with_qk_norm", "without_qk_norm"), why, diverged_counts=True)
     if missing:
@@ -192,30 +207,24 @@ def finding_qk_norm(f, summaries, floor, why):
     if logit:
         parts.append("largest pre-softmax logit at the end: " + ", ".join(f"{k} {v:.1f}" for k, v in logit.items()))
     if w.ok and wo.ok:
-        parts.append(f"final loss with {w.mean:.4f}, without {wo.mean:.4f}")
+        gap = wo.mean - w.mean
+        parts.append(f"final loss with {w.mean:.4f}, without {wo.mean:.4f} ({gap:+.4f}"
+                     + (f", {gap / floor:+.0f} noise floors)" if floor else ")"))
     text = "; ".join(parts) + "."
     if n_wo > 0 and n_w == 0:
         return "shows", text + " Only the stack without QK-norm diverged."
-    if n_wo == 0:
-        # short of a divergence, say how far the stack without QK-norm is from stable training
-        signs = []
-        if w.ok and wo.ok:
-            gap = wo.mean - w.mean
-            signs.append(f"the stack without QK-norm ends {gap:+.4f} nats from the one with it"
-                         + (f" ({gap / floor:+.0f} noise floors)" if floor else ""))
-        if "with" in logit and "without" in logit and logit["with"] > 0:
-            signs.append(f"its largest logit is {logit['without'] / logit['with']:.1f}x the QK-norm stack's")
-        norms = {}
-        for name, s in (("with", w), ("without", wo)):
-            rep = s.representative
-            train = getattr(rep, "train", None) if rep is not None else None
-            if train and train[-1].get("grad_norm") is not None:
-                norms[name] = train[-1]["grad_norm"]
-        if len(norms) == 2:
-            signs.append(f"its gradient norm at the last step is {norms['without']:.3g} (with QK-norm {norms['with']:.3g})")
-        return "does not show", text + " No run without QK-norm diverged at this depth, scale and rate" + (
-            "; " + ", ".join(signs[:-1]) + (" and " if len(signs) > 1 else "") + signs[-1] + "." if signs else ".")
-    return "does not show", text + " Runs with QK-norm diverged too."
+    if n_w > 0:
+        return "does not show", text + " Runs with QK-norm diverged too."
+    # no divergence: did the stacks without QK-norm (and not those with it) train unstably?
+    unstable_with = [(d.run.id, instability(d, floor)) for d in w.runs if instability(d, floor)]
+    unstable_without = [(d.run.id, instability(d, floor)) for d in wo.runs if instability(d, floor)]
+    said = " ".join(f"{name}: {why_unstable}." for name, why_unstable in unstable_without + unstable_with)
+    if unstable_without and not unstable_with:
+        return "shows, short of a divergence", (
+            text + " No run diverged, but only the stack without QK-norm trained unstably: " + said)
+    if unstable_with:
+        return "does not show", text + " No run diverged; runs with QK-norm trained unstably too: " + said
+    return "does not show", text + " No run without QK-norm diverged or trained unstably at this depth, scale and rate."
 
 
 def finding_mlp_collapse(f, summaries, floor, why):

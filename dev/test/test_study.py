@@ -569,22 +569,33 @@ lr = 1e5
     assert "**shows.** diverged runs: with QK-norm 0 of 1, without 1 of 1" in report
 
 
-def test_qk_norm_finding_without_a_divergence_measures_the_instability():
-    """No run diverged: the finding says 'does not show' and gives the loss gap (in noise
-    floors), the logit ratio and the last gradient norms, recomputed here from stand-in summaries."""
+def test_qk_norm_finding_without_a_divergence_judges_instability():
+    """No run diverged: the finding 'shows, short of a divergence' when only the stack without
+    QK-norm trained unstably (validation loss back up by more than the noise floor, or the
+    gradient norm up more than tenfold), and 'does not show' otherwise; the figures in its
+    text are recomputed here from stand-in summaries."""
     import study_report
 
-    def arm(loss, logits, grad_norm):
-        run = types.SimpleNamespace(final={"max_logit": logits}, train=[{"grad_norm": 1.0}, {"grad_norm": grad_norm}])
-        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], all_runs=[run], representative=run)
+    def arm(name, loss, logits, grad_norms, val_losses):
+        run = types.SimpleNamespace(run=types.SimpleNamespace(id=name), final={"max_logit": logits},
+                                    train=[{"grad_norm": g} for g in grad_norms], val=[{"val_loss": v} for v in val_losses])
+        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], all_runs=[run], runs=[run], representative=run)
 
-    summaries = {"with": arm(4.0, [1.5, 4.0, 2.0], 0.9), "without": arm(5.5, [30.0, 100.0], 170.0)}
     f = {"with_qk_norm": "with", "without_qk_norm": "without"}
-    verdict, text = study_report.finding_qk_norm(f, summaries, 0.02, {})
-    assert verdict == "does not show"
-    assert f"ends {5.5 - 4.0:+.4f} nats" in text and f"({(5.5 - 4.0) / 0.02:+.0f} noise floors)" in text
-    assert f"largest logit is {100.0 / 4.0:.1f}x" in text
-    assert "gradient norm at the last step is 170 (with QK-norm 0.9)" in text
-    # without a noise floor (one seed per arm) the gap is given alone
-    _, text = study_report.finding_qk_norm(f, summaries, None, {})
-    assert "noise floors" not in text and "ends +1.5000 nats" in text
+    stable = arm("with_s1", 4.0, [1.5, 4.0, 2.0], [1.0, 0.9], [6.0, 5.0, 4.0])
+    rising = arm("without_s1", 5.5, [30.0, 100.0], [1.0, 1.2], [6.0, 5.4, 5.5])  # +0.1 > the floor
+    exploding = arm("without_s1", 5.5, [30.0, 100.0], [1.0, 170.0], [6.0, 5.6, 5.5])
+    for without, reason in ((rising, "validation loss rose from 5.4000 to 5.5000"),
+                            (exploding, "gradient norm grew from 1 to 170")):
+        verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": without}, 0.02, {})
+        assert verdict == "shows, short of a divergence", text
+        assert f"without_s1: {reason}." in text and "with_s1:" not in text
+        assert f"({5.5 - 4.0:+.4f}, {(5.5 - 4.0) / 0.02:+.0f} noise floors)" in text
+    # a rise within the noise floor is not instability; neither is a norm up only 9-fold
+    calm = arm("without_s1", 5.5, [30.0, 100.0], [1.0, 9.0], [6.0, 5.49, 5.5])
+    verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": calm}, 0.02, {})
+    assert verdict == "does not show" and "diverged or trained unstably" in text
+    # both unstable: not the paper's finding
+    verdict, text = study_report.finding_qk_norm(f, {"with": exploding, "without": exploding}, None, {})
+    assert verdict == "does not show" and "with QK-norm trained unstably too" in text
+    assert "noise floors" not in text and "(+0.0000)" in text
