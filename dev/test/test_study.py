@@ -98,7 +98,8 @@ def test_counts_and_flops_equal_train_san_py():
         cfg = san.SANConfig(**{k: (bool(v) if k in ("qk_norm", "sandwich") else v) for k, v in c.items()})
         assert match.parameter_counts(arm) == san.count_parameters(cfg), c
         assert match.flops_per_token(arm) == san.flops_per_token(cfg), c
-    for name in ("san20", "ffn20", "ffn4", "ffn9", "tiny", "tiny-ffn"):
+    assert set(match.PRESETS) <= set(san.PRESETS)
+    for name in match.PRESETS:
         cfg = san.SANConfig(**san.PRESETS[name])
         mine = match.PRESETS[name]
         for field, value in dataclasses.asdict(mine).items():
@@ -123,7 +124,8 @@ def binary_counts(flags):
     # the paper presets at one layer (cheap) check every field but the depth, which
     # test_counts_and_flops_equal_train_san_py checks against train_san.py
     ("san20", ["--n-layer", "1"]), ("ffn20", ["--n-layer", "1"]), ("ffn4", ["--n-layer", "1"]),
-    ("ffn9", ["--n-layer", "1", "--d-ff", "1000"])])
+    ("ffn9", ["--n-layer", "1", "--d-ff", "1000"]),
+    ("qwen-cpu", []), ("qwen3-cpu", []), ("qwen-500m", ["--n-layer", "1"])])
 def test_counts_equal_train_san_binary(preset, flags):
     arm = match.PRESETS[preset]
     names = {flag: field for field, flag in match.FLAG_OF_FIELD.items()}
