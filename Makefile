@@ -261,8 +261,8 @@ $(DEBUG_STATES_GPT2): train_gpt2.py $(ATTNREF) dev/test/make_gpt2_debug_states.p
 # What only the BF16 pass of test-host builds and runs: the data-side C++ tests (dev/test/*.cpp
 # do not depend on PRECISION); the dev/cuda playgrounds (their kernel versions run in BF16 here
 # and under the race checker, and every llmc kernel they validate runs in FP32 inside test_san,
-# test_gpt2 and the kernel tests; ~60 s of CPU to build in FP32); train_gpt2 (test_gpt2 compiles
-# all of it but main(); ~35 s) and the benchmark. FP32 builds them all with `make host PRECISION=FP32`.
+# test_gpt2 and the kernel tests; ~60 s of CPU to build in FP32) and the benchmark; train_gpt2 in
+# FP32 is built for the Python tests (test-python). `make host PRECISION=FP32` builds them all.
 BF16_ONLY := $(if $(filter FP32,$(PRECISION)),$(notdir $(basename $(CPP_TESTS) $(wildcard dev/cuda/*.cu))) train_gpt2)
 test-host: $(filter-out $(addprefix $(HOST_DIR)/,$(BF16_ONLY)),$(HOST_BINS)) $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@bash scripts/run_tests.sh $(HOST_DIR) $(filter-out $(BF16_ONLY),$(TEST_NAMES))
@@ -290,9 +290,10 @@ test-asan: $(addprefix $(ASAN_DIR)/,$(ASAN_TEST_NAMES))
 	@$(ASAN_OPTIONS_RUN) bash scripts/run_tests.sh $(ASAN_DIR) $(ASAN_TEST_NAMES)
 
 # (the Python tests also run the trainer binary end to end: CLI errors, exact resume)
-# (and the fp32 build of train_san, for the comparisons that need fp32 agreement)
+# (and the fp32 builds of both trainers, for the comparisons that need fp32 agreement: the
+# eval-set scoring against the reference takes train_gpt2 from beside train_san)
 test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san $(HOST_DIR)/train_gpt2)
-	$(if $(wildcard train_san.cu),@$(MAKE) --no-print-directory build/host-fp32/train_san PRECISION=FP32)
+	$(if $(wildcard train_san.cu),@$(MAKE) --no-print-directory build/host-fp32/train_san build/host-fp32/train_gpt2 PRECISION=FP32)
 	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest
 
 # The backend tests must FAIL against a deliberately broken backend.
