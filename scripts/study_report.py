@@ -216,8 +216,9 @@ def finding_qk_norm(f, summaries, floor, why):
     if n_w > 0:
         return "does not show", text + " Runs with QK-norm diverged too."
     # no divergence: did the stacks without QK-norm (and not those with it) train unstably?
-    unstable_with = [(d.run.id, instability(d, floor)) for d in w.runs if instability(d, floor)]
-    unstable_without = [(d.run.id, instability(d, floor)) for d in wo.runs if instability(d, floor)]
+    def unstable(summary):
+        return [(d.run.id, why_unstable) for d in summary.runs if (why_unstable := instability(d, floor))]
+    unstable_with, unstable_without = unstable(w), unstable(wo)
     said = " ".join(f"{name}: {why_unstable}." for name, why_unstable in unstable_without + unstable_with)
     if unstable_without and not unstable_with:
         return "shows, short of a divergence", (
