@@ -15,6 +15,7 @@
 #   USE_CUDNN=0|1                cuDNN attention (GPU only; needs the cudnn-frontend headers)
 #   NO_MULTI_GPU=1               build without MPI and NCCL;  NO_USE_MPI=1: without MPI only
 #   HAS_GPU=0|1                  override GPU detection (nvidia-smi)
+#   HOST_GEMM=openblas|own       host GEMM (default: OpenBLAS where libopenblas-dev is installed)
 #   NVCC=path  HOST_CXX=g++      compilers
 
 .DEFAULT_GOAL := all
@@ -46,10 +47,26 @@ HOST_DIR := build/host-$(precision)
 # (cuDNN builds get their own directory: make does not see a changed flag)
 GPU_DIR := build/gpu-$(precision)$(if $(filter 1,$(USE_CUDNN)),-cudnn)
 
+# what this machine cannot build, said at the end of the build
+SKIPPED :=
+
 # ---- host backend build ------------------------------------------------------------------
 # -O3: the vectoriser makes the host-backend kernels' inner loops several times faster
 HOST_CXXFLAGS := -std=c++17 -O3 -march=native -g -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
 HOST_LDFLAGS := -pthread
+
+# The host GEMM (llmc/hostcuda/gemm.h): OpenBLAS where libopenblas-dev is installed (several
+# times faster than our own, which stays the tests' reference), else our own; HOST_GEMM=own
+# builds without OpenBLAS.
+HOST_GEMM ?= $(if $(wildcard /usr/include/cblas.h /usr/include/$(shell $(HOST_CXX) -dumpmachine 2>/dev/null)/cblas.h /usr/include/openblas/cblas.h),openblas,own)
+ifeq ($(HOST_GEMM),openblas)
+  HOST_CXXFLAGS += -DHOSTCUDA_OPENBLAS $(if $(wildcard /usr/include/openblas/cblas.h),-I/usr/include/openblas)
+  HOST_LDFLAGS += -lopenblas
+else ifneq ($(HOST_GEMM),own)
+  $(error HOST_GEMM must be openblas or own, not '$(HOST_GEMM)')
+else
+  SKIPPED += "OpenBLAS: host GEMM is our own (apt-get install libopenblas-dev for the ~3x faster one, or HOST_GEMM=own was given)"
+endif
 
 # ---- race-checking host build ------------------------------------------------------------
 # build/racecheck-<precision>/NAME: the host build with every load and store instrumented
@@ -93,7 +110,6 @@ NVCC_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo \
   --generate-code arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[compute_$(GPU_COMPUTE_CAPABILITY),sm_$(GPU_COMPUTE_CAPABILITY)] \
   $(PRECISION_FLAGS)
 NVCC_LDFLAGS := -lcublas -lcublasLt
-SKIPPED :=
 
 ifeq ($(NVCC),)
   SKIPPED += "GPU binaries: nvcc not found (install the CUDA toolkit or set NVCC=)"
@@ -164,7 +180,7 @@ TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY) $(MPI_TEST_NAMES),$(notdir 
 GPU_TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SOURCES))))
 BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 
-.PHONY: all host gpu test test-host test-mpi test-racecheck test-asan test-gpu test-python test-python-and-gpu-build gpu-build mutation-check setup clean report demo
+.PHONY: all host gpu test test-host test-mpi test-racecheck test-asan test-gpu test-python test-python-and-gpu-build gpu-build mutation-check setup setup-demo clean report demo
 all: report
 host: $(HOST_BINS)
 gpu: $(GPU_BINS)
@@ -237,10 +253,12 @@ endif
 
 setup:
 	@bash scripts/setup.sh
+setup-demo:
+	@bash scripts/setup.sh --tier demo
 
-# The main job (README): set up, build what the demo runs (./train_san: the GPU build where
+# The main job (README): set up what it needs (the demo tier: no PyTorch), build what the demo runs (./train_san: the GPU build where
 # there is a GPU, else the host build; not every binary), and run it (scripts/demo.sh).
-demo: setup train_san
+demo: setup-demo train_san
 	@bash scripts/demo.sh $(ARGS)
 
 # debug states of the PyTorch reference that test_san compares the trainer against

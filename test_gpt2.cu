@@ -116,6 +116,9 @@ static void check_llmc(const std::string& state_path, const std::string& llmc_pr
 }
 
 int main(int argc, char** argv) {
+    // bf16 states through the tensor-core attention on the host too (the trainer's default
+    // there is the scalar kernels, which test_attention and test_san check)
+    attention_tensor_cores() = true;
     std::string dir = argc > 1 ? argv[1] : "build/debug-states-gpt2";
     const char* filter = argc > 2 ? argv[2] : nullptr;
     std::vector<std::string> files = debug_state_files(dir, "dev/test/make_gpt2_debug_states.py");

@@ -18,6 +18,11 @@ model with the same matrices and gains mapped (zcn g <-> rms 1 + g; gains are ne
 decayed) compute the same function, so 10 training steps give the same trajectory up to
 rounding (of 1 + g: in bf16 builds the RMS gains 1 + g are stored with 8 bits).
 
+Attention kernels: bf16 builds check every state through the tensor-core attention
+(llmc/attention_tc.cuh), which the host backend's trainer does not run by default
+(attention_tensor_cores()), so that make test keeps them under the trainer; and san.bin once
+more through the scalar kernels (san_scalar_attention), which the host trainer runs.
+
 Usage: test_san [DEBUG_STATE_DIR (default build/debug-states)] [name-filter]
 `make test` writes the debug states (dev/test/make_debug_states.py) before running it.
 
@@ -255,7 +260,15 @@ TEST_CASE(mfu_peaks_by_device_name) {
     CHECK_EQ(peak_flops_for("Tesla V100-SXM2-16GB", false), 0.0);
 }
 
+// check_state with the scalar attention kernels instead of the tensor-core ones
+static void check_state_scalar_attention(const std::string& path) {
+    attention_tensor_cores() = false;
+    check_state(path);
+    attention_tensor_cores() = true;
+}
+
 int main(int argc, char** argv) {
+    attention_tensor_cores() = true;  // on the host too (the trainer's default there is scalar)
     std::string dir = argc > 1 ? argv[1] : "build/debug-states";
     const char* filter = argc > 2 ? argv[2] : nullptr;
     std::vector<std::string> files = debug_state_files(dir, "dev/test/make_debug_states.py");
@@ -270,6 +283,9 @@ int main(int argc, char** argv) {
         testing::register_case("zcn_rms_pair_muon", [path] { check_zcn_rms_pair(path, OptimizerKind::Muon); });
         testing::register_case("grad_accumulation_fp32", [path] { check_grad_accumulation_fp32(path); });
         testing::register_case("parameter_alignment", [path] { check_parameter_alignment(path); });
+        if (PRECISION_MODE == PrecisionMode::BF16) {
+            testing::register_case("san_scalar_attention", [path] { check_state_scalar_attention(path); });
+        }
     }
     // rndembqk / fixedseqqk rerun the fixed row in every micro-batch: their sum must be exact too
     for (const char* fixed : {"rndembqk_hybrid.bin", "fixedseqqk_uniform.bin"}) {

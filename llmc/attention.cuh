@@ -4,8 +4,11 @@ backward, flash-attention style: memory O(T) per head, no T x T matrix is ever s
 
 Which kernels run (attention_forward / attention_backward at the end of this file): in bf16
 builds, for head dims that are multiples of 16 up to 128 (and 16-byte aligned tensors), the
-tensor-core FlashAttention-2 kernels of llmc/attention_tc.cuh; otherwise (every fp32 build,
-odd head dims) the scalar kernels below, which stay the exact reference.
+tensor-core FlashAttention-2 kernels of llmc/attention_tc.cuh, unless the caller chose the
+scalar ones (attention_tensor_cores(): by default the GPU runs the tensor-core kernels and the
+host backend, whose emulation of mma.sync/ldmatrix is a warp collective per instruction, the
+scalar ones); otherwise (every fp32 build, odd head dims) the scalar kernels below, which stay
+the exact reference.
 
     q: (B, T, Hq, hd)   k, v: (B, T, Hkv, hd)   out: (B, T, Hq, hd)   all floatX, row-major
     lse: (B, Hq, T) float: natural-log logsumexp of each query row's scaled scores
@@ -396,9 +399,10 @@ inline void attention_backward_scalar(floatX* dq, floatX* dk, floatX* dv, float*
 // ----------------------------------------------------------------------------------------
 // which kernel runs: cuDNN's fused attention when the build has it (USE_CUDNN=1), the trainer
 // asked for it (--cudnn 1: attention_prefer_cudnn() = true) and the call is one cuDNN takes
-// (bf16, no document mask); else the tensor-core kernels (llmc/attention_tc.cuh) in bf16 builds when hd is
-// a multiple of 16 and every pointer is 16-byte aligned (their 16-byte copies); otherwise the
-// scalar kernels above (always in fp32 builds: they are the exact reference).
+// (bf16, no document mask); else the tensor-core kernels (llmc/attention_tc.cuh) in bf16 builds when
+// attention_tensor_cores() allows them, hd is a multiple of 16 and every pointer is 16-byte
+// aligned (their 16-byte copies); otherwise the scalar kernels above (always in fp32 builds:
+// they are the exact reference).
 
 constexpr bool kAttentionHasCudnn =
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
@@ -412,8 +416,19 @@ inline bool& attention_prefer_cudnn() {
     return prefer;
 }
 
+// Whether bf16 calls may take the tensor-core kernels. Default: on a GPU yes; on the host
+// backend no, because there every mma.sync and ldmatrix is a warp collective (a fiber switch
+// per lane), which made the tensor-core kernels ~6x slower than the scalar ones (demo SAN,
+// HOSTCUDA_PROFILE, 2026-12-02). The tests that check the tensor-core kernels on the host
+// (test_attention, test_san, test_gpt2) set it; the trainers' --attention-kernels sets it.
+inline bool& attention_tensor_cores() {
+    static bool use = !HOST_BACKEND;
+    return use;
+}
+
 inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void*> pointers) {
-    return PRECISION_MODE == PrecisionMode::BF16 && flash_supports(hd) && aligned16(pointers);
+    return PRECISION_MODE == PrecisionMode::BF16 && attention_tensor_cores() && flash_supports(hd) &&
+           aligned16(pointers);
 }
 
 // Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. Templates,

@@ -12,10 +12,16 @@ resume keeps of them, in llmc/resume.h. Host-only C++17.
 #include <string>
 #include <vector>
 
+#include "choices.h"
 #include "cli.h"
 #include "cuda_common.h"
 #include "optimizer.h"
 #include "utils.h"
+
+// Which of our attention kernels bf16 builds run (llmc/attention.cuh): auto = the tensor-core
+// ones on a GPU, the scalar ones on the host backend (where they are several times faster).
+enum class AttentionKernels { Auto, TensorCores, Scalar };
+inline const Choices<AttentionKernels> kAttentionKernels{{"auto", "tensor-cores", "scalar"}};
 
 struct TrainOptions {
     OptimizerConfig opt = [] {
@@ -48,6 +54,7 @@ struct TrainOptions {
     std::string eval_sets;   // eval .bin files scored by llmc/eval_scoring.h (comma list)
     int eval_every = 0;      // score them every N steps (and at the end)
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/attention_cudnn.cuh)
+    AttentionKernels attention_kernels = AttentionKernels::Auto;  // llmc/attention.cuh attention_tensor_cores()
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
@@ -108,6 +115,8 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
         make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; calls with the document mask keep our kernels) 0|1"),
+        make_flag("--attention-kernels", &o.attention_kernels, kAttentionKernels,
+                  "our attention kernels in bf16 builds: auto = tensor-cores on a GPU, scalar on the host backend (faster there)"),
         make_flag("--zero", &o.zero, "over several ranks (mpirun): 0 every rank holds all optimizer state | 1 ZeRO-1: optimizer state and master weights sharded over the ranks"),
         make_flag("--overlap-reduce", &o.overlap_reduce, "over several ranks: reduce each layer's gradients on a second stream as soon as the last micro-batch's backward has them (not with --grad-fp32 1) 0|1"),
     };

@@ -157,13 +157,23 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
         fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
     }
     attention_prefer_cudnn() = t.cudnn != 0;
+    if (t.attention_kernels == AttentionKernels::TensorCores && PRECISION_MODE != PrecisionMode::BF16) {
+        fatal("--attention-kernels tensor-cores: the tensor-core attention needs a bf16 build (this one is %s)",
+              PRECISION_NAME);
+    }
+    if (t.attention_kernels != AttentionKernels::Auto) {
+        attention_tensor_cores() = t.attention_kernels == AttentionKernels::TensorCores;
+    }
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
                "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
     }
 
     ParameterCounts counts = count_parameters(c);
-    printf("%s (%s, %s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME);
+    printf("%s (%s, %s%s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
+           PRECISION_MODE != PrecisionMode::BF16 ? ""
+           : attention_tensor_cores()            ? ", tensor-core attention kernels"
+                                                 : ", scalar attention kernels");
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, flops_per_token(c) / 1e6);

@@ -5,20 +5,44 @@
 #   2. the Python venv built from requirements.txt. It lives outside the checkout, keyed by
 #      the hash of requirements.txt (so fresh clones and CI reuse it), and is linked as .venv;
 #      plus the cudnn-frontend headers in it (for USE_CUDNN=1 GPU builds).
+# Both files are split into tiers ("# tier: NAME" lines); a tier is installed with every tier
+# above it:
+#   bash scripts/setup.sh --tier demo   what `make demo` needs (~1 min on a fresh machine)
+#   bash scripts/setup.sh               everything (--tier full): make test, the references, scripts/
 # Environment: ATTN_VENV_ROOT (default ~/.cache/attn.c) is where venvs are kept;
 #              SKIP_APT=1 skips step 1, SKIP_VENV=1 skips step 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+tier=full
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tier) [ $# -ge 2 ] || { echo "setup: --tier needs a value (demo or full)" >&2; exit 2; }
+            tier=$2; shift 2 ;;
+    --tier=*) tier=${1#--tier=}; shift ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown argument '$1' (usage: scripts/setup.sh [--tier demo|full])" >&2; exit 2 ;;
+  esac
+done
+
+# The lines of FILE's tiers up to and including $tier, without comments and blank lines.
+tier_lines() {
+  awk -v want="$tier" -v file="$1" '
+    /^# tier: / { if (found) exit; if ($3 == want) found = 1; next }
+    /^[[:space:]]*(#|$)/ { next }
+    { sub(/[[:space:]]+#.*/, ""); print }
+    END { if (!found) { print "setup: no tier \"" want "\" in " file > "/dev/stderr"; exit 3 } }' "$1"
+}
+# (validate the tier name once, against requirements.txt)
+tier_lines requirements.txt >/dev/null || exit 2
+
 # --- 1. system packages -------------------------------------------------------------
 if [ "${SKIP_APT:-0}" != 1 ] && command -v dpkg-query >/dev/null 2>&1; then
   missing=()
   while read -r pkg; do
-    [ -z "$pkg" ] && continue
-    case "$pkg" in \#*) continue ;; esac
     status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
     [ "$status" = "install ok installed" ] || missing+=("$pkg")
-  done < scripts/apt-packages.txt
+  done < <(tier_lines scripts/apt-packages.txt)
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       echo "setup: installing Debian packages: ${missing[*]}"
@@ -43,21 +67,27 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
   mkdir -p "$root"
   exec 9>"$root/.lock"
   flock 9   # concurrent runs (parallel make, several checkouts) wait for one builder
-  if [ ! -f "$venv/.complete" ]; then
-    echo "setup: creating Python venv $venv from requirements.txt (first time only)"
-    rm -rf "$venv"   # an interrupted earlier attempt; venvs hard-code their path, so build in place
-    "$python" -m venv "$venv"
-    "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q -r requirements.txt
-    touch "$venv/.complete"
+  # .complete-TIER marks an installed tier; .complete (older setups) meant everything
+  if [ ! -f "$venv/.complete-$tier" ] && [ ! -f "$venv/.complete" ]; then
+    if [ ! -x "$venv/bin/pip" ]; then
+      echo "setup: creating Python venv $venv (first time only)"
+      rm -rf "$venv"   # an interrupted earlier attempt; venvs hard-code their path, so build in place
+      "$python" -m venv "$venv"
+    fi
+    echo "setup: installing the '$tier' tier of requirements.txt into $venv"
+    mapfile -t packages < <(tier_lines requirements.txt)
+    "$venv/bin/pip" install -q --disable-pip-version-check "${packages[@]}"
+    touch "$venv/.complete-$tier"
   fi
-  # The cudnn-frontend headers for USE_CUDNN=1 GPU builds (header-only C++; the Makefile finds
-  # them in the venv). Installed without dependencies: the package's own ones (cutlass-dsl,
-  # tvm-ffi) serve its Python bindings, not the headers; hence not in requirements.txt.
-  cudnn_frontend=nvidia-cudnn-frontend==1.32.0
-  if ! compgen -G "$venv/lib/python3*/site-packages/include/cudnn_frontend.h" >/dev/null; then
-    "$venv/bin/pip" install -q --no-deps "$cudnn_frontend" ||
-      echo "setup: could not install $cudnn_frontend (only USE_CUDNN=1 builds need it)" >&2
+  if [ "$tier" = full ]; then
+    # The cudnn-frontend headers for USE_CUDNN=1 GPU builds (header-only C++; the Makefile finds
+    # them in the venv). Installed without dependencies: the package's own ones (cutlass-dsl,
+    # tvm-ffi) serve its Python bindings, not the headers; hence not in requirements.txt.
+    cudnn_frontend=nvidia-cudnn-frontend==1.32.0
+    if ! compgen -G "$venv/lib/python3*/site-packages/include/cudnn_frontend.h" >/dev/null; then
+      "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "$cudnn_frontend" ||
+        echo "setup: could not install $cudnn_frontend (only USE_CUDNN=1 builds need it)" >&2
+    fi
   fi
   if [ "$(readlink .venv 2>/dev/null || true)" != "$venv" ]; then
     rm -f .venv && ln -s "$venv" .venv

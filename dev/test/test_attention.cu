@@ -248,8 +248,9 @@ static double max_abs(const std::vector<double>& x) {
     CHECK_CLOSE(name, (got).data(), (ref).data(), (ref).size(), (abs_frac) * max_abs(ref), (eps))
 
 // Whether attention_forward/backward take the tensor-core path (llmc/attention_tc.cuh) at
-// this head dim (the test's buffers are 16-byte aligned).
-static bool tensor_cores(int hd) { return !kFp32 && flash_supports(hd); }
+// this head dim (the test's buffers are 16-byte aligned). main() allows it on the host too,
+// where the trainers' default is the scalar kernels.
+static bool tensor_cores(int hd) { return !kFp32 && attention_tensor_cores() && flash_supports(hd); }
 
 // The tensor-core path rounds P (forward and backward) and dS (backward) to bf16 for its
 // products, as FlashAttention-2 does: bf16 keeps 8 significant bits, so each term moves by at
@@ -427,4 +428,7 @@ TEST_CASE(finite_differences_fp32) {
     check_fd("dv_vs_fd", &Inputs::v, got.dv);
 }
 
-TEST_MAIN()
+int main(int argc, char** argv) {
+    attention_tensor_cores() = true;
+    return testing::run_all(argv[0], argc > 1 ? argv[1] : nullptr);
+}

@@ -207,6 +207,42 @@ inline unsigned __brev(unsigned x) {
     return (x >> 16) | (x << 16);
 }
 
+namespace hostcuda {
+// exp(x) in float, written without branches or calls so that a loop over it vectorises
+// (glibc's expf does not, short of -ffast-math): the host backend's loops over long rows
+// (the classifier's softmax) use it where the GPU calls expf. x = n ln2 + r with |r| <= ln2/2
+// (ln2 split in two so n ln2 is exact), e^r by a degree-7 polynomial (the Cephes expf
+// coefficients), scaled by 2^n through the exponent bits. Error at most 2 ulp against the
+// exact value (dev/test/test_backend.cu checks every float in [-87.3, 88.7] against exp in
+// double), as CUDA's expf promises. Results that would be subnormal (x below about -87.3) are
+// 0 (flushed); NaN stays NaN, -inf gives 0, x > 88.72 gives +inf.
+inline float vector_expf(float x) {
+    // (NaN fails both compares and is replaced; the original comes back at the end)
+    float xc = x > -104.0f ? (x < 89.0f ? x : 89.0f) : -104.0f;
+    // n = round(x / ln2) by adding and subtracting 1.5 * 2^23 (floorf, like fmaxf, does not
+    // vectorise without -fno-trapping-math)
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    // 2^n from the exponent bits: n = 128 (x just below the overflow) as 2 * 2^127; n < -126
+    // (a subnormal result) as 0
+    p = n > 127.0f ? p * 2.0f : p;
+    // (the biased exponent n + 127 read off the mantissa of n + 127 + 2^23, not by a float->int
+    // conversion: that, like memcpy, would stop the vectoriser)
+    int e = __builtin_bit_cast(int, (n > 127.0f ? 127.0f : n) + (127.0f + 8388608.0f)) - 0x4b000000;
+    float scale = __builtin_bit_cast(float, e > 0 ? e << 23 : 0);
+    float result = p * scale;
+    return x == x ? result : x;
+}
+}  // namespace hostcuda
+
 // CUDA device code has global min/max overloads for the arithmetic types.
 #define HOSTCUDA_MINMAX(T)                                   \
     inline T min(T a, T b) { return b < a ? b : a; }         \
