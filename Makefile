@@ -258,7 +258,10 @@ setup-demo:
 
 # The main job (README): set up what it needs (the demo tier: no PyTorch), build what the demo runs (./train_san: the GPU build where
 # there is a GPU, else the host build; not every binary), and run it (scripts/demo.sh).
-demo: setup-demo train_san
+# (train_san by a second make: the first one read the Makefile before set-up, which may have
+# installed what the build detects, e.g. OpenBLAS)
+demo: setup-demo
+	@$(MAKE) --no-print-directory train_san
 	@bash scripts/demo.sh $(ARGS)
 
 # debug states of the PyTorch reference that test_san compares the trainer against

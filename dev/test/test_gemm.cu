@@ -3,7 +3,9 @@ Tests of the GEMM wrapper (llmc/gemm.cuh) against a plain double-precision loop,
 whichever executor built this file (host backend in `make test`, cuBLAS on a GPU):
 all four transpose combinations, shapes that are not multiples of any tile size,
 strided and broadcast batches, beta accumulation, beta = 0 ignoring NaN in C, and bf16
-inputs with fp32 or bf16 output.
+inputs with fp32 or bf16 output. On the host backend every case runs on both host GEMMs
+(llmc/hostcuda/gemm.h: our own, and OpenBLAS where the build has it), with shapes that span
+several of OpenBLAS's C tiles.
 
 The bound per element is |got - ref| <= tol * sum_k |a_ik b_kj| (+ output rounding),
 the size of the rounding error an fp32-accumulated dot product can have.
@@ -22,6 +24,15 @@ struct GemmCase {
     bool broadcast_b;
     float alpha, beta;
 };
+
+// whether the host backend's GEMM is OpenBLAS now (false on a GPU)
+static bool hostcuda_openblas() {
+#if HOST_BACKEND
+    return hostcuda::host_gemm_uses_openblas();
+#else
+    return false;
+#endif
+}
 
 template <typename TIn, typename TOut>
 static void run_case(const GemmCase& c, uint32_t seed, double tol, double out_eps) {
@@ -75,9 +86,10 @@ static void run_case(const GemmCase& c, uint32_t seed, double tol, double out_ep
         }
     }
     if (bad != 0) {
-        char what[160];
-        snprintf(what, sizeof(what), "M=%d N=%d K=%d ta=%d tb=%d batch=%d bcast=%d alpha=%g beta=%g: %zu bad", c.M, c.N,
-                 c.K, c.trans_a, c.trans_b, c.batch, c.broadcast_b, c.alpha, c.beta, bad);
+        const char* which = HOST_BACKEND && hostcuda_openblas() ? "OpenBLAS" : (HOST_BACKEND ? "own GEMM" : "cuBLAS");
+        char what[200];
+        snprintf(what, sizeof(what), "%s, M=%d N=%d K=%d ta=%d tb=%d batch=%d bcast=%d alpha=%g beta=%g: %zu bad", which,
+                 c.M, c.N, c.K, c.trans_a, c.trans_b, c.batch, c.broadcast_b, c.alpha, c.beta, bad);
         testing::report_failure(__FILE__, __LINE__, what);
     }
     cudaCheck(cudaFree(dA));
@@ -96,21 +108,42 @@ static std::vector<GemmCase> cases() {
         }
     out.push_back({1, 1, 1, false, false, 1, false, 1.0f, 0.0f});
     out.push_back({300, 257, 200, false, true, 1, false, 1.0f, 0.0f});  // several tasks on the pool
+    // several OpenBLAS C tiles (256 x 1024), partial ones at both edges, beta accumulating
+    out.push_back({530, 2100, 24, true, false, 1, false, 1.0f, 1.0f});
+    out.push_back({513, 1030, 40, false, true, 2, false, 0.5f, 0.0f});
     return out;
+}
+
+// Runs `check` once on a GPU; on the host once per host GEMM this build has.
+template <typename F>
+static void for_each_gemm(F check) {
+#if HOST_BACKEND
+    bool saved = hostcuda::host_gemm_uses_openblas();
+    for (bool openblas : {false, true}) {
+        if (openblas && !hostcuda::kHostGemmHasOpenBlas) { continue; }
+        hostcuda::host_gemm_uses_openblas() = openblas;
+        check();
+    }
+    hostcuda::host_gemm_uses_openblas() = saved;
+#else
+    check();
+#endif
 }
 
 // fp32 accumulation error of a K-term dot product stays far below K * 2^-24 * sum|ab|
 TEST_CASE(gemm_fp32) {
-    for (const GemmCase& c : cases()) { run_case<float, float>(c, 11, 4e-6, 0.0); }
+    for_each_gemm([] { for (const GemmCase& c : cases()) { run_case<float, float>(c, 11, 4e-6, 0.0); } });
 }
 
 TEST_CASE(gemm_bf16_in_fp32_out) {
-    for (const GemmCase& c : cases()) { run_case<__nv_bfloat16, float>(c, 12, 4e-6, 0.0); }
+    for_each_gemm([] { for (const GemmCase& c : cases()) { run_case<__nv_bfloat16, float>(c, 12, 4e-6, 0.0); } });
 }
 
 // bf16 output: one extra rounding to 8 bits of mantissa (relative 2^-8)
 TEST_CASE(gemm_bf16_in_bf16_out) {
-    for (const GemmCase& c : cases()) { run_case<__nv_bfloat16, __nv_bfloat16>(c, 13, 4e-6 + 1.0 / 256, 1.0 / 256); }
+    for_each_gemm([] {
+        for (const GemmCase& c : cases()) { run_case<__nv_bfloat16, __nv_bfloat16>(c, 13, 4e-6 + 1.0 / 256, 1.0 / 256); }
+    });
 }
 
 TEST_MAIN()

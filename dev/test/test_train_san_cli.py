@@ -56,6 +56,7 @@ def test_help_lists_every_option_with_defaults():
     (["--ns-steps", "1000000", "--train-data", "x"], "--ns-steps must be in [0, 100], got 1000000"),
     (["--warmup-frac", "1.5", "--train-data", "x"], "--warmup-frac must be in [0, 1], got 1.5"),
     (["--final-frac", "-0.5", "--train-data", "x"], "--final-frac must be in [0, 1], got -0.5"),
+    (["--attention-kernels", "fast", "--train-data", "x"], "--attention-kernels"),
 ])
 def test_bad_options_fail_clearly(args, message):
     proc = run(args, check=False)
@@ -71,6 +72,33 @@ def test_bad_host_thread_count_fails_clearly(data, tmp_path, threads):
     proc = run_binary(BIN, common(data, tmp_path) + ["--steps", "1"], check=False, env=env)
     assert proc.returncode != 0
     assert f"HOSTCUDA_THREADS='{threads}': expected a number of worker threads from 1 to 256" in proc.stderr
+
+
+def test_bad_host_gemm_is_refused(data, tmp_path):
+    env = dict(os.environ, HOSTCUDA_GEMM="mkl")
+    proc = run_binary(BIN, common(data, tmp_path) + ["--steps", "1"], check=False, env=env)
+    assert proc.returncode != 0
+    assert "HOSTCUDA_GEMM='mkl': expected 'own' or 'openblas'" in proc.stderr
+
+
+@pytest.mark.parametrize("gemm", ["own", "openblas"])
+def test_results_do_not_depend_on_worker_threads(data, tmp_path, gemm):
+    """Two steps with 1 and with 2 host-backend workers write byte-identical checkpoints: every
+    kernel and both host GEMMs split their work the same way whatever the number of workers.
+    The sizes give the GEMMs several tiles and the classifier many rows (work for both)."""
+    finals = []
+    for threads in ("1", "2"):
+        out = tmp_path / threads
+        out.mkdir()
+        env = dict(os.environ, HOSTCUDA_THREADS=threads, HOSTCUDA_GEMM=gemm)
+        proc = run_binary(BIN, common(data, out) + ["--steps", "2", "--val-every", "0", "--batch-size", "8",
+                                                    "--vocab-size", "3000", "--n-embd", "128", "--n-head", "4",
+                                                    "--n-kv-head", "2"], check=False, env=env)
+        if gemm == "openblas" and "this build has no OpenBLAS" in proc.stderr:
+            pytest.skip("built without OpenBLAS")
+        assert proc.returncode == 0, proc.stderr
+        finals.append((out / "final.bin").read_bytes())
+    assert finals[0] == finals[1]
 
 
 def test_loss_falls(data, tmp_path):

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The CPU bench: the host backend's trainers against PyTorch eager on the same CPU, measured
+# side by side in one run (DESIGN.md, principle 1: the host backend is at least PyTorch's
+# speed). Each arm trains the same config, data and seed in:
+#   host-bf16   build/host-bf16/<trainer>   (what ./train_san is on a machine without a GPU)
+#   host-fp32   build/host-fp32/<trainer>
+#   torch       <trainer>.py --compile 0, fp32, torch's threads = HOSTCUDA_THREADS (the reference)
+#   torch-compiled  the same with --compile 1 (with --compiled; reported, not compared)
+# A run's figure is the median tok/s of its steps 10..STEPS (the first steps warm caches, and
+# torch allocates); the arms run interleaved (A B C A B C ...) ROUNDS times and each arm's
+# figure is the median over its rounds, so a change in the machine's load hits every arm.
+# Printed: tok/s per arm and round, and each arm's ratio to the reference.
+#
+#   scripts/bench_cpu.sh                 # the gating config: the demo SAN (V 8192, L 4, d 128,
+#                                        # 4q/2kv heads, T 128, B 8, AdamW), 2 threads, 3 rounds
+#   scripts/bench_cpu.sh --all           # and the FFN arm (--ffn swiglu) and GPT-2 (reported)
+#   options: --rounds N (3)  --steps N (50)  --threads N (HOSTCUDA_THREADS, else nproc)
+#            --compiled (also torch --compile 1)  --no-build (use the binaries as they are)
+# Needs the full venv (PyTorch: bash scripts/setup.sh) and builds what it lacks (the offline
+# dataset, the two host builds). Takes ~3 minutes for the gating config on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=3 steps=50 threads=${HOSTCUDA_THREADS:-$(nproc)} all=0 compiled=0 build=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --all) all=1; shift ;;
+    --compiled) compiled=1; shift ;;
+    --no-build) build=0; shift ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench_cpu: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+for v in rounds steps threads; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench_cpu: --$v must be a positive integer, not '${!v}'" >&2; exit 2; }
+done
+[ "$steps" -ge 12 ] || { echo "bench_cpu: --steps must be at least 12 (the figure is the median of steps 10..)" >&2; exit 2; }
+python=.venv/bin/python
+"$python" -c "import torch" 2>/dev/null ||
+  { echo "bench_cpu: no PyTorch in .venv; run: bash scripts/setup.sh" >&2; exit 1; }
+
+data=${DATA_DIR:-data/offline}
+if ! "$python" dev/data/build_offline.py --out "$data" --is-current; then
+  "$python" dev/data/build_offline.py --out "$data"
+fi
+trainers=(train_san)
+[ "$all" = 1 ] && trainers+=(train_gpt2)
+if [ "$build" = 1 ]; then
+  for t in "${trainers[@]}"; do
+    make -s --no-print-directory "build/host-bf16/$t" PRECISION=BF16
+    make -s --no-print-directory "build/host-fp32/$t" PRECISION=FP32
+  done
+fi
+
+export HOSTCUDA_THREADS=$threads OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
+common=(--preset demo --train-data "$data/synth/synth_train_*.bin" --tokenizer "$data/tokenizer.bin"
+        --lr 2e-3 --batch-size 8 --steps "$steps" --val-every 0 --sample-tokens 0 --seed 42)
+host_only=(--log-every 1)
+
+# median tok/s of steps 10.. of a run's output (both trainers print "step N/M | ... | X tok/s")
+median_rate() {
+  sed -n 's/^step *\([0-9]*\)\/[0-9]* .*| *\([0-9.]*\) tok\/s.*/\1 \2/p' | awk '$1 >= 10 { print $2 }' | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan" } else if (NR % 2) { print v[(NR + 1) / 2] } else { print (v[NR / 2] + v[NR / 2 + 1]) / 2 } }'
+}
+median_of() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# bench NAME TRAINER EXTRA_ARGS...: one config, every arm, interleaved rounds
+bench() {
+  local name=$1 trainer=$2; shift 2
+  local arms=(host-bf16 host-fp32 torch) arm round out rate
+  [ "$compiled" = 1 ] && [ "$trainer" = train_san ] && arms+=(torch-compiled)  # (train_gpt2.py has no --compile)
+  declare -A rates=()
+  echo "== $name: $trainer $* (${steps} steps, threads $threads, $rounds rounds)"
+  for round in $(seq "$rounds"); do
+    for arm in "${arms[@]}"; do
+      case $arm in
+        host-bf16) out=$("build/host-bf16/$trainer" "${common[@]}" "${host_only[@]}" "$@" 2>&1) ;;
+        host-fp32) out=$("build/host-fp32/$trainer" "${common[@]}" "${host_only[@]}" "$@" 2>&1) ;;
+        torch) out=$("$python" "$trainer.py" "${common[@]}" $([ "$trainer" = train_san ] && echo --compile 0) "$@" 2>&1) ;;
+        torch-compiled) out=$("$python" "$trainer.py" "${common[@]}" --compile 1 "$@" 2>&1) ;;
+      esac || { echo "$out" | tail -5; echo "bench_cpu: the $arm run of $name failed" >&2; exit 1; }
+      rate=$(echo "$out" | median_rate)
+      rates[$arm]="${rates[$arm]:-} $rate"
+      printf '  round %d  %-15s %9.0f tok/s\n' "$round" "$arm" "$rate"
+    done
+  done
+  local ref
+  ref=$(median_of ${rates[torch]})
+  for arm in "${arms[@]}"; do
+    local m
+    m=$(median_of ${rates[$arm]})
+    printf '  %-15s median %9.0f tok/s   %5.2fx torch%s\n' "$arm" "$m" "$(awk -v a="$m" -v b="$ref" 'BEGIN { print a / b }')" \
+      "$([ "$arm" = torch-compiled ] && echo " (reported, not compared)" || true)"
+  done
+}
+
+echo "bench_cpu: $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+bench "SAN demo (gating)" train_san --optimizer adamw
+if [ "$all" = 1 ]; then
+  bench "FFN arm (reported)" train_san --optimizer adamw --ffn swiglu
+  bench "GPT-2 demo (reported)" train_gpt2
+fi
