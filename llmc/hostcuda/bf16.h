@@ -18,21 +18,15 @@ struct __nv_bfloat16 {
     __nv_bfloat16(float f) : __x(from_float(f)) {}
     __nv_bfloat16(double d) : __x(from_float(static_cast<float>(d))) {}
     __nv_bfloat16(int i) : __x(from_float(static_cast<float>(i))) {}
-    operator float() const {
-        uint32_t bits = static_cast<uint32_t>(__x) << 16;
-        float f;
-        memcpy(&f, &bits, sizeof(f));
-        return f;
-    }
+    // (bit casts and a select, not memcpy and a branch: loops over arrays of bf16 vectorise)
+    operator float() const { return __builtin_bit_cast(float, static_cast<uint32_t>(__x) << 16); }
 
     static uint16_t from_float(float f) {
-        uint32_t bits;
-        memcpy(&bits, &f, sizeof(bits));
-        if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign, force quiet
-            return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-        }
+        uint32_t bits = __builtin_bit_cast(uint32_t, f);
         uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);  // ties to even
-        return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+        uint16_t rounded = static_cast<uint16_t>((bits + rounding_bias) >> 16);
+        uint16_t quiet_nan = static_cast<uint16_t>((bits >> 16) | 0x0040u);  // NaN: keep sign, force quiet
+        return (bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
     }
     static __nv_bfloat16 from_bits(uint16_t b) {
         __nv_bfloat16 h;
