@@ -50,9 +50,20 @@ GPU_DIR := build/gpu-$(precision)$(if $(filter 1,$(USE_CUDNN)),-cudnn)
 # what this machine cannot build, said at the end of the build
 SKIPPED :=
 
+# ---- compiler cache ----------------------------------------------------------------------
+# ccache (Debian's `ccache`, in the full tier of scripts/apt-packages.txt) serves compiles it
+# has seen, in any checkout: paths in the objects are relative (-fdebug-prefix-map, and
+# CCACHE_BASEDIR for ccache's own hashing), so a fresh clone (CI) reuses the previous run's
+# work. CCACHE= (empty) builds without it.
+CCACHE ?= $(shell command -v ccache 2>/dev/null)
+ifneq ($(CCACHE),)
+  export CCACHE_BASEDIR := $(CURDIR)
+  export CCACHE_NOHASHDIR := 1
+endif
+
 # ---- host backend build ------------------------------------------------------------------
 # -O3: the vectoriser makes the host-backend kernels' inner loops several times faster
-HOST_CXXFLAGS := -std=c++17 -O3 -march=native -g -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
+HOST_CXXFLAGS := -std=c++17 -O3 -march=native -g -fdebug-prefix-map=$(CURDIR)=. -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
 HOST_LDFLAGS := -pthread
 
 # The host GEMM (llmc/hostcuda/gemm.h): OpenBLAS where libopenblas-dev is installed (several
@@ -61,7 +72,8 @@ HOST_LDFLAGS := -pthread
 HOST_GEMM ?= $(if $(wildcard /usr/include/cblas.h /usr/include/$(shell $(HOST_CXX) -dumpmachine 2>/dev/null)/cblas.h /usr/include/openblas/cblas.h),openblas,own)
 ifeq ($(HOST_GEMM),openblas)
   HOST_CXXFLAGS += -DHOSTCUDA_OPENBLAS $(if $(wildcard /usr/include/openblas/cblas.h),-I/usr/include/openblas)
-  HOST_LDFLAGS += -lopenblas
+  BLAS_LIBS := -lopenblas
+  HOST_LDFLAGS += $(BLAS_LIBS)
 else ifneq ($(HOST_GEMM),own)
   $(error HOST_GEMM must be openblas or own, not '$(HOST_GEMM)')
 else
@@ -106,7 +118,7 @@ ASAN_TEST_NAMES = test_fuzz_readers test_dataloader test_tokenizer test_evalset 
   test_attention test_norm_rope_swiglu
 
 # ---- GPU build ---------------------------------------------------------------------------
-NVCC_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo \
+NVCC_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo -Xcompiler -fdebug-prefix-map=$(CURDIR)=. \
   --generate-code arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[compute_$(GPU_COMPUTE_CAPABILITY),sm_$(GPU_COMPUTE_CAPABILITY)] \
   $(PRECISION_FLAGS)
 NVCC_LDFLAGS := -lcublas -lcublasLt
@@ -192,21 +204,27 @@ report: host gpu $(TOP_LEVEL)
 vpath %.cu dev/test dev/cuda .
 vpath %.cpp dev/test
 
+# Every binary is compiled to NAME.o and linked in a second step, so that a compiler cache
+# can serve the compile (CCACHE, below); -MT names the binary in the .d file, not the object.
+# (racecheck: a one-step -fsanitize=thread link would also pull in ThreadSanitizer's runtime)
 $(HOST_DIR)/%: %.cu | $(HOST_DIR)
-	$(HOST_CXX) $(HOST_CXXFLAGS) -x c++ $< -o $@ $(HOST_LDFLAGS)
+	$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
+	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) && rm -f $@.o
 $(HOST_DIR)/%: %.cpp | $(HOST_DIR)
-	$(HOST_CXX) $(HOST_CXXFLAGS) $< -o $@ $(HOST_LDFLAGS)
-# (compiled and linked in two steps: a one-step -fsanitize=thread link would pull in
-# ThreadSanitizer's runtime; -MT names the binary in the .d file, not the object)
+	$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS) -MT $@ -c $< -o $@.o
+	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) && rm -f $@.o
 $(RACECHECK_DIR)/%: %.cu | $(RACECHECK_DIR)
-	$(HOST_CXX) $(RACECHECK_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
+	$(CCACHE) $(HOST_CXX) $(RACECHECK_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
 	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) && rm -f $@.o
 $(ASAN_DIR)/%: %.cu | $(ASAN_DIR)
-	$(HOST_CXX) $(ASAN_CXXFLAGS) -x c++ $< -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS)
+	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
+	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
 $(ASAN_DIR)/%: %.cpp | $(ASAN_DIR)
-	$(HOST_CXX) $(ASAN_CXXFLAGS) $< -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS)
+	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -c $< -o $@.o
+	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
 $(GPU_DIR)/%: %.cu | $(GPU_DIR)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDFLAGS)
+	$(CCACHE) $(NVCC) $(NVCC_FLAGS) -MT $@ -c $< -o $@.o
+	$(NVCC) $@.o -o $@ $(NVCC_LDFLAGS) && rm -f $@.o
 $(TOP_LEVEL): %: $(BEST_DIR)/%
 	cp $< $@
 $(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR):
@@ -319,7 +337,7 @@ test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san $(HOST_DI
 
 # The backend tests must FAIL against a deliberately broken backend.
 mutation-check:
-	@MPI_LINK="$(MPI_LIBS)" bash scripts/mutation_check.sh "$(HOST_CXX) $(HOST_CXXFLAGS)" build/mutants
+	@MPI_LINK="$(MPI_LIBS)" BLAS_LINK="$(BLAS_LIBS)" bash scripts/mutation_check.sh "$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS)" build/mutants
 
 # scripts read lists from here, e.g. `make -s print-GPU_TEST_NAMES`
 print-%:

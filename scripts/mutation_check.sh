@@ -3,7 +3,8 @@
 # they FAIL, and fail in the test cases that check the broken feature. A test suite that
 # passes against a broken backend would prove nothing.
 # Usage: scripts/mutation_check.sh "COMPILER FLAGS..." OUT_DIR
-# Environment: MPI_LINK (the MPI link flags, for the multi-rank mutants), JOBS (compiles at
+# Environment: MPI_LINK (the MPI link flags, for the multi-rank mutants), BLAS_LINK (the host
+# GEMM's library, when the flags select OpenBLAS: -DHOSTCUDA_OPENBLAS), JOBS (compiles at
 # once, default: the cores).
 set -uo pipefail
 compiler=$1
@@ -31,7 +32,10 @@ compile() {  # DEFINE TEST BINARY [LINK...]
   shift 3
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
   rm -f "$bin"
-  $compiler "-D$define" -x c++ "dev/test/$test.cu" -o "$bin" -pthread "$@" &
+  # (compiled, then linked: a compiler cache in $compiler serves only compiles)
+  # shellcheck disable=SC2086  # BLAS_LINK is a list of flags
+  { $compiler "-D$define" -x c++ -c "dev/test/$test.cu" -o "$bin.o" &&
+    $compiler "$bin.o" -o "$bin" -pthread "$@" ${BLAS_LINK:-} && rm -f "$bin.o"; } &
 }
 for pair in "${backend[@]}"; do
   IFS=: read -r mutation test _ <<<"$pair"
