@@ -18,9 +18,9 @@ python=.venv/bin/python
 [ -x "$python" ] || { echo "mini_study: no .venv; run bash scripts/setup.sh first" >&2; exit 1; }
 
 case "${1:-}" in
-  # (--cpu trains with the fp32 host build: the bf16 one emulates the tensor-core attention
-  # lane by lane, 2.8x slower per step at the SAN arm's size on 2 idle cores, measured; and
-  # fp32 is a CPU's precision)
+  # (--cpu trains with the fp32 host build: fp32 is a CPU's precision, and the host's fastest
+  # build (scripts/bench_cpu.sh; bf16 pays conversions, and before 2026-12-02 also emulated
+  # the tensor-core attention lane by lane, 2.8x slower then))
   --cpu) study=studies/mini_cpu.toml out=logs/studies/mini-cpu data=data/offline-v2048 build_args=(--vocab-size 2048)
          trainer=build/host-fp32/train_san make_trainer=(make --no-print-directory build/host-fp32/train_san PRECISION=FP32) ;;
   --gpu) study=studies/mini_gpu.toml out=logs/studies/mini-gpu data=data/offline-gpu
