@@ -73,7 +73,10 @@ HOST_LDFLAGS := -pthread
 # The host GEMM (llmc/hostcuda/gemm.h): OpenBLAS where libopenblas-dev is installed (several
 # times faster than our own, which stays the tests' reference), else our own; HOST_GEMM=own
 # builds without OpenBLAS.
-HOST_GEMM ?= $(if $(wildcard /usr/include/cblas.h /usr/include/$(shell $(HOST_CXX) -dumpmachine 2>/dev/null)/cblas.h /usr/include/openblas/cblas.h),openblas,own)
+# (both OpenBLAS's library and a cblas.h header, as Debian's libopenblas-dev installs them)
+HOST_MULTIARCH := $(shell $(HOST_CXX) -dumpmachine 2>/dev/null)
+HOST_GEMM ?= $(if $(and $(wildcard /usr/lib/$(HOST_MULTIARCH)/libopenblas.so /usr/lib/libopenblas.so /usr/lib64/libopenblas.so),\
+  $(wildcard /usr/include/cblas.h /usr/include/$(HOST_MULTIARCH)/cblas.h /usr/include/openblas/cblas.h)),openblas,own)
 ifeq ($(HOST_GEMM),openblas)
   HOST_CXXFLAGS += -DHOSTCUDA_OPENBLAS $(if $(wildcard /usr/include/openblas/cblas.h),-I/usr/include/openblas)
   BLAS_LIBS := -lopenblas
