@@ -17,7 +17,8 @@
 #   options: --rounds N (3)  --steps N (50)  --threads N (HOSTCUDA_THREADS, else nproc)
 #            --compiled (also torch --compile 1)  --no-build (use the binaries as they are)
 # Needs the full venv (PyTorch: bash scripts/setup.sh) and builds what it lacks (the offline
-# dataset, the two host builds). Takes ~3 minutes for the gating config on 2 cores.
+# dataset, the two host builds). Takes ~2 minutes for the gating config on 2 cores, ~10 with
+# --all --compiled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --all) all=1; shift ;;
     --compiled) compiled=1; shift ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_cpu: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

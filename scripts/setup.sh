@@ -7,7 +7,7 @@
 #      plus the cudnn-frontend headers in it (for USE_CUDNN=1 GPU builds).
 # Both files are split into tiers ("# tier: NAME" lines); a tier is installed with every tier
 # above it:
-#   bash scripts/setup.sh --tier demo   what `make demo` needs (~1 min on a fresh machine)
+#   bash scripts/setup.sh --tier demo   what `make demo` needs (~25 s on a fresh machine)
 #   bash scripts/setup.sh               everything (--tier full): make test, the references, scripts/
 # Environment: ATTN_VENV_ROOT (default ~/.cache/attn.c) is where venvs are kept;
 #              SKIP_APT=1 skips step 1, SKIP_VENV=1 skips step 2.
@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     --tier) [ $# -ge 2 ] || { echo "setup: --tier needs a value (demo or full)" >&2; exit 2; }
             tier=$2; shift 2 ;;
     --tier=*) tier=${1#--tier=}; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown argument '$1' (usage: scripts/setup.sh [--tier demo|full])" >&2; exit 2 ;;
   esac
 done
