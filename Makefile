@@ -134,13 +134,6 @@ ifeq ($(NVCC),)
   SKIPPED += "GPU binaries: nvcc not found (install the CUDA toolkit or set NVCC=)"
 else
   CUDA_ROOT := $(abspath $(dir $(NVCC))/..)
-  # NVML (GPU clocks/temperature in logs): only where the driver's library exists
-  ifneq ($(shell ldconfig -p 2>/dev/null | grep -c libnvidia-ml.so),0)
-    NVCC_FLAGS += -DUSE_NVML=1
-    NVCC_LDFLAGS += -lnvidia-ml
-  else
-    SKIPPED += "NVML: libnvidia-ml not found (GPU binaries log no clocks/temperatures)"
-  endif
   ifeq ($(USE_CUDNN),1)
     # the header-only cudnn-frontend: a copy carried to a GPU machine in build/cudnn-frontend,
     # the venv's (scripts/setup.sh installs it), or a system-wide one

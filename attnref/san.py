@@ -1,5 +1,5 @@
 """
-The SAN family (doc/san-model.md; shared/DESIGN.md "The SAN family"): attention-only
+The SAN family (doc/san-model.md): attention-only
 "Simple Attention Networks" and their SwiGLU-FFN control arm, the numerical twin of
 train_san.cu. Explicit maths (our own masked GQA attention, RoPE, ZCN/RMS norms); fp32 by
 default, fp64 for the debug-state references.
@@ -35,7 +35,7 @@ INIT_STD = 0.02          # std of every matrix and of the embedding
 
 @dataclass
 class SANConfig(ModelConfig):
-    """The SAN family (shared/DESIGN.md "The SAN family"). Field names are the keys of the
+    """The SAN family (doc/san-model.md "Config"). Field names are the keys of the
     config text in checkpoints and debug states (doc/formats.md)."""
     MODEL: ClassVar[str] = "san"   # the config key model= of SAN files (GPT-2's say gpt2)
     vocab_size: int = 250          # real vocabulary V; loss and softmax run over these ids only
@@ -411,7 +411,7 @@ class SAN(SpecModel):
     fixed_input (T_max, d), eps ~ N(0, (0.02 sqrt(d))^2); fixedseqqk's fixed_tokens (T_max,),
     embedded with the live embedding at every forward."""
     parameter_spec = staticmethod(parameter_spec)
-    init_value = staticmethod(init_value)            # the init of shared/papers/SAN.md
+    init_value = staticmethod(init_value)            # the SAN paper's init (doc/san-model.md "Parameters")
     is_matrix_param = staticmethod(is_matrix_param)
 
     def __init__(self, cfg):

@@ -122,9 +122,6 @@ public:
                   strerror(err));
         }
     }
-    template <typename T>
-    void write_value(const T& value, const char* what) { write(&value, sizeof(T), what); }
-
     void seek(long offset, int whence = SEEK_SET) {
         if (fseek(file_, offset, whence) != 0) {
             fatal("file '%s': cannot seek to byte %ld: %s", path_.c_str(), offset, strerror(errno));

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import match  # noqa: E402
+from run_files import read_evals, read_log, read_status, write_status  # noqa: E402,F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -352,22 +353,6 @@ def run_command(study, run, resume=None):
 # ----------------------------------------------------------------------------------------
 # run state
 
-def read_status(run):
-    try:
-        with open(os.path.join(run.dir, "status.json")) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def write_status(run, state, **extra):
-    tmp = os.path.join(run.dir, "status.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(dict(state=state, **extra), f)
-        f.write("\n")
-    os.replace(tmp, os.path.join(run.dir, "status.json"))
-
-
 def is_finished(run):
     status = read_status(run)
     return status is not None and status.get("state") in ("done", "diverged")
@@ -381,47 +366,6 @@ def latest_checkpoint(run):
         if m and int(m.group(1)) > best[0]:
             best = (int(m.group(1)), path)
     return best
-
-
-def read_log(path):
-    """(train records, validation records) of a JSONL log, one per step: a resumed run
-    appends, so a step logged twice (after the last checkpoint, before a crash) keeps its
-    last record. Lines that do not parse (a run killed mid-write) are skipped."""
-    train, val = {}, {}
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if not isinstance(rec, dict) or "step" not in rec:
-                    continue
-                if "val_loss" in rec:
-                    val[rec["step"]] = rec
-                elif "loss" in rec:  # not the sample and eval-set records of the same step
-                    train[rec["step"]] = rec
-    except OSError:
-        pass
-    return [train[k] for k in sorted(train)], [val[k] for k in sorted(val)]
-
-
-def read_evals(path):
-    """{step: {set: {metric: value}}} of a JSONL log's eval-set records (the trainer's
-    --eval-sets; doc/formats.md "Training log"), the last record of each step."""
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("eval"), dict):
-                    out[rec["step"]] = rec["eval"]
-    except OSError:
-        pass
-    return out
 
 
 def mean_ms_per_step(study, arm):

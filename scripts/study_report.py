@@ -22,8 +22,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import match  # noqa: E402
+import run_files  # noqa: E402
 import spectra  # noqa: E402
-import study as study_mod  # noqa: E402
 
 REGIONS = ("query", "trace", "answer", "other")
 EVAL_METRICS = ("acc", "acc_norm", "perplexity", "word_perplexity")  # the report's columns, per eval set
@@ -35,13 +36,13 @@ EVAL_METRICS = ("acc", "acc_norm", "perplexity", "word_perplexity")  # the repor
 class RunData:
     def __init__(self, run, tokens_per_step, absent_because=None):
         self.run = run
-        self.status = study_mod.read_status(run) or {}
+        self.status = run_files.read_status(run) or {}
         started = os.path.exists(os.path.join(run.dir, "log.jsonl"))
         self.state = self.status.get("state", "unfinished" if started else "skipped" if absent_because else "not run")
-        self.train, self.val = study_mod.read_log(os.path.join(run.dir, "log.jsonl"))
+        self.train, self.val = run_files.read_log(os.path.join(run.dir, "log.jsonl"))
         self.tokens_per_step = tokens_per_step
         self.final = self.val[-1] if self.val and self.state == "done" else None
-        evals = study_mod.read_evals(os.path.join(run.dir, "log.jsonl"))
+        evals = run_files.read_evals(os.path.join(run.dir, "log.jsonl"))
         self.final_eval = evals[max(evals)] if evals and self.state == "done" else {}
 
     @property
@@ -524,8 +525,8 @@ def write_report(study, why, out=None):
     rows = []
     for s in summaries.values():
         model = s.arm.model()
-        total, nonemb = study_mod.match.parameter_counts(model)
-        flops = study_mod.match.flops_per_token(model)
+        total, nonemb = match.parameter_counts(model)
+        flops = match.flops_per_token(model)
         delta = s.mean - baseline.mean if s.ok and baseline.ok else None
         rows.append([s.arm.name, f"{nonemb:,}", f"{flops / 1e6:.2f}", fmt_lr(s.lr) if s.ok else "—", len(s.runs),
                      fmt(s.mean), fmt(s.sd), fmt(delta, signed=True)])

@@ -28,17 +28,11 @@ Usage: test_attention [name-filter]
 #include <vector>
 
 #include "llmc/attention.cuh"
+#include "dev/test/attention_shape.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
 constexpr bool kFp32 = PRECISION_MODE == PrecisionMode::FP32;
-
-struct Shape {
-    int B, T, Hq, Hkv, hd;
-    size_t q_size() const { return (size_t)B * T * Hq * hd; }
-    size_t kv_size() const { return (size_t)B * T * Hkv * hd; }
-    size_t stat_size() const { return (size_t)B * Hq * T; }
-};
 
 // Inputs of one case, as floats that are exactly representable in floatX.
 struct Inputs {

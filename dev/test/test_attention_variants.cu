@@ -26,6 +26,7 @@ Usage: test_attention_variants [name-filter]
 #include <vector>
 
 #include "llmc/attention_variants.cuh"
+#include "dev/test/attention_shape.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
 
@@ -33,13 +34,6 @@ constexpr bool kFp32 = PRECISION_MODE == PrecisionMode::FP32;
 const Tolerance kTol = kFp32 ? Tolerance{2e-5, 1e-4} : Tolerance{2e-2, 1.0 / 128};
 
 enum class Mixer { TaylorJoint, TaylorSeparate, Nonapprox };
-
-struct Shape {
-    int B, T, Hq, Hkv, hd;
-    size_t q_size() const { return (size_t)B * T * Hq * hd; }
-    size_t kv_size() const { return (size_t)B * T * Hkv * hd; }
-    size_t stat_size() const { return (size_t)B * Hq * T; }
-};
 
 struct Inputs {
     std::vector<double> q, k, v, dout;  // values exactly representable in floatX

@@ -1,0 +1,70 @@
+"""
+run_files.py: what a study run's directory holds, read (and its status written) for both
+scripts/study.py, which runs studies, and scripts/study_report.py, which reports them (a module
+of its own, so that neither imports the other):
+
+  status.json   the runner's record of the run: {"state": "done" | "diverged" | "failed", ...}
+  log.jsonl     the trainer's JSONL log (doc/formats.md "Training log")
+
+Runs are anything with a `.dir` (scripts/study.py's Run).
+"""
+import json
+import os
+
+
+def read_status(run):
+    """The run's status.json, or None when there is none (or it is unreadable)."""
+    try:
+        with open(os.path.join(run.dir, "status.json")) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_status(run, state, **extra):
+    tmp = os.path.join(run.dir, "status.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(dict(state=state, **extra), f)
+        f.write("\n")
+    os.replace(tmp, os.path.join(run.dir, "status.json"))
+
+
+def read_log(path):
+    """(train records, validation records) of a JSONL log, one per step: a resumed run
+    appends, so a step logged twice (after the last checkpoint, before a crash) keeps its
+    last record. Lines that do not parse (a run killed mid-write) are skipped."""
+    train, val = {}, {}
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if not isinstance(rec, dict) or "step" not in rec:
+                    continue
+                if "val_loss" in rec:
+                    val[rec["step"]] = rec
+                elif "loss" in rec:  # not the sample and eval-set records of the same step
+                    train[rec["step"]] = rec
+    except OSError:
+        pass
+    return [train[k] for k in sorted(train)], [val[k] for k in sorted(val)]
+
+
+def read_evals(path):
+    """{step: {set: {metric: value}}} of a JSONL log's eval-set records (the trainer's
+    --eval-sets; doc/formats.md "Training log"), the last record of each step."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("eval"), dict):
+                    out[rec["step"]] = rec["eval"]
+    except OSError:
+        pass
+    return out
