@@ -61,6 +61,7 @@ are compiled with O3 there (below), ~15 GFLOP/s on 2 cores at hd = 64, a third o
 #include "attention_cudnn.cuh"
 #include "attention_tc.cuh"
 #include "cuda_common.h"
+#include "head_dim.h"
 
 
 constexpr int kAttnRows = 64;  // rows (threads) per block
@@ -323,17 +324,7 @@ __global__ void __launch_bounds__(kAttnRows)
 // Calls f(std::integral_constant<int, HD>) with HD = hd rounded up to 8, 16, 32, 64 or 128.
 template <typename F>
 void attention_dispatch_head_dim(int hd, F f) {
-    if (hd <= 8) {
-        f(std::integral_constant<int, 8>{});
-    } else if (hd <= 16) {
-        f(std::integral_constant<int, 16>{});
-    } else if (hd <= 32) {
-        f(std::integral_constant<int, 32>{});
-    } else if (hd <= 64) {
-        f(std::integral_constant<int, 64>{});
-    } else {
-        f(std::integral_constant<int, 128>{});
-    }
+    dispatch_head_dim<8>(hd, f);
 }
 
 inline void attention_check_shapes(const char* who, int B, int T, int Hq, int Hkv, int hd) {

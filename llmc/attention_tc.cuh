@@ -64,6 +64,7 @@ the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host
 
 #include "async_copy.cuh"
 #include "cuda_common.h"
+#include "head_dim.h"
 #include "mma.cuh"
 
 constexpr int kFlashRows = 64;                // rows of the operand a block owns
@@ -71,6 +72,7 @@ constexpr int kFlashTile = 64;                // rows of the streamed operand pe
 constexpr int kFlashWarps = kFlashRows / 16;  // one m16 tile per warp
 constexpr int kFlashThreads = 32 * kFlashWarps;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;  // 1 / kLog2e: back from base 2 to natural logs
 
 typedef __nv_bfloat16 flash_bf16;
 
@@ -356,7 +358,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     flash_store_rows<HD>(out, o, rows, inv_sum, b, h, T, Hq, hd, t4);
     for (int r = 0; r < 2; r++) {
         if (rows[r] < T && t4 == 0) {
-            lse[((size_t)b * Hq + h) * T + rows[r]] = (row_max[r] + log2f(row_sum[r])) * 0.6931471805599453f;
+            lse[((size_t)b * Hq + h) * T + rows[r]] = (row_max[r] + log2f(row_sum[r])) * kLn2;
         }
     }
 }
@@ -580,15 +582,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 // Calls f(std::integral_constant<int, HD>) with HD = hd rounded up to 16, 32, 64 or 128.
 template <typename F>
 void flash_dispatch_head_dim(int hd, F f) {
-    if (hd <= 16) {
-        f(std::integral_constant<int, 16>{});
-    } else if (hd <= 32) {
-        f(std::integral_constant<int, 32>{});
-    } else if (hd <= 64) {
-        f(std::integral_constant<int, 64>{});
-    } else {
-        f(std::integral_constant<int, 128>{});
-    }
+    dispatch_head_dim<16>(hd, f);
 }
 
 template <typename Kernel>
