@@ -125,12 +125,12 @@ PAPER_SETUP = dict(global_batch=512, lr_scale_gpus=8, optimizer="muon", muon_ord
                    warmup_frac=0.05, decay_frac=0.15, final_frac=0.05)
 
 
-# --deconstructing-setup 1: the recipe of "Deconstructing Attention" (as train_san.cu): AdamW at
-# peak 4e-4, weight decay 0.1, clip 1.0, 256 rows per step, cosine to 0.1x after 2000 warmup steps
-# (the warmup fraction is 2000 / --steps, at most 1).
+# --deconstructing-setup 1: the recipe of "Deconstructing Attention" (as train_san.cu): AdamW
+# (beta2 0.9999) at peak 4e-4, weight decay 0.1, clip 1.0, 256 rows per step, cosine to 0.1x after
+# 2000 warmup steps (the warmup fraction is 2000 / --steps, at most 1).
 def deconstructing_setup(steps):
-    return dict(global_batch=256, optimizer="adamw", lr=4e-4, weight_decay=0.1, grad_clip=1.0, schedule="cosine",
-                warmup_frac=min(1.0, 2000 / max(1, steps)), final_frac=0.1)
+    return dict(global_batch=256, optimizer="adamw", beta2=0.9999, lr=4e-4, weight_decay=0.1, grad_clip=1.0,
+                schedule="cosine", warmup_frac=min(1.0, 2000 / max(1, steps)), final_frac=0.1)
 
 
 def fixed_input_line(cfg):

@@ -153,8 +153,9 @@ inline void print_optimizer(const TrainOptions& o) {
         printf("optimizer: adamw lr %g (other %g)", opt.lr, opt.lr_other);
     }
     if (o.lr_scale_gpus != 1) { printf(" (rates scaled for %d GPUs)", o.lr_scale_gpus); }
-    printf("; wd %g clip %g, schedule %s (warmup %g, decay %g, final %g)\n", opt.weight_decay, opt.grad_clip,
-           opt.schedule.name(), opt.schedule.warmup_frac, opt.schedule.decay_frac, opt.schedule.final_frac);
+    printf("; wd %g clip %g, schedule %s (warmup %g, decay %g, final %g); adamw betas %g/%g eps %g\n", opt.weight_decay,
+           opt.grad_clip, opt.schedule.name(), opt.schedule.warmup_frac, opt.schedule.decay_frac,
+           opt.schedule.final_frac, opt.beta1, opt.beta2, opt.eps);
     if (o.world > 1 && o.lr_scale_gpus != o.world) {
         printf("note: %d ranks, rates %s (--lr-scale-gpus %d): they never follow the rank count by themselves\n",
                o.world, o.lr_scale_gpus == 1 ? "as given" : "scaled", o.lr_scale_gpus);

@@ -254,9 +254,11 @@ def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
     assert "optimizer: adamw lr 0.0004 (other 0.0004); wd 0.1 clip 1, schedule cosine (warmup 1, decay 0.15, " \
            "final 0.1)" in out, out
     assert "recipe: Deconstructing Attention's setup" in out and "batch: 8 rows per step" in out
+    assert "adamw betas 0.9/0.9999 eps 1e-08" in out, out  # the paper's Table 9
+    assert "adamw betas 0.9/0.999 " in run(args + ["--beta2", "0.999"]).stdout  # a flag given wins
     a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "4000", "--lr", "1e-3"])
-    assert (a.optimizer, a.lr, a.weight_decay, a.grad_clip, a.schedule, a.warmup_frac, a.final_frac, a.global_batch) \
-        == ("adamw", 1e-3, 0.1, 1.0, "cosine", 0.5, 0.1, 256)
+    assert (a.optimizer, a.lr, a.weight_decay, a.grad_clip, a.schedule, a.warmup_frac, a.final_frac, a.global_batch,
+            a.beta2) == ("adamw", 1e-3, 0.1, 1.0, "cosine", 0.5, 0.1, 256, 0.9999)
     proc = run(["--paper-setup", "1", "--deconstructing-setup", "1"], check=False)
     assert proc.returncode != 0 and "two recipes" in proc.stderr
 
