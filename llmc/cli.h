@@ -13,6 +13,7 @@ Host-only C++17.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
@@ -122,6 +123,44 @@ inline FlagWord split_flag_word(const char* word) {
     return w;
 }
 
+// Edit distance between a and b counting a swap of two neighbours as one edit (optimal string
+// alignment): --stpes is 1 from --steps.
+inline size_t flag_edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); i++) { d[i][0] = i; }
+    for (size_t j = 0; j <= b.size(); j++) { d[0][j] = j; }
+    for (size_t i = 1; i <= a.size(); i++) {
+        for (size_t j = 1; j <= b.size(); j++) {
+            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    return d[a.size()][b.size()];
+}
+
+// " (did you mean --steps?)" for a name within 2 edits of exactly one nearest flag (and closer
+// than a third of its length), else "".
+inline std::string nearest_flag_hint(const std::string& name, const std::vector<Flag>& flags) {
+    size_t best = SIZE_MAX;
+    const Flag* nearest = nullptr;
+    bool tie = false;
+    for (const Flag& f : flags) {
+        size_t d = flag_edit_distance(name, f.name);
+        if (d < best) {
+            best = d;
+            nearest = &f;
+            tie = false;
+        } else if (d == best) {
+            tie = true;
+        }
+    }
+    if (nearest == nullptr || tie || best > 2 || 3 * best >= nearest->name.size()) { return ""; }
+    return " (did you mean " + nearest->name + "?)";
+}
+
 // Applies argv to the flags; -h prints the usage (with `note`) and exits. Returns the
 // names of the flags given.
 inline std::set<std::string> parse_flags(int argc, char** argv, const std::vector<Flag>& flags, const char* program,
@@ -141,7 +180,7 @@ inline std::set<std::string> parse_flags(int argc, char** argv, const std::vecto
                       "names; quote it, e.g. --train-data \"data/offline/synth/synth_train_*.bin\"", argv[i],
                       previous.c_str());
             }
-            fatal("unknown option '%s' (%s -h lists them)", argv[i], program);
+            fatal("unknown option '%s'%s (%s -h lists them)", argv[i], nearest_flag_hint(w.name, flags).c_str(), program);
         }
         std::string value;
         if (w.has_value) {

@@ -64,6 +64,19 @@ def test_bad_options_fail_clearly(args, message):
     assert message in proc.stderr
 
 
+@pytest.mark.parametrize("typed, meant", [("--stpes", "--steps"), ("--learning-rat", None), ("--lr-othr", "--lr-other"),
+                                          ("--batch_size", "--batch-size"), ("--no-such-flag", None), ("--lx", "--lr")])
+def test_unknown_option_suggests_the_nearest(typed, meant):
+    """An unknown option names the flag within two edits (a swap of neighbours is one), when one
+    flag is nearest and the name is long enough for the guess to mean something."""
+    proc = run([typed, "1"], check=False)
+    assert proc.returncode != 0 and f"unknown option '{typed}'" in proc.stderr
+    if meant:
+        assert f"(did you mean {meant}?)" in proc.stderr, proc.stderr
+    else:
+        assert "did you mean" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("threads", ["abc", "0", "2x", "257", " 2"])
 def test_bad_host_thread_count_fails_clearly(data, tmp_path, threads):
     """HOSTCUDA_THREADS that is not a count of 1 to 256 stops the first launch (it once read
