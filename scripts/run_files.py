@@ -29,11 +29,9 @@ def write_status(run, state, **extra):
     os.replace(tmp, os.path.join(run.dir, "status.json"))
 
 
-def read_log(path):
-    """(train records, validation records) of a JSONL log, one per step: a resumed run
-    appends, so a step logged twice (after the last checkpoint, before a crash) keeps its
-    last record. Lines that do not parse (a run killed mid-write) are skipped."""
-    train, val = {}, {}
+def step_records(path):
+    """The records of a JSONL log that carry a step, in file order. Lines that do not parse (a
+    run killed mid-write) are skipped; a log that cannot be read has none."""
     try:
         with open(path) as f:
             for line in f:
@@ -41,30 +39,26 @@ def read_log(path):
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if not isinstance(rec, dict) or "step" not in rec:
-                    continue
-                if "val_loss" in rec:
-                    val[rec["step"]] = rec
-                elif "loss" in rec:  # not the sample and eval-set records of the same step
-                    train[rec["step"]] = rec
+                if isinstance(rec, dict) and "step" in rec:
+                    yield rec
     except OSError:
-        pass
+        return
+
+
+def read_log(path):
+    """(train records, validation records) of a JSONL log, one per step: a resumed run
+    appends, so a step logged twice (after the last checkpoint, before a crash) keeps its
+    last record."""
+    train, val = {}, {}
+    for rec in step_records(path):
+        if "val_loss" in rec:
+            val[rec["step"]] = rec
+        elif "loss" in rec:  # not the sample and eval-set records of the same step
+            train[rec["step"]] = rec
     return [train[k] for k in sorted(train)], [val[k] for k in sorted(val)]
 
 
 def read_evals(path):
     """{step: {set: {metric: value}}} of a JSONL log's eval-set records (the trainer's
     --eval-sets; doc/formats.md "Training log"), the last record of each step."""
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict) and "step" in rec and isinstance(rec.get("eval"), dict):
-                    out[rec["step"]] = rec["eval"]
-    except OSError:
-        pass
-    return out
+    return {rec["step"]: rec["eval"] for rec in step_records(path) if isinstance(rec.get("eval"), dict)}
