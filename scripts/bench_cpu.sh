@@ -61,12 +61,13 @@ common=(--preset demo --train-data "$data/synth/synth_train_*.bin" --tokenizer "
         --lr 2e-3 --batch-size 8 --steps "$steps" --val-every 0 --sample-tokens 0 --seed 42)
 host_only=(--log-every 1)
 
-# median tok/s of steps 10.. of a run's output (both trainers print "step N/M | ... | X tok/s")
-median_rate() {
-  sed -n 's/^step *\([0-9]*\)\/[0-9]* .*| *\([0-9.]*\) tok\/s.*/\1 \2/p' | awk '$1 >= 10 { print $2 }' | sort -g |
-    awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan" } else if (NR % 2) { print v[(NR + 1) / 2] } else { print (v[NR / 2] + v[NR / 2 + 1]) / 2 } }'
+# the median of the numbers on stdin, one per line ("nan" for none)
+median() {
+  sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan" } else if (NR % 2) { print v[(NR + 1) / 2] } else { print (v[NR / 2] + v[NR / 2 + 1]) / 2 } }'
 }
-median_of() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# median tok/s of steps 10.. of a run's output (both trainers print "step N/M | ... | X tok/s")
+median_rate() { sed -n 's/^step *\([0-9]*\)\/[0-9]* .*| *\([0-9.]*\) tok\/s.*/\1 \2/p' | awk '$1 >= 10 { print $2 }' | median; }
+median_of() { printf '%s\n' "$@" | median; }
 
 # bench NAME TRAINER EXTRA_ARGS...: one config, every arm, interleaved rounds
 bench() {

@@ -32,6 +32,10 @@ extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace hostcuda {
 
+// Tasks per chunk of the pool for a product of `tasks` tasks: all of them on the caller below
+// ~1 MFLOP, where waking the pool costs more than it saves; else one at a time.
+inline int64_t gemm_chunk(int M, int N, int K, int64_t tasks) { return (int64_t)M * N * K < (1 << 20) ? tasks : 1; }
+
 // ---- our own GEMM ----------------------------------------------------------------------
 
 
@@ -124,9 +128,7 @@ void gemm_own(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool tra
         pack_a(packed, A + b * stride_a, trans_a);
         pack_b(packed, B + b * stride_b, trans_b);
         GemmTask<TOut> task{&packed, C + b * stride_c, alpha, beta};
-        // below ~1 MFLOP, waking the pool costs more than it saves
-        int64_t chunk = (int64_t)M * N * K < (1 << 20) ? tasks : 1;
-        Pool::instance().parallel_for(tasks, chunk, gemm_task<TOut>, &task);
+        Pool::instance().parallel_for(tasks, gemm_chunk(M, N, K, tasks), gemm_task<TOut>, &task);
     }
 }
 
@@ -222,9 +224,7 @@ void gemm_openblas(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, boo
                             as_fp32(B + b * stride_b, (size_t)K * N, b_fp32),
                             M, N, K, tiles_n, trans_a, trans_b, alpha, beta};
         int64_t tasks = (int64_t)tiles_m * tiles_n;
-        // below ~1 MFLOP, waking the pool costs more than it saves
-        int64_t chunk = (int64_t)M * N * K < (1 << 20) ? tasks : 1;
-        Pool::instance().parallel_for(tasks, chunk, blas_task<TOut>, &task);
+        Pool::instance().parallel_for(tasks, gemm_chunk(M, N, K, tasks), blas_task<TOut>, &task);
     }
 }
 #else
