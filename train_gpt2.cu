@@ -266,9 +266,9 @@ struct GPT2 : LanguageModel<GPT2Config> {
                 bias_forward(qkv[j], qkv[j], p.qkvb + (size_t)j * d, N, d, stream);
             }
             if (cache != nullptr) {
-                attention_decode(a.o, a.q, cache->k[l], cache->v[l], nullptr, pos, H, H, hd, stream);
+                attention_decode({1, pos + 1, H, H, hd}, {a.q, cache->k[l], cache->v[l], a.o, nullptr}, stream);
             } else {
-                attention_forward(a.o, a.lse, a.q, a.k, a.v, nullptr, Bn, Tn, H, H, hd, stream);
+                attention_forward({Bn, Tn, H, H, hd}, {a.q, a.k, a.v, a.o, a.lse}, stream);
             }
             linear_forward(branch, a.o, p.attprojw, N, d, d, stream);
             bias_forward(branch, branch, p.attprojb, N, d, stream);
@@ -325,7 +325,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
             bias_backward(g.attprojb, scratch, dx, N, d, stream);
             linear_backward_weight(g.attprojw, dx, a.o, N, d, d, stream);
             linear_backward_input(d_o, dx, p.attprojw, N, d, d, false, stream);
-            attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, nullptr, Bn, Tn, H, H, hd, stream);
+            attention_backward({Bn, Tn, H, H, hd}, {a.q, a.k, a.v, a.o, a.lse}, {d_o, d_q, d_k, d_v, scratch}, stream);
             floatX* dqkv[3] = {d_q, d_k, d_v};
             for (int j = 0; j < 3; j++) {
                 bias_backward(g.qkvb + (size_t)j * d, scratch, dqkv[j], N, d, stream);

@@ -32,12 +32,12 @@ against the PyTorch reference train_san.py.
 #include "llmc/embedding.cuh"
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/attention_variants.cuh"  // approximate, nonapprox (and SiLU)
-#include "llmc/attention_kinds.h"       // AttnKind, the layouts
-#include "llmc/fixed_qk.cuh"            // rndembqk, fixedseqqk: FixedQKInput, the fixed row's broadcast and its backward
+#include "llmc/attention_kinds.h"    // AttnKind, the layouts
+#include "llmc/mixers/registry.h"    // make_token_mixer: each attention kind's TokenMixer (llmc/mixers/)
+#include "llmc/fixed_qk.cuh"         // rndembqk, fixedseqqk: FixedQKInput, the fixed row's model state
 #include "llmc/kv_cache.cuh"
-#include "llmc/swiglu.cuh"
+#include "llmc/swiglu_mlp.h"         // SwiGLUMLP: the FFN arm's body
+#include "llmc/layer_weights.h"      // LayerWeights: a layer's tensors by name
 #include "llmc/residual.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/spectrum.h"    // effective_rank (the per-layer measurements)
@@ -54,7 +54,6 @@ enum class FfnKind { None, SwiGLU };
 inline const Choices<FfnKind> kFfnKinds{{"none", "swiglu"}};
 enum class NormKind { ZCN, RMS };
 inline const Choices<NormKind> kNormKinds{{"zcn", "rms"}};
-inline const Choices<TaylorNorm> kTaylorNorms{{"joint", "separate"}};  // (llmc/attention_variants.cuh)
 
 // The sizes (vocabulary, context, layers, width, query heads, BOS) are ModelDims' (llmc/model.h).
 struct SANConfig : ModelDims {
@@ -80,18 +79,29 @@ struct SANConfig : ModelDims {
     // ZCN gains are stored as an offset from 1, RMSNorm gains as the gain itself
     float gain_offset() const { return norm == NormKind::ZCN ? 1.0f : 0.0f; }
     AttnKind kind(int layer) const { return kinds[layer]; }
-    bool has_kind(AttnKind k) const { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); }
-    // rndembqk, fixedseqqk: q, k from a fixed input run through the network (doc/deconstructing.md)
-    bool has_fixed_qk() const { return attention == AttnKind::RndEmbQK || attention == AttnKind::FixedSeqQK; }
-    // The weights of W_q, W_k, W_v, W_o (d x (2 Hq hd + 2 Hkv hd)), which an mlp layer's SwiGLU
-    // (3 d m weights) replaces: m = round((2 Hq hd + 2 Hkv hd) / 3), nearest integer (4d/3 for MHA).
-    int64_t attention_matrix_weights() const {
-        return (int64_t)n_embd * (2 * n_head * head_dim() + 2 * n_kv_head * head_dim());
+    // layer l's token mixer (llmc/mixers/registry.h), unallocated: parameter_spec asks it for its
+    // tensors, the model binds and allocates it
+    MixerDims mixer_dims() const {
+        MixerDims m;
+        m.d = n_embd, m.Hq = n_head, m.Hkv = n_kv_head, m.hd = head_dim(), m.context = seq_len;
+        m.qk_norm = qk_norm != 0;
+        m.taylor_norm = taylor_norm;
+        m.gain_offset = gain_offset(), m.gain_init = norm == NormKind::ZCN ? 0.0f : 1.0f, m.norm_eps = kNormEps;
+        m.init_std = kInitStd, m.out_std = kInitStd / std::sqrt(2.0f * n_layer);
+        return m;
     }
-    int mlp_width() const {
-        int64_t per_d = 2 * (int64_t)n_head * head_dim() + 2 * (int64_t)n_kv_head * head_dim();
-        return (int)((2 * per_d + 3) / 6);
+    std::unique_ptr<TokenMixer> mixer(int layer) const { return make_token_mixer(kinds[layer], mixer_dims()); }
+    // whether some layer takes q, k from the fixed row (rndembqk, fixedseqqk), or from x0 (staticembqk)
+    bool reads_fixed_row() const { return any_mixer(&TokenMixer::reads_fixed_row); }
+    bool reads_embedding() const { return any_mixer(&TokenMixer::reads_embedding); }
+    bool any_mixer(bool (TokenMixer::*what)() const) const {
+        for (int l = 0; l < n_layer; l++) {
+            if ((*mixer(l).*what)()) { return true; }
+        }
+        return false;
     }
+    // the residual stream's norms (pre-norms, sandwich norms, the final norm)
+    GainNorm stream_norm(Weight gain) const { return {gain, n_embd, gain_offset(), kNormEps}; }
     // "standard,mlp,..." one kind per layer (written to files, checked on load)
     std::string layer_kinds_text() const {
         std::string out;
@@ -251,127 +261,49 @@ SANConfig read_config(const TensorFileReader& r) {
 // parameters: one contiguous buffer, tensors in the canonical order of doc/san-model.md
 
 std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
-    int64_t d = c.n_embd, hd = c.head_dim(), qd = (int64_t)c.n_head * hd, kvd = (int64_t)c.n_kv_head * hd;
-    float gain = c.norm == NormKind::ZCN ? 0.0f : 1.0f;
-    float out_std = kInitStd / std::sqrt(2.0f * c.n_layer);
-    bool gated = residual_has_gate(c.residual);
+    const int64_t d = c.n_embd;
+    const MixerDims dims = c.mixer_dims();
+    const bool gated = residual_has_gate(c.residual);
     std::vector<ParamSpec> spec;
     spec.push_back({"wte", {c.padded_vocab(), d}, false, kInitStd, 0.0f, c.vocab_size});
+    // a sub-layer's tensors: its pre-norm, its body's, its sandwich norm and its gate
+    auto sublayer = [&](const std::string& prefix, const std::string& name, const auto& add_body) {
+        spec.push_back({prefix + name + "_norm.weight", {d}, false, 0.0f, dims.gain_init});
+        add_body(prefix + name + ".");
+        if (c.sandwich) { spec.push_back({prefix + name + "_post_norm.weight", {d}, false, 0.0f, dims.gain_init}); }
+        if (gated) { spec.push_back({prefix + name + "_gate", {1}, false, 0.0f, 0.0f}); }
+    };
     for (int l = 0; l < c.n_layer; l++) {
-        std::string p = "layers." + std::to_string(l) + ".";
-        spec.push_back({p + "attn_norm.weight", {d}, false, 0.0f, gain});
-        if (c.kind(l) == AttnKind::Mlp) {  // token mixing removed: a SwiGLU in the attention's place
-            int64_t m = c.mlp_width();
-            spec.push_back({p + "attn.w_gate", {m, d}, true, kInitStd, 0.0f});
-            spec.push_back({p + "attn.w_up", {m, d}, true, kInitStd, 0.0f});
-            spec.push_back({p + "attn.w_down", {d, m}, true, out_std, 0.0f});
-        } else {  // every other kind keeps standard attention's tensors
-            spec.push_back({p + "attn.wq", {qd, d}, true, kInitStd, 0.0f});
-            spec.push_back({p + "attn.wk", {kvd, d}, true, kInitStd, 0.0f});
-            spec.push_back({p + "attn.wv", {kvd, d}, true, kInitStd, 0.0f});
-            if (c.qk_norm) {
-                spec.push_back({p + "attn.q_norm.weight", {hd}, false, 0.0f, gain});
-                spec.push_back({p + "attn.k_norm.weight", {hd}, false, 0.0f, gain});
-            }
-            spec.push_back({p + "attn.wo", {d, qd}, true, out_std, 0.0f});
-        }
-        if (c.sandwich) { spec.push_back({p + "attn_post_norm.weight", {d}, false, 0.0f, gain}); }
-        if (gated) { spec.push_back({p + "attn_gate", {1}, false, 0.0f, 0.0f}); }
+        const std::string prefix = "layers." + std::to_string(l) + ".";
+        sublayer(prefix, "attn", [&](const std::string& p) { c.mixer(l)->add_parameters(spec, p); });
         if (c.has_ffn()) {
-            spec.push_back({p + "ffn_norm.weight", {d}, false, 0.0f, gain});
-            spec.push_back({p + "ffn.w_gate", {c.d_ff, d}, true, kInitStd, 0.0f});
-            spec.push_back({p + "ffn.w_up", {c.d_ff, d}, true, kInitStd, 0.0f});
-            spec.push_back({p + "ffn.w_down", {d, c.d_ff}, true, out_std, 0.0f});
-            if (c.sandwich) { spec.push_back({p + "ffn_post_norm.weight", {d}, false, 0.0f, gain}); }
-            if (gated) { spec.push_back({p + "ffn_gate", {1}, false, 0.0f, 0.0f}); }
+            sublayer(prefix, "ffn", [&](const std::string& p) {
+                SwiGLUMLP(c.n_embd, c.d_ff).add_parameters(spec, p, kInitStd, dims.out_std);
+            });
         }
     }
-    spec.push_back({"final_norm.weight", {d}, false, 0.0f, gain});
+    spec.push_back({"final_norm.weight", {d}, false, 0.0f, dims.gain_init});
     return spec;
 }
 
-// Pointers to one layer's tensors inside a buffer in the device layout of parameter_spec
-// (llmc/optimizer.h layout_parameters; parameters, gradients and optimizer state share it).
-// Absent tensors are null.
-template <typename T>
-struct LayerTensors {
-    T *attn_norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
-    T *wo = nullptr, *attn_post_norm = nullptr, *attn_gate = nullptr;
-    T *mlp_gate = nullptr, *mlp_up = nullptr, *mlp_down = nullptr;  // an mlp layer's SwiGLU
-    T *ffn_norm = nullptr, *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr, *ffn_post_norm = nullptr,
-      *ffn_gate = nullptr;
-};
-template <typename T>
-struct ModelTensors {
-    T* wte = nullptr;
-    std::vector<LayerTensors<T>> layers;
-    T* final_norm = nullptr;
-
-    // spec: laid out (ModelParameters::spec), so that each tensor sits at base + its offset
-    void point_into(T* base, const std::vector<ParamSpec>& spec, int n_layer) {
-        layers.assign(n_layer, LayerTensors<T>());
-        for (const ParamSpec& s : spec) { slot(s.name) = base + s.offset; }
-    }
-
-private:
-    T*& slot(const std::string& name) {
-        if (name == "wte") { return wte; }
-        if (name == "final_norm.weight") { return final_norm; }
-        size_t dot = name.find('.', 7);  // "layers.<i>.<field>"
-        LayerTensors<T>& L = layers[std::stoi(name.substr(7, dot - 7))];
-        std::string field = name.substr(dot + 1);
-        static const std::map<std::string, T* LayerTensors<T>::*> fields = {
-            {"attn_norm.weight", &LayerTensors<T>::attn_norm}, {"attn.wq", &LayerTensors<T>::wq},
-            {"attn.wk", &LayerTensors<T>::wk},                 {"attn.wv", &LayerTensors<T>::wv},
-            {"attn.q_norm.weight", &LayerTensors<T>::q_norm},  {"attn.k_norm.weight", &LayerTensors<T>::k_norm},
-            {"attn.wo", &LayerTensors<T>::wo},                 {"attn_post_norm.weight", &LayerTensors<T>::attn_post_norm},
-            {"attn.w_gate", &LayerTensors<T>::mlp_gate},       {"attn.w_up", &LayerTensors<T>::mlp_up},
-            {"attn.w_down", &LayerTensors<T>::mlp_down},
-            {"attn_gate", &LayerTensors<T>::attn_gate},        {"ffn_norm.weight", &LayerTensors<T>::ffn_norm},
-            {"ffn.w_gate", &LayerTensors<T>::w_gate},          {"ffn.w_up", &LayerTensors<T>::w_up},
-            {"ffn.w_down", &LayerTensors<T>::w_down},          {"ffn_post_norm.weight", &LayerTensors<T>::ffn_post_norm},
-            {"ffn_gate", &LayerTensors<T>::ffn_gate}};
-        return L.*(fields.at(field));
-    }
-};
-
 // Training FLOPs per token: llmc/model.h's convention (as train_san.py), with the 12 * T * d of
-// scores and values counted only for the layers that mix over T x T pairs (standard,
-// approximate, staticembqk, rndembqk, fixedseqqk; not mlp, which mixes nothing, nor nonapprox,
-// whose scores are one per position). Found instead of model.h's template by argument-dependent
-// lookup. (rndembqk / fixedseqqk: the fixed row's cost per micro-batch is not in it, nor the
-// real rows' q, k projections that they skip; describe_attention says so.)
+// scores and values counted only for the layers whose mixer mixes over T x T pairs (not mlp,
+// which mixes nothing, nor nonapprox, whose scores are one per position). Found instead of
+// model.h's template by argument-dependent lookup. (rndembqk / fixedseqqk: the fixed row's cost
+// per micro-batch is not in it, nor the real rows' q, k projections that they skip;
+// describe_attention says so.)
 double flops_per_token(const SANConfig& c) {
     double nonemb = (double)count_parameters(c).non_embedding;
     int pairwise = 0;
-    for (AttnKind k : c.kinds) { pairwise += k != AttnKind::Mlp && k != AttnKind::Nonapprox; }
+    for (int l = 0; l < c.n_layer; l++) { pairwise += c.mixer(l)->mixes_pairs(); }
     return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * pairwise * (double)c.seq_len * c.n_embd;
 }
 
-// One line on the attention of each layer, and for mlp layers the weight counts they match.
+// One line on the attention of each layer, and what the variant's mixer says of itself.
 std::string describe_attention(const SANConfig& c) {
     std::string out = std::string("attention: ") + kAttnKinds.name(c.attention) + ", layout " + c.layout +
                       " (layers: " + c.layer_kinds_text() + ")";
-    if (c.has_kind(AttnKind::Approximate)) { out += std::string("; taylor_norm ") + kTaylorNorms.name(c.taylor_norm); }
-    if (c.has_fixed_qk()) {
-        char buf[512];
-        if (c.attention == AttnKind::RndEmbQK) {
-            snprintf(buf, sizeof(buf), "\nfixed QK input (rndembqk): eps ~ N(0, %g^2) of %d x %d = %lld values",
-                     0.02 * std::sqrt((double)c.n_embd), c.seq_len, c.n_embd, (long long)c.seq_len * c.n_embd);
-        } else {
-            snprintf(buf, sizeof(buf), "\nfixed QK input (fixedseqqk): the embedding of %d fixed tokens = %d values",
-                     c.seq_len, c.seq_len);
-        }
-        out += buf;
-        out += " of model state (in checkpoints; not a parameter, not counted below); it runs as one more row per "
-               "micro-batch (+1/B of the compute, not in FLOPs/token)";
-    }
-    if (c.has_kind(AttnKind::Mlp)) {
-        char buf[256];
-        snprintf(buf, sizeof(buf), "; mlp width %d: SwiGLU 3 d m = %lld weights per layer for W_q,W_k,W_v,W_o's %lld",
-                 c.mlp_width(), 3LL * c.n_embd * c.mlp_width(), (long long)c.attention_matrix_weights());
-        out += buf;
-    }
+    if (c.attention != AttnKind::Standard) { out += make_token_mixer(c.attention, c.mixer_dims())->describe(); }
     return out;
 }
 
@@ -386,24 +318,67 @@ DefaultRates default_rates(const SANConfig& c) {
 }
 
 // ========================================================================================
-// activations: everything the backward pass needs, for B x T positions
+// a block: two pre-norm residual sub-layers, the token mixer's and (FFN arm) the SwiGLU's
 
-// (norm_rstd: the 1/rms of a norm's rows, kept for its backward)
-struct LayerActivations {
-    // attention block: attn_in = norm(x); q_lin, k_lin, v = attn_in W^T; q, k = rope(qk_norm(.));
-    // o = attention(q, k, v); attn_out = o W_o^T (attn_out_normed: its sandwich norm);
-    // x_mid = residual(x, attn_out) when an FFN block follows
-    floatX *attn_in, *q_lin, *k_lin, *v, *q, *k, *o, *attn_out, *attn_out_normed, *x_mid;
-    float *attn_in_rstd, *q_rstd, *k_rstd, *lse, *attn_out_rstd;  // lse: the mixer's row statistics (forward)
-    // the variants (doc/deconstructing.md): nonapprox with QK-norm keeps q_act = SiLU(q_lin), the
-    // norm's input; staticembqk keeps qk_in = norm(x0), the embedding through this layer's pre-norm;
-    // mlp keeps its SwiGLU's gate, up and output (the attention tensors above stay null)
-    floatX *q_act, *qk_in, *mlp_gate, *mlp_up, *mlp_out;
-    float *qk_in_rstd;
-    // FFN block: ffn_in = norm(x_mid); swiglu_out = silu(ffn_in W_gate^T) * (ffn_in W_up^T);
-    // ffn_out = swiglu_out W_down^T (ffn_out_normed: its sandwich norm)
-    floatX *ffn_in, *swiglu_gate, *swiglu_up, *swiglu_out, *ffn_out, *ffn_out_normed;
-    float *ffn_in_rstd, *ffn_out_rstd;
+// x_out = residual(x, branch): branch = body(norm(x)), through the sandwich norm when on
+// (doc/san-model.md "Forward pass"). The body (the layer's token mixer, or the FFN) reads
+// `in` and writes `out`; the sub-layer keeps what its own backward needs.
+struct SubLayer {
+    GainNorm norm, post_norm;
+    Weight gate;
+    ResidualMode mode = ResidualMode::Gated;
+    bool sandwich = false;
+    floatX *in = nullptr, *out = nullptr, *out_normed = nullptr;  // norm(x); the body's output; its sandwich norm
+    float *in_rstd = nullptr, *out_rstd = nullptr;
+
+    // name: "attn" or "ffn" (its tensors: <name>_norm.weight, <name>_post_norm.weight, <name>_gate)
+    void bind(const LayerWeights& w, const std::string& name, const SANConfig& c) {
+        norm = c.stream_norm(w[name + "_norm.weight"]);
+        post_norm = c.stream_norm(w[name + "_post_norm.weight"]);
+        gate = w[name + "_gate"];
+        mode = c.residual;
+        sandwich = c.sandwich != 0;
+    }
+    void allocate(DeviceArena& arena, size_t N, size_t d) {
+        in = arena.alloc<floatX>(N * d);
+        in_rstd = arena.alloc<float>(N);
+        out = arena.alloc<floatX>(N * d);
+        if (sandwich) {
+            out_normed = arena.alloc<floatX>(N * d);
+            out_rstd = arena.alloc<float>(N);
+        }
+    }
+    void forward_in(const floatX* x, int N, cudaStream_t stream) { norm.forward(in, in_rstd, x, N, stream); }
+    void forward_out(floatX* x_out, const floatX* x, int N, cudaStream_t stream) {
+        const floatX* branch = out;
+        if (sandwich) {
+            post_norm.forward(out_normed, out_rstd, out, N, stream);
+            branch = out_normed;
+        }
+        residual_forward(x_out, x, branch, gate.w, mode, (size_t)N * norm.C, stream);
+    }
+    // dx holds dL/d x_out; returns dL/d out (the body's output) and, with mode none, clears dx
+    floatX* backward_out(floatX* dx, int N, const BackwardScratch& s, cudaStream_t stream) const {
+        const size_t Nd = (size_t)N * norm.C;
+        residual_backward(s.d_branch, gate.grad, s.reduce, dx, sandwich ? out_normed : out, gate.w, mode, Nd, stream);
+        if (mode == ResidualMode::None) { cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream)); }
+        if (!sandwich) { return s.d_branch; }
+        cudaCheck(cudaMemsetAsync(s.d_proj, 0, Nd * sizeof(floatX), stream));
+        post_norm.backward(s.d_proj, s.d_branch, out, out_rstd, N, s.reduce, stream);
+        return s.d_proj;
+    }
+    // dx += dL/dx through the pre-norm, from d_in = dL/d in
+    void backward_in(floatX* dx, const floatX* d_in, const floatX* x, int N, const BackwardScratch& s,
+                     cudaStream_t stream) const {
+        norm.backward(dx, d_in, x, in_rstd, N, s.reduce, stream);
+    }
+};
+
+struct Block {
+    SubLayer attn, ffn;                 // ffn: the FFN arm's
+    std::unique_ptr<TokenMixer> mixer;  // the attention sub-layer's body (llmc/mixers/)
+    SwiGLUMLP ffn_body;                 // the FFN sub-layer's
+    floatX* x_mid = nullptr;            // the stream between the two (FFN arm)
 };
 
 // ========================================================================================
@@ -413,41 +388,32 @@ struct LayerActivations {
 // (Attention) or without those layers' whole blocks (Block), the paper's "skip" column.
 enum class SkipNonstandard { None, Attention, Block };
 
-inline bool is_fixed_qk(AttnKind k) { return k == AttnKind::RndEmbQK || k == AttnKind::FixedSeqQK; }
-
 // The model: its parameters, gradients and optimizer, the residual stream, logits and loss
-// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
-// scratch of forward and backward.
+// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the blocks'
+// activations and the backward's shared scratch.
 struct SAN : LanguageModel<SANConfig> {
-    ModelTensors<floatX> P, G;
-
-    // activations
-    std::vector<LayerActivations> acts;
-    floatX* xf = nullptr;
+    std::vector<Block> blocks;
+    floatX* xf = nullptr;  // the final norm's output
     float* xf_rstd = nullptr;
     int* d_doc_ids = nullptr;
     float* rope = nullptr;
-    // backward scratch
-    floatX *d_branch = nullptr, *d_proj = nullptr, *d_block_in = nullptr;
-    floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_qlin = nullptr, *d_klin = nullptr;
-    floatX *d_swiglu_out = nullptr, *d_swiglu_gate = nullptr, *d_swiglu_up = nullptr;
-    floatX *d_qk_in = nullptr, *dx0 = nullptr;  // staticembqk: gradients of the layers' qk_in, and of x0
-    float* scratch = nullptr;
-    float* variant_scratch = nullptr;  // backward scratch of the approximate / nonapprox mixers
+    BackwardScratch scratch;
+    floatX *d_block_in = nullptr, *dx0 = nullptr;  // dL/d(a sub-layer's normed input); dL/d x0 (staticembqk)
     SkipNonstandard skip = SkipNonstandard::None;  // evaluation only: backward() refuses it
     std::vector<int> host_targets_masked;
     // rndembqk, fixedseqqk (llmc/fixed_qk.cuh): the fixed input (model state, host copy as in
     // files), rndembqk's eps on the device, and whether the last forward ran the fixed row
+    bool has_fixed_row = false;
     FixedQKInput fixed;
     floatX* fixed_eps = nullptr;
     int fixed_row = 0;
 
     // The activations hold one row more than `batch` for the fixed row of rndembqk / fixedseqqk.
-    SAN(const SANConfig& config, int batch, int seq) : LanguageModel(config, batch + (config.has_fixed_qk() ? 1 : 0), seq) {
-        P.point_into(params, spec, cfg.n_layer);
-        G.point_into(grads, spec, cfg.n_layer);
+    SAN(const SANConfig& config, int batch, int seq)
+        : LanguageModel(config, batch + (config.reads_fixed_row() ? 1 : 0), seq), has_fixed_row(config.reads_fixed_row()) {
+        build_blocks();
         allocate_activations();
-        if (cfg.has_fixed_qk()) {
+        if (has_fixed_row) {
             fixed = FixedQKInput(cfg.attention == AttnKind::RndEmbQK, cfg.seq_len, cfg.n_embd, cfg.vocab_size);
             if (fixed.random) {
                 fixed_eps = arena.alloc<floatX>((size_t)cfg.seq_len * cfg.n_embd);
@@ -459,102 +425,71 @@ struct SAN : LanguageModel<SANConfig> {
         arena.blocks.push_back(rope);
     }
 
-    void allocate_activations() {
-        size_t N = (size_t)B * T, d = cfg.n_embd, hd = cfg.head_dim();
-        size_t qd = (size_t)cfg.n_head * hd, kvd = (size_t)cfg.n_kv_head * hd;
-        size_t ff = cfg.has_ffn() ? (size_t)cfg.d_ff : 0;  // the widest SwiGLU: the FFN's or an mlp layer's
-        size_t mixer_scratch = 0;                          // the variants' backward scratch (fp32)
-        acts.resize(cfg.n_layer);
+    // each layer's mixer and sub-layers, bound to their tensors in the parameter buffers
+    void build_blocks() {
+        blocks.resize(cfg.n_layer);
         for (int l = 0; l < cfg.n_layer; l++) {
-            LayerActivations& a = acts[l];
-            const AttnKind kind = cfg.kind(l);
-            a = LayerActivations{};
-            a.attn_in = arena.alloc<floatX>(N * d);
-            a.attn_in_rstd = arena.alloc<float>(N);
-            if (kind == AttnKind::Mlp) {
-                size_t m = cfg.mlp_width();
-                a.mlp_gate = arena.alloc<floatX>(N * m);
-                a.mlp_up = arena.alloc<floatX>(N * m);
-                a.mlp_out = arena.alloc<floatX>(N * m);
-                ff = std::max(ff, m);
-            } else {
-                a.q_lin = arena.alloc<floatX>(N * qd);
-                a.k_lin = arena.alloc<floatX>(N * kvd);
-                a.v = arena.alloc<floatX>(N * kvd);
-                a.q = arena.alloc<floatX>(N * qd);
-                a.k = arena.alloc<floatX>(N * kvd);
-                a.q_rstd = arena.alloc<float>(N * cfg.n_head);
-                a.k_rstd = arena.alloc<float>(N * cfg.n_kv_head);
-                a.o = arena.alloc<floatX>(N * qd);
-                // row statistics: lse (standard), the Z planes (approximate), scores and lse (nonapprox)
-                size_t planes = kind == AttnKind::Approximate ? taylor_stat_planes(cfg.taylor_norm)
-                                : kind == AttnKind::Nonapprox ? 2 : 1;
-                a.lse = arena.alloc<float>(planes * N * cfg.n_head);
-            }
-            if (kind == AttnKind::Nonapprox) {
-                if (cfg.qk_norm) { a.q_act = arena.alloc<floatX>(N * qd); }
-                mixer_scratch = std::max(mixer_scratch, nonapprox_backward_scratch_floats(B, T, cfg.n_head, (int)hd));
-            }
-            if (kind == AttnKind::Approximate) {
-                mixer_scratch = std::max(mixer_scratch, taylor_backward_scratch_floats(B, T, cfg.n_head, cfg.taylor_norm));
-            }
-            if (kind == AttnKind::StaticEmbQK) {
-                a.qk_in = arena.alloc<floatX>(N * d);
-                a.qk_in_rstd = arena.alloc<float>(N);
-            }
-            a.attn_out = arena.alloc<floatX>(N * d);
-            if (cfg.sandwich) {
-                a.attn_out_normed = arena.alloc<floatX>(N * d);
-                a.attn_out_rstd = arena.alloc<float>(N);
-            }
+            Block& b = blocks[l];
+            LayerWeights weights(spec, "layers." + std::to_string(l) + ".", params, grads);
+            b.attn.bind(weights, "attn", cfg);
+            b.mixer = cfg.mixer(l);
+            b.mixer->bind(weights);
             if (cfg.has_ffn()) {
-                size_t ff = cfg.d_ff;
-                a.x_mid = arena.alloc<floatX>(N * d);
-                a.ffn_in = arena.alloc<floatX>(N * d);
-                a.ffn_in_rstd = arena.alloc<float>(N);
-                a.swiglu_gate = arena.alloc<floatX>(N * ff);
-                a.swiglu_up = arena.alloc<floatX>(N * ff);
-                a.swiglu_out = arena.alloc<floatX>(N * ff);
-                a.ffn_out = arena.alloc<floatX>(N * d);
-                if (cfg.sandwich) {
-                    a.ffn_out_normed = arena.alloc<floatX>(N * d);
-                    a.ffn_out_rstd = arena.alloc<float>(N);
-                }
+                b.ffn.bind(weights, "ffn", cfg);
+                b.ffn_body = SwiGLUMLP(cfg.n_embd, cfg.d_ff);
+                b.ffn_body.bind(weights, "ffn.");
+            }
+        }
+    }
+
+    void allocate_activations() {
+        const size_t N = (size_t)B * T, d = cfg.n_embd, qd = (size_t)cfg.n_head * cfg.head_dim();
+        const size_t kvd = (size_t)cfg.kv_width();
+        ScratchSizes sizes;
+        if (cfg.has_ffn()) { sizes.swiglu_width = cfg.d_ff; }
+        for (Block& b : blocks) {
+            b.attn.allocate(arena, N, d);
+            b.mixer->allocate(arena, N);
+            b.mixer->size_scratch(sizes, B, T);
+            if (cfg.has_ffn()) {
+                b.x_mid = arena.alloc<floatX>(N * d);
+                b.ffn.allocate(arena, N, d);
+                b.ffn_body.allocate(arena, N);
             }
         }
         xf = arena.alloc<floatX>(N * d);
         xf_rstd = arena.alloc<float>(N);
         d_doc_ids = arena.alloc<int>(N);
-        d_branch = arena.alloc<floatX>(N * d);
-        d_proj = arena.alloc<floatX>(N * d);
         d_block_in = arena.alloc<floatX>(N * d);
-        d_o = arena.alloc<floatX>(N * qd);
-        d_q = arena.alloc<floatX>(N * qd);
-        d_k = arena.alloc<floatX>(N * kvd);
-        d_v = arena.alloc<floatX>(N * kvd);
-        d_qlin = arena.alloc<floatX>(N * qd);
-        d_klin = arena.alloc<floatX>(N * kvd);
-        if (cfg.has_kind(AttnKind::StaticEmbQK)) {
-            d_qk_in = arena.alloc<floatX>(N * d);
-            dx0 = arena.alloc<floatX>(N * d);
+        scratch.d_branch = arena.alloc<floatX>(N * d);
+        scratch.d_proj = arena.alloc<floatX>(N * d);
+        if (sizes.attention) {
+            scratch.d_o = arena.alloc<floatX>(N * qd);
+            scratch.d_q = arena.alloc<floatX>(N * qd);
+            scratch.d_k = arena.alloc<floatX>(N * kvd);
+            scratch.d_v = arena.alloc<floatX>(N * kvd);
+            scratch.d_q_lin = arena.alloc<floatX>(N * qd);
+            scratch.d_k_lin = arena.alloc<floatX>(N * kvd);
         }
-        if (mixer_scratch > 0) { variant_scratch = arena.alloc<float>(mixer_scratch); }
-        if (ff > 0) {
-            d_swiglu_out = arena.alloc<floatX>(N * ff);
-            d_swiglu_gate = arena.alloc<floatX>(N * ff);
-            d_swiglu_up = arena.alloc<floatX>(N * ff);
+        if (sizes.qk_in) { scratch.d_qk_in = arena.alloc<floatX>(N * d); }
+        if (cfg.reads_embedding()) { dx0 = arena.alloc<floatX>(N * d); }
+        if (sizes.kernel_floats > 0) { scratch.kernels = arena.alloc<float>(sizes.kernel_floats); }
+        if (sizes.swiglu_width > 0) {
+            scratch.swiglu.d_h = arena.alloc<floatX>(N * sizes.swiglu_width);
+            scratch.swiglu.d_gate = arena.alloc<floatX>(N * sizes.swiglu_width);
+            scratch.swiglu.d_up = arena.alloc<floatX>(N * sizes.swiglu_width);
         }
-        size_t scratch_floats = std::max({norm_backward_scratch_floats((int)N, (int)d),
-                                          norm_backward_scratch_floats((int)(N * cfg.n_head), (int)hd),
-                                          N * cfg.n_head, (size_t)kReduceBlocks + 1});
-        scratch = arena.alloc<float>(scratch_floats);
+        size_t reduce_floats = std::max({norm_backward_scratch_floats((int)N, (int)d),
+                                         norm_backward_scratch_floats((int)(N * cfg.n_head), cfg.head_dim()),
+                                         N * cfg.n_head, (size_t)kReduceBlocks + 1});
+        scratch.reduce = arena.alloc<float>(reduce_floats);
     }
 
     // ---- the fixed QK input (rndembqk, fixedseqqk): model state, not a parameter ------------
     // A fresh model's: rndembqk draws eps from the seed, fixedseqqk takes the first seq_len
     // tokens of the training data (`train_data`, the --train-data pattern).
     void init_fixed_input(uint64_t seed, const std::string& train_data) {
-        if (!cfg.has_fixed_qk()) { return; }
+        if (!has_fixed_row) { return; }
         if (fixed.random) {
             fixed.draw(seed);
             upload_fixed_input();
@@ -563,10 +498,10 @@ struct SAN : LanguageModel<SANConfig> {
         }
     }
     void write_state(TensorFileWriter& w) const override {
-        if (cfg.has_fixed_qk()) { fixed.write(w); }
+        if (has_fixed_row) { fixed.write(w); }
     }
     void read_state(const TensorFileReader& r) override {
-        if (!cfg.has_fixed_qk()) { return; }
+        if (!has_fixed_row) { return; }
         fixed.read(r);
         upload_fixed_input();
     }
@@ -577,7 +512,7 @@ struct SAN : LanguageModel<SANConfig> {
         cudaCheck(cudaMemcpy(fixed_eps, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
     }
     // the fixed row runs when some layer reads it (not when --skip-nonstandard leaves them out)
-    bool fixed_row_needed() const { return cfg.has_fixed_qk() && skip == SkipNonstandard::None; }
+    bool fixed_row_needed() const { return has_fixed_row && skip == SkipNonstandard::None; }
 
     // ---- loss bookkeeping (llmc/model.h, training.h) -------------------------------------
     // A target counts if it is >= 0 and, with the document mask, not the BOS of the next
@@ -587,6 +522,26 @@ struct SAN : LanguageModel<SANConfig> {
     double loss_value(const LossStats& s) const { return s.loss(cfg.z_loss); }
     double z_loss_coefficient() const { return cfg.z_loss; }
     const std::vector<int>& loss_targets() const { return host_targets_masked; }
+
+    // What the mixers of one call share: its rows, mask, RoPE table, cache and scratch.
+    MixerPass mixer_pass(int Bn, int Rn, int Tn, KVCache* cache) const {
+        MixerPass s;
+        s.Bn = Bn, s.Rn = Rn, s.Tn = Tn;
+        s.doc_ids = !cfg.doc_mask ? nullptr : cache != nullptr ? cache->doc : d_doc_ids;
+        s.rope = rope;
+        s.cache = cache;
+        s.x0 = residual[0];
+        s.dx0 = dx0;
+        s.scratch = &scratch;
+        s.stream = stream;
+        return s;
+    }
+    MixerPass layer_pass(MixerPass s, int l) const {
+        s.layer = l;
+        s.pre_norm = &blocks[l].attn.norm;
+        return s;
+    }
+    bool skipped(int l) const { return skip != SkipNonstandard::None && cfg.kind(l) != AttnKind::Standard; }
 
     // ---- forward ------------------------------------------------------------------------
     // inputs, targets: host (Bn, Tn) token ids (targets < 0 are ignored). Computes the loss;
@@ -604,16 +559,41 @@ struct SAN : LanguageModel<SANConfig> {
         if (F && cache != nullptr) { fatal("forward: a cached step has no fixed row (sample() recomputes the window)"); }
         begin_forward(Bn + F, Tn, dloss_scale, cache);
         fixed_row = F;
-        const int Rn = Bn + F;  // rows through the layers
-        const int Nh = Bn * Tn, N = Rn * Tn;  // positions of the real rows (head, loss), of every row (layers)
-        const int d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
-        const int qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff, V = cfg.vocab_size, Vp = cfg.padded_vocab();
-        const float off = cfg.gain_offset();
-        const ResidualMode mode = cfg.residual;
+        const int N = (Bn + F) * Tn;
+        const size_t bytes = (size_t)N * cfg.n_embd * sizeof(floatX);
+        const int64_t count = embed_batch(inputs, targets, Bn, Tn, F, cache, dloss_scale != 0.0f);
+        const MixerPass pass = mixer_pass(Bn, Bn + F, Tn, cache);
+        for (int l = 0; l < cfg.n_layer; l++) {
+            Block& b = blocks[l];
+            floatX *x = residual[l], *x_out = residual[l + 1];
+            floatX* x_attn_out = cfg.has_ffn() ? b.x_mid : x_out;
+            // --skip-nonstandard (evaluation): the variant's sub-layer, or its whole block, is left out
+            if (skipped(l) && skip == SkipNonstandard::Block) {
+                cudaCheck(cudaMemcpyAsync(x_out, x, bytes, cudaMemcpyDeviceToDevice, stream));
+                continue;
+            }
+            if (skipped(l)) {
+                cudaCheck(cudaMemcpyAsync(x_attn_out, x, bytes, cudaMemcpyDeviceToDevice, stream));
+            } else {
+                b.attn.forward_in(x, N, stream);
+                b.mixer->forward(layer_pass(pass, l), b.attn.in, b.attn.out);
+                b.attn.forward_out(x_attn_out, x, N, stream);
+            }
+            if (cfg.has_ffn()) {
+                b.ffn.forward_in(b.x_mid, N, stream);
+                b.ffn_body.forward(b.ffn.out, b.ffn.in, N, stream);
+                b.ffn.forward_out(x_out, b.x_mid, N, stream);
+            }
+        }
+        return head_forward(Bn * Tn, count, dloss_scale, row_losses);
+    }
 
-        // inputs, masked targets and document ids (the rules of doc/san-model.md); the fixed row
-        // is one sequence (document id 0 throughout: causal, no document boundaries) and, for
-        // fixedseqqk, its inputs are the fixed tokens
+    // The batch onto the device and into the stream: inputs, masked targets and document ids
+    // (the rules of doc/san-model.md), the embedding; returns the count of targets in the
+    // loss. The fixed row (F = 1) is one sequence (document id 0 throughout: causal, no
+    // document boundaries) and starts as rndembqk's eps or the embedding of fixedseqqk's tokens.
+    int64_t embed_batch(const int* inputs, const int* targets, int Bn, int Tn, int F, KVCache* cache, bool training) {
+        const int Nh = Bn * Tn, N = (Bn + F) * Tn, V = cfg.vocab_size, d = cfg.n_embd;
         std::vector<int> doc_ids(N, 0), masked(Nh), stream_inputs(inputs, inputs + Nh);
         int64_t count = 0;
         for (int b = 0; b < Bn; b++) {
@@ -628,143 +608,36 @@ struct SAN : LanguageModel<SANConfig> {
                 count += masked[i] >= 0;
             }
         }
-        const int pos = cache != nullptr ? cache->pos : 0;
         if (cache != nullptr) {  // the document id continues the cached positions'
             cache->next_doc += inputs[0] == cfg.bos_id;
             doc_ids[0] = cache->next_doc;
-            cudaCheck(cudaMemcpy(cache->doc + pos, doc_ids.data(), sizeof(int), cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(cache->doc + cache->pos, doc_ids.data(), sizeof(int), cudaMemcpyHostToDevice));
         }
-        const bool fixed_tokens = F && cfg.attention == AttnKind::FixedSeqQK;
+        const bool fixed_tokens = F && !fixed.random;
         if (fixed_tokens) { stream_inputs.insert(stream_inputs.end(), fixed.tokens.begin(), fixed.tokens.begin() + Tn); }
         const int embedded = fixed_tokens ? N : Nh;  // positions looked up in the embedding
         host_targets_masked = masked;
         cudaCheck(cudaMemcpy(d_inputs, stream_inputs.data(), embedded * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_targets, masked.data(), Nh * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_doc_ids, doc_ids.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-        // (with the document mask off, the fixed row's mask is causal like every row's)
-        const int* doc = cfg.doc_mask ? d_doc_ids : nullptr;
-        if (dloss_scale != 0.0f) { buckets.build(stream_inputs.data(), embedded, stream); }
-
-        embedding_forward(residual[0], d_inputs, P.wte, embedded, d, std::sqrt((float)d), stream);
+        if (training) { buckets.build(stream_inputs.data(), embedded, stream); }
+        embedding_forward(residual[0], d_inputs, wte().w, embedded, d, std::sqrt((float)d), stream);
         if (F && !fixed_tokens) {  // rndembqk: the fixed row starts as eps (its first Tn positions)
             cudaCheck(cudaMemcpyAsync(residual[0] + (size_t)Nh * d, fixed_eps, (size_t)Tn * d * sizeof(floatX),
                                       cudaMemcpyDeviceToDevice, stream));
         }
-        for (int l = 0; l < cfg.n_layer; l++) {
-            const LayerTensors<floatX>& p = P.layers[l];
-            LayerActivations& a = acts[l];
-            floatX* x_in = residual[l];
-            floatX* x_attn_out = cfg.has_ffn() ? a.x_mid : residual[l + 1];
-            const AttnKind kind = cfg.kind(l);
-            // --skip-nonstandard (evaluation): the variant's sub-layer, or its whole block, is left out
-            const bool skipped = skip != SkipNonstandard::None && kind != AttnKind::Standard;
-            if (skipped && skip == SkipNonstandard::Block) {
-                cudaCheck(cudaMemcpyAsync(residual[l + 1], x_in, (size_t)N * d * sizeof(floatX),
-                                          cudaMemcpyDeviceToDevice, stream));
-                continue;
-            }
-            if (skipped) {
-                cudaCheck(cudaMemcpyAsync(x_attn_out, x_in, (size_t)N * d * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                          stream));
-            } else {
-                // attention block (or the variant of this layer: doc/deconstructing.md)
-                norm_forward(a.attn_in, a.attn_in_rstd, x_in, p.attn_norm, N, d, off, kNormEps, stream);
-                if (kind == AttnKind::Mlp) {  // no token mixing: a SwiGLU of the position's own input
-                    const int m = cfg.mlp_width();
-                    linear_forward(a.mlp_gate, a.attn_in, p.mlp_gate, N, d, m, stream);
-                    linear_forward(a.mlp_up, a.attn_in, p.mlp_up, N, d, m, stream);
-                    swiglu_forward(a.mlp_out, a.mlp_gate, a.mlp_up, (size_t)N * m, stream);
-                    linear_forward(a.attn_out, a.mlp_out, p.mlp_down, N, m, d, stream);
-                } else {
-                    // keys and values: the activations, or with a cache its row `pos`
-                    floatX* k = cache != nullptr ? cache->k[l] + (size_t)pos * kvd : a.k;
-                    floatX* v = cache != nullptr ? cache->v[l] + (size_t)pos * kvd : a.v;
-                    const float* rope_rows = rope + (size_t)pos * hd;  // the table from position pos on
-                    // staticembqk: queries and keys from the embedding x0, through this layer's pre-norm
-                    const floatX* qk_in = a.attn_in;
-                    if (kind == AttnKind::StaticEmbQK) {
-                        norm_forward(a.qk_in, a.qk_in_rstd, residual[0], p.attn_norm, N, d, off, kNormEps, stream);
-                        qk_in = a.qk_in;
-                    }
-                    // rndembqk, fixedseqqk: only the fixed row computes its own q, k (rows r0 ..
-                    // r0 + Rq - 1), which are then broadcast into the real rows; v from every row
-                    const bool fixed_qk = is_fixed_qk(kind);
-                    const int r0 = fixed_qk ? Bn : 0, Rq = fixed_qk ? 1 : Rn, Nq = Rq * Tn;
-                    const size_t p0 = (size_t)r0 * Tn;  // first position of those rows
-                    floatX* q = a.q + p0 * qd;
-                    k += p0 * kvd;
-                    linear_forward(a.q_lin + p0 * qd, qk_in + p0 * d, p.wq, Nq, d, qd, stream);
-                    linear_forward(a.k_lin + p0 * kvd, qk_in + p0 * d, p.wk, Nq, d, kvd, stream);
-                    linear_forward(v, a.attn_in, p.wv, N, d, kvd, stream);
-                    if (kind == AttnKind::Nonapprox) {
-                        // q = SiLU(attn_in W_q), then QK-norm; no RoPE: the score q[t].k[t] pairs a
-                        // position with itself, and rotating both by one angle would change nothing
-                        silu_forward(cfg.qk_norm ? a.q_act : a.q, a.q_lin, (size_t)N * qd, stream);
-                        if (cfg.qk_norm) {
-                            norm_forward(a.q, a.q_rstd, a.q_act, p.q_norm, N * Hq, hd, off, kNormEps, stream);
-                            norm_forward(a.k, a.k_rstd, a.k_lin, p.k_norm, N * Hkv, hd, off, kNormEps, stream);
-                        } else {
-                            cudaCheck(cudaMemcpyAsync(a.k, a.k_lin, (size_t)N * kvd * sizeof(floatX),
-                                                      cudaMemcpyDeviceToDevice, stream));
-                        }
-                        nonapprox_forward(a.o, a.lse, a.q, a.k, a.v, doc, Rn, Tn, Hq, Hkv, hd, stream);
-                    } else {
-                        if (cfg.qk_norm) {
-                            norm_forward(q, a.q_rstd + p0 * Hq, a.q_lin + p0 * qd, p.q_norm, Nq * Hq, hd, off, kNormEps,
-                                         stream);
-                            norm_forward(k, a.k_rstd + p0 * Hkv, a.k_lin + p0 * kvd, p.k_norm, Nq * Hkv, hd, off,
-                                         kNormEps, stream);
-                            rope_forward(q, q, rope_rows, Rq, Tn, Hq, hd, stream);
-                            rope_forward(k, k, rope_rows, Rq, Tn, Hkv, hd, stream);
-                        } else {
-                            rope_forward(q, a.q_lin + p0 * qd, rope_rows, Rq, Tn, Hq, hd, stream);
-                            rope_forward(k, a.k_lin + p0 * kvd, rope_rows, Rq, Tn, Hkv, hd, stream);
-                        }
-                        if (fixed_qk) {  // every real row attends with the fixed row's q, k (its own mask)
-                            broadcast_fixed_row(a.q, (size_t)Tn * qd, Bn, stream);
-                            broadcast_fixed_row(a.k, (size_t)Tn * kvd, Bn, stream);
-                        }
-                        if (cache != nullptr) {  // (sample() caches standard and staticembqk layers only)
-                            attention_decode(a.o, a.q, cache->k[l], cache->v[l], cfg.doc_mask ? cache->doc : nullptr,
-                                             pos, Hq, Hkv, hd, stream);
-                        } else if (kind == AttnKind::Approximate) {
-                            taylor_attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Rn, Tn, Hq, Hkv, hd,
-                                                     cfg.taylor_norm, stream);
-                        } else {
-                            attention_forward(a.o, a.lse, a.q, a.k, a.v, doc, Rn, Tn, Hq, Hkv, hd, stream);
-                        }
-                    }
-                    linear_forward(a.attn_out, a.o, p.wo, N, qd, d, stream);
-                }
-                const floatX* branch = a.attn_out;
-                if (cfg.sandwich) {
-                    norm_forward(a.attn_out_normed, a.attn_out_rstd, a.attn_out, p.attn_post_norm, N, d, off, kNormEps,
-                                 stream);
-                    branch = a.attn_out_normed;
-                }
-                residual_forward(x_attn_out, x_in, branch, p.attn_gate, mode, (size_t)N * d, stream);
-            }
-            // FFN block (control arm)
-            if (cfg.has_ffn()) {
-                norm_forward(a.ffn_in, a.ffn_in_rstd, a.x_mid, p.ffn_norm, N, d, off, kNormEps, stream);
-                linear_forward(a.swiglu_gate, a.ffn_in, p.w_gate, N, d, ff, stream);
-                linear_forward(a.swiglu_up, a.ffn_in, p.w_up, N, d, ff, stream);
-                swiglu_forward(a.swiglu_out, a.swiglu_gate, a.swiglu_up, (size_t)N * ff, stream);
-                linear_forward(a.ffn_out, a.swiglu_out, p.w_down, N, ff, d, stream);
-                const floatX* fbranch = a.ffn_out;
-                if (cfg.sandwich) {
-                    norm_forward(a.ffn_out_normed, a.ffn_out_rstd, a.ffn_out, p.ffn_post_norm, N, d, off, kNormEps, stream);
-                    fbranch = a.ffn_out_normed;
-                }
-                residual_forward(residual[l + 1], a.x_mid, fbranch, p.ffn_gate, mode, (size_t)N * d, stream);
-            }
-        }
-        // the head: the real rows (the first Nh positions; the fixed row has no targets)
-        norm_forward(xf, xf_rstd, residual[cfg.n_layer], P.final_norm, Nh, d, off, kNormEps, stream);
-        linear_forward(logits, xf, P.wte, Nh, d, Vp, stream);
-        classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
-                                    d_targets, Nh, V, Vp, (float)cfg.z_loss, dloss_scale, stream);
+        return count;
+    }
 
+    // The head on the real rows (the first Nh positions; the fixed row has no targets): final
+    // norm, tied-embedding logits, cross-entropy and z-loss (and d logits when training).
+    LossStats head_forward(int Nh, int64_t count, float dloss_scale, std::vector<float>* row_losses) {
+        const int d = cfg.n_embd;
+        final_norm().forward(xf, xf_rstd, residual[cfg.n_layer], Nh, stream);
+        linear_forward(logits, xf, wte().w, Nh, d, cfg.padded_vocab(), stream);
+        classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
+                                    d_targets, Nh, cfg.vocab_size, cfg.padded_vocab(), (float)cfg.z_loss, dloss_scale,
+                                    stream);
         std::vector<float> losses = copy_from_device(row_loss, Nh), lse_sq = copy_from_device(row_lse_sq, Nh);
         LossStats stats;
         for (int i = 0; i < Nh; i++) {
@@ -783,140 +656,41 @@ struct SAN : LanguageModel<SANConfig> {
         if (skip != SkipNonstandard::None) { fatal("backward: --skip-nonstandard is for evaluation only"); }
         // rows: Bn real rows and, with rndembqk / fixedseqqk, the fixed row after them (row Bn)
         const int Rn = last_B, Bn = Rn - fixed_row, Tn = last_T, Nh = Bn * Tn, N = Rn * Tn;
-        const int d = cfg.n_embd, hd = cfg.head_dim();
-        const int Hq = cfg.n_head, Hkv = cfg.n_kv_head, qd = Hq * hd, kvd = Hkv * hd, ff = cfg.d_ff;
-        const int Vp = cfg.padded_vocab();
-        const float off = cfg.gain_offset();
-        const ResidualMode mode = cfg.residual;
-        const int* doc = cfg.doc_mask ? d_doc_ids : nullptr;
+        const int d = cfg.n_embd;
         const size_t Nd = (size_t)N * d;
 
         // LM head (tied embedding) and final norm: the real rows (the fixed row's stream gradient
         // starts at 0: it has no loss, only the q, k paths of the variant layers below)
-        linear_backward_weight(G.wte, dlogits, xf, Nh, d, Vp, stream);
-        linear_backward_input(dxf, dlogits, P.wte, Nh, d, Vp, false, stream);
+        linear_backward_weight(wte().grad, dlogits, xf, Nh, d, cfg.padded_vocab(), stream);
+        linear_backward_input(dxf, dlogits, wte().w, Nh, d, cfg.padded_vocab(), false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream));
-        norm_backward(dx, G.final_norm, scratch, dxf, residual[cfg.n_layer], P.final_norm, xf_rstd, Nh, d, off, stream);
+        final_norm().backward(dx, dxf, residual[cfg.n_layer], xf_rstd, Nh, scratch.reduce, stream);
         if (dx0 != nullptr) { cudaCheck(cudaMemsetAsync(dx0, 0, Nd * sizeof(floatX), stream)); }
 
-        // Gradient of one residual branch: dx holds dL/d(x_out). Leaves dL/d(branch output
-        // before the sandwich norm) in the returned buffer and clears dx for mode `none`.
-        auto branch_backward = [&](const floatX* branch_out, const floatX* pre_norm, const float* post_rstd,
-                                   const floatX* post_gain, floatX* post_dgain, const floatX* gate, floatX* dgate) {
-            residual_backward(d_branch, dgate, scratch, dx, branch_out, gate, mode, Nd, stream);
-            if (mode == ResidualMode::None) { cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream)); }
-            if (!cfg.sandwich) { return d_branch; }
-            cudaCheck(cudaMemsetAsync(d_proj, 0, Nd * sizeof(floatX), stream));
-            norm_backward(d_proj, post_dgain, scratch, d_branch, pre_norm, post_gain, post_rstd, N, d, off, stream);
-            return d_proj;
-        };
-
+        const MixerPass pass = mixer_pass(Bn, Rn, Tn, nullptr);
         for (int l = cfg.n_layer - 1; l >= 0; l--) {
             // layer l + 1's gradients are final: their reduction may start (--overlap-reduce)
             if (l + 1 < cfg.n_layer) { layer_gradients_done(l + 1); }
-            const LayerTensors<floatX>& p = P.layers[l];
-            const LayerTensors<floatX>& g = G.layers[l];
-            LayerActivations& a = acts[l];
+            Block& b = blocks[l];
             if (cfg.has_ffn()) {
-                floatX* d_ffn_out = branch_backward(cfg.sandwich ? a.ffn_out_normed : a.ffn_out, a.ffn_out,
-                                                    a.ffn_out_rstd, p.ffn_post_norm, g.ffn_post_norm, p.ffn_gate, g.ffn_gate);
-                linear_backward_weight(g.w_down, d_ffn_out, a.swiglu_out, N, ff, d, stream);
-                linear_backward_input(d_swiglu_out, d_ffn_out, p.w_down, N, ff, d, false, stream);
-                swiglu_backward(d_swiglu_gate, d_swiglu_up, d_swiglu_out, a.swiglu_gate, a.swiglu_up, (size_t)N * ff,
-                                stream);
-                linear_backward_weight(g.w_gate, d_swiglu_gate, a.ffn_in, N, d, ff, stream);
-                linear_backward_weight(g.w_up, d_swiglu_up, a.ffn_in, N, d, ff, stream);
-                linear_backward_input(d_block_in, d_swiglu_gate, p.w_gate, N, d, ff, false, stream);
-                linear_backward_input(d_block_in, d_swiglu_up, p.w_up, N, d, ff, true, stream);
-                norm_backward(dx, g.ffn_norm, scratch, d_block_in, a.x_mid, p.ffn_norm, a.ffn_in_rstd, N, d, off, stream);
+                floatX* d_ffn_out = b.ffn.backward_out(dx, N, scratch, stream);
+                b.ffn_body.backward(d_block_in, d_ffn_out, b.ffn.in, N, scratch.swiglu, stream);
+                b.ffn.backward_in(dx, d_block_in, b.x_mid, N, scratch, stream);
             }
-            floatX* d_attn_out = branch_backward(cfg.sandwich ? a.attn_out_normed : a.attn_out, a.attn_out,
-                                                 a.attn_out_rstd, p.attn_post_norm, g.attn_post_norm, p.attn_gate, g.attn_gate);
-            const AttnKind kind = cfg.kind(l);
-            if (kind == AttnKind::Mlp) {
-                const int m = cfg.mlp_width();
-                linear_backward_weight(g.mlp_down, d_attn_out, a.mlp_out, N, m, d, stream);
-                linear_backward_input(d_swiglu_out, d_attn_out, p.mlp_down, N, m, d, false, stream);
-                swiglu_backward(d_swiglu_gate, d_swiglu_up, d_swiglu_out, a.mlp_gate, a.mlp_up, (size_t)N * m, stream);
-                linear_backward_weight(g.mlp_gate, d_swiglu_gate, a.attn_in, N, d, m, stream);
-                linear_backward_weight(g.mlp_up, d_swiglu_up, a.attn_in, N, d, m, stream);
-                linear_backward_input(d_block_in, d_swiglu_gate, p.mlp_gate, N, d, m, false, stream);
-                linear_backward_input(d_block_in, d_swiglu_up, p.mlp_up, N, d, m, true, stream);
-                norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off,
-                              stream);
-                continue;
-            }
-            linear_backward_weight(g.wo, d_attn_out, a.o, N, qd, d, stream);
-            linear_backward_input(d_o, d_attn_out, p.wo, N, qd, d, false, stream);
-            if (kind == AttnKind::Nonapprox) {  // (no RoPE)
-                nonapprox_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Rn, Tn, Hq, Hkv,
-                                   hd, stream);
-            }
-            // rndembqk, fixedseqqk: the real rows' q, k were the fixed row's (broadcast), so their
-            // dq, dk join the fixed row's own; from here on only the fixed row's q, k path runs
-            // (rows r0 .. r0 + Rq - 1; every row for the other kinds)
-            const bool fixed_qk = is_fixed_qk(kind);
-            const int r0 = fixed_qk ? Bn : 0, Rq = fixed_qk ? 1 : Rn, Nq = Rq * Tn;
-            const size_t p0 = (size_t)r0 * Tn;
-            floatX* dq = d_q + p0 * qd;
-            floatX* dk = d_k + p0 * kvd;
-            if (kind != AttnKind::Nonapprox) {
-                if (kind == AttnKind::Approximate) {
-                    taylor_attention_backward(d_q, d_k, d_v, variant_scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Rn,
-                                              Tn, Hq, Hkv, hd, cfg.taylor_norm, stream);
-                } else {
-                    attention_backward(d_q, d_k, d_v, scratch, d_o, a.o, a.q, a.k, a.v, a.lse, doc, Rn, Tn, Hq, Hkv, hd,
-                                       stream);
-                }
-                if (fixed_qk) {
-                    sum_rows_into_fixed(d_q, (size_t)Tn * qd, Bn, stream);
-                    sum_rows_into_fixed(d_k, (size_t)Tn * kvd, Bn, stream);
-                }
-                rope_backward(dq, dq, rope, Rq, Tn, Hq, hd, stream);
-                rope_backward(dk, dk, rope, Rq, Tn, Hkv, hd, stream);
-            }
-            floatX* dq_lin = dq;
-            floatX* dk_lin = dk;
-            if (cfg.qk_norm) {
-                dq_lin = d_qlin + p0 * qd;
-                dk_lin = d_klin + p0 * kvd;
-                cudaCheck(cudaMemsetAsync(dq_lin, 0, (size_t)Nq * qd * sizeof(floatX), stream));
-                cudaCheck(cudaMemsetAsync(dk_lin, 0, (size_t)Nq * kvd * sizeof(floatX), stream));
-                norm_backward(dq_lin, g.q_norm, scratch, dq, (kind == AttnKind::Nonapprox ? a.q_act : a.q_lin) + p0 * qd,
-                              p.q_norm, a.q_rstd + p0 * Hq, Nq * Hq, hd, off, stream);
-                norm_backward(dk_lin, g.k_norm, scratch, dk, a.k_lin + p0 * kvd, p.k_norm, a.k_rstd + p0 * Hkv, Nq * Hkv,
-                              hd, off, stream);
-            }
-            if (kind == AttnKind::Nonapprox) {  // through q = SiLU(q_lin), in place
-                silu_backward(dq_lin, dq_lin, a.q_lin, (size_t)N * qd, stream);
-            }
-            // staticembqk: q and k came from qk_in = norm(x0): their gradient goes to x0 (dx0)
-            const floatX* qk_in = (kind == AttnKind::StaticEmbQK ? a.qk_in : a.attn_in) + p0 * d;
-            floatX* d_qk = (kind == AttnKind::StaticEmbQK ? d_qk_in : d_block_in) + p0 * d;
-            linear_backward_weight(g.wq, dq_lin, qk_in, Nq, d, qd, stream);
-            linear_backward_weight(g.wk, dk_lin, qk_in, Nq, d, kvd, stream);
-            linear_backward_weight(g.wv, d_v, a.attn_in, N, d, kvd, stream);
-            if (fixed_qk) {  // the real rows' input reaches only v; the fixed row's also q and k
-                linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, false, stream);
-                linear_backward_input(d_qk, dq_lin, p.wq, Nq, d, qd, true, stream);
-                linear_backward_input(d_qk, dk_lin, p.wk, Nq, d, kvd, true, stream);
-            } else {
-                linear_backward_input(d_qk, dq_lin, p.wq, N, d, qd, false, stream);
-                linear_backward_input(d_qk, dk_lin, p.wk, N, d, kvd, true, stream);
-                linear_backward_input(d_block_in, d_v, p.wv, N, d, kvd, kind != AttnKind::StaticEmbQK, stream);
-            }
-            if (kind == AttnKind::StaticEmbQK) {
-                norm_backward(dx0, g.attn_norm, scratch, d_qk_in, residual[0], p.attn_norm, a.qk_in_rstd, N, d, off,
-                              stream);
-            }
-            norm_backward(dx, g.attn_norm, scratch, d_block_in, residual[l], p.attn_norm, a.attn_in_rstd, N, d, off, stream);
+            floatX* d_attn_out = b.attn.backward_out(dx, N, scratch, stream);
+            b.mixer->backward(layer_pass(pass, l), b.attn.in, d_attn_out, d_block_in);
+            b.attn.backward_in(dx, d_block_in, residual[l], N, scratch, stream);
         }
         layer_gradients_done(0);
         if (dx0 != nullptr) {  // the staticembqk layers' path to the embedding joins the stream's
             residual_forward(dx, dx, dx0, nullptr, ResidualMode::Standard, Nd, stream);
         }
-        embedding_backward(G.wte, dx, buckets, d, std::sqrt((float)d), stream);
+        embedding_backward(wte().grad, dx, buckets, d, std::sqrt((float)d), stream);
     }
+
+    // the tied embedding and the final norm: the first and the last tensor of the spec
+    Weight wte() const { return {params + spec.front().offset, grads + spec.front().offset}; }
+    GainNorm final_norm() const { return cfg.stream_norm({params + spec.back().offset, grads + spec.back().offset}); }
 
     // ---- measurements (logged at every validation; llmc/evaluation.h LayerMeasurements) --
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
@@ -931,62 +705,62 @@ struct SAN : LanguageModel<SANConfig> {
         // the fp32 values (master weights in bf16 builds; gathered when ZeRO-1 shards them,
         // so every rank measures)
         const std::vector<float> values = residual_has_gate(mode) ? laid_out_parameters() : std::vector<float>();
-        auto gate_value = [&](const floatX* gate) {
-            double g = values[(size_t)(gate - params)];
+        auto gate_value = [&](const Weight& gate) {
+            double g = values[(size_t)(gate.w - params)];
             return mode == ResidualMode::Gated ? 1.0 / (1.0 + std::exp(-g)) : g;
         };
         if (residual_has_gate(mode)) {
-            for (const LayerTensors<floatX>& p : P.layers) {
-                m.attn_gate.push_back(gate_value(p.attn_gate));
-                if (cfg.has_ffn()) { m.ffn_gate.push_back(gate_value(p.ffn_gate)); }
+            for (const Block& b : blocks) {
+                m.attn_gate.push_back(gate_value(b.attn.gate));
+                if (cfg.has_ffn()) { m.ffn_gate.push_back(gate_value(b.ffn.gate)); }
             }
         }
         if (Bn <= 0 || Tn <= 0) { return m; }
-        const int N = Bn * Tn, d = cfg.n_embd, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
+        const int N = Bn * Tn, d = cfg.n_embd;
         std::vector<int> no_targets(N, -1);
         forward(inputs, no_targets.data(), Bn, Tn, 0.0f);
         std::vector<int> doc = copy_from_device(d_doc_ids, N);
-        const double scale = 1.0 / std::sqrt((double)hd);
         for (int l = 0; l < cfg.n_layer; l++) {
             std::vector<float> h = to_floats(copy_from_device(residual[l + 1], (size_t)N * d));
             m.erank.push_back(effective_rank(h, N, d));
-            const AttnKind kind = cfg.kind(l);
-            if (kind == AttnKind::Mlp || (skip != SkipNonstandard::None && kind != AttnKind::Standard)) {
-                m.max_logit.push_back(0.0);
-                continue;
-            }
-            std::vector<float> q = to_floats(copy_from_device(acts[l].q, (size_t)N * Hq * hd));
-            std::vector<float> k = to_floats(copy_from_device(acts[l].k, (size_t)N * Hkv * hd));
-            double largest = 0.0;
-            for (int b = 0; b < Bn; b++) {
-                for (int h = 0; h < Hq; h++) {
-                    int j = h / (Hq / Hkv);
-                    for (int t = 0; t < Tn; t++) {
-                        const float* qt = &q[(((size_t)b * Tn + t) * Hq + h) * hd];
-                        for (int tau = kind == AttnKind::Nonapprox ? t : 0; tau <= t; tau++) {
-                            if (cfg.doc_mask && doc[b * Tn + tau] != doc[b * Tn + t]) { continue; }
-                            const float* kt = &k[(((size_t)b * Tn + tau) * Hkv + j) * hd];
-                            double dot = 0.0;
-                            for (int c = 0; c < hd; c++) { dot += (double)qt[c] * kt[c]; }
-                            largest = std::max(largest, std::fabs(dot) * scale);
-                        }
+            const ScoreInputs scores = blocks[l].mixer->score_inputs();
+            m.max_logit.push_back(scores.q == nullptr || skipped(l) ? 0.0 : largest_score(scores, doc, Bn, Tn));
+        }
+        return m;
+    }
+    double largest_score(const ScoreInputs& s, const std::vector<int>& doc, int Bn, int Tn) const {
+        const int N = Bn * Tn, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
+        std::vector<float> q = to_floats(copy_from_device(s.q, (size_t)N * Hq * hd));
+        std::vector<float> k = to_floats(copy_from_device(s.k, (size_t)N * Hkv * hd));
+        const double scale = 1.0 / std::sqrt((double)hd);
+        double largest = 0.0;
+        for (int b = 0; b < Bn; b++) {
+            for (int h = 0; h < Hq; h++) {
+                int j = h / (Hq / Hkv);
+                for (int t = 0; t < Tn; t++) {
+                    const float* qt = &q[(((size_t)b * Tn + t) * Hq + h) * hd];
+                    for (int tau = s.own_position_only ? t : 0; tau <= t; tau++) {
+                        if (cfg.doc_mask && doc[b * Tn + tau] != doc[b * Tn + t]) { continue; }
+                        const float* kt = &k[(((size_t)b * Tn + tau) * Hkv + j) * hd];
+                        double dot = 0.0;
+                        for (int c = 0; c < hd; c++) { dot += (double)qt[c] * kt[c]; }
+                        largest = std::max(largest, std::fabs(dot) * scale);
                     }
                 }
             }
-            m.max_logit.push_back(largest);
         }
-        return m;
+        return largest;
     }
 };
 
 // Sampling (llmc/model.h), found instead of model.h's template by argument-dependent lookup:
-// the cached step runs standard attention (llmc/kv_cache.cuh), so a model with approximate,
-// nonapprox, rndembqk or fixedseqqk layers (the last two need the fixed row beside every step's
-// queries) recomputes the window for every token instead.
+// the cached step needs every layer's mixer to decode one position from the cache
+// (llmc/kv_cache.cuh); with approximate, nonapprox, rndembqk or fixedseqqk layers (the last
+// two need the fixed row beside every step's queries) the window is recomputed for every token.
 std::vector<int> sample(SAN& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
                         bool use_cache = true) {
     const SANConfig& c = model.cfg;
-    use_cache = use_cache && !c.has_kind(AttnKind::Approximate) && !c.has_kind(AttnKind::Nonapprox) && !c.has_fixed_qk();
+    for (const Block& b : model.blocks) { use_cache = use_cache && b.mixer->decodes_with_cache(); }
     return sample_tokens(model, model.kv, model.T, c.padded_vocab(), c.vocab_size, c.bos_id, c.n_layer, c.kv_width(),
                          model.logits, std::move(tokens), n, temperature, rng, use_cache);
 }

@@ -59,6 +59,7 @@ are compiled with O3 there (below), ~15 GFLOP/s on 2 cores at hd = 64, a third o
 
 #include "align.h"
 #include "attention_cudnn.cuh"
+#include "attention_shape.h"  // defines: AttnShape, AttnTensors, AttnGrads
 #include "attention_tc.cuh"
 #include "cuda_common.h"
 #include "head_dim.h"
@@ -327,11 +328,11 @@ void attention_dispatch_head_dim(int hd, F f) {
     dispatch_head_dim<8>(hd, f);
 }
 
-inline void attention_check_shapes(const char* who, int B, int T, int Hq, int Hkv, int hd) {
-    if (B < 1 || T < 1 || Hq < 1 || Hkv < 1 || Hq % Hkv != 0 || hd < 2 || hd > 128 || hd % 2 != 0 || Hq > 65535 ||
-        B > 65535) {
+inline void attention_check_shapes(const char* who, const AttnShape& s) {
+    if (s.B < 1 || s.T < 1 || s.Hq < 1 || s.Hkv < 1 || s.Hq % s.Hkv != 0 || s.hd < 2 || s.hd > 128 || s.hd % 2 != 0 ||
+        s.Hq > 65535 || s.B > 65535) {
         fprintf(stderr, "%s: unsupported shape B=%d T=%d Hq=%d Hkv=%d hd=%d (need Hq %% Hkv == 0, even hd <= 128)\n",
-                who, B, T, Hq, Hkv, hd);
+                who, s.B, s.T, s.Hq, s.Hkv, s.hd);
         exit(EXIT_FAILURE);
     }
 }
@@ -344,45 +345,38 @@ void attention_allow_shared(Kernel* kernel, size_t bytes) {
     }
 }
 
-// q: (B, T, Hq, hd), k and v: (B, T, Hkv, hd), out: (B, T, Hq, hd), all floatX row-major;
-// lse: (B, Hq, T) float, the log-sum-exp of each query row's scaled scores (natural log).
-// Query head h uses kv head h / (Hq / Hkv). Scores s = q.k / sqrt(hd). Position tau is
-// visible from t iff tau <= t and (doc_ids == nullptr or doc_ids[b*T + tau] == doc_ids[b*T + t]).
-// Every row sees at least itself, so no row is empty.
-inline void attention_forward_scalar(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
-                                     const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
-    attention_check_shapes("attention_forward", B, T, Hq, Hkv, hd);
-    attention_dispatch_head_dim(hd, [&](auto head_dim) {
+// The scalar kernels (the exact reference; the tensors of AttnShape / AttnTensors).
+inline void attention_forward_scalar(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
+    attention_check_shapes("attention_forward", s);
+    attention_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
         size_t shared = 2 * kAttnTile * HD * sizeof(float) + kAttnTile * sizeof(int);
         attention_allow_shared(attention_forward_kernel<HD>, shared);
-        dim3 grid(CEIL_DIV(T, kAttnRows), Hq, B);
-        LAUNCH(grid, kAttnRows, shared, stream, attention_forward_kernel<HD>)(out, lse, q, k, v, doc_ids, T, Hq, Hkv,
-                                                                             hd);
+        dim3 grid(CEIL_DIV(s.T, kAttnRows), s.Hq, s.B);
+        LAUNCH(grid, kAttnRows, shared, stream, attention_forward_kernel<HD>)(t.out, t.stats, t.q, t.k, t.v, s.doc_ids,
+                                                                             s.T, s.Hq, s.Hkv, s.hd);
     });
     cudaCheckLaunch();
 }
 
-// Gradients, OVERWRITTEN (not accumulated): dq (B,T,Hq,hd), dk and dv (B,T,Hkv,hd).
-// scratch: at least B*Hq*T floats (holds D = rowsum(dout * out)).
-inline void attention_backward_scalar(floatX* dq, floatX* dk, floatX* dv, float* scratch, const floatX* dout,
-                                      const floatX* out, const floatX* q, const floatX* k, const floatX* v,
-                                      const float* lse, const int* doc_ids, int B, int T, int Hq, int Hkv, int hd,
+// Gradients, OVERWRITTEN (not accumulated); g.scratch: at least B*Hq*T floats (holds
+// D = rowsum(dout * out)).
+inline void attention_backward_scalar(const AttnShape& s, const AttnTensors& t, const AttnGrads& g,
                                       cudaStream_t stream) {
-    attention_check_shapes("attention_backward", B, T, Hq, Hkv, hd);
-    attention_dispatch_head_dim(hd, [&](auto head_dim) {
+    attention_check_shapes("attention_backward", s);
+    attention_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
         size_t shared_dq = 2 * kAttnTile * HD * sizeof(float) + kAttnTile * sizeof(int);
         attention_allow_shared(attention_backward_dq_kernel<HD>, shared_dq);
-        dim3 grid_dq(CEIL_DIV(T, kAttnRows), Hq, B);
+        dim3 grid_dq(CEIL_DIV(s.T, kAttnRows), s.Hq, s.B);
         LAUNCH(grid_dq, kAttnRows, shared_dq, stream, attention_backward_dq_kernel<HD>)(
-            dq, scratch, dout, out, q, k, v, lse, doc_ids, T, Hq, Hkv, hd);
+            g.dq, g.scratch, g.dout, t.out, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
         cudaCheckLaunch();
         size_t shared_dkdv = 2 * kAttnTile * HD * sizeof(float) + 2 * kAttnTile * sizeof(float) + kAttnTile * sizeof(int);
         attention_allow_shared(attention_backward_dkdv_kernel<HD>, shared_dkdv);
-        dim3 grid_dkdv(CEIL_DIV(T, kAttnRows), Hkv, B);
+        dim3 grid_dkdv(CEIL_DIV(s.T, kAttnRows), s.Hkv, s.B);
         LAUNCH(grid_dkdv, kAttnRows, shared_dkdv, stream, attention_backward_dkdv_kernel<HD>)(
-            dk, dv, scratch, dout, q, k, v, lse, doc_ids, T, Hq, Hkv, hd);
+            g.dk, g.dv, g.scratch, g.dout, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
     });
     cudaCheckLaunch();
 }
@@ -424,62 +418,56 @@ inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void
 
 // Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. Templates,
 // so that fp32 builds (T = float) never instantiate the bf16-only kernels.
+// Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. (The
+// bf16-only kernels are instantiated only in bf16 builds: templates, T = floatX.)
 template <typename T>
-bool attention_forward_try_tc(T* out, float* lse, const T* q, const T* k, const T* v, const int* doc_ids, int B, int T_,
-                              int Hq, int Hkv, int hd, cudaStream_t stream) {
+bool attention_forward_try_tc(const AttnShape& s, const AttnTensorsOf<T>& t, cudaStream_t stream) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-        if (attention_uses_tensor_cores(hd, {out, q, k, v})) {
-            attention_forward_tc(out, lse, q, k, v, doc_ids, B, T_, Hq, Hkv, hd, stream);
+        if (attention_uses_tensor_cores(s.hd, {t.out, t.q, t.k, t.v})) {
+            attention_forward_tc(t.out, t.stats, t.q, t.k, t.v, s.doc_ids, s.B, s.T, s.Hq, s.Hkv, s.hd, stream);
             return true;
         }
     }
     return false;
 }
 template <typename T>
-bool attention_backward_try_tc(T* dq, T* dk, T* dv, float* scratch, const T* dout, const T* out, const T* q, const T* k,
-                               const T* v, const float* lse, const int* doc_ids, int B, int T_, int Hq, int Hkv, int hd,
+bool attention_backward_try_tc(const AttnShape& s, const AttnTensorsOf<T>& t, const AttnGradsOf<T>& g,
                                cudaStream_t stream) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-        if (attention_uses_tensor_cores(hd, {dq, dk, dv, dout, out, q, k, v})) {
-            attention_backward_tc(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T_, Hq, Hkv, hd, stream);
+        if (attention_uses_tensor_cores(s.hd, {g.dq, g.dk, g.dv, g.dout, t.out, t.q, t.k, t.v})) {
+            attention_backward_tc(g.dq, g.dk, g.dv, g.scratch, g.dout, t.out, t.q, t.k, t.v, t.stats, s.doc_ids, s.B, s.T,
+                                  s.Hq, s.Hkv, s.hd, stream);
             return true;
         }
     }
     return false;
 }
 
-// q: (B, T, Hq, hd), k and v: (B, T, Hkv, hd), out: (B, T, Hq, hd), all floatX row-major;
-// lse: (B, Hq, T) float, the log-sum-exp of each query row's scaled scores (natural log).
-// Query head h uses kv head h / (Hq / Hkv). Scores s = q.k / sqrt(hd). Position tau is
-// visible from t iff tau <= t and (doc_ids == nullptr or doc_ids[b*T + tau] == doc_ids[b*T + t]).
-// Every row sees at least itself, so no row is empty.
-inline void attention_forward(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
-                              const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
-    attention_check_shapes("attention_forward", B, T, Hq, Hkv, hd);
+// The public entry points: one call = a shape, its tensors (and for backward the gradients).
+// out, lse: written; q, k, v: read. Every row sees at least itself, so no row is empty.
+inline void attention_forward(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
+    attention_check_shapes("attention_forward", s);
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
-    if (attention_prefer_cudnn() && attention_cudnn_supports(doc_ids, hd)) {
-        attention_forward_cudnn(out, lse, q, k, v, B, T, Hq, Hkv, hd, stream);
+    if (attention_prefer_cudnn() && attention_cudnn_supports(s.doc_ids, s.hd)) {
+        attention_forward_cudnn(t.out, t.stats, t.q, t.k, t.v, s.B, s.T, s.Hq, s.Hkv, s.hd, stream);
         return;
     }
 #endif
-    if (attention_forward_try_tc(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream)) { return; }
-    attention_forward_scalar(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, stream);
+    if (attention_forward_try_tc(s, t, stream)) { return; }
+    attention_forward_scalar(s, t, stream);
 }
 
-// Gradients, OVERWRITTEN (not accumulated): dq (B,T,Hq,hd), dk and dv (B,T,Hkv,hd).
-// scratch: at least B*Hq*T floats (holds D = rowsum(dout * out)).
-inline void attention_backward(floatX* dq, floatX* dk, floatX* dv, float* scratch, const floatX* dout,
-                               const floatX* out, const floatX* q, const floatX* k, const floatX* v, const float* lse,
-                               const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
-    attention_check_shapes("attention_backward", B, T, Hq, Hkv, hd);
+// dq, dk, dv: OVERWRITTEN (not accumulated); g.scratch: at least B*Hq*T floats (holds
+// D = rowsum(dout * out)); t: the forward's tensors (out and lse as it left them).
+inline void attention_backward(const AttnShape& s, const AttnTensors& t, const AttnGrads& g, cudaStream_t stream) {
+    attention_check_shapes("attention_backward", s);
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
-    if (attention_prefer_cudnn() && attention_cudnn_supports(doc_ids, hd)) {
-        attention_backward_cudnn(dq, dk, dv, dout, out, q, k, v, lse, B, T, Hq, Hkv, hd, stream);
+    if (attention_prefer_cudnn() && attention_cudnn_supports(s.doc_ids, s.hd)) {
+        attention_backward_cudnn(g.dq, g.dk, g.dv, g.dout, t.out, t.q, t.k, t.v, t.stats, s.B, s.T, s.Hq, s.Hkv, s.hd,
+                                 stream);
         return;
     }
 #endif
-    if (attention_backward_try_tc(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, stream)) {
-        return;
-    }
-    attention_backward_scalar(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, stream);
+    if (attention_backward_try_tc(s, t, g, stream)) { return; }
+    attention_backward_scalar(s, t, g, stream);
 }

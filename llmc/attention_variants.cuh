@@ -54,9 +54,11 @@ or doc_ids[b*T + tau] == doc_ids[b*T + t]). Every row sees itself. Gradients are
 #include <cmath>
 
 #include "attention.cuh"
+#include "choices.h"
 #include "cuda_common.h"
 
 enum class TaylorNorm { Joint, Separate };
+inline const Choices<TaylorNorm> kTaylorNorms{{"joint", "separate"}};
 
 constexpr int kTaylorRows = 64;  // rows (threads) per block of the Taylor kernels
 
@@ -224,39 +226,34 @@ __global__ void taylor_backward_dkdv_kernel(floatX* dk, floatX* dv, const float*
     }
 }
 
-// stats: taylor_stat_planes(norm) planes of B*Hq*T floats.
-inline void taylor_attention_forward(floatX* out, float* stats, const floatX* q, const floatX* k, const floatX* v,
-                                     const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, TaylorNorm norm,
-                                     cudaStream_t stream) {
-    attention_check_shapes("taylor_attention_forward", B, T, Hq, Hkv, hd);
-    attention_dispatch_head_dim(hd, [&](auto head_dim) {
+// t.stats: taylor_stat_planes(norm) planes of B*Hq*T floats.
+inline void taylor_attention_forward(const AttnShape& s, const AttnTensors& t, TaylorNorm norm, cudaStream_t stream) {
+    attention_check_shapes("taylor_attention_forward", s);
+    attention_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        dim3 grid(CEIL_DIV(T, kTaylorRows), Hq, B);
-        LAUNCH(grid, kTaylorRows, 0, stream, taylor_forward_kernel<HD>)(out, stats, q, k, v, doc_ids, B, T, Hq, Hkv, hd,
-                                                                       norm);
+        dim3 grid(CEIL_DIV(s.T, kTaylorRows), s.Hq, s.B);
+        LAUNCH(grid, kTaylorRows, 0, stream, taylor_forward_kernel<HD>)(t.out, t.stats, t.q, t.k, t.v, s.doc_ids, s.B,
+                                                                       s.T, s.Hq, s.Hkv, s.hd, norm);
     });
     cudaCheckLaunch();
 }
 
-// scratch: at least taylor_backward_scratch_floats floats.
 inline size_t taylor_backward_scratch_floats(int B, int T, int Hq, TaylorNorm norm) {
     return (size_t)(norm == TaylorNorm::Joint ? 1 : 2) * B * Hq * T;
 }
-inline void taylor_attention_backward(floatX* dq, floatX* dk, floatX* dv, float* scratch, const floatX* dout,
-                                      const floatX* out, const floatX* q, const floatX* k, const floatX* v,
-                                      const float* stats, const int* doc_ids, int B, int T, int Hq, int Hkv, int hd,
-                                      TaylorNorm norm, cudaStream_t stream) {
-    attention_check_shapes("taylor_attention_backward", B, T, Hq, Hkv, hd);
-    attention_dispatch_head_dim(hd, [&](auto head_dim) {
+// g.scratch: at least taylor_backward_scratch_floats floats.
+inline void taylor_attention_backward(const AttnShape& s, const AttnTensors& t, const AttnGrads& g, TaylorNorm norm,
+                                      cudaStream_t stream) {
+    attention_check_shapes("taylor_attention_backward", s);
+    attention_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        dim3 grid_dq(CEIL_DIV(T, kTaylorRows), Hq, B);
-        LAUNCH(grid_dq, kTaylorRows, 0, stream, taylor_backward_dq_kernel<HD>)(dq, scratch, dout, out, q, k, v, stats,
-                                                                              doc_ids, B, T, Hq, Hkv, hd, norm);
+        dim3 grid_dq(CEIL_DIV(s.T, kTaylorRows), s.Hq, s.B);
+        LAUNCH(grid_dq, kTaylorRows, 0, stream, taylor_backward_dq_kernel<HD>)(
+            g.dq, g.scratch, g.dout, t.out, t.q, t.k, t.v, t.stats, s.doc_ids, s.B, s.T, s.Hq, s.Hkv, s.hd, norm);
         cudaCheckLaunch();
-        dim3 grid_dkdv(CEIL_DIV(T, kTaylorRows), Hkv, B);
-        LAUNCH(grid_dkdv, kTaylorRows, 0, stream, taylor_backward_dkdv_kernel<HD>)(dk, dv, scratch, dout, q, k, v,
-                                                                                  stats, doc_ids, B, T, Hq, Hkv, hd,
-                                                                                  norm);
+        dim3 grid_dkdv(CEIL_DIV(s.T, kTaylorRows), s.Hkv, s.B);
+        LAUNCH(grid_dkdv, kTaylorRows, 0, stream, taylor_backward_dkdv_kernel<HD>)(
+            g.dk, g.dv, g.scratch, g.dout, t.q, t.k, t.v, t.stats, s.doc_ids, s.B, s.T, s.Hq, s.Hkv, s.hd, norm);
     });
     cudaCheckLaunch();
 }
@@ -383,43 +380,43 @@ __global__ void nonapprox_backward_finish_kernel(floatX* dq, floatX* dk, floatX*
     }
 }
 
-// stats: 2 planes of B*Hq*T floats (the scores, then lse).
-inline void nonapprox_forward(floatX* out, float* stats, const floatX* q, const floatX* k, const floatX* v,
-                              const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
-    attention_check_shapes("nonapprox_forward", B, T, Hq, Hkv, hd);
-    float* scores = stats;
-    float* lse = stats + (size_t)B * Hq * T;
+// t.stats: 2 planes of B*Hq*T floats (the scores, then lse).
+inline void nonapprox_forward(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
+    attention_check_shapes("nonapprox_forward", s);
+    const int B = s.B, T = s.T, Hq = s.Hq, Hkv = s.Hkv, hd = s.hd;
+    float* scores = t.stats;
+    float* lse = t.stats + (size_t)B * Hq * T;
     const int block = 128;
-    LAUNCH(CEIL_DIV(B * T * Hq, block), block, 0, stream, nonapprox_scores_kernel)(scores, q, k, B, T, Hq, Hkv, hd);
+    LAUNCH(CEIL_DIV(B * T * Hq, block), block, 0, stream, nonapprox_scores_kernel)(scores, t.q, t.k, B, T, Hq, Hkv, hd);
     cudaCheckLaunch();
-    LAUNCH(CEIL_DIV(B * Hq * hd, block), block, 0, stream, nonapprox_forward_kernel)(out, lse, scores, v, doc_ids, B,
-                                                                                     T, Hq, Hkv, hd);
+    LAUNCH(CEIL_DIV(B * Hq * hd, block), block, 0, stream, nonapprox_forward_kernel)(t.out, lse, scores, t.v, s.doc_ids,
+                                                                                     B, T, Hq, Hkv, hd);
     cudaCheckLaunch();
 }
 
 inline size_t nonapprox_backward_scratch_floats(int B, int T, int Hq, int hd) {
     return 2 * (size_t)B * Hq * T + (size_t)B * T * Hq * hd;
 }
-inline void nonapprox_backward(floatX* dq, floatX* dk, floatX* dv, float* scratch, const floatX* dout,
-                               const floatX* out, const floatX* q, const floatX* k, const floatX* v, const float* stats,
-                               const int* doc_ids, int B, int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
-    attention_check_shapes("nonapprox_backward", B, T, Hq, Hkv, hd);
+// g.scratch: at least nonapprox_backward_scratch_floats floats.
+inline void nonapprox_backward(const AttnShape& s, const AttnTensors& t, const AttnGrads& g, cudaStream_t stream) {
+    attention_check_shapes("nonapprox_backward", s);
+    const int B = s.B, T = s.T, Hq = s.Hq, Hkv = s.Hkv, hd = s.hd;
     const size_t plane = (size_t)B * Hq * T;
-    const float* scores = stats;
-    const float* lse = stats + plane;
-    float* D = scratch;
-    float* c = scratch + plane;
-    float* dvh = scratch + 2 * plane;
+    const float* scores = t.stats;
+    const float* lse = t.stats + plane;
+    float* D = g.scratch;
+    float* c = g.scratch + plane;
+    float* dvh = g.scratch + 2 * plane;
     const int block = 128;
-    LAUNCH(CEIL_DIV(B * T * Hq, block), block, 0, stream, nonapprox_rowdot_kernel)(D, dout, out, B, T, Hq, hd);
+    LAUNCH(CEIL_DIV(B * T * Hq, block), block, 0, stream, nonapprox_rowdot_kernel)(D, g.dout, t.out, B, T, Hq, hd);
     cudaCheckLaunch();
-    LAUNCH(CEIL_DIV(B * Hq * hd, block), block, 0, stream, nonapprox_backward_scan_kernel)(dvh, c, D, scores, lse, dout,
-                                                                                           doc_ids, B, T, Hq, hd);
+    LAUNCH(CEIL_DIV(B * Hq * hd, block), block, 0, stream, nonapprox_backward_scan_kernel)(
+        dvh, c, D, scores, lse, g.dout, s.doc_ids, B, T, Hq, hd);
     cudaCheckLaunch();
     attention_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
         LAUNCH(CEIL_DIV(B * T * Hkv, block), block, 0, stream, nonapprox_backward_finish_kernel<HD>)(
-            dq, dk, dv, dvh, c, q, k, v, B, T, Hq, Hkv, hd);
+            g.dq, g.dk, g.dv, dvh, c, t.q, t.k, t.v, B, T, Hq, Hkv, hd);
     });
     cudaCheckLaunch();
 }

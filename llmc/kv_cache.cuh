@@ -6,10 +6,11 @@ of recomputing the whole row.
     KVCache: per layer k, v: (capacity, Hkv, hd) floatX, rows 0 .. pos-1 filled (the keys
              after QK-norm and RoPE, as attention_forward sees them); doc: (capacity) int,
              the document id of each cached position (llmc/attention.cuh's doc_ids).
-    attention_decode(out, q, k, v, doc, p, Hq, Hkv, hd): the attention of position p's query
-             heads q: (Hq, hd) over cached rows 0..p, into out: (Hq, hd):
+    attention_decode(shape, tensors): with shape.T = p + 1 cached positions (shape.B = 1), the
+             attention of position p's query heads q: (Hq, hd) over cached rows 0..p, into
+             out: (Hq, hd):
                  s[tau] = q . k[tau] / sqrt(hd) for tau <= p, and doc[tau] == doc[p] when doc
-                 is given; out = softmax(s) v
+                 (shape.doc_ids) is given; out = softmax(s) v
              the maths of attention_forward's row p (llmc/attention.cuh), in fp32.
 
 sample_tokens(model, cache, ...): the trainers' sampling loop (below), with or without the cache.
@@ -27,6 +28,7 @@ pass's quadratic recomputation of the row.
 #include <random>
 #include <vector>
 
+#include "attention_shape.h"  // defines: AttnShape, AttnTensors
 #include "cuda_common.h"
 #include "sampling.h"
 
@@ -79,13 +81,14 @@ __global__ void attention_decode_kernel(floatX* out, const floatX* q, const floa
     }
 }
 
-inline void attention_decode(floatX* out, const floatX* q, const floatX* k, const floatX* v, const int* doc, int p,
-                             int Hq, int Hkv, int hd, cudaStream_t stream) {
+inline void attention_decode(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
+    const int p = s.T - 1;
     size_t shared = ((size_t)p + 1 + kDecodeThreads) * sizeof(float);
     if (shared > 48 * 1024) {
         cudaCheck(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
     }
-    LAUNCH(Hq, kDecodeThreads, shared, stream, attention_decode_kernel)(out, q, k, v, doc, p, Hq, Hkv, hd);
+    LAUNCH(s.Hq, kDecodeThreads, shared, stream, attention_decode_kernel)(t.out, t.q, t.k, t.v, s.doc_ids, p, s.Hq,
+                                                                           s.Hkv, s.hd);
     cudaCheckLaunch();
 }
 

@@ -33,6 +33,7 @@ order and adds the result to dgain. dinp must not alias dout or inp.
 
 #include "llmc/align.h"
 #include "llmc/cuda_common.h"
+#include "llmc/layer_weights.h"  // defines: Weight (GainNorm)
 
 constexpr int kNormBackwardMaxBlocks = 512;
 constexpr int kNormMaxSharedBytes = 48 * 1024;
@@ -225,3 +226,20 @@ inline void norm_backward(floatX* dinp, floatX* dgain, float* scratch, const flo
     LAUNCH(CEIL_DIV(C, 32), dim3(32, 8), 0, stream, norm_dgain_reduce_kernel)(dgain, scratch, blocks, C);
     cudaCheckLaunch();
 }
+
+// A norm as a model calls it: its gain tensor (and the gain's gradient), the row width C and
+// how the gains are stored. forward: out = norm(x) over N rows (rstd kept for backward);
+// backward: dx += dL/dx and gain.grad += dL/dgain, from dout = dL/d out and the forward's x, rstd.
+struct GainNorm {
+    Weight gain;
+    int C = 0;
+    float gain_offset = 0.0f, eps = 0.0f;
+
+    void forward(floatX* out, float* rstd, const floatX* x, int N, cudaStream_t stream) const {
+        norm_forward(out, rstd, x, gain.w, N, C, gain_offset, eps, stream);
+    }
+    void backward(floatX* dx, const floatX* dout, const floatX* x, const float* rstd, int N, float* scratch,
+                  cudaStream_t stream) const {
+        norm_backward(dx, gain.grad, scratch, dout, x, gain.w, rstd, N, C, gain_offset, stream);
+    }
+};

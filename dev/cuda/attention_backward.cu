@@ -165,7 +165,7 @@ void attention_backward_version(int version, floatX* dq, floatX* dk, floatX* dv,
             cudaCheckLaunch();
             break;
         case 2:
-            attention_backward_scalar(dq, dk, dv, scratch, dout, out, q, k, v, lse, doc_ids, B, T, Hq, Hkv, hd, 0);
+            attention_backward_scalar({B, T, Hq, Hkv, hd, doc_ids}, {q, k, v, out, lse}, {dout, dq, dk, dv, scratch}, 0);
             break;
         case 3:
             if (PRECISION_MODE != PrecisionMode::BF16 || !flash_supports(hd)) {
@@ -228,7 +228,7 @@ bool validate_versions(int first, int last, int B, int T, int Hq, int Hkv, int h
     floatX* d_dv = cudaMallocElements(floatX, kv_size);
     // the backward's inputs out and lse come from the (tested) scalar forward: any forward that
     // meets the contract will do, and it is the cheap one on the host backend
-    attention_forward_scalar(d_out, d_lse, d_q, d_k, d_v, d_doc, B, T, Hq, Hkv, hd, 0);
+    attention_forward_scalar({B, T, Hq, Hkv, hd, d_doc}, {d_q, d_k, d_v, d_out, d_lse}, 0);
     std::vector<floatX> out_x = copy_from_device(d_out, q_size);
     std::vector<float> out(q_size);
     for (size_t i = 0; i < q_size; i++) { out[i] = to_float(out_x[i]); }
@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
         print_table_header();
         for (int use_docs = 0; use_docs <= 1; use_docs++) {
             const int* docs = use_docs ? d_doc : nullptr;
-            attention_forward(d_out, d_lse, d_q, d_k, d_v, docs, B, T, Hq, Hkv, hd, 0);
+            attention_forward({B, T, Hq, Hkv, hd, docs}, {d_q, d_k, d_v, d_out, d_lse}, 0);
             float baseline = 0.0f;
             for (int version = first; version <= last; version++) {
                 if (!attention_version_available(version, use_docs)) { continue; }

@@ -142,7 +142,7 @@ void attention_forward_version(int version, floatX* out, float* lse, const float
             });
             cudaCheckLaunch();
             break;
-        case 2: attention_forward_scalar(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd, 0); break;
+        case 2: attention_forward_scalar({B, T, Hq, Hkv, hd, doc_ids}, {q, k, v, out, lse}, 0); break;
         case 3: attention_forward3(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd); break;
         case 4: attention_forward4(out, lse, q, k, v, doc_ids, B, T, Hq, Hkv, hd); break;
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);

@@ -207,7 +207,9 @@ static Result run_kernels(const Shape& s, const Inputs& in, bool backward = true
     floatX* d_out = copy_to_device(filled_with_nan<floatX>(s.q_size()));
     float* d_lse = copy_to_device(filled_with_nan<float>(s.stat_size()));
     Result r;
-    attention_forward(d_out, d_lse, d_q, d_k, d_v, d_doc, s.B, s.T, s.Hq, s.Hkv, s.hd, 0);
+    const AttnShape shape{s.B, s.T, s.Hq, s.Hkv, s.hd, d_doc};
+    const AttnTensors tensors{d_q, d_k, d_v, d_out, d_lse};
+    attention_forward(shape, tensors, 0);
     cudaCheck(cudaDeviceSynchronize());
     r.out = to_floats(copy_from_device(d_out, s.q_size()));
     r.lse = copy_from_device(d_lse, s.stat_size());
@@ -216,8 +218,7 @@ static Result run_kernels(const Shape& s, const Inputs& in, bool backward = true
         floatX* d_dk = copy_to_device(filled_with_nan<floatX>(s.kv_size()));
         floatX* d_dv = copy_to_device(filled_with_nan<floatX>(s.kv_size()));
         float* d_scratch = copy_to_device(filled_with_nan<float>(s.stat_size()));
-        attention_backward(d_dq, d_dk, d_dv, d_scratch, d_dout, d_out, d_q, d_k, d_v, d_lse, d_doc, s.B, s.T, s.Hq,
-                           s.Hkv, s.hd, 0);
+        attention_backward(shape, tensors, {d_dout, d_dq, d_dk, d_dv, d_scratch}, 0);
         cudaCheck(cudaDeviceSynchronize());
         r.dq = to_floats(copy_from_device(d_dq, s.q_size()));
         r.dk = to_floats(copy_from_device(d_dk, s.kv_size()));

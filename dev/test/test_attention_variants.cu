@@ -198,13 +198,15 @@ static Result run_kernels(Mixer mixer, const Shape& s, const Inputs& in) {
     floatX* dv = copy_to_device(std::vector<floatX>(s.kv_size(), nan));
     float* stats = copy_to_device(std::vector<float>(planes * plane, NAN));
     float* scratch = copy_to_device(std::vector<float>(scratch_floats, NAN));
+    const AttnShape shape{s.B, s.T, s.Hq, s.Hkv, s.hd, doc};
+    const AttnTensors tensors{q, k, v, out, stats};
+    const AttnGrads grads{dout, dq, dk, dv, scratch};
     if (mixer == Mixer::Nonapprox) {
-        nonapprox_forward(out, stats, q, k, v, doc, s.B, s.T, s.Hq, s.Hkv, s.hd, nullptr);
-        nonapprox_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, doc, s.B, s.T, s.Hq, s.Hkv, s.hd, nullptr);
+        nonapprox_forward(shape, tensors, nullptr);
+        nonapprox_backward(shape, tensors, grads, nullptr);
     } else {
-        taylor_attention_forward(out, stats, q, k, v, doc, s.B, s.T, s.Hq, s.Hkv, s.hd, norm, nullptr);
-        taylor_attention_backward(dq, dk, dv, scratch, dout, out, q, k, v, stats, doc, s.B, s.T, s.Hq, s.Hkv, s.hd,
-                                  norm, nullptr);
+        taylor_attention_forward(shape, tensors, norm, nullptr);
+        taylor_attention_backward(shape, tensors, grads, norm, nullptr);
     }
     cudaCheck(cudaDeviceSynchronize());
     Result r;

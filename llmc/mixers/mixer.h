@@ -1,0 +1,116 @@
+/*
+A token mixer: what a SAN block runs between its pre-norm and its residual step
+(doc/san-model.md "Forward pass"): out = mixer(in), (N, d) -> (N, d), N = rows x positions.
+Standard attention is one; the variants of "Deconstructing Attention" (doc/deconstructing.md)
+are the others, one header each in this folder, listed in registry.h:
+
+    standard.h         softmax attention (AttentionMixer: the steps the attention kinds share)
+    approximate.h      exp replaced by its second-order Taylor polynomial
+    nonapprox.h        each position's own score q[t].k[t], a running softmax over the values
+    static_emb_qk.h    staticembqk: q, k from the token embedding x0 instead of the stream
+    fixed_qk.h         rndembqk, fixedseqqk: q, k from a fixed input run as one more row
+    mlp.h              no token mixing: a SwiGLU MLP in attention's place
+
+What a layer's mixer does (the model calls these in this order; llmc/layer_weights.h finds
+the tensors):
+    add_parameters(spec, prefix)   its tensors, appended under "layers.<l>.attn."
+    bind(weights)                  finds them and their gradients (names as added, with "attn.")
+    allocate(arena, N)             its activations for N positions, kept for backward
+    size_scratch(sizes)            the backward buffers it shares with every other layer
+    forward(pass, in, out)         out = mixer(in)
+    backward(pass, in, dout, din)  din = dL/d in, OVERWRITTEN; its gradients ACCUMULATE
+and what the model asks of it: score_inputs() (the q, k of the logged max-logit
+measurement), mixes_pairs() (FLOPs), decodes_with_cache() (sampling), reads_fixed_row() /
+reads_embedding() (what the model must provide), describe() (the run's banner).
+*/
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "../attention_shape.h"     // defines: AttnShape, AttnTensors, AttnGrads
+#include "../attention_variants.cuh"  // defines: TaylorNorm
+#include "../cuda_common.h"
+#include "../kv_cache.cuh"          // defines: KVCache
+#include "../layer_weights.h"       // defines: Weight, LayerWeights
+#include "../norm.cuh"              // defines: GainNorm
+#include "../param_spec.h"
+#include "../swiglu_mlp.h"          // defines: SwiGLUScratch
+
+// The sizes and settings a mixer is built from (SANConfig::mixer_dims).
+struct MixerDims {
+    int d = 0, Hq = 0, Hkv = 0, hd = 0;
+    int context = 0;                  // the model's T (rndembqk's fixed input has as many rows)
+    bool qk_norm = true;              // per-head norm of q and k
+    TaylorNorm taylor_norm = TaylorNorm::Joint;  // approximate's normalisation
+    float gain_offset = 1.0f;         // norm gains stored as an offset from 1 (ZCN) or as the gain (RMS)
+    float gain_init = 0.0f;           // a fresh gain's stored value
+    float norm_eps = 1e-6f;
+    float init_std = 0.02f;           // input projections: N(0, init_std)
+    float out_std = 0.02f;            // output projections: N(0, out_std)
+    int qd() const { return Hq * hd; }
+    int kvd() const { return Hkv * hd; }
+    GainNorm head_norm(Weight gain) const { return {gain, hd, gain_offset, norm_eps}; }
+};
+
+// The backward's buffers every layer shares: one set per model, sized for the widest layer
+// (ScratchSizes, from every layer's size_scratch).
+struct BackwardScratch {
+    float* reduce = nullptr;  // fp32: norm backward's partials, attention's D = rowsum(dout * out), gate sums
+    floatX *d_branch = nullptr, *d_proj = nullptr;  // (N, d): the residual/sandwich step's
+    floatX *d_o = nullptr, *d_q = nullptr, *d_k = nullptr, *d_v = nullptr;  // attention mixers: (N, qd / kvd)
+    floatX *d_q_lin = nullptr, *d_k_lin = nullptr;                           // ... before QK-norm
+    floatX* d_qk_in = nullptr;  // (N, d) staticembqk: dL/d norm(x0)
+    float* kernels = nullptr;   // the approximate / nonapprox backward kernels' fp32 scratch
+    SwiGLUScratch swiglu;       // (N, m) the SwiGLU MLPs'
+};
+struct ScratchSizes {
+    bool attention = false;     // d_o .. d_k_lin
+    bool qk_in = false;         // d_qk_in
+    size_t kernel_floats = 0;   // kernels
+    size_t swiglu_width = 0;    // swiglu: m of the widest SwiGLU
+};
+
+// One forward or backward call's rows and what the model lends the mixers.
+struct MixerPass {
+    int Bn = 0;                  // real rows
+    int Rn = 0, Tn = 0;          // rows through the layers (Bn, then the fixed row when one runs), positions
+    const int* doc_ids = nullptr;   // (Rn, Tn) document ids, or null: causal only
+    const float* rope = nullptr;    // the RoPE table from position 0 (llmc/rope.cuh)
+    KVCache* cache = nullptr;       // sampling: one position at cache->pos, keys and values cached
+    int layer = 0;
+    const floatX* x0 = nullptr;     // the token embedding (the stream before layer 0)
+    floatX* dx0 = nullptr;          // its gradient (allocated when some mixer reads_embedding())
+    const GainNorm* pre_norm = nullptr;  // the block's pre-norm (staticembqk runs x0 through it)
+    const BackwardScratch* scratch = nullptr;
+    cudaStream_t stream = 0;
+
+    int N() const { return Rn * Tn; }
+    int pos() const { return cache != nullptr ? cache->pos : 0; }
+};
+
+// The q and k whose scaled products the measurements look at (null: the mixer has no scores).
+struct ScoreInputs {
+    const floatX* q = nullptr;   // (Bn, Tn, Hq, hd)
+    const floatX* k = nullptr;   // (Bn, Tn, Hkv, hd)
+    bool own_position_only = false;  // nonapprox: the score of t is q[t].k[t]
+};
+
+class TokenMixer {
+public:
+    virtual ~TokenMixer() = default;
+    virtual void add_parameters(std::vector<ParamSpec>& spec, const std::string& prefix) const = 0;
+    virtual void bind(const LayerWeights& weights) = 0;
+    virtual void allocate(DeviceArena& arena, size_t N) = 0;
+    virtual void size_scratch(ScratchSizes& sizes, int B, int T) const = 0;
+    virtual void forward(const MixerPass& pass, const floatX* in, floatX* out) = 0;
+    virtual void backward(const MixerPass& pass, const floatX* in, const floatX* dout, floatX* din) = 0;
+
+    virtual ScoreInputs score_inputs() const { return {}; }
+    virtual bool mixes_pairs() const { return true; }  // costs 12 T d FLOPs per token (scores and values)
+    virtual bool decodes_with_cache() const { return false; }
+    virtual bool reads_fixed_row() const { return false; }
+    virtual bool reads_embedding() const { return false; }
+    virtual std::string describe() const { return ""; }
+};
