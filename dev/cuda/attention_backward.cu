@@ -165,7 +165,10 @@ void attention_backward_version(int version, floatX* dq, floatX* dk, floatX* dv,
             cudaCheckLaunch();
             break;
         case 2:
-            attention_backward_scalar({B, T, Hq, Hkv, hd, doc_ids}, {q, k, v, out, lse}, {dout, dq, dk, dv, scratch}, 0);
+            // (the backward only reads out and lse: AttnTensors holds them writable for the forward)
+            attention_backward_scalar({B, T, Hq, Hkv, hd, doc_ids},
+                                      {q, k, v, const_cast<floatX*>(out), const_cast<float*>(lse)},
+                                      {dout, dq, dk, dv, scratch}, 0);
             break;
         case 3:
             if (PRECISION_MODE != PrecisionMode::BF16 || !flash_supports(hd)) {

@@ -106,7 +106,7 @@ void attention_forward3(floatX* out, float* lse, const floatX* q, const floatX* 
                 PRECISION_NAME, hd);
         exit(EXIT_FAILURE);
     }
-    attention_check_shapes("attention_forward version 3", B, T, Hq, Hkv, hd);
+    attention_check_shapes("attention_forward version 3", {B, T, Hq, Hkv, hd});
     // floatX is bf16 here (checked above); the casts only let the fp32 build compile this file
     attention_forward_tc(reinterpret_cast<__nv_bfloat16*>(out), lse, reinterpret_cast<const __nv_bfloat16*>(q),
                          reinterpret_cast<const __nv_bfloat16*>(k), reinterpret_cast<const __nv_bfloat16*>(v), doc_ids,
