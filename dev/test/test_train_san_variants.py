@@ -24,7 +24,7 @@ from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus
 from shards import write_shard  # noqa: E402 (dev/data, on the path by trainer_cli)
 
 sys.path.insert(0, ROOT)
-from attnref.variants import layer_kinds, standard_layers  # noqa: E402
+from attnref.variants import KINDS, layer_kinds, standard_layers  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
@@ -48,6 +48,17 @@ def common(data, tmp):
 
 
 losses = step_losses
+
+
+@needs_bin
+def test_reference_and_trainer_know_the_same_kinds():
+    """The PyTorch reference's kinds (attnref.variants.KINDS) and the trainer's, as its -h lists
+    them for --attention (llmc/attention_kinds.h, each built by llmc/mixers/registry.h; the
+    test below trains every one of them), are the same, in the same order."""
+    out = subprocess.run([BIN, "-h"], capture_output=True, text=True, check=True).stdout
+    line = next(l for l in out.splitlines() if l.strip().startswith("--attention "))
+    choices = line.split(None, 2)[2].split(" (")[0].split(" | ")
+    assert tuple(choices) == KINDS
 
 
 @needs_bin
