@@ -1,5 +1,6 @@
 /*
-The training loop shared by the trainers: run_training() reads the data, trains with
+The training loop shared by the trainers: run_training() (a TrainingRun: its constructor
+reads the data and checks where the run will write; its run() is the main loop) trains with
 gradient accumulation under the learning-rate schedule, validates (overall and per token
 region when the shards have region sidecars; llmc/evaluation.h), scores eval sets
 (--eval-sets; llmc/eval_scoring.h), samples (from BOS or a --prompt; valid UTF-8), logs
@@ -66,44 +67,137 @@ inline std::vector<std::pair<int, long>> milestone_steps(long steps) {
     return out;
 }
 
-// Trains `model` as the options say. `checkpoint`: the file given with --resume (its data
-// position and RNG are restored; the model has already loaded its state), or null.
-// `comm`: the ranks (the model distributed over them), or null for one.
+// One training run of `model` as the options say: the data, the log, the sampling RNG and
+// the checkpoints written so far, which the steps, validations, samples and saves share.
+// `checkpoint`: the file given with --resume (its data position and RNG are restored; the
+// model has already loaded its state), or null. `comm`: the ranks (the model distributed
+// over them), or null for one. The constructor reads the data and checks where the run
+// will write, before any step; run() trains (or, with --steps 0, evaluates).
 template <typename Model>
-void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
-                  const Comm* comm = nullptr) {
-    const int bos_id = model.cfg.bos_id;
-    const std::string start_file = start_checkpoint(o);
-    const int rank = comm != nullptr ? comm->rank : 0, world = comm != nullptr ? comm->world : 1;
-    if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
-    DataLoaderConfig train_cfg;
-    train_cfg.rank = rank;
-    train_cfg.nproc = world;
-    train_cfg.pattern = o.train_data;
-    train_cfg.B = o.batch_size;
-    train_cfg.T = o.seq_len;
-    train_cfg.shuffle = o.shuffle != 0;
-    train_cfg.seed = o.seed;
-    train_cfg.doc_start_token = model.doc_start_token();
-    train_cfg.vocab_size = model.cfg.vocab_size;
-    // (on --resume the data settings come from the checkpoint: errors until training starts name it)
-    std::unique_ptr<FatalContext> resuming;
-    if (checkpoint != nullptr) { resuming = std::make_unique<FatalContext>("resuming " + checkpoint->path(), checkpoint->path()); }
-    std::unique_ptr<DataLoader> train_loader;  // none when only evaluating (--steps 0)
-    if (o.steps > 0) {
-        train_loader = std::make_unique<DataLoader>(train_cfg);
+class TrainingRun {
+public:
+    TrainingRun(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
+                const Comm* comm)
+        : model(model), o(o), tokenizer(tokenizer), checkpoint(checkpoint), comm(comm),
+          rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1), rng(o.seed),
+          spikes(o.spike_window, o.spike_z) {
+        if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
+        {
+            // (on --resume the data settings come from the checkpoint: errors until training starts name it)
+            std::unique_ptr<FatalContext> resuming;
+            if (checkpoint != nullptr) {
+                resuming = std::make_unique<FatalContext>("resuming " + checkpoint->path(), checkpoint->path());
+            }
+            open_training_data();
+            open_validation_data();
+            check_checkpoint_dir();
+            check_start_not_overwritten();
+            continue_from_checkpoint();
+        }
+        open_log();
+        encode_prompt();
+        read_measure_slice();
+        if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size); }
+    }
+    ~TrainingRun() { close_log(); }
+    TrainingRun(const TrainingRun&) = delete;
+    TrainingRun& operator=(const TrainingRun&) = delete;
+
+    // The main loop: each step zeroes the gradients, runs the micro-batches' forward and
+    // backward passes, updates, logs, and now and then validates, scores the eval sets,
+    // samples and saves; a stop signal saves and ends the run. Then the final validation,
+    // eval scores, sample and checkpoint.
+    void run() {
+        if (o.steps == 0) {  // evaluate the model given with --init-from
+            evaluate_and_sample(model.steps_done());
+            return;
+        }
+        begin_steps();
+        for (long step = first_step; step < o.steps; step++) {
+            Timer timer;
+            model.zero_grad();
+            double loss = 0.0;
+            for (int micro = 0; micro < o.grad_accum; micro++) { loss += micro_batch(micro) / o.grad_accum; }
+            if (world > 1) { loss = comm->sum(loss); }  // the ranks' shares of the mean
+            if (!std::isfinite(loss)) { diverged(step + 1, "the loss", loss); }
+            double lr_multiplier = o.opt.schedule.multiplier(step, o.steps);
+            float grad_norm = model.update(o.opt.lr * lr_multiplier, o.opt.lr_other * lr_multiplier);
+            if (!std::isfinite(grad_norm)) { diverged(step + 1, "the gradient norm", grad_norm); }
+            cudaCheck(cudaDeviceSynchronize());
+            const double ms = timer.ms();
+            const long done = step + 1;
+            report_step(done, loss, o.opt.lr * lr_multiplier, grad_norm, ms);
+            if (due(o.val_every, done)) { validate(done); }
+            if (due(o.eval_every, done)) { score_evals(done); }
+            if (due(o.sample_every, done)) { print_sample(done); }
+            if (due(o.save_every, done)) { save("step_" + std::to_string(done) + ".bin"); }
+            save_milestones(done);
+            stop_if_signalled(done);
+        }
+        if (o.overlap_reduce != 0 && world > 1) {
+            printf("gradient reduction: %ld layer buckets started during the backward pass\n", model.optimizer->early_total());
+        }
+        evaluate_and_sample(o.steps);
+        save("final.bin");
+    }
+
+private:
+    Model& model;
+    const TrainOptions& o;
+    const Tokenizer& tokenizer;
+    const TensorFileReader* checkpoint;  // the --resume file, or null
+    const Comm* comm;                    // null for one rank
+    const int rank, world;
+    std::mt19937_64 rng;                           // the samples' (a checkpoint saves it)
+    std::unique_ptr<DataLoader> train_loader;      // none when only evaluating (--steps 0)
+    std::unique_ptr<DataLoader> val;               // none without --val-data
+    FILE* log = nullptr;                           // rank 0's --log file
+    std::string last_saved;                        // path of the checkpoint written last,
+    long last_saved_step = -1;                     // and after how many steps
+    std::vector<int> sample_start;                 // BOS, then the --prompt's tokens
+    std::vector<int> measure_inputs;               // the per-layer measurements' slice
+    int measure_B = 0, measure_T = 0;
+    EvalSuite evals;                               // the --eval-sets
+    // the steps' running state (begin_steps)
+    long first_step = 0;                           // the steps done before this run
+    double total_ms = 0.0;                         // the time of this run's steps so far
+    double tokens_per_step = 0.0, peak = 0.0, flops = 0.0;
+    SpikeDetector spikes;
+
+    // The training data's rows for this rank; the validation data and the measurement
+    // slice start from it.
+    DataLoaderConfig data_config() const {
+        DataLoaderConfig cfg;
+        cfg.rank = rank;
+        cfg.nproc = world;
+        cfg.pattern = o.train_data;
+        cfg.B = o.batch_size;
+        cfg.T = o.seq_len;
+        cfg.shuffle = o.shuffle != 0;
+        cfg.seed = o.seed;
+        cfg.doc_start_token = model.doc_start_token();
+        cfg.vocab_size = model.cfg.vocab_size;
+        return cfg;
+    }
+
+    void open_training_data() {
+        if (o.steps == 0) { return; }
+        train_loader = std::make_unique<DataLoader>(data_config());
         printf("train data: %s\n", describe_data(*train_loader).c_str());
     }
-    std::unique_ptr<DataLoader> val;
-    if (!o.val_data.empty()) {
-        DataLoaderConfig val_cfg = train_cfg;
-        val_cfg.pattern = o.val_data;
-        val_cfg.shuffle = false;
+
+    // Opens --val-data and says what it holds, warning where it is not held out from the
+    // training data or holds fewer batches than --val-batches.
+    void open_validation_data() {
+        if (o.val_data.empty()) { return; }
+        DataLoaderConfig cfg = data_config();
+        cfg.pattern = o.val_data;
+        cfg.shuffle = false;
         if (o.val_whole_docs != 0) {
-            val_cfg.whole_documents = true;
-            val_cfg.doc_start_token = bos_id;
+            cfg.whole_documents = true;
+            cfg.doc_start_token = model.cfg.bos_id;
         }
-        val = std::make_unique<DataLoader>(val_cfg);
+        val = std::make_unique<DataLoader>(cfg);
         printf("val data:   %s; %lld batches of %d x %d\n", describe_data(*val).c_str(),
                (long long)val->steps_per_epoch(), o.batch_size, o.seq_len);
         if (train_loader != nullptr) {
@@ -126,7 +220,11 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
                    o.seq_len + 1);
         }
     }
-    if (!o.checkpoint_dir.empty()) {  // fail now, not after hours of training
+
+    // Creates --checkpoint-dir and checks that it can be written: fail now, not after hours
+    // of training.
+    void check_checkpoint_dir() const {
+        if (o.checkpoint_dir.empty()) { return; }
         if (mkdir(o.checkpoint_dir.c_str(), 0755) != 0 && errno != EEXIST) {
             fatal("--checkpoint-dir '%s': cannot create it: %s", o.checkpoint_dir.c_str(), strerror(errno));
         }
@@ -138,9 +236,12 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             fatal("--checkpoint-dir '%s': cannot write there: %s", o.checkpoint_dir.c_str(), strerror(errno));
         }
     }
-    if (!o.checkpoint_dir.empty() && !start_file.empty() && o.steps > 0) {
-        // every file this run will write (after the steps already done); none may be the
-        // one it started from
+
+    // Refuses a run that would write one of its checkpoints (those after the steps already
+    // done) over the checkpoint it starts from.
+    void check_start_not_overwritten() const {
+        const std::string start_file = start_checkpoint(o);
+        if (o.checkpoint_dir.empty() || start_file.empty() || o.steps == 0) { return; }
         const long done = (long)model.steps_done();
         std::vector<std::string> names = {"final.bin"};
         for (long s = o.save_every; o.save_every > 0 && s < o.steps; s += o.save_every) {
@@ -159,8 +260,10 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             }
         }
     }
-    std::mt19937_64 rng(o.seed);
-    if (checkpoint != nullptr) {
+
+    // On --resume: the data goes on where the saved run left off, and the sampling RNG too.
+    void continue_from_checkpoint() {
+        if (checkpoint == nullptr) { return; }
         std::string why = data_difference(*checkpoint, *train_loader, o);
         if (!why.empty()) {
             fatal("--resume %s: the data would not continue where the saved run left off: %s", checkpoint->path().c_str(),
@@ -172,15 +275,51 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         rng.seed(checkpoint->uint64("resume.rng_seed"));
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
     }
-    resuming.reset();
-    FILE* log = nullptr;
-    if (!o.log_path.empty() && rank == 0) {
+
+    // Rank 0 opens --log: appended to when the run continues one, else written anew.
+    void open_log() {
+        if (o.log_path.empty() || rank != 0) { return; }
         log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
         if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
     }
-    std::string last_saved;  // path of the checkpoint written last, and after how many steps
-    long last_saved_step = -1;
-    auto save = [&](const std::string& name) {
+
+    void close_log() {
+        if (log != nullptr) { fclose(log); }
+        log = nullptr;
+    }
+
+    // The sample's start: BOS, then the --prompt encoded with the tokenizer.
+    void encode_prompt() {
+        sample_start = {model.cfg.bos_id};
+        if (o.prompt.empty()) { return; }
+        if (!tokenizer.loaded()) { fatal("--prompt needs --tokenizer (the file that encodes it)"); }
+        std::vector<int> p = tokenizer.encode(o.prompt);
+        sample_start.insert(sample_start.end(), p.begin(), p.end());
+        printf("prompt: %zu tokens:", p.size());
+        for (int id : p) { printf(" %d", id); }
+        printf("\n");
+    }
+
+    // The measurement slice: the first windows of the validation data (SAN paper's code),
+    // the same on every rank; for models with per-layer measurements.
+    void read_measure_slice() {
+        if (!has_measure<Model>::value || val == nullptr) { return; }
+        measure_T = std::min(kMeasureTokens, o.seq_len);
+        measure_B = std::min(kMeasureRows, o.batch_size * o.seq_len / measure_T);
+        DataLoaderConfig cfg = data_config();
+        cfg.pattern = o.val_data;
+        cfg.shuffle = false;
+        cfg.rank = 0;
+        cfg.nproc = 1;
+        cfg.B = measure_B;
+        cfg.T = measure_T;
+        DataLoader slice(cfg);
+        slice.next_batch();
+        measure_inputs = slice.inputs;
+    }
+
+    // Writes the model, optimizer, data position and sampling RNG to --checkpoint-dir/name.
+    void save(const std::string& name) {
         if (o.checkpoint_dir.empty()) { return; }
         DataPosition pos = train_loader->position();
         uint64_t rng_seed = rng();  // reseeding from a drawn value makes the resumed stream exact
@@ -198,19 +337,22 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         printf("saved %s\n", path.c_str());
         last_saved = path;
         last_saved_step = (long)model.steps_done();
-    };
-    // the sample's start: BOS, then the --prompt encoded with the tokenizer
-    std::vector<int> sample_start = {bos_id};
-    if (!o.prompt.empty()) {
-        if (!tokenizer.loaded()) { fatal("--prompt needs --tokenizer (the file that encodes it)"); }
-        std::vector<int> p = tokenizer.encode(o.prompt);
-        sample_start.insert(sample_start.end(), p.begin(), p.end());
-        printf("prompt: %zu tokens:", p.size());
-        for (int id : p) { printf(" %d", id); }
-        printf("\n");
     }
-    // rank 0 alone samples (its RNG is the one a checkpoint saves)
-    auto print_sample = [&](long step) {
+
+    // The milestone checkpoints (--milestones) due after `done` steps.
+    void save_milestones(long done) {
+        if (o.milestones == 0) { return; }
+        for (const auto& [percent, at] : milestone_steps(o.steps)) {
+            if (at == done) {
+                char name[32];
+                snprintf(name, sizeof(name), "milestone_%03d.bin", percent);
+                save(name);
+            }
+        }
+    }
+
+    // Prints a sample and logs it; rank 0 alone samples (its RNG is the one a checkpoint saves).
+    void print_sample(long step) {
         if (o.sample_tokens <= 0 || rank != 0) { return; }
         std::vector<int> out = sample(model, sample_start, o.sample_tokens, o.temperature, rng, o.kv_cache != 0);
         std::string text;
@@ -224,25 +366,11 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
             fprintf(log, "{\"step\": %ld, \"sample\": %s}\n", step, json_string(text).c_str());
             fflush(log);
         }
-    };
-    // the measurement slice: the first windows of the validation data (SAN paper's code)
-    std::vector<int> measure_inputs;
-    int measure_B = 0, measure_T = 0;
-    if (has_measure<Model>::value && val != nullptr) {
-        measure_T = std::min(kMeasureTokens, o.seq_len);
-        measure_B = std::min(kMeasureRows, o.batch_size * o.seq_len / measure_T);
-        DataLoaderConfig cfg = train_cfg;
-        cfg.pattern = o.val_data;
-        cfg.shuffle = false;
-        cfg.rank = 0;  // the same slice on every rank
-        cfg.nproc = 1;
-        cfg.B = measure_B;
-        cfg.T = measure_T;
-        DataLoader slice(cfg);
-        slice.next_batch();
-        measure_inputs = slice.inputs;
     }
-    auto validate = [&](long step) {
+
+    // The validation loss (and the per-layer measurements, for a model that has them),
+    // printed and logged.
+    void validate(long step) {
         if (val == nullptr) { return; }
         ValResult r = evaluate(model, *val, o.val_batches, comm);
         print_validation(step, r);
@@ -251,123 +379,110 @@ void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenize
         if (log == nullptr) { return; }
         fprintf(log, "%s\n", validation_json(step, r, m).c_str());
         fflush(log);
-    };
-    // the eval sets (llmc/eval_scoring.h): one {"step", "eval"} record per scoring
-    EvalSuite evals;
-    if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size); }
-    // rank 0 alone scores them: one forward pass per batch of requests, nothing to reduce
-    auto score_evals = [&](long step) {
+    }
+
+    // Scores the eval sets (llmc/eval_scoring.h) into one {"step", "eval"} record; rank 0
+    // alone: one forward pass per batch of requests, nothing to reduce.
+    void score_evals(long step) {
         if (evals.empty() || rank != 0) { return; }
         std::string results = evals.score(model, step, o.batch_size, o.seq_len, model.cfg.vocab_size,
                                           model.cfg.padded_vocab());
         if (log == nullptr) { return; }
         fprintf(log, "{\"step\": %ld, \"eval\": %s}\n", step, results.c_str());
         fflush(log);
-    };
-    if (o.steps == 0) {  // evaluate the model given with --init-from
-        validate(model.steps_done());
-        score_evals(model.steps_done());
-        print_sample(model.steps_done());
-        if (log != nullptr) { fclose(log); }
-        return;
     }
-    // stops the run, naming the first tensor that is not finite
-    auto diverged = [&](long step, const char* what, double value) {
+
+    // What the run does after its last step (and, with --steps 0, instead of steps).
+    void evaluate_and_sample(long step) {
+        validate(step);
+        score_evals(step);
+        print_sample(step);
+    }
+
+    // Whether something done every `every` steps is due after `done` steps (the last step's
+    // comes after the loop).
+    bool due(int every, long done) const { return every > 0 && done % every == 0 && done != o.steps; }
+
+    // Before the first step: the throughput constants, fp32 gradient accumulation
+    // (--grad-fp32), the 0% milestone of a fresh run, and the stop-signal handlers.
+    void begin_steps() {
+        tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len * world;
+        peak = peak_flops_per_second();
+        flops = flops_per_token(model.cfg);
+        first_step = (long)model.steps_done();
+        if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
+        if (first_step == 0) { save_milestones(0); }
+        install_stop_signal_handlers();
+    }
+
+    // One micro-batch's forward and backward passes; returns its loss (over several ranks,
+    // this rank's share of the mean over all ranks' counted targets).
+    double micro_batch(int micro) {
+        DataLoader& train = *train_loader;
+        train.next_batch();
+        // each micro-batch's loss is a mean over its own counted targets (as llm.c); over
+        // several ranks, over the targets of all ranks' rows: the optimizer's mean over
+        // ranks of world x this gradient is then one rank's gradient of world x B rows
+        int64_t count = count_loss_targets(model, train.targets.data(), o.batch_size * o.seq_len);
+        int64_t count_all = world > 1 ? (int64_t)comm->sum((double)count) : count;
+        float scale = (float)world / (float)(std::max<int64_t>(count_all, 1) * o.grad_accum);
+        LossStats s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale, nullptr);
+        // the last micro-batch's backward may start reducing each layer (--overlap-reduce)
+        model.overlap_reduction(o.overlap_reduce != 0 && micro == o.grad_accum - 1);
+        model.backward();
+        model.overlap_reduction(false);
+        model.end_micro_batch();
+        return world > 1 ? model.loss_value(s) * (double)count / (double)std::max<int64_t>(count_all, 1)
+                         : model.loss_value(s);
+    }
+
+    // Stops the run, naming the first tensor that is not finite.
+    [[noreturn]] void diverged(long step, const char* what, double value) {
         std::string tensor = model.first_nonfinite_tensor();
         fatal("step %ld: %s is %g: the run diverged (%s)", step, what, value,
               tensor.empty() ? "every parameter and gradient is finite" : ("first non-finite: " + tensor).c_str());
-    };
-    auto save_milestones = [&](long done) {
-        if (o.milestones == 0) { return; }
-        for (const auto& [percent, at] : milestone_steps(o.steps)) {
-            if (at == done) {
-                char name[32];
-                snprintf(name, sizeof(name), "milestone_%03d.bin", percent);
-                save(name);
-            }
-        }
-    };
+    }
 
-    const double tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len * world;
-    const double peak = peak_flops_per_second(), flops = flops_per_token(model.cfg);
-    double total_ms = 0.0;
-    const long first_step = (long)model.steps_done();
-    if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
-    SpikeDetector spikes(o.spike_window, o.spike_z);
-    DataLoader& train = *train_loader;
-    if (first_step == 0) { save_milestones(0); }
-    install_stop_signal_handlers();
-    for (long step = first_step; step < o.steps; step++) {
-        Timer timer;
-        model.zero_grad();
-        double loss = 0.0;
-        for (int micro = 0; micro < o.grad_accum; micro++) {
-            train.next_batch();
-            // each micro-batch's loss is a mean over its own counted targets (as llm.c); over
-            // several ranks, over the targets of all ranks' rows: the optimizer's mean over
-            // ranks of world x this gradient is then one rank's gradient of world x B rows
-            int64_t count = count_loss_targets(model, train.targets.data(), o.batch_size * o.seq_len);
-            int64_t count_all = world > 1 ? (int64_t)comm->sum((double)count) : count;
-            float scale = (float)world / (float)(std::max<int64_t>(count_all, 1) * o.grad_accum);
-            LossStats s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale, nullptr);
-            // the last micro-batch's backward may start reducing each layer (--overlap-reduce)
-            model.overlap_reduction(o.overlap_reduce != 0 && micro == o.grad_accum - 1);
-            model.backward();
-            model.overlap_reduction(false);
-            model.end_micro_batch();
-            double share = world > 1 ? model.loss_value(s) * (double)count / (double)std::max<int64_t>(count_all, 1)
-                                     : model.loss_value(s);
-            loss += share / o.grad_accum;
-        }
-        if (world > 1) { loss = comm->sum(loss); }  // the ranks' shares of the mean
-        if (!std::isfinite(loss)) { diverged(step + 1, "the loss", loss); }
-        double f = o.opt.schedule.multiplier(step, o.steps);
-        float grad_norm = model.update(o.opt.lr * f, o.opt.lr_other * f);
-        if (!std::isfinite(grad_norm)) { diverged(step + 1, "the gradient norm", grad_norm); }
-        cudaCheck(cudaDeviceSynchronize());
-        double ms = timer.ms();
+    // A step's progress line (every --log-every steps, the first and the last), its loss
+    // spike if any, and its log record.
+    void report_step(long done, double loss, double lr, float grad_norm, double ms) {
         total_ms += ms;
-        long done = step + 1;
         double eta_s = total_ms / (done - first_step) * (o.steps - done) / 1e3;
         if (done % o.log_every == 0 || done == o.steps || done == first_step + 1) {
             double tokens_per_second = tokens_per_step / (ms / 1e3);
             printf("step %5ld/%ld | loss %.4f | lr %.3e | norm %6.3f | %7.1f ms | %8.0f tok/s", done, o.steps, loss,
-                   o.opt.lr * f, grad_norm, ms, tokens_per_second);
+                   lr, grad_norm, ms, tokens_per_second);
             if (peak > 0.0) { printf(" | MFU %4.1f%%", 100.0 * flops * tokens_per_second / peak); }
             printf(" | eta %.0fs\n", eta_s);
         }
         double spike_z = spikes.observe(loss);
         if (spike_z > 0.0) { printf("step %ld: loss spike (%.4f, z-score %.1f over the last %d steps)\n", done, loss, spike_z, o.spike_window); }
-        if (log != nullptr) {
-            fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f", done, loss,
-                    o.opt.lr * f, grad_norm, ms);
-            if (spike_z > 0.0) { fprintf(log, ", \"loss_spike_z\": %.3f", spike_z); }
-            fprintf(log, "}\n");
-            fflush(log);
-        }
-        if (o.val_every > 0 && done % o.val_every == 0 && done != o.steps) { validate(done); }
-        if (o.eval_every > 0 && done % o.eval_every == 0 && done != o.steps) { score_evals(done); }
-        if (o.sample_every > 0 && done % o.sample_every == 0 && done != o.steps) { print_sample(done); }
-        if (o.save_every > 0 && done % o.save_every == 0 && done != o.steps) { save("step_" + std::to_string(done) + ".bin"); }
-        save_milestones(done);
-        // over several ranks all stop at the same step (the checkpoint is a collective): a
-        // signal any rank has seen counts for all
+        if (log == nullptr) { return; }
+        fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f", done, loss, lr,
+                grad_norm, ms);
+        if (spike_z > 0.0) { fprintf(log, ", \"loss_spike_z\": %.3f", spike_z); }
+        fprintf(log, "}\n");
+        fflush(log);
+    }
+
+    // On SIGINT/SIGTERM before the last step: checkpoint here and exit. Over several ranks
+    // all stop at the same step (the checkpoint is a collective): a signal any rank has seen
+    // counts for all.
+    void stop_if_signalled(long done) {
         const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
-        if (stop != 0 && done < o.steps) {  // SIGINT/SIGTERM: checkpoint here and stop
-            if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
-            printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
-                   o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
-                                            : ("continue with --resume " + last_saved).c_str());
-            if (log != nullptr) { fclose(log); }
-            exit(128 + stop);
-        }
+        if (stop == 0 || done >= o.steps) { return; }
+        if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
+        printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
+               o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
+                                        : ("continue with --resume " + last_saved).c_str());
+        close_log();
+        exit(128 + stop);
     }
-    if (o.overlap_reduce != 0 && world > 1) {
-        printf("gradient reduction: %ld layer buckets started during the backward pass\n", model.optimizer->early_total());
-    }
-    validate(o.steps);
-    score_evals(o.steps);
-    print_sample(o.steps);
-    save("final.bin");
-    if (log != nullptr) { fclose(log); }
+};
+
+// Trains `model` as the options say (TrainingRun above).
+template <typename Model>
+void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
+                  const Comm* comm = nullptr) {
+    TrainingRun<Model>(model, o, tokenizer, checkpoint, comm).run();
 }
