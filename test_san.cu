@@ -19,7 +19,7 @@ decayed) compute the same function, so 10 training steps give the same trajector
 rounding (of 1 + g: in bf16 builds the RMS gains 1 + g are stored with 8 bits).
 
 Attention kernels: bf16 builds check every state through the tensor-core attention
-(llmc/attention_tc.cuh), which the host backend's trainer does not run by default
+(llmc/kernels/attention_tc.cuh), which the host backend's trainer does not run by default
 (attention_tensor_cores()), so that make test keeps them under the trainer; and san.bin once
 more through the scalar kernels (san_scalar_attention), which the host trainer runs.
 

@@ -7,7 +7,7 @@ LayerNorm and the LM head tied to the token embedding.
 Reads top to bottom: config -> parameters -> activations -> forward -> backward -> update
 -> checkpoint (ours and llm.c's model files) -> main loop. The kernels live in llmc/ and
 are the SAN trainer's where the two models agree (attention, GEMM, embedding, classifier,
-residual add, AdamW); GPT-2's own pieces are llmc/layernorm.cuh, gelu.cuh, bias.cuh and
+residual add, AdamW); GPT-2's own pieces are llmc/kernels/layernorm.cuh, gelu.cuh, bias.cuh and
 position.cuh. Built by nvcc for the GPU and by g++ for the host backend from this one
 source; `test_gpt2.cu` includes this file with TESTING defined and checks it against the
 PyTorch reference train_gpt2.py.
@@ -28,18 +28,18 @@ PyTorch reference train_gpt2.py.
 
 #include "llmc/utils.h"
 #include "llmc/cuda_common.h"
-#include "llmc/gemm.cuh"
-#include "llmc/embedding.cuh"
-#include "llmc/position.cuh"
-#include "llmc/layernorm.cuh"
-#include "llmc/bias.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/kv_cache.cuh"
-#include "llmc/gelu.cuh"
-#include "llmc/residual.cuh"
-#include "llmc/classifier.cuh"
-#include "llmc/parameters.h"  // ModelParameters: parameters, gradients, optimizer
-#include "llmc/trainer.h"     // trainer_main: main's sequence, run_training; model.h: counts, sample
+#include "llmc/kernels/gemm.cuh"
+#include "llmc/kernels/embedding.cuh"
+#include "llmc/kernels/position.cuh"
+#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/bias.cuh"
+#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/kv_cache.cuh"
+#include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/residual.cuh"
+#include "llmc/kernels/classifier.cuh"
+#include "llmc/model/parameters.h"  // ModelParameters: parameters, gradients, optimizer
+#include "llmc/train/trainer.h"     // trainer_main: main's sequence, run_training; model.h: counts, sample
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kInitStd = 0.02f;
@@ -48,7 +48,7 @@ constexpr float kInitStd = 0.02f;
 // config
 
 // The sizes (vocabulary, context T = rows of wpe, layers, width, heads, BOS: GPT-2 BPE 50256)
-// are ModelDims' (llmc/model.h); GPT-2 has no other settings.
+// are ModelDims' (llmc/model/model.h); GPT-2 has no other settings.
 struct GPT2Config : ModelDims {
     int kv_width() const { return n_embd; }
     int64_t embedding_numel() const { return ((int64_t)padded_vocab() + seq_len) * n_embd; }  // wte and wpe
@@ -180,7 +180,7 @@ struct LayerActivations {
 // the model
 
 // The model: its parameters, gradients and optimizer, the residual stream, logits and loss
-// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the activations and
+// buffers (llmc/model/model.h LanguageModel) and, for B rows of T positions, the activations and
 // scratch of forward and backward.
 struct GPT2 : LanguageModel<GPT2Config> {
     ModelTensors<floatX> P, G;
@@ -221,7 +221,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
         scratch = arena.alloc<float>(scratch_floats);
     }
 
-    // ---- loss bookkeeping (llmc/model.h, training.h): every target >= 0 counts -----------
+    // ---- loss bookkeeping (llmc/model/model.h, training.h): every target >= 0 counts -----------
     bool counts_in_loss(int target) const { return target >= 0; }
     int doc_start_token() const { return -1; }  // GPT-2 attends across documents, as llm.c does
     double loss_value(const LossStats& s) const { return s.loss(0.0); }
@@ -233,7 +233,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
     // cross-entropy; with dloss_scale != 0 also leaves d(loss_sum * dloss_scale)/d logits
     // for backward(). row_losses, if given, receives the per-position losses.
     // With `cache` (sampling): one position, Bn = Tn = 1, at cache->pos: its keys and values
-    // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
+    // go into the cache and its query attends over the cached rows (llmc/kernels/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                      std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
         begin_forward(Bn, Tn, dloss_scale, cache);
@@ -433,7 +433,7 @@ LlmcModel load_llmc(const std::string& path, int bos_id) {
 }
 
 // ========================================================================================
-// command line and main (the sequence: llmc/trainer.h)
+// command line and main (the sequence: llmc/train/trainer.h)
 
 struct Options {
     std::string preset = "tiny";
@@ -452,7 +452,7 @@ std::vector<Flag> make_flags(Options& o) {
     return flags;
 }
 
-// What llmc/trainer.h asks of this trainer.
+// What llmc/train/trainer.h asks of this trainer.
 struct GPT2Trainer {
     using Model = GPT2;
     static void set_defaults(Options&, int, char**) {}

@@ -5,7 +5,7 @@ arm, which differs only by a SwiGLU block after each attention block.
 
 Reads top to bottom: config -> parameters -> activations -> forward -> backward -> update
 -> checkpoint -> main loop. The kernels live in llmc/; every matmul goes through
-llmc/gemm.cuh. Built by nvcc for the GPU and by g++ for the host backend (llmc/hostcuda.h)
+llmc/kernels/gemm.cuh. Built by nvcc for the GPU and by g++ for the host backend (llmc/hostcuda.h)
 from this one source; `test_san.cu` includes this file with TESTING defined and checks it
 against the PyTorch reference train_san.py.
 
@@ -27,22 +27,22 @@ against the PyTorch reference train_san.py.
 
 #include "llmc/utils.h"
 #include "llmc/cuda_common.h"
-#include "llmc/gemm.cuh"
-#include "llmc/reduce.cuh"
-#include "llmc/embedding.cuh"
-#include "llmc/norm.cuh"
-#include "llmc/rope.cuh"
-#include "llmc/attention_kinds.h"    // AttnKind, the layouts
-#include "llmc/mixers/registry.h"    // make_token_mixer: each attention kind's TokenMixer (llmc/mixers/)
-#include "llmc/fixed_qk.cuh"         // rndembqk, fixedseqqk: FixedQKInput, the fixed row's model state
-#include "llmc/kv_cache.cuh"
-#include "llmc/swiglu_mlp.h"         // SwiGLUMLP: the FFN arm's body
-#include "llmc/layer_weights.h"      // LayerWeights: a layer's tensors by name
-#include "llmc/residual.cuh"
-#include "llmc/classifier.cuh"
-#include "llmc/spectrum.h"    // effective_rank (the per-layer measurements)
-#include "llmc/parameters.h"  // ModelParameters: parameters, gradients, optimizer
-#include "llmc/trainer.h"     // trainer_main: main's sequence, run_training; model.h: counts, sample
+#include "llmc/kernels/gemm.cuh"
+#include "llmc/kernels/reduce.cuh"
+#include "llmc/kernels/embedding.cuh"
+#include "llmc/kernels/norm.cuh"
+#include "llmc/kernels/rope.cuh"
+#include "llmc/mixers/attention_kinds.h"  // AttnKind, the layouts
+#include "llmc/mixers/registry.h"         // make_token_mixer: each attention kind's TokenMixer (llmc/mixers/)
+#include "llmc/kernels/fixed_qk.cuh"      // rndembqk, fixedseqqk: FixedQKInput, the fixed row's model state
+#include "llmc/kernels/kv_cache.cuh"
+#include "llmc/model/swiglu_mlp.h"        // SwiGLUMLP: the FFN arm's body
+#include "llmc/model/layer_weights.h"     // LayerWeights: a layer's tensors by name
+#include "llmc/kernels/residual.cuh"
+#include "llmc/kernels/classifier.cuh"
+#include "llmc/model/spectrum.h"          // effective_rank (the per-layer measurements)
+#include "llmc/model/parameters.h"        // ModelParameters: parameters, gradients, optimizer
+#include "llmc/train/trainer.h"           // trainer_main: main's sequence, run_training; model.h: counts, sample
 
 constexpr float kNormEps = 1e-6f;
 constexpr float kInitStd = 0.02f;
@@ -55,7 +55,7 @@ inline const Choices<FfnKind> kFfnKinds{{"none", "swiglu"}};
 enum class NormKind { ZCN, RMS };
 inline const Choices<NormKind> kNormKinds{{"zcn", "rms"}};
 
-// The sizes (vocabulary, context, layers, width, query heads, BOS) are ModelDims' (llmc/model.h).
+// The sizes (vocabulary, context, layers, width, query heads, BOS) are ModelDims' (llmc/model/model.h).
 struct SANConfig : ModelDims {
     int n_kv_head = 2;
     FfnKind ffn = FfnKind::None;
@@ -69,7 +69,7 @@ struct SANConfig : ModelDims {
     double z_loss = 1e-4;
     // the attention variants of "Deconstructing Attention" (doc/deconstructing.md)
     AttnKind attention = AttnKind::Standard;  // the kind of every layer the layout does not keep standard
-    std::string layout = "uniform";           // which layers keep standard attention (llmc/attention_kinds.h)
+    std::string layout = "uniform";           // which layers keep standard attention (llmc/mixers/attention_kinds.h)
     TaylorNorm taylor_norm = TaylorNorm::Joint;  // approximate: Based's joint feature map, or the paper's terms
     std::vector<AttnKind> kinds;              // resolved by resolve_and_check: one per layer
 
@@ -126,7 +126,7 @@ struct SANConfig : ModelDims {
         resolve_attention_kinds();
     }
 
-    // --attention and --layout -> one kind per layer (llmc/attention_kinds.h)
+    // --attention and --layout -> one kind per layer (llmc/mixers/attention_kinds.h)
     void resolve_attention_kinds() {
         std::vector<int> standard;
         std::string error;
@@ -286,7 +286,7 @@ std::vector<ParamSpec> parameter_spec(const SANConfig& c) {
     return spec;
 }
 
-// Training FLOPs per token: llmc/model.h's convention (as train_san.py), with the 12 * T * d of
+// Training FLOPs per token: llmc/model/model.h's convention (as train_san.py), with the 12 * T * d of
 // scores and values counted only for the layers whose mixer mixes over T x T pairs (not mlp,
 // which mixes nothing, nor nonapprox, whose scores are one per position). Found instead of
 // model.h's template by argument-dependent lookup. (rndembqk / fixedseqqk: the fixed row's cost
@@ -307,7 +307,7 @@ std::string describe_attention(const SANConfig& c) {
     return out;
 }
 
-// The SAN paper's locked per-device peak rates for this arm (llmc/optimizer.h DefaultRates).
+// The SAN paper's locked per-device peak rates for this arm (llmc/train/optimizer.h DefaultRates).
 DefaultRates default_rates(const SANConfig& c) {
     DefaultRates r;
     if (c.has_ffn()) {
@@ -389,7 +389,7 @@ struct Block {
 enum class SkipNonstandard { None, Attention, Block };
 
 // The model: its parameters, gradients and optimizer, the residual stream, logits and loss
-// buffers (llmc/model.h LanguageModel) and, for B rows of T positions, the blocks'
+// buffers (llmc/model/model.h LanguageModel) and, for B rows of T positions, the blocks'
 // activations and the backward's shared scratch.
 struct SAN : LanguageModel<SANConfig> {
     std::vector<Block> blocks;
@@ -401,7 +401,7 @@ struct SAN : LanguageModel<SANConfig> {
     floatX *d_block_in = nullptr, *dx0 = nullptr;  // dL/d(a sub-layer's normed input); dL/d x0 (staticembqk)
     SkipNonstandard skip = SkipNonstandard::None;  // evaluation only: backward() refuses it
     std::vector<int> host_targets_masked;
-    // rndembqk, fixedseqqk (llmc/fixed_qk.cuh): the fixed input (model state, host copy as in
+    // rndembqk, fixedseqqk (llmc/kernels/fixed_qk.cuh): the fixed input (model state, host copy as in
     // files), rndembqk's eps on the device, and whether the last forward ran the fixed row
     bool has_fixed_row = false;
     FixedQKInput fixed;
@@ -514,7 +514,7 @@ struct SAN : LanguageModel<SANConfig> {
     // the fixed row runs when some layer reads it (not when --skip-nonstandard leaves them out)
     bool fixed_row_needed() const { return has_fixed_row && skip == SkipNonstandard::None; }
 
-    // ---- loss bookkeeping (llmc/model.h, training.h) -------------------------------------
+    // ---- loss bookkeeping (llmc/model/model.h, training.h) -------------------------------------
     // A target counts if it is >= 0 and, with the document mask, not the BOS of the next
     // document (doc/san-model.md, "Document mask and loss mask").
     bool counts_in_loss(int target) const { return target >= 0 && !(cfg.doc_mask && target == cfg.bos_id); }
@@ -549,7 +549,7 @@ struct SAN : LanguageModel<SANConfig> {
     // Returns the per-row statistics: the loss is their ce + z * lse_sq over the count;
     // row_losses, if given, receives each position's cross-entropy.
     // With `cache` (sampling): one position, Bn = Tn = 1, at cache->pos: its keys and values
-    // go into the cache and its query attends over the cached rows (llmc/kv_cache.cuh).
+    // go into the cache and its query attends over the cached rows (llmc/kernels/kv_cache.cuh).
     LossStats forward(const int* inputs, const int* targets, int Bn, int Tn, float dloss_scale,
                       std::vector<float>* row_losses = nullptr, KVCache* cache = nullptr) {
         // rndembqk, fixedseqqk: the fixed stream rides along as one more row after the Bn real
@@ -692,10 +692,10 @@ struct SAN : LanguageModel<SANConfig> {
     Weight wte() const { return {params + spec.front().offset, grads + spec.front().offset}; }
     GainNorm final_norm() const { return cfg.stream_norm({params + spec.back().offset, grads + spec.back().offset}); }
 
-    // ---- measurements (logged at every validation; llmc/evaluation.h LayerMeasurements) --
+    // ---- measurements (logged at every validation; llmc/train/evaluation.h LayerMeasurements) --
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
     // tokens gives the effective rank of the residual stream after each layer
-    // (llmc/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
+    // (llmc/model/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
     // attention mask lets a query see (the input of exp, or of the Taylor polynomial; for
     // nonapprox each position's own q[t].k[t]; mlp and skipped layers have none and log 0). On
     // the host, in double: a measurement, not a hot path.
@@ -753,9 +753,9 @@ struct SAN : LanguageModel<SANConfig> {
     }
 };
 
-// Sampling (llmc/model.h), found instead of model.h's template by argument-dependent lookup:
+// Sampling (llmc/model/model.h), found instead of model.h's template by argument-dependent lookup:
 // the cached step needs every layer's mixer to decode one position from the cache
-// (llmc/kv_cache.cuh); with approximate, nonapprox, rndembqk or fixedseqqk layers (the last
+// (llmc/kernels/kv_cache.cuh); with approximate, nonapprox, rndembqk or fixedseqqk layers (the last
 // two need the fixed row beside every step's queries) the window is recomputed for every token.
 std::vector<int> sample(SAN& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
                         bool use_cache = true) {
@@ -766,7 +766,7 @@ std::vector<int> sample(SAN& model, std::vector<int> tokens, int n, float temper
 }
 
 // ========================================================================================
-// command line and main (the sequence: llmc/trainer.h)
+// command line and main (the sequence: llmc/train/trainer.h)
 
 struct Options {
     std::string preset = "tiny";
@@ -867,7 +867,7 @@ SkipNonstandard parse_skip_nonstandard(const std::string& value, const SANConfig
     return value == "block" ? SkipNonstandard::Block : SkipNonstandard::Attention;
 }
 
-// What llmc/trainer.h asks of this trainer.
+// What llmc/train/trainer.h asks of this trainer.
 struct SANTrainer {
     using Model = SAN;
     static void set_defaults(Options& o, int argc, char** argv) {
@@ -910,7 +910,7 @@ struct SANTrainer {
         model.init_parameters(o.train.seed);
         model.init_fixed_input(o.train.seed, o.train.train_data);
     }
-    // settings of this run that are not model config (llmc/trainer.h calls it once the model is built)
+    // settings of this run that are not model config (llmc/train/trainer.h calls it once the model is built)
     static void configure_model(SAN& model, const Options& o) {
         model.skip = parse_skip_nonstandard(o.skip_nonstandard, o.model, o.train);
     }

@@ -22,7 +22,7 @@ class ShardLoader:
     """Sequential batches of B rows x (T+1) tokens; consecutive rows overlap by one token
     (row r covers tokens [pos + rT, pos + (r+1)T]), so every token is a target once. Shards
     with a region sidecar (x.regions next to x.bin; doc/formats.md) also give each batch's
-    (B, T+1) region labels in `regions` (llmc/dataloader.h reads the same files)."""
+    (B, T+1) region labels in `regions` (llmc/data/dataloader.h reads the same files)."""
 
     def __init__(self, pattern, B, T, vocab_size):
         self.files = sorted(f for f in glob.glob(pattern) if f.endswith(".bin"))

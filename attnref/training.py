@@ -91,7 +91,7 @@ def evaluate_regions(model, loader, n_batches=VAL_BATCHES):
     only (the z-loss term is not part of it), token-weighted: the sum over every counted
     target / their number. Per region of the target token when the shards have region
     sidecars, over the targets whose whole document is in the row (after the row's first
-    BOS; with the document mask only, as train_san.cu), as llmc/training.h evaluate()."""
+    BOS; with the document mask only, as train_san.cu), as llmc/train/training.h evaluate()."""
     model.eval()
     loader.reset()
     cfg = model.cfg
@@ -174,7 +174,7 @@ def load_tokenizer_bin(path):
 
 
 def decode_sample(tb, ids):
-    """Text of token ids with the tokenizer .bin table (llmc/tokenizer.h's decoding; an
+    """Text of token ids with the tokenizer .bin table (llmc/data/tokenizer.h's decoding; an
     incomplete UTF-8 character at the end is held back, other broken bytes become U+FFFD)."""
     data = decode_with_bin(tb, ids)
     for cut in range(min(3, len(data)), 0, -1):  # a character cut short by the end: hold it back

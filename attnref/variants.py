@@ -1,7 +1,7 @@
 """
 The attention variants of "Deconstructing Attention" (doc/deconstructing.md) for the SAN
-family, the reference of train_san.cu's per-layer attention kinds (llmc/attention_kinds.h for
-the layouts, llmc/attention_variants.cuh for the kernels): the kinds and layouts, the mlp
+family, the reference of train_san.cu's per-layer attention kinds (llmc/mixers/attention_kinds.h for
+the layouts, llmc/kernels/attention_variants.cuh for the kernels): the kinds and layouts, the mlp
 mixer's width, the fixed-QK kinds' input scale, and the token mixers written out as explicit T x T weights (no running
 maximum, no suffix sums: the kernels' tricks are theirs, this file is the plain maths).
 """
@@ -23,7 +23,7 @@ TAYLOR_NORMS = ("joint", "separate")
 
 def standard_layers(layout, n_layer):
     """The layers (1-based, ascending) that keep standard attention under `layout` (the rules
-    of llmc/attention_kinds.h: h = L // 2, q = max(1, round(L / 4)); the paper's sets at L = 24).
+    of llmc/mixers/attention_kinds.h: h = L // 2, q = max(1, round(L / 4)); the paper's sets at L = 24).
     Raises ValueError for a bad layout."""
     L, h, q = n_layer, n_layer // 2, max(1, (n_layer + 2) // 4)
     if layout == "uniform":

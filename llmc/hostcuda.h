@@ -8,7 +8,7 @@ on the CPU, so that `make test` runs the real kernels on machines without a GPU
   hostcuda/fiber.h             stacks and context switches
   hostcuda/scheduler.h         blocks on a worker pool, threads as fibers, barriers, warp collectives
   hostcuda/device_functions.h  threadIdx & co, __syncthreads, shuffles, votes, atomics, intrinsics
-  hostcuda/mma.h               tensor-core mma.sync and ldmatrix as warp collectives (for llmc/mma.cuh)
+  hostcuda/mma.h               tensor-core mma.sync and ldmatrix as warp collectives (for llmc/kernels/mma.cuh)
   hostcuda/runtime.h           cudaMalloc, cudaMemcpy, streams, events, errors, device properties
   hostcuda/racecheck.h         shared-memory race and bounds checking (racecheck builds)
   hostcuda/async_copy.h        cp.async: per-thread groups of copies that land at their wait
@@ -23,8 +23,8 @@ HOSTCUDA_SCHEDULE=forward|reverse|random:SEED picks the order threads run in
 shared-memory access (racecheck.h). doc/host-backend.md describes both.
 
 What it does not model: concurrency between streams (everything is synchronous),
-cooperative groups, inline PTX and tensor-core intrinsics other than those of llmc/mma.cuh
-and llmc/async_copy.cuh (cp.async), texture memory, and the timing of a GPU (use dev/cuda
+cooperative groups, inline PTX and tensor-core intrinsics other than those of llmc/kernels/mma.cuh
+and llmc/kernels/async_copy.cuh (cp.async), texture memory, and the timing of a GPU (use dev/cuda
 benchmarks on a GPU for that).
 */
 #pragma once

@@ -17,7 +17,7 @@ jobs_max=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 # Backend mutants (llmc/hostcuda, -DHOSTCUDA_MUTATION_X):
 backend=(SYNCTHREADS_NOOP:test_backend:syncthreads_ SHFL_WRONG_LANE:test_backend:shuffle_
          ATOMICS_NONATOMIC:test_backend:atomics_ MMA_A_LAYOUT:test_mma:mma_ LDMATRIX_TRANS:test_mma:ldmatrix_)
-# Multi-rank mutants (llmc/comm.h, llmc/data_parallel.h, -DX), run as 2 ranks: a mean that
+# Multi-rank mutants (llmc/parallel/comm.h, llmc/parallel/data_parallel.h, -DX), run as 2 ranks: a mean that
 # forgets to divide by the rank count, a rank that skips its share of the Muon matrices, and
 # ZeRO-1's per-owner reduction sent to the wrong rank. They need an MPI build (-DUSE_MPI in
 # the flags) and mpirun.

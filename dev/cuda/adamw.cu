@@ -1,18 +1,18 @@
 /*
-AdamW step (llmc/adamw.cuh) against a double reference, with and without fp32 master
+AdamW step (llmc/kernels/adamw.cuh) against a double reference, with and without fp32 master
 weights (bf16 builds keep them; fp32 builds update the parameters directly):
     m = b1 m + (1-b1) g s;  v = b2 v + (1-b2) (g s)^2
     p = p (1 - lr wd) - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
-and the global gradient norm with clipping (llmc/reduce.cuh: deterministic two-pass sum
+and the global gradient norm with clipping (llmc/kernels/reduce.cuh: deterministic two-pass sum
 of squares; bit-identical when repeated).
 
-version 1: llmc/adamw.cuh, one thread per element
+version 1: llmc/kernels/adamw.cuh, one thread per element
 
     ./build/<dir>/adamw
 */
 #include "dev/cuda/common.h"
-#include "llmc/adamw.cuh"
-#include "llmc/reduce.cuh"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/reduce.cuh"
 
 int main() {
     size_t n = HOST_BACKEND ? 50001 : 64 * 1024 * 1024;

@@ -1,5 +1,5 @@
 /*
-Causal GQA attention backward with an optional same-document mask (llmc/attention.cuh).
+Causal GQA attention backward with an optional same-document mask (llmc/kernels/attention.cuh).
 With P = softmax of the scaled, masked scores (recomputed from the forward's lse):
 
     D[t]      = dout[t] . out[t]
@@ -13,10 +13,10 @@ Both versions are deterministic (no atomics) and overwrite the gradients.
 
 version 1: two kernels, one thread per query row (D, dq) and one thread per key row
            (dk, dv), everything read straight from global memory (the baseline)
-version 2: llmc/attention.cuh: the same split, 64 rows per block sharing 64-row tiles of
+version 2: llmc/kernels/attention.cuh: the same split, 64 rows per block sharing 64-row tiles of
            K/V (dq kernel) or Q/dout/lse/D (dk/dv kernel) in shared memory, with tiles
            in the future or in other documents skipped
-version 3: FlashAttention-2 backward on tensor cores (llmc/attention_tc.cuh), bf16 builds
+version 3: FlashAttention-2 backward on tensor cores (llmc/kernels/attention_tc.cuh), bf16 builds
            only, hd a multiple of 16 up to 128: P recomputed per 64x64 tile from lse in the
            mma accumulators; a dq kernel (4 warps x 16 query rows; D, then S, dP, dS, dQ += dS K
            per K/V tile) and a dk/dv kernel (4 warps x 16 keys of one kv head, over the query
@@ -24,7 +24,7 @@ version 3: FlashAttention-2 backward on tensor cores (llmc/attention_tc.cuh), bf
            atomics. What bf16 builds of the trainers run. Validated on the host backend only
            (below at hd 16, 64, 128, with and without the document mask, GQA 2); not yet run
            on a GPU.
-version 4: cuDNN's fused SDPA backward, deterministic algorithm (llmc/attention_cudnn.cuh):
+version 4: cuDNN's fused SDPA backward, deterministic algorithm (llmc/kernels/attention_cudnn.cuh):
            GPU bf16 builds with USE_CUDNN=1 only, causal without the document mask.
 
 Build and run (validation on any executor, timing on a GPU):

@@ -9,7 +9,7 @@ line, and document ids shaped like the data loader's.
 #include <vector>
 
 #include "dev/cuda/common.h"
-#include "llmc/attention.cuh"
+#include "llmc/kernels/attention.cuh"
 
 // Versions 1-2 run everywhere; 3 (tensor cores) takes bf16 operands; 4 is cuDNN, which has no
 // document mask.

@@ -1,5 +1,5 @@
 /*
-Causal GQA attention forward with an optional same-document mask (llmc/attention.cuh):
+Causal GQA attention forward with an optional same-document mask (llmc/kernels/attention.cuh):
 
     out[b,t,h] = sum_tau softmax_tau(q[b,t,h] . k[b,tau,j] / sqrt(hd)) v[b,tau,j],   j = h / (Hq/Hkv)
     lse[b,h,t] = log sum_tau exp(scores)        over tau <= t in t's document
@@ -8,9 +8,9 @@ q, out: (B, T, Hq, hd), k, v: (B, T, Hkv, hd) floatX; lse: (B, Hq, T) float; doc
 
 version 1: one thread per query row, keys and values read straight from global memory,
            online softmax (the baseline: no shared memory, no tiling)
-version 2: llmc/attention.cuh: 64 query rows per block share 64-key tiles of K and V in
+version 2: llmc/kernels/attention.cuh: 64 query rows per block share 64-key tiles of K and V in
            shared memory, tiles in the future or in other documents are skipped
-version 3: FlashAttention-2 on tensor cores (llmc/attention_tc.cuh, via llmc/mma.cuh), bf16
+version 3: FlashAttention-2 on tensor cores (llmc/kernels/attention_tc.cuh, via llmc/kernels/mma.cuh), bf16
            builds only: a block of 4 warps owns 64 query rows of one head, each warp 16 rows;
            K/V tiles of 64 keys in shared memory (bf16, cp.async, double-buffered); S = Q K^T
            and O += P V are mma.sync m16n8k16 with the online softmax kept in the accumulator
@@ -18,14 +18,14 @@ version 3: FlashAttention-2 on tensor cores (llmc/attention_tc.cuh, via llmc/mma
            64 and 128).
            What bf16 builds of the trainers run. Validated on the host backend only; not yet
            run on a GPU.
-version 4: cuDNN's fused SDPA (llmc/attention_cudnn.cuh): GPU bf16 builds with USE_CUDNN=1
+version 4: cuDNN's fused SDPA (llmc/kernels/attention_cudnn.cuh): GPU bf16 builds with USE_CUDNN=1
            only, causal without the document mask; the measure our kernels are held against.
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/attention_forward && ./build/gpu-bf16/attention_forward [version]
 */
 #include "dev/cuda/attention_common.h"
-#include "llmc/mma.cuh"
+#include "llmc/kernels/mma.cuh"
 
 // ----------------------------------------------------------------------------------------
 // CPU reference: the full T x T score matrix with an explicit mask, softmax in double
@@ -97,7 +97,7 @@ __global__ void attention_forward_kernel1(floatX* out, float* lse, const floatX*
 }
 
 // ----------------------------------------------------------------------------------------
-// version 3: FlashAttention-2 on tensor cores, llmc/attention_tc.cuh (what bf16 builds run)
+// version 3: FlashAttention-2 on tensor cores, llmc/kernels/attention_tc.cuh (what bf16 builds run)
 
 void attention_forward3(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, const int* doc_ids,
                         int B, int T, int Hq, int Hkv, int hd) {

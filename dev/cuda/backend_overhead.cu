@@ -7,7 +7,7 @@ understood and the host backend tuned (doc/host-backend.md records the figures):
   barrier       256-thread blocks doing 64 __syncthreads: cost per thread per barrier,
                 which on the host backend is one fiber switch in and one out
   shuffle       warp_reduce_sum (5 shuffles) per thread: cost per thread per shuffle
-  mma           64 mma.sync m16n8k16 per warp (llmc/mma.cuh): cost per thread per mma, which
+  mma           64 mma.sync m16n8k16 per warp (llmc/kernels/mma.cuh): cost per thread per mma, which
                 on the host backend is a warp collective plus a 16x8x16 product
   ldmatrix      64 ldmatrix_x4 per warp: cost per thread per ldmatrix
   gemm          the GEMM wrapper, 512 x 768 x 768, fp32 in/out: GFLOP/s
@@ -18,8 +18,8 @@ nvcc, build/gpu-bf16/backend_overhead); prints one table.
 #include <chrono>
 
 #include "dev/cuda/common.h"
-#include "llmc/gemm.cuh"
-#include "llmc/mma.cuh"
+#include "llmc/kernels/gemm.cuh"
+#include "llmc/kernels/mma.cuh"
 
 __global__ void empty_kernel() {}
 

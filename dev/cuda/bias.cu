@@ -1,5 +1,5 @@
 /*
-Bias of a linear layer (llmc/bias.cuh), forward and backward:
+Bias of a linear layer (llmc/kernels/bias.cuh), forward and backward:
 
     out[n, c] = inp[n, c] + bias[c]           dbias[c] += sum over n of dout[n, c]
 
@@ -7,7 +7,7 @@ inp, out, dout: (N, C) floatX; bias, dbias: (C) floatX.
 
 version 1: forward one thread per element; backward one thread per column summing all N
            rows (the baseline: C threads only)
-version 2: llmc/bias.cuh: forward one thread per x128::size elements; backward over row
+version 2: llmc/kernels/bias.cuh: forward one thread per x128::size elements; backward over row
            chunks (grid columns x chunks), then a fixed-order sum of the chunk partials
            (deterministic, no atomics, no barriers)
 
@@ -15,7 +15,7 @@ Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/bias && ./build/gpu-bf16/bias [version]
 */
 #include "dev/cuda/common.h"
-#include "llmc/bias.cuh"
+#include "llmc/kernels/bias.cuh"
 
 void bias_cpu(float* out, float* dbias, const float* inp, const float* bias, const float* dout, int N, int C) {
     std::vector<double> db(C, 0.0);

@@ -1,17 +1,17 @@
 /*
-Fused softmax cross-entropy with z-loss and masked targets (llmc/classifier.cuh):
+Fused softmax cross-entropy with z-loss and masked targets (llmc/kernels/classifier.cuh):
 per row of fp32 logits (N, Vp), over the first V columns,
     loss = lse - logit[target],  lse_sq = lse^2,
     dlogits = scale * (softmax - onehot(target) + z * 2 * lse * softmax), 0 for masked rows
     and padded columns.
 
 version 1: one thread per row, three plain passes (the baseline)
-version 2: llmc/classifier.cuh, one warp per row with shuffles
+version 2: llmc/kernels/classifier.cuh, one warp per row with shuffles
 
     ./build/<dir>/classifier [version]
 */
 #include "dev/cuda/common.h"
-#include "llmc/classifier.cuh"
+#include "llmc/kernels/classifier.cuh"
 
 void classifier_cpu(float* dlogits, float* losses, float* lse_sq, const float* logits, const int* targets, int N, int V,
                     int Vp, float z, float scale) {

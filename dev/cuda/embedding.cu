@@ -1,18 +1,18 @@
 /*
-Scaled token embedding (llmc/embedding.cuh), forward and backward:
+Scaled token embedding (llmc/kernels/embedding.cuh), forward and backward:
     out[n, :] = scale * wte[idx[n], :]
     dwte[v, :] += scale * sum over n with idx[n] == v of dout[n, :]
 The backward groups positions by token on the host (EmbeddingBuckets) and sums each
 group in order, so it is deterministic without atomics. Token ids repeat a lot here
 (a small vocabulary), as in real batches.
 
-version 1: llmc/embedding.cuh (forward: one thread per element; backward: one block per
+version 1: llmc/kernels/embedding.cuh (forward: one thread per element; backward: one block per
            (token, 256-channel slice))
 
     ./build/<dir>/embedding
 */
 #include "dev/cuda/common.h"
-#include "llmc/embedding.cuh"
+#include "llmc/kernels/embedding.cuh"
 
 int main() {
     int N = HOST_BACKEND ? 512 : 64 * 1024, C = HOST_BACKEND ? 96 : 768, V = 300;

@@ -1,5 +1,5 @@
 /*
-GELU, tanh approximation (llmc/gelu.cuh), forward and backward:
+GELU, tanh approximation (llmc/kernels/gelu.cuh), forward and backward:
 
     out  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
     dinp = dout * (0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2))
@@ -7,13 +7,13 @@ GELU, tanh approximation (llmc/gelu.cuh), forward and backward:
 x, out, dout, dinp: N elements of floatX; maths in fp32.
 
 version 1: one thread per element, scalar loads (the baseline)
-version 2: llmc/gelu.cuh: one thread per x128::size elements, 128-bit loads and stores
+version 2: llmc/kernels/gelu.cuh: one thread per x128::size elements, 128-bit loads and stores
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/gelu && ./build/gpu-bf16/gelu [version]
 */
 #include "dev/cuda/common.h"
-#include "llmc/gelu.cuh"
+#include "llmc/kernels/gelu.cuh"
 
 void gelu_cpu(float* out, float* dinp, const float* x, const float* dout, size_t N) {
     const double k = std::sqrt(2.0 / M_PI);

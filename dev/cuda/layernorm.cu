@@ -1,5 +1,5 @@
 /*
-LayerNorm with weight and bias (llmc/layernorm.cuh), forward and backward:
+LayerNorm with weight and bias (llmc/kernels/layernorm.cuh), forward and backward:
 
     xhat = (x[r, :] - mean[r]) * rstd[r],   out = xhat * weight + bias
     dinp += rstd * (dy - mean(dy) - xhat * mean(dy * xhat)),   dy = dout * weight
@@ -9,14 +9,14 @@ x, out, dout, dinp: (N rows, C) floatX; weight, bias: (C); mean, rstd: (N) fp32.
 
 version 1: one thread per row (forward; backward dinp), then one thread per column summing
            over all rows for dweight/dbias (the baseline)
-version 2: llmc/layernorm.cuh: a lane group per row (128-bit loads, xor shuffles), per-group
+version 2: llmc/kernels/layernorm.cuh: a lane group per row (128-bit loads, xor shuffles), per-group
            weight/bias partials in shared memory, fixed-order block reduction (deterministic)
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/layernorm && ./build/gpu-bf16/layernorm [version]
 */
 #include "dev/cuda/common.h"
-#include "llmc/layernorm.cuh"
+#include "llmc/kernels/layernorm.cuh"
 
 // ----------------------------------------------------------------------------------------
 // CPU reference (double); backward outputs accumulated

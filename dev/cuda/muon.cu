@@ -1,10 +1,10 @@
 /*
-Muon's Newton-Schulz orthogonalisation (llmc/muon.cuh):
+Muon's Newton-Schulz orthogonalisation (llmc/kernels/muon.cuh):
 
     X = G / (||G||_F + 1e-7), wide orientation;  5 x  A = X X^T;  X = a X + (b A + c A^2) X
 
 version 1: one matrix at a time: three unbatched gemm() calls per NS step per matrix
-version 2: llmc/muon.cuh: all matrices of one shape at once, three strided-batched gemm()
+version 2: llmc/kernels/muon.cuh: all matrices of one shape at once, three strided-batched gemm()
            calls per NS step (what the trainer runs)
 
 Validation (any executor): both versions, in floatX and fp32, against a double CPU
@@ -23,7 +23,7 @@ step under AdamW, Muon with Newton-Schulz in bf16 and in fp32.
 
 #include "llmc/utils.h"
 #include "llmc/cuda_common.h"
-#include "llmc/muon.cuh"  // defines: MuonOptimizer, MuonMatrix, MuonConfig
+#include "llmc/kernels/muon.cuh"  // defines: MuonOptimizer, MuonMatrix, MuonConfig
 #include "dev/cuda/common.h"
 
 // ----------------------------------------------------------------------------------------

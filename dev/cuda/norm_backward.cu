@@ -1,5 +1,5 @@
 /*
-ZCN / RMSNorm backward (llmc/norm.cuh), with gradients ACCUMULATED:
+ZCN / RMSNorm backward (llmc/kernels/norm.cuh), with gradients ACCUMULATED:
 
     y = x[r, :] * rstd[r],  dy = dout[r, :] * (gain_offset + gain)
     dinp[r, :] += rstd[r] * (dy - y * mean(dy * y))
@@ -10,7 +10,7 @@ rstd: (N) fp32 from the forward. No float atomics: dgain is reduced in a fixed o
 
 version 1: one thread per row for dinp, then one thread per column summing dout*y over all
            rows for dgain (two passes over the inputs; the baseline)
-version 2: llmc/norm.cuh: a group of lanes per row (128-bit loads, xor shuffles), per-group
+version 2: llmc/kernels/norm.cuh: a group of lanes per row (128-bit loads, xor shuffles), per-group
            dgain partials in shared memory, per-block partials in scratch, a second kernel
            sums the blocks in fixed order
 
@@ -18,7 +18,7 @@ Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/norm_backward && ./build/gpu-bf16/norm_backward [version]
 */
 #include "dev/cuda/common.h"
-#include "llmc/norm.cuh"
+#include "llmc/kernels/norm.cuh"
 
 // ----------------------------------------------------------------------------------------
 // CPU reference (double accumulation); dinp and dgain accumulated

@@ -1,5 +1,5 @@
 /*
-Learned positional embeddings (llmc/position.cuh), forward and backward:
+Learned positional embeddings (llmc/kernels/position.cuh), forward and backward:
 
     out[b, t, :] += wpe[t, :]              dwpe[t, :] += sum over b of dout[b, t, :]
 
@@ -16,7 +16,7 @@ Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/position && ./build/gpu-bf16/position [version]
 */
 #include "dev/cuda/common.h"
-#include "llmc/position.cuh"
+#include "llmc/kernels/position.cuh"
 
 void position_cpu(float* out, float* dwpe, const float* wpe, const float* dout, int B, int T, int C) {
     for (int b = 0; b < B; b++) {

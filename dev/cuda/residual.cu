@@ -1,15 +1,15 @@
 /*
-Residual connections of the SAN family (llmc/residual.cuh), every mode, forward and
+Residual connections of the SAN family (llmc/kernels/residual.cuh), every mode, forward and
 backward, against a double reference:
     forward   x_out = skip(x) + coef(g) * h     gated: sigmoid(g), standard: 1, rezero: g, none: no skip
     backward  dh = coef * dx_out,  dg += dcoef/dg * sum(dx_out * h)  (deterministic reduction)
 
-version 1: llmc/residual.cuh (elementwise kernels; llmc/reduce.cuh for the gate gradient)
+version 1: llmc/kernels/residual.cuh (elementwise kernels; llmc/kernels/reduce.cuh for the gate gradient)
 
     ./build/<dir>/residual
 */
 #include "dev/cuda/common.h"
-#include "llmc/residual.cuh"
+#include "llmc/kernels/residual.cuh"
 
 int main() {
     size_t N = HOST_BACKEND ? 100003 : 8 * 1024 * 768;  // not a multiple of any block size

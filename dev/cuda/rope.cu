@@ -1,5 +1,5 @@
 /*
-Rotate-half RoPE forward and backward (llmc/rope.cuh) on (B, T, H, hd) tensors:
+Rotate-half RoPE forward and backward (llmc/kernels/rope.cuh) on (B, T, H, hd) tensors:
 
     z1 = z[:hd/2], z2 = z[hd/2:]:  forward  [z1 cos - z2 sin, z2 cos + z1 sin]
                                     backward [d1 cos + d2 sin, d2 cos - d1 sin]  (rotation by -angle)
@@ -7,13 +7,13 @@ Rotate-half RoPE forward and backward (llmc/rope.cuh) on (B, T, H, hd) tensors:
 cos/sin from rope_table (fp64 angles on the host, rounded to fp32), angle[t, i] = t * theta^(-2i/hd).
 
 version 1: one thread per pair (i, i + hd/2), scalar loads (the baseline)
-version 2: llmc/rope.cuh: one thread per x128::size pairs, 128-bit loads and stores
+version 2: llmc/kernels/rope.cuh: one thread per x128::size pairs, 128-bit loads and stores
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/rope && ./build/gpu-bf16/rope [version]
 */
 #include "dev/cuda/common.h"
-#include "llmc/rope.cuh"
+#include "llmc/kernels/rope.cuh"
 
 // ----------------------------------------------------------------------------------------
 // CPU reference: angles in fp64 directly (not through the table)

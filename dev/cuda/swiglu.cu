@@ -1,5 +1,5 @@
 /*
-The elementwise part of SwiGLU (llmc/swiglu.cuh), forward and backward:
+The elementwise part of SwiGLU (llmc/kernels/swiglu.cuh), forward and backward:
 
     out   = silu(gate) * up,   silu(x) = x * sigmoid(x)
     dup   = dout * silu(gate)
@@ -8,13 +8,13 @@ The elementwise part of SwiGLU (llmc/swiglu.cuh), forward and backward:
 gate, up, out, dout, dgate, dup: N elements of floatX; maths in fp32.
 
 version 1: one thread per element, scalar loads (the baseline)
-version 2: llmc/swiglu.cuh: one thread per x128::size elements, 128-bit loads and stores
+version 2: llmc/kernels/swiglu.cuh: one thread per x128::size elements, 128-bit loads and stores
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/swiglu && ./build/gpu-bf16/swiglu [version]
 */
 #include "dev/cuda/common.h"
-#include "llmc/swiglu.cuh"
+#include "llmc/kernels/swiglu.cuh"
 
 // ----------------------------------------------------------------------------------------
 // CPU reference

@@ -4,7 +4,7 @@ Builds the default OFFLINE dataset (no network needed; 35 s measured on 2 shared
   python dev/data/build_offline.py --out data/offline
 
   <out>/tokenizer.model, tokenizer.vocab   SentencePiece BPE (the SAN paper's settings, --vocab-size)
-  <out>/tokenizer.bin                      the same, for llmc/tokenizer.h
+  <out>/tokenizer.bin                      the same, for llmc/data/tokenizer.h
   <out>/kjv/kjv_{train,val}_NNNNNN.bin     King James Bible chapters (Debian bible-kjv)
   <out>/synth/synth_{train,val}_NNNNNN.bin + .regions + .exercises   generated SYNTH-format documents
   <out>/eval/sanity_*.bin                  small SANITY eval sets (not benchmarks)

@@ -1,6 +1,6 @@
 /*
-Inspects data files with the C++ readers (llmc/dataloader.h, llmc/tokenizer.h,
-llmc/evalset.h); the Python tests use it to check that both sides agree.
+Inspects data files with the C++ readers (llmc/data/dataloader.h, llmc/data/tokenizer.h,
+llmc/data/evalset.h); the Python tests use it to check that both sides agree.
   make build/host-bf16/datatool
   datatool decode TOKENIZER.bin SHARD.bin     decoded text of the whole shard (control tokens hidden)
   datatool regions SHARD.bin                   "tokens N" and the count of each region label
@@ -13,9 +13,9 @@ llmc/evalset.h); the Python tests use it to check that both sides agree.
 #include <cstdio>
 #include <cstdlib>
 
-#include "llmc/dataloader.h"
-#include "llmc/evalset.h"
-#include "llmc/tokenizer.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/evalset.h"
+#include "llmc/data/tokenizer.h"
 
 int main(int argc, char** argv) {
     std::string cmd = argc > 1 ? argv[1] : "";

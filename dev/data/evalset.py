@@ -1,5 +1,5 @@
 """
-Eval sets: the .bin format read by llmc/evalset.h (doc/formats.md, "Eval sets"), and the
+Eval sets: the .bin format read by llmc/data/evalset.h (doc/formats.md, "Eval sets"), and the
 lm-eval-style encoding of (context, continuation) pairs.
 
 File: header 256 x int32
@@ -145,7 +145,7 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
 
 
 def read_evalset(path) -> dict:
-    """Reads an eval .bin back (for tests and tools), validating it like llmc/evalset.h."""
+    """Reads an eval .bin back (for tests and tools), validating it like llmc/data/evalset.h."""
     data = Path(path).read_bytes()
     if len(data) < 1024:
         raise ValueError(f"{path}: truncated header")

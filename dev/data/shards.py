@@ -1,5 +1,5 @@
 """
-Token shards and their region and exercise sidecars: the binary files the C++ data loader (llmc/dataloader.h)
+Token shards and their region and exercise sidecars: the binary files the C++ data loader (llmc/data/dataloader.h)
 reads. Formats (documented in doc/formats.md):
 
   token shard  <name>.bin      header 256 x int32: [0] 20240520, [1] version (1 = uint16

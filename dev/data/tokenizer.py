@@ -1,7 +1,7 @@
 """
 Tokenizers for the data pipeline, behind one small interface (encode/decode/ids of the
 special tokens), and export of either kind to the tokenizer .bin that the C++ side
-(llmc/tokenizer.h) reads to decode token ids. Format in doc/formats.md ("Tokenizer").
+(llmc/data/tokenizer.h) reads to decode token ids. Format in doc/formats.md ("Tokenizer").
 
 - SentencePiece BPE as in the SAN paper: byte fallback, identity normalisation, no
   whitespace collapsing and no dummy prefix (so decode(encode(x)) == x for any text),
@@ -201,7 +201,7 @@ def read_tokenizer_bin(path) -> dict:
 
 
 def decode_with_bin(tb: dict, ids) -> bytes:
-    """Reference decoder over a read_tokenizer_bin() table, mirroring llmc/tokenizer.h."""
+    """Reference decoder over a read_tokenizer_bin() table, mirroring llmc/data/tokenizer.h."""
     out = bytearray()
     for i in ids:
         t, b = tb["pieces"][int(i)]

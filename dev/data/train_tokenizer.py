@@ -2,7 +2,7 @@
 Trains the paper's SentencePiece BPE tokenizer (the SAN paper: vocab 16,384, byte fallback,
 identity normalisation, whitespace kept, pad 0 / eos 1 / bos 2 / unk 3, <|im_start|> 4,
 <|im_end|> 5, <think> 6, </think> 7 as atomic pieces) on text files, and exports it to the
-tokenizer .bin read by llmc/tokenizer.h. With --gpt2, exports tiktoken's GPT-2 BPE instead
+tokenizer .bin read by llmc/data/tokenizer.h. With --gpt2, exports tiktoken's GPT-2 BPE instead
 (needs the network or a TIKTOKEN_CACHE_DIR holding its files).
 
   python dev/data/train_tokenizer.py --input corpus.txt [more.txt ...] --vocab-size 16384 --out data/tok/sp16k

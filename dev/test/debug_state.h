@@ -1,6 +1,6 @@
 /*
 What the trainer tests (test_san.cu, test_gpt2.cu) do alike with a PyTorch debug state
-(doc/formats.md "Debug state"), for any model of llmc/model.h (LanguageModel). Include it
+(doc/formats.md "Debug state"), for any model of llmc/model/model.h (LanguageModel). Include it
 after the trainer (its read_config and parameter_spec are used here).
 
   DebugCase<Model> dc(path)      the config, the batch and the initial parameters

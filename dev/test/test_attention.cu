@@ -1,5 +1,5 @@
 /*
-Tests of the causal GQA attention kernels (llmc/attention.cuh) against an independent
+Tests of the causal GQA attention kernels (llmc/kernels/attention.cuh) against an independent
 plain C++ reference in double precision that builds the full T x T score matrix with an
 explicit mask, a full softmax, and the analytic gradients written out term by term.
 
@@ -12,7 +12,7 @@ explicit mask, a full softmax, and the analytic gradients written out term by te
 - determinism: two runs are bitwise equal.
 In the bf16 build the reference gets the same bf16-rounded inputs as the kernels (for the
 backward that includes the stored, rounded out, which enters D = dout . out). bf16 builds
-run the tensor-core kernels (llmc/attention_tc.cuh) at head dims that are multiples of 16
+run the tensor-core kernels (llmc/kernels/attention_tc.cuh) at head dims that are multiples of 16
 (here 16, 48, 64, 128) and the scalar kernels at the others (6, 8): the scalar path's
 tolerance is relative 2^-7 (one bf16 rounding of each output) plus a small absolute part
 proportional to the array's largest reference value (summation order); the tensor-core
@@ -27,7 +27,7 @@ Usage: test_attention [name-filter]
 #include <random>
 #include <vector>
 
-#include "llmc/attention.cuh"
+#include "llmc/kernels/attention.cuh"
 #include "dev/test/attention_shape.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
@@ -242,7 +242,7 @@ static double max_abs(const std::vector<double>& x) {
 #define CHECK_ARRAY(name, got, ref, abs_frac, eps) \
     CHECK_CLOSE(name, (got).data(), (ref).data(), (ref).size(), (abs_frac) * max_abs(ref), (eps))
 
-// Whether attention_forward/backward take the tensor-core path (llmc/attention_tc.cuh) at
+// Whether attention_forward/backward take the tensor-core path (llmc/kernels/attention_tc.cuh) at
 // this head dim (the test's buffers are 16-byte aligned). main() allows it on the host too,
 // where the trainers' default is the scalar kernels.
 static bool tensor_cores(int hd) { return !kFp32 && attention_tensor_cores() && flash_supports(hd); }

@@ -1,5 +1,5 @@
 /*
-Tests of the token mixers of llmc/attention_variants.cuh (Taylor attention in both
+Tests of the token mixers of llmc/kernels/attention_variants.cuh (Taylor attention in both
 normalisations, nonapprox, SiLU) against plain C++ loops in double precision:
 
 - the reference builds every (query, key) weight explicitly (no running maximum, no suffix
@@ -25,7 +25,7 @@ Usage: test_attention_variants [name-filter]
 #include <random>
 #include <vector>
 
-#include "llmc/attention_variants.cuh"
+#include "llmc/kernels/attention_variants.cuh"
 #include "dev/test/attention_shape.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"

@@ -18,7 +18,7 @@ Usage: test_backend [name-filter]
 #include <random>
 #include <vector>
 
-#include "llmc/async_copy.cuh"
+#include "llmc/kernels/async_copy.cuh"
 #include "llmc/cuda_common.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
@@ -635,7 +635,7 @@ TEST_CASE(packed128_intrinsics_and_template_launch) {
 }
 
 // ----------------------------------------------------------------------------------------
-// cp.async (llmc/async_copy.cuh): a double-buffered pipeline that copies tile k + 1 while it
+// cp.async (llmc/kernels/async_copy.cuh): a double-buffered pipeline that copies tile k + 1 while it
 // sums tile k; each thread copies kBytes per tile and reads a word its neighbour copied, so
 // a copy that landed late or in the wrong place changes the result.
 

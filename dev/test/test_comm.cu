@@ -1,5 +1,5 @@
 /*
-test_comm: the collectives of llmc/comm.h and the work-splitting rules of llmc/sharding.h.
+test_comm: the collectives of llmc/parallel/comm.h and the work-splitting rules of llmc/parallel/sharding.h.
 Run as N ranks (`scripts/mpirun.sh -np 2 build/host-fp32/test_comm`, as `make test` does;
 plain: one rank, where the collectives are identities and only that is checked).
 
@@ -28,8 +28,8 @@ COMM_MUTATION_NO_AVERAGE (a forgotten division by N) makes the avg_* cases fail 
 #include <random>
 #include <vector>
 
-#include "llmc/comm.h"
-#include "llmc/sharding.h"
+#include "llmc/parallel/comm.h"
+#include "llmc/parallel/sharding.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
 

@@ -1,5 +1,5 @@
 /*
-test_data_parallel: the optimizer step over N ranks (llmc/data_parallel.h through
+test_data_parallel: the optimizer step over N ranks (llmc/parallel/data_parallel.h through
 ParamOptimizer) against one rank given the mean of the ranks' gradients. Run as N ranks
 (`scripts/mpirun.sh -np 2 build/host-fp32/test_data_parallel`, as `make test` does).
 
@@ -40,7 +40,7 @@ reduced to the wrong rank) each fail cases here when N > 1.
 #include <string>
 #include <vector>
 
-#include "llmc/parameters.h"
+#include "llmc/model/parameters.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
 

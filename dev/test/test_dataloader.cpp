@@ -1,5 +1,5 @@
 /*
-Tests llmc/dataloader.h on fixture shards it writes itself (by hand, from the format in
+Tests llmc/data/dataloader.h on fixture shards it writes itself (by hand, from the format in
 doc/formats.md, independently of the Python writer): headers of both token widths,
 window contents, rank sharding (P processes together = one process with a P-times larger
 batch; every window at most once per epoch), seeded shuffling, exact resume, region
@@ -11,7 +11,7 @@ failures on bad files.
 #include <map>
 #include <set>
 
-#include "llmc/dataloader.h"
+#include "llmc/data/dataloader.h"
 #include "dev/test/data_test_util.h"
 
 static std::string g_dir;

@@ -1,4 +1,4 @@
-"""Eval-set scoring inside the trainers (--eval-sets, --eval-every; llmc/eval_scoring.h)
+"""Eval-set scoring inside the trainers (--eval-sets, --eval-every; llmc/train/eval_scoring.h)
 against an independent scoring of the same checkpoint and files by the PyTorch reference
 (dev/eval/reference_eval.py): multiple choice (acc, acc_norm), cloze (acc, perplexity) and
 rolling (word and token perplexity, with documents longer than the window), for train_san

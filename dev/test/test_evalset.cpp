@@ -1,10 +1,10 @@
 /*
-Tests llmc/evalset.h on eval .bin files written here by hand from doc/formats.md: a
+Tests llmc/data/evalset.h on eval .bin files written here by hand from doc/formats.md: a
 multiple-choice set and a cloze set read back exactly, and clear failures on wrong magic,
 truncation, out-of-range gold/tokens, a cloze item with two continuations, trailing bytes.
   make build/host-bf16/test_evalset
 */
-#include "llmc/evalset.h"
+#include "llmc/data/evalset.h"
 #include "dev/test/data_test_util.h"
 
 static std::vector<uint8_t> evalset_bytes(const std::vector<EvalItem>& items, int kind, int vocab,

@@ -1,7 +1,7 @@
 /*
 A bounded, deterministic fuzz of every file reader: token shards (uint16 and uint32), region
-and exercise sidecars (llmc/dataloader.h), tokenizer files (llmc/tokenizer.h), model
-checkpoints and debug states (llmc/tensor_file.h) and eval sets (llmc/evalset.h).
+and exercise sidecars (llmc/data/dataloader.h), tokenizer files (llmc/data/tokenizer.h), model
+checkpoints and debug states (llmc/data/tensor_file.h) and eval sets (llmc/data/evalset.h).
 
 For each reader a valid seed file is written here from doc/formats.md and read back (it
 must be accepted); then FUZZ_CASES (default 300) mutants of it per reader are written and
@@ -39,10 +39,10 @@ Cost: about 2,700 files in ~5 s (plain build) and ~10 s (ASan build) of CPU time
 #include <vector>
 
 #include "dev/test/data_test_util.h"
-#include "llmc/dataloader.h"
-#include "llmc/evalset.h"
-#include "llmc/tensor_file.h"
-#include "llmc/tokenizer.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/evalset.h"
+#include "llmc/data/tensor_file.h"
+#include "llmc/data/tokenizer.h"
 
 using Bytes = std::vector<uint8_t>;
 

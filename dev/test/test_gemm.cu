@@ -1,5 +1,5 @@
 /*
-Tests of the GEMM wrapper (llmc/gemm.cuh) against a plain double-precision loop, on
+Tests of the GEMM wrapper (llmc/kernels/gemm.cuh) against a plain double-precision loop, on
 whichever executor built this file (host backend in `make test`, cuBLAS on a GPU):
 all four transpose combinations, shapes that are not multiples of any tile size,
 strided and broadcast batches, beta accumulation, beta = 0 ignoring NaN in C, and bf16
@@ -14,7 +14,7 @@ the size of the rounding error an fp32-accumulated dot product can have.
 #include <random>
 #include <vector>
 
-#include "llmc/gemm.cuh"
+#include "llmc/kernels/gemm.cuh"
 #include "dev/test/testing.h"
 
 struct GemmCase {

@@ -1,5 +1,5 @@
 /*
-Tests of the tensor-core primitives of llmc/mma.cuh (mma.sync m16n8k16 bf16 -> fp32, ldmatrix
+Tests of the tensor-core primitives of llmc/kernels/mma.cuh (mma.sync m16n8k16 bf16 -> fp32, ldmatrix
 x1/x2/x4 with and without .trans), run on whichever executor built this file: the host
 backend's emulation in every `make test`, the hardware in scripts/gpu_check.sh, where the
 same checks prove that the emulated layouts are the GPU's.
@@ -22,7 +22,7 @@ Usage: test_mma [name-filter]
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "llmc/mma.cuh"
+#include "llmc/kernels/mma.cuh"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
 

@@ -1,5 +1,5 @@
 /*
-test_muon: the Muon pieces (llmc/muon.cuh) and the LR schedules (llmc/schedule.h) against
+test_muon: the Muon pieces (llmc/kernels/muon.cuh) and the LR schedules (llmc/train/schedule.h) against
 plain C++ double references written here from doc/san-model.md ("Optimizers",
 "Schedules"), on whichever executor built it.
 
@@ -27,9 +27,9 @@ so a wrong coefficient there fails, as does a wrong orientation of tall matrices
 #include <random>
 #include <vector>
 
-#include "llmc/muon.cuh"
-#include "llmc/optimizer.h"
-#include "llmc/schedule.h"
+#include "llmc/kernels/muon.cuh"
+#include "llmc/train/optimizer.h"
+#include "llmc/train/schedule.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
 

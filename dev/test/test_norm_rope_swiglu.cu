@@ -1,5 +1,5 @@
 /*
-Tests of llmc/norm.cuh (ZCN / RMSNorm), llmc/rope.cuh (rotate-half RoPE) and llmc/swiglu.cuh
+Tests of llmc/kernels/norm.cuh (ZCN / RMSNorm), llmc/kernels/rope.cuh (rotate-half RoPE) and llmc/kernels/swiglu.cuh
 against independent plain C++ references in double precision, on whichever executor built
 this file (host backend with g++, GPU with nvcc), in either precision.
 
@@ -24,9 +24,9 @@ Usage: test_norm_rope_swiglu [name-filter]
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "llmc/norm.cuh"
-#include "llmc/rope.cuh"
-#include "llmc/swiglu.cuh"
+#include "llmc/kernels/norm.cuh"
+#include "llmc/kernels/rope.cuh"
+#include "llmc/kernels/swiglu.cuh"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
 

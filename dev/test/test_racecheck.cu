@@ -21,7 +21,7 @@ Usage: test_racecheck [name-filter]
 */
 #include <vector>
 
-#include "llmc/async_copy.cuh"
+#include "llmc/kernels/async_copy.cuh"
 #include "llmc/cuda_common.h"
 #include "dev/test/testing.h"
 

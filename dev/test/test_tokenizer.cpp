@@ -1,5 +1,5 @@
 /*
-Tests llmc/tokenizer.h on a tokenizer .bin written here by hand from doc/formats.md:
+Tests llmc/data/tokenizer.h on a tokenizer .bin written here by hand from doc/formats.md:
 normal pieces (spaces already decoded from SentencePiece's marker), byte-fallback pieces
 that together form a UTF-8 character and a newline, control pieces (hidden unless asked),
 user-defined markers, <unk>; encoding and complete_utf8 on small cases (the encoder is
@@ -7,7 +7,7 @@ checked against SentencePiece itself in dev/test/test_trainer_ux.py); and clear 
 on bad files.
   make build/host-bf16/test_tokenizer
 */
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 #include "dev/test/data_test_util.h"
 
 struct Piece { uint8_t type; std::string bytes; };

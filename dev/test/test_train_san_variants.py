@@ -53,7 +53,7 @@ losses = step_losses
 @needs_bin
 def test_reference_and_trainer_know_the_same_kinds():
     """The PyTorch reference's kinds (attnref.variants.KINDS) and the trainer's, as its -h lists
-    them for --attention (llmc/attention_kinds.h, each built by llmc/mixers/registry.h; the
+    them for --attention (llmc/mixers/attention_kinds.h, each built by llmc/mixers/registry.h; the
     test below trains every one of them), are the same, in the same order."""
     out = subprocess.run([BIN, "-h"], capture_output=True, text=True, check=True).stdout
     line = next(l for l in out.splitlines() if l.strip().startswith("--attention "))

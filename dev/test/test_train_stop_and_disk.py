@@ -1,5 +1,5 @@
 """A training run stopped by a signal, and checkpoints that cannot be written (the host
-train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/stop_signal.h, llmc/utils.h).
+train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, llmc/utils.h).
 
 - SIGINT after the first steps: the run finishes its step, writes step_K.bin, exits with
   130; resumed from that file it ends byte for byte where an uninterrupted run ends (the

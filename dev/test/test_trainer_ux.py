@@ -221,7 +221,7 @@ def prompt_ids(out):
 
 
 def test_prompt_encoding_matches_sentencepiece(offline, offline_models):
-    """llmc/tokenizer.h's encoder against SentencePiece itself on documents of the offline
+    """llmc/data/tokenizer.h's encoder against SentencePiece itself on documents of the offline
     corpus (SYNTH with its markers and newlines, and the KJV text)."""
     spm = pytest.importorskip("sentencepiece")
     sp = spm.SentencePieceProcessor(model_file=str(offline / "tokenizer.model"))

@@ -1,6 +1,6 @@
 /*
 Host backend: cp.async (global -> shared copies that complete asynchronously), as the PTX
-ISA defines them, for llmc/async_copy.cuh:
+ISA defines them, for llmc/kernels/async_copy.cuh:
 - each thread has its own sequence of groups: its copies since its last commit form the
   open group; cp.async.commit_group closes it (an empty group is allowed);
 - cp.async.wait_group N returns when all but the N most recent committed groups of this

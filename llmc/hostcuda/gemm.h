@@ -1,5 +1,5 @@
 /*
-Host backend: the GEMM behind llmc/gemm.cuh's gemm() (cuBLAS on the GPU), same contract:
+Host backend: the GEMM behind llmc/kernels/gemm.cuh's gemm() (cuBLAS on the GPU), same contract:
 
     C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]        row-major, fp32 accumulation
 

@@ -1,5 +1,5 @@
 /*
-Host backend: the warp-level tensor-core instructions that llmc/mma.cuh exposes, emulated as
+Host backend: the warp-level tensor-core instructions that llmc/kernels/mma.cuh exposes, emulated as
 warp collectives with the fragment layouts of the PTX ISA.
 
   mma_m16n8k16_bf16   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D = A * B + C,

@@ -2,7 +2,7 @@
 `approximate` (doc/deconstructing.md): standard attention with exp(x) replaced by its
 second-order Taylor polynomial 1 + x + x^2/2, normalised jointly (Based's feature map, the
 default) or term by term (--taylor-norm separate, the paper's equations); the kernels and
-their maths are llmc/attention_variants.cuh's. Same tensors, projections, QK-norm and RoPE as
+their maths are llmc/kernels/attention_variants.cuh's. Same tensors, projections, QK-norm and RoPE as
 standard attention (standard.h): only the mixing step differs. Sampling recomputes the window
 (no cached decode for this kind).
 */
@@ -10,7 +10,7 @@ standard attention (standard.h): only the mixing step differs. Sampling recomput
 
 #include <string>
 
-#include "../attention_variants.cuh"  // defines: taylor_attention_forward, taylor_attention_backward
+#include "llmc/kernels/attention_variants.cuh"  // defines: taylor_attention_forward, taylor_attention_backward
 #include "standard.h"
 
 class ApproximateMixer : public AttentionMixer {

@@ -1,7 +1,7 @@
 /*
 `rndembqk` and `fixedseqqk` (doc/deconstructing.md "rndembqk and fixedseqqk"): queries and keys
 do not depend on the sequence. A fixed input (rndembqk: random vectors eps; fixedseqqk: the
-embedding of the first T tokens of the training data; llmc/fixed_qk.cuh FixedQKInput, model
+embedding of the first T tokens of the training data; llmc/kernels/fixed_qk.cuh FixedQKInput, model
 state the model keeps) runs through the network as one more row after the Bn real rows, and
 in these layers only that row computes q and k, which every real row then uses
 (broadcast_fixed_row); values come from every row. Backward: the real rows' dq, dk are summed
@@ -15,7 +15,7 @@ need the fixed row beside every token).
 #include <cstdio>
 #include <string>
 
-#include "../fixed_qk.cuh"  // defines: broadcast_fixed_row, sum_rows_into_fixed
+#include "llmc/kernels/fixed_qk.cuh"  // defines: broadcast_fixed_row, sum_rows_into_fixed
 #include "standard.h"
 
 class FixedQKMixer : public AttentionMixer {

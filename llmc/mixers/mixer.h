@@ -11,7 +11,7 @@ are the others, one header each in this folder, listed in registry.h:
     fixed_qk.h         rndembqk, fixedseqqk: q, k from a fixed input run as one more row
     mlp.h              no token mixing: a SwiGLU MLP in attention's place
 
-What a layer's mixer does (the model calls these in this order; llmc/layer_weights.h finds
+What a layer's mixer does (the model calls these in this order; llmc/model/layer_weights.h finds
 the tensors):
     add_parameters(spec, prefix)   its tensors, appended under "layers.<l>.attn."
     bind(weights)                  finds them and their gradients (names as added, with "attn.")
@@ -29,14 +29,14 @@ reads_embedding() (what the model must provide), describe() (the run's banner).
 #include <string>
 #include <vector>
 
-#include "../attention_shape.h"     // defines: AttnShape, AttnTensors, AttnGrads
-#include "../attention_variants.cuh"  // defines: TaylorNorm
-#include "../cuda_common.h"
-#include "../kv_cache.cuh"          // defines: KVCache
-#include "../layer_weights.h"       // defines: Weight, LayerWeights
-#include "../norm.cuh"              // defines: GainNorm
-#include "../param_spec.h"
-#include "../swiglu_mlp.h"          // defines: SwiGLUScratch
+#include "llmc/kernels/attention_shape.h"       // defines: AttnShape, AttnTensors, AttnGrads
+#include "llmc/kernels/attention_variants.cuh"  // defines: TaylorNorm
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/kv_cache.cuh"            // defines: KVCache
+#include "llmc/model/layer_weights.h"           // defines: Weight, LayerWeights
+#include "llmc/kernels/norm.cuh"                // defines: GainNorm
+#include "llmc/model/param_spec.h"
+#include "llmc/model/swiglu_mlp.h"              // defines: SwiGLUScratch
 
 // The sizes and settings a mixer is built from (SANConfig::mixer_dims).
 struct MixerDims {
@@ -77,7 +77,7 @@ struct MixerPass {
     int Bn = 0;                  // real rows
     int Rn = 0, Tn = 0;          // rows through the layers (Bn, then the fixed row when one runs), positions
     const int* doc_ids = nullptr;   // (Rn, Tn) document ids, or null: causal only
-    const float* rope = nullptr;    // the RoPE table from position 0 (llmc/rope.cuh)
+    const float* rope = nullptr;    // the RoPE table from position 0 (llmc/kernels/rope.cuh)
     KVCache* cache = nullptr;       // sampling: one position at cache->pos, keys and values cached
     int layer = 0;
     const floatX* x0 = nullptr;     // the token embedding (the stream before layer 0)

@@ -1,6 +1,6 @@
 /*
 `mlp` (doc/deconstructing.md): token mixing removed: the layer's attention becomes a SwiGLU MLP
-of each position's own input (llmc/swiglu_mlp.h), of width m chosen so that its 3 d m weights
+of each position's own input (llmc/model/swiglu_mlp.h), of width m chosen so that its 3 d m weights
 match the W_q, W_k, W_v, W_o they replace: m = round((2 Hq hd + 2 Hkv hd) / 3) (4d/3 for MHA).
 Weights "attn.w_gate", "attn.w_up" (m, d) and "attn.w_down" (d, m).
 */
@@ -10,7 +10,7 @@ Weights "attn.w_gate", "attn.w_up" (m, d) and "attn.w_down" (d, m).
 #include <cstdio>
 #include <string>
 
-#include "../swiglu_mlp.h"
+#include "llmc/model/swiglu_mlp.h"
 #include "mixer.h"
 
 class MlpMixer : public TokenMixer {

@@ -1,7 +1,7 @@
 /*
 `nonapprox` (doc/deconstructing.md): each position gets one score, its own q[t].k[t] / sqrt(hd),
 and the output is the causal softmax-weighted average of the values under those scores
-(llmc/attention_variants.cuh nonapprox_*). Queries go through SiLU before QK-norm,
+(llmc/kernels/attention_variants.cuh nonapprox_*). Queries go through SiLU before QK-norm,
 q = qk_norm(SiLU(u W_q)); there is no RoPE, since rotating q[t] and k[t] by the same angle
 leaves q[t].k[t] as it is. Tensors as standard attention's (standard.h). Sampling recomputes
 the window.
@@ -10,7 +10,7 @@ the window.
 
 #include <algorithm>
 
-#include "../attention_variants.cuh"  // defines: nonapprox_forward, nonapprox_backward, silu_*
+#include "llmc/kernels/attention_variants.cuh"  // defines: nonapprox_forward, nonapprox_backward, silu_*
 #include "standard.h"
 
 class NonapproxMixer : public AttentionMixer {

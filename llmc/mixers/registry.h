@@ -1,14 +1,14 @@
 /*
-The token mixers by kind (llmc/attention_kinds.h names them; --attention picks one): one line
+The token mixers by kind (llmc/mixers/attention_kinds.h names them; --attention picks one): one line
 each. Adding a kind (doc/deconstructing.md "Adding an attention kind"): its header in this
 folder (a TokenMixer, mixer.h; most derive from AttentionMixer, standard.h, and override the
-step they change), its name in llmc/attention_kinds.h, and its line below.
+step they change), its name in llmc/mixers/attention_kinds.h, and its line below.
 */
 #pragma once
 
 #include <memory>
 
-#include "../attention_kinds.h"  // defines: AttnKind, kAttnKinds
+#include "llmc/mixers/attention_kinds.h"  // defines: AttnKind, kAttnKinds
 #include "approximate.h"
 #include "fixed_qk.h"
 #include "mixer.h"

@@ -3,23 +3,23 @@ Standard attention (doc/san-model.md "Forward pass"), and the steps every attent
 
     q_lin = u W_q^T, k_lin = u W_k^T, v = u W_v^T           (project)
     q, k  = rope(qk_norm(q_lin)), rope(qk_norm(k_lin))      (shape_qk; per head)
-    o     = attention(q, k, v)                              (mix: causal GQA, llmc/attention.cuh)
+    o     = attention(q, k, v)                              (mix: causal GQA, llmc/kernels/attention.cuh)
     out   = o W_o^T
 
 AttentionMixer runs these in order; a variant overrides the step it changes (approximate.h:
 mix; nonapprox.h: shape_qk and mix; static_emb_qk.h: where q, k come from; fixed_qk.h: which
 rows compute q, k). Weights "attn.wq" (Hq hd, d), "attn.wk", "attn.wv" (Hkv hd, d), with
 QK-norm "attn.q_norm.weight", "attn.k_norm.weight" (hd), and "attn.wo" (d, Hq hd).
-Sampling: one position per step, its k and v written into the KV cache (llmc/kv_cache.cuh).
+Sampling: one position per step, its k and v written into the KV cache (llmc/kernels/kv_cache.cuh).
 */
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "../attention.cuh"  // defines: attention_forward, attention_backward
-#include "../gemm.cuh"       // defines: linear_forward, linear_backward_weight, linear_backward_input
-#include "../rope.cuh"       // defines: rope_forward, rope_backward
+#include "llmc/kernels/attention.cuh"  // defines: attention_forward, attention_backward
+#include "llmc/kernels/gemm.cuh"       // defines: linear_forward, linear_backward_weight, linear_backward_input
+#include "llmc/kernels/rope.cuh"       // defines: rope_forward, rope_backward
 #include "mixer.h"
 
 class AttentionMixer : public TokenMixer {

@@ -1,0 +1,641 @@
+/*
+Data loader over llm.c-style token shards (doc/formats.md, "Token shards", "Region
+sidecars" and "Exercise sidecars"). Host-only C++17.
+
+Files: every file matching the glob pattern(s) (comma-separated; sorted; "*.regions",
+"*.exercises" and "*.tmp" skipped) is a shard: 256 x int32 header [magic 20240520, version
+1 (uint16 tokens) or 2 (uint32), token count], then the tokens. A shard "x.bin" may have a
+region sidecar "x.regions" (uint8 per token: 0 other, 1 query, 2 trace, 3 answer) and an
+exercise sidecar "x.exercises" (a table of exercise names, then a uint8 index into it per
+token). Headers, versions, tables and sizes are checked when the loader opens; errors
+name the file and what is wrong. Exercise ids are remapped to one table for all shards,
+`exercise_names`: id 0 is "none" (shards without a sidecar, padding), the other names in
+order of first appearance over the sorted files.
+
+Samples: a shard of n tokens holds (n - 1) / T windows of T+1 tokens, window k covering
+tokens [k*T, k*T + T] (consecutive windows overlap by one token, so every token is a
+target once). An epoch orders all windows of all shards: shards in file order and windows
+in order, or, with shuffle, shards and the windows inside each shard permuted from
+(seed, epoch). Step s of an epoch is the global batch of windows [s*B*P, (s+1)*B*P) of
+that order (P = number of processes); process r gets the B windows starting at
+s*B*P + r*B, so the P processes together read every window of the epoch at most once
+(the last partial global batch of an epoch is skipped). After the last step the next
+epoch starts, reshuffled.
+
+Whole-document mode (cfg.whole_documents, for evaluation): documents are the spans from
+one doc_start_token (BOS) up to the next (or the end of the data; a document may continue
+into the next shard), in file order; tokens before the first BOS are not a whole document
+and are left out. Documents longer than T+1 tokens are skipped; the others are packed in
+order, greedily, into rows of T+1 tokens without splitting any (a row takes the next
+document while it fits), and the rest of a row is padding: token cfg.pad_token, region 0,
+exercise 0, target -1. Targets are -1 also where the target is a document's first token
+(so each document of n tokens scores its n - 1 targets, all with their whole context in
+the row). Rows are dealt to steps and ranks as windows are (row s*B*P + r*B + b); the last
+step is completed with empty rows (all targets -1), so an epoch covers every kept
+document exactly once. No shuffling.
+
+Per batch (row-major, row b at b*(T+1)):
+  tokens  B x (T+1) int32   the windows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]
+  inputs, targets  B x T int32 (copies, for trainers that want them apart; targets are -1
+                            where whole-document mode masks them, never otherwise)
+  regions B x (T+1) uint8   region labels of the same positions (0 where a shard has none)
+  exercises B x (T+1) uint8 exercise id of the same positions, an index into
+                            exercise_names (0 "none" where a shard has no sidecar)
+  doc_ids B x (T+1) int32   document index within the row: 0 at position 0, +1 at every
+                            token equal to doc_start_token (BOS); -1 disables (all 0). Causal
+                            document mask: i sees j iff j <= i and doc_ids[i] == doc_ids[j];
+                            the target of input t crosses a boundary iff doc_ids[t+1] != doc_ids[t].
+Resume: position() returns {epoch, step, fingerprint}; set_position() continues exactly
+there (the fingerprint checks that data, T, global batch B*P, shuffle and seed match).
+*/
+#pragma once
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/utils.h"
+
+constexpr int SHARD_MAGIC = 20240520;
+constexpr int SHARD_VERSION_U16 = 1;
+constexpr int SHARD_VERSION_U32 = 2;
+constexpr int REGIONS_MAGIC = 20260311;
+constexpr int REGIONS_VERSION = 1;
+constexpr int EXERCISES_MAGIC = 20260314;
+constexpr int EXERCISES_VERSION = 1;
+constexpr int MAX_EXERCISES = 256;  // ids are uint8
+constexpr const char* EXERCISE_NONE = "none";
+constexpr int DATA_HEADER_INTS = 256;
+constexpr long DATA_HEADER_BYTES = DATA_HEADER_INTS * 4;
+enum Region : uint8_t { REGION_OTHER = 0, REGION_QUERY = 1, REGION_TRACE = 2, REGION_ANSWER = 3 };
+// the regions by name, as validation prints and logs them
+constexpr int kRegions = 4;
+inline const char* region_name(int region) {
+    static const char* names[kRegions] = {"other", "query", "trace", "answer"};
+    return names[region];
+}
+
+// "dir/x_train_000001.bin" -> "dir/x_train_000001.regions"
+inline std::string regions_path_for(const std::string& shard) {
+    size_t n = shard.size();
+    if (n >= 4 && shard.compare(n - 4, 4, ".bin") == 0) { return shard.substr(0, n - 4) + ".regions"; }
+    return shard + ".regions";
+}
+
+// "dir/x_train_000001.bin" -> "dir/x_train_000001.exercises"
+inline std::string exercises_path_for(const std::string& shard) {
+    size_t n = shard.size();
+    if (n >= 4 && shard.compare(n - 4, 4, ".bin") == 0) { return shard.substr(0, n - 4) + ".exercises"; }
+    return shard + ".exercises";
+}
+
+// Expands comma-separated glob patterns into a sorted, de-duplicated list of shard files.
+inline std::vector<std::string> glob_shards(const std::string& patterns) {
+    std::vector<std::string> files;
+    size_t start = 0;
+    while (start <= patterns.size()) {
+        size_t comma = patterns.find(',', start);
+        if (comma == std::string::npos) { comma = patterns.size(); }
+        std::string pat = patterns.substr(start, comma - start);
+        start = comma + 1;
+        if (pat.empty()) { continue; }
+        glob_t g;
+        int rc = glob(pat.c_str(), 0, nullptr, &g);
+        if (rc != 0 && rc != GLOB_NOMATCH) { fatal("glob failed for pattern '%s'", pat.c_str()); }
+        std::vector<std::string> here;
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            std::string f = g.gl_pathv[i];
+            auto ends = [&](const char* s) {
+                size_t m = strlen(s);
+                return f.size() >= m && f.compare(f.size() - m, m, s) == 0;
+            };
+            if (!ends(".regions") && !ends(".exercises") && !ends(".tmp")) { here.push_back(f); }
+        }
+        globfree(&g);
+        if (here.empty()) { fatal("no data shards match the pattern '%s'", pat.c_str()); }
+        files.insert(files.end(), here.begin(), here.end());
+    }
+    if (files.empty()) { fatal("empty data pattern '%s'", patterns.c_str()); }
+    std::sort(files.begin(), files.end());
+    files.erase(std::unique(files.begin(), files.end()), files.end());
+    return files;
+}
+
+// Reads and checks a 256-int32 header; returns it. `kind` names the format in errors.
+inline std::vector<int32_t> read_data_header(CheckedFile& f, int magic, const char* kind) {
+    long size = f.size();
+    if (size < DATA_HEADER_BYTES) {
+        fatal("file '%s' is truncated: %ld bytes, shorter than the %ld-byte %s header", f.path().c_str(), size,
+              DATA_HEADER_BYTES, kind);
+    }
+    std::vector<int32_t> h;
+    f.seek(0);
+    f.read_vector(h, DATA_HEADER_INTS, "header");
+    if (h[0] != magic) {
+        const char* article = strchr("aeiou", kind[0]) ? "an" : "a";
+        fatal("file '%s' is not %s %s: magic number %d, expected %d", f.path().c_str(), article, kind, h[0], magic);
+    }
+    if (h[2] < 0) { fatal("file '%s': negative token count %d in the %s header", f.path().c_str(), h[2], kind); }
+    return h;
+}
+
+struct ShardInfo {
+    std::string path, regions_path;  // regions_path empty when there is no sidecar
+    std::string exercises_path;      // empty when there is no exercise sidecar
+    std::vector<std::string> exercise_names;  // the sidecar's table (name 0 is "none")
+    long exercise_ids_offset = 0;    // byte offset of the per-token ids in the sidecar
+    int version = 0;
+    int width = 0;        // bytes per token
+    int64_t ntok = 0;
+    int64_t nwin = 0;     // windows of T+1 tokens
+};
+
+// Opens and validates one shard (and its sidecar if present).
+inline ShardInfo inspect_shard(const std::string& path) {
+    ShardInfo s;
+    s.path = path;
+    CheckedFile f(path, "rb");
+    std::vector<int32_t> h = read_data_header(f, SHARD_MAGIC, "token shard");
+    s.version = h[1];
+    if (s.version == SHARD_VERSION_U16) { s.width = 2; }
+    else if (s.version == SHARD_VERSION_U32) { s.width = 4; }
+    else { fatal("token shard '%s': unsupported version %d (1 = uint16, 2 = uint32)", path.c_str(), s.version); }
+    s.ntok = h[2];
+    long expect = DATA_HEADER_BYTES + (long)s.ntok * s.width;
+    long size = f.size();
+    if (size < expect) {
+        fatal("token shard '%s' is truncated: header says %lld tokens (%ld bytes), file has %ld bytes",
+              path.c_str(), (long long)s.ntok, expect, size);
+    }
+    if (size > expect) {
+        fatal("token shard '%s': %ld bytes after the %lld tokens the header announces", path.c_str(),
+              size - expect, (long long)s.ntok);
+    }
+    std::string rp = regions_path_for(path);
+    if (file_exists(rp)) {
+        CheckedFile r(rp, "rb");
+        std::vector<int32_t> rh = read_data_header(r, REGIONS_MAGIC, "region sidecar");
+        if (rh[1] != REGIONS_VERSION) { fatal("region sidecar '%s': unsupported version %d", rp.c_str(), rh[1]); }
+        if (rh[2] != s.ntok) {
+            fatal("region sidecar '%s' has %d labels but its shard '%s' has %lld tokens", rp.c_str(), rh[2],
+                  path.c_str(), (long long)s.ntok);
+        }
+        long rexpect = DATA_HEADER_BYTES + (long)s.ntok;
+        long rsize = r.size();
+        if (rsize != rexpect) {
+            fatal("region sidecar '%s' %s: expected %ld bytes, file has %ld", rp.c_str(),
+                  rsize < rexpect ? "is truncated" : "is too long", rexpect, rsize);
+        }
+        s.regions_path = rp;
+    }
+    std::string ep = exercises_path_for(path);
+    if (file_exists(ep)) {
+        CheckedFile e(ep, "rb");
+        std::vector<int32_t> eh = read_data_header(e, EXERCISES_MAGIC, "exercise sidecar");
+        if (eh[1] != EXERCISES_VERSION) { fatal("exercise sidecar '%s': unsupported version %d", ep.c_str(), eh[1]); }
+        if (eh[2] != s.ntok) {
+            fatal("exercise sidecar '%s' has %d ids but its shard '%s' has %lld tokens", ep.c_str(), eh[2],
+                  path.c_str(), (long long)s.ntok);
+        }
+        int k = eh[3], table_bytes = eh[4];
+        if (k < 1 || k > MAX_EXERCISES || table_bytes < 2 * k) {
+            fatal("exercise sidecar '%s': bad name table in the header (%d names in %d bytes; 1..%d names)",
+                  ep.c_str(), k, table_bytes, MAX_EXERCISES);
+        }
+        long eexpect = DATA_HEADER_BYTES + (long)table_bytes + (long)s.ntok;
+        long esize = e.size();
+        if (esize != eexpect) {
+            fatal("exercise sidecar '%s' %s: expected %ld bytes, file has %ld", ep.c_str(),
+                  esize < eexpect ? "is truncated" : "is too long", eexpect, esize);
+        }
+        std::vector<char> table;
+        e.seek(DATA_HEADER_BYTES);
+        e.read_vector(table, (size_t)table_bytes, "exercise names");
+        if (table.back() != '\0') { fatal("exercise sidecar '%s': the name table does not end with a NUL", ep.c_str()); }
+        for (size_t a = 0; a < table.size();) {
+            size_t z = a;
+            while (table[z] != '\0') { z++; }
+            s.exercise_names.emplace_back(table.data() + a, z - a);
+            a = z + 1;
+        }
+        if ((int)s.exercise_names.size() != k) {
+            fatal("exercise sidecar '%s': the name table holds %zu names, the header says %d", ep.c_str(),
+                  s.exercise_names.size(), k);
+        }
+        if (s.exercise_names[0] != EXERCISE_NONE) {
+            fatal("exercise sidecar '%s': name 0 is '%s', must be '%s'", ep.c_str(), s.exercise_names[0].c_str(),
+                  EXERCISE_NONE);
+        }
+        for (int i = 0; i < k; i++) {
+            if (s.exercise_names[i].empty()) { fatal("exercise sidecar '%s': name %d is empty", ep.c_str(), i); }
+            for (int j = 0; j < i; j++) {
+                if (s.exercise_names[i] == s.exercise_names[j]) {
+                    fatal("exercise sidecar '%s': name '%s' appears twice", ep.c_str(), s.exercise_names[i].c_str());
+                }
+            }
+        }
+        s.exercises_path = ep;
+        s.exercise_ids_offset = DATA_HEADER_BYTES + table_bytes;
+    }
+    return s;
+}
+
+// Reads a whole shard into int32 (for tools and tests).
+inline std::vector<int32_t> read_token_shard(const std::string& path) {
+    ShardInfo s = inspect_shard(path);
+    CheckedFile f(path, "rb");
+    f.seek(DATA_HEADER_BYTES);
+    std::vector<int32_t> out(s.ntok);
+    if (s.width == 2) {
+        std::vector<uint16_t> t;
+        f.read_vector(t, s.ntok, "tokens");
+        for (int64_t i = 0; i < s.ntok; i++) { out[i] = t[i]; }
+    } else {
+        std::vector<uint32_t> t;
+        f.read_vector(t, s.ntok, "tokens");
+        for (int64_t i = 0; i < s.ntok; i++) { out[i] = (int32_t)t[i]; }
+    }
+    return out;
+}
+
+// splitmix64: a small deterministic generator (same sequence on every platform)
+struct SplitMix64 {
+    uint64_t state;
+    explicit SplitMix64(uint64_t seed) : state(seed) {}
+    uint64_t next() {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    uint64_t below(uint64_t n) { return (uint64_t)(((unsigned __int128)next() * n) >> 64); }  // [0, n)
+};
+
+// permutation of 0..n-1 (Fisher-Yates)
+inline void seeded_permutation(std::vector<int64_t>& p, int64_t n, uint64_t seed) {
+    p.resize(n);
+    for (int64_t i = 0; i < n; i++) { p[i] = i; }
+    SplitMix64 rng(seed);
+    for (int64_t i = n - 1; i > 0; i--) { std::swap(p[i], p[(int64_t)rng.below(i + 1)]); }
+}
+
+struct DataLoaderConfig {
+    std::string pattern;       // glob(s), comma-separated
+    int B = 1, T = 1;          // rows per process, tokens per row (windows are T+1)
+    int rank = 0, nproc = 1;   // this process and the number of processes
+    bool shuffle = false;
+    uint64_t seed = 0;
+    int doc_start_token = -1;  // token that starts a document (BOS); -1: no document ids
+    int vocab_size = 0;        // > 0: every token read is checked to be below it
+    // Evaluation: rows of whole documents (delimited by doc_start_token), never split;
+    // documents longer than T+1 skipped; the rest of a row padded with pad_token and
+    // target -1 (see the top of this file). Needs doc_start_token >= 0 and no shuffle.
+    bool whole_documents = false;
+    int pad_token = 0;         // input id of padding positions (any id: they come after every real token)
+};
+
+struct DataPosition {
+    int64_t epoch = 0, step = 0;
+    uint64_t fingerprint = 0;
+};
+
+class DataLoader {
+public:
+    explicit DataLoader(const DataLoaderConfig& cfg) : B(cfg.B), T(cfg.T), cfg_(cfg) {
+        if (B < 1 || T < 1) { fatal("data loader: B and T must be positive (got B=%d, T=%d)", B, T); }
+        if (cfg.nproc < 1 || cfg.rank < 0 || cfg.rank >= cfg.nproc) {
+            fatal("data loader: bad rank %d of %d processes", cfg.rank, cfg.nproc);
+        }
+        if (cfg.whole_documents) {
+            if (cfg.doc_start_token < 0) {
+                fatal("data loader: whole_documents needs a document-start token (doc_start_token, got %d; data '%s')",
+                      cfg.doc_start_token, cfg.pattern.c_str());
+            }
+            if (cfg.shuffle) { fatal("data loader: whole_documents reads in file order; turn shuffle off (data '%s')", cfg.pattern.c_str()); }
+            if (cfg.pad_token < 0 || (cfg.vocab_size > 0 && cfg.pad_token >= cfg.vocab_size)) {
+                fatal("data loader: pad_token %d is outside the vocabulary (size %d)", cfg.pad_token, cfg.vocab_size);
+            }
+        }
+        exercise_names.push_back(EXERCISE_NONE);
+        int64_t offset = 0;
+        for (const std::string& f : glob_shards(cfg.pattern)) {
+            ShardInfo s = inspect_shard(f);
+            s.nwin = s.ntok >= 1 ? (s.ntok - 1) / T : 0;
+            has_regions = has_regions || !s.regions_path.empty();
+            has_exercises = has_exercises || !s.exercises_path.empty();
+            num_windows_ += s.nwin;
+            exercise_map_.push_back(map_exercise_names(s));
+            shard_start_.push_back(offset);
+            offset += s.ntok;
+            shards_.push_back(s);
+        }
+        shard_start_.push_back(offset);
+        int64_t global = (int64_t)B * cfg.nproc;
+        if (cfg.whole_documents) {
+            pack_documents();
+            steps_per_epoch_ = (num_rows_ + global - 1) / global;
+            if (steps_per_epoch_ < 1) {
+                fatal("data '%s' holds no whole document of at most %d tokens (%lld skipped as longer)",
+                      cfg.pattern.c_str(), T + 1, (long long)num_skipped_documents_);
+            }
+        } else {
+            num_rows_ = num_windows_;
+            steps_per_epoch_ = num_windows_ / global;
+            if (steps_per_epoch_ < 1) {
+                fatal("data '%s' holds %lld windows of %d tokens, fewer than one global batch of %d x %d processes",
+                      cfg.pattern.c_str(), (long long)num_windows_, T + 1, B, cfg.nproc);
+            }
+        }
+        // fingerprint of everything that decides the sample order
+        SplitMix64 h((uint64_t)num_rows_ * 1000003u + (uint64_t)T);
+        uint64_t fp = h.next() ^ (uint64_t)global * 0x9E3779B97F4A7C15ull;
+        fp = SplitMix64(fp ^ (cfg.shuffle ? cfg.seed * 2 + 1 : 0)).next();
+        if (cfg.whole_documents) { fp = SplitMix64(fp ^ 0x5EEDull).next(); }  // window mode keeps its old value
+        for (const ShardInfo& s : shards_) { fp = SplitMix64(fp ^ (uint64_t)s.ntok).next(); }
+        fingerprint_ = fp;
+        tokens.resize((size_t)B * (T + 1));
+        regions.assign((size_t)B * (T + 1), 0);
+        exercises.assign((size_t)B * (T + 1), 0);
+        doc_ids.assign((size_t)B * (T + 1), 0);
+        inputs.resize((size_t)B * T);
+        targets.resize((size_t)B * T);
+        set_position(DataPosition{0, 0, fingerprint_});
+    }
+
+    const int B, T;
+    bool has_regions = false;
+    bool has_exercises = false;                // some shard has an exercise sidecar
+    std::vector<int32_t> tokens, inputs, targets, doc_ids;
+    std::vector<uint8_t> regions, exercises;
+    std::vector<std::string> exercise_names;   // exercise id -> name; [0] = "none"
+
+    const DataLoaderConfig& config() const { return cfg_; }
+    int64_t steps_per_epoch() const { return steps_per_epoch_; }
+    int64_t num_windows() const { return num_windows_; }
+    // rows per epoch: the windows, or in whole-document mode the packed rows (without the
+    // empty rows that complete the last step)
+    int64_t num_rows() const { return num_rows_; }
+    // whole-document mode: documents packed into rows, and those skipped as longer than T+1
+    int64_t num_documents() const { return (int64_t)doc_start_.size(); }
+    int64_t num_skipped_documents() const { return num_skipped_documents_; }
+    size_t num_shards() const { return shards_.size(); }
+    const std::vector<ShardInfo>& shards() const { return shards_; }
+
+    DataPosition position() const { return DataPosition{epoch_, step_, fingerprint_}; }
+    void set_position(const DataPosition& p) {
+        if (p.fingerprint != fingerprint_) {
+            fatal("data loader: the resume position was saved for different data or settings (fingerprint "
+                  "%llx, this run %llx; data '%s')", (unsigned long long)p.fingerprint,
+                  (unsigned long long)fingerprint_, cfg_.pattern.c_str());
+        }
+        if (p.epoch < 0 || p.step < 0 || p.step >= steps_per_epoch_) {
+            fatal("data loader: bad resume position epoch %lld step %lld (%lld steps per epoch)",
+                  (long long)p.epoch, (long long)p.step, (long long)steps_per_epoch_);
+        }
+        if (p.epoch != epoch_ || order_.empty()) { build_epoch_order(p.epoch); }
+        step_ = p.step;
+    }
+    void reset() { set_position(DataPosition{0, 0, fingerprint_}); }
+
+    // The window of global sample index g of the current epoch: (shard, window within shard).
+    void locate(int64_t g, int64_t* shard, int64_t* window) {
+        int64_t p = std::upper_bound(cum_.begin(), cum_.end(), g) - cum_.begin() - 1;
+        int64_t sh = order_[p];
+        int64_t w = g - cum_[p];
+        if (cfg_.shuffle) {
+            if (perm_shard_ != sh) {
+                seeded_permutation(perm_, shards_[sh].nwin, mix(cfg_.seed, (uint64_t)epoch_, (uint64_t)sh + 1));
+                perm_shard_ = sh;
+            }
+            w = perm_[w];
+        }
+        *shard = sh;
+        *window = w;
+    }
+
+    // Fills tokens/inputs/targets/regions/doc_ids with this process's rows of the current
+    // step, then advances (to the next epoch after its last step).
+    void next_batch() {
+        int64_t base = step_ * (int64_t)B * cfg_.nproc + (int64_t)cfg_.rank * B;
+        for (int b = 0; b < B; b++) {
+            size_t o = (size_t)b * (T + 1);
+            if (cfg_.whole_documents) {
+                fill_document_row(base + b, &tokens[o], &regions[o], &exercises[o]);
+                continue;
+            }
+            int64_t sh, w;
+            locate(base + b, &sh, &w);
+            read_range(sh, w * T, T + 1, &tokens[o], &regions[o], &exercises[o]);
+        }
+        for (int b = 0; b < B; b++) {
+            const int32_t* row = &tokens[(size_t)b * (T + 1)];
+            int32_t* d = &doc_ids[(size_t)b * (T + 1)];
+            int32_t id = 0;
+            d[0] = 0;
+            for (int t = 1; t <= T; t++) {
+                if (cfg_.doc_start_token >= 0 && row[t] == cfg_.doc_start_token) { id++; }
+                d[t] = id;
+            }
+            std::copy(row, row + T, &inputs[(size_t)b * T]);
+            std::copy(row + 1, row + T + 1, &targets[(size_t)b * T]);
+            if (cfg_.whole_documents) {
+                const uint8_t* scored = &row_scored_[(size_t)b * (T + 1)];
+                for (int t = 0; t < T; t++) {
+                    if (!scored[t + 1]) { targets[(size_t)b * T + t] = -1; }
+                }
+            }
+        }
+        step_++;
+        if (step_ == steps_per_epoch_) {
+            build_epoch_order(epoch_ + 1);
+            step_ = 0;
+        }
+    }
+
+private:
+    static uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
+        SplitMix64 r(a ^ 0xD1B54A32D192ED03ull);
+        uint64_t x = r.next() ^ b;
+        x = SplitMix64(x).next() ^ c;
+        return SplitMix64(x).next();
+    }
+
+    void build_epoch_order(int64_t epoch) {
+        epoch_ = epoch;
+        int64_t n = (int64_t)shards_.size();
+        if (cfg_.shuffle) {
+            seeded_permutation(order_, n, mix(cfg_.seed, (uint64_t)epoch, 0));
+        } else {
+            order_.resize(n);
+            for (int64_t i = 0; i < n; i++) { order_[i] = i; }
+        }
+        cum_.assign(n + 1, 0);
+        for (int64_t i = 0; i < n; i++) { cum_[i + 1] = cum_[i] + shards_[order_[i]].nwin; }
+        perm_shard_ = -1;
+    }
+
+    // Local-to-global exercise ids of one shard, adding its names to exercise_names.
+    std::vector<uint8_t> map_exercise_names(const ShardInfo& s) {
+        std::vector<uint8_t> map;
+        for (const std::string& name : s.exercise_names) {
+            size_t g = std::find(exercise_names.begin(), exercise_names.end(), name) - exercise_names.begin();
+            if (g == exercise_names.size()) {
+                if ((int)g == MAX_EXERCISES) {
+                    fatal("exercise sidecar '%s': the data names more than %d exercises", s.exercises_path.c_str(),
+                          MAX_EXERCISES);
+                }
+                exercise_names.push_back(name);
+            }
+            map.push_back((uint8_t)g);
+        }
+        return map;
+    }
+
+    // Reads n tokens from `first` on of shard sh, with their region labels and global exercise ids.
+    void read_range(int64_t sh, int64_t first, int n, int32_t* out, uint8_t* reg, uint8_t* ex) {
+        const ShardInfo& s = shards_[sh];
+        if (open_shard_ != sh) {
+            file_.reset(new CheckedFile(s.path, "rb"));
+            rfile_.reset(s.regions_path.empty() ? nullptr : new CheckedFile(s.regions_path, "rb"));
+            efile_.reset(s.exercises_path.empty() ? nullptr : new CheckedFile(s.exercises_path, "rb"));
+            open_shard_ = sh;
+        }
+        file_->seek(DATA_HEADER_BYTES + first * s.width);
+        if (s.width == 2) {
+            buf16_.resize(n);
+            file_->read(buf16_.data(), (size_t)n * 2, "tokens");
+            for (int t = 0; t < n; t++) { out[t] = buf16_[t]; }
+        } else {
+            buf32_.resize(n);
+            file_->read(buf32_.data(), (size_t)n * 4, "tokens");
+            for (int t = 0; t < n; t++) { out[t] = (int32_t)buf32_[t]; }
+        }
+        if (cfg_.vocab_size > 0) {
+            for (int t = 0; t < n; t++) {
+                if (out[t] < 0 || out[t] >= cfg_.vocab_size) {
+                    fatal("token shard '%s': token %u at position %lld is outside the vocabulary (size %d)",
+                          s.path.c_str(), (unsigned)out[t], (long long)(first + t), cfg_.vocab_size);
+                }
+            }
+        }
+        if (rfile_) {
+            rfile_->seek(DATA_HEADER_BYTES + first);
+            rfile_->read(reg, (size_t)n, "region labels");
+            for (int t = 0; t < n; t++) {
+                if (reg[t] > REGION_ANSWER) {
+                    fatal("region sidecar '%s': label %d at position %lld is not 0..3", s.regions_path.c_str(),
+                          reg[t], (long long)(first + t));
+                }
+            }
+        } else {
+            std::fill(reg, reg + n, (uint8_t)0);
+        }
+        if (efile_) {
+            const std::vector<uint8_t>& map = exercise_map_[sh];
+            efile_->seek(s.exercise_ids_offset + first);
+            efile_->read(ex, (size_t)n, "exercise ids");
+            for (int t = 0; t < n; t++) {
+                if (ex[t] >= map.size()) {
+                    fatal("exercise sidecar '%s': id %d at position %lld is outside its table of %zu names",
+                          s.exercises_path.c_str(), ex[t], (long long)(first + t), map.size());
+                }
+                ex[t] = map[ex[t]];
+            }
+        } else {
+            std::fill(ex, ex + n, (uint8_t)0);
+        }
+    }
+
+    // Reads n tokens from global offset `first` of the data (shards back to back in file order).
+    void read_span(int64_t first, int n, int32_t* out, uint8_t* reg, uint8_t* ex) {
+        while (n > 0) {
+            int64_t sh = std::upper_bound(shard_start_.begin(), shard_start_.end(), first) - shard_start_.begin() - 1;
+            int64_t local = first - shard_start_[sh];
+            int take = (int)std::min<int64_t>(n, shards_[sh].ntok - local);
+            read_range(sh, local, take, out, reg, ex);
+            first += take;
+            n -= take;
+            out += take;
+            reg += take;
+            ex += take;
+        }
+    }
+
+    // Whole-document mode: finds the documents (doc_start_token to the next one, across
+    // shards), skips those longer than T+1 and packs the rest greedily into rows.
+    void pack_documents() {
+        std::vector<int64_t> starts;
+        for (size_t sh = 0; sh < shards_.size(); sh++) {
+            std::vector<int32_t> toks = read_token_shard(shards_[sh].path);
+            for (size_t i = 0; i < toks.size(); i++) {
+                if (toks[i] == cfg_.doc_start_token) { starts.push_back(shard_start_[sh] + (int64_t)i); }
+            }
+        }
+        if (starts.empty()) {
+            fatal("data '%s' has no document-start token %d, so whole_documents finds no document",
+                  cfg_.pattern.c_str(), cfg_.doc_start_token);
+        }
+        const int64_t total = shard_start_.back();
+        int fill = T + 1;  // the current row is full: the first document opens a row
+        for (size_t k = 0; k < starts.size(); k++) {
+            int64_t len = (k + 1 < starts.size() ? starts[k + 1] : total) - starts[k];
+            if (len > T + 1) {
+                num_skipped_documents_++;
+                continue;
+            }
+            if (fill + len > T + 1) {
+                row_begin_.push_back((int64_t)doc_start_.size());
+                fill = 0;
+            }
+            doc_start_.push_back(starts[k]);
+            doc_len_.push_back((int32_t)len);
+            fill += (int)len;
+        }
+        num_rows_ = (int64_t)row_begin_.size();
+        row_begin_.push_back((int64_t)doc_start_.size());
+        row_scored_.assign((size_t)B * (T + 1), 0);
+    }
+
+    // Whole-document mode: row g of the epoch (empty when g is past the last row); marks in
+    // row_scored_ the positions whose token is a scored target.
+    void fill_document_row(int64_t g, int32_t* out, uint8_t* reg, uint8_t* ex) {
+        int64_t b = (out - tokens.data()) / (T + 1);
+        uint8_t* scored = &row_scored_[(size_t)b * (T + 1)];
+        std::fill(scored, scored + T + 1, (uint8_t)0);
+        int fill = 0;
+        if (g < num_rows_) {
+            for (int64_t k = row_begin_[g]; k < row_begin_[g + 1]; k++) {
+                read_span(doc_start_[k], doc_len_[k], out + fill, reg + fill, ex + fill);
+                std::fill(scored + fill + 1, scored + fill + doc_len_[k], (uint8_t)1);
+                fill += doc_len_[k];
+            }
+        }
+        std::fill(out + fill, out + T + 1, cfg_.pad_token);
+        std::fill(reg + fill, reg + T + 1, (uint8_t)0);
+        std::fill(ex + fill, ex + T + 1, (uint8_t)0);
+    }
+
+    DataLoaderConfig cfg_;
+    std::vector<ShardInfo> shards_;
+    int64_t num_windows_ = 0, num_rows_ = 0, steps_per_epoch_ = 0;
+    std::vector<int64_t> shard_start_;               // global offset of each shard's first token (+ total)
+    std::vector<std::vector<uint8_t>> exercise_map_;  // per shard: local exercise id -> global
+    // whole-document mode: kept documents (global start, length), row r = documents
+    // [row_begin_[r], row_begin_[r+1]); row_scored_ marks the scored targets of the batch
+    std::vector<int64_t> doc_start_, row_begin_;
+    std::vector<int32_t> doc_len_;
+    std::vector<uint8_t> row_scored_;
+    int64_t num_skipped_documents_ = 0;
+    uint64_t fingerprint_ = 0;
+    int64_t epoch_ = -1, step_ = 0;
+    std::vector<int64_t> order_, cum_, perm_;
+    int64_t perm_shard_ = -1, open_shard_ = -1;
+    std::unique_ptr<CheckedFile> file_, rfile_, efile_;
+    std::vector<uint16_t> buf16_;
+    std::vector<uint32_t> buf32_;
+};

@@ -1,0 +1,111 @@
+/*
+Eval-set loader: reads an eval .bin written by dev/data/evalset.py (doc/formats.md, "Eval
+sets"): multiple-choice items (context tokens + several continuations, gold index, each
+choice's character length for acc_norm), cloze items (one continuation, the target) or
+rolling items (a whole document as the one continuation after a one-token prefix, and its
+word count; scored in the model's windows, lm-eval's loglikelihood_rolling). The scorer
+(llmc/train/eval_scoring.h) scores continuation tokens given context + preceding continuation
+tokens, lm-eval style. Host-only C++17; every check names the file and the item.
+*/
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llmc/utils.h"
+
+constexpr int EVAL_MAGIC = 20260313;
+constexpr int EVAL_VERSION = 1;
+enum EvalKind { EVAL_MULTIPLE_CHOICE = 0, EVAL_CLOZE = 1, EVAL_ROLLING = 2 };
+
+struct EvalItem {
+    std::vector<int> context;               // starts with BOS when EvalSet::bos
+    std::vector<std::vector<int>> choices;  // continuation tokens, one list per choice
+    std::vector<int> choice_chars;          // what the metric normalises by: characters (multiple
+                                            // choice), words of the document (rolling)
+    int gold = 0;
+};
+
+struct EvalSet {
+    std::string path, description;
+    int kind = 0, vocab_size = 0, max_choices = 0, max_tokens = 0;
+    bool bos = false;
+    std::vector<EvalItem> items;
+};
+
+inline EvalSet load_evalset(const std::string& path) {
+    CheckedFile f(path, "rb");
+    long size = f.size();
+    if (size < 1024) { fatal("eval set '%s' is truncated: %ld bytes, shorter than its 1024-byte header", path.c_str(), size); }
+    std::vector<int32_t> h;
+    f.read_vector(h, 256, "header");
+    if (h[0] != EVAL_MAGIC) { fatal("file '%s' is not an eval set: magic number %d, expected %d", path.c_str(), h[0], EVAL_MAGIC); }
+    if (h[1] != EVAL_VERSION) { fatal("eval set '%s': unsupported version %d", path.c_str(), h[1]); }
+    EvalSet es;
+    es.path = path;
+    int n_items = h[2];
+    es.kind = h[3];
+    es.vocab_size = h[4];
+    es.max_choices = h[5];
+    es.max_tokens = h[6];
+    es.bos = h[7] != 0;
+    int desc_len = h[8];
+    if (n_items < 0 || es.vocab_size <= 0 || es.max_choices < 0 || es.max_tokens < 0 || desc_len < 0) {
+        fatal("eval set '%s': bad header (items %d, vocab %d, choices %d, tokens %d, description %d)", path.c_str(),
+              n_items, es.vocab_size, es.max_choices, es.max_tokens, desc_len);
+    }
+    if (es.kind != EVAL_MULTIPLE_CHOICE && es.kind != EVAL_CLOZE && es.kind != EVAL_ROLLING) {
+        fatal("eval set '%s': unknown kind %d", path.c_str(), es.kind);
+    }
+    // an item takes at least 28 bytes (three counts, a context token, a continuation's two
+    // counts and one token), so the counts are checked before anything is allocated for them
+    if (desc_len > size - 1024 || (long)n_items * 28 > size - 1024 - desc_len) {
+        fatal("eval set '%s' is truncated or corrupt: the header announces %d items and a %d-byte description, "
+              "the file has %ld bytes after its header", path.c_str(), n_items, desc_len, size - 1024);
+    }
+    es.description.resize(desc_len);
+    if (desc_len > 0) { f.read(&es.description[0], desc_len, "description"); }
+    // every count is checked against the bytes left, so a corrupt count cannot allocate wildly
+    auto count = [&](const char* what, int item, int lo, int hi) {
+        int v = f.read_value<int32_t>(what);
+        if (v < lo || v > hi) {
+            fatal("eval set '%s': item %d: %s is %d, outside %d..%d", path.c_str(), item, what, v, lo, hi);
+        }
+        return v;
+    };
+    auto tokens = [&](std::vector<int>& dst, int n, int item, const char* what) {
+        if ((long)n * 4 > size - f.tell()) {
+            fatal("eval set '%s' is truncated in item %d: %d tokens of %s announced, %ld bytes left", path.c_str(),
+                  item, n, what, size - f.tell());
+        }
+        f.read_vector(dst, n, what);
+        for (int t : dst) {
+            if (t < 0 || t >= es.vocab_size) {
+                fatal("eval set '%s': item %d: token %d in its %s is outside the vocabulary (%d)", path.c_str(), item,
+                      t, what, es.vocab_size);
+            }
+        }
+    };
+    es.items.resize(n_items);
+    for (int i = 0; i < n_items; i++) {
+        EvalItem& it = es.items[i];
+        int nc = count("number of choices", i, 1, es.max_choices);
+        if (es.kind != EVAL_MULTIPLE_CHOICE && nc != 1) {
+            fatal("eval set '%s': %s item %d has %d continuations", path.c_str(),
+                  es.kind == EVAL_CLOZE ? "cloze" : "rolling", i, nc);
+        }
+        it.gold = count("gold index", i, 0, nc - 1);
+        int nctx = count("context length", i, 1, es.kind == EVAL_ROLLING ? 1 : es.max_tokens);
+        tokens(it.context, nctx, i, "context");
+        it.choices.resize(nc);
+        it.choice_chars.resize(nc);
+        for (int c = 0; c < nc; c++) {
+            int nt = count("continuation length", i, 1, es.max_tokens - nctx);
+            it.choice_chars[c] = count("continuation characters", i, 0, 1 << 30);
+            tokens(it.choices[c], nt, i, "continuation");
+        }
+    }
+    if (f.tell() != size) { fatal("eval set '%s': %ld bytes after the last item", path.c_str(), size - f.tell()); }
+    return es;
+}

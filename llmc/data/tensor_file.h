@@ -1,0 +1,306 @@
+/*
+The attn.c tensor container (doc/formats.md, "Model checkpoints"): model checkpoints
+(kind 1), debug states (kind 2). A header with magic "ATTNFILE", version and kind, the
+config as "key=value\n" text, a table of named tensors (fp32, bf16 or int32, up to 4-D),
+and the 64-byte-aligned data. Host-only C++17.
+
+TensorFileReader reads and checks a whole file (every offset and size against the header
+and the file size; errors name the file and the problem) and hands out config values and
+tensors by name. TensorFileWriter collects config keys and tensors and writes them
+atomically (temp file + rename), so an interrupted save never replaces a good file.
+*/
+#pragma once
+
+#include <cinttypes>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "llmc/data/number_text.h"
+#include "llmc/utils.h"
+
+constexpr char TENSOR_FILE_MAGIC[8] = {'A', 'T', 'T', 'N', 'F', 'I', 'L', 'E'};
+constexpr uint32_t TENSOR_FILE_VERSION = 1;
+enum TensorFileKind : uint32_t { TENSOR_FILE_CHECKPOINT = 1, TENSOR_FILE_DEBUG_STATE = 2 };
+enum TensorDtype : uint32_t { DTYPE_FP32 = 0, DTYPE_BF16 = 1, DTYPE_INT32 = 2 };
+
+inline size_t dtype_size(uint32_t dtype) { return dtype == DTYPE_BF16 ? 2 : 4; }
+
+struct TensorEntry {
+    std::string name;
+    uint32_t dtype = DTYPE_FP32;
+    std::vector<int64_t> shape;
+    std::vector<unsigned char> data;
+
+    int64_t numel() const {
+        int64_t n = 1;
+        for (int64_t s : shape) { n *= s; }
+        return n;
+    }
+};
+
+class TensorFileReader {
+public:
+    TensorFileReader(const std::string& path, uint32_t expected_kind) : path_(path) {
+        CheckedFile f(path, "rb");
+        long file_size = f.size();
+        if (file_size < 64) { fail("truncated: %ld bytes, shorter than the 64-byte header", file_size); }
+        unsigned char header[64];
+        f.read(header, 64, "header");
+        if (memcmp(header, TENSOR_FILE_MAGIC, 8) != 0) { fail("not an attn.c tensor file (magic is not ATTNFILE)"); }
+        uint32_t version = get<uint32_t>(header + 8), kind = get<uint32_t>(header + 12);
+        if (version != TENSOR_FILE_VERSION) { fail("unsupported version %u (this build reads %u)", version, TENSOR_FILE_VERSION); }
+        if (kind != expected_kind) {
+            fail("is a %s, expected a %s", kind_name(kind), kind_name(expected_kind));
+        }
+        uint64_t meta_bytes = get<uint64_t>(header + 16), n_tensors = get<uint64_t>(header + 24);
+        uint64_t data_offset = get<uint64_t>(header + 32), data_bytes = get<uint64_t>(header + 40);
+        // (each sum is bounded first, so none can wrap around)
+        if (meta_bytes > (uint64_t)file_size || n_tensors > (uint64_t)file_size / 128 ||
+            data_offset > (uint64_t)file_size || data_offset < 64 + meta_bytes + 128 * n_tensors ||
+            data_offset % 64 != 0 || data_bytes != (uint64_t)file_size - data_offset) {
+            fail("inconsistent header: meta %" PRIu64 " bytes, %" PRIu64 " tensors, data at %" PRIu64 " + %" PRIu64
+                 " bytes, file %ld bytes (truncated or corrupt)",
+                 meta_bytes, n_tensors, data_offset, data_bytes, file_size);
+        }
+        std::string meta(meta_bytes, '\0');
+        f.read(&meta[0], meta_bytes, "config text");
+        parse_config(meta);
+        std::vector<unsigned char> table(128 * n_tensors);
+        f.read(table.data(), table.size(), "tensor table");
+        for (uint64_t t = 0; t < n_tensors; t++) {
+            const unsigned char* e = table.data() + 128 * t;
+            if (memchr(e, 0, 64) == nullptr) { fail("tensor %" PRIu64 ": name is not NUL-terminated", t); }
+            TensorEntry entry;
+            entry.name = reinterpret_cast<const char*>(e);
+            entry.dtype = get<uint32_t>(e + 64);
+            uint32_t ndim = get<uint32_t>(e + 68);
+            if (entry.dtype > DTYPE_INT32) { fail("tensor '%s': unknown dtype code %u", entry.name.c_str(), entry.dtype); }
+            if (ndim > 4) { fail("tensor '%s': %u dimensions (at most 4)", entry.name.c_str(), ndim); }
+            uint64_t offset = get<uint64_t>(e + 104), nbytes = get<uint64_t>(e + 112);
+            if (offset % 64 != 0 || offset > data_bytes || nbytes > data_bytes - offset) {
+                fail("tensor '%s': data at %" PRIu64 " + %" PRIu64 " lies outside the data section", entry.name.c_str(),
+                     offset, nbytes);
+            }
+            // the byte count of the shape, checked for overflow (a corrupt shape could wrap it
+            // around to the stored size, or make numel() negative)
+            uint64_t shape_bytes = dtype_size(entry.dtype);
+            bool overflow = false;
+            for (uint32_t d = 0; d < ndim; d++) {
+                uint64_t dim = get<uint64_t>(e + 72 + 8 * d);
+                overflow = overflow || dim > (uint64_t)INT64_MAX || __builtin_mul_overflow(shape_bytes, dim, &shape_bytes);
+                entry.shape.push_back((int64_t)dim);
+            }
+            if (overflow || nbytes != shape_bytes) {
+                fail("tensor '%s': %" PRIu64 " bytes do not match its shape and dtype", entry.name.c_str(), nbytes);
+            }
+            if (index_.count(entry.name)) { fail("tensor '%s' appears twice", entry.name.c_str()); }
+            f.seek((long)(data_offset + offset));
+            entry.data.resize(nbytes);
+            f.read(entry.data.data(), nbytes, ("data of tensor " + entry.name).c_str());
+            index_[entry.name] = tensors_.size();
+            tensors_.push_back(std::move(entry));
+        }
+    }
+
+    const std::string& path() const { return path_; }
+    bool has_key(const std::string& key) const { return config_.count(key) != 0; }
+    const std::string& str(const std::string& key) const {
+        auto it = config_.find(key);
+        if (it == config_.end()) { fail("missing config key '%s'", key.c_str()); }
+        return it->second;
+    }
+    long long integer(const std::string& key) const {
+        const std::string& v = str(key);
+        long long x;
+        if (!parse_whole_integer(v.c_str(), &x)) { fail("config key '%s': '%s' is not an integer", key.c_str(), v.c_str()); }
+        return x;
+    }
+    // an unsigned 64-bit value (seeds, fingerprints), written in decimal
+    uint64_t uint64(const std::string& key) const {
+        const std::string& v = str(key);
+        uint64_t x;
+        if (!parse_whole_unsigned64(v.c_str(), &x)) {
+            fail("config key '%s': '%s' is not an unsigned 64-bit integer", key.c_str(), v.c_str());
+        }
+        return x;
+    }
+    // an integer that must fit an int (sizes, flags, counts): a larger one is refused, not wrapped
+    int int32(const std::string& key) const {
+        long long x = integer(key);
+        if (x < INT32_MIN || x > INT32_MAX) { fail("config key '%s': %lld does not fit a 32-bit int", key.c_str(), x); }
+        return (int)x;
+    }
+    double real(const std::string& key) const {
+        const std::string& v = str(key);
+        double x;
+        if (!parse_finite_real(v.c_str(), &x)) { fail("config key '%s': '%s' is not a finite number", key.c_str(), v.c_str()); }
+        return x;
+    }
+
+    bool has_tensor(const std::string& name) const { return index_.count(name) != 0; }
+    const TensorEntry& tensor(const std::string& name) const {
+        auto it = index_.find(name);
+        if (it == index_.end()) { fail("missing tensor '%s'", name.c_str()); }
+        return tensors_[it->second];
+    }
+    // The tensor as floats (fp32 or bf16 stored), checking its element count.
+    std::vector<float> floats(const std::string& name, int64_t expected_numel = -1) const {
+        const TensorEntry& t = tensor(name);
+        check_numel(t, expected_numel);
+        std::vector<float> out(t.numel());
+        if (t.dtype == DTYPE_FP32) {
+            memcpy(out.data(), t.data.data(), t.data.size());
+        } else if (t.dtype == DTYPE_BF16) {
+            for (int64_t i = 0; i < t.numel(); i++) {
+                uint32_t bits = (uint32_t)get<uint16_t>(t.data.data() + 2 * i) << 16;
+                memcpy(&out[i], &bits, 4);
+            }
+        } else {
+            fail("tensor '%s' is int32, expected floats", name.c_str());
+        }
+        return out;
+    }
+    std::vector<int32_t> ints(const std::string& name, int64_t expected_numel = -1) const {
+        const TensorEntry& t = tensor(name);
+        check_numel(t, expected_numel);
+        if (t.dtype != DTYPE_INT32) { fail("tensor '%s' is not int32", name.c_str()); }
+        std::vector<int32_t> out(t.numel());
+        memcpy(out.data(), t.data.data(), t.data.size());
+        return out;
+    }
+
+    template <typename... Args>
+    [[noreturn]] void fail(const char* fmt, Args... args) const {
+        char message[512];
+        if constexpr (sizeof...(Args) == 0) {
+            snprintf(message, sizeof(message), "%s", fmt);
+        } else {
+            snprintf(message, sizeof(message), fmt, args...);
+        }
+        fatal("file '%s': %s", path_.c_str(), message);
+    }
+
+private:
+    template <typename T>
+    static T get(const unsigned char* p) {
+        T v;
+        memcpy(&v, p, sizeof(T));
+        return v;
+    }
+    static const char* kind_name(uint32_t kind) {
+        return kind == TENSOR_FILE_CHECKPOINT ? "model checkpoint (kind 1)"
+               : kind == TENSOR_FILE_DEBUG_STATE ? "debug state (kind 2)"
+                                                 : "file of unknown kind";
+    }
+    void check_numel(const TensorEntry& t, int64_t expected) const {
+        if (expected >= 0 && t.numel() != expected) {
+            fail("tensor '%s' has %lld elements, expected %lld", t.name.c_str(), (long long)t.numel(),
+                 (long long)expected);
+        }
+    }
+    void parse_config(const std::string& meta) {
+        size_t pos = 0;
+        while (pos < meta.size()) {
+            size_t nl = meta.find('\n', pos);
+            if (nl == std::string::npos) { fail("config text does not end with a newline"); }
+            std::string line = meta.substr(pos, nl - pos);
+            size_t eq = line.find('=');
+            if (eq == std::string::npos || eq == 0) { fail("config line '%s' is not key=value", line.c_str()); }
+            config_[line.substr(0, eq)] = line.substr(eq + 1);
+            pos = nl + 1;
+        }
+    }
+
+    std::string path_;
+    std::map<std::string, std::string> config_;
+    std::vector<TensorEntry> tensors_;
+    std::map<std::string, size_t> index_;
+};
+
+class TensorFileWriter {
+public:
+    explicit TensorFileWriter(uint32_t kind) : kind_(kind) {}
+
+    void set(const std::string& key, const std::string& value) { config_.emplace_back(key, value); }
+    void set(const std::string& key, long long value) { set(key, std::to_string(value)); }
+    void set(const std::string& key, int value) { set(key, std::to_string(value)); }
+    void set(const std::string& key, double value) { set(key, shortest_real_text(value)); }
+    void add_floats(const std::string& name, const std::vector<int64_t>& shape, const float* data) {
+        add(name, DTYPE_FP32, shape, data);
+    }
+    void add_ints(const std::string& name, const std::vector<int64_t>& shape, const int32_t* data) {
+        add(name, DTYPE_INT32, shape, data);
+    }
+
+    void write(const std::string& path) const {
+        uint64_t meta_bytes = 0;
+        for (const auto& kv : config_) { meta_bytes += kv.first.size() + kv.second.size() + 2; }
+        uint64_t data_offset = round_up(64 + meta_bytes + 128 * tensors_.size());
+        std::vector<uint64_t> offsets;
+        uint64_t cursor = 0;
+        for (const auto& t : tensors_) {
+            offsets.push_back(cursor);
+            cursor = round_up(cursor + t.data.size());
+        }
+        uint64_t data_bytes = cursor;
+
+        AtomicFileWriter out(path);
+        CheckedFile& f = out.file();
+        unsigned char header[64] = {};
+        memcpy(header, TENSOR_FILE_MAGIC, 8);
+        put<uint32_t>(header + 8, TENSOR_FILE_VERSION);
+        put<uint32_t>(header + 12, kind_);
+        put<uint64_t>(header + 16, meta_bytes);
+        put<uint64_t>(header + 24, tensors_.size());
+        put<uint64_t>(header + 32, data_offset);
+        put<uint64_t>(header + 40, data_bytes);
+        f.write(header, 64, "header");
+        for (const auto& kv : config_) {
+            std::string line = kv.first + "=" + kv.second + "\n";
+            f.write(line.data(), line.size(), "config text");
+        }
+        for (size_t i = 0; i < tensors_.size(); i++) {
+            const TensorEntry& t = tensors_[i];
+            unsigned char e[128] = {};
+            memcpy(e, t.name.data(), t.name.size());
+            put<uint32_t>(e + 64, t.dtype);
+            put<uint32_t>(e + 68, (uint32_t)t.shape.size());
+            for (size_t d = 0; d < t.shape.size(); d++) { put<uint64_t>(e + 72 + 8 * d, (uint64_t)t.shape[d]); }
+            put<uint64_t>(e + 104, offsets[i]);
+            put<uint64_t>(e + 112, t.data.size());
+            f.write(e, 128, "tensor table");
+        }
+        std::vector<unsigned char> zeros(64, 0);
+        f.write(zeros.data(), data_offset - (64 + meta_bytes + 128 * tensors_.size()), "padding");
+        for (size_t i = 0; i < tensors_.size(); i++) {
+            const TensorEntry& t = tensors_[i];
+            f.write(t.data.data(), t.data.size(), ("data of tensor " + t.name).c_str());
+            uint64_t end = (i + 1 < tensors_.size() ? offsets[i + 1] : data_bytes);
+            f.write(zeros.data(), end - offsets[i] - t.data.size(), "padding");
+        }
+        out.commit();
+    }
+
+private:
+    static uint64_t round_up(uint64_t x) { return (x + 63) / 64 * 64; }
+    template <typename T>
+    static void put(unsigned char* p, T v) { memcpy(p, &v, sizeof(T)); }
+    void add(const std::string& name, uint32_t dtype, const std::vector<int64_t>& shape, const void* data) {
+        if (name.empty() || name.size() > 63) { fatal("tensor name '%s' must have 1 to 63 characters", name.c_str()); }
+        TensorEntry t;
+        t.name = name;
+        t.dtype = dtype;
+        t.shape = shape;
+        t.data.resize((size_t)t.numel() * dtype_size(dtype));
+        memcpy(t.data.data(), data, t.data.size());
+        tensors_.push_back(std::move(t));
+    }
+
+    uint32_t kind_;
+    std::vector<std::pair<std::string, std::string>> config_;
+    std::vector<TensorEntry> tensors_;
+};

@@ -1,0 +1,190 @@
+/*
+Optional cuDNN attention (GPU builds with USE_CUDNN=1, i.e. -DENABLE_CUDNN): the causal
+grouped-query attention of llmc/kernels/attention.cuh, forward and backward, through the cuDNN
+frontend's fused SDPA graphs. It is a second implementation to measure our kernels against
+and to cross-check them on a GPU (dev/cuda/attention_{forward,backward}.cu, test_attention);
+the own kernels stay the default, and the trainers use cuDNN only when asked (--cudnn 1).
+
+Same tensors and layout as llmc/kernels/attention.cuh, described to cuDNN as strided 4-D tensors:
+    q: (B, T, Hq, hd) -> dims (B, Hq, T, hd), strides (T*Hq*hd, hd, Hq*hd, 1);  k, v likewise
+    with Hkv heads; out/dout like q; lse: (B, Hq, T) float -> dims (B, Hq, T, 1), strides
+    (Hq*T, T, 1, 1). cuDNN's "stats" are the natural-log logsumexp of each row's scaled scores,
+    exactly our lse, so either forward pairs with either backward.
+Only bf16, no document mask (cuDNN's masks are causal and padding, not "same document"),
+and the head dims cuDNN supports (multiples of 8 up to 128 here): attention_cudnn_supports()
+says whether a call can go here; the dispatcher in attention.cuh falls back to our kernels
+otherwise. The backward runs cuDNN's deterministic algorithm, so a resumed run stays
+bit-exact. Graphs are built once per shape and cached; the workspace grows on demand.
+
+Not compiled on the host backend (cuDNN has no CPU implementation); not run on a GPU yet.
+*/
+#pragma once
+
+#if defined(ENABLE_CUDNN) && defined(__CUDACC__)
+
+#include <cudnn_frontend.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "llmc/cuda_common.h"
+#include "llmc/utils.h"
+
+namespace cudnn_attention {
+
+namespace fe = cudnn_frontend;
+
+// tensor ids in the graphs' variant packs
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+inline void check(fe::error_t status, const char* what) {
+    if (status.is_bad()) { fatal("cuDNN attention: %s failed: %s", what, status.get_message().c_str()); }
+}
+
+inline cudnnHandle_t handle() {
+    static cudnnHandle_t h = [] {
+        cudnnHandle_t created;
+        cudnnStatus_t status = cudnnCreate(&created);
+        if (status != CUDNN_STATUS_SUCCESS) { fatal("cuDNN attention: cudnnCreate failed: %s", cudnnGetErrorString(status)); }
+        return created;
+    }();
+    return h;
+}
+
+// a (B, T, H, hd) row-major tensor seen as (B, H, T, hd)
+inline std::shared_ptr<fe::graph::Tensor_attributes> bthd_tensor(fe::graph::Graph& g, const char* name, Uid uid,
+                                                                 int B, int T, int H, int hd) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({B, H, T, hd})
+                        .set_stride({(int64_t)T * H * hd, hd, (int64_t)H * hd, 1}));
+}
+inline void set_bthd_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid, int B, int T, int H,
+                            int hd) {
+    t->set_output(true).set_uid(uid).set_dim({B, H, T, hd}).set_stride({(int64_t)T * H * hd, hd, (int64_t)H * hd, 1});
+}
+inline std::vector<int64_t> lse_dims(int B, int T, int Hq) { return {B, Hq, T, 1}; }
+inline std::vector<int64_t> lse_strides(int T, int Hq) { return {(int64_t)Hq * T, T, 1, 1}; }
+
+inline std::shared_ptr<fe::graph::Graph> new_graph() {
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    return g;
+}
+
+inline void finalize(fe::graph::Graph& g) {
+    check(g.validate(), "graph validation");
+    check(g.build_operation_graph(handle()), "build_operation_graph");
+    check(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
+    check(g.check_support(handle()), "check_support (shape not supported by this cuDNN)");
+    check(g.build_plans(handle()), "build_plans");
+}
+
+using Shape = std::tuple<int, int, int, int, int>;  // B, T, Hq, Hkv, hd
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+// The graph of `shape` from `cache`, built on first use: q, k, v as inputs, then
+// add_rest(graph, q, k, v) adds the operation and its other tensors.
+template <typename AddRest>
+fe::graph::Graph& cached_graph(std::map<Shape, std::shared_ptr<fe::graph::Graph>>& cache, const Shape& shape,
+                               AddRest add_rest) {
+    auto found = cache.find(shape);
+    if (found != cache.end()) { return *found->second; }
+    auto [B, T, Hq, Hkv, hd] = shape;
+    auto g = new_graph();
+    add_rest(*g, bthd_tensor(*g, "q", kQ, B, T, Hq, hd), bthd_tensor(*g, "k", kK, B, T, Hkv, hd),
+             bthd_tensor(*g, "v", kV, B, T, Hkv, hd));
+    finalize(*g);
+    return *cache.emplace(shape, g).first->second;
+}
+
+inline fe::graph::Graph& forward_graph(const Shape& shape) {
+    static std::map<Shape, std::shared_ptr<fe::graph::Graph>> cache;
+    return cached_graph(cache, shape, [&](fe::graph::Graph& g, TensorPtr q, TensorPtr k, TensorPtr v) {
+        auto [B, T, Hq, Hkv, hd] = shape;
+        auto options = fe::graph::SDPA_attributes()
+                           .set_name("attention_forward")
+                           .set_generate_stats(true)
+                           .set_causal_mask(true)
+                           .set_attn_scale(1.0f / sqrtf((float)hd));
+        auto [o, stats] = g.sdpa(q, k, v, options);
+        set_bthd_output(o, kO, B, T, Hq, hd);
+        stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(lse_dims(B, T, Hq))
+            .set_stride(lse_strides(T, Hq));
+    });
+}
+
+inline fe::graph::Graph& backward_graph(const Shape& shape) {
+    static std::map<Shape, std::shared_ptr<fe::graph::Graph>> cache;
+    return cached_graph(cache, shape, [&](fe::graph::Graph& g, TensorPtr q, TensorPtr k, TensorPtr v) {
+        auto [B, T, Hq, Hkv, hd] = shape;
+        auto o = bthd_tensor(g, "o", kO, B, T, Hq, hd);
+        auto dout = bthd_tensor(g, "dout", kDO, B, T, Hq, hd);
+        auto stats = g.tensor(fe::graph::Tensor_attributes()
+                                  .set_name("lse")
+                                  .set_uid(kStats)
+                                  .set_dim(lse_dims(B, T, Hq))
+                                  .set_stride(lse_strides(T, Hq))
+                                  .set_data_type(fe::DataType_t::FLOAT));
+        auto options = fe::graph::SDPA_backward_attributes()
+                           .set_name("attention_backward")
+                           .set_causal_mask(true)
+                           .set_attn_scale(1.0f / sqrtf((float)hd))
+                           .set_deterministic_algorithm(true);
+        auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dout, stats, options);
+        set_bthd_output(dq, kDQ, B, T, Hq, hd);
+        set_bthd_output(dk, kDK, B, T, Hkv, hd);
+        set_bthd_output(dv, kDV, B, T, Hkv, hd);
+    });
+}
+
+// one workspace for every graph, grown when a graph needs more
+inline void* workspace(int64_t bytes) {
+    static void* buffer = nullptr;
+    static int64_t size = 0;
+    if (bytes > size) {
+        if (buffer) { cudaCheck(cudaFree(buffer)); }
+        cudaCheck(cudaMalloc(&buffer, bytes));
+        size = bytes;
+    }
+    return buffer;
+}
+
+inline void execute(fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, cudaStream_t stream,
+                    const char* what) {
+    if (cudnnSetStream(handle(), stream) != CUDNN_STATUS_SUCCESS) { fatal("cuDNN attention: cudnnSetStream failed"); }
+    int64_t bytes = 0;
+    check(g.get_workspace_size(bytes), "get_workspace_size");
+    check(g.execute(handle(), pack, workspace(bytes)), what);
+}
+
+}  // namespace cudnn_attention
+
+// Whether attention_*_cudnn can run this call (bf16, no document mask, hd a multiple of 8 up to 128).
+inline bool attention_cudnn_supports(const int* doc_ids, int hd) {
+    return PRECISION_MODE == PrecisionMode::BF16 && doc_ids == nullptr && hd % 8 == 0 && hd <= 128;
+}
+
+inline void attention_forward_cudnn(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, int B,
+                                    int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
+    using namespace cudnn_attention;
+    std::unordered_map<int64_t, void*> pack = {
+        {kQ, (void*)q}, {kK, (void*)k}, {kV, (void*)v}, {kO, (void*)out}, {kStats, (void*)lse}};
+    execute(forward_graph({B, T, Hq, Hkv, hd}), pack, stream, "forward");
+}
+
+inline void attention_backward_cudnn(floatX* dq, floatX* dk, floatX* dv, const floatX* dout, const floatX* out,
+                                     const floatX* q, const floatX* k, const floatX* v, const float* lse, int B, int T,
+                                     int Hq, int Hkv, int hd, cudaStream_t stream) {
+    using namespace cudnn_attention;
+    std::unordered_map<int64_t, void*> pack = {{kQ, (void*)q},     {kK, (void*)k},      {kV, (void*)v},
+                                               {kO, (void*)out},   {kDO, (void*)dout},  {kStats, (void*)lse},
+                                               {kDQ, (void*)dq},   {kDK, (void*)dk},    {kDV, (void*)dv}};
+    execute(backward_graph({B, T, Hq, Hkv, hd}), pack, stream, "backward");
+}
+
+#endif  // ENABLE_CUDNN && __CUDACC__

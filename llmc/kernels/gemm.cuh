@@ -1,0 +1,99 @@
+/*
+The GEMM wrapper every matmul of the trainers goes through:
+
+    C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]        for b in [0, batch)
+
+Row-major, as PyTorch thinks of tensors: op(A) is M x K, op(B) is K x N, C is M x N, all
+contiguous; with trans_a, A is stored K x M (and similarly B stored N x K with trans_b).
+Consecutive batch matrices are `stride_*` elements apart (0 broadcasts one matrix).
+A and B are float or bf16 (the same type); C is float or bf16; accumulation is fp32.
+beta == 0 means C is not read, so it may hold garbage (NaN included), as in cuBLAS.
+
+GPU: cublasGemmStridedBatchedEx, computing in fp32 (CUBLAS_COMPUTE_32F, no TF32, so fp32
+builds match the reference tightly; bf16 inputs run on tensor cores). Host backend:
+llmc/hostcuda/gemm.h (OpenBLAS where the build has it, else our own packed GEMM, spread over
+the host backend's worker pool). Not safe to call from two host threads at once.
+*/
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "llmc/cuda_common.h"
+#if !defined(__CUDACC__)
+#include "llmc/hostcuda/gemm.h"
+#endif
+
+#if defined(__CUDACC__)
+#include <cublas_v2.h>
+
+inline void cublas_check(cublasStatus_t status, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fflush(stdout);
+        fprintf(stderr, "[cuBLAS ERROR] at %s:%d: status %d\n", file, line, (int)status);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublasCheck(status) (cublas_check((status), __FILE__, __LINE__))
+
+inline cublasHandle_t cublas_handle() {
+    static cublasHandle_t handle = [] {
+        cublasHandle_t h;
+        cublasCheck(cublasCreate(&h));
+        // default math: fp32 GEMMs stay fp32 (TF32 only with CUBLAS_TF32_TENSOR_OP_MATH or
+        // COMPUTE_32F_FAST_TF32, which we never ask for); bf16 GEMMs use tensor cores.
+        // Pedantic mode would also keep fp32 exact but may forbid the fastest bf16 kernels.
+        cublasCheck(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+        return h;
+    }();
+    return handle;
+}
+
+template <typename T>
+constexpr cudaDataType_t cuda_data_type() {
+    return std::is_same<T, float>::value ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+template <typename TIn, typename TOut>
+void gemm(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a, bool trans_b,
+          float alpha = 1.0f, float beta = 0.0f, int batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,
+          int64_t stride_c = 0, cudaStream_t stream = 0) {
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+    cublasHandle_t handle = cublas_handle();
+    cublasCheck(cublasSetStream(handle, stream));
+    cublasCheck(cublasGemmStridedBatchedEx(
+        handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+        cuda_data_type<TIn>(), trans_b ? K : N, stride_b, A, cuda_data_type<TIn>(), trans_a ? M : K, stride_a,
+        &beta, C, cuda_data_type<TOut>(), N, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+#else  // host backend
+
+template <typename TIn, typename TOut>
+void gemm(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a, bool trans_b,
+          float alpha = 1.0f, float beta = 0.0f, int batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,
+          int64_t stride_c = 0, cudaStream_t = nullptr) {
+    hostcuda::host_gemm(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_a, stride_b, stride_c);
+}
+
+#endif
+
+// ---- the linear layer, as the trainers use it ---------------------------------------------
+// A weight W is (out, in) as in PyTorch; x is (N, in) rows, y = x W^T is (N, out).
+
+// y = x W^T (y may be fp32 where x and W are floatX: the logits)
+template <typename TIn, typename TOut>
+void linear_forward(TOut* y, const TIn* x, const TIn* W, int N, int in, int out, cudaStream_t stream) {
+    gemm(y, x, W, N, out, in, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+}
+// dW += dy^T x: the weight gradient accumulates over micro-batches
+template <typename T>
+void linear_backward_weight(T* dW, const T* dy, const T* x, int N, int in, int out, cudaStream_t stream) {
+    gemm(dW, dy, x, out, in, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+}
+// dx = dy W, or dx += dy W with `accumulate` (x feeds several linear layers: q, k and v)
+template <typename T>
+void linear_backward_input(T* dx, const T* dy, const T* W, int N, int in, int out, bool accumulate, cudaStream_t stream) {
+    gemm(dx, dy, W, N, in, out, false, false, 1.0f, accumulate ? 1.0f : 0.0f, 1, 0, 0, 0, stream);
+}

@@ -1,0 +1,186 @@
+/*
+What every trainer's model has and does alike, so that the trainers' models hold only what
+differs:
+
+  ModelDims                    the sizes every config has (vocab, context, layers, width,
+                               heads, BOS), their checkpoint keys and their flags
+  LanguageModel<Config>        the base of a model: parameters (ModelParameters), the
+                               config, the residual stream, logits and loss buffers, the
+                               backward's stream gradient, the sampling cache; begin_forward()
+
+  count_parameters(cfg)        {total, non-embedding}; total includes the padded vocabulary rows
+  flops_per_token(cfg)         training FLOPs per token (PaLM convention, as the references)
+  count_loss_targets(model, targets, n)   the targets that enter the loss (model.counts_in_loss)
+  sample(model, tokens, n, temperature, rng, use_cache)   llmc/kernels/kv_cache.cuh sample_tokens
+  save_checkpoint(model, path, extra)     config (write_config), optimizer and parameters
+
+A config derives from ModelDims and adds embedding_numel() (the embedding tables'
+elements) and kv_width() (one position's keys); the trainer file defines
+parameter_spec(cfg) and write_config(writer, cfg), found here by argument-dependent lookup.
+*/
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/cli.h"
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/embedding.cuh"
+#include "llmc/kernels/kv_cache.cuh"
+#include "llmc/model/param_spec.h"
+#include "llmc/model/parameters.h"
+#include "llmc/data/tensor_file.h"
+
+// The sizes both model families have; the defaults are the references' "tiny" preset.
+struct ModelDims {
+    int vocab_size = 250;  // real vocabulary V (the embedding is padded to a multiple of 128)
+    int seq_len = 64;      // the model's context T (--max-seq-len)
+    int n_layer = 2;
+    int n_embd = 64;
+    int n_head = 4;        // (query) heads
+    int bos_id = 2;        // the token that starts a document and a sample
+
+    int padded_vocab() const { return CEIL_DIV(vocab_size, 128) * 128; }
+    int head_dim() const { return n_embd / n_head; }
+    // the preset's sizes in one call (vocabulary, context, layers, width, heads)
+    void set_sizes(int vocab, int context, int layers, int width, int heads) {
+        vocab_size = vocab, seq_len = context, n_layer = layers, n_embd = width, n_head = heads;
+    }
+    void check_dims() const {
+        auto require = [](bool ok, const char* what) {
+            if (!ok) { fatal("bad model config: %s", what); }
+        };
+        require(vocab_size > 0 && seq_len > 0 && n_layer > 0 && n_embd > 0, "vocab, seq_len, layers and width must be positive");
+        require(n_head > 0 && n_embd % n_head == 0, "--n-embd must be a multiple of --n-head");
+        require(bos_id >= 0 && bos_id < vocab_size, "--bos-id must be a token id below the vocabulary size");
+    }
+    void write_dims(TensorFileWriter& w) const {
+        w.set("vocab_size", vocab_size);
+        w.set("seq_len", seq_len);
+        w.set("n_layer", n_layer);
+        w.set("n_embd", n_embd);
+        w.set("n_head", n_head);
+        w.set("bos_id", bos_id);
+        w.set("padded_vocab_size", padded_vocab());
+        w.set("head_dim", head_dim());
+    }
+    void read_dims(const TensorFileReader& r) {
+        vocab_size = r.int32("vocab_size");
+        seq_len = r.int32("seq_len");
+        n_layer = r.int32("n_layer");
+        n_embd = r.int32("n_embd");
+        n_head = r.int32("n_head");
+        bos_id = r.int32("bos_id");
+    }
+    // after read_dims and the config check: the derived keys must follow from the config
+    void check_derived(const TensorFileReader& r) const {
+        if (r.integer("padded_vocab_size") != padded_vocab() || r.integer("head_dim") != head_dim()) {
+            r.fail("padded_vocab_size/head_dim do not follow from the config");
+        }
+    }
+    // --preset, then the sizes' flags (`context_help`: what the context sets; `heads_help`)
+    static std::vector<Flag> flags(std::string* preset, ModelDims& m, const std::string& preset_help,
+                                   const char* context_help, const char* heads_help, const char* bos_help) {
+        return {make_flag("--preset", preset, preset_help),
+                make_flag("--vocab-size", &m.vocab_size, "real vocabulary size V (embedding padded to a multiple of 128)"),
+                make_flag("--max-seq-len", &m.seq_len, context_help),
+                make_flag("--n-layer", &m.n_layer, "layers L"),
+                make_flag("--n-embd", &m.n_embd, "width d"),
+                make_flag("--n-head", &m.n_head, heads_help),
+                make_flag("--bos-id", &m.bos_id, bos_help)};
+    }
+};
+
+struct ParameterCounts {
+    int64_t total = 0, non_embedding = 0;
+};
+
+template <typename Config>
+ParameterCounts count_parameters(const Config& c) {
+    int64_t total = (int64_t)total_numel(parameter_spec(c));
+    return {total, total - c.embedding_numel()};
+}
+
+// 6 * (non-embedding parameters + the LM head V * d) + 12 * L * T * d for the attention
+// scores and values (PaLM's convention; train_san.py and train_gpt2.py count the same).
+template <typename Config>
+double flops_per_token(const Config& c) {
+    double nonemb = (double)count_parameters(c).non_embedding;
+    return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * c.n_layer * (double)c.seq_len * c.n_embd;
+}
+
+template <typename Model>
+int64_t count_loss_targets(const Model& model, const int* targets, int n) {
+    int64_t count = 0;
+    for (int i = 0; i < n; i++) { count += model.counts_in_loss(targets[i]); }
+    return count;
+}
+
+// Continues `tokens` by n tokens, sampling from softmax(logits / temperature) over the real
+// vocabulary (temperature 0: greedy); the context is the model's last T tokens. With
+// use_cache, one cached forward step per position while the sequence fits in T, else the
+// window is recomputed for each token (llmc/kernels/kv_cache.cuh).
+template <typename Model>
+std::vector<int> sample(Model& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
+                        bool use_cache = true) {
+    const auto& c = model.cfg;
+    return sample_tokens(model, model.kv, model.T, c.padded_vocab(), c.vocab_size, c.bos_id, c.n_layer, c.kv_width(),
+                         model.logits, std::move(tokens), n, temperature, rng, use_cache);
+}
+
+// The container of doc/formats.md (readable by the trainer's PyTorch reference); `extra`
+// adds keys such as the resume position.
+template <typename Model>
+void save_checkpoint(const Model& model, const std::string& path,
+                     const std::vector<std::pair<std::string, std::string>>& extra = {}) {
+    model.write_checkpoint(path, extra, [&](TensorFileWriter& w) { write_config(w, model.cfg); });
+}
+
+// The base of a trainer's model (SAN, GPT2): ModelParameters, and for B rows of T positions
+// the buffers every model has; the model adds its tensors' pointers and activations.
+template <typename Config>
+struct LanguageModel : ModelParameters {
+    Config cfg;
+    int B, T;  // capacity of the activations: B rows of T positions
+    DeviceArena arena;
+    std::vector<floatX*> residual;  // L + 1 residual-stream states (N, d)
+    float* logits = nullptr;        // (N, Vp) fp32
+    floatX* dlogits = nullptr;      // (N, Vp): d(loss * dloss_scale)/d logits
+    float *row_loss = nullptr, *row_lse_sq = nullptr;  // per position: cross-entropy, lse^2
+    int *d_inputs = nullptr, *d_targets = nullptr;
+    floatX *dx = nullptr, *dxf = nullptr;  // backward: dL/d(residual stream), dL/d(final norm output)
+    EmbeddingBuckets buckets;             // the embedding backward's positions per token
+    int last_B = 0, last_T = 0;           // the last forward's batch (what backward() differentiates)
+    KVCache kv;                           // sampling's keys and values (sample() below)
+
+    LanguageModel(const Config& config, int batch, int seq)
+        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
+        if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
+        const size_t N = (size_t)B * T, d = cfg.n_embd, Vp = cfg.padded_vocab();
+        for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
+        logits = arena.alloc<float>(N * Vp);
+        dlogits = arena.alloc<floatX>(N * Vp);
+        row_loss = arena.alloc<float>(N);
+        row_lse_sq = arena.alloc<float>(N);
+        d_inputs = arena.alloc<int>(N);
+        d_targets = arena.alloc<int>(N);
+        dx = arena.alloc<floatX>(N * d);
+        dxf = arena.alloc<floatX>(N * d);
+    }
+
+    // A forward's batch: within the activations, or (sampling with `cache`) one position
+    // within the cache; recorded for backward().
+    void begin_forward(int Bn, int Tn, float dloss_scale, const KVCache* cache) {
+        if (cache != nullptr && (Bn != 1 || Tn != 1 || cache->pos >= cache->capacity || dloss_scale != 0.0f)) {
+            fatal("forward: a cached step is one position within the cache's %d rows", cache->capacity);
+        }
+        if (Bn > B || Tn > T || (size_t)Bn * Tn > (size_t)B * T) {
+            fatal("forward: batch %d x %d exceeds the allocated %d x %d", Bn, Tn, B, T);
+        }
+        last_B = Bn;
+        last_T = Tn;
+    }
+};

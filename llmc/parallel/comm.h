@@ -1,0 +1,427 @@
+/*
+Processes and collectives for data-parallel training (doc/multi-gpu.md): one process per
+GPU, started by mpirun (or srun); a plain start is a 1-rank run on the same code path.
+
+  Comm comm(&argc, &argv);  rank, world, local_rank (the process's index on its node, which
+                            picks the GPU), is_main() (rank 0: prints, logs, checkpoints)
+
+Collectives on device buffers, in stream order (T = float or __nv_bfloat16):
+  all_reduce(x, n, op)              x <- sum (op Sum) or mean (op Avg) over ranks, every rank
+  reduce_scatter(out, in, chunk, op) in: world x chunk elements on every rank; rank r gets
+                                    out = sum/mean over ranks of in[r*chunk, (r+1)*chunk)
+  all_gather(x, chunk)              in place: rank r contributes x[r*chunk, (r+1)*chunk) and
+                                    every rank ends with all world chunks
+  reduce(x, n, root, op)            root's x <- sum/mean over ranks (the all-reduce's bits); the
+                                    other ranks' x is left as it was
+  broadcast(x, n, root)             x <- root's x
+  sum(value), max(value)            a host double over ranks (metrics, token counts); the
+                                    same bits on every rank; sum(vector) element-wise
+  barrier()
+Several collectives between group_start() and group_end() form one NCCL group (they
+overlap; the host stand-in runs them in order).
+
+Executors:
+  GPU build with NCCL (MULTI_GPU): NCCL; rank 0 makes the unique id and MPI broadcasts it,
+      so NCCL needs no other bootstrap. With one rank and no MPI, NCCL still runs (a
+      1-rank communicator), so a single-GPU run takes the multi-GPU code path.
+  host backend (and any build without NCCL) with MPI (USE_MPI): the stand-in. "Device"
+      memory is host memory there, so MPI moves it directly. Reductions are exact
+      functions of the inputs: each rank's share is gathered with MPI_Alltoallv and summed
+      in fp32 in rank order 0, 1, ..., N-1 (mean: the sum times 1/N, rounded once into T),
+      so every rank gets the same bits and a run repeats bit for bit. NCCL sums in its own
+      order (ring or tree), bf16 rounded per hop; the results agree to rounding.
+  a build without MPI: one rank; asking for more is refused.
+
+A process counts as launched by an MPI starter when one of the starters' environment
+variables is set (OMPI_COMM_WORLD_SIZE: Open MPI's mpirun; PMI_SIZE: MPICH/Hydra and Slurm
+PMI-2; PMIX_RANK: PMIx, srun --mpi=pmix); otherwise MPI is not initialised at all (a
+singleton MPI_Init can be slow or fail where no MPI daemon may start).
+
+COMM_MUTATION_NO_AVERAGE (compile-time, tests only): op Avg returns the sum, the bug a
+forgotten division by the world size would be. The multi-rank tests must fail with it.
+*/
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "llmc/cuda_common.h"
+#include "llmc/utils.h"
+
+#if defined(USE_MPI)
+#include <mpi.h>
+#endif
+#if defined(MULTI_GPU) && defined(__CUDACC__)
+#include <nccl.h>
+#define COMM_NCCL 1
+#else
+#define COMM_NCCL 0
+#endif
+
+#if defined(USE_MPI)
+#define mpiCheck(call)                                                                             \
+    do {                                                                                           \
+        int mpi_status_ = (call);                                                                  \
+        if (mpi_status_ != MPI_SUCCESS) {                                                          \
+            char mpi_text_[MPI_MAX_ERROR_STRING];                                                  \
+            int mpi_len_ = 0;                                                                      \
+            MPI_Error_string(mpi_status_, mpi_text_, &mpi_len_);                                   \
+            fatal("MPI error at %s:%d: %s", __FILE__, __LINE__, mpi_text_);                        \
+        }                                                                                          \
+    } while (0)
+#endif
+#if COMM_NCCL
+#define ncclCheck(call)                                                                            \
+    do {                                                                                           \
+        ncclResult_t nccl_status_ = (call);                                                        \
+        if (nccl_status_ != ncclSuccess) {                                                         \
+            fatal("NCCL error at %s:%d: %s", __FILE__, __LINE__, ncclGetErrorString(nccl_status_)); \
+        }                                                                                          \
+    } while (0)
+#endif
+
+enum class ReduceOp { Sum, Avg };
+
+// Whether an MPI starter launched this process (see the top of the file).
+inline bool launched_by_mpi() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+        if (getenv(name) != nullptr) { return true; }
+    }
+    return false;
+}
+
+class Comm {
+public:
+    int rank = 0, world = 1;
+    int local_rank = 0, local_world = 1;  // index and count of the ranks on this node
+
+    // Starts MPI when launched by an MPI starter; on the GPU, picks device local_rank and
+    // sets up NCCL.
+    Comm(int* argc, char*** argv) {
+        if (launched_by_mpi()) {
+#if defined(USE_MPI)
+            mpiCheck(MPI_Init(argc, argv));
+            mpi_ = true;
+            mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+            mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
+            MPI_Comm node;
+            mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+            mpiCheck(MPI_Comm_rank(node, &local_rank));
+            mpiCheck(MPI_Comm_size(node, &local_world));
+            mpiCheck(MPI_Comm_free(&node));
+#else
+            const char* size = getenv("OMPI_COMM_WORLD_SIZE");
+            if (size == nullptr) { size = getenv("PMI_SIZE"); }
+            if (size != nullptr && atoi(size) > 1) {
+                fatal("launched as one of %s processes, but this binary was built without MPI (install "
+                      "libopenmpi-dev and rebuild, or run it without mpirun)", size);
+            }
+#endif
+        }
+        (void)argc;
+        (void)argv;
+#if !HOST_BACKEND
+        int devices = 0;
+        cudaCheck(cudaGetDeviceCount(&devices));
+        if (local_world > devices) {
+            fatal("%d ranks on this node but %d GPUs: start one process per GPU", local_world, devices);
+        }
+        cudaCheck(cudaSetDevice(local_rank));
+#endif
+#if COMM_NCCL
+        ncclUniqueId id;
+        if (rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
+        broadcast_host(&id, sizeof(id), 0);
+        ncclCheck(ncclCommInitRank(&nccl_, world, id, rank));
+#else
+        if (world > 1 && !HOST_BACKEND) {
+            fatal("%d ranks, but this GPU build has no NCCL (nccl.h was not found at build time): rebuild with "
+                  "NCCL for multi-GPU runs", world);
+        }
+#endif
+    }
+    ~Comm() {
+#if COMM_NCCL
+        if (nccl_ != nullptr) { ncclCommDestroy(nccl_); }
+#endif
+#if defined(USE_MPI)
+        if (mpi_) { MPI_Finalize(); }
+#endif
+    }
+    Comm(const Comm&) = delete;
+    Comm& operator=(const Comm&) = delete;
+
+    bool is_main() const { return rank == 0; }
+    // "NCCL", "MPI stand-in" or "single process": what moves the data.
+    const char* executor() const { return COMM_NCCL ? "NCCL" : (mpi_ ? "MPI stand-in" : "single process"); }
+
+    template <typename T>
+    void all_reduce(T* x, size_t n, ReduceOp op, cudaStream_t stream) {
+        check_type<T>();
+        if (world == 1) { return; }
+#if COMM_NCCL
+        ncclCheck(ncclAllReduce(x, x, n, nccl_type<T>(), nccl_op(op), nccl_, stream));
+#else
+        (void)stream;
+        // ranks sum the parts [part_begin(r), part_begin(r+1)) of x, then share them
+        std::vector<size_t> begin(world + 1);
+        for (int r = 0; r <= world; r++) { begin[r] = n * (size_t)r / (size_t)world; }
+        reduce_parts(x + begin[rank], x, begin, op);
+        gather_parts(x, begin);
+#endif
+    }
+
+    template <typename T>
+    void reduce_scatter(T* out, const T* in, size_t chunk, ReduceOp op, cudaStream_t stream) {
+        check_type<T>();
+        if (world == 1) {
+            if (out != in) { cudaCheck(cudaMemcpyAsync(out, in, chunk * sizeof(T), cudaMemcpyDeviceToDevice, stream)); }
+            return;
+        }
+#if COMM_NCCL
+        ncclCheck(ncclReduceScatter(in, out, chunk, nccl_type<T>(), nccl_op(op), nccl_, stream));
+#else
+        (void)stream;
+        std::vector<size_t> begin(world + 1);
+        for (int r = 0; r <= world; r++) { begin[r] = chunk * (size_t)r; }
+        reduce_parts(out, in, begin, op);
+#endif
+    }
+
+    template <typename T>
+    void all_gather(T* x, size_t chunk, cudaStream_t stream) {
+        check_type<T>();
+        if (world == 1) { return; }
+#if COMM_NCCL
+        ncclCheck(ncclAllGather(x + (size_t)rank * chunk, x, chunk, nccl_type<T>(), nccl_, stream));
+#else
+        (void)stream;
+        std::vector<size_t> begin(world + 1);
+        for (int r = 0; r <= world; r++) { begin[r] = chunk * (size_t)r; }
+        gather_parts(x, begin);
+#endif
+    }
+
+    // Only the root gets the result (the Muon owner of a matrix, the rank that updates an
+    // AdamW piece); the host stand-in sums exactly as all_reduce does, so the root's bits
+    // equal the all-reduce's.
+    template <typename T>
+    void reduce(T* x, size_t n, int root, ReduceOp op, cudaStream_t stream) {
+        check_type<T>();
+        if (world == 1) { return; }
+        if (root < 0 || root >= world) { fatal("reduce: root %d is not a rank of %d", root, world); }
+#if COMM_NCCL
+        ncclCheck(ncclReduce(x, x, n, nccl_type<T>(), nccl_op(op), root, nccl_, stream));
+#else
+        (void)stream;
+        reduce_to_root(x, n, root, op);
+#endif
+    }
+
+    template <typename T>
+    void broadcast(T* x, size_t n, int root, cudaStream_t stream) {
+        check_type<T>();
+        if (world == 1) { return; }
+#if COMM_NCCL
+        ncclCheck(ncclBroadcast(x, x, n, nccl_type<T>(), root, nccl_, stream));
+#else
+        (void)stream;
+        broadcast_host(x, n * sizeof(T), root);
+#endif
+    }
+
+    // Several broadcasts from different roots as one batch (NCCL: one group, so they
+    // overlap); the host stand-in runs them in order.
+    void group_start() {
+#if COMM_NCCL
+        if (world > 1) { ncclCheck(ncclGroupStart()); }
+#endif
+    }
+    void group_end() {
+#if COMM_NCCL
+        if (world > 1) { ncclCheck(ncclGroupEnd()); }
+#endif
+    }
+
+    // Host scalars over ranks: gathered and combined in rank order, so every rank gets the
+    // same bits.
+    double sum(double value) const {
+        double total = 0.0;
+        for (double v : gather_scalars(value)) { total += v; }
+        return total;
+    }
+    // Element-wise sum of a host vector over ranks (same length everywhere), in place.
+    void sum(std::vector<double>& values) const {
+        if (world == 1 || values.empty()) { return; }
+#if defined(USE_MPI)
+        std::vector<double> all(values.size() * (size_t)world);
+        mpiCheck(MPI_Allgather(values.data(), (int)values.size(), MPI_DOUBLE, all.data(), (int)values.size(), MPI_DOUBLE,
+                               MPI_COMM_WORLD));
+        for (size_t i = 0; i < values.size(); i++) {
+            double total = 0.0;
+            for (int r = 0; r < world; r++) { total += all[(size_t)r * values.size() + i]; }
+            values[i] = total;
+        }
+#endif
+    }
+    double max(double value) const {
+        std::vector<double> all = gather_scalars(value);
+        return *std::max_element(all.begin(), all.end());
+    }
+
+    void barrier() const {
+#if defined(USE_MPI)
+        if (mpi_) { mpiCheck(MPI_Barrier(MPI_COMM_WORLD)); }
+#endif
+    }
+
+    // Bytes of host memory from root to every rank (the NCCL id; settings rank 0 read).
+    void broadcast_host(void* data, size_t bytes, int root) const {
+        if (world == 1) { return; }
+#if defined(USE_MPI)
+        char* p = static_cast<char*>(data);
+        for (size_t done = 0; done < bytes; done += kMaxMessage) {
+            int piece = (int)std::min(kMaxMessage, bytes - done);
+            mpiCheck(MPI_Bcast(p + done, piece, MPI_BYTE, root, MPI_COMM_WORLD));
+        }
+#else
+        (void)data;
+        (void)bytes;
+        (void)root;
+#endif
+    }
+
+private:
+    static constexpr size_t kMaxMessage = size_t(1) << 30;  // bytes per MPI call (counts are int)
+
+    template <typename T>
+    static void check_type() {
+        static_assert(std::is_same<T, float>::value || std::is_same<T, __nv_bfloat16>::value,
+                      "collectives move float or __nv_bfloat16");
+    }
+
+    std::vector<double> gather_scalars(double value) const {
+        std::vector<double> all(world, value);
+#if defined(USE_MPI)
+        if (world > 1) { mpiCheck(MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD)); }
+#endif
+        return all;
+    }
+
+#if COMM_NCCL
+    template <typename T>
+    static ncclDataType_t nccl_type() {
+        return std::is_same<T, float>::value ? ncclFloat32 : ncclBfloat16;
+    }
+    static ncclRedOp_t nccl_op(ReduceOp op) {
+#if defined(COMM_MUTATION_NO_AVERAGE)
+        (void)op;
+        return ncclSum;
+#else
+        return op == ReduceOp::Avg ? ncclAvg : ncclSum;
+#endif
+    }
+    ncclComm_t nccl_ = nullptr;
+#else
+    // out[i] = the sum (or mean) over ranks q of in_q[begin[rank] + i], i < begin[rank+1] -
+    // begin[rank]: every rank sends part r of its input to rank r (MPI_Alltoallv), which
+    // adds the world copies in rank order in fp32 and rounds once. in and out may overlap.
+    template <typename T>
+    void reduce_parts(T* out, const T* in, const std::vector<size_t>& begin, ReduceOp op) const {
+#if defined(USE_MPI)
+        const size_t mine = begin[rank + 1] - begin[rank];
+        // in slices small enough for int byte counts: slice s holds elements [s*step, ...) of every part
+        size_t longest = 0;
+        for (int r = 0; r < world; r++) { longest = std::max(longest, begin[r + 1] - begin[r]); }
+        const size_t step = std::max<size_t>(1, kMaxMessage / ((size_t)world * sizeof(T)));
+        std::vector<T> received;
+        std::vector<int> send_counts(world), send_displs(world), recv_counts(world), recv_displs(world);
+        for (size_t from = 0; from < longest; from += step) {
+            size_t recv_each = from < mine ? std::min(step, mine - from) : 0;
+            // this slice of every part, packed back to back (a copy, so in and out may overlap)
+            std::vector<T> outgoing;
+            for (int r = 0; r < world; r++) {
+                size_t part = begin[r + 1] - begin[r];
+                size_t count = from < part ? std::min(step, part - from) : 0;
+                send_counts[r] = (int)(count * sizeof(T));
+                send_displs[r] = (int)(outgoing.size() * sizeof(T));
+                recv_counts[r] = (int)(recv_each * sizeof(T));
+                recv_displs[r] = (int)(r * recv_each * sizeof(T));
+                outgoing.insert(outgoing.end(), in + begin[r] + from, in + begin[r] + from + count);
+            }
+            received.assign(recv_each * world, T());
+            mpiCheck(MPI_Alltoallv(outgoing.data(), send_counts.data(), send_displs.data(), MPI_BYTE, received.data(),
+                                   recv_counts.data(), recv_displs.data(), MPI_BYTE, MPI_COMM_WORLD));
+            for (size_t i = 0; i < recv_each; i++) {
+                float total = 0.0f;
+                for (int r = 0; r < world; r++) { total += to_float(received[r * recv_each + i]); }
+                out[from + i] = finish_sum<T>(total, op);
+            }
+        }
+#else
+        (void)out;
+        (void)in;
+        (void)begin;
+        (void)op;
+#endif
+    }
+
+    // root's x[i] = the sum (or mean) over ranks in rank order, as reduce_parts sums: every
+    // rank's copy is gathered at the root (MPI_Gather, in slices for int counts).
+    template <typename T>
+    void reduce_to_root(T* x, size_t n, int root, ReduceOp op) const {
+#if defined(USE_MPI)
+        const size_t step = std::max<size_t>(1, kMaxMessage / ((size_t)world * sizeof(T)));
+        std::vector<T> received;
+        for (size_t from = 0; from < n; from += step) {
+            const size_t count = std::min(step, n - from);
+            if (rank == root) { received.assign(count * world, T()); }
+            mpiCheck(MPI_Gather(x + from, (int)(count * sizeof(T)), MPI_BYTE, rank == root ? received.data() : nullptr,
+                                (int)(count * sizeof(T)), MPI_BYTE, root, MPI_COMM_WORLD));
+            if (rank != root) { continue; }
+            for (size_t i = 0; i < count; i++) {
+                float total = 0.0f;
+                for (int r = 0; r < world; r++) { total += to_float(received[r * count + i]); }
+                x[from + i] = finish_sum<T>(total, op);
+            }
+        }
+#else
+        (void)x;
+        (void)n;
+        (void)root;
+        (void)op;
+#endif
+    }
+    // A rank-order fp32 sum into T: the mean is the sum times 1/N, rounded once.
+    template <typename T>
+    T finish_sum(float total, ReduceOp op) const {
+#if defined(COMM_MUTATION_NO_AVERAGE)
+        (void)op;
+        return from_float<T>(total);
+#else
+        return from_float<T>(op == ReduceOp::Avg ? total * (1.0f / (float)world) : total);
+#endif
+    }
+
+    // In place: rank r holds x[begin[r], begin[r+1]); afterwards every rank holds all parts.
+    template <typename T>
+    void gather_parts(T* x, const std::vector<size_t>& begin) const {
+#if defined(USE_MPI)
+        for (int r = 0; r < world; r++) {
+            size_t part = begin[r + 1] - begin[r];
+            broadcast_host(x + begin[r], part * sizeof(T), r);
+        }
+#else
+        (void)x;
+        (void)begin;
+#endif
+    }
+#endif
+
+    bool mpi_ = false;
+};

@@ -1,0 +1,304 @@
+/*
+What a run started from a checkpoint keeps (host-only C++17):
+  - --resume continues the saved run: its settings come from the checkpoint (run_settings:
+    one table of key, flags, value) and flags that would change them are refused by name
+    (continue_saved_run), unless --resume-override 1; --extend-to N trains it on;
+  - the data must continue where the saved run left off (data_difference);
+  - on another rank count, the rows per micro-batch over the ranks carry over
+    (continue_on_ranks: --batch-size becomes saved rows / ranks, or the resume is refused);
+  - with --resume or --init-from, model flags that contradict the checkpoint's config are
+    refused by name (check_model_flags).
+doc/formats.md "Resume state" lists the keys.
+*/
+#pragma once
+
+#include <sys/stat.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/cli.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/number_text.h"
+#include "llmc/data/tensor_file.h"
+#include "llmc/train/train_options.h"
+#include "llmc/utils.h"
+
+// ---- what a resume continues ------------------------------------------------------------
+// A checkpoint holds the settings of the run that wrote it (opt.* from OptimizerConfig, run.*
+// from run_setting_keys below: steps, data, batch, seed, validation and checkpoint cadence).
+// --resume continues that run: every setting comes from the file; a flag given that
+// changes one is refused, unless --resume-override 1 (then each change is printed).
+// --extend-to N is the one way to train a finished run further: the total becomes N and
+// the schedule is recomputed over N steps (printed).
+
+// A saved setting's value as a number: the whole text, finite, and (unless `wide`) within an
+// int; anything else is refused with the key (a resume's FatalContext names the file).
+inline double parse_setting_real(const char* key, const std::string& text) {
+    double x;
+    if (!parse_finite_real(text.c_str(), &x)) { fatal("checkpoint key %s: '%s' is not a finite number", key, text.c_str()); }
+    return x;
+}
+inline long long parse_setting_integer(const char* key, const std::string& text, bool wide) {
+    long long x;
+    if (!parse_whole_integer(text.c_str(), &x)) { fatal("checkpoint key %s: '%s' is not an integer", key, text.c_str()); }
+    if (!wide && (x < INT32_MIN || x > INT32_MAX)) { fatal("checkpoint key %s: %lld does not fit a 32-bit int", key, x); }
+    return x;
+}
+
+// One setting of a run: its checkpoint key, the flags that set it, and its value as text.
+// Where the outputs go (--checkpoint-dir, --log) is no setting of the run: each command
+// line says it (so a resumed run's checkpoints equal the uninterrupted run's, byte for byte).
+struct RunSetting {
+    std::string key;
+    std::vector<std::string> flags;
+    std::function<std::string(const TrainOptions&)> get;
+    std::function<void(TrainOptions&, const std::string&)> set;
+};
+
+inline std::vector<RunSetting> run_settings() {
+    std::vector<RunSetting> out;
+    auto text = [&](const char* key, std::vector<std::string> flags, std::string TrainOptions::*field) {
+        out.push_back({key, flags, [field](const TrainOptions& o) { return o.*field; },
+                       [field](TrainOptions& o, const std::string& v) { o.*field = v; }});
+    };
+    // a setting with fixed values, as its name (an unknown name in a file fails, naming it)
+    auto choice = [&](const char* key, std::vector<std::string> flags, auto field, const auto& choices) {
+        out.push_back({key, flags, [field, &choices](const TrainOptions& o) { return std::string(choices.name(field(const_cast<TrainOptions&>(o)))); },
+                       [key, field, &choices](TrainOptions& o, const std::string& v) {
+                           if (!choices.parse(v, &field(o))) { fatal("checkpoint key %s: unknown value '%s'", key, v.c_str()); }
+                       }});
+    };
+    auto real = [&](const char* key, std::vector<std::string> flags, std::function<double&(TrainOptions&)> ref) {
+        out.push_back({key, flags, [ref](const TrainOptions& o) { return shortest_real_text(ref(const_cast<TrainOptions&>(o))); },
+                       [key, ref](TrainOptions& o, const std::string& v) { ref(o) = parse_setting_real(key, v); }});
+    };
+    // (the values are ints, except run.steps and run.seed: `wide`)
+    auto integer = [&](const char* key, std::vector<std::string> flags, std::function<long long(const TrainOptions&)> get,
+                       std::function<void(TrainOptions&, long long)> set, bool wide = false) {
+        out.push_back({key, flags, [get](const TrainOptions& o) { return std::to_string(get(o)); },
+                       [key, set, wide](TrainOptions& o, const std::string& v) { set(o, parse_setting_integer(key, v, wide)); }});
+    };
+    integer("run.steps", {"--steps"}, [](const TrainOptions& o) { return (long long)o.steps; },
+            [](TrainOptions& o, long long v) { o.steps = (long)v; }, true);
+    choice("opt.optimizer", {"--optimizer"}, [](TrainOptions& o) -> OptimizerKind& { return o.opt.optimizer; }, kOptimizerKinds);
+    real("opt.lr", {"--lr", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr; });
+    real("opt.lr_other", {"--lr-other", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr_other; });
+    integer("run.lr_scale_gpus", {"--lr-scale-gpus"}, [](const TrainOptions& o) { return (long long)o.lr_scale_gpus; },
+            [](TrainOptions& o, long long v) { o.lr_scale_gpus = (int)v; });
+    real("opt.weight_decay", {"--weight-decay"}, [](TrainOptions& o) -> double& { return o.opt.weight_decay; });
+    real("opt.beta1", {"--beta1"}, [](TrainOptions& o) -> double& { return o.opt.beta1; });
+    real("opt.beta2", {"--beta2"}, [](TrainOptions& o) -> double& { return o.opt.beta2; });
+    real("opt.eps", {"--eps"}, [](TrainOptions& o) -> double& { return o.opt.eps; });
+    real("opt.grad_clip", {"--grad-clip"}, [](TrainOptions& o) -> double& { return o.opt.grad_clip; });
+    choice("opt.muon_order", {"--muon-order"}, [](TrainOptions& o) -> MuonOrder& { return o.opt.muon_order; }, kMuonOrders);
+    real("opt.muon_momentum", {"--muon-momentum"}, [](TrainOptions& o) -> double& { return o.opt.muon_momentum; });
+    integer("opt.ns_steps", {"--ns-steps"}, [](const TrainOptions& o) { return (long long)o.opt.ns_steps; },
+            [](TrainOptions& o, long long v) { o.opt.ns_steps = (int)v; });
+    integer("opt.ns_fp32", {"--ns-fp32"}, [](const TrainOptions& o) { return (long long)o.opt.ns_fp32; },
+            [](TrainOptions& o, long long v) { o.opt.ns_fp32 = (int)v; });
+    choice("opt.schedule", {"--schedule"}, [](TrainOptions& o) -> ScheduleKind& { return o.opt.schedule.kind; }, kScheduleKinds);
+    real("opt.warmup_frac", {"--warmup-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.warmup_frac; });
+    real("opt.decay_frac", {"--decay-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.decay_frac; });
+    real("opt.final_frac", {"--final-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.final_frac; });
+    text("run.train_data", {"--train-data"}, &TrainOptions::train_data);
+    integer("run.batch_size", {"--batch-size"}, [](const TrainOptions& o) { return (long long)o.batch_size; },
+            [](TrainOptions& o, long long v) { o.batch_size = (int)v; });
+    integer("run.grad_accum", {"--grad-accum", "--global-batch", "--batch-size"},
+            [](const TrainOptions& o) { return (long long)o.grad_accum; },
+            [](TrainOptions& o, long long v) { o.grad_accum = (int)v; });
+    integer("run.seq_len", {"--seq-len"}, [](const TrainOptions& o) { return (long long)o.seq_len; },
+            [](TrainOptions& o, long long v) { o.seq_len = (int)v; });
+    integer("run.grad_fp32", {"--grad-fp32"}, [](const TrainOptions& o) { return (long long)o.grad_fp32; },
+            [](TrainOptions& o, long long v) { o.grad_fp32 = (int)v; });
+    integer("run.shuffle", {"--shuffle"}, [](const TrainOptions& o) { return (long long)o.shuffle; },
+            [](TrainOptions& o, long long v) { o.shuffle = (int)v; });
+    integer("run.seed", {"--seed"}, [](const TrainOptions& o) { return (long long)o.seed; },
+            [](TrainOptions& o, long long v) { o.seed = (uint64_t)v; }, true);
+    text("run.val_data", {"--val-data"}, &TrainOptions::val_data);
+    integer("run.val_every", {"--val-every"}, [](const TrainOptions& o) { return (long long)o.val_every; },
+            [](TrainOptions& o, long long v) { o.val_every = (int)v; });
+    integer("run.val_batches", {"--val-batches"}, [](const TrainOptions& o) { return (long long)o.val_batches; },
+            [](TrainOptions& o, long long v) { o.val_batches = (int)v; });
+    integer("run.val_whole_docs", {"--val-whole-docs"}, [](const TrainOptions& o) { return (long long)o.val_whole_docs; },
+            [](TrainOptions& o, long long v) { o.val_whole_docs = (int)v; });
+    integer("run.save_every", {"--save-every"}, [](const TrainOptions& o) { return (long long)o.save_every; },
+            [](TrainOptions& o, long long v) { o.save_every = (int)v; });
+    integer("run.milestones", {"--milestones"}, [](const TrainOptions& o) { return (long long)o.milestones; },
+            [](TrainOptions& o, long long v) { o.milestones = (int)v; });
+    return out;
+}
+
+// The run.* keys a checkpoint of this run holds (the opt.* keys come from OptimizerConfig).
+inline std::vector<std::pair<std::string, std::string>> run_setting_keys(const TrainOptions& o) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const RunSetting& s : run_settings()) {
+        if (s.key.rfind("run.", 0) == 0) { out.push_back({s.key, s.get(o)}); }
+    }
+    return out;
+}
+
+// --resume: the saved run's settings replace the options (resolved from the flags); a flag
+// given that changes one fails, or with --resume-override 1 wins and is printed. Keys the
+// file lacks (files from before they were saved) keep the flags' values.
+inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
+    TrainOptions saved = o;
+    std::vector<std::string> changes;
+    // --lr-scale-gpus given counts against the rates only when it changes the scale
+    bool scale_changed = o.given.count("--lr-scale-gpus") && ckpt.has_key("run.lr_scale_gpus") &&
+                         ckpt.integer("run.lr_scale_gpus") != o.lr_scale_gpus;
+    for (const RunSetting& s : run_settings()) {
+        if (!ckpt.has_key(s.key)) { continue; }
+        s.set(saved, ckpt.str(s.key));
+        std::string from_file = s.get(saved), from_flags = s.get(o);
+        if (from_file == from_flags) { continue; }
+        std::string flag;
+        for (const std::string& f : s.flags) {
+            if (o.given.count(f) && (f != "--lr-scale-gpus" || scale_changed)) { flag = f; break; }
+        }
+        if (flag.empty()) { continue; }  // not asked for: the saved value stands
+        std::string name = s.key.substr(s.key.find('.') + 1);
+        changes.push_back(flag + " (" + name + " " + from_flags + "; the saved run's " + from_file + ")");
+        if (o.resume_override != 0) { s.set(saved, from_flags); }
+    }
+    if (!changes.empty() && o.resume_override == 0) {
+        std::string list;
+        for (const std::string& c : changes) { list += "\n    " + c; }
+        fatal("--resume %s continues the saved run with its own settings; these flags change them:%s\n"
+              "Leave them out, add --resume-override 1 to change them anyway, or --extend-to N to train a finished "
+              "run further (new total, new schedule); --init-from starts a new run from the model.",
+              ckpt.path().c_str(), list.c_str());
+    }
+    std::set<std::string> given = o.given;
+    long extend_to = o.extend_to;
+    int override_ = o.resume_override;
+    o = saved;
+    o.given = given;
+    o.extend_to = extend_to;
+    o.resume_override = override_;
+    long done = (long)ckpt.integer("step");
+    if (done < 0) { ckpt.fail("step is %ld: a saved run has done 0 or more steps", done); }
+    printf("resume: continuing the run saved in %s at step %ld of %ld (optimizer, schedule, steps and data settings "
+           "from the file)\n", ckpt.path().c_str(), done, o.steps);
+    for (const std::string& c : changes) { printf("resume: --resume-override 1: %s\n", c.c_str()); }
+    if (o.checkpoint_dir.empty()) { printf("warning: no --checkpoint-dir: this run writes no checkpoint\n"); }
+    if (o.extend_to > 0) {
+        if (o.extend_to <= done) {
+            fatal("--extend-to %ld: the run in %s has done %ld steps already; give a larger total", o.extend_to,
+                  ckpt.path().c_str(), done);
+        }
+        Schedule sch = o.opt.schedule;
+        sch.check(o.extend_to);
+        double before = done > 0 && done <= o.steps ? sch.multiplier(done - 1, o.steps) : 0.0;
+        double after = sch.multiplier(done, o.extend_to);
+        printf("extend: %ld -> %ld steps; the %s schedule is recomputed over %ld steps: step %ld runs at lr %.3e "
+               "(step %ld of the saved run ran at %.3e)\n", o.steps, o.extend_to, sch.name(), o.extend_to,
+               done + 1, o.opt.lr * after, done, o.opt.lr * before);
+        o.steps = o.extend_to;
+    } else if (done >= o.steps) {
+        fatal("--resume %s: that run finished (%ld of %ld steps). --extend-to N trains it on to N steps with the "
+              "schedule recomputed over N; --steps 0 --init-from %s evaluates it", ckpt.path().c_str(), done, o.steps,
+              ckpt.path().c_str());
+    }
+}
+
+// ---- model flags against a checkpoint -------------------------------------------------------
+// With --resume or --init-from the model config comes from the file; model flags given (or
+// a --preset) that say otherwise are an error naming them. `from_flags`: the options as the
+// flags would have made them without the checkpoint; the trainer's make_flags lists the
+// flags; `model_from_file`: the checkpoint's config. `vocab_flag`: the flags that set the
+// vocabulary size besides --vocab-size (--tokenizer sets it too).
+template <typename Options, typename Config, typename MakeFlags>
+void check_model_flags(const Options& from_flags, const Config& model_from_file, MakeFlags make_flags,
+                       const std::string& path) {
+    const std::set<std::string>& given = from_flags.train.given;
+    Options a = from_flags, b = from_flags;
+    b.model = model_from_file;
+    std::vector<Flag> fa = make_flags(a), fb = make_flags(b);
+    std::vector<std::string> wrong;
+    std::string by_preset;
+    for (size_t i = 0; i < fa.size(); i++) {
+        std::string va = fa[i].show(), vb = fb[i].show();
+        if (va == vb) { continue; }
+        if (given.count(fa[i].name)) {
+            wrong.push_back(fa[i].name + " " + va + " (the checkpoint's " + vb + ")");
+        } else if (given.count("--preset")) {
+            by_preset += (by_preset.empty() ? "" : ", ") + fa[i].name.substr(2) + " " + va + " (the checkpoint's " + vb + ")";
+        }
+    }
+    if (!by_preset.empty()) { wrong.push_back("--preset " + from_flags.preset + ": " + by_preset); }
+    if (wrong.empty()) { return; }
+    std::string list;
+    for (const std::string& w : wrong) { list += "\n    " + w; }
+    fatal("the model comes from the checkpoint %s; these flags contradict it:%s\nLeave them out (the model config is "
+          "the file's).", path.c_str(), list.c_str());
+}
+
+inline int64_t data_tokens(const DataLoader& d) {
+    int64_t tokens = 0;
+    for (const ShardInfo& s : d.shards()) { tokens += s.ntok; }
+    return tokens;
+}
+
+// Whether two paths name the same existing file.
+inline bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// How many ranks wrote the checkpoint (files from before run.ranks: 1).
+inline int saved_rank_count(const TensorFileReader& ckpt) {
+    if (!ckpt.has_key("run.ranks")) { return 1; }
+    int ranks = ckpt.int32("run.ranks");
+    if (ranks < 1) { ckpt.fail("run.ranks is %d: a run has at least one rank", ranks); }
+    return ranks;
+}
+
+// Why a resumed data loader would not continue where the saved run left off, named from
+// the keys the checkpoint holds ("" when nothing differs that they show).
+inline std::string data_difference(const TensorFileReader& ckpt, const DataLoader& d, const TrainOptions& o) {
+    std::string why;
+    auto differs = [&](const char* key, long long now, const char* what) {
+        if (ckpt.has_key(key) && ckpt.integer(key) != now) {
+            why += std::string(why.empty() ? "" : "; ") + what + " " + std::to_string(now) + " now, " +
+                   std::to_string(ckpt.integer(key)) + " when saved";
+        }
+    };
+    differs("resume.data_shards", (long long)d.num_shards(), "training shards:");
+    differs("resume.data_tokens", (long long)data_tokens(d), "training tokens:");
+    differs("run.seq_len", o.seq_len, "--seq-len");
+    // rows per micro-batch over the ranks: the unit of the data position
+    const long long saved_ranks = saved_rank_count(ckpt);
+    if (ckpt.has_key("run.batch_size") && ckpt.integer("run.batch_size") * saved_ranks != (long long)o.batch_size * o.world) {
+        why += std::string(why.empty() ? "" : "; ") + "rows per micro-batch: " + std::to_string(o.batch_size) + " x " +
+               std::to_string(o.world) + " ranks now, " + std::to_string(ckpt.integer("run.batch_size")) + " x " +
+               std::to_string(saved_ranks) + " when saved";
+    }
+    differs("run.shuffle", o.shuffle, "--shuffle");
+    if (o.shuffle) { differs("run.seed", (long long)o.seed, "--seed (the shuffle order)"); }
+    return why;
+}
+
+// --resume on another rank count than the saved run's (run.ranks; files without it: 1
+// rank): the same rows per micro-batch over all ranks, so the global batch, the data
+// position (counted in those rows) and the schedule carry over; --batch-size becomes the
+// saved rows / o.world (printed). A rank count that does not divide them is refused.
+inline void continue_on_ranks(TrainOptions& o, const TensorFileReader& ckpt) {
+    const long long saved_ranks = saved_rank_count(ckpt);
+    if (saved_ranks == o.world) { return; }
+    const long long rows = (long long)o.batch_size * saved_ranks;
+    if (rows % o.world != 0) {
+        fatal("--resume %s: the saved run read %lld rows per micro-batch (%lld ranks x --batch-size %d); %d ranks cannot "
+              "split them evenly: resume on a rank count that divides %lld", ckpt.path().c_str(), rows, saved_ranks,
+              o.batch_size, o.world, rows);
+    }
+    printf("resume: %d ranks now, %lld when saved: --batch-size %lld per rank keeps the %lld rows per micro-batch\n",
+           o.world, saved_ranks, rows / o.world, rows);
+    o.batch_size = (int)(rows / o.world);
+}

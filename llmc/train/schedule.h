@@ -1,0 +1,57 @@
+/*
+Learning-rate schedules (doc/san-model.md, "Schedules"): the multiplier f(s) of the peak
+rate at optimizer step s = 0..S-1 of S. Linear warmup over W = round(warmup_frac * S)
+steps, then
+    wsd       constant, and over the last D = round(decay_frac * S) steps a cosine from 1
+              down to final_frac (reached exactly at the last step);
+    cosine    cosine from 1 to final_frac over the steps after warmup;
+    linear    linear from 1 to final_frac over the steps after warmup;
+    constant  1 (after the warmup).
+Host-only C++17.
+*/
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "llmc/choices.h"
+#include "llmc/utils.h"
+
+enum class ScheduleKind { WSD, Cosine, Linear, Constant };
+inline const Choices<ScheduleKind> kScheduleKinds{{"wsd", "cosine", "linear", "constant"}};
+
+struct Schedule {
+    ScheduleKind kind = ScheduleKind::WSD;
+    double warmup_frac = 0.05, decay_frac = 0.15, final_frac = 0.05;
+
+    const char* name() const { return kScheduleKinds.name(kind); }
+    // Rounds to nearest, halves up (floor(x + 0.5)), as the reference does.
+    static long round_steps(double fraction, long total) { return (long)std::floor(fraction * total + 0.5); }
+
+    void check_fractions() const {
+        if (!(warmup_frac >= 0.0 && warmup_frac <= 1.0)) { fatal("--warmup-frac must be in [0, 1], got %g", warmup_frac); }
+        if (!(decay_frac >= 0.0 && decay_frac <= 1.0)) { fatal("--decay-frac must be in [0, 1], got %g", decay_frac); }
+        if (!(final_frac >= 0.0 && final_frac <= 1.0)) { fatal("--final-frac must be in [0, 1], got %g", final_frac); }
+    }
+    void check(long total) const {
+        if (total <= 0) { fatal("schedule: the number of steps must be positive, got %ld", total); }
+        long W = round_steps(warmup_frac, total), D = kind == ScheduleKind::WSD ? round_steps(decay_frac, total) : 0;
+        if (W + D > total) {
+            fatal("schedule: warmup (%ld steps) + decay (%ld steps) exceed the %ld steps of the run", W, D, total);
+        }
+    }
+
+    double multiplier(long s, long total) const {
+        long W = round_steps(warmup_frac, total);
+        if (s < W) { return (double)(s + 1) / W; }
+        if (kind == ScheduleKind::Constant) { return 1.0; }
+        auto cosine = [&](double p) { return final_frac + (1.0 - final_frac) * 0.5 * (1.0 + std::cos(M_PI * p)); };
+        if (kind == ScheduleKind::WSD) {
+            long D = round_steps(decay_frac, total);
+            if (s < total - D) { return 1.0; }
+            return cosine((double)(s - (total - D) + 1) / D);
+        }
+        double p = (double)(s - W + 1) / (double)(total - W);
+        return kind == ScheduleKind::Cosine ? cosine(p) : 1.0 - (1.0 - final_frac) * p;
+    }
+};

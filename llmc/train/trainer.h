@@ -1,0 +1,198 @@
+/*
+The skeleton of a trainer's main, what train_san.cu and train_gpt2.cu do alike, so that a
+trainer file holds its model and little else:
+
+  1. parse the flags over a preset's model config (llmc/cli.h parse_with_preset);
+  2. with --resume or --init-from, take the model config from the checkpoint (model flags
+     that contradict it are refused: llmc/train/resume.h check_model_flags); else a --tokenizer
+     sets the vocabulary size and, unless --bos-id is given, the BOS id;
+  3. check the config and the training options (check_training_options; a resume
+     continues the saved run's settings);
+  4. print the config, the parameter counts and FLOPs per token, and the optimizer;
+  5. build the model and its optimizer, load or initialise the parameters, and train
+     (llmc/train/training.h run_training).
+
+A trainer's main is trainer_main<Trainer>(argc, argv, name, presets(), make_flags,
+read_config): its program name, the named model configs, its flags (the model's, then
+add_training_flags; Options holds `preset`, `model` (a Config) and `train` (TrainOptions))
+and the reader of a checkpoint's config. The trainer describes the rest with a struct
+(train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer):
+    Model                      the model type (llmc/model/model.h LanguageModel<Config>)
+    set_defaults(o, argc, argv)      switches read before the other flags (--paper-setup)
+    start_elsewhere(o, bos_given)    a model from a file other than a checkpoint (GPT-2's
+                                     --init-from-llmc) into o.model; returns whether there is one
+    default_rates(cfg)         the model's default peak rates (llmc/train/optimizer.h DefaultRates)
+    print_model(o)             the config lines of the start-of-run summary
+    init_parameters(model, o)  parameters of a fresh run (seeded init, or the other file's)
+and optionally
+    configure_model(model, o)  run settings that are not model config, once the model is built
+                               (train_san's --skip-nonstandard)
+*/
+#pragma once
+
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/kernels/attention.cuh"
+#include "llmc/cli.h"
+#include "llmc/model/model.h"
+#include "llmc/train/resume.h"
+#include "llmc/data/tensor_file.h"
+#include "llmc/data/tokenizer.h"
+#include "llmc/train/train_options.h"
+#include "llmc/train/training.h"
+#include "llmc/utils.h"
+
+// Checks the options against the model's context; resolves the gradient accumulation
+// and the model's default rates; with a checkpoint to resume, continues its run.
+inline void check_training_options(TrainOptions& o, int model_seq_len, const DefaultRates& rates,
+                                   const TensorFileReader* resume = nullptr) {
+    if (o.seq_len == 0) { o.seq_len = model_seq_len; }
+    o.opt.check();
+    o.opt.resolve_rates(rates, o.lr_scale_gpus);
+    if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
+        fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", model_seq_len);
+    }
+    if (o.grad_accum < 0 || o.global_batch < 0) { fatal("--grad-accum and --global-batch must be >= 0"); }
+    if (o.zero != 0 && o.zero != 1) { fatal("--zero must be 0 or 1, got %d", o.zero); }
+    if (o.overlap_reduce != 0 && o.overlap_reduce != 1) { fatal("--overlap-reduce must be 0 or 1, got %d", o.overlap_reduce); }
+    if (o.global_batch > 0) {  // rows per optimizer step over micro-batches and ranks
+        const int rows = o.batch_size * o.world;
+        if (o.global_batch % rows != 0) {
+            fatal("--global-batch %d is not a multiple of --batch-size %d x %d ranks", o.global_batch, o.batch_size,
+                  o.world);
+        }
+        int accum = o.global_batch / rows;
+        if (o.grad_accum != 0 && o.grad_accum != accum) {
+            fatal("--grad-accum %d contradicts --global-batch %d / (--batch-size %d x %d ranks) = %d micro-batches",
+                  o.grad_accum, o.global_batch, o.batch_size, o.world, accum);
+        }
+        o.grad_accum = accum;
+    }
+    if (o.grad_accum == 0) { o.grad_accum = 1; }
+    if (o.eval_every < 0) { fatal("option --eval-every: must be >= 0, not %d", o.eval_every); }
+    if (o.eval_every > 0 && o.eval_sets.empty()) { fatal("--eval-every %d: no --eval-sets to score", o.eval_every); }
+    if (o.extend_to != 0 && resume == nullptr) { fatal("--extend-to needs --resume CKPT (the run to extend)"); }
+    if (o.resume_override != 0 && resume == nullptr) { fatal("--resume-override needs --resume CKPT"); }
+    if (resume != nullptr) {
+        if (o.steps == 0 && o.given.count("--steps")) { fatal("--steps 0 evaluates a model: use --init-from CKPT, not --resume"); }
+        continue_saved_run(o, *resume);
+        o.opt.check();
+        continue_on_ranks(o, *resume);
+        if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
+            fatal("the saved run's rows (%d x %d tokens) do not fit the model's context %d", o.batch_size, o.seq_len,
+                  model_seq_len);
+        }
+    }
+    o.global_batch = o.grad_accum * o.batch_size * o.world;
+    if (o.steps < 0) { fatal("--steps must be >= 0"); }
+    if (o.steps == 0 && o.init_from.empty() && !o.model_loaded) {
+        fatal("--steps 0 evaluates a model: it needs --init-from CKPT");
+    }
+    if (o.steps > 0 && o.train_data.empty()) { fatal("--train-data is required (e.g. \"data/offline/synth/synth_train_*.bin\"; make demo builds it)"); }
+    if (o.milestones != 0 && o.steps > 0 && o.checkpoint_dir.empty()) {
+        fatal("--milestones 1 needs --checkpoint-dir (--paper-setup 1 turns milestones on; --milestones 0 turns them off)");
+    }
+    if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
+    if (o.steps > 0) { o.opt.schedule.check(o.steps); }
+}
+
+
+// Trainer::configure_model(model, o) where the trainer has one.
+template <typename Trainer, typename Model, typename Options>
+auto configure_model_if_any(Model& model, const Options& o, int) -> decltype(Trainer::configure_model(model, o)) {
+    return Trainer::configure_model(model, o);
+}
+template <typename Trainer, typename Model, typename Options>
+void configure_model_if_any(Model&, const Options&, long) {}
+
+template <typename Trainer, typename Options, typename Config>
+int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
+                 std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
+    Comm comm(&argc, &argv);  // the ranks, when started by mpirun or srun (llmc/parallel/comm.h)
+    // rank 0 prints; every rank's errors reach stderr
+    if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
+    Options o = parse_with_preset<Options>(argc, argv, presets, make_flags, name,
+                                           [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); });
+    TrainOptions& t = o.train;
+    const std::string start = start_checkpoint(t);
+    Tokenizer tokenizer;
+    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
+    const bool bos_given = t.given.count("--bos-id") != 0;
+    const bool elsewhere = Trainer::start_elsewhere(o, bos_given);
+    std::unique_ptr<TensorFileReader> checkpoint;
+    // until training starts, an error names the checkpoint the run starts from (a value read
+    // from it may fail a check written for the flag that sets it)
+    std::unique_ptr<FatalContext> from_checkpoint;
+    if (!start.empty()) {
+        from_checkpoint = std::make_unique<FatalContext>(
+            (t.resume_path.empty() ? "the model of " : "resuming ") + start, start);
+        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
+        Config from_file = read_config(*checkpoint);
+        Options from_flags = o;  // what the flags say, where the tokenizer would have set nothing
+        if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
+        if (tokenizer.loaded() && !bos_given) { from_flags.model.bos_id = from_file.bos_id; }
+        from_flags.model.resolve_and_check();
+        check_model_flags(from_flags, from_file, make_flags, start);
+        if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
+            fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
+                  tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
+        }
+        o.model = from_file;
+    } else if (!elsewhere && tokenizer.loaded()) {
+        o.model.vocab_size = tokenizer.vocab_size;
+        if (tokenizer.bos_id >= 0 && !bos_given) { o.model.bos_id = tokenizer.bos_id; }
+    }
+    o.model.resolve_and_check();
+    const Config& c = o.model;
+    const TensorFileReader* resume = t.resume_path.empty() ? nullptr : checkpoint.get();
+    t.world = comm.world;
+    check_training_options(t, c.seq_len, Trainer::default_rates(c), resume);
+    if (t.cudnn != 0 && !kAttentionHasCudnn) {
+        fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
+    }
+    attention_prefer_cudnn() = t.cudnn != 0;
+    if (t.attention_kernels == AttentionKernels::TensorCores && PRECISION_MODE != PrecisionMode::BF16) {
+        fatal("--attention-kernels tensor-cores: the tensor-core attention needs a bf16 build (this one is %s)",
+              PRECISION_NAME);
+    }
+    if (t.attention_kernels != AttentionKernels::Auto) {
+        attention_tensor_cores() = t.attention_kernels == AttentionKernels::TensorCores;
+    }
+    if (!t.init_from.empty()) {
+        printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
+               "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
+    }
+
+    ParameterCounts counts = count_parameters(c);
+    printf("%s (%s, %s%s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
+           PRECISION_MODE != PrecisionMode::BF16 ? ""
+           : attention_tensor_cores()            ? ", tensor-core attention kernels"
+                                                 : ", scalar attention kernels");
+    Trainer::print_model(o);
+    printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
+           counts.non_embedding, flops_per_token(c) / 1e6);
+    printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
+    print_optimizer(t);
+
+    typename Trainer::Model model(c, t.batch_size, t.seq_len);
+    model.distribute(comm, t.zero);
+    model.build_optimizer(t.opt);
+    // rank 0's share (ZeRO-1 splits the state by pieces and whole matrices: ranks differ a little)
+    printf("optimizer state per rank: %.3f MiB (%zu bytes: AdamW moments, Muon momentum, fp32 master weights)\n",
+           (double)model.optimizer->state_bytes() / (1 << 20), model.optimizer->state_bytes());
+    if (checkpoint != nullptr) {
+        model.load_parameters(*checkpoint, resume != nullptr);
+    } else {
+        Trainer::init_parameters(model, o);
+    }
+    configure_model_if_any<Trainer>(model, o, 0);
+    from_checkpoint.reset();
+    run_training(model, t, tokenizer, resume, &comm);
+    return 0;
+}

@@ -1,0 +1,488 @@
+/*
+The training loop shared by the trainers: run_training() (a TrainingRun: its constructor
+reads the data and checks where the run will write; its run() is the main loop) trains with
+gradient accumulation under the learning-rate schedule, validates (overall and per token
+region when the shards have region sidecars; llmc/train/evaluation.h), scores eval sets
+(--eval-sets; llmc/train/eval_scoring.h), samples (from BOS or a --prompt; valid UTF-8), logs
+and writes checkpoints that resume exactly (model, optimizer, data position and sampling
+RNG; doc/formats.md "Resume state"). The options and their
+rules are llmc/train/train_options.h and llmc/train/resume.h; main's sequence is llmc/train/trainer.h.
+
+Over several ranks (doc/multi-gpu.md; comm): each rank reads its rows of every global
+batch (and of every validation batch), a micro-batch's loss is the mean over the counted
+targets of all ranks' rows, the optimizer averages the gradients (llmc/parallel/data_parallel.h),
+and every logged number is over all ranks. Every rank runs the same steps and validations
+(collectives: each takes its rows); samples and eval-set scoring run on rank 0 alone (no
+collective inside them: the model's forward pass only), while the other ranks go on to the
+next collective and wait there; rank 0 alone writes the log and the checkpoints
+(trainer_main silences the other ranks' stdout).
+
+What it asks of the model (besides llmc/model/model.h, which every model gets):
+    cfg.vocab_size, cfg.bos_id                 the real vocabulary; the token samples start from
+    int doc_start_token()                      the token that starts a document (-1: none)
+    bool counts_in_loss(int target)            whether a target enters the loss
+    LossStats forward(inputs, targets, B, T, dloss_scale, std::vector<float>* row_losses)
+    void backward();  double loss_value(const LossStats&);  double z_loss_coefficient();
+    const std::vector<int>& loss_targets()     the last forward's targets, < 0 where masked
+    float* logits                              the last forward's (B*T, Vp) fp32 logits (eval sets)
+    zero_grad(), update(lr_matrix, lr_other), steps_done(), first_nonfinite_tensor(),
+    accumulate_in_fp32(), end_micro_batch()    (llmc/model/parameters.h ModelParameters)
+and optionally (SAN) the per-layer measurements logged at every validation:
+    LayerMeasurements measure(inputs, B, T)
+*/
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/parallel/comm.h"
+#include "llmc/cuda_common.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/train/eval_scoring.h"
+#include "llmc/train/evaluation.h"
+#include "llmc/model/model.h"
+#include "llmc/train/resume.h"
+#include "llmc/train/run_log.h"
+#include "llmc/train/stop_signal.h"  // defines: install_stop_signal_handlers, stop_signal
+#include "llmc/data/tensor_file.h"
+#include "llmc/data/tokenizer.h"
+#include "llmc/train/train_options.h"
+#include "llmc/utils.h"
+
+// The steps at which milestone checkpoints are written: round(p * steps / 100) for p in
+// 0, 25, 50, 75, 100, as {percent, step}.
+inline std::vector<std::pair<int, long>> milestone_steps(long steps) {
+    std::vector<std::pair<int, long>> out;
+    for (int p : {0, 25, 50, 75, 100}) { out.push_back({p, (long)std::floor(p * (double)steps / 100.0 + 0.5)}); }
+    return out;
+}
+
+// One training run of `model` as the options say: the data, the log, the sampling RNG and
+// the checkpoints written so far, which the steps, validations, samples and saves share.
+// `checkpoint`: the file given with --resume (its data position and RNG are restored; the
+// model has already loaded its state), or null. `comm`: the ranks (the model distributed
+// over them), or null for one. The constructor reads the data and checks where the run
+// will write, before any step; run() trains (or, with --steps 0, evaluates).
+template <typename Model>
+class TrainingRun {
+public:
+    TrainingRun(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
+                const Comm* comm)
+        : model(model), o(o), tokenizer(tokenizer), checkpoint(checkpoint), comm(comm),
+          rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1), rng(o.seed),
+          spikes(o.spike_window, o.spike_z) {
+        if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
+        {
+            // (on --resume the data settings come from the checkpoint: errors until training starts name it)
+            std::unique_ptr<FatalContext> resuming;
+            if (checkpoint != nullptr) {
+                resuming = std::make_unique<FatalContext>("resuming " + checkpoint->path(), checkpoint->path());
+            }
+            open_training_data();
+            open_validation_data();
+            check_checkpoint_dir();
+            check_start_not_overwritten();
+            continue_from_checkpoint();
+        }
+        open_log();
+        encode_prompt();
+        read_measure_slice();
+        if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size); }
+    }
+    ~TrainingRun() { close_log(); }
+    TrainingRun(const TrainingRun&) = delete;
+    TrainingRun& operator=(const TrainingRun&) = delete;
+
+    // The main loop: each step zeroes the gradients, runs the micro-batches' forward and
+    // backward passes, updates, logs, and now and then validates, scores the eval sets,
+    // samples and saves; a stop signal saves and ends the run. Then the final validation,
+    // eval scores, sample and checkpoint.
+    void run() {
+        if (o.steps == 0) {  // evaluate the model given with --init-from
+            evaluate_and_sample(model.steps_done());
+            return;
+        }
+        begin_steps();
+        for (long step = first_step; step < o.steps; step++) {
+            Timer timer;
+            model.zero_grad();
+            double loss = 0.0;
+            for (int micro = 0; micro < o.grad_accum; micro++) { loss += micro_batch(micro) / o.grad_accum; }
+            if (world > 1) { loss = comm->sum(loss); }  // the ranks' shares of the mean
+            if (!std::isfinite(loss)) { diverged(step + 1, "the loss", loss); }
+            double lr_multiplier = o.opt.schedule.multiplier(step, o.steps);
+            float grad_norm = model.update(o.opt.lr * lr_multiplier, o.opt.lr_other * lr_multiplier);
+            if (!std::isfinite(grad_norm)) { diverged(step + 1, "the gradient norm", grad_norm); }
+            cudaCheck(cudaDeviceSynchronize());
+            const double ms = timer.ms();
+            const long done = step + 1;
+            report_step(done, loss, o.opt.lr * lr_multiplier, grad_norm, ms);
+            if (due(o.val_every, done)) { validate(done); }
+            if (due(o.eval_every, done)) { score_evals(done); }
+            if (due(o.sample_every, done)) { print_sample(done); }
+            if (due(o.save_every, done)) { save("step_" + std::to_string(done) + ".bin"); }
+            save_milestones(done);
+            stop_if_signalled(done);
+        }
+        if (o.overlap_reduce != 0 && world > 1) {
+            printf("gradient reduction: %ld layer buckets started during the backward pass\n", model.optimizer->early_total());
+        }
+        evaluate_and_sample(o.steps);
+        save("final.bin");
+    }
+
+private:
+    Model& model;
+    const TrainOptions& o;
+    const Tokenizer& tokenizer;
+    const TensorFileReader* checkpoint;  // the --resume file, or null
+    const Comm* comm;                    // null for one rank
+    const int rank, world;
+    std::mt19937_64 rng;                           // the samples' (a checkpoint saves it)
+    std::unique_ptr<DataLoader> train_loader;      // none when only evaluating (--steps 0)
+    std::unique_ptr<DataLoader> val;               // none without --val-data
+    FILE* log = nullptr;                           // rank 0's --log file
+    std::string last_saved;                        // path of the checkpoint written last,
+    long last_saved_step = -1;                     // and after how many steps
+    std::vector<int> sample_start;                 // BOS, then the --prompt's tokens
+    std::vector<int> measure_inputs;               // the per-layer measurements' slice
+    int measure_B = 0, measure_T = 0;
+    EvalSuite evals;                               // the --eval-sets
+    // the steps' running state (begin_steps)
+    long first_step = 0;                           // the steps done before this run
+    double total_ms = 0.0;                         // the time of this run's steps so far
+    double tokens_per_step = 0.0, peak = 0.0, flops = 0.0;
+    SpikeDetector spikes;
+
+    // The training data's rows for this rank; the validation data and the measurement
+    // slice start from it.
+    DataLoaderConfig data_config() const {
+        DataLoaderConfig cfg;
+        cfg.rank = rank;
+        cfg.nproc = world;
+        cfg.pattern = o.train_data;
+        cfg.B = o.batch_size;
+        cfg.T = o.seq_len;
+        cfg.shuffle = o.shuffle != 0;
+        cfg.seed = o.seed;
+        cfg.doc_start_token = model.doc_start_token();
+        cfg.vocab_size = model.cfg.vocab_size;
+        return cfg;
+    }
+
+    void open_training_data() {
+        if (o.steps == 0) { return; }
+        train_loader = std::make_unique<DataLoader>(data_config());
+        printf("train data: %s\n", describe_data(*train_loader).c_str());
+    }
+
+    // Opens --val-data and says what it holds, warning where it is not held out from the
+    // training data or holds fewer batches than --val-batches.
+    void open_validation_data() {
+        if (o.val_data.empty()) { return; }
+        DataLoaderConfig cfg = data_config();
+        cfg.pattern = o.val_data;
+        cfg.shuffle = false;
+        if (o.val_whole_docs != 0) {
+            cfg.whole_documents = true;
+            cfg.doc_start_token = model.cfg.bos_id;
+        }
+        val = std::make_unique<DataLoader>(cfg);
+        printf("val data:   %s; %lld batches of %d x %d\n", describe_data(*val).c_str(),
+               (long long)val->steps_per_epoch(), o.batch_size, o.seq_len);
+        if (train_loader != nullptr) {
+            for (const ShardInfo& v : val->shards()) {
+                for (const ShardInfo& t : train_loader->shards()) {
+                    if (same_file(v.path, t.path)) {
+                        printf("warning: %s is in both the training and the validation data: the validation loss "
+                               "is not held out\n", v.path.c_str());
+                    }
+                }
+            }
+        }
+        if (o.val_batches > val->steps_per_epoch()) {
+            printf("warning: --val-batches %d is more than the validation set holds (%lld batches): evaluating each once\n",
+                   o.val_batches, (long long)val->steps_per_epoch());
+        }
+        if (o.val_whole_docs != 0) {
+            printf("validation: whole documents, %lld packed into %lld rows (%lld longer than %d tokens skipped)\n",
+                   (long long)val->num_documents(), (long long)val->num_rows(), (long long)val->num_skipped_documents(),
+                   o.seq_len + 1);
+        }
+    }
+
+    // Creates --checkpoint-dir and checks that it can be written: fail now, not after hours
+    // of training.
+    void check_checkpoint_dir() const {
+        if (o.checkpoint_dir.empty()) { return; }
+        if (mkdir(o.checkpoint_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+            fatal("--checkpoint-dir '%s': cannot create it: %s", o.checkpoint_dir.c_str(), strerror(errno));
+        }
+        struct stat st;
+        if (stat(o.checkpoint_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fatal("--checkpoint-dir '%s' is not a directory", o.checkpoint_dir.c_str());
+        }
+        if (access(o.checkpoint_dir.c_str(), W_OK | X_OK) != 0) {
+            fatal("--checkpoint-dir '%s': cannot write there: %s", o.checkpoint_dir.c_str(), strerror(errno));
+        }
+    }
+
+    // Refuses a run that would write one of its checkpoints (those after the steps already
+    // done) over the checkpoint it starts from.
+    void check_start_not_overwritten() const {
+        const std::string start_file = start_checkpoint(o);
+        if (o.checkpoint_dir.empty() || start_file.empty() || o.steps == 0) { return; }
+        const long done = (long)model.steps_done();
+        std::vector<std::string> names = {"final.bin"};
+        for (long s = o.save_every; o.save_every > 0 && s < o.steps; s += o.save_every) {
+            if (s > done) { names.push_back("step_" + std::to_string(s) + ".bin"); }
+        }
+        for (const auto& m : milestone_steps(o.steps)) {
+            char name[32];
+            snprintf(name, sizeof(name), "milestone_%03d.bin", m.first);
+            if (o.milestones && (m.second > done || (m.second == 0 && done == 0))) { names.push_back(name); }
+        }
+        for (const std::string& n : names) {
+            std::string path = o.checkpoint_dir + "/" + n;
+            if (same_file(path, start_file)) {
+                fatal("--checkpoint-dir %s: this run would write %s over the checkpoint it starts from (%s); give "
+                      "another --checkpoint-dir", o.checkpoint_dir.c_str(), path.c_str(), start_file.c_str());
+            }
+        }
+    }
+
+    // On --resume: the data goes on where the saved run left off, and the sampling RNG too.
+    void continue_from_checkpoint() {
+        if (checkpoint == nullptr) { return; }
+        std::string why = data_difference(*checkpoint, *train_loader, o);
+        if (!why.empty()) {
+            fatal("--resume %s: the data would not continue where the saved run left off: %s", checkpoint->path().c_str(),
+                  why.c_str());
+        }
+        DataPosition pos{checkpoint->integer("resume.data_epoch"), checkpoint->integer("resume.data_step"),
+                         checkpoint->uint64("resume.data_fingerprint")};
+        train_loader->set_position(pos);
+        rng.seed(checkpoint->uint64("resume.rng_seed"));
+        printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
+    }
+
+    // Rank 0 opens --log: appended to when the run continues one, else written anew.
+    void open_log() {
+        if (o.log_path.empty() || rank != 0) { return; }
+        log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
+        if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
+    }
+
+    void close_log() {
+        if (log != nullptr) { fclose(log); }
+        log = nullptr;
+    }
+
+    // The sample's start: BOS, then the --prompt encoded with the tokenizer.
+    void encode_prompt() {
+        sample_start = {model.cfg.bos_id};
+        if (o.prompt.empty()) { return; }
+        if (!tokenizer.loaded()) { fatal("--prompt needs --tokenizer (the file that encodes it)"); }
+        std::vector<int> p = tokenizer.encode(o.prompt);
+        sample_start.insert(sample_start.end(), p.begin(), p.end());
+        printf("prompt: %zu tokens:", p.size());
+        for (int id : p) { printf(" %d", id); }
+        printf("\n");
+    }
+
+    // The measurement slice: the first windows of the validation data (SAN paper's code),
+    // the same on every rank; for models with per-layer measurements.
+    void read_measure_slice() {
+        if (!has_measure<Model>::value || val == nullptr) { return; }
+        measure_T = std::min(kMeasureTokens, o.seq_len);
+        measure_B = std::min(kMeasureRows, o.batch_size * o.seq_len / measure_T);
+        DataLoaderConfig cfg = data_config();
+        cfg.pattern = o.val_data;
+        cfg.shuffle = false;
+        cfg.rank = 0;
+        cfg.nproc = 1;
+        cfg.B = measure_B;
+        cfg.T = measure_T;
+        DataLoader slice(cfg);
+        slice.next_batch();
+        measure_inputs = slice.inputs;
+    }
+
+    // Writes the model, optimizer, data position and sampling RNG to --checkpoint-dir/name.
+    void save(const std::string& name) {
+        if (o.checkpoint_dir.empty()) { return; }
+        DataPosition pos = train_loader->position();
+        uint64_t rng_seed = rng();  // reseeding from a drawn value makes the resumed stream exact
+        rng.seed(rng_seed);
+        std::string path = o.checkpoint_dir + "/" + name;
+        std::vector<std::pair<std::string, std::string>> extra = run_setting_keys(o);
+        extra.insert(extra.end(), {{"resume.data_epoch", std::to_string(pos.epoch)},
+                                   {"resume.data_step", std::to_string(pos.step)},
+                                   {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
+                                   {"resume.data_shards", std::to_string(train_loader->num_shards())},
+                                   {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
+                                   {"resume.rng_seed", std::to_string(rng_seed)},
+                                   {"run.ranks", std::to_string(world)}});
+        save_checkpoint(model, path, extra);
+        printf("saved %s\n", path.c_str());
+        last_saved = path;
+        last_saved_step = (long)model.steps_done();
+    }
+
+    // The milestone checkpoints (--milestones) due after `done` steps.
+    void save_milestones(long done) {
+        if (o.milestones == 0) { return; }
+        for (const auto& [percent, at] : milestone_steps(o.steps)) {
+            if (at == done) {
+                char name[32];
+                snprintf(name, sizeof(name), "milestone_%03d.bin", percent);
+                save(name);
+            }
+        }
+    }
+
+    // Prints a sample and logs it; rank 0 alone samples (its RNG is the one a checkpoint saves).
+    void print_sample(long step) {
+        if (o.sample_tokens <= 0 || rank != 0) { return; }
+        std::vector<int> out = sample(model, sample_start, o.sample_tokens, o.temperature, rng, o.kv_cache != 0);
+        std::string text;
+        if (tokenizer.loaded()) {
+            text = complete_utf8(tokenizer.decode(out));  // a partial character at the end is held back
+        } else {
+            for (int t : out) { text += std::to_string(t) + " "; }
+        }
+        printf("sample: %s\n", text.c_str());
+        if (log != nullptr) {
+            fprintf(log, "{\"step\": %ld, \"sample\": %s}\n", step, json_string(text).c_str());
+            fflush(log);
+        }
+    }
+
+    // The validation loss (and the per-layer measurements, for a model that has them),
+    // printed and logged.
+    void validate(long step) {
+        if (val == nullptr) { return; }
+        ValResult r = evaluate(model, *val, o.val_batches, comm);
+        print_validation(step, r);
+        LayerMeasurements m;
+        if constexpr (has_measure<Model>::value) { m = model.measure(measure_inputs.data(), measure_B, measure_T); }
+        if (log == nullptr) { return; }
+        fprintf(log, "%s\n", validation_json(step, r, m).c_str());
+        fflush(log);
+    }
+
+    // Scores the eval sets (llmc/train/eval_scoring.h) into one {"step", "eval"} record; rank 0
+    // alone: one forward pass per batch of requests, nothing to reduce.
+    void score_evals(long step) {
+        if (evals.empty() || rank != 0) { return; }
+        std::string results = evals.score(model, step, o.batch_size, o.seq_len, model.cfg.vocab_size,
+                                          model.cfg.padded_vocab());
+        if (log == nullptr) { return; }
+        fprintf(log, "{\"step\": %ld, \"eval\": %s}\n", step, results.c_str());
+        fflush(log);
+    }
+
+    // What the run does after its last step (and, with --steps 0, instead of steps).
+    void evaluate_and_sample(long step) {
+        validate(step);
+        score_evals(step);
+        print_sample(step);
+    }
+
+    // Whether something done every `every` steps is due after `done` steps (the last step's
+    // comes after the loop).
+    bool due(int every, long done) const { return every > 0 && done % every == 0 && done != o.steps; }
+
+    // Before the first step: the throughput constants, fp32 gradient accumulation
+    // (--grad-fp32), the 0% milestone of a fresh run, and the stop-signal handlers.
+    void begin_steps() {
+        tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len * world;
+        peak = peak_flops_per_second();
+        flops = flops_per_token(model.cfg);
+        first_step = (long)model.steps_done();
+        if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
+        if (first_step == 0) { save_milestones(0); }
+        install_stop_signal_handlers();
+    }
+
+    // One micro-batch's forward and backward passes; returns its loss (over several ranks,
+    // this rank's share of the mean over all ranks' counted targets).
+    double micro_batch(int micro) {
+        DataLoader& train = *train_loader;
+        train.next_batch();
+        // each micro-batch's loss is a mean over its own counted targets (as llm.c); over
+        // several ranks, over the targets of all ranks' rows: the optimizer's mean over
+        // ranks of world x this gradient is then one rank's gradient of world x B rows
+        int64_t count = count_loss_targets(model, train.targets.data(), o.batch_size * o.seq_len);
+        int64_t count_all = world > 1 ? (int64_t)comm->sum((double)count) : count;
+        float scale = (float)world / (float)(std::max<int64_t>(count_all, 1) * o.grad_accum);
+        LossStats s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale, nullptr);
+        // the last micro-batch's backward may start reducing each layer (--overlap-reduce)
+        model.overlap_reduction(o.overlap_reduce != 0 && micro == o.grad_accum - 1);
+        model.backward();
+        model.overlap_reduction(false);
+        model.end_micro_batch();
+        return world > 1 ? model.loss_value(s) * (double)count / (double)std::max<int64_t>(count_all, 1)
+                         : model.loss_value(s);
+    }
+
+    // Stops the run, naming the first tensor that is not finite.
+    [[noreturn]] void diverged(long step, const char* what, double value) {
+        std::string tensor = model.first_nonfinite_tensor();
+        fatal("step %ld: %s is %g: the run diverged (%s)", step, what, value,
+              tensor.empty() ? "every parameter and gradient is finite" : ("first non-finite: " + tensor).c_str());
+    }
+
+    // A step's progress line (every --log-every steps, the first and the last), its loss
+    // spike if any, and its log record.
+    void report_step(long done, double loss, double lr, float grad_norm, double ms) {
+        total_ms += ms;
+        double eta_s = total_ms / (done - first_step) * (o.steps - done) / 1e3;
+        if (done % o.log_every == 0 || done == o.steps || done == first_step + 1) {
+            double tokens_per_second = tokens_per_step / (ms / 1e3);
+            printf("step %5ld/%ld | loss %.4f | lr %.3e | norm %6.3f | %7.1f ms | %8.0f tok/s", done, o.steps, loss,
+                   lr, grad_norm, ms, tokens_per_second);
+            if (peak > 0.0) { printf(" | MFU %4.1f%%", 100.0 * flops * tokens_per_second / peak); }
+            printf(" | eta %.0fs\n", eta_s);
+        }
+        double spike_z = spikes.observe(loss);
+        if (spike_z > 0.0) { printf("step %ld: loss spike (%.4f, z-score %.1f over the last %d steps)\n", done, loss, spike_z, o.spike_window); }
+        if (log == nullptr) { return; }
+        fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f", done, loss, lr,
+                grad_norm, ms);
+        if (spike_z > 0.0) { fprintf(log, ", \"loss_spike_z\": %.3f", spike_z); }
+        fprintf(log, "}\n");
+        fflush(log);
+    }
+
+    // On SIGINT/SIGTERM before the last step: checkpoint here and exit. Over several ranks
+    // all stop at the same step (the checkpoint is a collective): a signal any rank has seen
+    // counts for all.
+    void stop_if_signalled(long done) {
+        const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
+        if (stop == 0 || done >= o.steps) { return; }
+        if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
+        printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
+               o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
+                                        : ("continue with --resume " + last_saved).c_str());
+        close_log();
+        exit(128 + stop);
+    }
+};
+
+// Trains `model` as the options say (TrainingRun above).
+template <typename Model>
+void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
+                  const Comm* comm = nullptr) {
+    TrainingRun<Model>(model, o, tokenizer, checkpoint, comm).run();
+}
