@@ -264,6 +264,61 @@ __device__ __forceinline__ void flash_store_rows(flash_bf16* dst, const float ac
 }
 
 // ----------------------------------------------------------------------------------------
+// shared memory: one layout per kernel, byte offsets of its regions laid end to end; the
+// launcher takes `bytes` from it and the kernel its regions (flash_shared), so that the two
+// agree by construction
+
+// bytes of a shared [rows][HD + 8] bf16 tile
+template <int HD>
+constexpr size_t flash_tile_bytes(int rows) {
+    return (size_t)rows * (HD + 8) * sizeof(flash_bf16);
+}
+
+// The region of the block's dynamic shared memory (smem) that starts `offset` bytes in.
+template <typename T, size_t offset>
+__device__ __forceinline__ T* flash_shared(unsigned char* smem) {
+    static_assert(offset % 16 == 0, "every region starts 16-byte aligned (cp.async, ldmatrix rows)");
+    return reinterpret_cast<T*>(smem + offset);
+}
+
+// forward: the block's queries; the double-buffered K/V tiles and their keys' document ids
+template <int HD>
+struct FlashForwardSmem {
+    static constexpr size_t q = 0;                                           // [kFlashRows][HD + 8] bf16
+    static constexpr size_t k = q + flash_tile_bytes<HD>(kFlashRows);        // [2][kFlashTile][HD + 8] bf16
+    static constexpr size_t v = k + 2 * flash_tile_bytes<HD>(kFlashTile);    // [2][kFlashTile][HD + 8] bf16
+    static constexpr size_t doc = v + 2 * flash_tile_bytes<HD>(kFlashTile);  // [2][kFlashTile] int
+    static constexpr size_t bytes = doc + 2 * kFlashTile * sizeof(int);
+};
+
+// dq kernel: the block's queries and output gradients, the K/V tiles as in the forward, and
+// the block's D (dout . out per row)
+template <int HD>
+struct FlashDqSmem {
+    static constexpr size_t q = 0;                                           // [kFlashRows][HD + 8] bf16
+    static constexpr size_t dout = q + flash_tile_bytes<HD>(kFlashRows);     // [kFlashRows][HD + 8] bf16
+    static constexpr size_t k = dout + flash_tile_bytes<HD>(kFlashRows);     // [2][kFlashTile][HD + 8] bf16
+    static constexpr size_t v = k + 2 * flash_tile_bytes<HD>(kFlashTile);    // [2][kFlashTile][HD + 8] bf16
+    static constexpr size_t D = v + 2 * flash_tile_bytes<HD>(kFlashTile);    // [kFlashRows] float
+    static constexpr size_t doc = D + kFlashRows * sizeof(float);            // [2][kFlashTile] int
+    static constexpr size_t bytes = doc + 2 * kFlashTile * sizeof(int);
+};
+
+// dk/dv kernel: the block's keys and values; the double-buffered query tiles (q, dout) with
+// their rows' lse (log2 units), D and document ids
+template <int HD>
+struct FlashDkdvSmem {
+    static constexpr size_t k = 0;                                           // [kFlashRows][HD + 8] bf16
+    static constexpr size_t v = k + flash_tile_bytes<HD>(kFlashRows);        // [kFlashRows][HD + 8] bf16
+    static constexpr size_t q = v + flash_tile_bytes<HD>(kFlashRows);        // [2][kFlashTile][HD + 8] bf16
+    static constexpr size_t dout = q + 2 * flash_tile_bytes<HD>(kFlashTile); // [2][kFlashTile][HD + 8] bf16
+    static constexpr size_t lse = dout + 2 * flash_tile_bytes<HD>(kFlashTile);  // [2][kFlashTile] float
+    static constexpr size_t D = lse + 2 * kFlashTile * sizeof(float);       // [2][kFlashTile] float
+    static constexpr size_t doc = D + 2 * kFlashTile * sizeof(float);       // [2][kFlashTile] int
+    static constexpr size_t bytes = doc + 2 * kFlashTile * sizeof(int);
+};
+
+// ----------------------------------------------------------------------------------------
 // forward
 
 template <int HD>
@@ -271,11 +326,12 @@ __global__ void __launch_bounds__(kFlashThreads)
     attention_forward_tc_kernel(flash_bf16* out, float* lse, const flash_bf16* q, const flash_bf16* k,
                                 const flash_bf16* v, const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;  // shared row stride (elements)
-    constexpr int kTile = kFlashTile * S;
-    flash_bf16* q_s = dynamic_shared_memory<flash_bf16>();         // [kFlashRows][S]
-    flash_bf16* k_buf = q_s + kFlashRows * S;                       // [2][kFlashTile][S]
-    flash_bf16* v_buf = k_buf + 2 * kTile;                          // [2][kFlashTile][S]
-    int* doc_buf = reinterpret_cast<int*>(v_buf + 2 * kTile);       // [2][kFlashTile]
+    unsigned char* smem = dynamic_shared_memory<unsigned char>();
+    using Smem = FlashForwardSmem<HD>;
+    flash_bf16* q_s = flash_shared<flash_bf16, Smem::q>(smem);
+    flash_bf16* k_buf = flash_shared<flash_bf16, Smem::k>(smem);
+    flash_bf16* v_buf = flash_shared<flash_bf16, Smem::v>(smem);
+    int* doc_buf = flash_shared<int, Smem::doc>(smem);
 
     int row_block = gridDim.x - 1 - blockIdx.x;  // the longest rows (latest queries) first
     int h = blockIdx.y, b = blockIdx.z;
@@ -372,13 +428,14 @@ __global__ void __launch_bounds__(kFlashThreads)
                                     const flash_bf16* q, const flash_bf16* k, const flash_bf16* v, const float* lse,
                                     const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;
-    constexpr int kTile = kFlashTile * S;
-    flash_bf16* q_s = dynamic_shared_memory<flash_bf16>();         // [kFlashRows][S]
-    flash_bf16* do_s = q_s + kFlashRows * S;                        // [kFlashRows][S]
-    flash_bf16* k_buf = do_s + kFlashRows * S;                      // [2][kFlashTile][S]
-    flash_bf16* v_buf = k_buf + 2 * kTile;                          // [2][kFlashTile][S]
-    float* D_s = reinterpret_cast<float*>(v_buf + 2 * kTile);       // [kFlashRows]
-    int* doc_buf = reinterpret_cast<int*>(D_s + kFlashRows);        // [2][kFlashTile]
+    unsigned char* smem = dynamic_shared_memory<unsigned char>();
+    using Smem = FlashDqSmem<HD>;
+    flash_bf16* q_s = flash_shared<flash_bf16, Smem::q>(smem);
+    flash_bf16* do_s = flash_shared<flash_bf16, Smem::dout>(smem);
+    flash_bf16* k_buf = flash_shared<flash_bf16, Smem::k>(smem);
+    flash_bf16* v_buf = flash_shared<flash_bf16, Smem::v>(smem);
+    float* D_s = flash_shared<float, Smem::D>(smem);
+    int* doc_buf = flash_shared<int, Smem::doc>(smem);
 
     int row_block = gridDim.x - 1 - blockIdx.x;  // the longest rows first
     int h = blockIdx.y, b = blockIdx.z;
@@ -464,13 +521,15 @@ __global__ void __launch_bounds__(kFlashThreads)
                                       const float* lse, const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;
     constexpr int kTile = kFlashTile * S;
-    flash_bf16* k_s = dynamic_shared_memory<flash_bf16>();            // [kFlashRows][S]
-    flash_bf16* v_s = k_s + kFlashRows * S;                            // [kFlashRows][S]
-    flash_bf16* q_s = v_s + kFlashRows * S;                            // [2][kFlashTile][S]
-    flash_bf16* do_s = q_s + 2 * kTile;                                // [2][kFlashTile][S]
-    float* lse_s = reinterpret_cast<float*>(do_s + 2 * kTile);         // [2][kFlashTile], log2 units
-    float* D_s = lse_s + 2 * kFlashTile;                               // [2][kFlashTile]
-    int* doc_s = reinterpret_cast<int*>(D_s + 2 * kFlashTile);         // [2][kFlashTile]
+    unsigned char* smem = dynamic_shared_memory<unsigned char>();
+    using Smem = FlashDkdvSmem<HD>;
+    flash_bf16* k_s = flash_shared<flash_bf16, Smem::k>(smem);
+    flash_bf16* v_s = flash_shared<flash_bf16, Smem::v>(smem);
+    flash_bf16* q_s = flash_shared<flash_bf16, Smem::q>(smem);
+    flash_bf16* do_s = flash_shared<flash_bf16, Smem::dout>(smem);
+    float* lse_s = flash_shared<float, Smem::lse>(smem);
+    float* D_s = flash_shared<float, Smem::D>(smem);
+    int* doc_s = flash_shared<int, Smem::doc>(smem);
 
     int kv_head = blockIdx.y, b = blockIdx.z;
     int group = Hq / Hkv;
@@ -599,8 +658,7 @@ inline void attention_forward_tc(flash_bf16* out, float* lse, const flash_bf16* 
                                  cudaStream_t stream) {
     flash_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        size_t shared = (size_t)(kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
-                        2 * kFlashTile * sizeof(int);  // double-buffered K/V tiles
+        constexpr size_t shared = FlashForwardSmem<HD>::bytes;
         flash_allow_shared(attention_forward_tc_kernel<HD>, shared);
         dim3 grid(CEIL_DIV(T, kFlashRows), Hq, B);
         LAUNCH(grid, kFlashThreads, shared, stream, attention_forward_tc_kernel<HD>)(out, lse, q, k, v, doc_ids, T, Hq,
@@ -616,15 +674,13 @@ inline void attention_backward_tc(flash_bf16* dq, flash_bf16* dk, flash_bf16* dv
                                   cudaStream_t stream) {
     flash_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        size_t shared_dq = (size_t)(2 * kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
-                           kFlashRows * sizeof(float) + 2 * kFlashTile * sizeof(int);  // double-buffered K/V
+        constexpr size_t shared_dq = FlashDqSmem<HD>::bytes;
         flash_allow_shared(attention_backward_dq_tc_kernel<HD>, shared_dq);
         dim3 grid_dq(CEIL_DIV(T, kFlashRows), Hq, B);
         LAUNCH(grid_dq, kFlashThreads, shared_dq, stream, attention_backward_dq_tc_kernel<HD>)(
             dq, D, dout, out, q, k, v, lse, doc_ids, T, Hq, Hkv, hd);
         cudaCheckLaunch();
-        size_t shared_dkdv = (size_t)(2 * kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
-                             2 * kFlashTile * (2 * sizeof(float) + sizeof(int));  // double-buffered query tiles
+        constexpr size_t shared_dkdv = FlashDkdvSmem<HD>::bytes;
         flash_allow_shared(attention_backward_dkdv_tc_kernel<HD>, shared_dkdv);
         dim3 grid_dkdv(CEIL_DIV(T, kFlashRows), Hkv, B);
         LAUNCH(grid_dkdv, kFlashThreads, shared_dkdv, stream, attention_backward_dkdv_tc_kernel<HD>)(
