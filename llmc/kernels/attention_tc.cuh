@@ -13,10 +13,13 @@ Every kernel: 4 warps (128 threads) per block, 64 rows of the operand the block 
 owns rows 16w .. 16w+15 (one m16 tile); the other operand streams through shared memory in
 tiles of 64 rows of [64][HD + 8] bf16 (the 8-element pad shifts consecutive rows by 4 banks,
 so the 8 row reads of an ldmatrix hit distinct banks), loaded with cp.async (zero-filled past
-T) into two buffers, so that the next tile's copy overlaps the current tile's mma. Fragment facts used throughout (llmc/kernels/mma.cuh): a row of a 16x8 accumulator lives in the 4
-lanes of a lane group; the accumulators of two adjacent n8 tiles, rounded to bf16, are exactly
-the A fragment of one k16 step, so probabilities never leave the registers; a tile stored
-[n][k] ([key][d]) is a B operand through ldmatrix, one stored [k][n] through ldmatrix.trans.
+T) into two buffers, so that the next tile's copy overlaps the current tile's mma (one
+FlashTileStream under FlashKeyTiles, the forward's and dq kernel's K/V tiles, and
+FlashQueryTiles, the dk/dv kernel's query tiles). Fragment facts used throughout
+(llmc/kernels/mma.cuh): a row of a 16x8 accumulator lives in the 4 lanes of a lane group; the
+accumulators of two adjacent n8 tiles, rounded to bf16, are exactly the A fragment of one k16
+step, so probabilities never leave the registers; a tile stored [n][k] ([key][d]) is a B
+operand through ldmatrix, one stored [k][n] through ldmatrix.trans.
 
 - attention_forward_tc_kernel: grid (ceil(T/64), Hq, B), the latest query rows first. Per K/V
   tile: S = Q K^T, scale by log2(e)/sqrt(hd), mask, online softmax (exp2) in the fragments,
@@ -47,11 +50,13 @@ atomics (S and dP are computed in both kernels).
 Shared memory (every kernel double-buffers the tiles it streams: the next visible tile's
 cp.async runs during the current one's mma): forward (64 + 4 x 64) (HD + 8) bf16 (45 KiB at
 HD 64, 85 KiB at 128); dq kernel 6 x 64 (HD + 8) bf16 + 768 B (54 KiB at HD 64, 103 KiB at
-128); dk/dv kernel 6 x 64 (HD + 8) bf16 + 1.5 KiB (55 KiB, 103 KiB). Above 48 KiB the launcher
-raises the limit. ptxas (sm_90, CUDA 13.0), registers per thread, no spills anywhere:
+128); dk/dv kernel 6 x 64 (HD + 8) bf16 + 1.5 KiB (55 KiB, 103 KiB). Each kernel's layout is
+one struct (FlashForwardSmem, FlashDqSmem, FlashDkdvSmem) that the launcher takes the size
+from and the kernel its regions; above 48 KiB the launcher raises the limit. ptxas (sm_90,
+CUDA 13.0), registers per thread, no spills anywhere:
     HD            16    32    64   128
     forward       77    83   103   133
-    dq kernel    122   130   166   169
+    dq kernel    122   131   166   170
     dk/dv kernel 128   152   176   254
 On the host backend every mma/ldmatrix is a warp collective (~10x the scalar kernels' time for
 the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host backend only.
@@ -115,78 +120,127 @@ __device__ __forceinline__ bool key_seen_by_query_tile(const int* doc_row, int s
     return false;
 }
 
-// The query-side kernels' K/V tiles (tile i: keys from i * kFlashTile), double-buffered.
-// flash_next_key_tile: the first tile >= i that some query row of the block (rows block_row0 ..
-// block_row0 + kFlashRows - 1) can see, `total` if none. Every thread calls it; each candidate
-// costs a block barrier, which also says that the buffer computed on before the call is free.
-__device__ inline int flash_next_key_tile(int i, int total, const int* doc_row, int block_row0, int T) {
-    for (; i < total; i++) {
-        if (doc_row == nullptr) {
-            __syncthreads();
-            return i;
+// ----------------------------------------------------------------------------------------
+// shared memory: one layout per kernel (below the tile streams), byte offsets of its regions
+// laid end to end; the launcher takes `bytes` from it and the kernel its regions
+// (flash_shared), so that the two agree by construction
+
+// bytes of a shared [rows][HD + 8] bf16 tile
+template <int HD>
+constexpr size_t flash_tile_bytes(int rows) {
+    return (size_t)rows * (HD + 8) * sizeof(flash_bf16);
+}
+
+// The region of the block's dynamic shared memory (smem) that starts `offset` bytes in.
+template <typename T, size_t offset>
+__device__ __forceinline__ T* flash_shared(unsigned char* smem) {
+    static_assert(offset % 16 == 0, "every region starts 16-byte aligned (cp.async, ldmatrix rows)");
+    return reinterpret_cast<T*>(smem + offset);
+}
+
+// ----------------------------------------------------------------------------------------
+// a block's rows, and the tiles it streams past them
+
+// A lane's place in its block: the block owns the kFlashRows rows from block_row0 of batch row
+// b (queries in the forward and dq kernels, keys in the dk/dv kernel), warp w the 16 from
+// warp_row0 = block_row0 + 16w (one m16 tile), the lane row(0) (its accumulator elements 0, 1)
+// and row(1) = row(0) + 8 (elements 2, 3), of documents doc(0) and doc(1). (No member arrays:
+// an array member indexed by a loop counter kept the whole struct in memory until the loops
+// were unrolled; measured, ptxas sm_90: the dk/dv kernel 19 registers more at HD 64 and
+// spilling at 128.)
+struct FlashLaneRows {
+    int b, warp, lane, t4;  // t4: the lane's place in its group of 4 (fragment columns 2 t4, 2 t4 + 1)
+    int block_row0, warp_row0;
+    int row0, row1;      // row(0), row(1)
+    const int* doc_row;  // batch row b of doc_ids; nullptr: no document mask
+    int doc0, doc1;      // doc(0), doc(1) (a row past T: row T - 1's, never compared)
+
+    __device__ FlashLaneRows(int block_row0_, int b_, const int* doc_ids, int T)
+        : b(b_), warp(threadIdx.x / 32), lane(threadIdx.x % 32), t4(lane % 4), block_row0(block_row0_),
+          warp_row0(block_row0_ + 16 * warp), row0(warp_row0 + lane / 4), row1(warp_row0 + lane / 4 + 8),
+          doc_row(doc_ids != nullptr ? doc_ids + (size_t)b_ * T : nullptr),
+          doc0(doc_row != nullptr ? doc_row[min(row0, T - 1)] : 0),
+          doc1(doc_row != nullptr ? doc_row[min(row1, T - 1)] : 0) {}
+    __device__ int row(int r) const { return r == 0 ? row0 : row1; }
+    __device__ int doc(int r) const { return r == 0 ? doc0 : doc1; }
+};
+
+// The block of the forward and the dq kernel: grid (ceil(T/64), Hq, B), block x owns the 64
+// query rows from (gridDim.x - 1 - x) * 64 (the longest rows, latest queries, first) of head
+// h = blockIdx.y; its keys and values are those of kv head h / (Hq / Hkv). (Whether a tile
+// needs the mask at all stays written out in the kernels: as a method here it cost the
+// forward 16 to 35 registers per thread, ptxas sm_90, CUDA 13.0.)
+struct FlashQueryBlock : FlashLaneRows {
+    int h, kv_head;
+
+    __device__ FlashQueryBlock(const int* doc_ids, int T, int Hq, int Hkv)
+        : FlashLaneRows((int)(gridDim.x - 1 - blockIdx.x) * kFlashRows, blockIdx.z, doc_ids, T), h(blockIdx.y),
+          kv_head(h / (Hq / Hkv)) {}
+    // Starts the copy of the block's rows of head h of a (B, T, Hq, hd) tensor (q, dout) into
+    // a shared [kFlashRows][HD + 8] tile (flash_load_tile).
+    template <int HD>
+    __device__ void load(flash_bf16* tile, const flash_bf16* src, int T, int Hq, int hd) const {
+        flash_load_tile<HD>(tile, src, b, block_row0, h, T, Hq, hd);
+    }
+    // Whether every key of the tile from `start` is in this warp's future (warp-uniform: the
+    // warp skips the tile).
+    __device__ bool warp_before(int start) const { return start > warp_row0 + 15; }
+    // Whether row(r) sees key start + j, of document doc_s[j].
+    __device__ bool sees(int r, int start, int j, const int* doc_s) const {
+        return start + j <= row(r) && (doc_row == nullptr || doc_s[j] == doc(r));
+    }
+};
+
+// The tiles a block streams through two shared buffers, under FlashKeyTiles (the forward and
+// the dq kernel) and FlashQueryTiles (the dk/dv kernel): tiles 0 .. total - 1 in order,
+// skipping those that no row of the block can see (other documents); while the warps compute
+// on one tile, cp.async brings the next visible one into the other buffer. The derived struct
+// `Tiles` says what a tile is:
+//     bool sees(int i)           this thread's vote that its row of the block sees into tile i
+//                                (asked only under a document mask)
+//     void copy(int i, int buf)  starts the copies of tile i into buffer buf
+// The kernel calls begin() (the first tile's copy) once the copies of its own rows are
+// committed, then next() per tile; every thread of the block runs them (block barriers).
+// begin() is not the constructor's so that a kernel can set the stream up with the rest of
+// its block's state (the dk/dv kernel does: setting it up after its K/V copies cost it a
+// spill at HD 128).
+template <typename Tiles>
+struct FlashTileStream {
+    const int* doc_row;  // the batch row's document ids; nullptr: every tile is visible
+    int total;           // tiles, visible or not
+    int cur = 0;         // the next visible tile (total: none), whose copy is in flight
+    int buf = 0;         // the buffer of that copy
+
+    __device__ FlashTileStream(const int* doc_row_, int total_) : doc_row(doc_row_), total(total_) {}
+
+    // The first tile >= i that some row of the block can see, `total` if none. Every thread
+    // calls it; each candidate costs a block barrier, which also says that the buffer computed
+    // on before the call is free.
+    __device__ int next_visible(int i) {
+        for (; i < total; i++) {
+            if (doc_row == nullptr) {
+                __syncthreads();
+                return i;
+            }
+            if (__syncthreads_or(static_cast<Tiles*>(this)->sees(i))) { return i; }
         }
-        int row = block_row0 + threadIdx.x;
-        bool sees = threadIdx.x < kFlashRows && row < T &&
-                    query_sees_key_tile(doc_row, i * kFlashTile, kFlashTile, row, T, doc_row[row]);
-        if (__syncthreads_or(sees)) { return i; }
+        return total;
     }
-    return total;
-}
-// Starts the copies of K/V tile i (and its document ids) into one buffer: one cp.async group.
-template <int HD>
-__device__ inline void flash_issue_key_tile(flash_bf16* k_s, flash_bf16* v_s, int* doc_s, const flash_bf16* k,
-                                            const flash_bf16* v, const int* doc_row, int i, int b, int kv_head, int T,
-                                            int Hkv, int hd) {
-    int start = i * kFlashTile;
-    flash_load_tile<HD>(k_s, k, b, start, kv_head, T, Hkv, hd);
-    flash_load_tile<HD>(v_s, v, b, start, kv_head, T, Hkv, hd);
-    if (threadIdx.x < kFlashTile) {
-        int tau = start + threadIdx.x;
-        doc_s[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
+    // Starts the copies of tile i into buffer `into`: one cp.async group.
+    __device__ void issue(int i, int into) {
+        static_cast<Tiles*>(this)->copy(i, into);
+        cp_async_commit_group();
     }
-    cp_async_commit_group();
-}
-
-// The K/V tiles a block of query rows can see, streamed through two shared buffers (the
-// forward and the dq kernel): while the warps compute on one tile, cp.async brings the next
-// visible one into the other buffer.
-//     FlashKeyTiles<HD> tiles(k_buf, v_buf, doc_buf, k, v, doc_row, b, kv_head, block_row0, T, Hkv, hd);
-//     while (tiles.next()) { ... tiles.start, tiles.k_s, tiles.v_s, tiles.doc_s ... }
-// Every thread of the block runs next() (it has block barriers); a warp may skip the rest of
-// a tile's body with `continue`.
-template <int HD>
-struct FlashKeyTiles {
-    static constexpr int kTile = kFlashTile * (HD + 8);
-    flash_bf16 *k_buf, *v_buf;  // [2][kFlashTile][HD + 8] each
-    int* doc_buf;               // [2][kFlashTile]
-    const flash_bf16 *k, *v;
-    const int* doc_row;
-    int b, kv_head, block_row0, T, Hkv, hd;
-    int cur, total, buf = 0;
-    // the tile made current by next(): its first key and its shared copies
-    int start = 0;
-    const flash_bf16 *k_s = nullptr, *v_s = nullptr;
-    const int* doc_s = nullptr;
-
-    __device__ FlashKeyTiles(flash_bf16* k_buf_, flash_bf16* v_buf_, int* doc_buf_, const flash_bf16* k_,
-                             const flash_bf16* v_, const int* doc_row_, int b_, int kv_head_, int block_row0_, int T_,
-                             int Hkv_, int hd_)
-        : k_buf(k_buf_), v_buf(v_buf_), doc_buf(doc_buf_), k(k_), v(v_), doc_row(doc_row_), b(b_), kv_head(kv_head_),
-          block_row0(block_row0_), T(T_), Hkv(Hkv_), hd(hd_) {
-        int last_row = min(T, block_row0 + kFlashRows) - 1;
-        total = last_row / kFlashTile + 1;  // causal: key tiles up to the block's last row
-        cur = flash_next_key_tile(0, total, doc_row, block_row0, T);
+    // Finds the first visible tile and starts its copy.
+    __device__ void begin() {
+        cur = next_visible(0);
         if (cur < total) { issue(cur, 0); }
     }
-    __device__ void issue(int tile, int into) {
-        flash_issue_key_tile<HD>(k_buf + into * kTile, v_buf + into * kTile, doc_buf + into * kFlashTile, k, v, doc_row,
-                                 tile, b, kv_head, T, Hkv, hd);
-    }
-    // Makes the next visible tile current (waiting for its copy, and starting the copy of the
-    // one after it); false when no tile is left.
-    __device__ bool next() {
+    // Makes the next visible tile current, waiting for its copy and starting the copy of the
+    // one after it: tile, its index; tile_buf, its buffer. False when no tile is left.
+    __device__ bool advance(int& tile, int& tile_buf) {
         if (cur >= total) { return false; }
-        int nxt = flash_next_key_tile(cur + 1, total, doc_row, block_row0, T);  // buffer buf ^ 1 is free
+        int nxt = next_visible(cur + 1);  // buffer buf ^ 1 is free
         if (nxt < total) {
             issue(nxt, buf ^ 1);
             cp_async_wait_group<1>();  // everything but the tile just issued has landed
@@ -194,14 +248,168 @@ struct FlashKeyTiles {
             cp_async_wait_all();
         }
         __syncthreads();
-        start = cur * kFlashTile;
-        k_s = k_buf + buf * kTile;
-        v_s = v_buf + buf * kTile;
-        doc_s = doc_buf + buf * kFlashTile;
+        tile = cur;
+        tile_buf = buf;
         cur = nxt;
         buf ^= 1;
         return true;
     }
+    // The document ids of rows [start, start + kFlashTile) into dst (0 past T and without a
+    // mask): plain stores, published by advance()'s barrier like the copies.
+    __device__ void copy_doc_ids(int* dst, int start, int T) const {
+        if (threadIdx.x < kFlashTile) {
+            int t = start + threadIdx.x;
+            dst[threadIdx.x] = (doc_row != nullptr && t < T) ? doc_row[t] : 0;
+        }
+    }
+};
+
+// The K/V tiles a block of query rows can see (the forward and the dq kernel): tile i holds
+// the keys and values from i * kFlashTile of kv head blk.kv_head, tiles up to the block's last
+// row (causal), and the keys' document ids.
+//     FlashKeyTiles<HD> tiles(smem_region, k, v, blk, T, Hkv, hd);
+//     while (tiles.next()) { ... tiles.start, tiles.k_s, tiles.v_s, tiles.doc_s ... }
+// A warp may skip the rest of a tile's body with `continue`. Its shared memory, kSmemBytes
+// from smem_region: [2][kFlashTile][HD + 8] bf16 K, the same for V, [2][kFlashTile] int ids.
+template <int HD>
+struct FlashKeyTiles : FlashTileStream<FlashKeyTiles<HD>> {
+    static constexpr int kTile = kFlashTile * (HD + 8);  // elements of one buffer of K or V
+    static constexpr size_t kK = 0, kV = kK + 2 * flash_tile_bytes<HD>(kFlashTile),
+                            kDoc = kV + 2 * flash_tile_bytes<HD>(kFlashTile);
+    static constexpr size_t kSmemBytes = kDoc + 2 * kFlashTile * sizeof(int);
+    flash_bf16 *k_buf, *v_buf;
+    int* doc_buf;
+    const flash_bf16 *k, *v;
+    int b, kv_head, block_row0, T, Hkv, hd;
+    // the tile made current by next(): its first key and its shared copies
+    int start = 0;
+    const flash_bf16 *k_s = nullptr, *v_s = nullptr;
+    const int* doc_s = nullptr;
+
+    __device__ FlashKeyTiles(unsigned char* smem_region, const flash_bf16* k_, const flash_bf16* v_,
+                             const FlashQueryBlock& blk, int T_, int Hkv_, int hd_)
+        : FlashTileStream<FlashKeyTiles<HD>>(blk.doc_row, (min(T_, blk.block_row0 + kFlashRows) - 1) / kFlashTile + 1),
+          k_buf(flash_shared<flash_bf16, kK>(smem_region)), v_buf(flash_shared<flash_bf16, kV>(smem_region)),
+          doc_buf(flash_shared<int, kDoc>(smem_region)), k(k_), v(v_), b(blk.b), kv_head(blk.kv_head),
+          block_row0(blk.block_row0), T(T_), Hkv(Hkv_), hd(hd_) {}
+    __device__ bool sees(int i) const {
+        int row = block_row0 + threadIdx.x;
+        return threadIdx.x < kFlashRows && row < T &&
+               query_sees_key_tile(this->doc_row, i * kFlashTile, kFlashTile, row, T, this->doc_row[row]);
+    }
+    __device__ void copy(int i, int into) {
+        int first = i * kFlashTile;
+        flash_load_tile<HD>(k_buf + into * kTile, k, b, first, kv_head, T, Hkv, hd);
+        flash_load_tile<HD>(v_buf + into * kTile, v, b, first, kv_head, T, Hkv, hd);
+        this->copy_doc_ids(doc_buf + into * kFlashTile, first, T);
+    }
+    // Makes the next visible tile current; false when no tile is left.
+    __device__ bool next() {
+        int tile, tile_buf;
+        if (!this->advance(tile, tile_buf)) { return false; }
+        start = tile * kFlashTile;
+        k_s = k_buf + tile_buf * kTile;
+        v_s = v_buf + tile_buf * kTile;
+        doc_s = doc_buf + tile_buf * kFlashTile;
+        return true;
+    }
+};
+
+// The query tiles that see a block of keys (the dk/dv kernel): tile i holds the queries and
+// output gradients of query head kv_head * group + i / tiles_per_head from block_key0 +
+// (i % tiles_per_head) * kFlashTile (causal: none before the block's keys), with their rows'
+// lse (log2 units), D and document ids.
+//     FlashQueryTiles<HD> tiles(smem_region, q, dout, lse, D, keys, kv_head, group, T, Hq, hd);
+//     while (tiles.next()) { ... tiles.start, tiles.q_s, tiles.do_s, tiles.lse_s, tiles.D_s, tiles.doc_s ... }
+// Its shared memory, kSmemBytes from smem_region: [2][kFlashTile][HD + 8] bf16 q, the same
+// for dout, [2][kFlashTile] float lse, the same for D, [2][kFlashTile] int ids.
+template <int HD>
+struct FlashQueryTiles : FlashTileStream<FlashQueryTiles<HD>> {
+    static constexpr int kTile = kFlashTile * (HD + 8);  // elements of one buffer of q or dout
+    static constexpr size_t kQ = 0, kDout = kQ + 2 * flash_tile_bytes<HD>(kFlashTile),
+                            kLse = kDout + 2 * flash_tile_bytes<HD>(kFlashTile),
+                            kD = kLse + 2 * kFlashTile * sizeof(float), kDoc = kD + 2 * kFlashTile * sizeof(float);
+    static constexpr size_t kSmemBytes = kDoc + 2 * kFlashTile * sizeof(int);
+    flash_bf16 *q_buf, *do_buf;
+    float *lse_buf, *D_buf;
+    int* doc_buf;
+    const flash_bf16 *q, *dout;
+    const float *lse, *D;
+    int b, kv_head, group, block_key0, tiles_per_head, T, Hq, hd;
+    // the tile made current by next(): its first query and its shared copies
+    int start = 0;
+    const flash_bf16 *q_s = nullptr, *do_s = nullptr;
+    const float *lse_s = nullptr, *D_s = nullptr;
+    const int* doc_s = nullptr;
+
+    __device__ FlashQueryTiles(unsigned char* smem_region, const flash_bf16* q_, const flash_bf16* dout_,
+                               const float* lse_, const float* D_, const FlashLaneRows& keys, int kv_head_, int group_,
+                               int T_, int Hq_, int hd_)
+        : FlashTileStream<FlashQueryTiles<HD>>(keys.doc_row, group_ * CEIL_DIV(T_ - keys.block_row0, kFlashTile)),
+          q_buf(flash_shared<flash_bf16, kQ>(smem_region)), do_buf(flash_shared<flash_bf16, kDout>(smem_region)),
+          lse_buf(flash_shared<float, kLse>(smem_region)), D_buf(flash_shared<float, kD>(smem_region)),
+          doc_buf(flash_shared<int, kDoc>(smem_region)), q(q_), dout(dout_), lse(lse_), D(D_), b(keys.b),
+          kv_head(kv_head_), group(group_), block_key0(keys.block_row0),
+          tiles_per_head(CEIL_DIV(T_ - keys.block_row0, kFlashTile)), T(T_), Hq(Hq_), hd(hd_) {}
+    __device__ int tile_start(int i) const { return block_key0 + (i % tiles_per_head) * kFlashTile; }
+    __device__ bool sees(int i) const {
+        int key = block_key0 + threadIdx.x;
+        return threadIdx.x < kFlashRows && key < T &&
+               key_seen_by_query_tile(this->doc_row, tile_start(i), kFlashTile, key, T, this->doc_row[key]);
+    }
+    __device__ void copy(int i, int into) {
+        int h = kv_head * group + i / tiles_per_head, first = tile_start(i);
+        flash_load_tile<HD>(q_buf + into * kTile, q, b, first, h, T, Hq, hd);
+        flash_load_tile<HD>(do_buf + into * kTile, dout, b, first, h, T, Hq, hd);
+        if (threadIdx.x < kFlashTile) {
+            int t = first + threadIdx.x;
+            bool in_range = t < T;
+            size_t stat = ((size_t)b * Hq + h) * T + t;
+            lse_buf[into * kFlashTile + threadIdx.x] = in_range ? lse[stat] * kLog2e : 0.0f;
+            D_buf[into * kFlashTile + threadIdx.x] = in_range ? D[stat] : 0.0f;
+        }
+        this->copy_doc_ids(doc_buf + into * kFlashTile, first, T);
+    }
+    // Makes the next visible tile current; false when no tile is left.
+    __device__ bool next() {
+        int tile, tile_buf;
+        if (!this->advance(tile, tile_buf)) { return false; }
+        start = tile_start(tile);
+        q_s = q_buf + tile_buf * kTile;
+        do_s = do_buf + tile_buf * kTile;
+        lse_s = lse_buf + tile_buf * kFlashTile;
+        D_s = D_buf + tile_buf * kFlashTile;
+        doc_s = doc_buf + tile_buf * kFlashTile;
+        return true;
+    }
+};
+
+// The kernels' layouts. forward: the block's queries, then the K/V tiles.
+template <int HD>
+struct FlashForwardSmem {
+    static constexpr size_t q = 0;                                     // [kFlashRows][HD + 8] bf16
+    static constexpr size_t keys = q + flash_tile_bytes<HD>(kFlashRows);  // FlashKeyTiles<HD>
+    static constexpr size_t bytes = keys + FlashKeyTiles<HD>::kSmemBytes;
+};
+
+// dq kernel: the block's queries and output gradients, the K/V tiles, the block's D (dout .
+// out per row).
+template <int HD>
+struct FlashDqSmem {
+    static constexpr size_t q = 0;                                        // [kFlashRows][HD + 8] bf16
+    static constexpr size_t dout = q + flash_tile_bytes<HD>(kFlashRows);     // [kFlashRows][HD + 8] bf16
+    static constexpr size_t keys = dout + flash_tile_bytes<HD>(kFlashRows);  // FlashKeyTiles<HD>
+    static constexpr size_t D = keys + FlashKeyTiles<HD>::kSmemBytes;        // [kFlashRows] float
+    static constexpr size_t bytes = D + kFlashRows * sizeof(float);
+};
+
+// dk/dv kernel: the block's keys and values, then the query tiles.
+template <int HD>
+struct FlashDkdvSmem {
+    static constexpr size_t k = 0;                                          // [kFlashRows][HD + 8] bf16
+    static constexpr size_t v = k + flash_tile_bytes<HD>(kFlashRows);          // [kFlashRows][HD + 8] bf16
+    static constexpr size_t queries = v + flash_tile_bytes<HD>(kFlashRows);    // FlashQueryTiles<HD>
+    static constexpr size_t bytes = queries + FlashQueryTiles<HD>::kSmemBytes;
 };
 
 // S (16 x 64, eight n8 accumulator tiles) = A B^T over HD: A is the warp's 16 rows of a shared
@@ -245,16 +453,18 @@ __device__ __forceinline__ void flash_accumulate(float acc[HD / 8][4], const flo
     }
 }
 
-// Stores a lane's part of a warp's 16 x HD accumulator (times `scale`) into rows rows[0]
-// (elements 0, 1) and rows[1] (elements 2, 3) of head `head` of a (B, T, H, hd) tensor.
+// Stores a lane's part of a warp's 16 x HD accumulator (times scale[r] in row r) into its rows
+// (lanes.row(0): elements 0, 1; lanes.row(1): elements 2, 3) of head `head` of a (B, T, H, hd)
+// tensor.
 template <int HD>
-__device__ __forceinline__ void flash_store_rows(flash_bf16* dst, const float acc[HD / 8][4], const int rows[2],
-                                                 const float scale[2], int b, int head, int T, int H, int hd, int t4) {
+__device__ __forceinline__ void flash_store_rows(flash_bf16* dst, const float acc[HD / 8][4],
+                                                 const FlashLaneRows& lanes, const float scale[2], int head, int T,
+                                                 int H, int hd) {
     for (int r = 0; r < 2; r++) {
-        if (rows[r] >= T) { continue; }
-        flash_bf16* row = dst + (((size_t)b * T + rows[r]) * H + head) * hd;
+        if (lanes.row(r) >= T) { continue; }
+        flash_bf16* row = dst + (((size_t)lanes.b * T + lanes.row(r)) * H + head) * hd;
         for (int dt = 0; dt < HD / 8; dt++) {
-            int col = 8 * dt + 2 * t4;
+            int col = 8 * dt + 2 * lanes.t4;
             if (col < hd) {
                 *reinterpret_cast<__nv_bfloat162*>(row + col) =
                     __floats2bfloat162_rn(acc[dt][2 * r] * scale[r], acc[dt][2 * r + 1] * scale[r]);
@@ -271,25 +481,13 @@ __global__ void __launch_bounds__(kFlashThreads)
     attention_forward_tc_kernel(flash_bf16* out, float* lse, const flash_bf16* q, const flash_bf16* k,
                                 const flash_bf16* v, const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;  // shared row stride (elements)
-    constexpr int kTile = kFlashTile * S;
-    flash_bf16* q_s = dynamic_shared_memory<flash_bf16>();         // [kFlashRows][S]
-    flash_bf16* k_buf = q_s + kFlashRows * S;                       // [2][kFlashTile][S]
-    flash_bf16* v_buf = k_buf + 2 * kTile;                          // [2][kFlashTile][S]
-    int* doc_buf = reinterpret_cast<int*>(v_buf + 2 * kTile);       // [2][kFlashTile]
+    using Smem = FlashForwardSmem<HD>;
+    unsigned char* smem = dynamic_shared_memory<unsigned char>();
+    flash_bf16* q_s = flash_shared<flash_bf16, Smem::q>(smem);
 
-    int row_block = gridDim.x - 1 - blockIdx.x;  // the longest rows (latest queries) first
-    int h = blockIdx.y, b = blockIdx.z;
-    int kv_head = h / (Hq / Hkv);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int g = lane / 4, t4 = lane % 4;  // fragment coordinates: row group, thread in group
-    int block_row0 = row_block * kFlashRows;
-    int warp_row0 = block_row0 + 16 * warp;
-    int rows[2] = {warp_row0 + g, warp_row0 + g + 8};  // this lane's rows: accumulator elements 0,1 and 2,3
-    const int* doc_row = doc_ids != nullptr ? doc_ids + (size_t)b * T : nullptr;
-    int my_doc[2];
-    for (int r = 0; r < 2; r++) { my_doc[r] = doc_row != nullptr ? doc_row[min(rows[r], T - 1)] : 0; }
-
-    flash_load_tile<HD>(q_s, q, b, block_row0, h, T, Hq, hd);
+    const FlashQueryBlock blk(doc_ids, T, Hq, Hkv);
+    const int warp = blk.warp, lane = blk.lane, t4 = blk.t4;
+    blk.load<HD>(q_s, q, T, Hq, hd);
     cp_async_commit_group();  // lands with (and is published by the barrier of) the first K/V tile
 
     float o[HD / 8][4];
@@ -300,24 +498,22 @@ __global__ void __launch_bounds__(kFlashThreads)
     float row_sum[2] = {0.0f, 0.0f};           // this lane's part of the row's sum (its 2 of 8 columns per n8 tile)
     const float score_scale = kLog2e / sqrtf((float)hd);  // exp2 instead of exp
 
-    FlashKeyTiles<HD> tiles(k_buf, v_buf, doc_buf, k, v, doc_row, b, kv_head, block_row0, T, Hkv, hd);
+    FlashKeyTiles<HD> tiles(flash_shared<unsigned char, Smem::keys>(smem), k, v, blk, T, Hkv, hd);
+    tiles.begin();
     while (tiles.next()) {
         const int start = tiles.start;
-        const flash_bf16 *k_s = tiles.k_s, *v_s = tiles.v_s;
-        const int* doc_s = tiles.doc_s;
-        if (start > warp_row0 + 15) { continue; }  // warp-uniform: every key is in this warp's future
+        if (blk.warp_before(start)) { continue; }
 
         float s[8][4];
-        flash_scores<HD>(s, q_s + 16 * warp * S, k_s, lane);
+        flash_scores<HD>(s, q_s + 16 * warp * S, tiles.k_s, lane);
 
-        // scale and mask; accumulator element i is row rows[i / 2], key start + 8 nt + 2 t4 + i % 2
-        bool needs_mask = doc_row != nullptr || start + kFlashTile - 1 > warp_row0;
+        // scale and mask; accumulator element i is row blk.row(i / 2), key start + 8 nt + 2 t4 + i % 2
+        bool needs_mask = blk.doc_row != nullptr || start + kFlashTile - 1 > blk.warp_row0;
         for (int nt = 0; nt < 8; nt++) {
             for (int i = 0; i < 4; i++) {
                 float x = s[nt][i] * score_scale;
                 if (needs_mask) {
-                    int j = 8 * nt + 2 * t4 + i % 2;
-                    bool visible = start + j <= rows[i / 2] && (doc_row == nullptr || doc_s[j] == my_doc[i / 2]);
+                    bool visible = blk.sees(i / 2, start, 8 * nt + 2 * t4 + i % 2, tiles.doc_s);
                     if (!visible) { x = -INFINITY; }
                 }
                 s[nt][i] = x;
@@ -347,7 +543,7 @@ __global__ void __launch_bounds__(kFlashThreads)
             }
         }
 
-        flash_accumulate<HD>(o, s, v_s, lane);  // O += P V
+        flash_accumulate<HD>(o, s, tiles.v_s, lane);  // O += P V
     }
 
     for (int r = 0; r < 2; r++) {
@@ -355,10 +551,10 @@ __global__ void __launch_bounds__(kFlashThreads)
         row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
     }
     float inv_sum[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};  // every row sees itself: > 0
-    flash_store_rows<HD>(out, o, rows, inv_sum, b, h, T, Hq, hd, t4);
+    flash_store_rows<HD>(out, o, blk, inv_sum, blk.h, T, Hq, hd);
     for (int r = 0; r < 2; r++) {
-        if (rows[r] < T && t4 == 0) {
-            lse[((size_t)b * Hq + h) * T + rows[r]] = (row_max[r] + log2f(row_sum[r])) * kLn2;
+        if (blk.row(r) < T && t4 == 0) {
+            lse[((size_t)blk.b * Hq + blk.h) * T + blk.row(r)] = (row_max[r] + log2f(row_sum[r])) * kLn2;
         }
     }
 }
@@ -372,33 +568,21 @@ __global__ void __launch_bounds__(kFlashThreads)
                                     const flash_bf16* q, const flash_bf16* k, const flash_bf16* v, const float* lse,
                                     const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;
-    constexpr int kTile = kFlashTile * S;
-    flash_bf16* q_s = dynamic_shared_memory<flash_bf16>();         // [kFlashRows][S]
-    flash_bf16* do_s = q_s + kFlashRows * S;                        // [kFlashRows][S]
-    flash_bf16* k_buf = do_s + kFlashRows * S;                      // [2][kFlashTile][S]
-    flash_bf16* v_buf = k_buf + 2 * kTile;                          // [2][kFlashTile][S]
-    float* D_s = reinterpret_cast<float*>(v_buf + 2 * kTile);       // [kFlashRows]
-    int* doc_buf = reinterpret_cast<int*>(D_s + kFlashRows);        // [2][kFlashTile]
+    using Smem = FlashDqSmem<HD>;
+    unsigned char* smem = dynamic_shared_memory<unsigned char>();
+    flash_bf16* q_s = flash_shared<flash_bf16, Smem::q>(smem);
+    flash_bf16* do_s = flash_shared<flash_bf16, Smem::dout>(smem);
+    float* D_s = flash_shared<float, Smem::D>(smem);
 
-    int row_block = gridDim.x - 1 - blockIdx.x;  // the longest rows first
-    int h = blockIdx.y, b = blockIdx.z;
-    int kv_head = h / (Hq / Hkv);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int g = lane / 4, t4 = lane % 4;
-    int block_row0 = row_block * kFlashRows;
-    int warp_row0 = block_row0 + 16 * warp;
-    int rows[2] = {warp_row0 + g, warp_row0 + g + 8};
-    const int* doc_row = doc_ids != nullptr ? doc_ids + (size_t)b * T : nullptr;
-    int my_doc[2];
-    for (int r = 0; r < 2; r++) { my_doc[r] = doc_row != nullptr ? doc_row[min(rows[r], T - 1)] : 0; }
-
-    flash_load_tile<HD>(q_s, q, b, block_row0, h, T, Hq, hd);
-    flash_load_tile<HD>(do_s, dout, b, block_row0, h, T, Hq, hd);
+    const FlashQueryBlock blk(doc_ids, T, Hq, Hkv);
+    const int warp = blk.warp, lane = blk.lane, t4 = blk.t4;
+    blk.load<HD>(q_s, q, T, Hq, hd);
+    blk.load<HD>(do_s, dout, T, Hq, hd);
     {  // D: two threads per row, each half of the columns, in fp32 from global memory
-        int r = threadIdx.x / 2, half = threadIdx.x % 2, row = block_row0 + r;
+        int r = threadIdx.x / 2, half = threadIdx.x % 2, row = blk.block_row0 + r;
         float sum = 0.0f;
         if (row < T) {
-            size_t base = (((size_t)b * T + row) * Hq + h) * hd;
+            size_t base = (((size_t)blk.b * T + row) * Hq + blk.h) * hd;
             for (int e = half * (hd / 2); e < (half + 1) * (hd / 2); e++) {
                 sum += __bfloat162float(dout[base + e]) * __bfloat162float(out[base + e]);
             }
@@ -406,7 +590,7 @@ __global__ void __launch_bounds__(kFlashThreads)
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         if (half == 0) {
             D_s[r] = sum;
-            if (row < T) { D[((size_t)b * Hq + h) * T + row] = sum; }
+            if (row < T) { D[((size_t)blk.b * Hq + blk.h) * T + row] = sum; }
         }
     }
     cp_async_wait_all();
@@ -414,8 +598,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     // per lane: its rows' lse (log2 units; +inf past T: P = 0 there) and D
     float row_lse[2], row_D[2];
     for (int r = 0; r < 2; r++) {
-        row_lse[r] = rows[r] < T ? lse[((size_t)b * Hq + h) * T + rows[r]] * kLog2e : INFINITY;
-        row_D[r] = D_s[rows[r] - block_row0];
+        row_lse[r] = blk.row(r) < T ? lse[((size_t)blk.b * Hq + blk.h) * T + blk.row(r)] * kLog2e : INFINITY;
+        row_D[r] = D_s[blk.row(r) - blk.block_row0];
     }
 
     float dq_acc[HD / 8][4];
@@ -424,104 +608,55 @@ __global__ void __launch_bounds__(kFlashThreads)
     }
     const float score_scale = kLog2e / sqrtf((float)hd);
 
-    FlashKeyTiles<HD> tiles(k_buf, v_buf, doc_buf, k, v, doc_row, b, kv_head, block_row0, T, Hkv, hd);
+    FlashKeyTiles<HD> tiles(flash_shared<unsigned char, Smem::keys>(smem), k, v, blk, T, Hkv, hd);
+    tiles.begin();
     while (tiles.next()) {
         const int start = tiles.start;
-        const flash_bf16 *k_s = tiles.k_s, *v_s = tiles.v_s;
-        const int* doc_s = tiles.doc_s;
-        if (start > warp_row0 + 15) { continue; }  // warp-uniform: every key is in this warp's future
+        if (blk.warp_before(start)) { continue; }
 
         float s[8][4], dp[8][4];
-        flash_scores<HD>(s, q_s + 16 * warp * S, k_s, lane);    // S = Q K^T
-        flash_scores<HD>(dp, do_s + 16 * warp * S, v_s, lane);  // dP = dO V^T
-        bool needs_mask = doc_row != nullptr || start + kFlashTile - 1 > warp_row0;
+        flash_scores<HD>(s, q_s + 16 * warp * S, tiles.k_s, lane);    // S = Q K^T
+        flash_scores<HD>(dp, do_s + 16 * warp * S, tiles.v_s, lane);  // dP = dO V^T
+        bool needs_mask = blk.doc_row != nullptr || start + kFlashTile - 1 > blk.warp_row0;
         for (int nt = 0; nt < 8; nt++) {
             for (int i = 0; i < 4; i++) {
                 int r = i / 2, j = 8 * nt + 2 * t4 + i % 2;
-                bool visible = !needs_mask ||
-                               (start + j <= rows[r] && (doc_row == nullptr || doc_s[j] == my_doc[r]));
+                bool visible = !needs_mask || blk.sees(r, start, j, tiles.doc_s);
                 float p = visible ? exp2f(s[nt][i] * score_scale - row_lse[r]) : 0.0f;
                 dp[nt][i] = p * (dp[nt][i] - row_D[r]);  // dS
             }
         }
-        flash_accumulate<HD>(dq_acc, dp, k_s, lane);  // dQ += dS K
+        flash_accumulate<HD>(dq_acc, dp, tiles.k_s, lane);  // dQ += dS K
     }
 
     float scale = 1.0f / sqrtf((float)hd);
     float scales[2] = {scale, scale};
-    flash_store_rows<HD>(dq, dq_acc, rows, scales, b, h, T, Hq, hd, t4);
+    flash_store_rows<HD>(dq, dq_acc, blk, scales, blk.h, T, Hq, hd);
 }
 
 // ----------------------------------------------------------------------------------------
 // backward, kernel 2: dk and dv; 64 keys of one kv head per block, over its group's query heads
 
-// The query tiles are double-buffered: while the warps compute on one, cp.async brings in the
-// next visible one (the next (query head, tile) pair that some key of the block can see).
+// The block owns the 64 keys from blockIdx.x * 64 (the earliest keys, most query tiles, first)
+// of kv head blockIdx.y; FlashQueryTiles streams the query tiles of its group's heads that see them.
 template <int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     attention_backward_dkdv_tc_kernel(flash_bf16* dk, flash_bf16* dv, const float* D, const flash_bf16* dout,
                                       const flash_bf16* q, const flash_bf16* k, const flash_bf16* v,
                                       const float* lse, const int* doc_ids, int T, int Hq, int Hkv, int hd) {
     constexpr int S = HD + 8;
-    constexpr int kTile = kFlashTile * S;
-    flash_bf16* k_s = dynamic_shared_memory<flash_bf16>();            // [kFlashRows][S]
-    flash_bf16* v_s = k_s + kFlashRows * S;                            // [kFlashRows][S]
-    flash_bf16* q_s = v_s + kFlashRows * S;                            // [2][kFlashTile][S]
-    flash_bf16* do_s = q_s + 2 * kTile;                                // [2][kFlashTile][S]
-    float* lse_s = reinterpret_cast<float*>(do_s + 2 * kTile);         // [2][kFlashTile], log2 units
-    float* D_s = lse_s + 2 * kFlashTile;                               // [2][kFlashTile]
-    int* doc_s = reinterpret_cast<int*>(D_s + 2 * kFlashTile);         // [2][kFlashTile]
+    using Smem = FlashDkdvSmem<HD>;
+    unsigned char* smem = dynamic_shared_memory<unsigned char>();
+    flash_bf16* k_s = flash_shared<flash_bf16, Smem::k>(smem);
+    flash_bf16* v_s = flash_shared<flash_bf16, Smem::v>(smem);
 
-    int kv_head = blockIdx.y, b = blockIdx.z;
-    int group = Hq / Hkv;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int g = lane / 4, t4 = lane % 4;
-    int block_key0 = blockIdx.x * kFlashRows;  // the earliest keys (most query tiles) first
-    int warp_key0 = block_key0 + 16 * warp;
-    int keys[2] = {warp_key0 + g, warp_key0 + g + 8};  // this lane's keys: accumulator elements 0,1 and 2,3
-    const int* doc_row = doc_ids != nullptr ? doc_ids + (size_t)b * T : nullptr;
-    int my_doc[2];
-    for (int r = 0; r < 2; r++) { my_doc[r] = doc_row != nullptr ? doc_row[min(keys[r], T - 1)] : 0; }
-
-    // the block's work: tile i = query head kv_head * group + i / tiles_per_head, queries from
-    // block_key0 + (i % tiles_per_head) * kFlashTile (causal: none before the block's keys)
-    int tiles_per_head = CEIL_DIV(T - block_key0, kFlashTile);
-    int total = group * tiles_per_head;
-    auto tile_start = [&](int i) { return block_key0 + (i % tiles_per_head) * kFlashTile; };
-    // The first tile >= i that some key of the block can see (total: none). Every thread calls
-    // it; each candidate costs a block barrier, which also says that the buffer computed on
-    // before the call is free again.
-    auto next_visible = [&](int i) {
-        for (; i < total; i++) {
-            if (doc_row == nullptr) {
-                __syncthreads();
-                return i;
-            }
-            int key = block_key0 + threadIdx.x;
-            bool seen = threadIdx.x < kFlashRows && key < T &&
-                        key_seen_by_query_tile(doc_row, tile_start(i), kFlashTile, key, T, doc_row[key]);
-            if (__syncthreads_or(seen)) { return i; }
-        }
-        return total;
-    };
-    // Starts the copies of tile i into buffer `buf` (one cp.async group per thread).
-    auto issue = [&](int i, int buf) {
-        int h = kv_head * group + i / tiles_per_head, start = tile_start(i);
-        flash_load_tile<HD>(q_s + buf * kTile, q, b, start, h, T, Hq, hd);
-        flash_load_tile<HD>(do_s + buf * kTile, dout, b, start, h, T, Hq, hd);
-        if (threadIdx.x < kFlashTile) {
-            int t = start + threadIdx.x;
-            bool in_range = t < T;
-            size_t stat = ((size_t)b * Hq + h) * T + t;
-            lse_s[buf * kFlashTile + threadIdx.x] = in_range ? lse[stat] * kLog2e : 0.0f;
-            D_s[buf * kFlashTile + threadIdx.x] = in_range ? D[stat] : 0.0f;
-            doc_s[buf * kFlashTile + threadIdx.x] = (doc_row != nullptr && in_range) ? doc_row[t] : 0;
-        }
-        cp_async_commit_group();
-    };
-
-    flash_load_tile<HD>(k_s, k, b, block_key0, kv_head, T, Hkv, hd);
-    flash_load_tile<HD>(v_s, v, b, block_key0, kv_head, T, Hkv, hd);
+    int kv_head = blockIdx.y, group = Hq / Hkv;
+    const FlashLaneRows keys(blockIdx.x * kFlashRows, blockIdx.z, doc_ids, T);  // this lane's keys: keys.row(0), row(1)
+    const int warp = keys.warp, lane = keys.lane, t4 = keys.t4;
+    FlashQueryTiles<HD> tiles(flash_shared<unsigned char, Smem::queries>(smem), q, dout, lse, D, keys, kv_head, group,
+                              T, Hq, hd);  // streaming starts at tiles.begin(), below
+    flash_load_tile<HD>(k_s, k, keys.b, keys.block_row0, kv_head, T, Hkv, hd);
+    flash_load_tile<HD>(v_s, v, keys.b, keys.block_row0, kv_head, T, Hkv, hd);
     cp_async_commit_group();  // completes before (and is published with) the first query tile
 
     float dk_acc[HD / 8][4], dv_acc[HD / 8][4];
@@ -530,50 +665,33 @@ __global__ void __launch_bounds__(kFlashThreads)
     }
     const float score_scale = kLog2e / sqrtf((float)hd);
 
-    int cur = next_visible(0), buf = 0;
-    if (cur < total) { issue(cur, buf); }
-    while (cur < total) {
-        int nxt = next_visible(cur + 1);  // its barrier: buffer buf ^ 1 (the tile before cur) is free
-        if (nxt < total) {
-            issue(nxt, buf ^ 1);
-            cp_async_wait_group<1>();  // everything but the tile just issued has landed
-        } else {
-            cp_async_wait_all();
-        }
-        __syncthreads();
-
-        int start = tile_start(cur);
-        const flash_bf16* qt = q_s + buf * kTile;
-        const flash_bf16* dot = do_s + buf * kTile;
-        const float* lse_t = lse_s + buf * kFlashTile;
-        const float* D_t = D_s + buf * kFlashTile;
-        const int* doc_t = doc_s + buf * kFlashTile;
+    tiles.begin();
+    while (tiles.next()) {
+        const int start = tiles.start;
         // transposed tiles: rows are this warp's 16 keys, columns the tile's 64 queries
         float s[8][4], dp[8][4];
-        flash_scores<HD>(s, k_s + 16 * warp * S, qt, lane);    // S^T = K Q^T
-        flash_scores<HD>(dp, v_s + 16 * warp * S, dot, lane);  // dP^T = V dO^T
-        bool needs_mask = doc_row != nullptr || start < warp_key0 + 16 || start + kFlashTile > T;
+        flash_scores<HD>(s, k_s + 16 * warp * S, tiles.q_s, lane);    // S^T = K Q^T
+        flash_scores<HD>(dp, v_s + 16 * warp * S, tiles.do_s, lane);  // dP^T = V dO^T
+        bool needs_mask = keys.doc_row != nullptr || start < keys.warp_row0 + 16 || start + kFlashTile > T;
         for (int nt = 0; nt < 8; nt++) {
             for (int i = 0; i < 4; i++) {
                 int r = i / 2, j = 8 * nt + 2 * t4 + i % 2, t = start + j;
-                bool visible =
-                    !needs_mask || (t >= keys[r] && t < T && (doc_row == nullptr || doc_t[j] == my_doc[r]));
-                float p = visible ? exp2f(s[nt][i] * score_scale - lse_t[j]) : 0.0f;
+                bool visible = !needs_mask || (t >= keys.row(r) && t < T &&
+                                               (keys.doc_row == nullptr || tiles.doc_s[j] == keys.doc(r)));
+                float p = visible ? exp2f(s[nt][i] * score_scale - tiles.lse_s[j]) : 0.0f;
                 s[nt][i] = p;
-                dp[nt][i] = p * (dp[nt][i] - D_t[j]);  // dS^T
+                dp[nt][i] = p * (dp[nt][i] - tiles.D_s[j]);  // dS^T
             }
         }
-        flash_accumulate<HD>(dv_acc, s, dot, lane);  // dV += P^T dO
-        flash_accumulate<HD>(dk_acc, dp, qt, lane);  // dK += dS^T Q
-        cur = nxt;
-        buf ^= 1;
+        flash_accumulate<HD>(dv_acc, s, tiles.do_s, lane);  // dV += P^T dO
+        flash_accumulate<HD>(dk_acc, dp, tiles.q_s, lane);  // dK += dS^T Q
     }
     cp_async_wait_all();  // (nothing is in flight here unless the block had no visible tile)
 
     float scale = 1.0f / sqrtf((float)hd);
     float dk_scales[2] = {scale, scale}, dv_scales[2] = {1.0f, 1.0f};
-    flash_store_rows<HD>(dk, dk_acc, keys, dk_scales, b, kv_head, T, Hkv, hd, t4);
-    flash_store_rows<HD>(dv, dv_acc, keys, dv_scales, b, kv_head, T, Hkv, hd, t4);
+    flash_store_rows<HD>(dk, dk_acc, keys, dk_scales, kv_head, T, Hkv, hd);
+    flash_store_rows<HD>(dv, dv_acc, keys, dv_scales, kv_head, T, Hkv, hd);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -599,8 +717,7 @@ inline void attention_forward_tc(flash_bf16* out, float* lse, const flash_bf16* 
                                  cudaStream_t stream) {
     flash_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        size_t shared = (size_t)(kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
-                        2 * kFlashTile * sizeof(int);  // double-buffered K/V tiles
+        constexpr size_t shared = FlashForwardSmem<HD>::bytes;
         flash_allow_shared(attention_forward_tc_kernel<HD>, shared);
         dim3 grid(CEIL_DIV(T, kFlashRows), Hq, B);
         LAUNCH(grid, kFlashThreads, shared, stream, attention_forward_tc_kernel<HD>)(out, lse, q, k, v, doc_ids, T, Hq,
@@ -616,15 +733,13 @@ inline void attention_backward_tc(flash_bf16* dq, flash_bf16* dk, flash_bf16* dv
                                   cudaStream_t stream) {
     flash_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        size_t shared_dq = (size_t)(2 * kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
-                           kFlashRows * sizeof(float) + 2 * kFlashTile * sizeof(int);  // double-buffered K/V
+        constexpr size_t shared_dq = FlashDqSmem<HD>::bytes;
         flash_allow_shared(attention_backward_dq_tc_kernel<HD>, shared_dq);
         dim3 grid_dq(CEIL_DIV(T, kFlashRows), Hq, B);
         LAUNCH(grid_dq, kFlashThreads, shared_dq, stream, attention_backward_dq_tc_kernel<HD>)(
             dq, D, dout, out, q, k, v, lse, doc_ids, T, Hq, Hkv, hd);
         cudaCheckLaunch();
-        size_t shared_dkdv = (size_t)(2 * kFlashRows + 4 * kFlashTile) * (HD + 8) * sizeof(flash_bf16) +
-                             2 * kFlashTile * (2 * sizeof(float) + sizeof(int));  // double-buffered query tiles
+        constexpr size_t shared_dkdv = FlashDkdvSmem<HD>::bytes;
         flash_allow_shared(attention_backward_dkdv_tc_kernel<HD>, shared_dkdv);
         dim3 grid_dkdv(CEIL_DIV(T, kFlashRows), Hkv, B);
         LAUNCH(grid_dkdv, kFlashThreads, shared_dkdv, stream, attention_backward_dkdv_tc_kernel<HD>)(
