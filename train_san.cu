@@ -759,10 +759,8 @@ struct SAN : LanguageModel<SANConfig> {
 // two need the fixed row beside every step's queries) the window is recomputed for every token.
 std::vector<int> sample(SAN& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
                         bool use_cache = true) {
-    const SANConfig& c = model.cfg;
     for (const Block& b : model.blocks) { use_cache = use_cache && b.mixer->decodes_with_cache(); }
-    return sample_tokens(model, model.kv, model.T, c.padded_vocab(), c.vocab_size, c.bos_id, c.n_layer, c.kv_width(),
-                         model.logits, std::move(tokens), n, temperature, rng, use_cache);
+    return sample_tokens(model, std::move(tokens), n, temperature, rng, use_cache);
 }
 
 // ========================================================================================
