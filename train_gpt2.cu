@@ -284,8 +284,8 @@ struct GPT2 : LanguageModel<GPT2Config> {
         }
         layernorm_forward(xf, lnf_mean, lnf_rstd, residual[cfg.n_layer], P.lnfw, P.lnfb, N, d, kLayerNormEps, stream);
         linear_forward(logits, xf, P.wte, N, d, Vp, stream);
-        classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
-                                    d_targets, N, V, Vp, 0.0f, dloss_scale, stream);
+        ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
+        classifier_forward_backward(head, N, V, Vp, 0.0f, dloss_scale, stream);
 
         std::vector<float> losses = copy_from_device(row_loss, N);
         for (int i = 0; i < N; i++) { sums.ce_sum += losses[i]; }

@@ -635,8 +635,8 @@ struct SAN : LanguageModel<SANConfig> {
         const int d = cfg.n_embd;
         final_norm().forward(xf, xf_rstd, residual[cfg.n_layer], Nh, stream);
         linear_forward(logits, xf, wte().w, Nh, d, cfg.padded_vocab(), stream);
-        classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
-                                    d_targets, Nh, cfg.vocab_size, cfg.padded_vocab(), (float)cfg.z_loss, dloss_scale,
+        ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
+        classifier_forward_backward(head, Nh, cfg.vocab_size, cfg.padded_vocab(), (float)cfg.z_loss, dloss_scale,
                                     stream);
         std::vector<float> losses = copy_from_device(row_loss, Nh), lse_sq = copy_from_device(row_lse_sq, Nh);
         LossStats stats;
