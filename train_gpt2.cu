@@ -31,15 +31,15 @@ PyTorch reference train_gpt2.py.
 #include "llmc/kernels/gemm.cuh"
 #include "llmc/kernels/embedding.cuh"
 #include "llmc/kernels/position.cuh"
-#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/layernorm.cuh"  // defines: LayerNorm
 #include "llmc/kernels/bias.cuh"
 #include "llmc/kernels/attention.cuh"
 #include "llmc/kernels/kv_cache.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/residual.cuh"
 #include "llmc/kernels/classifier.cuh"
-#include "llmc/model/parameters.h"  // ModelParameters: parameters, gradients, optimizer
-#include "llmc/train/trainer.h"     // trainer_main: main's sequence, run_training; model.h: counts, sample
+#include "llmc/model/parameters.h"     // ModelParameters: parameters, gradients, optimizer
+#include "llmc/train/trainer.h"        // trainer_main: main's sequence, run_training; model.h: counts, sample
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kInitStd = 0.02f;
@@ -257,7 +257,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
             const LayerTensors<floatX>& p = P.layers[l];
             LayerActivations& a = acts[l];
             // attention block: the fused qkv weight (3d, d) is three (d, d) row blocks
-            layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual[l], p.ln1w, p.ln1b, N, d, kLayerNormEps, stream);
+            ln_1(l).forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual[l], N, stream);
             // keys and values: the activations, or with a cache its row `pos`
             floatX* qkv[3] = {a.q, cache != nullptr ? cache->k[l] + (size_t)pos * d : a.k,
                               cache != nullptr ? cache->v[l] + (size_t)pos * d : a.v};
@@ -274,7 +274,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
             bias_forward(branch, branch, p.attprojb, N, d, stream);
             residual_forward(a.x_mid, residual[l], branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
             // MLP block
-            layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.ln2w, p.ln2b, N, d, kLayerNormEps, stream);
+            ln_2(l).forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, N, stream);
             linear_forward(a.fc, a.ln2, p.fcw, N, d, 4 * d, stream);
             bias_forward(a.fc, a.fc, p.fcb, N, 4 * d, stream);
             gelu_forward(a.gelu, a.fc, (size_t)N * 4 * d, stream);
@@ -282,10 +282,10 @@ struct GPT2 : LanguageModel<GPT2Config> {
             bias_forward(branch, branch, p.fcprojb, N, d, stream);
             residual_forward(residual[l + 1], a.x_mid, branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
         }
-        layernorm_forward(xf, lnf_mean, lnf_rstd, residual[cfg.n_layer], P.lnfw, P.lnfb, N, d, kLayerNormEps, stream);
+        ln_f().forward(xf, lnf_mean, lnf_rstd, residual[cfg.n_layer], N, stream);
         linear_forward(logits, xf, P.wte, N, d, Vp, stream);
-        classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
-                                    d_targets, N, V, Vp, 0.0f, dloss_scale, stream);
+        ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
+        classifier_forward_backward(head, N, V, Vp, 0.0f, dloss_scale, stream);
 
         std::vector<float> losses = copy_from_device(row_loss, N);
         for (int i = 0; i < N; i++) { sums.ce_sum += losses[i]; }
@@ -304,7 +304,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
         linear_backward_weight(G.wte, dlogits, xf, N, d, Vp, stream);
         linear_backward_input(dxf, dlogits, P.wte, N, d, Vp, false, stream);
         cudaCheck(cudaMemsetAsync(dx, 0, (size_t)N * d * sizeof(floatX), stream));
-        layernorm_backward(dx, G.lnfw, G.lnfb, scratch, dxf, residual[cfg.n_layer], P.lnfw, lnf_mean, lnf_rstd, N, d, stream);
+        ln_f().backward(dx, dxf, residual[cfg.n_layer], lnf_mean, lnf_rstd, N, scratch, stream);
 
         // dx holds dL/d(residual stream); a standard residual passes it to both the stream
         // and the branch unchanged, so each branch's output gradient is dx itself
@@ -320,7 +320,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
             bias_backward(g.fcb, scratch, d_fc, N, 4 * d, stream);
             linear_backward_weight(g.fcw, d_fc, a.ln2, N, d, 4 * d, stream);
             linear_backward_input(d_ln, d_fc, p.fcw, N, d, 4 * d, false, stream);
-            layernorm_backward(dx, g.ln2w, g.ln2b, scratch, d_ln, a.x_mid, p.ln2w, a.ln2_mean, a.ln2_rstd, N, d, stream);
+            ln_2(l).backward(dx, d_ln, a.x_mid, a.ln2_mean, a.ln2_rstd, N, scratch, stream);
             // attention block
             bias_backward(g.attprojb, scratch, dx, N, d, stream);
             linear_backward_weight(g.attprojw, dx, a.o, N, d, d, stream);
@@ -332,11 +332,19 @@ struct GPT2 : LanguageModel<GPT2Config> {
                 linear_backward_weight(g.qkvw + (size_t)j * d * d, dqkv[j], a.ln1, N, d, d, stream);
                 linear_backward_input(d_ln, dqkv[j], p.qkvw + (size_t)j * d * d, N, d, d, j > 0, stream);
             }
-            layernorm_backward(dx, g.ln1w, g.ln1b, scratch, d_ln, residual[l], p.ln1w, a.ln1_mean, a.ln1_rstd, N, d, stream);
+            ln_1(l).backward(dx, d_ln, residual[l], a.ln1_mean, a.ln1_rstd, N, scratch, stream);
             layer_gradients_done(l);  // final: its reduction may start (--overlap-reduce)
         }
         embedding_backward(G.wte, dx, buckets, d, 1.0f, stream);
         position_backward(G.wpe, dx, Bn, Tn, d, stream);
+    }
+
+    // The LayerNorms with their parameters and gradients: layer l's ln_1 and ln_2, and ln_f.
+    LayerNorm ln_1(int l) const { return layernorm(P.layers[l].ln1w, P.layers[l].ln1b, G.layers[l].ln1w, G.layers[l].ln1b); }
+    LayerNorm ln_2(int l) const { return layernorm(P.layers[l].ln2w, P.layers[l].ln2b, G.layers[l].ln2w, G.layers[l].ln2b); }
+    LayerNorm ln_f() const { return layernorm(P.lnfw, P.lnfb, G.lnfw, G.lnfb); }
+    LayerNorm layernorm(floatX* w, floatX* b, floatX* dw, floatX* db) const {
+        return {{w, dw}, {b, db}, cfg.n_embd, kLayerNormEps};
     }
 
 };

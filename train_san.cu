@@ -635,8 +635,8 @@ struct SAN : LanguageModel<SANConfig> {
         const int d = cfg.n_embd;
         final_norm().forward(xf, xf_rstd, residual[cfg.n_layer], Nh, stream);
         linear_forward(logits, xf, wte().w, Nh, d, cfg.padded_vocab(), stream);
-        classifier_forward_backward(dloss_scale != 0.0f ? dlogits : (floatX*)nullptr, row_loss, row_lse_sq, logits,
-                                    d_targets, Nh, cfg.vocab_size, cfg.padded_vocab(), (float)cfg.z_loss, dloss_scale,
+        ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
+        classifier_forward_backward(head, Nh, cfg.vocab_size, cfg.padded_vocab(), (float)cfg.z_loss, dloss_scale,
                                     stream);
         std::vector<float> losses = copy_from_device(row_loss, Nh), lse_sq = copy_from_device(row_lse_sq, Nh);
         LossStats stats;
@@ -759,10 +759,8 @@ struct SAN : LanguageModel<SANConfig> {
 // two need the fixed row beside every step's queries) the window is recomputed for every token.
 std::vector<int> sample(SAN& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
                         bool use_cache = true) {
-    const SANConfig& c = model.cfg;
     for (const Block& b : model.blocks) { use_cache = use_cache && b.mixer->decodes_with_cache(); }
-    return sample_tokens(model, model.kv, model.T, c.padded_vocab(), c.vocab_size, c.bos_id, c.n_layer, c.kv_width(),
-                         model.logits, std::move(tokens), n, temperature, rng, use_cache);
+    return sample_tokens(model, std::move(tokens), n, temperature, rng, use_cache);
 }
 
 // ========================================================================================

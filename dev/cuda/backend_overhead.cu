@@ -118,7 +118,7 @@ int main() {
     float* d_c = cudaMallocElements(float, (size_t)M * N);
     cudaCheck(cudaMemset(d_a, 0, (size_t)M * K * sizeof(float)));
     cudaCheck(cudaMemset(d_b, 0, (size_t)K * N * sizeof(float)));
-    double gemm_us = time_us(5, [&] { gemm(d_c, d_a, d_b, M, N, K, false, true); });
+    double gemm_us = time_us(5, [&] { gemm(d_c, d_a, d_b, GemmShape::nt(M, N, K)); });
     printf("%-10s %14.1f %16.2f  %s\n", "gemm", gemm_us, 2.0 * M * N * K / (gemm_us * 1e3), "GFLOP/s (not ns)");
 
     for (void* p : {(void*)d_x, (void*)d_y, (void*)d_a, (void*)d_b, (void*)d_c}) { cudaCheck(cudaFree(p)); }

@@ -63,7 +63,7 @@ void run(int version, floatX* dlogits, float* losses, float* lse_sq, const float
         LAUNCH(CEIL_DIV(N, 128), 128, 0, 0, classifier_kernel1)(dlogits, losses, lse_sq, logits, targets, N, V, Vp, z, scale);
         cudaCheckLaunch();
     } else {
-        classifier_forward_backward(dlogits, losses, lse_sq, logits, targets, N, V, Vp, z, scale, 0);
+        classifier_forward_backward(ClassifierTensors{logits, targets, losses, lse_sq, dlogits}, N, V, Vp, z, scale, 0);
     }
 }
 

@@ -111,6 +111,7 @@ __global__ void layernorm_backward_params_kernel1(floatX* dweight, floatX* dbias
 struct Buffers {
     floatX *x, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
     float *mean, *rstd, *scratch;
+    LayerNorm layernorm(int C, float eps) const { return {{weight, dweight}, {bias, dbias}, C, eps}; }
 };
 
 void forward_version(int version, const Buffers& b, int N, int C, float eps) {
@@ -118,7 +119,7 @@ void forward_version(int version, const Buffers& b, int N, int C, float eps) {
         LAUNCH(CEIL_DIV(N, 128), 128, 0, 0, layernorm_forward_kernel1)(b.out, b.mean, b.rstd, b.x, b.weight, b.bias, N, C, eps);
         cudaCheckLaunch();
     } else {
-        layernorm_forward(b.out, b.mean, b.rstd, b.x, b.weight, b.bias, N, C, eps, 0);
+        b.layernorm(C, eps).forward(b.out, b.mean, b.rstd, b.x, N, 0);
     }
 }
 void backward_version(int version, const Buffers& b, int N, int C) {
@@ -128,7 +129,7 @@ void backward_version(int version, const Buffers& b, int N, int C) {
         LAUNCH(CEIL_DIV(C, 128), 128, 0, 0, layernorm_backward_params_kernel1)(b.dweight, b.dbias, b.dout, b.x, b.mean, b.rstd, N, C);
         cudaCheckLaunch();
     } else {
-        layernorm_backward(b.dinp, b.dweight, b.dbias, b.scratch, b.dout, b.x, b.weight, b.mean, b.rstd, N, C, 0);
+        b.layernorm(C, 0.0f).backward(b.dinp, b.dout, b.x, b.mean, b.rstd, N, b.scratch, 0);  // (eps: forward only)
     }
 }
 

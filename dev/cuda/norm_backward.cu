@@ -84,7 +84,11 @@ void norm_backward_version(int version, floatX* dinp, floatX* dgain, float* scra
             LAUNCH(CEIL_DIV(C, 128), 128, 0, 0, norm_backward_dgain_kernel1)(dgain, dout, x, rstd, N, C);
             cudaCheckLaunch();
             break;
-        case 2: norm_backward(dinp, dgain, scratch, dout, x, gain, rstd, N, C, gain_offset, 0); break;
+        case 2: {
+            GainNorm norm{{const_cast<floatX*>(gain), dgain}, C, gain_offset};  // (backward only reads the gain)
+            norm.backward(dinp, dout, x, rstd, N, scratch, 0);
+            break;
+        }
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }
 }

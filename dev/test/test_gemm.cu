@@ -70,8 +70,9 @@ static void run_case(const GemmCase& c, uint32_t seed, double tol, double out_ep
     TIn* dA = copy_to_device(A);
     TIn* dB = copy_to_device(B);
     TOut* dC = copy_to_device(C);
-    gemm(dC, dA, dB, c.M, c.N, c.K, c.trans_a, c.trans_b, c.alpha, c.beta, c.batch, (int64_t)a_size,
-         c.broadcast_b ? 0 : (int64_t)b_size, (int64_t)c_size);
+    GemmShape shape{c.M, c.N, c.K, c.trans_a, c.trans_b};
+    gemm(dC, dA, dB, shape.batched(c.batch, (int64_t)a_size, c.broadcast_b ? 0 : (int64_t)b_size, (int64_t)c_size),
+         c.alpha, c.beta);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<TOut> got = copy_from_device(dC, C.size());
     size_t bad = 0;

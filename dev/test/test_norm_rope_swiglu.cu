@@ -146,7 +146,8 @@ static void check_norm_case(const NormCase& k) {
     CHECK_CLOSE("norm out", to_double(out).data(), out_ref.data(), out.size(), 2e-6 * out_scale, 1e-5 + kRound);
     CHECK_CLOSE("norm rstd", to_double(rstd).data(), rstd_ref.data(), rstd.size(), 0.0, 1e-5);
 
-    norm_backward(d_dinp + m, d_dg + m, d_scratch, d_dout + m, d_x + m, d_g + m, d_rstd, N, C, k.offset, 0);
+    GainNorm norm{{d_g + m, d_dg + m}, C, k.offset, (float)eps};
+    norm.backward(d_dinp + m, d_dout + m, d_x + m, d_rstd, N, d_scratch, 0);
     std::vector<floatX> dinp = copy_from_device(d_dinp + m, (size_t)N * C);
     std::vector<floatX> dg = copy_from_device(d_dg + m, C);
     std::vector<double> dinp_expect(dinp.size()), dg_expect(C), dg_terms(C, 0.0);
@@ -163,7 +164,7 @@ static void check_norm_case(const NormCase& k) {
     // bit-identical rerun of the same accumulation
     cudaCheck(cudaMemcpy(d_dinp + m, dinp0.x.data(), dinp0.x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d_dg + m, dg0.x.data(), C * sizeof(floatX), cudaMemcpyHostToDevice));
-    norm_backward(d_dinp + m, d_dg + m, d_scratch, d_dout + m, d_x + m, d_g + m, d_rstd, N, C, k.offset, 0);
+    norm.backward(d_dinp + m, d_dout + m, d_x + m, d_rstd, N, d_scratch, 0);
     CHECK(bits_equal(copy_from_device(d_dinp + m, (size_t)N * C), dinp));
     CHECK(bits_equal(copy_from_device(d_dg + m, C), dg));
 
@@ -247,7 +248,7 @@ TEST_CASE(norm_kernel_gradient_vs_finite_differences_fp32) {
         floatX* d_dg = copy_to_device(std::vector<floatX>(C, from_float<floatX>(0.0f)));
         float* d_scratch = cudaMallocElements(float, norm_backward_scratch_floats(N, C));
         norm_forward(d_out, d_rstd, d_x, d_g, N, C, offset, 1e-6f, 0);
-        norm_backward(d_dinp, d_dg, d_scratch, d_dout, d_x, d_g, d_rstd, N, C, offset, 0);
+        GainNorm{{d_g, d_dg}, C, offset, 1e-6f}.backward(d_dinp, d_dout, d_x, d_rstd, N, d_scratch, 0);
         std::vector<double> dinp = to_double(copy_from_device(d_dinp, (size_t)N * C));
         std::vector<double> dg = to_double(copy_from_device(d_dg, C));
         auto loss = [&](const std::vector<floatX>& xv, const std::vector<floatX>& gv) {

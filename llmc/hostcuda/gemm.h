@@ -3,6 +3,8 @@ Host backend: the GEMM behind llmc/kernels/gemm.cuh's gemm() (cuBLAS on the GPU)
 
     C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]        row-major, fp32 accumulation
 
+    host_gemm(C, A, B, shape, alpha, beta)      shape: llmc/kernels/gemm_shape.h's GemmShape
+
 Two implementations, both spread over the host backend's worker pool (hostcuda::Pool, which
 owns the cores) in a fixed partition of C, so results do not depend on HOSTCUDA_THREADS:
 - OpenBLAS (built with -DHOSTCUDA_OPENBLAS, which the Makefile sets where libopenblas-dev is
@@ -24,6 +26,7 @@ Not safe to call from two host threads at once.
 #include <vector>
 
 #include "../cuda_common.h"
+#include "llmc/kernels/gemm_shape.h"  // defines: GemmShape
 
 #if defined(HOSTCUDA_OPENBLAS)
 #include <cblas.h>
@@ -115,20 +118,19 @@ void gemm_task(void* ctx, int64_t task) {
 }
 
 template <typename TIn, typename TOut>
-void gemm_own(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a, bool trans_b, float alpha,
-              float beta, int batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+void gemm_own(TOut* C, const TIn* A, const TIn* B, const GemmShape& s, float alpha, float beta) {
     static GemmPacked packed;
-    packed.M = M;
-    packed.N = N;
-    packed.K = K;
-    packed.row_blocks = CEIL_DIV(M, kTileRows);
-    packed.col_panels = CEIL_DIV(N, kTileCols);
+    packed.M = s.M;
+    packed.N = s.N;
+    packed.K = s.K;
+    packed.row_blocks = CEIL_DIV(s.M, kTileRows);
+    packed.col_panels = CEIL_DIV(s.N, kTileCols);
     int64_t tasks = (int64_t)packed.col_panels * CEIL_DIV(packed.row_blocks, kRowBlocksPerTask);
-    for (int b = 0; b < batch; b++) {
-        pack_a(packed, A + b * stride_a, trans_a);
-        pack_b(packed, B + b * stride_b, trans_b);
-        GemmTask<TOut> task{&packed, C + b * stride_c, alpha, beta};
-        Pool::instance().parallel_for(tasks, gemm_chunk(M, N, K, tasks), gemm_task<TOut>, &task);
+    for (int b = 0; b < s.batch; b++) {
+        pack_a(packed, A + b * s.stride_a, s.trans_a);
+        pack_b(packed, B + b * s.stride_b, s.trans_b);
+        GemmTask<TOut> task{&packed, C + b * s.stride_c, alpha, beta};
+        Pool::instance().parallel_for(tasks, gemm_chunk(s.M, s.N, s.K, tasks), gemm_task<TOut>, &task);
     }
 }
 
@@ -209,22 +211,21 @@ const float* as_fp32(const T* x, size_t count, std::vector<float>& buffer) {
 }
 
 template <typename TIn, typename TOut>
-void gemm_openblas(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a, bool trans_b, float alpha,
-                   float beta, int batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+void gemm_openblas(TOut* C, const TIn* A, const TIn* B, const GemmShape& s, float alpha, float beta) {
     static bool single_threaded = [] {
         openblas_set_num_threads(1);  // the pool's workers are the threads
         return true;
     }();
     (void)single_threaded;
     static std::vector<float> a_fp32, b_fp32;
-    int tiles_m = CEIL_DIV(M, kBlasTileRows), tiles_n = CEIL_DIV(N, kBlasTileCols);
-    for (int b = 0; b < batch; b++) {
-        BlasTask<TOut> task{C + b * stride_c,
-                            as_fp32(A + b * stride_a, (size_t)M * K, a_fp32),
-                            as_fp32(B + b * stride_b, (size_t)K * N, b_fp32),
-                            M, N, K, tiles_n, trans_a, trans_b, alpha, beta};
+    int tiles_m = CEIL_DIV(s.M, kBlasTileRows), tiles_n = CEIL_DIV(s.N, kBlasTileCols);
+    for (int b = 0; b < s.batch; b++) {
+        BlasTask<TOut> task{C + b * s.stride_c,
+                            as_fp32(A + b * s.stride_a, (size_t)s.M * s.K, a_fp32),
+                            as_fp32(B + b * s.stride_b, (size_t)s.K * s.N, b_fp32),
+                            s.M, s.N, s.K, tiles_n, s.trans_a, s.trans_b, alpha, beta};
         int64_t tasks = (int64_t)tiles_m * tiles_n;
-        Pool::instance().parallel_for(tasks, gemm_chunk(M, N, K, tasks), blas_task<TOut>, &task);
+        Pool::instance().parallel_for(tasks, gemm_chunk(s.M, s.N, s.K, tasks), blas_task<TOut>, &task);
     }
 }
 #else
@@ -251,24 +252,23 @@ inline bool& host_gemm_uses_openblas() {
 }
 
 template <typename TIn, typename TOut>
-void host_gemm(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a, bool trans_b, float alpha,
-               float beta, int batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+void host_gemm(TOut* C, const TIn* A, const TIn* B, const GemmShape& shape, float alpha, float beta) {
     KernelProfile* profile = KernelProfile::instance();
     auto start = profile != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
 #if defined(HOSTCUDA_OPENBLAS)
     if (host_gemm_uses_openblas()) {
-        gemm_openblas(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_a, stride_b, stride_c);
+        gemm_openblas(C, A, B, shape, alpha, beta);
     } else
 #endif
     {
-        gemm_own(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_a, stride_b, stride_c);
+        gemm_own(C, A, B, shape, alpha, beta);
     }
     if (profile != nullptr) {
         // (one line per transpose case and backend: the profile's rows are the kernels' names)
         static const char* names[2][2][2] = {
             {{"gemm own NN (host)", "gemm own NT (host)"}, {"gemm own TN (host)", "gemm own TT (host)"}},
             {{"gemm OpenBLAS NN (host)", "gemm OpenBLAS NT (host)"}, {"gemm OpenBLAS TN (host)", "gemm OpenBLAS TT (host)"}}};
-        profile->add(names[host_gemm_uses_openblas()][trans_a][trans_b],
+        profile->add(names[host_gemm_uses_openblas()][shape.trans_a][shape.trans_b],
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
 }

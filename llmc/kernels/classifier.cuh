@@ -120,11 +120,25 @@ __global__ void classifier_kernel(TGrad* dlogits, float* losses, float* lse_sq, 
     }
 }
 
+// The tensors of one classifier_forward_backward call (laid out as in the header): what it
+// reads, logits (N, Vp) and targets (N); what it writes, losses and lse_sq (N each) and,
+// unless null (evaluation), dlogits (N, Vp).
 template <typename TGrad>
-void classifier_forward_backward(TGrad* dlogits, float* losses, float* lse_sq, const float* logits, const int* targets,
-                                 int N, int V, int Vp, float z_loss, float dloss_scale, cudaStream_t stream) {
+struct ClassifierTensorsOf {
+    const float* logits;
+    const int* targets;
+    float* losses;
+    float* lse_sq;
+    TGrad* dlogits;
+};
+using ClassifierTensors = ClassifierTensorsOf<floatX>;
+
+// The loss of N rows of V real (Vp stored) logits, and dlogits = d(loss * dloss_scale)/d logits.
+template <typename TGrad>
+void classifier_forward_backward(const ClassifierTensorsOf<TGrad>& t, int N, int V, int Vp, float z_loss,
+                                 float dloss_scale, cudaStream_t stream) {
     LAUNCH(CEIL_DIV(N, kClassifierRowsPerBlock), kClassifierLanes * kClassifierRowsPerBlock, 0, stream,
-           classifier_kernel<TGrad>)(dlogits, losses, lse_sq, logits, targets, N, V, Vp, z_loss, dloss_scale);
+           classifier_kernel<TGrad>)(t.dlogits, t.losses, t.lse_sq, t.logits, t.targets, N, V, Vp, z_loss, dloss_scale);
     cudaCheckLaunch();
 }
 

@@ -3,7 +3,10 @@ The GEMM wrapper every matmul of the trainers goes through:
 
     C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]        for b in [0, batch)
 
-Row-major, as PyTorch thinks of tensors: op(A) is M x K, op(B) is K x N, C is M x N, all
+    gemm(C, A, B, shape, alpha, beta, stream)
+
+The shape (llmc/kernels/gemm_shape.h's GemmShape: M, N, K, the transposes, the batch and its strides)
+is row-major, as PyTorch thinks of tensors: op(A) is M x K, op(B) is K x N, C is M x N, all
 contiguous; with trans_a, A is stored K x M (and similarly B stored N x K with trans_b).
 Consecutive batch matrices are `stride_*` elements apart (0 broadcasts one matrix).
 A and B are float or bf16 (the same type); C is float or bf16; accumulation is fp32.
@@ -21,6 +24,7 @@ the host backend's worker pool). Not safe to call from two host threads at once.
 #include <vector>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/gemm_shape.h"  // defines: GemmShape
 #if !defined(__CUDACC__)
 #include "llmc/hostcuda/gemm.h"
 #endif
@@ -56,25 +60,24 @@ constexpr cudaDataType_t cuda_data_type() {
 }
 
 template <typename TIn, typename TOut>
-void gemm(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a, bool trans_b,
-          float alpha = 1.0f, float beta = 0.0f, int batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,
-          int64_t stride_c = 0, cudaStream_t stream = 0) {
+void gemm(TOut* C, const TIn* A, const TIn* B, const GemmShape& s, float alpha = 1.0f, float beta = 0.0f,
+          cudaStream_t stream = 0) {
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
     cublasHandle_t handle = cublas_handle();
     cublasCheck(cublasSetStream(handle, stream));
     cublasCheck(cublasGemmStridedBatchedEx(
-        handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-        cuda_data_type<TIn>(), trans_b ? K : N, stride_b, A, cuda_data_type<TIn>(), trans_a ? M : K, stride_a,
-        &beta, C, cuda_data_type<TOut>(), N, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        handle, s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, s.N, s.M, s.K, &alpha,
+        B, cuda_data_type<TIn>(), s.trans_b ? s.K : s.N, s.stride_b, A, cuda_data_type<TIn>(), s.trans_a ? s.M : s.K,
+        s.stride_a, &beta, C, cuda_data_type<TOut>(), s.N, s.stride_c, s.batch, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
 }
 
 #else  // host backend
 
 template <typename TIn, typename TOut>
-void gemm(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a, bool trans_b,
-          float alpha = 1.0f, float beta = 0.0f, int batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,
-          int64_t stride_c = 0, cudaStream_t = nullptr) {
-    hostcuda::host_gemm(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, batch, stride_a, stride_b, stride_c);
+void gemm(TOut* C, const TIn* A, const TIn* B, const GemmShape& shape, float alpha = 1.0f, float beta = 0.0f,
+          cudaStream_t = nullptr) {
+    hostcuda::host_gemm(C, A, B, shape, alpha, beta);
 }
 
 #endif
@@ -85,15 +88,15 @@ void gemm(TOut* C, const TIn* A, const TIn* B, int M, int N, int K, bool trans_a
 // y = x W^T (y may be fp32 where x and W are floatX: the logits)
 template <typename TIn, typename TOut>
 void linear_forward(TOut* y, const TIn* x, const TIn* W, int N, int in, int out, cudaStream_t stream) {
-    gemm(y, x, W, N, out, in, false, true, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+    gemm(y, x, W, GemmShape::nt(N, out, in), 1.0f, 0.0f, stream);
 }
 // dW += dy^T x: the weight gradient accumulates over micro-batches
 template <typename T>
 void linear_backward_weight(T* dW, const T* dy, const T* x, int N, int in, int out, cudaStream_t stream) {
-    gemm(dW, dy, x, out, in, N, true, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+    gemm(dW, dy, x, GemmShape::tn(out, in, N), 1.0f, 1.0f, stream);
 }
 // dx = dy W, or dx += dy W with `accumulate` (x feeds several linear layers: q, k and v)
 template <typename T>
 void linear_backward_input(T* dx, const T* dy, const T* W, int N, int in, int out, bool accumulate, cudaStream_t stream) {
-    gemm(dx, dy, W, N, in, out, false, false, 1.0f, accumulate ? 1.0f : 0.0f, 1, 0, 0, 0, stream);
+    gemm(dx, dy, W, GemmShape::nn(N, in, out), 1.0f, accumulate ? 1.0f : 0.0f, stream);
 }

@@ -13,7 +13,8 @@ of recomputing the whole row.
                  (shape.doc_ids) is given; out = softmax(s) v
              the maths of attention_forward's row p (llmc/kernels/attention.cuh), in fp32.
 
-sample_tokens(model, cache, ...): the trainers' sampling loop (below), with or without the cache.
+sample_tokens(model, tokens, n, ...): the trainers' sampling loop (below), with or without the
+             cache (model.kv).
 
 Launch layout: one block of kDecodeThreads threads per query head. Dynamic shared memory
 holds the p + 1 scores and kDecodeThreads floats for the block reductions (max, then sum,
@@ -119,12 +120,17 @@ struct KVCache {
 // the window is one cached forward step while the sequence fits in T rows (the greedy
 // tokens equal the recomputing path's); once it does not (the window slides and every
 // position moves), and without the cache, the whole window is recomputed for each token,
-// padded with bos_id after its end (causal: the padding changes nothing before it).
-// `logits`: the model's (positions, Vp) fp32 output buffer.
+// padded with the BOS token after its end (causal: the padding changes nothing before it).
+// What the model knows is asked of it: its context T, its cache (model.kv), its logits
+// buffer (positions, Vp) fp32, and from model.cfg the padded and real vocabulary sizes, the
+// BOS id and the cache's layers and width.
 template <typename Model>
-std::vector<int> sample_tokens(Model& model, KVCache& cache, int T, int Vp, int V, int bos_id, int layers, int kv_dim,
-                               const float* logits, std::vector<int> tokens, int n, float temperature,
-                               std::mt19937_64& rng, bool use_cache) {
+std::vector<int> sample_tokens(Model& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
+                               bool use_cache) {
+    const auto& c = model.cfg;
+    const int T = model.T, Vp = c.padded_vocab(), V = c.vocab_size, bos_id = c.bos_id;
+    const float* logits = model.logits;
+    KVCache& cache = model.kv;
     std::vector<float> last(Vp);
     std::vector<int> row(T);
     const int no_target = -1;
@@ -144,7 +150,7 @@ std::vector<int> sample_tokens(Model& model, KVCache& cache, int T, int Vp, int 
     };
     bool cached = use_cache && (int)tokens.size() <= T && n > 0;
     if (cached) {
-        cache.allocate(layers, T, kv_dim);
+        cache.allocate(c.n_layer, T, c.kv_width());
         cache.clear();
         for (int t : tokens) { step(t); }
     }

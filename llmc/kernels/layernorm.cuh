@@ -19,16 +19,21 @@ Backward (dinp, dweight and dbias ACCUMULATED):
     dinp    += rstd * (dy - mean(dy) - xhat * mean(dy * xhat))     per row
     dweight += sum over rows of dout * xhat
     dbias   += sum over rows of dout
-Deterministic without atomics, as norm_backward: each row group accumulates its dweight and
+Deterministic without atomics, as GainNorm::backward (llmc/kernels/norm.cuh): each row group accumulates its dweight and
 dbias partials in its own shared-memory rows (2 C floats), the block sums its groups in a
 fixed order into scratch (dweight partials at scratch[b * C + c], dbias partials at
 scratch[blocks * C + b * C + c]), and norm_dgain_reduce_kernel sums the blocks in a fixed
 order. Scratch: layernorm_backward_scratch_floats(N, C). dinp must not alias dout or inp.
+
+Calls: LayerNorm{weight, bias, C, eps} (at the end: a layernorm with its weight and bias
+and their gradients), .forward(out, mean, rstd, inp, N, stream) and
+.backward(dinp, dout, inp, mean, rstd, N, scratch, stream).
 */
 #pragma once
 
 #include "llmc/cuda_common.h"
-#include "llmc/kernels/norm.cuh"  // row-group layout, row chunk loads/stores, group sums, fixed-order block reduction
+#include "llmc/kernels/norm.cuh"        // row-group layout, row chunk loads/stores, group sums, fixed-order block reduction
+#include "llmc/model/layer_weights.h"  // defines: Weight (LayerNorm)
 
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of `lanes` (and of 32 when lanes > 1); C % V == 0.
@@ -151,53 +156,63 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* scratch, const fl
 }
 
 // ----------------------------------------------------------------------------------------
-// launchers
-
-inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                              const floatX* bias, int N, int C, float eps, cudaStream_t stream) {
-    if (N <= 0) { return; }
-    NormLayout layout = norm_layout(C, {out, inp, weight, bias});
-    const int block_size = 256;
-    int grid = CEIL_DIV(N, block_size / layout.lanes);
-    if (layout.vector) {
-        LAUNCH(grid, block_size, 0, stream, layernorm_forward_kernel<x128::size>)(out, mean, rstd, inp, weight, bias, N,
-                                                                                  C, layout.lanes, eps);
-    } else {
-        LAUNCH(grid, block_size, 0, stream, layernorm_forward_kernel<1>)(out, mean, rstd, inp, weight, bias, N, C,
-                                                                         layout.lanes, eps);
-    }
-    cudaCheckLaunch();
-}
+// the launchers
 
 inline size_t layernorm_backward_scratch_floats(int N, int C) { return 2 * (size_t)norm_backward_blocks(N) * C; }
 
-inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
-                               const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N,
-                               int C, cudaStream_t stream) {
-    if (N <= 0) { return; }
-    NormLayout layout = norm_layout(C, {dinp, dout, inp, weight});
-    const size_t group_bytes = 2 * (size_t)C * sizeof(float);
-    int groups = 256 / layout.lanes;
-    while (groups > 1 && groups * group_bytes > (size_t)kNormMaxSharedBytes) { groups /= 2; }
-    if (groups * group_bytes > (size_t)kNormMaxSharedBytes) {
-        fprintf(stderr, "layernorm_backward: C = %d needs more than %d bytes of shared memory\n", C, kNormMaxSharedBytes);
-        exit(EXIT_FAILURE);
+// A LayerNorm as a model calls it (GainNorm's counterpart, llmc/kernels/norm.cuh): its weight and
+// bias (each with its gradient), the row width C and eps. forward: out = layernorm(x) over
+// N rows (mean, rstd kept for backward; either may be null when no backward follows);
+// backward: dx += dL/dx, weight.grad and bias.grad += theirs, from dout = dL/d out and the
+// forward's x, mean, rstd; scratch holds layernorm_backward_scratch_floats(N, C).
+struct LayerNorm {
+    Weight weight, bias;
+    int C = 0;
+    float eps = 0.0f;
+
+    void forward(floatX* out, float* mean, float* rstd, const floatX* x, int N, cudaStream_t stream) const {
+        if (N <= 0) { return; }
+        NormLayout layout = norm_layout(C, {out, x, weight.w, bias.w});
+        const int block_size = 256;
+        int grid = CEIL_DIV(N, block_size / layout.lanes);
+        if (layout.vector) {
+            LAUNCH(grid, block_size, 0, stream, layernorm_forward_kernel<x128::size>)(out, mean, rstd, x, weight.w,
+                                                                                      bias.w, N, C, layout.lanes, eps);
+        } else {
+            LAUNCH(grid, block_size, 0, stream, layernorm_forward_kernel<1>)(out, mean, rstd, x, weight.w, bias.w, N, C,
+                                                                             layout.lanes, eps);
+        }
+        cudaCheckLaunch();
     }
-    int block_size = groups * layout.lanes;
-    int blocks = CEIL_DIV(N, groups);
-    if (blocks > norm_backward_blocks(N)) { blocks = norm_backward_blocks(N); }
-    size_t shared = groups * group_bytes;
-    if (layout.vector) {
-        LAUNCH(blocks, block_size, shared, stream, layernorm_backward_kernel<x128::size>)(
-            dinp, scratch, dout, inp, weight, mean, rstd, N, C, layout.lanes);
-    } else {
-        LAUNCH(blocks, block_size, shared, stream, layernorm_backward_kernel<1>)(dinp, scratch, dout, inp, weight, mean,
-                                                                                  rstd, N, C, layout.lanes);
+
+    void backward(floatX* dx, const floatX* dout, const floatX* x, const float* mean, const float* rstd, int N,
+                  float* scratch, cudaStream_t stream) const {
+        if (N <= 0) { return; }
+        NormLayout layout = norm_layout(C, {dx, dout, x, weight.w});
+        const size_t group_bytes = 2 * (size_t)C * sizeof(float);
+        int groups = 256 / layout.lanes;
+        while (groups > 1 && groups * group_bytes > (size_t)kNormMaxSharedBytes) { groups /= 2; }
+        if (groups * group_bytes > (size_t)kNormMaxSharedBytes) {
+            fprintf(stderr, "LayerNorm::backward: C = %d needs more than %d bytes of shared memory\n", C,
+                    kNormMaxSharedBytes);
+            exit(EXIT_FAILURE);
+        }
+        int block_size = groups * layout.lanes;
+        int blocks = CEIL_DIV(N, groups);
+        if (blocks > norm_backward_blocks(N)) { blocks = norm_backward_blocks(N); }
+        size_t shared = groups * group_bytes;
+        if (layout.vector) {
+            LAUNCH(blocks, block_size, shared, stream, layernorm_backward_kernel<x128::size>)(
+                dx, scratch, dout, x, weight.w, mean, rstd, N, C, layout.lanes);
+        } else {
+            LAUNCH(blocks, block_size, shared, stream, layernorm_backward_kernel<1>)(dx, scratch, dout, x, weight.w,
+                                                                                      mean, rstd, N, C, layout.lanes);
+        }
+        cudaCheckLaunch();
+        LAUNCH(CEIL_DIV(C, 32), dim3(32, 8), 0, stream, norm_dgain_reduce_kernel)(weight.grad, scratch, blocks, C);
+        cudaCheckLaunch();
+        LAUNCH(CEIL_DIV(C, 32), dim3(32, 8), 0, stream, norm_dgain_reduce_kernel)(
+            bias.grad, scratch + (size_t)blocks * C, blocks, C);
+        cudaCheckLaunch();
     }
-    cudaCheckLaunch();
-    LAUNCH(CEIL_DIV(C, 32), dim3(32, 8), 0, stream, norm_dgain_reduce_kernel)(dweight, scratch, blocks, C);
-    cudaCheckLaunch();
-    LAUNCH(CEIL_DIV(C, 32), dim3(32, 8), 0, stream, norm_dgain_reduce_kernel)(dbias, scratch + (size_t)blocks * C, blocks,
-                                                                             C);
-    cudaCheckLaunch();
-}
+};

@@ -14,7 +14,7 @@ iteration is one strided-batched gemm() over the group. Per group and step:
      a fixed grid of kMuonNormBlocks blocks (deterministic, no atomics);
   2. muon_normalize_kernel: X = u / (||u||_F + 1e-7) into a contiguous batch in the NS type
      T (floatX by default, fp32 with ns_fp32);
-  3. newton_schulz(): per step 3 batched GEMMs (Gram, polynomial, product) in T with fp32
+  3. newton_schulz(): per step NSBatch's 3 batched GEMMs (gram, poly, update) in T with fp32
      accumulation;
   4. muon_apply_kernel: (paper) the momentum update, and the decoupled-decay update of the
      parameters (fp32 master weights in bf16 builds, rounded into the floatX parameters).
@@ -141,35 +141,65 @@ __global__ void muon_apply_kernel(floatX* params, float* master, float* mom, con
 }
 
 // ---------------------------------------------------------------------------------------
-// Newton-Schulz on a contiguous batch of normalised (rows, cols) matrices in x. x_alt
-// (same size) and gram, poly (batch x n x n, n = min(rows, cols)) are workspace. Returns
-// the buffer that holds the result (x or x_alt).
-template <typename T>
-T* newton_schulz(T* x, T* x_alt, T* gram, T* poly, int batch, int rows, int cols, int steps, NSCoefficients k,
-                 cudaStream_t stream) {
-    const bool tall = rows > cols;
-    const int n = tall ? cols : rows;
-    const int64_t sx = (int64_t)rows * cols, sg = (int64_t)n * n;
-    for (int s = 0; s < steps; s++) {
-        // gram = X X^T (wide) or X^T X (tall)
-        if (!tall) {
-            gemm(gram, x, x, n, n, cols, false, true, 1.0f, 0.0f, batch, sx, sx, sg, stream);
-        } else {
-            gemm(gram, x, x, n, n, rows, true, false, 1.0f, 0.0f, batch, sx, sx, sg, stream);
-        }
-        // poly = b gram + c gram^2
-        cudaCheck(cudaMemcpyAsync(poly, gram, (size_t)batch * sg * sizeof(T), cudaMemcpyDeviceToDevice, stream));
-        gemm(poly, gram, gram, n, n, n, false, false, k.c, k.b, batch, sg, sg, sg, stream);
-        // x_alt = a X + poly X (wide) or a X + X poly (tall)
-        cudaCheck(cudaMemcpyAsync(x_alt, x, (size_t)batch * sx * sizeof(T), cudaMemcpyDeviceToDevice, stream));
-        if (!tall) {
-            gemm(x_alt, poly, x, rows, cols, rows, false, false, 1.0f, k.a, batch, sg, sx, sx, stream);
-        } else {
-            gemm(x_alt, x, poly, rows, cols, cols, false, false, 1.0f, k.a, batch, sx, sg, sx, stream);
-        }
-        std::swap(x, x_alt);
+// The three GEMMs of a Newton-Schulz step over one group: `batch` (rows, cols) matrices X,
+// contiguous, and their n x n Gram-sized matrices (n = min(rows, cols)), contiguous. A tall
+// group (rows > cols) is worked on as X^T (see the header): its Gram matrix is X^T X and the
+// polynomial multiplies X from the right.
+struct NSBatch {
+    int batch, rows, cols;
+
+    bool tall() const { return rows > cols; }
+    int n() const { return tall() ? cols : rows; }
+    int64_t x_size() const { return (int64_t)rows * cols; }
+    int64_t gram_size() const { return (int64_t)n() * n(); }
+
+    // gram = X X^T (wide) or X^T X (tall)
+    template <typename T>
+    void gram(T* gram, const T* x, cudaStream_t stream) const {
+        GemmShape s = tall() ? GemmShape::tn(n(), n(), rows) : GemmShape::nt(n(), n(), cols);
+        gemm(gram, x, x, s.batched(batch, x_size(), x_size(), gram_size()), 1.0f, 0.0f, stream);
     }
-    return x;
+    // poly = b gram + c gram^2 (gemm's beta term scales what C holds: first a copy of gram)
+    template <typename T>
+    void poly(T* poly, const T* gram, NSCoefficients k, cudaStream_t stream) const {
+        size_t bytes = (size_t)batch * gram_size() * sizeof(T);
+        cudaCheck(cudaMemcpyAsync(poly, gram, bytes, cudaMemcpyDeviceToDevice, stream));
+        GemmShape s = GemmShape::nn(n(), n(), n()).batched(batch, gram_size(), gram_size(), gram_size());
+        gemm(poly, gram, gram, s, k.c, k.b, stream);
+    }
+    // x_next = a X + poly X (wide) or a X + X poly (tall) (x_next first holds a copy of X)
+    template <typename T>
+    void update(T* x_next, const T* poly, const T* x, NSCoefficients k, cudaStream_t stream) const {
+        size_t bytes = (size_t)batch * x_size() * sizeof(T);
+        cudaCheck(cudaMemcpyAsync(x_next, x, bytes, cudaMemcpyDeviceToDevice, stream));
+        if (!tall()) {
+            GemmShape s = GemmShape::nn(rows, cols, rows).batched(batch, gram_size(), x_size(), x_size());
+            gemm(x_next, poly, x, s, 1.0f, k.a, stream);
+        } else {
+            GemmShape s = GemmShape::nn(rows, cols, cols).batched(batch, x_size(), gram_size(), x_size());
+            gemm(x_next, x, poly, s, 1.0f, k.a, stream);
+        }
+    }
+};
+
+// Newton-Schulz's buffers: x, the normalised input, and x_alt like it (batch x rows x cols);
+// gram, poly: batch x n x n.
+template <typename T>
+struct NSBuffers {
+    T *x, *x_alt, *gram, *poly;
+};
+
+// Newton-Schulz on the contiguous batch of normalised matrices in buf.x, the rest of buf
+// being workspace. Returns the buffer that holds the result (buf.x or buf.x_alt).
+template <typename T>
+T* newton_schulz(NSBuffers<T> buf, const NSBatch& ns, int steps, NSCoefficients k, cudaStream_t stream) {
+    for (int s = 0; s < steps; s++) {
+        ns.gram(buf.gram, buf.x, stream);
+        ns.poly(buf.poly, buf.gram, k, stream);
+        ns.update(buf.x_alt, buf.poly, buf.x, k, stream);
+        std::swap(buf.x, buf.x_alt);
+    }
+    return buf.x;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -231,17 +261,16 @@ public:
                            cudaStream_t stream) {
         const Group& g = groups_[group];
         const bool keller = cfg.order == MuonOrder::Keller;
-        T *x0, *x1, *gram, *poly;
-        workspace<T>(&x0, &x1, &gram, &poly);
+        NSBuffers<T> buf = workspace<T>();
         const int64_t n = g.numel();
         LAUNCH(dim3(kMuonNormBlocks, g.batch()), kReduceThreads, 0, stream, muon_prepare_kernel<TGrad>)(
             partials_, grads, mom, g.d_offsets, g.d_state_offsets, n, grad_scale, cfg.momentum, keller);
         cudaCheckLaunch();
         const int block = 256;
         LAUNCH(dim3(CEIL_DIV(n, block), g.batch()), block, 0, stream, muon_normalize_kernel<T, TGrad>)(
-            x0, partials_, grads, mom, g.d_offsets, g.d_state_offsets, n, grad_scale, cfg.momentum, keller);
+            buf.x, partials_, grads, mom, g.d_offsets, g.d_state_offsets, n, grad_scale, cfg.momentum, keller);
         cudaCheckLaunch();
-        return newton_schulz(x0, x1, gram, poly, g.batch(), g.rows, g.cols, cfg.ns_steps, cfg.coefficients, stream);
+        return newton_schulz(buf, NSBatch{g.batch(), g.rows, g.cols}, cfg.ns_steps, cfg.coefficients, stream);
     }
 
     // One Muon step on every matrix. grad_scale applies the global-norm clip. Gradients are
@@ -273,9 +302,9 @@ private:
         }
     }
 
-    // Four arrays of T carved from one allocation (re-made if T changes).
+    // Newton-Schulz's four arrays of T, carved from one allocation (re-made if T changes).
     template <typename T>
-    void workspace(T** x0, T** x1, T** gram, T** poly) {
+    NSBuffers<T> workspace() {
         size_t bytes = (2 * x_elems_ + 2 * gram_elems_) * sizeof(T);
         if (workspace_ != nullptr && workspace_bytes_ != bytes) {
             cudaCheck(cudaFree(workspace_));
@@ -286,10 +315,7 @@ private:
             workspace_bytes_ = bytes;
         }
         T* base = static_cast<T*>(workspace_);
-        *x0 = base;
-        *x1 = base + x_elems_;
-        *gram = base + 2 * x_elems_;
-        *poly = base + 2 * x_elems_ + gram_elems_;
+        return {base, base + x_elems_, base + 2 * x_elems_, base + 2 * x_elems_ + gram_elems_};
     }
 
     std::vector<Group> groups_;

@@ -25,6 +25,10 @@ row group loops over rows (grid-stride) accumulating dout*y into its own shared-
 of C floats (each lane owns fixed columns, so no races); at the end the block sums its
 groups in fixed order into scratch[block, :], and a second kernel sums the blocks in fixed
 order and adds the result to dgain. dinp must not alias dout or inp.
+
+Calls: norm_forward(out, rstd, inp, gain, N, C, gain_offset, eps, stream), and GainNorm (at
+the end: a norm with its gain tensor and the gain's gradient) whose forward wraps it and
+whose backward launches the backward kernels.
 */
 #pragma once
 
@@ -199,34 +203,6 @@ inline int norm_backward_blocks(int N) { return N < kNormBackwardMaxBlocks ? N :
 
 inline size_t norm_backward_scratch_floats(int N, int C) { return (size_t)norm_backward_blocks(N) * C; }
 
-inline void norm_backward(floatX* dinp, floatX* dgain, float* scratch, const floatX* dout, const floatX* inp,
-                          const floatX* gain, const float* rstd, int N, int C, float gain_offset,
-                          cudaStream_t stream) {
-    if (N <= 0) { return; }
-    NormLayout layout = norm_layout(C, {dinp, dout, inp, gain});
-    int groups = 256 / layout.lanes;
-    while (groups > 1 && (size_t)groups * C * sizeof(float) > (size_t)kNormMaxSharedBytes) { groups /= 2; }
-    if ((size_t)groups * C * sizeof(float) > (size_t)kNormMaxSharedBytes) {
-        fprintf(stderr, "norm_backward: C = %d needs more than %d bytes of shared memory\n", C, kNormMaxSharedBytes);
-        exit(EXIT_FAILURE);
-    }
-    int block_size = groups * layout.lanes;
-    // lanes < 32 only for C < 32 * V, where groups stays 256 / lanes: block_size is a multiple of 32
-    int blocks = CEIL_DIV(N, groups);
-    if (blocks > norm_backward_blocks(N)) { blocks = norm_backward_blocks(N); }
-    size_t shared = (size_t)groups * C * sizeof(float);
-    if (layout.vector) {
-        LAUNCH(blocks, block_size, shared, stream, norm_backward_kernel<x128::size>)(
-            dinp, scratch, dout, inp, gain, rstd, N, C, layout.lanes, gain_offset);
-    } else {
-        LAUNCH(blocks, block_size, shared, stream, norm_backward_kernel<1>)(dinp, scratch, dout, inp, gain, rstd, N,
-                                                                             C, layout.lanes, gain_offset);
-    }
-    cudaCheckLaunch();
-    LAUNCH(CEIL_DIV(C, 32), dim3(32, 8), 0, stream, norm_dgain_reduce_kernel)(dgain, scratch, blocks, C);
-    cudaCheckLaunch();
-}
-
 // A norm as a model calls it: its gain tensor (and the gain's gradient), the row width C and
 // how the gains are stored. forward: out = norm(x) over N rows (rstd kept for backward);
 // backward: dx += dL/dx and gain.grad += dL/dgain, from dout = dL/d out and the forward's x, rstd.
@@ -238,8 +214,31 @@ struct GainNorm {
     void forward(floatX* out, float* rstd, const floatX* x, int N, cudaStream_t stream) const {
         norm_forward(out, rstd, x, gain.w, N, C, gain_offset, eps, stream);
     }
+    // (the launch of the backward kernels above: scratch holds norm_backward_scratch_floats(N, C))
     void backward(floatX* dx, const floatX* dout, const floatX* x, const float* rstd, int N, float* scratch,
                   cudaStream_t stream) const {
-        norm_backward(dx, gain.grad, scratch, dout, x, gain.w, rstd, N, C, gain_offset, stream);
+        if (N <= 0) { return; }
+        NormLayout layout = norm_layout(C, {dx, dout, x, gain.w});
+        int groups = 256 / layout.lanes;
+        while (groups > 1 && (size_t)groups * C * sizeof(float) > (size_t)kNormMaxSharedBytes) { groups /= 2; }
+        if ((size_t)groups * C * sizeof(float) > (size_t)kNormMaxSharedBytes) {
+            fprintf(stderr, "GainNorm::backward: C = %d needs more than %d bytes of shared memory\n", C, kNormMaxSharedBytes);
+            exit(EXIT_FAILURE);
+        }
+        int block_size = groups * layout.lanes;
+        // lanes < 32 only for C < 32 * V, where groups stays 256 / lanes: block_size is a multiple of 32
+        int blocks = CEIL_DIV(N, groups);
+        if (blocks > norm_backward_blocks(N)) { blocks = norm_backward_blocks(N); }
+        size_t shared = (size_t)groups * C * sizeof(float);
+        if (layout.vector) {
+            LAUNCH(blocks, block_size, shared, stream, norm_backward_kernel<x128::size>)(
+                dx, scratch, dout, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
+        } else {
+            LAUNCH(blocks, block_size, shared, stream, norm_backward_kernel<1>)(dx, scratch, dout, x, gain.w, rstd, N,
+                                                                                 C, layout.lanes, gain_offset);
+        }
+        cudaCheckLaunch();
+        LAUNCH(CEIL_DIV(C, 32), dim3(32, 8), 0, stream, norm_dgain_reduce_kernel)(gain.grad, scratch, blocks, C);
+        cudaCheckLaunch();
     }
 };

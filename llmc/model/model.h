@@ -126,9 +126,7 @@ int64_t count_loss_targets(const Model& model, const int* targets, int n) {
 template <typename Model>
 std::vector<int> sample(Model& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
                         bool use_cache = true) {
-    const auto& c = model.cfg;
-    return sample_tokens(model, model.kv, model.T, c.padded_vocab(), c.vocab_size, c.bos_id, c.n_layer, c.kv_width(),
-                         model.logits, std::move(tokens), n, temperature, rng, use_cache);
+    return sample_tokens(model, std::move(tokens), n, temperature, rng, use_cache);
 }
 
 // The container of doc/formats.md (readable by the trainer's PyTorch reference); `extra`
