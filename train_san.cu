@@ -34,7 +34,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/kernels/rope.cuh"
 #include "llmc/mixers/attention_kinds.h"  // AttnKind, the layouts
 #include "llmc/mixers/registry.h"         // make_token_mixer: each attention kind's TokenMixer (llmc/mixers/)
-#include "llmc/kernels/fixed_qk.cuh"      // rndembqk, fixedseqqk: FixedQKInput, the fixed row's model state
+#include "llmc/model/fixed_qk_input.h"   // rndembqk, fixedseqqk: FixedQKInput, the fixed row's model state
 #include "llmc/kernels/kv_cache.cuh"
 #include "llmc/model/swiglu_mlp.h"        // SwiGLUMLP: the FFN arm's body
 #include "llmc/model/layer_weights.h"     // LayerWeights: a layer's tensors by name
@@ -307,7 +307,7 @@ std::string describe_attention(const SANConfig& c) {
     return out;
 }
 
-// The SAN paper's locked per-device peak rates for this arm (llmc/train/optimizer.h DefaultRates).
+// The SAN paper's locked per-device peak rates for this arm (llmc/optim/optimizer.h DefaultRates).
 DefaultRates default_rates(const SANConfig& c) {
     DefaultRates r;
     if (c.has_ffn()) {
@@ -401,7 +401,7 @@ struct SAN : LanguageModel<SANConfig> {
     floatX *d_block_in = nullptr, *dx0 = nullptr;  // dL/d(a sub-layer's normed input); dL/d x0 (staticembqk)
     SkipNonstandard skip = SkipNonstandard::None;  // evaluation only: backward() refuses it
     std::vector<int> host_targets_masked;
-    // rndembqk, fixedseqqk (llmc/kernels/fixed_qk.cuh): the fixed input (model state, host copy as in
+    // rndembqk, fixedseqqk (llmc/model/fixed_qk_input.h): the fixed input (model state, host copy as in
     // files), rndembqk's eps on the device, and whether the last forward ran the fixed row
     bool has_fixed_row = false;
     FixedQKInput fixed;

@@ -97,7 +97,7 @@ def config_from_args(args):
 
 def default_rates(cfg):
     """The SAN paper's locked per-device peak rates of this arm: (Muon, AdamW, AdamW side of
-    Muon); the FFN arm has its own (as llmc/train/optimizer.h DefaultRates via train_san.cu)."""
+    Muon); the FFN arm has its own (as llmc/optim/optimizer.h DefaultRates via train_san.cu)."""
     return (0.04, 2.4e-3, 3e-4) if cfg.ffn != "none" else (0.02, 6e-4, 3e-4)
 
 

@@ -26,7 +26,7 @@ Host-only C++17.
 #include <vector>
 
 #include "choices.h"
-#include "llmc/data/number_text.h"
+#include "llmc/number_text.h"
 #include "utils.h"
 
 struct Flag {
@@ -53,7 +53,7 @@ Flag make_flag(const std::string& name, T* target, const std::string& help) {
             return std::string(text);
         }
     };
-    // numbers are read strictly (llmc/data/number_text.h): the whole text, finite, and within the
+    // numbers are read strictly (llmc/number_text.h): the whole text, finite, and within the
     // option's type; a value out of range is refused here, naming the option, not wrapped
     f.parse = [name, target](const char* text) {
         if constexpr (std::is_same<T, std::string>::value) {

@@ -100,6 +100,12 @@ constexpr PrecisionMode PRECISION_MODE = PrecisionMode::BF16;
 #define PRECISION_NAME "bf16"
 #endif
 
+// A parameter tensor and its gradient (device pointers into the model's buffers).
+struct Weight {
+    floatX* w = nullptr;
+    floatX* grad = nullptr;
+};
+
 // Conversions that read the same for float and bf16 on both executors.
 __host__ __device__ inline float to_float(float x) { return x; }
 __host__ __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

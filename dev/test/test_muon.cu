@@ -1,5 +1,5 @@
 /*
-test_muon: the Muon pieces (llmc/kernels/muon.cuh) and the LR schedules (llmc/train/schedule.h) against
+test_muon: the Muon pieces (llmc/kernels/muon.cuh) and the LR schedules (llmc/optim/schedule.h) against
 plain C++ double references written here from doc/san-model.md ("Optimizers",
 "Schedules"), on whichever executor built it.
 
@@ -28,8 +28,8 @@ so a wrong coefficient there fails, as does a wrong orientation of tall matrices
 #include <vector>
 
 #include "llmc/kernels/muon.cuh"
-#include "llmc/train/optimizer.h"
-#include "llmc/train/schedule.h"
+#include "llmc/optim/optimizer.h"
+#include "llmc/optim/schedule.h"
 #include "dev/test/compare.h"
 #include "dev/test/testing.h"
 

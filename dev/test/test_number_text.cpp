@@ -1,5 +1,5 @@
 /*
-Tests llmc/data/number_text.h (the strict number parsing of flags, checkpoint configs and saved
+Tests llmc/number_text.h (the strict number parsing of flags, checkpoint configs and saved
 settings) and the numeric flags of llmc/cli.h built on it: each text below is either read to
 the value written beside it (exact: small integers, powers of two, or strtod's own reading
 compared bit for bit) or refused; a refused flag stops naming the option and the problem.
@@ -13,7 +13,7 @@ Also the writer side: shortest_real_text reads back to the same double, and is t
 #include "dev/test/data_test_util.h"
 #include "llmc/cli.h"
 #include "llmc/data/dataloader.h"  // SplitMix64
-#include "llmc/data/number_text.h"
+#include "llmc/number_text.h"
 
 static bool integer_reads(const char* text, long long expected) {
     long long x = 0;

@@ -19,7 +19,7 @@ atomically (temp file + rename), so an interrupted save never replaces a good fi
 #include <string>
 #include <vector>
 
-#include "llmc/data/number_text.h"
+#include "llmc/number_text.h"
 #include "llmc/utils.h"
 
 constexpr char TENSOR_FILE_MAGIC[8] = {'A', 'T', 'T', 'N', 'F', 'I', 'L', 'E'};

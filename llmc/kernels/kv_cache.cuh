@@ -1,5 +1,5 @@
 /*
-Sampling one token at a time with a KV cache: the keys and values of the positions already
+Decoding one token at a time with a KV cache: the keys and values of the positions already
 seen stay on the device, so each new token costs one single-position forward pass instead
 of recomputing the whole row.
 
@@ -13,8 +13,8 @@ of recomputing the whole row.
                  (shape.doc_ids) is given; out = softmax(s) v
              the maths of attention_forward's row p (llmc/kernels/attention.cuh), in fp32.
 
-sample_tokens(model, tokens, n, ...): the trainers' sampling loop (below), with or without the
-             cache (model.kv).
+The trainers' sampling loop, which steps through this cache, is llmc/model/sampling.h's
+sample_tokens.
 
 Launch layout: one block of kDecodeThreads threads per query head. Dynamic shared memory
 holds the p + 1 scores and kDecodeThreads floats for the block reductions (max, then sum,
@@ -31,7 +31,6 @@ pass's quadratic recomputation of the row.
 
 #include "llmc/kernels/attention_shape.h"  // defines: AttnShape, AttnTensors
 #include "llmc/cuda_common.h"
-#include "llmc/model/sampling.h"
 
 constexpr int kDecodeThreads = 128;
 
@@ -114,56 +113,3 @@ struct KVCache {
     }
     void clear() { pos = 0, next_doc = 0; }
 };
-
-// Continues `tokens` by n tokens drawn by sample_token (llmc/model/sampling.h) from the logits of
-// the last position; the context is the last T tokens. With use_cache, every position of
-// the window is one cached forward step while the sequence fits in T rows (the greedy
-// tokens equal the recomputing path's); once it does not (the window slides and every
-// position moves), and without the cache, the whole window is recomputed for each token,
-// padded with the BOS token after its end (causal: the padding changes nothing before it).
-// What the model knows is asked of it: its context T, its cache (model.kv), its logits
-// buffer (positions, Vp) fp32, and from model.cfg the padded and real vocabulary sizes, the
-// BOS id and the cache's layers and width.
-template <typename Model>
-std::vector<int> sample_tokens(Model& model, std::vector<int> tokens, int n, float temperature, std::mt19937_64& rng,
-                               bool use_cache) {
-    const auto& c = model.cfg;
-    const int T = model.T, Vp = c.padded_vocab(), V = c.vocab_size, bos_id = c.bos_id;
-    const float* logits = model.logits;
-    KVCache& cache = model.kv;
-    std::vector<float> last(Vp);
-    std::vector<int> row(T);
-    const int no_target = -1;
-    std::vector<int> no_targets(T, -1);
-    auto recompute = [&]() {  // the logits of the last token, from the whole window
-        int start = std::max(0, (int)tokens.size() - T);
-        int len = (int)tokens.size() - start;
-        std::fill(row.begin(), row.end(), bos_id);
-        std::copy(tokens.begin() + start, tokens.end(), row.begin());
-        model.forward(row.data(), no_targets.data(), 1, T, 0.0f);
-        cudaCheck(cudaMemcpy(last.data(), logits + (size_t)(len - 1) * Vp, Vp * sizeof(float), cudaMemcpyDeviceToHost));
-    };
-    auto step = [&](int token) {  // one cached position
-        model.forward(&token, &no_target, 1, 1, 0.0f, nullptr, &cache);
-        cache.pos++;
-        cudaCheck(cudaMemcpy(last.data(), logits, Vp * sizeof(float), cudaMemcpyDeviceToHost));
-    };
-    bool cached = use_cache && (int)tokens.size() <= T && n > 0;
-    if (cached) {
-        cache.allocate(c.n_layer, T, c.kv_width());
-        cache.clear();
-        for (int t : tokens) { step(t); }
-    }
-    for (int k = 0; k < n; k++) {
-        if (!cached) { recompute(); }
-        tokens.push_back(sample_token(last.data(), V, temperature, rng));
-        if (cached && k + 1 < n) {
-            if ((int)tokens.size() <= T) {
-                step(tokens.back());
-            } else {
-                cached = false;
-            }
-        }
-    }
-    return tokens;
-}

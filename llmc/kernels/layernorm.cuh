@@ -33,7 +33,6 @@ and their gradients), .forward(out, mean, rstd, inp, N, stream) and
 
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/norm.cuh"        // row-group layout, row chunk loads/stores, group sums, fixed-order block reduction
-#include "llmc/model/layer_weights.h"  // defines: Weight (LayerNorm)
 
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of `lanes` (and of 32 when lanes > 1); C % V == 0.

@@ -37,7 +37,6 @@ whose backward launches the backward kernels.
 
 #include "llmc/kernels/align.h"
 #include "llmc/cuda_common.h"
-#include "llmc/model/layer_weights.h"  // defines: Weight (GainNorm)
 
 constexpr int kNormBackwardMaxBlocks = 512;
 constexpr int kNormMaxSharedBytes = 48 * 1024;

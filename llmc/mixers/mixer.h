@@ -35,7 +35,7 @@ reads_embedding() (what the model must provide), describe() (the run's banner).
 #include "llmc/kernels/kv_cache.cuh"            // defines: KVCache
 #include "llmc/model/layer_weights.h"           // defines: Weight, LayerWeights
 #include "llmc/kernels/norm.cuh"                // defines: GainNorm
-#include "llmc/model/param_spec.h"
+#include "llmc/optim/param_spec.h"
 #include "llmc/model/swiglu_mlp.h"              // defines: SwiGLUScratch
 
 // The sizes and settings a mixer is built from (SANConfig::mixer_dims).

@@ -1,11 +1,11 @@
 /*
 Where one layer's tensors are, by name: a model's parts (token mixers, the SwiGLU MLP, the
 residual sub-layers) find their weights and gradients here instead of in one struct that
-knows every part's fields. The buffers are the laid-out ones of llmc/model/param_spec.h (parameters
+knows every part's fields. The buffers are the laid-out ones of llmc/optim/param_spec.h (parameters
 and gradients share the layout), so a tensor and its gradient sit at the same offset.
 
     LayerWeights weights(spec, "layers.3.", params, grads);
-    Weight wq = weights["attn.wq"];   // {w, grad}; both null when the layer has no such tensor
+    Weight wq = weights["attn.wq"];   // {w, grad} (llmc/cuda_common.h); both null when absent
 */
 #pragma once
 
@@ -14,13 +14,7 @@ and gradients share the layout), so a tensor and its gradient sit at the same of
 #include <vector>
 
 #include "llmc/cuda_common.h"
-#include "llmc/model/param_spec.h"
-
-// A parameter tensor and its gradient (device pointers into the model's buffers).
-struct Weight {
-    floatX* w = nullptr;
-    floatX* grad = nullptr;
-};
+#include "llmc/optim/param_spec.h"
 
 class LayerWeights {
 public:

@@ -30,7 +30,8 @@ parameter_spec(cfg) and write_config(writer, cfg), found here by argument-depend
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/embedding.cuh"
 #include "llmc/kernels/kv_cache.cuh"
-#include "llmc/model/param_spec.h"
+#include "llmc/model/sampling.h"  // defines: sample_tokens
+#include "llmc/optim/param_spec.h"
 #include "llmc/model/parameters.h"
 #include "llmc/data/tensor_file.h"
 

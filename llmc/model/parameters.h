@@ -2,7 +2,7 @@
 The trainable parameters of a model, shared by the trainers: every tensor of a ParamSpec
 list in one device buffer (canonical order, doc/formats.md), their gradients, the fp32
 master copy (bf16 builds: the optimizer updates it and rounds into the floatX copy), and
-the optimizer (llmc/train/optimizer.h), built with its config by build_optimizer() before the
+the optimizer (llmc/optim/optimizer.h), built with its config by build_optimizer() before the
 first update or the load of a checkpoint's optimizer state. A trainer's model derives from ModelParameters and adds
 its activations, forward and backward.
 
@@ -30,7 +30,7 @@ the fp32 buffer `grads_fp32` that the optimizer then reads (llmc/kernels/grad_ac
 
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/grad_accumulate.cuh"
-#include "llmc/train/optimizer.h"
+#include "llmc/optim/optimizer.h"
 #include "llmc/data/tensor_file.h"
 
 class ModelParameters {

@@ -17,7 +17,7 @@ every SwiGLU of a model (SwiGLUScratch, sized for the widest).
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/gemm.cuh"       // defines: linear_forward, linear_backward_weight, linear_backward_input
 #include "llmc/model/layer_weights.h"  // defines: Weight, LayerWeights
-#include "llmc/model/param_spec.h"
+#include "llmc/optim/param_spec.h"
 #include "llmc/kernels/swiglu.cuh"     // defines: swiglu_forward, swiglu_backward
 
 // Backward buffers of width m (N x m each), one set per model.

@@ -1,7 +1,7 @@
 /*
 Data parallelism around the optimizer step (doc/multi-gpu.md): what each rank reduces,
 updates, keeps and shares so that N ranks take the step one rank would take on the mean of
-their gradients. Used by ParamOptimizer (llmc/train/optimizer.h); one rank (no Comm) is the same
+their gradients. Used by ParamOptimizer (llmc/optim/optimizer.h); one rank (no Comm) is the same
 code with identity collectives.
 
 Buffers: parameters and gradients share one layout of E elements, tensors on 64-element

@@ -25,7 +25,7 @@ doc/formats.md "Resume state" lists the keys.
 
 #include "llmc/cli.h"
 #include "llmc/data/dataloader.h"
-#include "llmc/data/number_text.h"
+#include "llmc/number_text.h"
 #include "llmc/data/tensor_file.h"
 #include "llmc/train/train_options.h"
 #include "llmc/utils.h"

@@ -15,7 +15,7 @@ resume keeps of them, in llmc/train/resume.h. Host-only C++17.
 #include "llmc/choices.h"
 #include "llmc/cli.h"
 #include "llmc/cuda_common.h"
-#include "llmc/train/optimizer.h"
+#include "llmc/optim/optimizer.h"
 #include "llmc/utils.h"
 
 // Which of our attention kernels bf16 builds run (llmc/kernels/attention.cuh): auto = the tensor-core

@@ -21,7 +21,7 @@ and the reader of a checkpoint's config. The trainer describes the rest with a s
     set_defaults(o, argc, argv)      switches read before the other flags (--paper-setup)
     start_elsewhere(o, bos_given)    a model from a file other than a checkpoint (GPT-2's
                                      --init-from-llmc) into o.model; returns whether there is one
-    default_rates(cfg)         the model's default peak rates (llmc/train/optimizer.h DefaultRates)
+    default_rates(cfg)         the model's default peak rates (llmc/optim/optimizer.h DefaultRates)
     print_model(o)             the config lines of the start-of-run summary
     init_parameters(model, o)  parameters of a fresh run (seeded init, or the other file's)
 and optionally

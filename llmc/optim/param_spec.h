@@ -2,7 +2,7 @@
 ParamSpec: one trainable tensor of a model (name, shape, group, init), and the device
 layout of a list of them. One list per model (a trainer's parameter_spec(cfg)) drives the
 allocation, the init, the checkpoint names and the optimizer groups (llmc/model/parameters.h,
-llmc/train/optimizer.h). Host-only C++17.
+llmc/optim/optimizer.h). Host-only C++17.
 */
 #pragma once
 

@@ -38,9 +38,9 @@ mode: save() is then a collective that every rank calls.
 #include "llmc/cuda_common.h"
 #include "llmc/parallel/data_parallel.h"
 #include "llmc/kernels/muon.cuh"
-#include "llmc/model/param_spec.h"
+#include "llmc/optim/param_spec.h"
 #include "llmc/kernels/reduce.cuh"
-#include "llmc/train/schedule.h"
+#include "llmc/optim/schedule.h"
 #include "llmc/data/tensor_file.h"
 
 // A model's default peak rates (per device, before --lr-scale-gpus): the SAN paper's locked
