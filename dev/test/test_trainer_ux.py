@@ -152,6 +152,53 @@ def test_data_summary_and_overlap_warning(data, tmp_path):
     assert f"warning: {data / 'toy_train_000000.bin'} is in both the training and the validation data" in out
 
 
+def file_errors(data, tmp_path):
+    """(arguments, the error) for each file option: the flag, then the problem."""
+    tokenizer = os.path.join(ROOT, "data", "offline", "tokenizer.bin")
+    train = ["--train-data", data / "toy_train_*.bin"]
+    return [
+        (train + ["--tokenizer", tmp_path / "nope.bin"], f"--tokenizer: no such file '{tmp_path / 'nope.bin'}'"),
+        (train + ["--tokenizer", tmp_path], f"--tokenizer: '{tmp_path}' is a directory, not a file"),
+        (["--train-data", tmp_path / "nope_*.bin"], f"--train-data: no file matches '{tmp_path / 'nope_*.bin'}'"),
+        (["--train-data", data / "toy_train_000009.bin"], "--train-data: no such file"),
+        (["--train-data", data], f"--train-data: '{data}' is a directory, not a token shard"),
+        (["--train-data", tokenizer], "is not a token shard: magic number 20260312, expected 20240520 (--train-data)"),
+        (train + ["--val-data", tmp_path / "v_*.bin"], f"--val-data: no file matches '{tmp_path / 'v_*.bin'}'"),
+        (["--init-from", tmp_path / "nope.bin", "--steps", 0], "--init-from: no such file"),
+        (["--init-from", tokenizer, "--steps", 0], "not an attn.c tensor file (magic is not ATTNFILE) (--init-from)"),
+        (["--resume", tmp_path / "nope.bin"], "--resume: no such file"),
+        (train + ["--eval-sets", tmp_path / "e.bin"], f"--eval-sets: no such file '{tmp_path / 'e.bin'}'"),
+        (train + ["--log", tmp_path / "no" / "log.jsonl"], f"--log: no such directory '{tmp_path / 'no'}'"),
+        (train + ["--prompt", "hi"], "--prompt needs --tokenizer"),
+    ]
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_file_errors_name_the_flag_before_the_model(trainer, data, tmp_path):
+    """Each file option's error names the flag and the problem, and comes before the
+    start-of-run summary (the data's used to come after nine lines of it)."""
+    for args, message in file_errors(data, tmp_path):
+        proc = run(trainer, ["--preset", "tiny"] + args, check=False)
+        assert proc.returncode != 0 and message in proc.stderr, (args, proc.stderr)
+        assert proc.stdout == "", (args, proc.stdout)  # not a line of the model's summary
+    if trainer == "gpt2":
+        proc = run(trainer, ["--init-from-llmc", tmp_path / "gpt2.bin"], check=False)
+        assert proc.returncode != 0 and "--init-from-llmc: no such file" in proc.stderr, proc.stderr
+
+
+def test_missing_saved_data_is_named_on_resume(tmp_path):
+    """A resume reads the data of the saved run: a pattern that no longer matches names the
+    flag and the checkpoint it came from, before the model is printed."""
+    data = write_pattern_corpus(tmp_path, {"moved_train_000000": 40})
+    run("san", ["--preset", "tiny", "--train-data", data / "moved_train_*.bin", "--batch-size", 2, "--steps", 2,
+                "--save-every", 1, "--sample-tokens", 0, "--checkpoint-dir", tmp_path / "ckpt"])
+    (data / "moved_train_000000.bin").unlink()
+    proc = run("san", ["--resume", tmp_path / "ckpt" / "step_1.bin"], check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert f"--train-data (saved in {tmp_path / 'ckpt' / 'step_1.bin'}): no file matches" in proc.stderr, proc.stderr
+    assert "parameters:" not in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_command_line_vocabulary(trainer, data, tmp_path):
     # an unquoted glob the shell expanded into two files

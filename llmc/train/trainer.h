@@ -2,12 +2,14 @@
 The skeleton of a trainer's main, what train_san.cu and train_gpt2.cu do alike, so that a
 trainer file holds its model and little else:
 
-  1. parse the flags over a preset's model config (llmc/cli.h parse_with_preset);
+  1. parse the flags over a preset's model config (llmc/cli.h parse_with_preset); check that
+     the files to read first exist (llmc/train/input_files.h check_start_files);
   2. with --resume or --init-from, take the model config from the checkpoint (model flags
      that contradict it are refused: llmc/train/resume.h check_model_flags); else a --tokenizer
      sets the vocabulary size and, unless --bos-id is given, the BOS id;
   3. check the config and the training options (check_training_options; a resume
-     continues the saved run's settings);
+     continues the saved run's settings), then every other input file (check_run_files),
+     so that a wrong path fails before anything about the model is printed;
   4. print the config, the parameter counts and FLOPs per token, and the optimizer;
   5. build the model and its optimizer, load or initialise the parameters, and train
      (llmc/train/training.h run_training).
@@ -40,6 +42,7 @@ and optionally
 #include "llmc/kernels/attention.cuh"
 #include "llmc/cli.h"
 #include "llmc/model/model.h"
+#include "llmc/train/input_files.h"  // defines: check_start_files, check_run_files
 #include "llmc/train/resume.h"
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
@@ -121,8 +124,12 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
                                            [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); });
     TrainOptions& t = o.train;
     const std::string start = start_checkpoint(t);
+    check_start_files(t);  // every path is checked before the model is printed (and check_run_files)
     Tokenizer tokenizer;
-    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
+    if (!t.tokenizer_path.empty()) {
+        FatalContext reading("--tokenizer", "--tokenizer");
+        tokenizer.load(t.tokenizer_path);
+    }
     const bool bos_given = t.given.count("--bos-id") != 0;
     const bool elsewhere = Trainer::start_elsewhere(o, bos_given);
     std::unique_ptr<TensorFileReader> checkpoint;
@@ -132,7 +139,11 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (!start.empty()) {
         from_checkpoint = std::make_unique<FatalContext>(
             (t.resume_path.empty() ? "the model of " : "resuming ") + start, start);
-        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
+        {
+            const char* flag = t.resume_path.empty() ? "--init-from" : "--resume";
+            FatalContext reading(flag, flag);
+            checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
+        }
         Config from_file = read_config(*checkpoint);
         Options from_flags = o;  // what the flags say, where the tokenizer would have set nothing
         if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
@@ -164,6 +175,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (t.attention_kernels != AttentionKernels::Auto) {
         attention_tensor_cores() = t.attention_kernels == AttentionKernels::TensorCores;
     }
+    check_run_files(t);
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
                "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
