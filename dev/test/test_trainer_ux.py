@@ -219,6 +219,55 @@ def test_command_line_vocabulary(trainer, data, tmp_path):
             assert muon_flag not in usage
 
 
+def usage_columns(usage):
+    """The option rows of -h, and where its default and help columns start."""
+    header = [l for l in usage.splitlines() if l.split() == ["option", "default"]][0]
+    rows = [l for l in usage.splitlines() if l.startswith("  --") or l.startswith("  -h, --help")]
+    at_default = header.index("default")
+    at_help = at_default + max([len("default")] + [len(r[at_default:].split()[0]) for r in rows
+                                                   if not r.startswith("  -h")]) + 1
+    return rows, at_default, at_help
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_help_columns_stay_aligned(trainer):
+    """Long option names (--deconstructing-setup, --resume-override, ...) no longer push their
+    default and help out of the columns."""
+    rows, at_default, at_help = usage_columns(run(trainer, ["-h"]).stdout)
+    long_names = ["--resume-override", "--attention-kernels"] + (
+        ["--skip-nonstandard", "--deconstructing-setup"] if trainer == "san" else [])
+    for name in long_names:
+        assert any(r.split()[0] == name for r in rows), name
+    for r in rows:
+        name = "-h, --help" if r.startswith("  -h") else r.split()[0]
+        assert r[2:at_default].rstrip() == name and r[at_default - 1] == " ", r
+        assert r[at_help - 1] == " " and r[at_help] != " ", r
+
+
+def preset_rows(usage):
+    """{preset: (layers, width, vocab, parameters)} of -h's preset table."""
+    lines = usage.split("presets (", 1)[1].splitlines()[2:]
+    return {l.split()[0]: tuple(l.split()[1:]) for l in lines if l.strip()}
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_help_lists_the_presets_with_their_sizes(trainer, data):
+    """-h lists every preset with its layers, width, vocabulary and parameters, smallest first;
+    the sizes are the ones a run of the preset prints."""
+    rows = preset_rows(run(trainer, ["-h"]).stdout)
+    listed = run(trainer, ["--preset", "no-such-preset"], check=False).stderr.split("presets: ", 1)[1]
+    assert sorted(rows) == sorted(listed.rstrip().rstrip(")").split(", "))
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9}
+    params = [float(p[:-1]) * scale[p[-1]] if p[-1] in scale else float(p) for _, _, _, p in rows.values()]
+    assert params == sorted(params)
+    for preset in ("tiny", "demo"):
+        out = run(trainer, ["--preset", preset] + common(data)[2:] + ["--steps", 1, "--val-batches", 1]).stdout
+        layers, width, vocab, total = rows[preset]
+        assert f"L={layers} d={width} " in out, out
+        banner = int([l for l in out.splitlines() if l.startswith("parameters: ")][0].split()[1])
+        assert abs(banner - float(total[:-1]) * scale[total[-1]]) <= 0.01 * banner, (total, banner)
+
+
 # ---- samples and prompts ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")

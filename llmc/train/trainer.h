@@ -32,8 +32,10 @@ and optionally
 */
 #pragma once
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -105,6 +107,44 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
 }
 
 
+// A parameter count as -h prints it: 41.2K, 124M, 1.72B.
+inline std::string short_count(int64_t n) {
+    char text[32];
+    if (n < 1000) {
+        snprintf(text, sizeof(text), "%" PRId64, n);
+    } else if (n < 1000000) {
+        snprintf(text, sizeof(text), "%.1fK", n / 1e3);
+    } else if (n < 1000000000) {
+        snprintf(text, sizeof(text), n < 10000000 ? "%.2fM" : "%.0fM", n / 1e6);
+    } else {
+        snprintf(text, sizeof(text), "%.2fB", n / 1e9);
+    }
+    return text;
+}
+
+// The presets as -h lists them, smallest first: each one's layers, width, vocabulary and
+// parameters (count_parameters: the padded vocabulary's embedding rows included).
+template <typename Config>
+std::string preset_sizes(const std::map<std::string, Config>& presets) {
+    std::vector<std::pair<int64_t, std::string>> rows;  // {parameters, line}
+    int name_width = (int)strlen("preset");
+    for (const auto& kv : presets) { name_width = std::max(name_width, (int)kv.first.size()); }
+    char line[256];
+    for (const auto& [name, preset] : presets) {
+        Config c = preset;
+        c.resolve_and_check();
+        const int64_t total = count_parameters(c).total;
+        snprintf(line, sizeof(line), "  %-*s %6d %6d %7d %10s\n", name_width, name.c_str(), c.n_layer, c.n_embd,
+                 c.vocab_size, short_count(total).c_str());
+        rows.push_back({total, line});
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    snprintf(line, sizeof(line), "  %-*s %6s %6s %7s %10s\n", name_width, "preset", "layers", "width", "vocab", "parameters");
+    std::string out = "presets (parameters at the preset's vocabulary; --tokenizer changes it):\n" + std::string(line);
+    for (const auto& row : rows) { out += row.second; }
+    return out;
+}
+
 // Trainer::configure_model(model, o) where the trainer has one.
 template <typename Trainer, typename Model, typename Options>
 auto configure_model_if_any(Model& model, const Options& o, int) -> decltype(Trainer::configure_model(model, o)) {
@@ -121,7 +161,8 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     // rank 0 prints; every rank's errors reach stderr
     if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
     Options o = parse_with_preset<Options>(argc, argv, presets, make_flags, name,
-                                           [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); });
+                                           [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); },
+                                           help_asked(argc, argv) ? preset_sizes(presets) : std::string());
     TrainOptions& t = o.train;
     const std::string start = start_checkpoint(t);
     check_start_files(t);  // every path is checked before the model is printed (and check_run_files)
