@@ -111,6 +111,19 @@ def test_finished_run_is_extended_explicitly(trainer, data, finished, tmp_path):
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
+def test_extending_a_decayed_wsd_run_hints_at_an_earlier_checkpoint(trainer, finished, tmp_path):
+    """The 10-step WSD run decays over steps 9 and 10: extending final.bin raises the rate
+    again, and a one-line hint says to extend from before the decay; step_6.bin is before it."""
+    d, _ = finished[trainer]
+    out = run(trainer, ["--resume", d / "final.bin", "--extend-to", 12, "--checkpoint-dir", tmp_path]).stdout
+    hints = [line for line in out.splitlines() if line.startswith("hint: ")]
+    assert len(hints) == 1 and "WSD" in hints[0] and "from step 9 of 10" in hints[0], out
+    assert "before the decay" in hints[0] and "--save-every" in hints[0] and "--milestones" in hints[0]
+    out = run(trainer, ["--resume", d / "step_6.bin", "--extend-to", 12, "--checkpoint-dir", tmp_path]).stdout
+    assert "extend: 10 -> 12 steps" in out and "hint: " not in out, out
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
 def test_model_flags_contradicting_a_checkpoint_are_named(trainer, data, finished):
     d, _ = finished[trainer]
     ckpt = d / "final.bin"
