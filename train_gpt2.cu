@@ -468,6 +468,8 @@ struct GPT2Trainer {
     static bool start_elsewhere(Options& o, bool bos_given) {
         if (o.init_from_llmc.empty()) { return false; }
         if (!start_checkpoint(o.train).empty()) { fatal("--resume, --init-from and --init-from-llmc are exclusive"); }
+        check_input_file("--init-from-llmc", o.init_from_llmc);
+        FatalContext reading("--init-from-llmc", "--init-from-llmc");
         o.llmc = std::make_shared<LlmcModel>(load_llmc(o.init_from_llmc, bos_given ? o.model.bos_id : -1));
         o.model = o.llmc->cfg;
         o.train.model_loaded = true;  // --steps 0 evaluates it

@@ -97,13 +97,24 @@ Flag make_flag(const std::string& name, E* target, const Choices<E>& choices, co
     return f;
 }
 
-// `note`: lines printed under the usage line (e.g. which preset the defaults column shows).
-inline void print_usage(const char* program, const std::vector<Flag>& flags, const std::string& note = "") {
+// `note`: lines printed under the usage line (e.g. which preset the defaults column shows);
+// `after`: lines printed after the options (e.g. the presets' sizes). The columns are as wide
+// as the longest name and default (a default longer than 24 characters runs into the help).
+inline void print_usage(const char* program, const std::vector<Flag>& flags, const std::string& note = "",
+                        const std::string& after = "") {
     printf("usage: %s [options]   (every option takes a value: --name value or --name=value)\n", program);
     if (!note.empty()) { printf("%s", note.c_str()); }
-    printf("\n  %-16s %-14s %s\n", "option", "default", "");
-    for (const Flag& f : flags) { printf("  %-16s %-14s %s\n", f.name.c_str(), f.show().c_str(), f.help.c_str()); }
-    printf("  %-16s %-14s %s\n", "-h, --help", "", "print this and exit");
+    int name_width = (int)strlen("-h, --help"), show_width = (int)strlen("default");
+    for (const Flag& f : flags) {
+        name_width = std::max(name_width, (int)f.name.size());
+        show_width = std::max(show_width, std::min(24, (int)f.show().size()));
+    }
+    printf("\n  %-*s %-*s\n", name_width, "option", show_width, "default");
+    for (const Flag& f : flags) {
+        printf("  %-*s %-*s %s\n", name_width, f.name.c_str(), show_width, f.show().c_str(), f.help.c_str());
+    }
+    printf("  %-*s %-*s %s\n", name_width, "-h, --help", show_width, "", "print this and exit");
+    if (!after.empty()) { printf("\n%s", after.c_str()); }
 }
 
 // argv[i] split into (name, inline value) for `--name=value`; has_value says whether there was one.
@@ -161,15 +172,15 @@ inline std::string nearest_flag_hint(const std::string& name, const std::vector<
     return " (did you mean " + nearest->name + "?)";
 }
 
-// Applies argv to the flags; -h prints the usage (with `note`) and exits. Returns the
+// Applies argv to the flags; -h prints the usage (with `note` and `after`) and exits. Returns the
 // names of the flags given.
 inline std::set<std::string> parse_flags(int argc, char** argv, const std::vector<Flag>& flags, const char* program,
-                                         const std::string& note = "") {
+                                         const std::string& note = "", const std::string& after = "") {
     std::set<std::string> given;
     std::string previous;  // the last option and its value, for the unquoted-glob hint
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            print_usage(program, flags, note);
+            print_usage(program, flags, note, after);
             exit(EXIT_SUCCESS);
         }
         FlagWord w = split_flag_word(argv[i]);
@@ -196,6 +207,14 @@ inline std::set<std::string> parse_flags(int argc, char** argv, const std::vecto
     return given;
 }
 
+// Whether the command line asks for the usage (-h or --help).
+inline bool help_asked(int argc, char** argv) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { return true; }
+    }
+    return false;
+}
+
 // The value given for `name` on the command line, or "" (for flags that must be read
 // before the others, such as a preset that sets the defaults).
 inline std::string find_flag_value(int argc, char** argv, const char* name) {
@@ -211,10 +230,10 @@ inline std::string find_flag_value(int argc, char** argv, const char* name) {
 // Parses argv for options whose model config comes from a named preset (o.preset, o.model):
 // --preset first, since it sets the defaults the other flags override, then every flag;
 // the flags given go to o.train.given. `set_defaults(o)` runs between the two, for other
-// switches that set defaults. `vocab_note`: how the vocabulary is set, for -h.
+// switches that set defaults. `after`: what -h prints after the options (the presets' sizes).
 template <typename Options, typename Presets, typename MakeFlags, typename SetDefaults>
 Options parse_with_preset(int argc, char** argv, const Presets& presets, MakeFlags make_flags, const char* program,
-                          SetDefaults set_defaults) {
+                          SetDefaults set_defaults, const std::string& after = "") {
     Options o;
     std::string preset = find_flag_value(argc, argv, "--preset");
     if (!preset.empty()) { o.preset = preset; }
@@ -229,7 +248,7 @@ Options parse_with_preset(int argc, char** argv, const Presets& presets, MakeFla
     std::string note = "The defaults column shows the model values of preset '" + o.preset + "'" +
                        (preset.empty() ? " (the default preset; --preset NAME -h shows another's)" : "") +
                        ".\n--tokenizer FILE sets the vocabulary size (--vocab-size) to the tokenizer's.\n";
-    std::set<std::string> given = parse_flags(argc, argv, make_flags(o), program, note);
+    std::set<std::string> given = parse_flags(argc, argv, make_flags(o), program, note, after);
     o.train.given.insert(given.begin(), given.end());  // (set_defaults may have added some)
     return o;
 }

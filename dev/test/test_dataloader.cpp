@@ -552,7 +552,7 @@ static void test_errors() {
         dl.next_batch();
         CHECK(dl.has_exercises && dl.exercise_names == names && dl.exercises[0] == 1);
     }
-    CHECK(expect_fatal(load(d + "/nothing_*.bin"), {"no data shards match", "nothing_"}));
+    CHECK(expect_fatal(load(d + "/nothing_*.bin"), {"data shards: no file matches", "nothing_"}));
     write_shard(d + "/small.bin", {1, 2, 3, 4, 5}, 1);
     CHECK(expect_fatal([&] { DataLoader dl(cfg(d + "/small.bin", 2, 4)); }, {"small.bin", "fewer than one global batch"}));
     CHECK(expect_fatal([&] { DataLoader dl(cfg(d + "/small.bin", 1, 2, 2, 2)); }, {"bad rank 2 of 2"}));

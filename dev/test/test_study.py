@@ -36,7 +36,7 @@ import spectra  # noqa: E402
 import study  # noqa: E402
 from attnref import container, san  # noqa: E402
 from evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
-from shards import ShardWriter  # noqa: E402
+from shards import ShardWriter, write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it
@@ -107,10 +107,14 @@ def test_counts_and_flops_equal_train_san_py():
             assert (theirs == mine.resolved_d_ff() if field == "d_ff" else theirs == value), (name, field)
 
 
-def binary_counts(flags):
-    """(total, non-embedding, MFLOPs per token) that train_san prints for these model flags."""
+def binary_counts(flags, tmp_path):
+    """(total, non-embedding, MFLOPs per token) that train_san prints for these model flags.
+    The run stops after printing them, before any step: its --checkpoint-dir cannot be made
+    (a path inside a file). (Missing data no longer does: input files are checked first.)"""
+    shard = tmp_path / "counts_train.bin"
+    write_shard(str(shard), np.arange(3, 3 + 64) % 200 + 3)
     proc = subprocess.run([BIN] + flags + ["--batch-size", "1", "--seq-len", "8", "--steps", "1",
-                                                               "--train-data", "/nonexistent/*.bin"],
+                                           "--train-data", str(shard), "--checkpoint-dir", str(shard / "ckpt")],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     m = re.search(r"parameters: (\d+) total, (\d+) non-embedding; ([\d.]+) MFLOPs/token", proc.stdout)
     assert m, proc.stdout + proc.stderr
@@ -126,12 +130,12 @@ def binary_counts(flags):
     ("san20", ["--n-layer", "1"]), ("ffn20", ["--n-layer", "1"]), ("ffn4", ["--n-layer", "1"]),
     ("ffn9", ["--n-layer", "1", "--d-ff", "1000"]),
     ("qwen-cpu", []), ("qwen3-cpu", []), ("qwen-500m", ["--n-layer", "1"])])
-def test_counts_equal_train_san_binary(preset, flags):
+def test_counts_equal_train_san_binary(preset, flags, tmp_path):
     arm = match.PRESETS[preset]
     names = {flag: field for field, flag in match.FLAG_OF_FIELD.items()}
     for flag, value in zip(flags[::2], flags[1::2]):
         arm = dataclasses.replace(arm, **{names[flag]: value if names[flag] in ("ffn", "residual") else int(value)})
-    total, nonemb, mflops = binary_counts(["--preset", preset] + flags)
+    total, nonemb, mflops = binary_counts(["--preset", preset] + flags, tmp_path)
     assert (total, nonemb) == match.parameter_counts(arm)
     assert abs(mflops - match.flops_per_token(arm) / 1e6) <= 0.005 + 1e-9
 

@@ -64,6 +64,20 @@ int main() {
     CHECK(complete_utf8("a\x81" "b") == "a\xEF\xBF\xBD" "b");
     CHECK(complete_utf8("a\xE2\x81z") == "a\xEF\xBF\xBD" "z");
     CHECK(complete_utf8("\xF0\x9F\x98\x80") == "\xF0\x9F\x98\x80");
+    // RFC 3629's exclusions become U+FFFD per maximal bad run, as Python's errors="replace":
+    // overlong forms, surrogates, code points above U+10FFFF (they used to pass as valid)
+    const std::string bad = "\xEF\xBF\xBD";
+    CHECK(complete_utf8("a\xE0\x80\x80z") == "a" + bad + bad + bad + "z");
+    CHECK(complete_utf8("\xC0\x80") == bad + bad);
+    CHECK(complete_utf8("\xED\xA0\x80") == bad + bad + bad);
+    CHECK(complete_utf8("\xF0\x80\x80\x80") == bad + bad + bad + bad);
+    CHECK(complete_utf8("\xF4\x90\x80\x80") == bad + bad + bad + bad);
+    CHECK(complete_utf8("\xF5\x80") == bad + bad);
+    CHECK(complete_utf8("ab\xE0\x80") == "ab" + bad + bad);  // no later byte can complete it
+    CHECK(complete_utf8("ab\xF0\x9F\x98") == "ab");       // a later byte can: held back
+    for (const char* edge : {"\xE0\xA0\x80", "\xED\x9F\xBF", "\xEE\x80\x80", "\xF0\x90\x80\x80", "\xF4\x8F\xBF\xBF"}) {
+        CHECK(complete_utf8(edge) == edge);  // U+0800, U+D7FF, U+E000, U+10000, U+10FFFF
+    }
     // errors
     CHECK(expect_fatal([&] { tok.decode(14); }, {"tok.bin", "token id 14 outside"}));
     CHECK(expect_fatal([&] { tok.decode(-1); }, {"token id -1 outside"}));

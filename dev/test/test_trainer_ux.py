@@ -111,6 +111,19 @@ def test_finished_run_is_extended_explicitly(trainer, data, finished, tmp_path):
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
+def test_extending_a_decayed_wsd_run_hints_at_an_earlier_checkpoint(trainer, finished, tmp_path):
+    """The 10-step WSD run decays over steps 9 and 10: extending final.bin raises the rate
+    again, and a one-line hint says to extend from before the decay; step_6.bin is before it."""
+    d, _ = finished[trainer]
+    out = run(trainer, ["--resume", d / "final.bin", "--extend-to", 12, "--checkpoint-dir", tmp_path]).stdout
+    hints = [line for line in out.splitlines() if line.startswith("hint: ")]
+    assert len(hints) == 1 and "WSD" in hints[0] and "from step 9 of 10" in hints[0], out
+    assert "before the decay" in hints[0] and "--save-every" in hints[0] and "--milestones" in hints[0]
+    out = run(trainer, ["--resume", d / "step_6.bin", "--extend-to", 12, "--checkpoint-dir", tmp_path]).stdout
+    assert "extend: 10 -> 12 steps" in out and "hint: " not in out, out
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
 def test_model_flags_contradicting_a_checkpoint_are_named(trainer, data, finished):
     d, _ = finished[trainer]
     ckpt = d / "final.bin"
@@ -152,6 +165,53 @@ def test_data_summary_and_overlap_warning(data, tmp_path):
     assert f"warning: {data / 'toy_train_000000.bin'} is in both the training and the validation data" in out
 
 
+def file_errors(data, tmp_path):
+    """(arguments, the error) for each file option: the flag, then the problem."""
+    tokenizer = os.path.join(ROOT, "data", "offline", "tokenizer.bin")
+    train = ["--train-data", data / "toy_train_*.bin"]
+    return [
+        (train + ["--tokenizer", tmp_path / "nope.bin"], f"--tokenizer: no such file '{tmp_path / 'nope.bin'}'"),
+        (train + ["--tokenizer", tmp_path], f"--tokenizer: '{tmp_path}' is a directory, not a file"),
+        (["--train-data", tmp_path / "nope_*.bin"], f"--train-data: no file matches '{tmp_path / 'nope_*.bin'}'"),
+        (["--train-data", data / "toy_train_000009.bin"], "--train-data: no such file"),
+        (["--train-data", data], f"--train-data: '{data}' is a directory, not a token shard"),
+        (["--train-data", tokenizer], "is not a token shard: magic number 20260312, expected 20240520 (--train-data)"),
+        (train + ["--val-data", tmp_path / "v_*.bin"], f"--val-data: no file matches '{tmp_path / 'v_*.bin'}'"),
+        (["--init-from", tmp_path / "nope.bin", "--steps", 0], "--init-from: no such file"),
+        (["--init-from", tokenizer, "--steps", 0], "not an attn.c tensor file (magic is not ATTNFILE) (--init-from)"),
+        (["--resume", tmp_path / "nope.bin"], "--resume: no such file"),
+        (train + ["--eval-sets", tmp_path / "e.bin"], f"--eval-sets: no such file '{tmp_path / 'e.bin'}'"),
+        (train + ["--log", tmp_path / "no" / "log.jsonl"], f"--log: no such directory '{tmp_path / 'no'}'"),
+        (train + ["--prompt", "hi"], "--prompt needs --tokenizer"),
+    ]
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_file_errors_name_the_flag_before_the_model(trainer, data, tmp_path):
+    """Each file option's error names the flag and the problem, and comes before the
+    start-of-run summary (the data's used to come after nine lines of it)."""
+    for args, message in file_errors(data, tmp_path):
+        proc = run(trainer, ["--preset", "tiny"] + args, check=False)
+        assert proc.returncode != 0 and message in proc.stderr, (args, proc.stderr)
+        assert proc.stdout == "", (args, proc.stdout)  # not a line of the model's summary
+    if trainer == "gpt2":
+        proc = run(trainer, ["--init-from-llmc", tmp_path / "gpt2.bin"], check=False)
+        assert proc.returncode != 0 and "--init-from-llmc: no such file" in proc.stderr, proc.stderr
+
+
+def test_missing_saved_data_is_named_on_resume(tmp_path):
+    """A resume reads the data of the saved run: a pattern that no longer matches names the
+    flag and the checkpoint it came from, before the model is printed."""
+    data = write_pattern_corpus(tmp_path, {"moved_train_000000": 40})
+    run("san", ["--preset", "tiny", "--train-data", data / "moved_train_*.bin", "--batch-size", 2, "--steps", 2,
+                "--save-every", 1, "--sample-tokens", 0, "--checkpoint-dir", tmp_path / "ckpt"])
+    (data / "moved_train_000000.bin").unlink()
+    proc = run("san", ["--resume", tmp_path / "ckpt" / "step_1.bin"], check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert f"--train-data (saved in {tmp_path / 'ckpt' / 'step_1.bin'}): no file matches" in proc.stderr, proc.stderr
+    assert "parameters:" not in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_command_line_vocabulary(trainer, data, tmp_path):
     # an unquoted glob the shell expanded into two files
@@ -170,6 +230,55 @@ def test_command_line_vocabulary(trainer, data, tmp_path):
     if trainer == "gpt2":  # no option that train_gpt2 refuses
         for muon_flag in ("--muon-order", "--muon-momentum", "--ns-steps", "--ns-fp32", "muon"):
             assert muon_flag not in usage
+
+
+def usage_columns(usage):
+    """The option rows of -h, and where its default and help columns start."""
+    header = [l for l in usage.splitlines() if l.split() == ["option", "default"]][0]
+    rows = [l for l in usage.splitlines() if l.startswith("  --") or l.startswith("  -h, --help")]
+    at_default = header.index("default")
+    at_help = at_default + max([len("default")] + [len(r[at_default:].split()[0]) for r in rows
+                                                   if not r.startswith("  -h")]) + 1
+    return rows, at_default, at_help
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_help_columns_stay_aligned(trainer):
+    """Long option names (--deconstructing-setup, --resume-override, ...) no longer push their
+    default and help out of the columns."""
+    rows, at_default, at_help = usage_columns(run(trainer, ["-h"]).stdout)
+    long_names = ["--resume-override", "--attention-kernels"] + (
+        ["--skip-nonstandard", "--deconstructing-setup"] if trainer == "san" else [])
+    for name in long_names:
+        assert any(r.split()[0] == name for r in rows), name
+    for r in rows:
+        name = "-h, --help" if r.startswith("  -h") else r.split()[0]
+        assert r[2:at_default].rstrip() == name and r[at_default - 1] == " ", r
+        assert r[at_help - 1] == " " and r[at_help] != " ", r
+
+
+def preset_rows(usage):
+    """{preset: (layers, width, vocab, parameters)} of -h's preset table."""
+    lines = usage.split("presets (", 1)[1].splitlines()[2:]
+    return {l.split()[0]: tuple(l.split()[1:]) for l in lines if l.strip()}
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_help_lists_the_presets_with_their_sizes(trainer, data):
+    """-h lists every preset with its layers, width, vocabulary and parameters, smallest first;
+    the sizes are the ones a run of the preset prints."""
+    rows = preset_rows(run(trainer, ["-h"]).stdout)
+    listed = run(trainer, ["--preset", "no-such-preset"], check=False).stderr.split("presets: ", 1)[1]
+    assert sorted(rows) == sorted(listed.rstrip().rstrip(")").split(", "))
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9}
+    params = [float(p[:-1]) * scale[p[-1]] if p[-1] in scale else float(p) for _, _, _, p in rows.values()]
+    assert params == sorted(params)
+    for preset in ("tiny", "demo"):
+        out = run(trainer, ["--preset", preset] + common(data)[2:] + ["--steps", 1, "--val-batches", 1]).stdout
+        layers, width, vocab, total = rows[preset]
+        assert f"L={layers} d={width} " in out, out
+        banner = int([l for l in out.splitlines() if l.startswith("parameters: ")][0].split()[1])
+        assert abs(banner - float(total[:-1]) * scale[total[-1]]) <= 0.01 * banner, (total, banner)
 
 
 # ---- samples and prompts ---------------------------------------------------------------

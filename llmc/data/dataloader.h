@@ -95,7 +95,8 @@ inline std::string exercises_path_for(const std::string& shard) {
 }
 
 // Expands comma-separated glob patterns into a sorted, de-duplicated list of shard files.
-inline std::vector<std::string> glob_shards(const std::string& patterns) {
+// `what` starts each error: the flag that gave the patterns ("--train-data: no file matches ...").
+inline std::vector<std::string> glob_shards(const std::string& patterns, const std::string& what = "data shards") {
     std::vector<std::string> files;
     size_t start = 0;
     while (start <= patterns.size()) {
@@ -106,21 +107,33 @@ inline std::vector<std::string> glob_shards(const std::string& patterns) {
         if (pat.empty()) { continue; }
         glob_t g;
         int rc = glob(pat.c_str(), 0, nullptr, &g);
-        if (rc != 0 && rc != GLOB_NOMATCH) { fatal("glob failed for pattern '%s'", pat.c_str()); }
+        if (rc != 0 && rc != GLOB_NOMATCH) { fatal("%s: glob failed for pattern '%s'", what.c_str(), pat.c_str()); }
         std::vector<std::string> here;
+        size_t sidecars = 0;
         for (size_t i = 0; i < g.gl_pathc; i++) {
             std::string f = g.gl_pathv[i];
             auto ends = [&](const char* s) {
                 size_t m = strlen(s);
                 return f.size() >= m && f.compare(f.size() - m, m, s) == 0;
             };
-            if (!ends(".regions") && !ends(".exercises") && !ends(".tmp")) { here.push_back(f); }
+            if (!ends(".regions") && !ends(".exercises") && !ends(".tmp")) {
+                here.push_back(f);
+            } else {
+                sidecars++;
+            }
         }
         globfree(&g);
-        if (here.empty()) { fatal("no data shards match the pattern '%s'", pat.c_str()); }
+        if (here.empty() && sidecars > 0) {
+            fatal("%s: '%s' matches only sidecar files (.regions, .exercises, .tmp), no token shard", what.c_str(),
+                  pat.c_str());
+        }
+        if (here.empty()) {
+            fatal(pat.find_first_of("*?[") == std::string::npos ? "%s: no such file '%s'" : "%s: no file matches '%s'",
+                  what.c_str(), pat.c_str());
+        }
         files.insert(files.end(), here.begin(), here.end());
     }
-    if (files.empty()) { fatal("empty data pattern '%s'", patterns.c_str()); }
+    if (files.empty()) { fatal("%s: empty data pattern '%s'", what.c_str(), patterns.c_str()); }
     std::sort(files.begin(), files.end());
     files.erase(std::unique(files.begin(), files.end()), files.end());
     return files;

@@ -212,18 +212,26 @@ private:
 };
 
 // `text` as valid UTF-8: an incomplete character at the end is held back (left out: the
-// next tokens may complete it), and any other byte that starts no valid character becomes
-// U+FFFD, so a terminal or a JSON reader never sees a broken sequence.
+// next tokens may complete it), and every other maximal run of bytes that starts no valid
+// character becomes one U+FFFD, as Python's decode(errors="replace") does, so a terminal or
+// a JSON reader never sees a broken sequence. Valid means RFC 3629: no overlong forms (C0,
+// C1, E0 80..9F, F0 80..8F), no surrogates (ED A0..BF), nothing above U+10FFFF (F4 90.., F5..).
 inline std::string complete_utf8(const std::string& text) {
     std::string out;
     size_t i = 0, n = text.size();
     while (i < n) {
         unsigned char c = (unsigned char)text[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        size_t len = c < 0x80 ? 1 : c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+        // the second byte's range is narrower after these leads (the exclusions above)
+        unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
         size_t k = 1;
-        while (len > 1 && k < len && i + k < n && ((unsigned char)text[i + k] >> 6) == 0x2) { k++; }
+        while (len > 1 && k < len && i + k < n) {
+            unsigned char b = (unsigned char)text[i + k];
+            if (k == 1 ? b < lo || b > hi : (b >> 6) != 0x2) { break; }
+            k++;
+        }
         if (len > 1 && k < len && i + k == n) { break; }  // cut short by the end: hold back
-        if (len == 0 || k < len || (len == 2 && c < 0xC2) || (len == 4 && c > 0xF4)) {
+        if (len == 0 || k < len) {
             out += "\xEF\xBF\xBD";
             i += len == 0 ? 1 : k;
             continue;

@@ -2,7 +2,8 @@
 What a run started from a checkpoint keeps (host-only C++17):
   - --resume continues the saved run: its settings come from the checkpoint (run_settings:
     one table of key, flags, value) and flags that would change them are refused by name
-    (continue_saved_run), unless --resume-override 1; --extend-to N trains it on;
+    (continue_saved_run), unless --resume-override 1; --extend-to N trains it on (a WSD
+    run extended from inside its decay gets a hint: extend from before the decay);
   - the data must continue where the saved run left off (data_difference);
   - on another rank count, the rows per micro-batch over the ranks carry over
     (continue_on_ranks: --batch-size becomes saved rows / ranks, or the resume is refused);
@@ -200,6 +201,13 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
         printf("extend: %ld -> %ld steps; the %s schedule is recomputed over %ld steps: step %ld runs at lr %.3e "
                "(step %ld of the saved run ran at %.3e)\n", o.steps, o.extend_to, sch.name(), o.extend_to,
                done + 1, o.opt.lr * after, done, o.opt.lr * before);
+        // a WSD run past the start of its decay climbs back up: its annealed gains are undone
+        const long decay_from = o.steps - Schedule::round_steps(sch.decay_frac, o.steps);
+        if (sch.kind == ScheduleKind::WSD && decay_from < o.steps && done > decay_from) {
+            printf("hint: this WSD run was in its decay (from step %ld of %ld), so extending it raises the rate again; "
+                   "WSD runs are best extended from a checkpoint before the decay (--save-every N or --milestones 1 "
+                   "write them)\n", decay_from + 1, o.steps);
+        }
         o.steps = o.extend_to;
     } else if (done >= o.steps) {
         fatal("--resume %s: that run finished (%ld of %ld steps). --extend-to N trains it on to N steps with the "

@@ -2,12 +2,14 @@
 The skeleton of a trainer's main, what train_san.cu and train_gpt2.cu do alike, so that a
 trainer file holds its model and little else:
 
-  1. parse the flags over a preset's model config (llmc/cli.h parse_with_preset);
+  1. parse the flags over a preset's model config (llmc/cli.h parse_with_preset); check that
+     the files to read first exist (llmc/train/input_files.h check_start_files);
   2. with --resume or --init-from, take the model config from the checkpoint (model flags
      that contradict it are refused: llmc/train/resume.h check_model_flags); else a --tokenizer
      sets the vocabulary size and, unless --bos-id is given, the BOS id;
   3. check the config and the training options (check_training_options; a resume
-     continues the saved run's settings);
+     continues the saved run's settings), then every other input file (check_run_files),
+     so that a wrong path fails before anything about the model is printed;
   4. print the config, the parameter counts and FLOPs per token, and the optimizer;
   5. build the model and its optimizer, load or initialise the parameters, and train
      (llmc/train/training.h run_training).
@@ -30,8 +32,10 @@ and optionally
 */
 #pragma once
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,6 +44,7 @@ and optionally
 #include "llmc/kernels/attention.cuh"
 #include "llmc/cli.h"
 #include "llmc/model/model.h"
+#include "llmc/train/input_files.h"  // defines: check_start_files, check_run_files
 #include "llmc/train/resume.h"
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
@@ -102,6 +107,44 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
 }
 
 
+// A parameter count as -h prints it: 41.2K, 124M, 1.72B.
+inline std::string short_count(int64_t n) {
+    char text[32];
+    if (n < 1000) {
+        snprintf(text, sizeof(text), "%" PRId64, n);
+    } else if (n < 1000000) {
+        snprintf(text, sizeof(text), "%.1fK", n / 1e3);
+    } else if (n < 1000000000) {
+        snprintf(text, sizeof(text), n < 10000000 ? "%.2fM" : "%.0fM", n / 1e6);
+    } else {
+        snprintf(text, sizeof(text), "%.2fB", n / 1e9);
+    }
+    return text;
+}
+
+// The presets as -h lists them, smallest first: each one's layers, width, vocabulary and
+// parameters (count_parameters: the padded vocabulary's embedding rows included).
+template <typename Config>
+std::string preset_sizes(const std::map<std::string, Config>& presets) {
+    std::vector<std::pair<int64_t, std::string>> rows;  // {parameters, line}
+    int name_width = (int)strlen("preset");
+    for (const auto& kv : presets) { name_width = std::max(name_width, (int)kv.first.size()); }
+    char line[256];
+    for (const auto& [name, preset] : presets) {
+        Config c = preset;
+        c.resolve_and_check();
+        const int64_t total = count_parameters(c).total;
+        snprintf(line, sizeof(line), "  %-*s %6d %6d %7d %10s\n", name_width, name.c_str(), c.n_layer, c.n_embd,
+                 c.vocab_size, short_count(total).c_str());
+        rows.push_back({total, line});
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    snprintf(line, sizeof(line), "  %-*s %6s %6s %7s %10s\n", name_width, "preset", "layers", "width", "vocab", "parameters");
+    std::string out = "presets (parameters at the preset's vocabulary; --tokenizer changes it):\n" + std::string(line);
+    for (const auto& row : rows) { out += row.second; }
+    return out;
+}
+
 // Trainer::configure_model(model, o) where the trainer has one.
 template <typename Trainer, typename Model, typename Options>
 auto configure_model_if_any(Model& model, const Options& o, int) -> decltype(Trainer::configure_model(model, o)) {
@@ -118,11 +161,16 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     // rank 0 prints; every rank's errors reach stderr
     if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
     Options o = parse_with_preset<Options>(argc, argv, presets, make_flags, name,
-                                           [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); });
+                                           [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); },
+                                           help_asked(argc, argv) ? preset_sizes(presets) : std::string());
     TrainOptions& t = o.train;
     const std::string start = start_checkpoint(t);
+    check_start_files(t);  // every path is checked before the model is printed (and check_run_files)
     Tokenizer tokenizer;
-    if (!t.tokenizer_path.empty()) { tokenizer.load(t.tokenizer_path); }
+    if (!t.tokenizer_path.empty()) {
+        FatalContext reading("--tokenizer", "--tokenizer");
+        tokenizer.load(t.tokenizer_path);
+    }
     const bool bos_given = t.given.count("--bos-id") != 0;
     const bool elsewhere = Trainer::start_elsewhere(o, bos_given);
     std::unique_ptr<TensorFileReader> checkpoint;
@@ -132,7 +180,11 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (!start.empty()) {
         from_checkpoint = std::make_unique<FatalContext>(
             (t.resume_path.empty() ? "the model of " : "resuming ") + start, start);
-        checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
+        {
+            const char* flag = t.resume_path.empty() ? "--init-from" : "--resume";
+            FatalContext reading(flag, flag);
+            checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
+        }
         Config from_file = read_config(*checkpoint);
         Options from_flags = o;  // what the flags say, where the tokenizer would have set nothing
         if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
@@ -164,6 +216,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (t.attention_kernels != AttentionKernels::Auto) {
         attention_tensor_cores() = t.attention_kernels == AttentionKernels::TensorCores;
     }
+    check_run_files(t);
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
                "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));

@@ -280,7 +280,7 @@ private:
     void open_log() {
         if (o.log_path.empty() || rank != 0) { return; }
         log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
-        if (log == nullptr) { fatal("cannot open log file '%s': %s", o.log_path.c_str(), strerror(errno)); }
+        if (log == nullptr) { fatal("--log: cannot open '%s' for writing: %s", o.log_path.c_str(), strerror(errno)); }
     }
 
     void close_log() {

@@ -1,0 +1,86 @@
+/*
+The files a run reads, checked before it prints its model (llmc/train/trainer.h), so that a
+wrong path fails at once, naming the flag that gave it ("--tokenizer: no such file 'x'",
+"--train-data: no file matches 'x_*.bin'"), and not after the start-of-run summary:
+  - check_start_files: --tokenizer, --resume, --init-from, before any of them is read;
+  - check_run_files: once the options are resolved (a resume takes its data from the
+    checkpoint), the shards of --train-data and --val-data (each header: llmc/data/dataloader.h
+    inspect_shard), the --eval-sets files, the directory of --log, and --prompt's tokenizer.
+The readers check the contents again as they read (their errors name the file). Host-only C++17.
+*/
+#pragma once
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "llmc/data/dataloader.h"  // defines: glob_shards, inspect_shard
+#include "llmc/train/train_options.h"
+#include "llmc/utils.h"
+
+// `path`, given with `flag`, is a file this process can read.
+inline void check_input_file(const std::string& flag, const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) { fatal("%s: no such file '%s'", flag.c_str(), path.c_str()); }
+        fatal("%s: cannot read '%s': %s", flag.c_str(), path.c_str(), strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) { fatal("%s: '%s' is a directory, not a file", flag.c_str(), path.c_str()); }
+    if (access(path.c_str(), R_OK) != 0) { fatal("%s: cannot read '%s': %s", flag.c_str(), path.c_str(), strerror(errno)); }
+}
+
+// The token shards of comma-separated glob `patterns` given with `flag`: each matches, can be
+// read and has a valid header (and sidecars); an error in a file names the flag at its end.
+inline void check_data_files(const std::string& flag, const std::string& patterns) {
+    for (const std::string& f : glob_shards(patterns, flag)) {
+        struct stat st;
+        if (stat(f.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+            fatal("%s: '%s' is a directory, not a token shard (a pattern of its shards, quoted: '%s/*.bin'?)",
+                  flag.c_str(), f.c_str(), f.c_str());
+        }
+        check_input_file(flag, f);
+        FatalContext reading(flag, flag);
+        inspect_shard(f);
+    }
+}
+
+// Before the trainer reads a file: the ones it reads first.
+inline void check_start_files(const TrainOptions& o) {
+    if (!o.tokenizer_path.empty()) { check_input_file("--tokenizer", o.tokenizer_path); }
+    if (!o.resume_path.empty()) { check_input_file("--resume", o.resume_path); }
+    if (!o.init_from.empty()) { check_input_file("--init-from", o.init_from); }
+}
+
+// Once the options are resolved (check_training_options): the files the training run
+// reads, and where its log goes. On a resume the data patterns are the saved run's: their
+// errors say so.
+inline void check_run_files(const TrainOptions& o) {
+    auto data_flag = [&](const char* flag) {
+        return !o.resume_path.empty() && !o.given.count(flag) ? std::string(flag) + " (saved in " + o.resume_path + ")"
+                                                              : std::string(flag);
+    };
+    if (o.steps > 0) { check_data_files(data_flag("--train-data"), o.train_data); }
+    if (!o.val_data.empty()) { check_data_files(data_flag("--val-data"), o.val_data); }
+    for (size_t pos = 0; pos <= o.eval_sets.size() && !o.eval_sets.empty();) {
+        size_t comma = std::min(o.eval_sets.find(',', pos), o.eval_sets.size());
+        std::string path = o.eval_sets.substr(pos, comma - pos);
+        pos = comma + 1;
+        if (path.empty()) { fatal("--eval-sets '%s': an empty file name in the list", o.eval_sets.c_str()); }
+        check_input_file("--eval-sets", path);
+    }
+    if (!o.log_path.empty()) {
+        size_t slash = o.log_path.find_last_of('/');
+        std::string dir = slash == std::string::npos ? "." : o.log_path.substr(0, std::max<size_t>(slash, 1));
+        struct stat st;
+        if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fatal("--log: no such directory '%s' (for the log '%s')", dir.c_str(), o.log_path.c_str());
+        }
+        if (stat(o.log_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+            fatal("--log: '%s' is a directory, not a file", o.log_path.c_str());
+        }
+    }
+    if (!o.prompt.empty() && o.tokenizer_path.empty()) { fatal("--prompt needs --tokenizer (the file that encodes it)"); }
+}
