@@ -177,12 +177,15 @@ void attention_backward_version(int version, floatX* dq, floatX* dk, floatX* dv,
                 exit(EXIT_FAILURE);
             }
             // floatX is bf16 here (checked above); the casts only let the fp32 build compile this file
-            attention_backward_tc(reinterpret_cast<__nv_bfloat16*>(dq), reinterpret_cast<__nv_bfloat16*>(dk),
-                                  reinterpret_cast<__nv_bfloat16*>(dv), scratch,
-                                  reinterpret_cast<const __nv_bfloat16*>(dout),
-                                  reinterpret_cast<const __nv_bfloat16*>(out), reinterpret_cast<const __nv_bfloat16*>(q),
-                                  reinterpret_cast<const __nv_bfloat16*>(k), reinterpret_cast<const __nv_bfloat16*>(v),
-                                  lse, doc_ids, B, T, Hq, Hkv, hd, 0);
+            {
+                using bf16 = __nv_bfloat16;
+                const AttnTensorsOf<bf16> t{reinterpret_cast<const bf16*>(q), reinterpret_cast<const bf16*>(k),
+                                            reinterpret_cast<const bf16*>(v),
+                                            reinterpret_cast<bf16*>(const_cast<floatX*>(out)), const_cast<float*>(lse)};
+                const AttnGradsOf<bf16> g{reinterpret_cast<const bf16*>(dout), reinterpret_cast<bf16*>(dq),
+                                          reinterpret_cast<bf16*>(dk), reinterpret_cast<bf16*>(dv), scratch};
+                attention_backward_tc({B, T, Hq, Hkv, hd, doc_ids}, t, g, 0);
+            }
             break;
         case 4:
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)

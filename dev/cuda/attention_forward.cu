@@ -108,9 +108,11 @@ void attention_forward3(floatX* out, float* lse, const floatX* q, const floatX* 
     }
     attention_check_shapes("attention_forward version 3", {B, T, Hq, Hkv, hd});
     // floatX is bf16 here (checked above); the casts only let the fp32 build compile this file
-    attention_forward_tc(reinterpret_cast<__nv_bfloat16*>(out), lse, reinterpret_cast<const __nv_bfloat16*>(q),
-                         reinterpret_cast<const __nv_bfloat16*>(k), reinterpret_cast<const __nv_bfloat16*>(v), doc_ids,
-                         B, T, Hq, Hkv, hd, 0);
+    using bf16 = __nv_bfloat16;
+    attention_forward_tc({B, T, Hq, Hkv, hd, doc_ids},
+                         {reinterpret_cast<const bf16*>(q), reinterpret_cast<const bf16*>(k),
+                          reinterpret_cast<const bf16*>(v), reinterpret_cast<bf16*>(out), lse},
+                         0);
 }
 
 // ----------------------------------------------------------------------------------------

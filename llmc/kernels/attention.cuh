@@ -418,13 +418,11 @@ inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void
 
 // Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. Templates,
 // so that fp32 builds (T = float) never instantiate the bf16-only kernels.
-// Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. (The
-// bf16-only kernels are instantiated only in bf16 builds: templates, T = floatX.)
 template <typename T>
 bool attention_forward_try_tc(const AttnShape& s, const AttnTensorsOf<T>& t, cudaStream_t stream) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {
         if (attention_uses_tensor_cores(s.hd, {t.out, t.q, t.k, t.v})) {
-            attention_forward_tc(t.out, t.stats, t.q, t.k, t.v, s.doc_ids, s.B, s.T, s.Hq, s.Hkv, s.hd, stream);
+            attention_forward_tc(s, t, stream);
             return true;
         }
     }
@@ -435,8 +433,7 @@ bool attention_backward_try_tc(const AttnShape& s, const AttnTensorsOf<T>& t, co
                                cudaStream_t stream) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {
         if (attention_uses_tensor_cores(s.hd, {g.dq, g.dk, g.dv, g.dout, t.out, t.q, t.k, t.v})) {
-            attention_backward_tc(g.dq, g.dk, g.dv, g.scratch, g.dout, t.out, t.q, t.k, t.v, t.stats, s.doc_ids, s.B, s.T,
-                                  s.Hq, s.Hkv, s.hd, stream);
+            attention_backward_tc(s, t, g, stream);
             return true;
         }
     }

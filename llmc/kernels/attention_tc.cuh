@@ -68,6 +68,7 @@ the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host
 #include <type_traits>
 
 #include "llmc/kernels/async_copy.cuh"
+#include "llmc/kernels/attention_shape.h"  // defines: AttnShape, AttnTensorsOf, AttnGradsOf
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/head_dim.h"
 #include "llmc/kernels/mma.cuh"
@@ -712,38 +713,35 @@ void flash_allow_shared(Kernel* kernel, size_t bytes) {
 
 inline bool flash_supports(int hd) { return hd % 16 == 0 && hd >= 16 && hd <= 128; }
 
-inline void attention_forward_tc(flash_bf16* out, float* lse, const flash_bf16* q, const flash_bf16* k,
-                                 const flash_bf16* v, const int* doc_ids, int B, int T, int Hq, int Hkv, int hd,
-                                 cudaStream_t stream) {
-    flash_dispatch_head_dim(hd, [&](auto head_dim) {
+// The tensors and shapes of llmc/kernels/attention.cuh's entry points (t.stats: the lse).
+inline void attention_forward_tc(const AttnShape& s, const AttnTensorsOf<flash_bf16>& t, cudaStream_t stream) {
+    flash_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
         constexpr size_t shared = FlashForwardSmem<HD>::bytes;
         flash_allow_shared(attention_forward_tc_kernel<HD>, shared);
-        dim3 grid(CEIL_DIV(T, kFlashRows), Hq, B);
-        LAUNCH(grid, kFlashThreads, shared, stream, attention_forward_tc_kernel<HD>)(out, lse, q, k, v, doc_ids, T, Hq,
-                                                                                    Hkv, hd);
+        dim3 grid(CEIL_DIV(s.T, kFlashRows), s.Hq, s.B);
+        LAUNCH(grid, kFlashThreads, shared, stream, attention_forward_tc_kernel<HD>)(t.out, t.stats, t.q, t.k, t.v,
+                                                                                    s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
     });
     cudaCheckLaunch();
 }
 
-// D: B*Hq*T floats (written by the dq kernel, read by the dk/dv kernel)
-inline void attention_backward_tc(flash_bf16* dq, flash_bf16* dk, flash_bf16* dv, float* D, const flash_bf16* dout,
-                                  const flash_bf16* out, const flash_bf16* q, const flash_bf16* k, const flash_bf16* v,
-                                  const float* lse, const int* doc_ids, int B, int T, int Hq, int Hkv, int hd,
-                                  cudaStream_t stream) {
-    flash_dispatch_head_dim(hd, [&](auto head_dim) {
+// g.scratch: D, B*Hq*T floats (written by the dq kernel, read by the dk/dv kernel)
+inline void attention_backward_tc(const AttnShape& s, const AttnTensorsOf<flash_bf16>& t,
+                                  const AttnGradsOf<flash_bf16>& g, cudaStream_t stream) {
+    flash_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
         constexpr size_t shared_dq = FlashDqSmem<HD>::bytes;
         flash_allow_shared(attention_backward_dq_tc_kernel<HD>, shared_dq);
-        dim3 grid_dq(CEIL_DIV(T, kFlashRows), Hq, B);
+        dim3 grid_dq(CEIL_DIV(s.T, kFlashRows), s.Hq, s.B);
         LAUNCH(grid_dq, kFlashThreads, shared_dq, stream, attention_backward_dq_tc_kernel<HD>)(
-            dq, D, dout, out, q, k, v, lse, doc_ids, T, Hq, Hkv, hd);
+            g.dq, g.scratch, g.dout, t.out, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
         cudaCheckLaunch();
         constexpr size_t shared_dkdv = FlashDkdvSmem<HD>::bytes;
         flash_allow_shared(attention_backward_dkdv_tc_kernel<HD>, shared_dkdv);
-        dim3 grid_dkdv(CEIL_DIV(T, kFlashRows), Hkv, B);
+        dim3 grid_dkdv(CEIL_DIV(s.T, kFlashRows), s.Hkv, s.B);
         LAUNCH(grid_dkdv, kFlashThreads, shared_dkdv, stream, attention_backward_dkdv_tc_kernel<HD>)(
-            dk, dv, D, dout, q, k, v, lse, doc_ids, T, Hq, Hkv, hd);
+            g.dk, g.dv, g.scratch, g.dout, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
     });
     cudaCheckLaunch();
 }
