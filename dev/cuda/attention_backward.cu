@@ -190,7 +190,8 @@ void attention_backward_version(int version, floatX* dq, floatX* dk, floatX* dv,
         case 4:
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
             if (kAttentionHasCudnn && attention_cudnn_supports(doc_ids, hd)) {
-                attention_backward_cudnn(dq, dk, dv, dout, out, q, k, v, lse, B, T, Hq, Hkv, hd, 0);
+                attention_backward_cudnn({B, T, Hq, Hkv, hd}, {q, k, v, const_cast<floatX*>(out), const_cast<float*>(lse)},
+                                         {dout, dq, dk, dv, nullptr}, 0);
                 break;
             }
 #endif

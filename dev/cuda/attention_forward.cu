@@ -122,7 +122,7 @@ void attention_forward4(floatX* out, float* lse, const floatX* q, const floatX* 
                         int B, int T, int Hq, int Hkv, int hd) {
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
     if (kAttentionHasCudnn && attention_cudnn_supports(doc_ids, hd)) {
-        attention_forward_cudnn(out, lse, q, k, v, B, T, Hq, Hkv, hd, 0);
+        attention_forward_cudnn({B, T, Hq, Hkv, hd}, {q, k, v, out, lse}, 0);
         return;
     }
 #endif

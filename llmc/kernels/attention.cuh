@@ -446,7 +446,7 @@ inline void attention_forward(const AttnShape& s, const AttnTensors& t, cudaStre
     attention_check_shapes("attention_forward", s);
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
     if (attention_prefer_cudnn() && attention_cudnn_supports(s.doc_ids, s.hd)) {
-        attention_forward_cudnn(t.out, t.stats, t.q, t.k, t.v, s.B, s.T, s.Hq, s.Hkv, s.hd, stream);
+        attention_forward_cudnn(s, t, stream);
         return;
     }
 #endif
@@ -460,8 +460,7 @@ inline void attention_backward(const AttnShape& s, const AttnTensors& t, const A
     attention_check_shapes("attention_backward", s);
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
     if (attention_prefer_cudnn() && attention_cudnn_supports(s.doc_ids, s.hd)) {
-        attention_backward_cudnn(g.dq, g.dk, g.dv, g.dout, t.out, t.q, t.k, t.v, t.stats, s.B, s.T, s.Hq, s.Hkv, s.hd,
-                                 stream);
+        attention_backward_cudnn(s, t, g, stream);
         return;
     }
 #endif

@@ -29,6 +29,7 @@ Not compiled on the host backend (cuDNN has no CPU implementation); not run on a
 #include <tuple>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/attention_shape.h"  // defines: AttnShape, AttnTensors, AttnGrads
 #include "llmc/utils.h"
 
 namespace cudnn_attention {
@@ -169,22 +170,21 @@ inline bool attention_cudnn_supports(const int* doc_ids, int hd) {
     return PRECISION_MODE == PrecisionMode::BF16 && doc_ids == nullptr && hd % 8 == 0 && hd <= 128;
 }
 
-inline void attention_forward_cudnn(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, int B,
-                                    int T, int Hq, int Hkv, int hd, cudaStream_t stream) {
+// The tensors and shapes of llmc/kernels/attention.cuh's entry points (t.stats: the lse; the
+// document ids must be null: attention_cudnn_supports).
+inline void attention_forward_cudnn(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
     using namespace cudnn_attention;
     std::unordered_map<int64_t, void*> pack = {
-        {kQ, (void*)q}, {kK, (void*)k}, {kV, (void*)v}, {kO, (void*)out}, {kStats, (void*)lse}};
-    execute(forward_graph({B, T, Hq, Hkv, hd}), pack, stream, "forward");
+        {kQ, (void*)t.q}, {kK, (void*)t.k}, {kV, (void*)t.v}, {kO, (void*)t.out}, {kStats, (void*)t.stats}};
+    execute(forward_graph({s.B, s.T, s.Hq, s.Hkv, s.hd}), pack, stream, "forward");
 }
 
-inline void attention_backward_cudnn(floatX* dq, floatX* dk, floatX* dv, const floatX* dout, const floatX* out,
-                                     const floatX* q, const floatX* k, const floatX* v, const float* lse, int B, int T,
-                                     int Hq, int Hkv, int hd, cudaStream_t stream) {
+inline void attention_backward_cudnn(const AttnShape& s, const AttnTensors& t, const AttnGrads& g, cudaStream_t stream) {
     using namespace cudnn_attention;
-    std::unordered_map<int64_t, void*> pack = {{kQ, (void*)q},     {kK, (void*)k},      {kV, (void*)v},
-                                               {kO, (void*)out},   {kDO, (void*)dout},  {kStats, (void*)lse},
-                                               {kDQ, (void*)dq},   {kDK, (void*)dk},    {kDV, (void*)dv}};
-    execute(backward_graph({B, T, Hq, Hkv, hd}), pack, stream, "backward");
+    std::unordered_map<int64_t, void*> pack = {{kQ, (void*)t.q},   {kK, (void*)t.k},      {kV, (void*)t.v},
+                                               {kO, (void*)t.out}, {kDO, (void*)g.dout},  {kStats, (void*)t.stats},
+                                               {kDQ, (void*)g.dq}, {kDK, (void*)g.dk},    {kDV, (void*)g.dv}};
+    execute(backward_graph({s.B, s.T, s.Hq, s.Hkv, s.hd}), pack, stream, "backward");
 }
 
 #endif  // ENABLE_CUDNN && __CUDACC__
