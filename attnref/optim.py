@@ -52,17 +52,21 @@ class OptConfig:
     warmup_frac: float = 0.05
     decay_frac: float = 0.15       # wsd only: final fraction of steps that decays
     final_frac: float = 0.05       # lr at the end of decay, as a fraction of peak
+    schedule_steps: int = 0        # steps the schedule runs over (0: the run's); past them the last rate holds
 
     def validate(self):
         ok = (self.optimizer in ("muon", "adamw") and self.muon_order in ("keller", "paper")
               and self.schedule in ("wsd", "cosine", "linear", "constant")
               and 0 <= self.warmup_frac <= 1 and 0 <= self.decay_frac <= 1 and self.final_frac >= 0
+              and self.schedule_steps >= 0
               and self.ns_steps >= 0 and self.lr >= 0 and self.lr_other >= 0)
         if not ok:
             raise ValueError(f"bad optimizer config: {self}")
 
     def to_meta(self):
-        return [("opt." + f.name, format_meta_value(getattr(self, f.name))) for f in fields(self)]
+        # opt.schedule_steps only when set, as the trainers write it (a file without it: the run's steps)
+        return [("opt." + f.name, format_meta_value(getattr(self, f.name))) for f in fields(self)
+                if f.name != "schedule_steps" or self.schedule_steps > 0]
 
     @classmethod
     def from_meta(cls, meta, source="<meta>"):
@@ -166,8 +170,10 @@ def round_steps(frac, total):
     return int(math.floor(frac * total + 0.5))
 
 
-def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_frac=0.05):
-    """Multiplier of the peak rate at optimizer step `step` (0-based) of `total`.
+def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_frac=0.05, horizon=0):
+    """Multiplier of the peak rate at optimizer step `step` (0-based) of `total`; with a
+    `horizon` > 0 (--schedule-steps) the schedule runs over that many steps instead and the
+    steps past it keep its last rate (as llmc/train/schedule.h).
     W = round(warmup_frac * total): steps 0..W-1 ramp linearly as (step+1)/W.
     wsd: constant 1 until step total-D-1, D = round(decay_frac * total); then with
          p = (step - (total-D) + 1) / D in (0, 1], f = final + (1-final)(1+cos(pi p))/2.
@@ -176,6 +182,8 @@ def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_fr
     constant: 1 after warmup. The last step of wsd/cosine/linear is exactly `final`."""
     if not 0 <= step < total:
         raise ValueError(f"step {step} outside [0, {total})")
+    if horizon > 0:
+        step, total = min(step, horizon - 1), horizon
     W = round_steps(warmup_frac, total)
     D = round_steps(decay_frac, total) if kind == "wsd" else 0
     if W + D > total:
@@ -199,6 +207,6 @@ def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_fr
 
 
 def group_lrs(oc, step, total):
-    f = lr_multiplier(step, total, oc.schedule, oc.warmup_frac, oc.decay_frac, oc.final_frac)
+    f = lr_multiplier(step, total, oc.schedule, oc.warmup_frac, oc.decay_frac, oc.final_frac, oc.schedule_steps)
     return oc.lr * f, oc.lr_other * f
 

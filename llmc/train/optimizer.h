@@ -113,6 +113,8 @@ struct OptimizerConfig {
         w.set("opt.warmup_frac", schedule.warmup_frac);
         w.set("opt.decay_frac", schedule.decay_frac);
         w.set("opt.final_frac", schedule.final_frac);
+        // only when set: a run over its own steps writes the file it wrote before the key existed
+        if (schedule.horizon > 0) { w.set("opt.schedule_steps", (long long)schedule.horizon); }
     }
     void read(const TensorFileReader& r) {
         read_choice(r, "opt.optimizer", kOptimizerKinds, &optimizer);
@@ -132,6 +134,7 @@ struct OptimizerConfig {
         schedule.warmup_frac = r.real("opt.warmup_frac");
         schedule.decay_frac = r.real("opt.decay_frac");
         schedule.final_frac = r.real("opt.final_frac");
+        schedule.horizon = r.has_key("opt.schedule_steps") ? (long)r.integer("opt.schedule_steps") : 0;
     }
 };
 

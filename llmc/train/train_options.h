@@ -88,8 +88,9 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--eps", &p.eps, "AdamW epsilon"),
         make_flag("--grad-clip", &p.grad_clip, "global grad-norm clip (0: off)"),
         make_flag("--schedule", &p.schedule.kind, kScheduleKinds, ""),
-        make_flag("--warmup-frac", &p.schedule.warmup_frac, "warmup fraction of the steps"),
-        make_flag("--decay-frac", &p.schedule.decay_frac, "wsd: decay fraction of the steps"),
+        make_flag("--schedule-steps", &p.schedule.horizon, "steps the schedule runs over (0: --steps; past them the last rate holds)"),
+        make_flag("--warmup-frac", &p.schedule.warmup_frac, "warmup fraction of the schedule's steps"),
+        make_flag("--decay-frac", &p.schedule.decay_frac, "wsd: decay fraction of the schedule's steps"),
         make_flag("--final-frac", &p.schedule.final_frac, "final rate as a fraction of the peak"),
         make_flag("--seed", &o.seed, "seed of init, data order and sampling"),
         make_flag("--shuffle", &o.shuffle, "shuffle training windows 0|1"),
@@ -110,7 +111,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
         make_flag("--resume", &o.resume_path, "checkpoint to continue exactly: model, optimizer, schedule, steps and data settings all from the file"),
         make_flag("--resume-override", &o.resume_override, "with --resume: the flags given may change the saved run's settings (each is printed) 0|1"),
-        make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N (printed)"),
+        make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N unless it has --schedule-steps (printed)"),
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
@@ -153,9 +154,10 @@ inline void print_optimizer(const TrainOptions& o) {
         printf("optimizer: adamw lr %g (other %g)", opt.lr, opt.lr_other);
     }
     if (o.lr_scale_gpus != 1) { printf(" (rates scaled for %d GPUs)", o.lr_scale_gpus); }
-    printf("; wd %g clip %g, schedule %s (warmup %g, decay %g, final %g); adamw betas %g/%g eps %g\n", opt.weight_decay,
-           opt.grad_clip, opt.schedule.name(), opt.schedule.warmup_frac, opt.schedule.decay_frac,
-           opt.schedule.final_frac, opt.beta1, opt.beta2, opt.eps);
+    printf("; wd %g clip %g, schedule %s (warmup %g, decay %g, final %g", opt.weight_decay, opt.grad_clip,
+           opt.schedule.name(), opt.schedule.warmup_frac, opt.schedule.decay_frac, opt.schedule.final_frac);
+    if (opt.schedule.horizon > 0) { printf("; over %ld steps", opt.schedule.horizon); }
+    printf("); adamw betas %g/%g eps %g\n", opt.beta1, opt.beta2, opt.eps);
     if (o.world > 1 && o.lr_scale_gpus != o.world) {
         printf("note: %d ranks, rates %s (--lr-scale-gpus %d): they never follow the rank count by themselves\n",
                o.world, o.lr_scale_gpus == 1 ? "as given" : "scaled", o.lr_scale_gpus);
