@@ -804,7 +804,8 @@ constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus",
 
 // --deconstructing-setup 1: the recipe of "Deconstructing Attention" as defaults that explicit
 // flags override: AdamW (beta2 0.9999, the paper's Table 9) at peak 4e-4 (every group), weight
-// decay 0.1 (matrices, as always here), clip 1.0, 256 rows per step, and Table 9's cosine
+// decay 0.1 on every matrix, the tied embedding included (Hugging Face-style, --decay-embedding),
+// clip 1.0, 256 rows per step, and Table 9's cosine
 // ("CosineLRScheduler with 0.5 cycles", 120,000 maximum steps, 2,000 warmup) of runs stopped at
 // 15B tokens (28,611 steps) scaled to --steps by those ratios: a horizon of steps x 120,000 /
 // 28,611 (unless --schedule-steps is given: `horizon` > 0) and steps x 2,000 / 28,611 warmup
@@ -817,6 +818,7 @@ void apply_deconstructing_setup(TrainOptions& t, long steps, long horizon = 0) {
     t.opt.beta2 = 0.9999;
     t.opt.lr = 4e-4;
     t.opt.weight_decay = 0.1;
+    t.opt.decay_embedding = 1;
     t.opt.grad_clip = 1.0;
     steps = std::max(1L, steps);
     const double warmup_steps = (double)steps * kDeconstructingWarmupSteps / kDeconstructingRunSteps;
@@ -826,8 +828,9 @@ void apply_deconstructing_setup(TrainOptions& t, long steps, long horizon = 0) {
     s.warmup_frac = std::min(1.0, warmup_steps / (double)s.horizon);
     s.final_frac = 0.1;
 }
-constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimizer", "--beta2", "--lr", "--weight-decay", "--grad-clip",
-                                                     "--schedule", "--schedule-steps", "--warmup-frac", "--final-frac"};
+constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimizer", "--beta2", "--lr", "--weight-decay",
+                                                     "--decay-embedding", "--grad-clip", "--schedule", "--schedule-steps",
+                                                     "--warmup-frac", "--final-frac"};
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;

@@ -41,7 +41,7 @@ class OptConfig:
     muon_order: str = "keller"     # keller: momentum, then orthogonalise, shape factor | paper
     lr: float = 0.02               # peak rate of the matrix group
     lr_other: float = 3e-4         # peak rate of the non-matrix group (embedding, gains, gates)
-    weight_decay: float = 0.01     # decoupled, matrix group only
+    weight_decay: float = 0.01     # decoupled, matrix group only (and the embeddings with decay_embedding)
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
@@ -53,20 +53,22 @@ class OptConfig:
     decay_frac: float = 0.15       # wsd only: final fraction of steps that decays
     final_frac: float = 0.05       # lr at the end of decay, as a fraction of peak
     schedule_steps: int = 0        # steps the schedule runs over (0: the run's); past them the last rate holds
+    decay_embedding: int = 0       # 1: the embeddings (the non-matrix group's 2-D tensors) decay too
 
     def validate(self):
         ok = (self.optimizer in ("muon", "adamw") and self.muon_order in ("keller", "paper")
               and self.schedule in ("wsd", "cosine", "linear", "constant")
               and 0 <= self.warmup_frac <= 1 and 0 <= self.decay_frac <= 1 and self.final_frac >= 0
-              and self.schedule_steps >= 0
+              and self.schedule_steps >= 0 and self.decay_embedding in (0, 1)
               and self.ns_steps >= 0 and self.lr >= 0 and self.lr_other >= 0)
         if not ok:
             raise ValueError(f"bad optimizer config: {self}")
 
     def to_meta(self):
-        # opt.schedule_steps only when set, as the trainers write it (a file without it: the run's steps)
+        # opt.schedule_steps and opt.decay_embedding only when set, as the trainers write them (a file
+        # without them: the run's steps, no decay of the embeddings)
         return [("opt." + f.name, format_meta_value(getattr(self, f.name))) for f in fields(self)
-                if f.name != "schedule_steps" or self.schedule_steps > 0]
+                if f.name not in ("schedule_steps", "decay_embedding") or getattr(self, f.name) > 0]
 
     @classmethod
     def from_meta(cls, meta, source="<meta>"):
@@ -102,7 +104,8 @@ class Optimizer:
             g = p.grad if p.grad is not None else torch.zeros_like(p)
             is_mat = n in self.matrix
             lr = lr_matrix if is_mat else lr_other
-            wd = oc.weight_decay if is_mat else 0.0
+            # Hugging Face-style with decay_embedding: every 2-D tensor decays, the embedding included
+            wd = oc.weight_decay if is_mat or (oc.decay_embedding and p.dim() == 2) else 0.0
             st = self.state[n]
             if "mom" in st:
                 self._muon(p, g, st["mom"], lr, wd)

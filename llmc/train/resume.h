@@ -113,6 +113,9 @@ inline std::vector<RunSetting> run_settings() {
     integer("opt.schedule_steps", {"--schedule-steps"}, [](const TrainOptions& o) { return (long long)o.opt.schedule.horizon; },
             [](TrainOptions& o, long long v) { o.opt.schedule.horizon = (long)v; }, true);
     out.back().absent = "0";
+    integer("opt.decay_embedding", {"--decay-embedding"}, [](const TrainOptions& o) { return (long long)o.opt.decay_embedding; },
+            [](TrainOptions& o, long long v) { o.opt.decay_embedding = (int)v; });
+    out.back().absent = "0";  // (also written only when set)
     text("run.train_data", {"--train-data"}, &TrainOptions::train_data);
     integer("run.batch_size", {"--batch-size"}, [](const TrainOptions& o) { return (long long)o.batch_size; },
             [](TrainOptions& o, long long v) { o.batch_size = (int)v; });

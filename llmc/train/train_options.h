@@ -82,7 +82,8 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--lr", &p.lr, "peak rate of the matrix group (<0: the model's default for the optimizer)"),
         make_flag("--lr-other", &p.lr_other, with_muon ? "peak rate of embeddings/gains/gates/biases (<0: muon 3e-4, adamw same as --lr)" : "peak rate of embeddings/gains/biases (<0: same as --lr)"),
         make_flag("--lr-scale-gpus", &o.lr_scale_gpus, with_muon ? "scale the rates for N GPUs: AdamW rates x N, the Muon rate x sqrt(N)" : "scale the rates for N GPUs: x N"),
-        make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices only)"),
+        make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices; the embeddings too with --decay-embedding 1)"),
+        make_flag("--decay-embedding", &p.decay_embedding, "1: the embeddings decay too (Hugging Face-style: every matrix; gains, gates, biases never) 0|1"),
         make_flag("--beta1", &p.beta1, "AdamW beta1"),
         make_flag("--beta2", &p.beta2, "AdamW beta2"),
         make_flag("--eps", &p.eps, "AdamW epsilon"),
@@ -154,8 +155,9 @@ inline void print_optimizer(const TrainOptions& o) {
         printf("optimizer: adamw lr %g (other %g)", opt.lr, opt.lr_other);
     }
     if (o.lr_scale_gpus != 1) { printf(" (rates scaled for %d GPUs)", o.lr_scale_gpus); }
-    printf("; wd %g clip %g, schedule %s (warmup %g, decay %g, final %g", opt.weight_decay, opt.grad_clip,
-           opt.schedule.name(), opt.schedule.warmup_frac, opt.schedule.decay_frac, opt.schedule.final_frac);
+    printf("; wd %g%s clip %g, schedule %s (warmup %g, decay %g, final %g", opt.weight_decay,
+           opt.decay_embedding ? " (embeddings too)" : "", opt.grad_clip, opt.schedule.name(), opt.schedule.warmup_frac,
+           opt.schedule.decay_frac, opt.schedule.final_frac);
     if (opt.schedule.horizon > 0) { printf("; over %ld steps", opt.schedule.horizon); }
     printf("); adamw betas %g/%g eps %g\n", opt.beta1, opt.beta2, opt.eps);
     if (o.world > 1 && o.lr_scale_gpus != o.world) {
