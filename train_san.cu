@@ -798,6 +798,20 @@ void apply_paper_setup(TrainOptions& t) {
     t.opt.schedule.final_frac = 0.05;
     t.milestones = 1;
 }
+// A SAN-paper preset trained without --paper-setup runs Muon in the Keller order at the
+// paper's locked rates, which its paper-order Muon (and batch) were tuned for: one line says so.
+bool is_san_paper_preset(const std::string& preset) {
+    return preset == "san20" || preset == "ffn20" || preset == "ffn4" || preset == "ffn9";
+}
+void warn_paper_preset_without_setup(const std::string& preset, int paper_setup, int deconstructing_setup,
+                                     const TrainOptions& t) {
+    if (!is_san_paper_preset(preset) || paper_setup != 0 || deconstructing_setup != 0 || t.steps == 0 ||
+        !t.opt.is_muon() || t.opt.muon_order != MuonOrder::Keller) {
+        return;
+    }
+    printf("warning: --preset %s without --paper-setup 1: keller-order Muon at the SAN paper's rates, which are tuned "
+           "for its paper-order Muon; --paper-setup 1 trains the paper's recipe\n", preset.c_str());
+}
 // the settings --paper-setup sets count as given (a resume compares them)
 constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
                                             "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"};
@@ -915,6 +929,7 @@ struct SANTrainer {
         if (o.deconstructing_setup) {
             printf("recipe: Deconstructing Attention's setup (--deconstructing-setup 1), with the flags given on top\n");
         }
+        warn_paper_preset_without_setup(o.preset, o.paper_setup, o.deconstructing_setup, o.train);
     }
     static void init_parameters(SAN& model, const Options& o) {
         model.init_parameters(o.train.seed);

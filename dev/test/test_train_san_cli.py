@@ -266,3 +266,24 @@ def test_schedule_steps_set_the_horizon(data, tmp_path):
 def test_bad_schedule_steps_fail_clearly(data, tmp_path, args, message):
     proc = run(common(data, tmp_path) + args, check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+SMALL = ["--vocab-size", "250", "--max-seq-len", "64", "--n-layer", "2", "--n-embd", "64", "--n-head", "4",
+         "--n-kv-head", "4", "--d-ff", "128"]  # a SAN-paper preset at the tiny model's size
+
+
+@pytest.mark.parametrize("preset", ["san20", "ffn20", "ffn4", "ffn9"])
+def test_paper_preset_without_paper_setup_warns(data, tmp_path, preset):
+    """A SAN-paper preset trained without --paper-setup 1 runs keller-order Muon at the paper's
+    rates (tuned for its paper-order Muon): one warning line naming the flag. None with the
+    setup, with the order given as the paper's, or for the other presets."""
+    base = ["--preset", preset, "--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--batch-size", "4",
+            "--sample-tokens", "0", "--steps", "1"] + SMALL
+    warning = f"warning: --preset {preset} without --paper-setup 1: keller-order Muon at the SAN paper's rates"
+    out = run(base).stdout
+    lines = [l for l in out.splitlines() if l.startswith("warning: --preset")]
+    assert len(lines) == 1 and lines[0].startswith(warning) and "--paper-setup 1 trains the paper's recipe" in lines[0], out
+    for more in (["--paper-setup", "1", "--global-batch", "4", "--lr-scale-gpus", "1", "--milestones", "0"],
+                 ["--muon-order", "paper"]):
+        assert "warning: --preset" not in run(base + more).stdout
+    assert "warning: --preset" not in run(base[2:] + ["--preset", "tiny"]).stdout
