@@ -287,3 +287,29 @@ def test_paper_preset_without_paper_setup_warns(data, tmp_path, preset):
                  ["--muon-order", "paper"]):
         assert "warning: --preset" not in run(base + more).stdout
     assert "warning: --preset" not in run(base[2:] + ["--preset", "tiny"]).stdout
+
+
+def test_val_whole_docs_2_validates_on_both(data, tmp_path):
+    """--val-whole-docs 2 (studies/san_paper.toml): the headline validation stays on windows and
+    the same validation on whole documents is logged beside it ("whole_docs"): each equal to the
+    run that validates on that alone, training untouched."""
+    import json
+    logs = {}
+    for mode in (0, 1, 2):
+        path = tmp_path / f"log{mode}.jsonl"
+        out = run(common(data, tmp_path / f"run{mode}") + ["--steps", "2", "--val-every", "1", "--val-whole-docs",
+                                                           str(mode), "--log", str(path)]).stdout
+        logs[mode] = [json.loads(l) for l in path.read_text().splitlines()]
+        if mode == 2:
+            assert "validation (also, beside the windows): whole documents" in out, out
+            assert "(whole documents) step 2: val loss" in out, out
+    val = {m: [r for r in logs[m] if "val_loss" in r] for m in logs}
+    assert [r["step"] for r in val[2]] == [1, 2] and all("whole_docs" not in r for r in val[0] + val[1])
+    for both, windows, docs in zip(val[2], val[0], val[1]):
+        assert both["val_loss"] == windows["val_loss"] and both["val_tokens"] == windows["val_tokens"]
+        assert both["whole_docs"]["val_loss"] == docs["val_loss"] and both["whole_docs"]["val_tokens"] == docs["val_tokens"]
+    assert val[0][0]["val_tokens"] != val[1][0]["val_tokens"]  # (two different validations)
+    train = {m: [r["loss"] for r in logs[m] if "loss" in r] for m in logs}
+    assert train[0] == train[1] == train[2]
+    proc = run(common(data, tmp_path) + ["--val-whole-docs", "3"], check=False)
+    assert proc.returncode != 0 and "--val-whole-docs must be 0, 1 or 2, got 3" in proc.stderr
