@@ -796,29 +796,53 @@ void apply_paper_setup(TrainOptions& t) {
     t.opt.schedule.final_frac = 0.05;
     t.milestones = 1;
 }
+// A SAN-paper preset trained without --paper-setup runs Muon in the Keller order at the
+// paper's locked rates, which its paper-order Muon (and batch) were tuned for: one line says so.
+bool is_san_paper_preset(const std::string& preset) {
+    return preset == "san20" || preset == "ffn20" || preset == "ffn4" || preset == "ffn9";
+}
+void warn_paper_preset_without_setup(const std::string& preset, int paper_setup, int deconstructing_setup,
+                                     const TrainOptions& t) {
+    if (!is_san_paper_preset(preset) || paper_setup != 0 || deconstructing_setup != 0 || t.steps == 0 ||
+        !t.opt.is_muon() || t.opt.muon_order != MuonOrder::Keller) {
+        return;
+    }
+    printf("warning: --preset %s without --paper-setup 1: keller-order Muon at the SAN paper's rates, which are tuned "
+           "for its paper-order Muon; --paper-setup 1 trains the paper's recipe\n", preset.c_str());
+}
 // the settings --paper-setup sets count as given (a resume compares them)
 constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
                                             "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"};
 
 // --deconstructing-setup 1: the recipe of "Deconstructing Attention" as defaults that explicit
 // flags override: AdamW (beta2 0.9999, the paper's Table 9) at peak 4e-4 (every group), weight
-// decay 0.1 (matrices, as always here),
-// clip 1.0, 256 rows per step, cosine to 0.1x after 2000 warmup steps: the warmup fraction is
-// 2000 / steps (at most 1), from --steps as given. (The paper states no final rate: 0.1x is
-// this project's choice, doc/deconstructing.md.)
-void apply_deconstructing_setup(TrainOptions& t, long steps) {
+// decay 0.1 on every matrix, the tied embedding included (Hugging Face-style, --decay-embedding),
+// clip 1.0, 256 rows per step, and Table 9's cosine
+// ("CosineLRScheduler with 0.5 cycles", 120,000 maximum steps, 2,000 warmup) of runs stopped at
+// 15B tokens (28,611 steps) scaled to --steps by those ratios: a horizon of steps x 120,000 /
+// 28,611 (unless --schedule-steps is given: `horizon` > 0) and steps x 2,000 / 28,611 warmup
+// steps (at most the horizon), as a fraction of the horizon. (The paper states no final rate:
+// 0.1x is this project's choice, doc/deconstructing.md.)
+constexpr double kDeconstructingMaxSteps = 120000, kDeconstructingWarmupSteps = 2000, kDeconstructingRunSteps = 28611;
+void apply_deconstructing_setup(TrainOptions& t, long steps, long horizon = 0) {
     t.global_batch = 256;
     t.opt.optimizer = OptimizerKind::AdamW;
     t.opt.beta2 = 0.9999;
     t.opt.lr = 4e-4;
     t.opt.weight_decay = 0.1;
+    t.opt.decay_embedding = 1;
     t.opt.grad_clip = 1.0;
-    t.opt.schedule.kind = ScheduleKind::Cosine;
-    t.opt.schedule.warmup_frac = std::min(1.0, 2000.0 / (double)std::max(1L, steps));
-    t.opt.schedule.final_frac = 0.1;
+    steps = std::max(1L, steps);
+    const double warmup_steps = (double)steps * kDeconstructingWarmupSteps / kDeconstructingRunSteps;
+    Schedule& s = t.opt.schedule;
+    s.horizon = horizon > 0 ? horizon : std::max(1L, Schedule::round_steps(kDeconstructingMaxSteps / kDeconstructingRunSteps, steps));
+    s.kind = ScheduleKind::Cosine;
+    s.warmup_frac = std::min(1.0, warmup_steps / (double)s.horizon);
+    s.final_frac = 0.1;
 }
 constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimizer", "--beta2", "--lr", "--weight-decay",
-                                                     "--grad-clip", "--schedule", "--warmup-frac", "--final-frac"};
+                                                     "--decay-embedding", "--grad-clip", "--schedule", "--schedule-steps",
+                                                     "--warmup-frac", "--final-frac"};
 
 std::vector<Flag> make_flags(Options& o) {
     SANConfig& m = o.model;
@@ -881,10 +905,10 @@ struct SANTrainer {
         }
         if (recipe == "1") {
             if (paper == "1") { fatal("--paper-setup 1 and --deconstructing-setup 1 are two recipes: give one"); }
-            std::string steps = find_flag_value(argc, argv, "--steps");
-            char* end = nullptr;
-            long n = steps.empty() ? o.train.steps : std::strtol(steps.c_str(), &end, 10);
-            apply_deconstructing_setup(o.train, n > 0 ? n : 1);
+            // (the flags are checked when parsed; here a bad value only sets defaults they replace)
+            std::string steps = find_flag_value(argc, argv, "--steps"), horizon = find_flag_value(argc, argv, "--schedule-steps");
+            long n = steps.empty() ? o.train.steps : std::strtol(steps.c_str(), nullptr, 10);
+            apply_deconstructing_setup(o.train, n, horizon.empty() ? 0 : std::strtol(horizon.c_str(), nullptr, 10));
             o.train.given.insert(std::begin(kDeconstructingSetupFlags), std::end(kDeconstructingSetupFlags));
         }
     }
@@ -903,6 +927,7 @@ struct SANTrainer {
         if (o.deconstructing_setup) {
             printf("recipe: Deconstructing Attention's setup (--deconstructing-setup 1), with the flags given on top\n");
         }
+        warn_paper_preset_without_setup(o.preset, o.paper_setup, o.deconstructing_setup, o.train);
     }
     static void init_parameters(SAN& model, const Options& o) {
         model.init_parameters(o.train.seed);

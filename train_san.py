@@ -24,7 +24,7 @@ from dataclasses import fields
 from attnref import training
 from attnref.container import ContainerError
 from attnref.data import read_shard
-from attnref.optim import OptConfig, Optimizer
+from attnref.optim import OptConfig, Optimizer, round_steps
 from attnref.san import PRESETS, SAN, SANConfig, count_parameters, flops_per_token, load_checkpoint
 from attnref.variants import FIXED_QK_KINDS, KINDS, TAYLOR_NORMS, fixed_input_std
 
@@ -126,11 +126,17 @@ PAPER_SETUP = dict(global_batch=512, lr_scale_gpus=8, optimizer="muon", muon_ord
 
 
 # --deconstructing-setup 1: the recipe of "Deconstructing Attention" (as train_san.cu): AdamW
-# (beta2 0.9999) at peak 4e-4, weight decay 0.1, clip 1.0, 256 rows per step, cosine to 0.1x after
-# 2000 warmup steps (the warmup fraction is 2000 / --steps, at most 1).
-def deconstructing_setup(steps):
+# (beta2 0.9999) at peak 4e-4, weight decay 0.1 on every matrix and the embedding, clip 1.0, 256
+# rows per step, and the paper's cosine (120,000 maximum steps, 2,000 warmup, runs stopped at
+# 28,611 steps) scaled to --steps by those ratios: a horizon of steps x 120,000 / 28,611 (unless
+# --schedule-steps is given) and steps x 2,000 / 28,611 warmup steps as a fraction of the horizon
+# (at most 1); cosine to 0.1x.
+def deconstructing_setup(steps, schedule_steps=0):
+    steps = max(1, steps)
+    horizon = schedule_steps if schedule_steps > 0 else max(1, round_steps(120000 / 28611, steps))
     return dict(global_batch=256, optimizer="adamw", beta2=0.9999, lr=4e-4, weight_decay=0.1, grad_clip=1.0,
-                schedule="cosine", warmup_frac=min(1.0, 2000 / max(1, steps)), final_frac=0.1)
+                decay_embedding=1, schedule="cosine", schedule_steps=horizon,
+                warmup_frac=min(1.0, steps * 2000 / 28611 / horizon), final_frac=0.1)
 
 
 def fixed_input_line(cfg):
@@ -171,7 +177,7 @@ def parse_args(argv=None):
     if early.paper_setup:
         parser.set_defaults(**PAPER_SETUP)
     if early.deconstructing_setup:
-        parser.set_defaults(**deconstructing_setup(early.steps))
+        parser.set_defaults(**deconstructing_setup(early.steps, early.schedule_steps))
     args = parser.parse_args(argv)
     if args.global_batch:
         if args.global_batch % args.batch_size:

@@ -41,7 +41,7 @@ class OptConfig:
     muon_order: str = "keller"     # keller: momentum, then orthogonalise, shape factor | paper
     lr: float = 0.02               # peak rate of the matrix group
     lr_other: float = 3e-4         # peak rate of the non-matrix group (embedding, gains, gates)
-    weight_decay: float = 0.01     # decoupled, matrix group only
+    weight_decay: float = 0.01     # decoupled, matrix group only (and the embeddings with decay_embedding)
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
@@ -52,17 +52,23 @@ class OptConfig:
     warmup_frac: float = 0.05
     decay_frac: float = 0.15       # wsd only: final fraction of steps that decays
     final_frac: float = 0.05       # lr at the end of decay, as a fraction of peak
+    schedule_steps: int = 0        # steps the schedule runs over (0: the run's); past them the last rate holds
+    decay_embedding: int = 0       # 1: the embeddings (the non-matrix group's 2-D tensors) decay too
 
     def validate(self):
         ok = (self.optimizer in ("muon", "adamw") and self.muon_order in ("keller", "paper")
               and self.schedule in ("wsd", "cosine", "linear", "constant")
               and 0 <= self.warmup_frac <= 1 and 0 <= self.decay_frac <= 1 and self.final_frac >= 0
+              and self.schedule_steps >= 0 and self.decay_embedding in (0, 1)
               and self.ns_steps >= 0 and self.lr >= 0 and self.lr_other >= 0)
         if not ok:
             raise ValueError(f"bad optimizer config: {self}")
 
     def to_meta(self):
-        return [("opt." + f.name, format_meta_value(getattr(self, f.name))) for f in fields(self)]
+        # opt.schedule_steps and opt.decay_embedding only when set, as the trainers write them (a file
+        # without them: the run's steps, no decay of the embeddings)
+        return [("opt." + f.name, format_meta_value(getattr(self, f.name))) for f in fields(self)
+                if f.name not in ("schedule_steps", "decay_embedding") or getattr(self, f.name) > 0]
 
     @classmethod
     def from_meta(cls, meta, source="<meta>"):
@@ -98,7 +104,8 @@ class Optimizer:
             g = p.grad if p.grad is not None else torch.zeros_like(p)
             is_mat = n in self.matrix
             lr = lr_matrix if is_mat else lr_other
-            wd = oc.weight_decay if is_mat else 0.0
+            # Hugging Face-style with decay_embedding: every 2-D tensor decays, the embedding included
+            wd = oc.weight_decay if is_mat or (oc.decay_embedding and p.dim() == 2) else 0.0
             st = self.state[n]
             if "mom" in st:
                 self._muon(p, g, st["mom"], lr, wd)
@@ -166,8 +173,10 @@ def round_steps(frac, total):
     return int(math.floor(frac * total + 0.5))
 
 
-def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_frac=0.05):
-    """Multiplier of the peak rate at optimizer step `step` (0-based) of `total`.
+def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_frac=0.05, horizon=0):
+    """Multiplier of the peak rate at optimizer step `step` (0-based) of `total`; with a
+    `horizon` > 0 (--schedule-steps) the schedule runs over that many steps instead and the
+    steps past it keep its last rate (as llmc/train/schedule.h).
     W = round(warmup_frac * total): steps 0..W-1 ramp linearly as (step+1)/W.
     wsd: constant 1 until step total-D-1, D = round(decay_frac * total); then with
          p = (step - (total-D) + 1) / D in (0, 1], f = final + (1-final)(1+cos(pi p))/2.
@@ -176,6 +185,8 @@ def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_fr
     constant: 1 after warmup. The last step of wsd/cosine/linear is exactly `final`."""
     if not 0 <= step < total:
         raise ValueError(f"step {step} outside [0, {total})")
+    if horizon > 0:
+        step, total = min(step, horizon - 1), horizon
     W = round_steps(warmup_frac, total)
     D = round_steps(decay_frac, total) if kind == "wsd" else 0
     if W + D > total:
@@ -199,6 +210,6 @@ def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_fr
 
 
 def group_lrs(oc, step, total):
-    f = lr_multiplier(step, total, oc.schedule, oc.warmup_frac, oc.decay_frac, oc.final_frac)
+    f = lr_multiplier(step, total, oc.schedule, oc.warmup_frac, oc.decay_frac, oc.final_frac, oc.schedule_steps)
     return oc.lr * f, oc.lr_other * f
 

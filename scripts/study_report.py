@@ -81,6 +81,12 @@ class ArmSummary:
         values = [d.final[key] for d in self.runs if key in d.final]
         return sum(values) / len(values) if values and len(values) == len(self.runs) else None
 
+    def whole_docs_mean(self):
+        """The seed mean of the final validation on whole documents (--val-whole-docs 2: logged
+        beside the windows' headline as "whole_docs"; None unless every run has it)."""
+        values = [d.final.get("whole_docs", {}).get("val_loss") for d in self.runs]
+        return sum(values) / len(values) if values and None not in values else None
+
     def eval_mean(self, name, metric):
         """The seed mean of an eval-set metric at the end of the runs (None unless every run has it)."""
         values = [d.final_eval.get(name, {}).get(metric) for d in self.runs]
@@ -522,6 +528,7 @@ def write_report(study, why, out=None):
 
     # final losses
     md += ["## Final validation loss per arm", ""]
+    whole_docs = baseline.ok and baseline.whole_docs_mean() is not None
     rows = []
     for s in summaries.values():
         model = s.arm.model()
@@ -530,7 +537,15 @@ def write_report(study, why, out=None):
         delta = s.mean - baseline.mean if s.ok and baseline.ok else None
         rows.append([s.arm.name, f"{nonemb:,}", f"{flops / 1e6:.2f}", fmt_lr(s.lr) if s.ok else "—", len(s.runs),
                      fmt(s.mean), fmt(s.sd), fmt(delta, signed=True)])
-    md += [table(["arm", "non-emb params", "MFLOPs/token", "lr", "seeds", "val loss", "sd", f"Δ vs {study.baseline}"], rows), ""]
+        if whole_docs:
+            v, b = s.whole_docs_mean() if s.ok else None, baseline.whole_docs_mean()
+            rows[-1] += [fmt(v), fmt(v - b if v is not None and b is not None else None, signed=True)]
+    extra = ["whole docs", "Δ whole docs"] if whole_docs else []
+    md += [table(["arm", "non-emb params", "MFLOPs/token", "lr", "seeds", "val loss", "sd", f"Δ vs {study.baseline}"]
+                 + extra, rows), ""]
+    if whole_docs:
+        md += ["The val loss is over windows of the validation data (the SAN paper's headline); \"whole docs\" is "
+               "the same validation on whole documents (--val-whole-docs 2).", ""]
     md += [f"Noise floor (pooled seed-to-seed sd): {fmt(floor)} nats.", ""]
     if any(s.ok for s in summaries.values()):
         md += [f"![final loss]({plot_final(summaries, floor, baseline, out)})", "",

@@ -187,7 +187,7 @@ san = "san"
 """
 
 
-def write_study(path, out, data, extra_study="", arms=None, findings=FINDINGS):
+def write_study(path, out, data, extra_study="", arms=None, findings=FINDINGS, more_flags=""):
     arms = arms if arms is not None else """
 [[arm]]
 name = "san"
@@ -211,7 +211,7 @@ save_every = 3
 milestones = true
 keep_checkpoints = true
 flags = ["--train-data", "{data}/toy_train_*.bin", "--val-data", "{data}/toy_val_*.bin", "--val-batches", "4",
-         "--sample-tokens", "0", "--optimizer", "adamw", "--eval-sets", "{data}/toy_mc.bin,{data}/toy_cloze.bin"]
+         "--sample-tokens", "0", "--optimizer", "adamw", "--eval-sets", "{data}/toy_mc.bin,{data}/toy_cloze.bin"{more_flags}]
 {extra_study}
 {arms}
 {findings}
@@ -264,7 +264,8 @@ TOY_RUNS = ("san_s7", "san_s8", "ffn_lr0.003_s7", "ffn_lr0.03_s7")
 def toy_study(toy_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("study")
     out = tmp / "out"
-    path = write_study(tmp / "toy.toml", out, toy_data, arms=TOY_ARMS)
+    # (validated on windows, and on whole documents beside them: the report's extra column)
+    path = write_study(tmp / "toy.toml", out, toy_data, arms=TOY_ARMS, more_flags=', "--val-whole-docs", "2"')
     proc = study_cmd("run", path, "--binary", BIN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return path, out, proc.stdout
@@ -301,6 +302,12 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     ffn_loss = final[f"ffn_lr{best_lr}_s7"]["val_loss"]
     assert abs(float(rows["ffn"]["val loss"]) - ffn_loss) <= 5e-5 and rows["ffn"]["sd"] == "—"
     assert abs(float(rows["ffn"]["Δ vs san"]) - (ffn_loss - san_mean)) <= 1e-4
+    # the whole-document validation beside the windows' headline (--val-whole-docs 2)
+    san_docs = np.mean([final[r]["whole_docs"]["val_loss"] for r in ("san_s7", "san_s8")])
+    ffn_docs = final[f"ffn_lr{best_lr}_s7"]["whole_docs"]["val_loss"]
+    assert ffn_docs != ffn_loss
+    assert abs(float(rows["san"]["whole docs"]) - san_docs) <= 5e-5 and abs(float(rows["ffn"]["whole docs"]) - ffn_docs) <= 5e-5
+    assert abs(float(rows["ffn"]["Δ whole docs"]) - (ffn_docs - san_docs)) <= 1e-4
     for arm, preset in (("san", "tiny"), ("ffn", "tiny-ffn")):
         assert rows[arm]["non-emb params"] == f"{match.parameter_counts(match.PRESETS[preset])[1]:,}"
     # the noise floor: the pooled seed sd, here the SAN's (the only arm with two seeds)

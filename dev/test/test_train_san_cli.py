@@ -194,3 +194,122 @@ def test_reference_reads_the_trainers_checkpoint(data, tmp_path):
     ref_val = float([l for l in ref.stdout.splitlines() if l.startswith("val loss")][-1].split()[2])
     # the trainer ran in floatX (bf16 activations in the default build); the reference in fp32
     assert abs(cuda_val - ref_val) <= 5e-3 * ref_val, (cuda_val, ref_val)
+
+
+def logged_lrs(path):
+    """{step: lr} of a JSONL run log's step records."""
+    import json
+    return {r["step"]: r["lr"] for r in map(json.loads, path.read_text().splitlines()) if "lr" in r and "loss" in r}
+
+
+def checkpoint_meta(path):
+    sys.path.insert(0, ROOT)
+    from attnref.container import KIND_CHECKPOINT, read_container
+    return read_container(path, KIND_CHECKPOINT)[1]
+
+
+def test_schedule_steps_set_the_horizon(data, tmp_path):
+    """--schedule-steps 12 on a 6-step run (doc/san-model.md "Schedules"): the logged rates are
+    the cosine over 12 steps, written out here (at step 6 the rate is 0.69x peak, not the final
+    0.1x), and the reference's; the horizon is saved, a resume that changes it is refused (also
+    from a file without one), one that leaves it continues at the same rates, and --extend-to
+    keeps the horizon, past which the last rate holds."""
+    import math
+    sys.path.insert(0, ROOT)
+    from attnref.optim import lr_multiplier
+    lr, H, W, final = 3e-3, 12, 2, 0.1
+    expect = {s + 1: lr * ((s + 1) / W if s < W else final + (1 - final) * 0.5 * (1 + math.cos(math.pi * (s - W + 1) / (H - W))))
+              for s in range(H)}
+    flags = ["--val-data", "", "--schedule", "cosine", "--warmup-frac", str(W / H), "--final-frac", str(final)]
+    straight = tmp_path / "straight"
+    run(common(data, straight) + flags + ["--schedule-steps", str(H), "--steps", "6", "--save-every", "3",
+                                          "--log", str(straight / "log.jsonl")])
+    got = logged_lrs(straight / "log.jsonl")
+    assert sorted(got) == [1, 2, 3, 4, 5, 6]
+    for step, rate in got.items():
+        assert rate == pytest.approx(expect[step], rel=1e-6), (step, rate, expect[step])
+        ref = lr * lr_multiplier(step - 1, 6, "cosine", W / H, 0.15, final, horizon=H)
+        assert rate == pytest.approx(ref, rel=1e-6)
+    assert got[6] / lr == pytest.approx(0.689, abs=1e-3)
+    assert checkpoint_meta(straight / "final.bin")["opt.schedule_steps"] == "12"
+    # a resume that changes the horizon is refused by name; one that keeps it continues alike
+    proc = run(["--resume", str(straight / "step_3.bin"), "--schedule-steps", "20", "--checkpoint-dir",
+                str(tmp_path / "no")], check=False)
+    assert proc.returncode != 0 and "--schedule-steps (schedule_steps 20; the saved run's 12)" in proc.stderr, proc.stderr
+    resumed = tmp_path / "resumed"
+    run(["--resume", str(straight / "step_3.bin"), "--checkpoint-dir", str(resumed), "--log", str(resumed / "log.jsonl")])
+    assert logged_lrs(resumed / "log.jsonl") == {s: got[s] for s in (4, 5, 6)}
+    # --extend-to keeps the horizon: the cosine goes on to step 12, then holds its last rate
+    extended = tmp_path / "extended"
+    proc = run(["--resume", str(straight / "final.bin"), "--extend-to", "14", "--checkpoint-dir", str(extended),
+                "--log", str(extended / "log.jsonl")])
+    assert "keeps its horizon of 12 steps" in proc.stdout, proc.stdout
+    more = logged_lrs(extended / "log.jsonl")
+    assert sorted(more) == list(range(7, 15))
+    for step, rate in more.items():
+        assert rate == pytest.approx(expect[min(step, H)], rel=1e-6), (step, rate)
+    # a run over its own steps writes no horizon (its file is the one it wrote before the key),
+    # and a resume of it that gives one is refused
+    plain = tmp_path / "plain"
+    run(common(data, plain) + flags + ["--steps", "4", "--save-every", "2"])
+    assert "opt.schedule_steps" not in checkpoint_meta(plain / "final.bin")
+    proc = run(["--resume", str(plain / "step_2.bin"), "--schedule-steps", "12", "--checkpoint-dir",
+                str(tmp_path / "no")], check=False)
+    assert proc.returncode != 0 and "--schedule-steps (schedule_steps 12; the saved run's 0)" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--schedule-steps", "-1"], "--schedule-steps must be >= 0"),
+    (["--schedule-steps", "10", "--steps", "20", "--warmup-frac", "0.6", "--decay-frac", "0.6"],
+     "exceed the 10 steps of the schedule (--schedule-steps)"),
+])
+def test_bad_schedule_steps_fail_clearly(data, tmp_path, args, message):
+    proc = run(common(data, tmp_path) + args, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+SMALL = ["--vocab-size", "250", "--max-seq-len", "64", "--n-layer", "2", "--n-embd", "64", "--n-head", "4",
+         "--n-kv-head", "4", "--d-ff", "128"]  # a SAN-paper preset at the tiny model's size
+
+
+@pytest.mark.parametrize("preset", ["san20", "ffn20", "ffn4", "ffn9"])
+def test_paper_preset_without_paper_setup_warns(data, tmp_path, preset):
+    """A SAN-paper preset trained without --paper-setup 1 runs keller-order Muon at the paper's
+    rates (tuned for its paper-order Muon): one warning line naming the flag. None with the
+    setup, with the order given as the paper's, or for the other presets."""
+    base = ["--preset", preset, "--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--batch-size", "4",
+            "--sample-tokens", "0", "--steps", "1"] + SMALL
+    warning = f"warning: --preset {preset} without --paper-setup 1: keller-order Muon at the SAN paper's rates"
+    out = run(base).stdout
+    lines = [l for l in out.splitlines() if l.startswith("warning: --preset")]
+    assert len(lines) == 1 and lines[0].startswith(warning) and "--paper-setup 1 trains the paper's recipe" in lines[0], out
+    for more in (["--paper-setup", "1", "--global-batch", "4", "--lr-scale-gpus", "1", "--milestones", "0"],
+                 ["--muon-order", "paper"]):
+        assert "warning: --preset" not in run(base + more).stdout
+    assert "warning: --preset" not in run(base[2:] + ["--preset", "tiny"]).stdout
+
+
+def test_val_whole_docs_2_validates_on_both(data, tmp_path):
+    """--val-whole-docs 2 (studies/san_paper.toml): the headline validation stays on windows and
+    the same validation on whole documents is logged beside it ("whole_docs"): each equal to the
+    run that validates on that alone, training untouched."""
+    import json
+    logs = {}
+    for mode in (0, 1, 2):
+        path = tmp_path / f"log{mode}.jsonl"
+        out = run(common(data, tmp_path / f"run{mode}") + ["--steps", "2", "--val-every", "1", "--val-whole-docs",
+                                                           str(mode), "--log", str(path)]).stdout
+        logs[mode] = [json.loads(l) for l in path.read_text().splitlines()]
+        if mode == 2:
+            assert "validation (also, beside the windows): whole documents" in out, out
+            assert "(whole documents) step 2: val loss" in out, out
+    val = {m: [r for r in logs[m] if "val_loss" in r] for m in logs}
+    assert [r["step"] for r in val[2]] == [1, 2] and all("whole_docs" not in r for r in val[0] + val[1])
+    for both, windows, docs in zip(val[2], val[0], val[1]):
+        assert both["val_loss"] == windows["val_loss"] and both["val_tokens"] == windows["val_tokens"]
+        assert both["whole_docs"]["val_loss"] == docs["val_loss"] and both["whole_docs"]["val_tokens"] == docs["val_tokens"]
+    assert val[0][0]["val_tokens"] != val[1][0]["val_tokens"]  # (two different validations)
+    train = {m: [r["loss"] for r in logs[m] if "loss" in r] for m in logs}
+    assert train[0] == train[1] == train[2]
+    proc = run(common(data, tmp_path) + ["--val-whole-docs", "3"], check=False)
+    assert proc.returncode != 0 and "--val-whole-docs must be 0, 1 or 2, got 3" in proc.stderr

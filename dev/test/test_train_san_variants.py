@@ -256,22 +256,95 @@ def test_reference_nonapprox_is_a_running_average():
 @needs_bin
 def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
     """--deconstructing-setup 1 (doc/deconstructing.md "Recipe"): the same settings in the trainer
-    and the reference, the warmup 2000 steps (of 4000 here; at most all of them), flags on top win."""
+    and the reference, flags on top win. The schedule is the paper's cosine scaled to --steps: a
+    horizon of steps x 120,000 / 28,611 and steps x 2,000 / 28,611 warmup steps (as a fraction of
+    the horizon), unless --schedule-steps / --warmup-frac are given; the rates the trainer logs are
+    the reference's."""
+    import json
     import train_san
+    from attnref.optim import group_lrs, lr_multiplier, round_steps
     args = ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--sample-tokens",
             "0", "--checkpoint-dir", str(tmp_path), "--deconstructing-setup", "1", "--steps", "2", "--batch-size", "4",
             "--global-batch", "8"]
-    out = run(args).stdout
-    assert "optimizer: adamw lr 0.0004 (other 0.0004); wd 0.1 clip 1, schedule cosine (warmup 1, decay 0.15, " \
-           "final 0.1)" in out, out
+    out = run(args + ["--log", str(tmp_path / "log.jsonl")]).stdout
+    # 2 steps: a horizon of round(8.39) = 8 steps, warmup 2 x 2000 / 28611 = 0.14 steps (as 0.14 / 8 of them)
+    assert "optimizer: adamw lr 0.0004 (other 0.0004); wd 0.1 (embeddings too) clip 1, schedule cosine (warmup 0.0174758, " \
+           "decay 0.15, final 0.1; over 8 steps)" in out, out
     assert "recipe: Deconstructing Attention's setup" in out and "batch: 8 rows per step" in out
     assert "adamw betas 0.9/0.9999 eps 1e-08" in out, out  # the paper's Table 9
+    a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "2"])
+    oc = train_san.opt_from_args(a, train_san.config_from_args(a))
+    logged = [r["lr"] for r in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines()) if "loss" in r]
+    assert logged == pytest.approx([group_lrs(oc, s, 2)[0] for s in range(2)], rel=1e-6)
     assert "adamw betas 0.9/0.999 " in run(args + ["--beta2", "0.999"]).stdout  # a flag given wins
+    given = run(args + ["--schedule-steps", "50"]).stdout  # the warmup follows the horizon given
+    assert f"(warmup {2 * 2000 / 28611 / 50:g}, decay 0.15, final 0.1; over 50 steps)" in given, given
     a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "4000", "--lr", "1e-3"])
-    assert (a.optimizer, a.lr, a.weight_decay, a.grad_clip, a.schedule, a.warmup_frac, a.final_frac, a.global_batch,
-            a.beta2) == ("adamw", 1e-3, 0.1, 1.0, "cosine", 0.5, 0.1, 256, 0.9999)
+    assert (a.optimizer, a.lr, a.weight_decay, a.decay_embedding, a.grad_clip, a.schedule, a.final_frac, a.global_batch,
+            a.beta2, a.schedule_steps) == ("adamw", 1e-3, 0.1, 1, 1.0, "cosine", 0.1, 256, 0.9999, 16777)
+    assert "(embeddings too)" not in run(args + ["--decay-embedding", "0"]).stdout  # a flag given wins
+    assert round_steps(a.warmup_frac, a.schedule_steps) == 280  # 4000 x 2000 / 28611 = 279.6
+    # at the paper's own length: its 120,000-step horizon and 2,000 warmup steps, and the rate
+    # at the last step still near 0.89x peak (the cosine has fallen to 0.88 of its span)
+    a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "28611"])
+    assert a.schedule_steps == 120000 and round_steps(a.warmup_frac, a.schedule_steps) == 2000
+    end = lr_multiplier(28610, 28611, "cosine", a.warmup_frac, 0.15, a.final_frac, horizon=a.schedule_steps)
+    assert 0.1 + 0.9 * 0.87 < end < 0.1 + 0.9 * 0.89, end
+    a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "100", "--schedule-steps", "1000"])
+    assert a.schedule_steps == 1000 and a.warmup_frac == pytest.approx(100 * 2000 / 28611 / 1000)
+    a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "100", "--warmup-frac", "0.1"])
+    assert a.schedule_steps == 419 and a.warmup_frac == 0.1
     proc = run(["--paper-setup", "1", "--deconstructing-setup", "1"], check=False)
     assert proc.returncode != 0 and "two recipes" in proc.stderr
+
+
+@needs_bin
+@pytest.mark.parametrize("optimizer", [["--optimizer", "adamw", "--lr", "1e-2"],
+                                       ["--optimizer", "muon", "--lr-other", "1e-2"]])
+def test_decay_embedding_decays_the_embedding_only(data, tmp_path, optimizer):
+    """--decay-embedding 1 (Deconstructing Attention's recipe, Hugging Face-style: every matrix
+    decays, the tied embedding included; doc/deconstructing.md "Recipe"): one step from the same
+    init on the same batch with it on and off differs in wte alone, by exactly the decay
+    -lr x wd x wte_0 of wte's group rate (the gradient's part of the update is the same); gains
+    and gates do not decay, matrices decay either way. The flag is saved and a resume that
+    changes it is refused; the reference decays the same tensors (a step with zero gradient)."""
+    import torch
+    from attnref.optim import OptConfig, Optimizer
+    from attnref.san import PRESETS, SAN, SANConfig
+    lr, wd = 1e-2, 0.5
+    common = ["--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--batch-size", "4", "--sample-tokens",
+              "0", "--steps", "1", "--schedule", "constant", "--warmup-frac", "0", "--weight-decay", str(wd)] + optimizer
+    # from a model one step in (the tiny preset's gains and gates start at 0, which decay leaves alone)
+    run(["--preset", "tiny", "--checkpoint-dir", str(tmp_path / "base")] + common)
+    start = read_checkpoint(tmp_path / "base" / "final.bin")[1]
+    ends = {}
+    for on in (0, 1):
+        out = tmp_path / f"on{on}"
+        run(["--init-from", str(tmp_path / "base" / "final.bin"), "--checkpoint-dir", str(out), "--decay-embedding",
+             str(on)] + common)
+        ends[on] = read_checkpoint(out / "final.bin")
+    (meta_off, off), (meta_on, on) = ends[0], ends[1]
+    assert "opt.decay_embedding" not in meta_off and meta_on["opt.decay_embedding"] == "1"
+    names = [n for n in on if not n.startswith("opt.") and not n.startswith("fixed_qk.")]
+    assert "wte" in names and all(np.all(start[n] != 0) for n in names if n.endswith(("_norm.weight", "_gate")))
+    for n in names:
+        if n == "wte":
+            assert not np.array_equal(on[n], off[n])
+            np.testing.assert_allclose(on[n] - off[n], -lr * wd * start[n], rtol=0, atol=2e-8)
+        else:  # gains and gates never decay; matrices always do
+            assert np.array_equal(on[n], off[n]), n
+    proc = run(["--resume", str(tmp_path / "on1" / "final.bin"), "--extend-to", "2", "--decay-embedding", "0",
+                "--checkpoint-dir", str(tmp_path / "no")], check=False)
+    assert proc.returncode != 0 and "--decay-embedding (decay_embedding 0; the saved run's 1)" in proc.stderr, proc.stderr
+    # the reference: with zero gradients only the decay moves a tensor
+    model = SAN(SANConfig(**PRESETS["tiny"]))
+    before = {n: p.detach().clone() for n, p in model.ordered_parameters()}
+    opt = Optimizer(model, OptConfig(optimizer="adamw", lr=lr, lr_other=lr, weight_decay=wd, decay_embedding=1))
+    opt.step(lr, lr)
+    for n, p in model.ordered_parameters():
+        decayed = p.dim() == 2
+        assert decayed == (n == "wte" or n in opt.matrix), n
+        assert torch.equal(p.detach(), before[n] * (1 - lr * wd) if decayed else before[n]), n
 
 
 @pytest.mark.parametrize("kw, message", [

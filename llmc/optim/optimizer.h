@@ -3,7 +3,9 @@ The optimizer step shared by the trainers (doc/san-model.md, "Optimizers";
 doc/optimizers.md): parameters live in one device buffer in the order of a list of
 ParamSpec; each tensor is in the matrix group (2-D weights: weight decay, and the matrix
 optimizer) or the other group (embeddings, gains, gates, biases: no weight decay, own
-learning rate).
+learning rate). With decay_embedding (--decay-embedding 1; Deconstructing Attention's recipe,
+Hugging Face-style: every matrix decays) the other group's 2-D tensors, the embeddings (wte;
+GPT-2's wpe), decay too, at their group's rate; gains, gates and biases never do.
 
 One step: global gradient norm over all tensors (deterministic, llmc/kernels/reduce.cuh), clip
 factor min(1, clip / (norm + 1e-6)), then
@@ -61,9 +63,13 @@ struct OptimizerConfig {
     double muon_momentum = 0.95;
     int ns_steps = 5;
     int ns_fp32 = 0;  // 1: Newton-Schulz in fp32 also in bf16 builds
+    int decay_embedding = 0;  // 1: the embeddings decay too (decays())
     Schedule schedule;
 
     bool is_muon() const { return optimizer == OptimizerKind::Muon; }
+    // Whether weight decay applies to a tensor: the matrix group's, and with decay_embedding
+    // the other group's 2-D tensors (the embeddings; gains, gates and biases are 1-D).
+    bool decays(const ParamSpec& s) const { return s.matrix || (decay_embedding != 0 && s.shape.size() == 2); }
     const char* name() const { return kOptimizerKinds.name(optimizer); }
     void check() const {
         // (written as !(ok) so that NaN fails too; 100 Newton-Schulz steps is far past any use)
@@ -75,6 +81,7 @@ struct OptimizerConfig {
         if (!(weight_decay >= 0.0)) { fatal("--weight-decay must be >= 0, got %g", weight_decay); }
         if (!(grad_clip >= 0.0)) { fatal("--grad-clip must be >= 0 (0: off), got %g", grad_clip); }
         if (ns_fp32 != 0 && ns_fp32 != 1) { fatal("--ns-fp32 must be 0 or 1, got %d", ns_fp32); }
+        if (decay_embedding != 0 && decay_embedding != 1) { fatal("--decay-embedding must be 0 or 1, got %d", decay_embedding); }
         schedule.check_fractions();
     }
     // Rates left < 0 take the model's defaults (the matrix group's rate for this optimizer;
@@ -113,6 +120,9 @@ struct OptimizerConfig {
         w.set("opt.warmup_frac", schedule.warmup_frac);
         w.set("opt.decay_frac", schedule.decay_frac);
         w.set("opt.final_frac", schedule.final_frac);
+        // only when set: a run without them writes the file it wrote before the keys existed
+        if (schedule.horizon > 0) { w.set("opt.schedule_steps", (long long)schedule.horizon); }
+        if (decay_embedding != 0) { w.set("opt.decay_embedding", (long long)decay_embedding); }
     }
     void read(const TensorFileReader& r) {
         read_choice(r, "opt.optimizer", kOptimizerKinds, &optimizer);
@@ -132,6 +142,8 @@ struct OptimizerConfig {
         schedule.warmup_frac = r.real("opt.warmup_frac");
         schedule.decay_frac = r.real("opt.decay_frac");
         schedule.final_frac = r.real("opt.final_frac");
+        schedule.horizon = r.has_key("opt.schedule_steps") ? (long)r.integer("opt.schedule_steps") : 0;
+        decay_embedding = r.has_key("opt.decay_embedding") ? r.int32("opt.decay_embedding") : 0;
     }
 };
 
@@ -358,7 +370,7 @@ private:
                 a.beta1 = (float)opt.beta1;
                 a.beta2 = (float)opt.beta2;
                 a.eps = (float)opt.eps;
-                a.weight_decay = s.matrix ? (float)opt.weight_decay : 0.0f;
+                a.weight_decay = opt.decays(s) ? (float)opt.weight_decay : 0.0f;
                 a.beta1_correction = (float)(1.0 - std::pow(opt.beta1, (double)step));
                 a.beta2_correction = (float)(1.0 - std::pow(opt.beta2, (double)step));
                 a.grad_scale = grad_scale;

@@ -1,7 +1,9 @@
 /*
 Learning-rate schedules (doc/san-model.md, "Schedules"): the multiplier f(s) of the peak
-rate at optimizer step s = 0..S-1 of S. Linear warmup over W = round(warmup_frac * S)
-steps, then
+rate at optimizer step s over a horizon of S steps: the run's steps, or --schedule-steps
+(`horizon`) when given, e.g. Deconstructing Attention's cosine over 120,000 steps of runs
+stopped near 28,611 (doc/deconstructing.md "Recipe"). Steps past the horizon keep its last
+rate. Linear warmup over W = round(warmup_frac * S) steps, then
     wsd       constant, and over the last D = round(decay_frac * S) steps a cosine from 1
               down to final_frac (reached exactly at the last step);
     cosine    cosine from 1 to final_frac over the steps after warmup;
@@ -11,6 +13,7 @@ Host-only C++17.
 */
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -23,6 +26,10 @@ inline const Choices<ScheduleKind> kScheduleKinds{{"wsd", "cosine", "linear", "c
 struct Schedule {
     ScheduleKind kind = ScheduleKind::WSD;
     double warmup_frac = 0.05, decay_frac = 0.15, final_frac = 0.05;
+    long horizon = 0;  // S (--schedule-steps); 0: the run's steps
+
+    // The steps S the schedule runs over in a run of `run_steps`.
+    long steps(long run_steps) const { return horizon > 0 ? horizon : run_steps; }
 
     const char* name() const { return kScheduleKinds.name(kind); }
     // Rounds to nearest, halves up (floor(x + 0.5)), as the reference does.
@@ -32,16 +39,21 @@ struct Schedule {
         if (!(warmup_frac >= 0.0 && warmup_frac <= 1.0)) { fatal("--warmup-frac must be in [0, 1], got %g", warmup_frac); }
         if (!(decay_frac >= 0.0 && decay_frac <= 1.0)) { fatal("--decay-frac must be in [0, 1], got %g", decay_frac); }
         if (!(final_frac >= 0.0 && final_frac <= 1.0)) { fatal("--final-frac must be in [0, 1], got %g", final_frac); }
+        if (horizon < 0) { fatal("--schedule-steps must be >= 0 (0: --steps), got %ld", horizon); }
     }
-    void check(long total) const {
+    void check(long run_steps) const {
+        const long total = steps(run_steps);
         if (total <= 0) { fatal("schedule: the number of steps must be positive, got %ld", total); }
         long W = round_steps(warmup_frac, total), D = kind == ScheduleKind::WSD ? round_steps(decay_frac, total) : 0;
         if (W + D > total) {
-            fatal("schedule: warmup (%ld steps) + decay (%ld steps) exceed the %ld steps of the run", W, D, total);
+            fatal("schedule: warmup (%ld steps) + decay (%ld steps) exceed the %ld steps of the %s", W, D, total,
+                  horizon > 0 ? "schedule (--schedule-steps)" : "run");
         }
     }
 
-    double multiplier(long s, long total) const {
+    double multiplier(long s, long run_steps) const {
+        const long total = steps(run_steps);
+        s = std::min(s, total - 1);  // past the horizon: its last rate
         long W = round_steps(warmup_frac, total);
         if (s < W) { return (double)(s + 1) / W; }
         if (kind == ScheduleKind::Constant) { return 1.0; }

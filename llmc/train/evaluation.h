@@ -155,8 +155,10 @@ inline void print_validation(long step, const ValResult& r) {
     }
 }
 
-// A validation's line of the JSON-lines log, without the newline.
-inline std::string validation_json(long step, const ValResult& r, const LayerMeasurements& m) {
+// A validation's line of the JSON-lines log, without the newline; `whole_docs` (--val-whole-docs
+// 2): the same validation on whole documents, nested as "whole_docs": {its val_* keys}.
+inline std::string validation_json(long step, const ValResult& r, const LayerMeasurements& m,
+                                   const ValResult* whole_docs = nullptr) {
     std::string line = "{\"step\": " + std::to_string(step);
     char buf[160];
     snprintf(buf, sizeof(buf), ", \"val_loss\": %.6f, \"val_z_loss\": %.6g, \"val_tokens\": %lld", r.loss, r.z_loss,
@@ -190,5 +192,9 @@ inline std::string validation_json(long step, const ValResult& r, const LayerMea
     append_json_array(line, "gate_ffn", m.ffn_gate);
     append_json_array(line, "erank", m.erank);
     append_json_array(line, "max_logit", m.max_logit);
+    if (whole_docs != nullptr) {  // its keys after the step's: {"step": N, "val_loss": ...}
+        std::string inner = validation_json(step, *whole_docs, LayerMeasurements{});
+        line += ", \"whole_docs\": {" + inner.substr(inner.find(", ") + 2);
+    }
     return line + "}";
 }

@@ -37,7 +37,8 @@ doc/formats.md "Resume state" lists the keys.
 // --resume continues that run: every setting comes from the file; a flag given that
 // changes one is refused, unless --resume-override 1 (then each change is printed).
 // --extend-to N is the one way to train a finished run further: the total becomes N and
-// the schedule is recomputed over N steps (printed).
+// the schedule is recomputed over N steps (printed), unless it has its own horizon
+// (--schedule-steps), which it keeps.
 
 // A saved setting's value as a number: the whole text, finite, and (unless `wide`) within an
 // int; anything else is refused with the key (a resume's FatalContext names the file).
@@ -61,6 +62,7 @@ struct RunSetting {
     std::vector<std::string> flags;
     std::function<std::string(const TrainOptions&)> get;
     std::function<void(TrainOptions&, const std::string&)> set;
+    std::string absent = "";  // what a file without the key ran with ("": unknown, the flags' value stands)
 };
 
 inline std::vector<RunSetting> run_settings() {
@@ -108,6 +110,13 @@ inline std::vector<RunSetting> run_settings() {
     real("opt.warmup_frac", {"--warmup-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.warmup_frac; });
     real("opt.decay_frac", {"--decay-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.decay_frac; });
     real("opt.final_frac", {"--final-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.final_frac; });
+    // written only when set (OptimizerConfig::write): a file without it ran over its own steps
+    integer("opt.schedule_steps", {"--schedule-steps"}, [](const TrainOptions& o) { return (long long)o.opt.schedule.horizon; },
+            [](TrainOptions& o, long long v) { o.opt.schedule.horizon = (long)v; }, true);
+    out.back().absent = "0";
+    integer("opt.decay_embedding", {"--decay-embedding"}, [](const TrainOptions& o) { return (long long)o.opt.decay_embedding; },
+            [](TrainOptions& o, long long v) { o.opt.decay_embedding = (int)v; });
+    out.back().absent = "0";  // (also written only when set)
     text("run.train_data", {"--train-data"}, &TrainOptions::train_data);
     integer("run.batch_size", {"--batch-size"}, [](const TrainOptions& o) { return (long long)o.batch_size; },
             [](TrainOptions& o, long long v) { o.batch_size = (int)v; });
@@ -155,8 +164,8 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     bool scale_changed = o.given.count("--lr-scale-gpus") && ckpt.has_key("run.lr_scale_gpus") &&
                          ckpt.integer("run.lr_scale_gpus") != o.lr_scale_gpus;
     for (const RunSetting& s : run_settings()) {
-        if (!ckpt.has_key(s.key)) { continue; }
-        s.set(saved, ckpt.str(s.key));
+        if (!ckpt.has_key(s.key) && s.absent.empty()) { continue; }
+        s.set(saved, ckpt.has_key(s.key) ? ckpt.str(s.key) : s.absent);
         std::string from_file = s.get(saved), from_flags = s.get(o);
         if (from_file == from_flags) { continue; }
         std::string flag;
@@ -198,12 +207,15 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
         sch.check(o.extend_to);
         double before = done > 0 && done <= o.steps ? sch.multiplier(done - 1, o.steps) : 0.0;
         double after = sch.multiplier(done, o.extend_to);
-        printf("extend: %ld -> %ld steps; the %s schedule is recomputed over %ld steps: step %ld runs at lr %.3e "
-               "(step %ld of the saved run ran at %.3e)\n", o.steps, o.extend_to, sch.name(), o.extend_to,
-               done + 1, o.opt.lr * after, done, o.opt.lr * before);
-        // a WSD run past the start of its decay climbs back up: its annealed gains are undone
+        std::string how = sch.horizon > 0 ? "keeps its horizon of " + std::to_string(sch.horizon) + " steps (--schedule-steps)"
+                                          : "is recomputed over " + std::to_string(o.extend_to) + " steps";
+        printf("extend: %ld -> %ld steps; the %s schedule %s: step %ld runs at lr %.3e (step %ld of the saved run ran "
+               "at %.3e)\n", o.steps, o.extend_to, sch.name(), how.c_str(), done + 1, o.opt.lr * after, done,
+               o.opt.lr * before);
+        // a WSD run past the start of its decay climbs back up (its schedule is recomputed over
+        // the new length, unless a --schedule-steps horizon holds it): its annealed gains are undone
         const long decay_from = o.steps - Schedule::round_steps(sch.decay_frac, o.steps);
-        if (sch.kind == ScheduleKind::WSD && decay_from < o.steps && done > decay_from) {
+        if (sch.kind == ScheduleKind::WSD && sch.horizon == 0 && decay_from < o.steps && done > decay_from) {
             printf("hint: this WSD run was in its decay (from step %ld of %ld), so extending it raises the rate again; "
                    "WSD runs are best extended from a checkpoint before the decay (--save-every N or --milestones 1 "
                    "write them)\n", decay_from + 1, o.steps);

@@ -41,7 +41,7 @@ struct TrainOptions {
     long steps = 100;
     int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
     int milestones = 0;    // checkpoints at 0/25/50/75/100% of the steps
-    int val_whole_docs = 0;  // validate on rows of whole documents (DataLoaderConfig::whole_documents)
+    int val_whole_docs = 0;  // validate on rows of whole documents (DataLoaderConfig::whole_documents); 2: also, beside windows
     int spike_window = 128;
     double spike_z = 5.0;
     float temperature = 1.0f;
@@ -82,20 +82,22 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--lr", &p.lr, "peak rate of the matrix group (<0: the model's default for the optimizer)"),
         make_flag("--lr-other", &p.lr_other, with_muon ? "peak rate of embeddings/gains/gates/biases (<0: muon 3e-4, adamw same as --lr)" : "peak rate of embeddings/gains/biases (<0: same as --lr)"),
         make_flag("--lr-scale-gpus", &o.lr_scale_gpus, with_muon ? "scale the rates for N GPUs: AdamW rates x N, the Muon rate x sqrt(N)" : "scale the rates for N GPUs: x N"),
-        make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices only)"),
+        make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices; the embeddings too with --decay-embedding 1)"),
+        make_flag("--decay-embedding", &p.decay_embedding, "1: the embeddings decay too (Hugging Face-style: every matrix; gains, gates, biases never) 0|1"),
         make_flag("--beta1", &p.beta1, "AdamW beta1"),
         make_flag("--beta2", &p.beta2, "AdamW beta2"),
         make_flag("--eps", &p.eps, "AdamW epsilon"),
         make_flag("--grad-clip", &p.grad_clip, "global grad-norm clip (0: off)"),
         make_flag("--schedule", &p.schedule.kind, kScheduleKinds, ""),
-        make_flag("--warmup-frac", &p.schedule.warmup_frac, "warmup fraction of the steps"),
-        make_flag("--decay-frac", &p.schedule.decay_frac, "wsd: decay fraction of the steps"),
+        make_flag("--schedule-steps", &p.schedule.horizon, "steps the schedule runs over (0: --steps; past them the last rate holds)"),
+        make_flag("--warmup-frac", &p.schedule.warmup_frac, "warmup fraction of the schedule's steps"),
+        make_flag("--decay-frac", &p.schedule.decay_frac, "wsd: decay fraction of the schedule's steps"),
         make_flag("--final-frac", &p.schedule.final_frac, "final rate as a fraction of the peak"),
         make_flag("--seed", &o.seed, "seed of init, data order and sampling"),
         make_flag("--shuffle", &o.shuffle, "shuffle training windows 0|1"),
         make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
         make_flag("--val-batches", &o.val_batches, "validation micro-batches (0: the whole validation set once)"),
-        make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1"),
+        make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1, or 2: on windows and also on whole documents (logged as whole_docs)"),
         make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
         make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
@@ -110,7 +112,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
         make_flag("--resume", &o.resume_path, "checkpoint to continue exactly: model, optimizer, schedule, steps and data settings all from the file"),
         make_flag("--resume-override", &o.resume_override, "with --resume: the flags given may change the saved run's settings (each is printed) 0|1"),
-        make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N (printed)"),
+        make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N unless it has --schedule-steps (printed)"),
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
@@ -153,9 +155,11 @@ inline void print_optimizer(const TrainOptions& o) {
         printf("optimizer: adamw lr %g (other %g)", opt.lr, opt.lr_other);
     }
     if (o.lr_scale_gpus != 1) { printf(" (rates scaled for %d GPUs)", o.lr_scale_gpus); }
-    printf("; wd %g clip %g, schedule %s (warmup %g, decay %g, final %g); adamw betas %g/%g eps %g\n", opt.weight_decay,
-           opt.grad_clip, opt.schedule.name(), opt.schedule.warmup_frac, opt.schedule.decay_frac,
-           opt.schedule.final_frac, opt.beta1, opt.beta2, opt.eps);
+    printf("; wd %g%s clip %g, schedule %s (warmup %g, decay %g, final %g", opt.weight_decay,
+           opt.decay_embedding ? " (embeddings too)" : "", opt.grad_clip, opt.schedule.name(), opt.schedule.warmup_frac,
+           opt.schedule.decay_frac, opt.schedule.final_frac);
+    if (opt.schedule.horizon > 0) { printf("; over %ld steps", opt.schedule.horizon); }
+    printf("); adamw betas %g/%g eps %g\n", opt.beta1, opt.beta2, opt.eps);
     if (o.world > 1 && o.lr_scale_gpus != o.world) {
         printf("note: %d ranks, rates %s (--lr-scale-gpus %d): they never follow the rank count by themselves\n",
                o.world, o.lr_scale_gpus == 1 ? "as given" : "scaled", o.lr_scale_gpus);

@@ -58,6 +58,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
                                    const TensorFileReader* resume = nullptr) {
     if (o.seq_len == 0) { o.seq_len = model_seq_len; }
     o.opt.check();
+    if (o.val_whole_docs < 0 || o.val_whole_docs > 2) { fatal("--val-whole-docs must be 0, 1 or 2, got %d", o.val_whole_docs); }
     o.opt.resolve_rates(rates, o.lr_scale_gpus);
     if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
         fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", model_seq_len);

@@ -151,6 +151,7 @@ private:
     std::mt19937_64 rng;                           // the samples' (a checkpoint saves it)
     std::unique_ptr<DataLoader> train_loader;      // none when only evaluating (--steps 0)
     std::unique_ptr<DataLoader> val;               // none without --val-data
+    std::unique_ptr<DataLoader> val_docs;          // --val-whole-docs 2: whole documents beside the windows
     FILE* log = nullptr;                           // rank 0's --log file
     std::string last_saved;                        // path of the checkpoint written last,
     long last_saved_step = -1;                     // and after how many steps
@@ -193,11 +194,13 @@ private:
         DataLoaderConfig cfg = data_config();
         cfg.pattern = o.val_data;
         cfg.shuffle = false;
-        if (o.val_whole_docs != 0) {
-            cfg.whole_documents = true;
-            cfg.doc_start_token = model.cfg.bos_id;
+        if (o.val_whole_docs != 0) {  // 1: the validation; 2: a second one beside the windows
+            DataLoaderConfig docs = cfg;
+            docs.whole_documents = true;
+            docs.doc_start_token = model.cfg.bos_id;
+            (o.val_whole_docs == 2 ? val_docs : val) = std::make_unique<DataLoader>(docs);
         }
-        val = std::make_unique<DataLoader>(cfg);
+        if (val == nullptr) { val = std::make_unique<DataLoader>(cfg); }
         printf("val data:   %s; %lld batches of %d x %d\n", describe_data(*val).c_str(),
                (long long)val->steps_per_epoch(), o.batch_size, o.seq_len);
         if (train_loader != nullptr) {
@@ -215,9 +218,10 @@ private:
                    o.val_batches, (long long)val->steps_per_epoch());
         }
         if (o.val_whole_docs != 0) {
-            printf("validation: whole documents, %lld packed into %lld rows (%lld longer than %d tokens skipped)\n",
-                   (long long)val->num_documents(), (long long)val->num_rows(), (long long)val->num_skipped_documents(),
-                   o.seq_len + 1);
+            const DataLoader& docs = o.val_whole_docs == 2 ? *val_docs : *val;
+            printf("validation%s: whole documents, %lld packed into %lld rows (%lld longer than %d tokens skipped)\n",
+                   o.val_whole_docs == 2 ? " (also, beside the windows)" : "", (long long)docs.num_documents(),
+                   (long long)docs.num_rows(), (long long)docs.num_skipped_documents(), o.seq_len + 1);
         }
     }
 
@@ -374,10 +378,16 @@ private:
         if (val == nullptr) { return; }
         ValResult r = evaluate(model, *val, o.val_batches, comm);
         print_validation(step, r);
+        ValResult docs;
+        if (val_docs != nullptr) {
+            docs = evaluate(model, *val_docs, o.val_batches, comm);
+            printf("(whole documents) ");
+            print_validation(step, docs);
+        }
         LayerMeasurements m;
         if constexpr (has_measure<Model>::value) { m = model.measure(measure_inputs.data(), measure_B, measure_T); }
         if (log == nullptr) { return; }
-        fprintf(log, "%s\n", validation_json(step, r, m).c_str());
+        fprintf(log, "%s\n", validation_json(step, r, m, val_docs != nullptr ? &docs : nullptr).c_str());
         fflush(log);
     }
 
