@@ -176,7 +176,7 @@ def round_steps(frac, total):
 def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_frac=0.05, horizon=0):
     """Multiplier of the peak rate at optimizer step `step` (0-based) of `total`; with a
     `horizon` > 0 (--schedule-steps) the schedule runs over that many steps instead and the
-    steps past it keep its last rate (as llmc/train/schedule.h).
+    steps past it keep its last rate (as llmc/optim/schedule.h).
     W = round(warmup_frac * total): steps 0..W-1 ramp linearly as (step+1)/W.
     wsd: constant 1 until step total-D-1, D = round(decay_frac * total); then with
          p = (step - (total-D) + 1) / D in (0, 1], f = final + (1-final)(1+cos(pi p))/2.
