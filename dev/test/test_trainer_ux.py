@@ -167,7 +167,8 @@ def test_data_summary_and_overlap_warning(data, tmp_path):
 
 def file_errors(data, tmp_path):
     """(arguments, the error) for each file option: the flag, then the problem."""
-    tokenizer = os.path.join(ROOT, "data", "offline", "tokenizer.bin")
+    bogus = tmp_path / "bogus.bin"  # a file of neither kind: a header whose first int32 is 12345
+    bogus.write_bytes((12345).to_bytes(4, "little") + bytes(1020))
     train = ["--train-data", data / "toy_train_*.bin"]
     return [
         (train + ["--tokenizer", tmp_path / "nope.bin"], f"--tokenizer: no such file '{tmp_path / 'nope.bin'}'"),
@@ -175,10 +176,10 @@ def file_errors(data, tmp_path):
         (["--train-data", tmp_path / "nope_*.bin"], f"--train-data: no file matches '{tmp_path / 'nope_*.bin'}'"),
         (["--train-data", data / "toy_train_000009.bin"], "--train-data: no such file"),
         (["--train-data", data], f"--train-data: '{data}' is a directory, not a token shard"),
-        (["--train-data", tokenizer], "is not a token shard: magic number 20260312, expected 20240520 (--train-data)"),
+        (["--train-data", bogus], "is not a token shard: magic number 12345, expected 20240520 (--train-data)"),
         (train + ["--val-data", tmp_path / "v_*.bin"], f"--val-data: no file matches '{tmp_path / 'v_*.bin'}'"),
         (["--init-from", tmp_path / "nope.bin", "--steps", 0], "--init-from: no such file"),
-        (["--init-from", tokenizer, "--steps", 0], "not an attn.c tensor file (magic is not ATTNFILE) (--init-from)"),
+        (["--init-from", bogus, "--steps", 0], "not an attn.c tensor file (magic is not ATTNFILE) (--init-from)"),
         (["--resume", tmp_path / "nope.bin"], "--resume: no such file"),
         (train + ["--eval-sets", tmp_path / "e.bin"], f"--eval-sets: no such file '{tmp_path / 'e.bin'}'"),
         (train + ["--log", tmp_path / "no" / "log.jsonl"], f"--log: no such directory '{tmp_path / 'no'}'"),
