@@ -33,6 +33,12 @@ exercise 0, target -1. Targets are -1 also where the target is a document's firs
 the row). Rows are dealt to steps and ranks as windows are (row s*B*P + r*B + b); the last
 step is completed with empty rows (all targets -1), so an epoch covers every kept
 document exactly once. No shuffling.
+With cfg.sample_documents = N > 0 (--train-doc-eval: the SAN paper's localisation over
+training documents) the rows hold a seeded sample of N documents instead of all: drawn
+uniformly without replacement from every document of the data by reservoir sampling in file
+order (SplitMix64 seeded with cfg.sample_seed; document i >= N, counted from 0, takes slot
+j = below(i + 1) when j < N), then put back in file order; of those drawn, the ones longer
+than T+1 are skipped and the rest packed as above. All of them when the data holds <= N.
 
 Per batch (row-major, row b at b*(T+1)):
   tokens  B x (T+1) int32   the windows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]
@@ -57,6 +63,7 @@ there (the fingerprint checks that data, T, global batch B*P, shuffle and seed m
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/utils.h"
@@ -310,6 +317,10 @@ struct DataLoaderConfig {
     // target -1 (see the top of this file). Needs doc_start_token >= 0 and no shuffle.
     bool whole_documents = false;
     int pad_token = 0;         // input id of padding positions (any id: they come after every real token)
+    // Whole-document mode: > 0 reads a seeded sample of this many documents, not all (the top
+    // of this file); the same files, T, N and seed give the same sample on every machine.
+    int64_t sample_documents = 0;
+    uint64_t sample_seed = 0;
 };
 
 struct DataPosition {
@@ -369,6 +380,7 @@ public:
         uint64_t fp = h.next() ^ (uint64_t)global * 0x9E3779B97F4A7C15ull;
         fp = SplitMix64(fp ^ (cfg.shuffle ? cfg.seed * 2 + 1 : 0)).next();
         if (cfg.whole_documents) { fp = SplitMix64(fp ^ 0x5EEDull).next(); }  // window mode keeps its old value
+        if (cfg.sample_documents > 0) { fp = SplitMix64(fp ^ cfg.sample_seed ^ (uint64_t)cfg.sample_documents).next(); }
         for (const ShardInfo& s : shards_) { fp = SplitMix64(fp ^ (uint64_t)s.ntok).next(); }
         fingerprint_ = fp;
         tokens.resize((size_t)B * (T + 1));
@@ -394,6 +406,7 @@ public:
     // empty rows that complete the last step)
     int64_t num_rows() const { return num_rows_; }
     // whole-document mode: documents packed into rows, and those skipped as longer than T+1
+    // (with sample_documents: of the documents drawn)
     int64_t num_documents() const { return (int64_t)doc_start_.size(); }
     int64_t num_skipped_documents() const { return num_skipped_documents_; }
     size_t num_shards() const { return shards_.size(); }
@@ -579,36 +592,62 @@ private:
         }
     }
 
-    // Whole-document mode: finds the documents (doc_start_token to the next one, across
-    // shards), skips those longer than T+1 and packs the rest greedily into rows.
-    void pack_documents() {
-        std::vector<int64_t> starts;
+    // Whole-document mode: visits every document of the data, (global start, length), in file
+    // order: doc_start_token to the next one across shards, the last one to the end.
+    template <typename Visit>
+    int64_t for_each_document(Visit visit) {
+        const int64_t total = shard_start_.back();
+        int64_t previous = -1, count = 0;
         for (size_t sh = 0; sh < shards_.size(); sh++) {
             std::vector<int32_t> toks = read_token_shard(shards_[sh].path);
             for (size_t i = 0; i < toks.size(); i++) {
-                if (toks[i] == cfg_.doc_start_token) { starts.push_back(shard_start_[sh] + (int64_t)i); }
+                if (toks[i] != cfg_.doc_start_token) { continue; }
+                const int64_t start = shard_start_[sh] + (int64_t)i;
+                if (previous >= 0) { visit(previous, start - previous), count++; }
+                previous = start;
             }
         }
-        if (starts.empty()) {
-            fatal("data '%s' has no document-start token %d, so whole_documents finds no document",
-                  cfg_.pattern.c_str(), cfg_.doc_start_token);
-        }
-        const int64_t total = shard_start_.back();
+        if (previous >= 0) { visit(previous, total - previous), count++; }
+        return count;
+    }
+
+    // Whole-document mode: finds the documents (all, or the sample_documents drawn), skips
+    // those longer than T+1 and packs the rest greedily into rows.
+    void pack_documents() {
         int fill = T + 1;  // the current row is full: the first document opens a row
-        for (size_t k = 0; k < starts.size(); k++) {
-            int64_t len = (k + 1 < starts.size() ? starts[k + 1] : total) - starts[k];
+        auto pack = [&](int64_t start, int64_t len) {
             if (len > T + 1) {
                 num_skipped_documents_++;
-                continue;
+                return;
             }
             if (fill + len > T + 1) {
                 row_begin_.push_back((int64_t)doc_start_.size());
                 fill = 0;
             }
-            doc_start_.push_back(starts[k]);
+            doc_start_.push_back(start);
             doc_len_.push_back((int32_t)len);
             fill += (int)len;
+        };
+        const int64_t n = cfg_.sample_documents;
+        std::vector<std::pair<int64_t, int64_t>> drawn;  // reservoir of (start, length)
+        SplitMix64 rng(cfg_.sample_seed);
+        int64_t index = 0;  // of the document visited, from 0
+        const int64_t seen = for_each_document([&](int64_t start, int64_t len) {
+            const int64_t i = index++;
+            if (n <= 0) {
+                pack(start, len);
+            } else if (i < n) {
+                drawn.push_back({start, len});
+            } else if (const uint64_t j = rng.below((uint64_t)i + 1); j < (uint64_t)n) {
+                drawn[j] = {start, len};
+            }
+        });
+        if (seen == 0) {
+            fatal("data '%s' has no document-start token %d, so whole_documents finds no document",
+                  cfg_.pattern.c_str(), cfg_.doc_start_token);
         }
+        std::sort(drawn.begin(), drawn.end());
+        for (const auto& [start, len] : drawn) { pack(start, len); }
         num_rows_ = (int64_t)row_begin_.size();
         row_begin_.push_back((int64_t)doc_start_.size());
         row_scored_.assign((size_t)B * (T + 1), 0);

@@ -156,9 +156,10 @@ inline void print_validation(long step, const ValResult& r) {
 }
 
 // A validation's line of the JSON-lines log, without the newline; `whole_docs` (--val-whole-docs
-// 2): the same validation on whole documents, nested as "whole_docs": {its val_* keys}.
+// 2): the same validation on whole documents, nested as "whole_docs": {its val_* keys};
+// `train_docs` (--train-doc-eval): the sample of training documents, nested as "train_docs".
 inline std::string validation_json(long step, const ValResult& r, const LayerMeasurements& m,
-                                   const ValResult* whole_docs = nullptr) {
+                                   const ValResult* whole_docs = nullptr, const ValResult* train_docs = nullptr) {
     std::string line = "{\"step\": " + std::to_string(step);
     char buf[160];
     snprintf(buf, sizeof(buf), ", \"val_loss\": %.6f, \"val_z_loss\": %.6g, \"val_tokens\": %lld", r.loss, r.z_loss,
@@ -192,9 +193,11 @@ inline std::string validation_json(long step, const ValResult& r, const LayerMea
     append_json_array(line, "gate_ffn", m.ffn_gate);
     append_json_array(line, "erank", m.erank);
     append_json_array(line, "max_logit", m.max_logit);
-    if (whole_docs != nullptr) {  // its keys after the step's: {"step": N, "val_loss": ...}
-        std::string inner = validation_json(step, *whole_docs, LayerMeasurements{});
-        line += ", \"whole_docs\": {" + inner.substr(inner.find(", ") + 2);
-    }
+    auto nest = [&](const char* key, const ValResult& nested) {  // its keys after the step's: {"step": N, "val_loss": ...}
+        std::string inner = validation_json(step, nested, LayerMeasurements{});
+        line += std::string(", \"") + key + "\": {" + inner.substr(inner.find(", ") + 2);
+    };
+    if (whole_docs != nullptr) { nest("whole_docs", *whole_docs); }
+    if (train_docs != nullptr) { nest("train_docs", *train_docs); }
     return line + "}";
 }

@@ -138,6 +138,14 @@ inline std::vector<RunSetting> run_settings() {
             [](TrainOptions& o, long long v) { o.val_batches = (int)v; });
     integer("run.val_whole_docs", {"--val-whole-docs"}, [](const TrainOptions& o) { return (long long)o.val_whole_docs; },
             [](TrainOptions& o, long long v) { o.val_whole_docs = (int)v; });
+    // written only when --train-doc-eval is on (run_setting_keys): the checkpoints of runs
+    // without it stay as they were; a file without them ran without
+    integer("run.train_doc_eval", {"--train-doc-eval"}, [](const TrainOptions& o) { return (long long)o.train_doc_eval; },
+            [](TrainOptions& o, long long v) { o.train_doc_eval = (int)v; });
+    out.back().absent = "0";
+    integer("run.train_doc_seed", {"--train-doc-seed"}, [](const TrainOptions& o) { return (long long)o.train_doc_seed; },
+            [](TrainOptions& o, long long v) { o.train_doc_seed = (uint64_t)v; }, true);
+    out.back().absent = "0";
     integer("run.save_every", {"--save-every"}, [](const TrainOptions& o) { return (long long)o.save_every; },
             [](TrainOptions& o, long long v) { o.save_every = (int)v; });
     integer("run.milestones", {"--milestones"}, [](const TrainOptions& o) { return (long long)o.milestones; },
@@ -145,10 +153,12 @@ inline std::vector<RunSetting> run_settings() {
     return out;
 }
 
-// The run.* keys a checkpoint of this run holds (the opt.* keys come from OptimizerConfig).
+// The run.* keys a checkpoint of this run holds (the opt.* keys come from OptimizerConfig);
+// the --train-doc-eval ones only when it is on.
 inline std::vector<std::pair<std::string, std::string>> run_setting_keys(const TrainOptions& o) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const RunSetting& s : run_settings()) {
+        if (s.key.rfind("run.train_doc_", 0) == 0 && o.train_doc_eval == 0) { continue; }
         if (s.key.rfind("run.", 0) == 0) { out.push_back({s.key, s.get(o)}); }
     }
     return out;

@@ -42,6 +42,8 @@ struct TrainOptions {
     int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
     int milestones = 0;    // checkpoints at 0/25/50/75/100% of the steps
     int val_whole_docs = 0;  // validate on rows of whole documents (DataLoaderConfig::whole_documents); 2: also, beside windows
+    int train_doc_eval = 0;  // also validate on a seeded sample of this many whole training documents (DataLoaderConfig::sample_documents)
+    uint64_t train_doc_seed = 0;  // the seed of that sample
     int spike_window = 128;
     double spike_z = 5.0;
     float temperature = 1.0f;
@@ -98,6 +100,8 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
         make_flag("--val-batches", &o.val_batches, "validation micro-batches (0: the whole validation set once)"),
         make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1, or 2: on windows and also on whole documents (logged as whole_docs)"),
+        make_flag("--train-doc-eval", &o.train_doc_eval, "at each validation, also the loss per region and exercise over a seeded sample of N whole documents of --train-data (those longer than --seq-len + 1 tokens skipped; logged as train_docs; 0: none)"),
+        make_flag("--train-doc-seed", &o.train_doc_seed, "seed of the --train-doc-eval sample (the same documents at every validation, on resume, and for every run with the same data and seed)"),
         make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
         make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),

@@ -59,6 +59,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (o.seq_len == 0) { o.seq_len = model_seq_len; }
     o.opt.check();
     if (o.val_whole_docs < 0 || o.val_whole_docs > 2) { fatal("--val-whole-docs must be 0, 1 or 2, got %d", o.val_whole_docs); }
+    if (o.train_doc_eval < 0) { fatal("--train-doc-eval must be >= 0 (training documents to evaluate; 0: none), got %d", o.train_doc_eval); }
     o.opt.resolve_rates(rates, o.lr_scale_gpus);
     if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
         fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", model_seq_len);
@@ -98,6 +99,10 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (o.steps < 0) { fatal("--steps must be >= 0"); }
     if (o.steps == 0 && o.init_from.empty() && !o.model_loaded) {
         fatal("--steps 0 evaluates a model: it needs --init-from CKPT");
+    }
+    if (o.train_doc_eval > 0 && (o.train_data.empty() || o.val_data.empty())) {
+        fatal("--train-doc-eval %d evaluates documents of --train-data at each validation: it needs --train-data and --val-data",
+              o.train_doc_eval);
     }
     if (o.steps > 0 && o.train_data.empty()) { fatal("--train-data is required (e.g. \"data/offline/synth/synth_train_*.bin\"; make demo builds it)"); }
     if (o.milestones != 0 && o.steps > 0 && o.checkpoint_dir.empty()) {

@@ -90,6 +90,7 @@ public:
             }
             open_training_data();
             open_validation_data();
+            open_train_doc_sample();
             check_checkpoint_dir();
             check_start_not_overwritten();
             continue_from_checkpoint();
@@ -152,6 +153,7 @@ private:
     std::unique_ptr<DataLoader> train_loader;      // none when only evaluating (--steps 0)
     std::unique_ptr<DataLoader> val;               // none without --val-data
     std::unique_ptr<DataLoader> val_docs;          // --val-whole-docs 2: whole documents beside the windows
+    std::unique_ptr<DataLoader> train_docs;        // --train-doc-eval: the sample of whole training documents
     FILE* log = nullptr;                           // rank 0's --log file
     std::string last_saved;                        // path of the checkpoint written last,
     long last_saved_step = -1;                     // and after how many steps
@@ -223,6 +225,28 @@ private:
                    o.val_whole_docs == 2 ? " (also, beside the windows)" : "", (long long)docs.num_documents(),
                    (long long)docs.num_rows(), (long long)docs.num_skipped_documents(), o.seq_len + 1);
         }
+    }
+
+    // --train-doc-eval N: the SAN paper's localisation over documents it trained on (its eval
+    // code draws a fixed sample of training documents): a loader of its own over --train-data,
+    // so the training loader's position and RNG are untouched; every rank its rows, as the
+    // validation's. The sample depends on the files, N and --train-doc-seed alone, so it is the
+    // same at every validation, after a resume and in every arm of a study.
+    void open_train_doc_sample() {
+        if (o.train_doc_eval == 0) { return; }
+        DataLoaderConfig cfg = data_config();
+        cfg.shuffle = false;
+        cfg.whole_documents = true;
+        cfg.doc_start_token = model.cfg.bos_id;
+        cfg.sample_documents = o.train_doc_eval;
+        cfg.sample_seed = o.train_doc_seed;
+        FatalContext context("--train-doc-eval " + std::to_string(o.train_doc_eval), "--train-doc-eval");
+        train_docs = std::make_unique<DataLoader>(cfg);
+        printf("training documents (--train-doc-eval %d, seed %llu): %lld drawn, %lld longer than %d tokens skipped, "
+               "%lld packed into %lld rows\n", o.train_doc_eval, (unsigned long long)o.train_doc_seed,
+               (long long)(train_docs->num_documents() + train_docs->num_skipped_documents()),
+               (long long)train_docs->num_skipped_documents(), o.seq_len + 1, (long long)train_docs->num_documents(),
+               (long long)train_docs->num_rows());
     }
 
     // Creates --checkpoint-dir and checks that it can be written: fail now, not after hours
@@ -384,10 +408,17 @@ private:
             printf("(whole documents) ");
             print_validation(step, docs);
         }
+        ValResult seen;  // --train-doc-eval: every document of the sample, once
+        if (train_docs != nullptr) {
+            seen = evaluate(model, *train_docs, 0, comm);
+            printf("(training documents) ");
+            print_validation(step, seen);
+        }
         LayerMeasurements m;
         if constexpr (has_measure<Model>::value) { m = model.measure(measure_inputs.data(), measure_B, measure_T); }
         if (log == nullptr) { return; }
-        fprintf(log, "%s\n", validation_json(step, r, m, val_docs != nullptr ? &docs : nullptr).c_str());
+        fprintf(log, "%s\n", validation_json(step, r, m, val_docs != nullptr ? &docs : nullptr,
+                                             train_docs != nullptr ? &seen : nullptr).c_str());
         fflush(log);
     }
 
