@@ -6,7 +6,8 @@ build (three training shards, so documents cross shard ends):
   the PyTorch reference's, evaluating each document alone in float64, over the documents a
   Python copy of the documented draw picks (reservoir sampling with SplitMix64 over the
   documents in file order; those longer than T+1 tokens skipped): the target counts exactly,
-  the losses to 2e-5 relative (fp32 trainer vs float64 reference, measured: below 3e-6);
+  the losses to 2e-6 relative (fp32 trainer vs float64 reference; measured: 7.2e-8 at most over
+  the overall and region losses);
 - the draw skips documents longer than T+1 (the sample drawn here holds some), is a function
   of --train-doc-seed (another seed draws other documents and logs other numbers), and takes
   every document when N is more than the data holds;
@@ -147,7 +148,7 @@ def reference_decomposition(model, data, docs):
             "val_exercise": {e: {k: mean(s) for k, s in d.items()} for e, d in by_exercise.items() if e != "none"}}
 
 
-def assert_close(logged, want, rel=2e-5):
+def assert_close(logged, want, rel=2e-6):
     assert logged["val_tokens"] == want["val_tokens"]
     keys = [k for k in want if k.startswith("val_loss")]
     assert sorted(k for k in logged if k.startswith("val_loss")) == sorted(keys)
