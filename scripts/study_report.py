@@ -179,9 +179,70 @@ def finding_localisation(f, summaries, floor, why):
         return "cannot tell", "the logs have no per-region losses (validation data without region sidecars)"
     text = (f"SAN − FFN ({f['ffn']}) per region: " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
             + f" nats (overall {san.mean - ffn.mean:+.4f}).")
+    text += localisation_on_training_documents(san, ffn) + localisation_on_eval_sets(san, ffn)
     if all(d["query"] > v for r, v in d.items() if r != "query"):
         return "shows", text + " The deficit is largest on query tokens."
     return "does not show", text + " The deficit is not largest on query tokens."
+
+
+# The SAN paper's localisation is over training documents (its eval code draws a fixed sample
+# of them; "99.9% of them were seen"): --train-doc-eval logs that decomposition as "train_docs"
+# in each validation record, beside the held-out one, and LAMBADA (out-of-context recall,
+# favours the FFN model) / SciQ (answer in context, favours the SAN) are its other half.
+
+def train_docs_mean(summary, key):
+    """The seed mean of a key of the final validation's "train_docs" (None unless every run has it)."""
+    values = [d.final.get("train_docs", {}).get(key) for d in summary.runs]
+    return sum(values) / len(values) if values and None not in values else None
+
+
+def train_docs_region_table(summaries, baseline):
+    """The report's region table over the sample of training documents (markdown lines; none
+    unless the baseline's runs logged it)."""
+    if not baseline.ok or train_docs_mean(baseline, "val_loss_query") is None:
+        return []
+    rows = []
+    for s in (x for x in summaries.values() if x.ok):
+        row = [s.arm.name, fmt(train_docs_mean(s, "val_tokens"), 0)]
+        for r in ("all",) + REGIONS:
+            key = "val_loss" if r == "all" else f"val_loss_{r}"
+            v, b = train_docs_mean(s, key), train_docs_mean(baseline, key)
+            row += [fmt(v), fmt(v - b if v is not None and b is not None else None, signed=True)]
+        rows.append(row)
+    return ["### Loss per region on training documents", "",
+            "The same decomposition over a fixed sample of whole training documents (--train-doc-eval: the SAN "
+            f"paper's localisation is over documents the model has seen), final validation; Δ = arm − {baseline.arm.name}.",
+            "", table(["arm", "targets", "all", "Δ all"] + [x for r in REGIONS for x in (r, f"Δ {r}")], rows), ""]
+
+
+def localisation_on_training_documents(san, ffn):
+    """The finding's sentence on training documents ("" without them)."""
+    d = {r: train_docs_mean(san, f"val_loss_{r}") - train_docs_mean(ffn, f"val_loss_{r}")
+         for r in ("query", "trace", "answer")
+         if train_docs_mean(san, f"val_loss_{r}") is not None and train_docs_mean(ffn, f"val_loss_{r}") is not None}
+    if "query" not in d:
+        return ""
+    largest = all(d["query"] > v for r, v in d.items() if r != "query")
+    return (" On training documents (--train-doc-eval): " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
+            + f" (the deficit is {'' if largest else 'not '}largest on query tokens).")
+
+
+def localisation_on_eval_sets(san, ffn):
+    """The finding's sentence on the LAMBADA and SciQ eval sets ("" without them): SAN − FFN of
+    each metric, and which arm it favours."""
+    parts = []
+    names = sorted({n for d in san.runs for n in d.final_eval if n.startswith(("lambada", "sciq"))})
+    for name in names:
+        for metric in ("acc", "acc_norm", "perplexity"):
+            a, b = san.eval_mean(name, metric), ffn.eval_mean(name, metric)
+            if a is None or b is None:
+                continue
+            better = "SAN" if (a < b if metric == "perplexity" else a > b) else "FFN" if a != b else "neither"
+            parts.append(f"{name} {metric} {a - b:+.4f} (favours {better})")
+    if not parts:
+        return ""
+    return (" Eval sets, SAN − FFN (the paper: LAMBADA favours the FFN model, SciQ the SAN): " + "; ".join(parts)
+            + ".")
 
 
 def instability(run, floor):
@@ -591,6 +652,7 @@ def write_report(study, why, out=None):
         md += [table(["arm"] + [x for r in REGIONS for x in (r, f"Δ {r}")], rows), ""]
         if len(rows) > 1:
             md += [f"![regions]({plot_regions(summaries, baseline, out)})", ""]
+        md += train_docs_region_table(summaries, baseline)
         exercises = baseline.exercises()
         if exercises:
             md += ["## Loss per exercise", "", f"Δ = arm − {study.baseline}, per exercise over all its targets and per region.", ""]

@@ -10,8 +10,11 @@ continuation is delimiter + choice, and acc_norm divides by the characters of th
 alone, as lm-eval does (the file's per-choice length).
 
   SAN paper:
-  lambada    EleutherAI/lambada_openai (test): cloze; context = text without its last word,
-             target = " " + last word
+  lambada    EleutherAI/lambada_openai (test; lm-eval's lambada_openai, the OpenAI-processed
+             text): cloze; context = text without its last word, target = " " + last word
+  lambada_standard
+             cimec/lambada (test; lm-eval's lambada_standard, the original release): the same
+             cloze (the SAN paper names LAMBADA without saying which; its study scores both)
   sciq       allenai/sciq (test): "{support}\\nQuestion: {question}\\nAnswer:", choices
              distractor1..3, correct_answer (gold 3)
   hellaswag  Rowan/hellaswag (validation): "{activity_label}: {ctx_a} {ctx_b.capitalize()}"
@@ -51,6 +54,7 @@ from evalset import (KIND_CLOZE, KIND_MC, KIND_ROLLING, make_item, make_rolling_
 SOURCES = {
     "lambada": ("EleutherAI/lambada_openai", ["*en*test*.parquet", "*en/test*.parquet", "*test*en*.jsonl",
                                               "*lambada_test_en*"]),
+    "lambada_standard": ("cimec/lambada", ["plain_text/test*.parquet", "*test*.parquet"]),
     "sciq": ("allenai/sciq", ["*test*.parquet", "*test*.json*"]),
     "hellaswag": ("Rowan/hellaswag", ["*validation*.parquet", "*val*.parquet", "*validation*.json*"]),
     "arc_easy": ("allenai/ai2_arc", ["ARC-Easy/test*.parquet", "*ARC-Easy*test*.parquet", "*ARC-Easy*Test*.json*"]),
@@ -152,7 +156,8 @@ def wikitext_example(row):
 
 
 # task -> (row -> example, kind)
-EXAMPLES = {"lambada": (lambada_example, KIND_CLOZE), "sciq": (sciq_example, KIND_MC),
+EXAMPLES = {"lambada": (lambada_example, KIND_CLOZE), "lambada_standard": (lambada_example, KIND_CLOZE),
+            "sciq": (sciq_example, KIND_MC),
             "hellaswag": (hellaswag_example, KIND_MC), "arc_easy": (arc_example, KIND_MC),
             "piqa": (piqa_example, KIND_MC), "boolq": (boolq_example, KIND_MC), "copa": (copa_example, KIND_MC),
             "rte": (rte_example, KIND_MC), "wikitext": (wikitext_example, KIND_ROLLING)}

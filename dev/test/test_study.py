@@ -612,3 +612,54 @@ def test_qk_norm_finding_without_a_divergence_judges_instability():
     verdict, text = study_report.finding_qk_norm(f, {"with": exploding, "without": exploding}, None, {})
     assert verdict == "does not show" and "with QK-norm trained unstably too" in text
     assert "noise floors" not in text and "(+0.0000)" in text
+
+
+def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
+    """--train-doc-eval's decomposition ("train_docs" in the validation records) gets its own
+    region table beside the held-out one, and the localisation finding states it and the
+    LAMBADA / SciQ differences; every figure is recomputed here from toy logs (two SAN seeds,
+    one FFN run) read by the report's own RunData / ArmSummary."""
+    import study_report
+
+    def val(seed_shift, query, trace, answer, lambada_acc, sciq_acc, held_out_query=5.0):
+        docs = {"val_loss": 3.0 + seed_shift, "val_tokens": 900, "val_loss_query": query + seed_shift,
+                "val_loss_trace": trace + seed_shift, "val_loss_answer": answer + seed_shift, "val_loss_other": 1.0}
+        return [{"step": 10, "val_loss": 4.0 + seed_shift, "val_loss_query": held_out_query, "val_loss_trace": 3.0,
+                 "val_loss_answer": 3.5, "val_loss_other": 1.5, "train_docs": docs},
+                {"step": 10, "eval": {"lambada": {"n": 8, "acc": lambada_acc, "perplexity": 90.0 - 100 * lambada_acc},
+                                      "sciq": {"n": 8, "acc": sciq_acc, "acc_norm": sciq_acc - 0.1}}}]
+
+    san_arm, ffn_arm = types.SimpleNamespace(name="san"), types.SimpleNamespace(name="ffn")
+    logs = {"san_s1": (san_arm, val(0.0, 4.6, 2.9, 3.3, 0.20, 0.60)), "san_s2": (san_arm, val(0.02, 4.6, 2.9, 3.3, 0.30, 0.70)),
+            "ffn_s1": (ffn_arm, val(0.0, 4.3, 2.95, 3.25, 0.40, 0.55, held_out_query=4.8))}
+    data = []
+    for name, (arm, records) in logs.items():
+        run = types.SimpleNamespace(id=name, arm=arm, lr=None, seed=int(name[-1]), dir=str(tmp_path / name))
+        os.makedirs(run.dir)
+        with open(os.path.join(run.dir, "log.jsonl"), "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in [{"step": 10, "loss": 4.0}] + records))
+        study.write_status(run, "done")
+        data.append(study_report.RunData(run, 100))
+    summaries = {a.name: study_report.ArmSummary(a, data) for a in (san_arm, ffn_arm)}
+    md = "\n".join(study_report.train_docs_region_table(summaries, summaries["san"]))
+    assert md.startswith("### Loss per region on training documents")
+    rows = {r["arm"]: r for r in md_table(md, "arm")}
+    want = {"san": {"all": 3.01, "query": 4.61, "trace": 2.91, "answer": 3.31, "other": 1.0},
+            "ffn": {"all": 3.0, "query": 4.3, "trace": 2.95, "answer": 3.25, "other": 1.0}}
+    for arm, regions in want.items():
+        assert rows[arm]["targets"] == "900"
+        for r, v in regions.items():
+            assert abs(float(rows[arm][r]) - v) <= 5e-5, (arm, r)
+            assert abs(float(rows[arm][f"Δ {r}"]) - (v - want["san"][r])) <= 5e-5, (arm, r)
+    verdict, text = study_report.finding_localisation({"san": "san", "ffn": "ffn"}, summaries, None, {})
+    assert verdict == "shows"  # (judged on the held-out regions, as before)
+    assert (f"On training documents (--train-doc-eval): query {4.61 - 4.3:+.4f}, trace {2.91 - 2.95:+.4f}, "
+            f"answer {3.31 - 3.25:+.4f} (the deficit is largest on query tokens)") in text
+    assert f"lambada acc {0.25 - 0.40:+.4f} (favours FFN)" in text
+    assert f"lambada perplexity {(90 - 25.0) - (90 - 40.0):+.4f} (favours FFN)" in text
+    assert f"sciq acc {0.65 - 0.55:+.4f} (favours SAN); sciq acc_norm {0.55 - 0.45:+.4f} (favours SAN)" in text
+    # without train_docs in the logs: no table, no sentence
+    for d in data:
+        d.final.pop("train_docs")
+    assert study_report.train_docs_region_table(summaries, summaries["san"]) == []
+    assert "training documents" not in study_report.finding_localisation({"san": "san", "ffn": "ffn"}, summaries, None, {})[1]
