@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -663,3 +664,70 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
         d.final.pop("train_docs")
     assert study_report.train_docs_region_table(summaries, summaries["san"]) == []
     assert "training documents" not in study_report.finding_localisation({"san": "san", "ffn": "ffn"}, summaries, None, {})[1]
+
+
+@needs_bin
+def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
+    """studies/san_paper.toml passes LAMBADA (both variants) and SciQ to every run: built here
+    by dev/data/evals.py from --files fixtures (the Hub is out of reach) with a small
+    SentencePiece tokenizer, substituted for the study's paths in a one-run toy study (its
+    --eval-sets list taken from the shipped file's run command), whose report shows LAMBADA's
+    acc and perplexity and SciQ's acc and acc_norm, equal to the run's logged eval record."""
+    import evals
+    from tokenizer import train_sentencepiece
+    paper = study.load_study(os.path.join(ROOT, "studies", "san_paper.toml"))
+    lists = {tuple(c[c.index("--eval-sets") + 1].split(",")) for c in (study.run_command(paper, r) for r in paper.runs)}
+    assert len(lists) == 1  # every run scores the same sets
+    shipped = lists.pop()
+    assert [os.path.basename(p) for p in shipped] == ["lambada.bin", "lambada_standard.bin", "sciq.bin"]
+    words = ["the", "old", "man", "looked", "at", "sea", "and", "said", "hello", "boat", "water", "cells", "energy"]
+    rng = np.random.default_rng(3)
+    texts = [" ".join(rng.choice(words, size=9)) for _ in range(6)]
+    fixtures = tmp_path / "fixtures"
+    fixtures.mkdir()
+    (fixtures / "lambada.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:3]))
+    (fixtures / "lambada_standard.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[3:]))
+    (fixtures / "sciq.jsonl").write_text("".join(json.dumps(
+        {"support": t, "question": "what did he say?", "distractor1": "sea", "distractor2": "boat",
+         "distractor3": "cells", "correct_answer": "hello"}) + "\n" for t in texts[:4]))
+    tok = train_sentencepiece(texts * 20 + words, tmp_path / "tok", vocab_size=300, num_threads=1,
+                              hard_vocab_limit=False)
+    evals.main(["--tokenizer", str(tmp_path / "tok.model"), "--out", str(tmp_path / "evals"), "--only", "lambada",
+                "lambada_standard", "sciq", "--files"] + [f"{t}={fixtures / t}.jsonl" for t in ("lambada", "lambada_standard", "sciq")])
+    built = ",".join(str(tmp_path / "evals" / os.path.basename(p)) for p in shipped)
+    # one toy run (the tokenizer's vocabulary; the toy corpus's tokens are below it)
+    data = tmp_path / "toy"
+    data.mkdir()
+    w = ShardWriter(data, "toy", "train", 1 << 16, tok.vocab_size)
+    for i in range(200):
+        w.add([BOS] + list(rng.integers(10, VOCAB, size=12)) + [EOS])
+    w.close()
+    shutil.copy(data / "toy_train_000000.bin", data / "toy_val_000000.bin")
+    out = tmp_path / "out"
+    path = tmp_path / "evals.toml"
+    path.write_text(f"""
+[study]
+name = "evals"
+out = "{out}"
+seeds = [7]
+batch_size = 2
+seq_len = 32
+steps = 2
+val_every = 2
+flags = ["--train-data", "{data}/toy_train_*.bin", "--val-data", "{data}/toy_val_*.bin", "--val-batches", "1",
+         "--vocab-size", "{tok.vocab_size}", "--sample-tokens", "0", "--eval-sets", "{built}"]
+baseline = "san"
+
+[[arm]]
+name = "san"
+preset = "tiny"
+""")
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert study.main(["report", str(path), "--binary", BIN]) == 0
+    report = (out / "report" / "report.md").read_text()
+    logged = study.read_evals(out / "runs" / "san_s7" / "log.jsonl")[2]
+    row = md_table(report[report.index("## Eval sets"):], "arm")[0]
+    for name, metric in (("lambada", "acc"), ("lambada", "perplexity"), ("lambada_standard", "acc"),
+                         ("lambada_standard", "perplexity"), ("sciq", "acc"), ("sciq", "acc_norm")):
+        assert abs(float(row[f"{name} {metric}"]) - logged[name][metric]) <= 5e-5, (name, metric)
