@@ -25,7 +25,8 @@ from attnref import training
 from attnref.container import ContainerError
 from attnref.data import read_shard
 from attnref.optim import OptConfig, Optimizer, round_steps
-from attnref.san import PRESETS, SAN, SANConfig, count_parameters, flops_per_token, load_checkpoint
+from attnref.san import (EMBED_SCALES, OUT_INITS, PRESETS, SAN, SANConfig, count_parameters, flops_per_token,
+                         load_checkpoint)
 from attnref.variants import FIXED_QK_KINDS, KINDS, TAYLOR_NORMS, fixed_input_std
 
 
@@ -35,10 +36,10 @@ def build_parser():
         flag = training.model_flag(f.name)
         if f.type in (bool, "bool"):
             g.add_argument(flag, dest=f.name, type=int, choices=(0, 1), default=None)
-        elif f.name in ("ffn", "norm", "residual", "attention", "taylor_norm"):
+        elif f.name in ("ffn", "norm", "residual", "attention", "taylor_norm", "embed_scale", "out_init"):
             choices = {"ffn": ("none", "swiglu"), "norm": ("zcn", "rms"),
                        "residual": ("gated", "standard", "rezero", "none"), "attention": KINDS,
-                       "taylor_norm": TAYLOR_NORMS}[f.name]
+                       "taylor_norm": TAYLOR_NORMS, "embed_scale": EMBED_SCALES, "out_init": OUT_INITS}[f.name]
             g.add_argument(flag, dest=f.name, choices=choices, default=None)
         elif f.name == "layout":
             g.add_argument(flag, dest=f.name, default=None,

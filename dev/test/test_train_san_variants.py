@@ -162,7 +162,7 @@ def test_skip_needs_an_evaluation_of_a_variant(data, tmp_path):
 @needs_bin
 @pytest.mark.parametrize("preset, shape", [
     ("qwen-cpu", "L=4 d=128 heads 4/4 (head_dim 32) ffn=swiglu d_ff=640 norm=rms qk_norm=0 residual=standard"),
-    ("qwen3-cpu", "L=4 d=128 heads 4/2 (head_dim 32) ffn=swiglu d_ff=384 norm=rms qk_norm=1 residual=standard"),
+    ("qwen3-cpu", "L=4 d=128 heads 4/4 (head_dim 32) ffn=swiglu d_ff=384 norm=rms qk_norm=1 residual=standard"),
 ])
 def test_qwen_shaped_presets_train_with_a_variant(data, tmp_path, preset, shape):
     args = common(data, tmp_path)
