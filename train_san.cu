@@ -41,7 +41,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/kernels/residual.cuh"
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/model/spectrum.h"          // effective_rank (the per-layer measurements)
-#include "llmc/model/attention_indicators.h"  // attention_indicators, logit_summary (the per-layer measurements)
+#include "llmc/model/attention_indicators.h"  // attention_patterns: indicators, logit summary (the per-layer measurements)
 #include "llmc/model/parameters.h"        // ModelParameters: parameters, gradients, optimizer
 #include "llmc/train/trainer.h"           // trainer_main: main's sequence, run_training; model.h: counts, sample
 
@@ -730,10 +730,10 @@ struct SAN : LanguageModel<SANConfig> {
             const ScoreInputs scores = blocks[l].mixer->score_inputs();
             const bool has_scores = scores.q != nullptr && !skipped(l);
             m.max_logit.push_back(has_scores ? largest_score(scores, doc, Bm, Tn) : 0.0);
-            HostScores s;
-            if (has_scores) { s = host_scores(scores, doc, Bn, Tn); }
-            m.indicators.push_back(attention_indicators(s));
-            m.logits.push_back(logit_summary(s));
+            LayerPatterns patterns;  // empty: logged as null
+            if (has_scores) { patterns = attention_patterns(host_scores(scores, doc, Bn, Tn)); }
+            m.indicators.push_back(patterns.indicators);
+            m.logits.push_back(patterns.logits);
         }
         return m;
     }

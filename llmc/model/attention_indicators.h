@@ -26,8 +26,9 @@ The logits: |x| over the visible pairs (OwnScoreSoftmax: |s[t]| per position) of
 query head; quantiles at kLogitLevels (nearest rank: the ceil(p n)-th smallest) and counts in
 the log-spaced bins of logit_bin_edges() (below the first edge: bin 0; from the last edge on:
 the last bin).
-Cost per layer: Bn Hq Tn (Tn + 1) / 2 dot products of length hd in double, and Hq Tn^2 doubles
-held for one row at a time (the heads' matrices, for headdiv).
+attention_patterns computes both in one pass over the scores. Cost per layer: Bn Hq Tn (Tn + 1) / 2
+dot products of length hd in double; Hq Tn^2 doubles held for one row at a time (the heads'
+matrices, for headdiv) and the Bn Hq Tn (Tn + 1) / 2 |x| for the sort.
 */
 #pragma once
 
@@ -74,21 +75,49 @@ struct HostScores {
     bool has_matrix() const { return weights != AttnWeights::NotStochastic; }
 };
 
-// A (Tn x Tn, row-major, zero where not visible) of row b, head h.
-inline void attention_matrix(const HostScores& s, int b, int h, std::vector<double>& A) {
+struct HeadIndicators {
+    double entropy = 0.0, conc = 0.0, sink = 0.0;
+    std::array<double, kLocFocDistances> locfoc{};
+};
+struct LayerIndicators {
+    bool has = false;  // false: the layer's weights are no attention matrix (logged as null)
+    std::vector<HeadIndicators> head;
+    double headdiv = 0.0;
+};
+struct LogitSummary {
+    bool has = false;                                     // false: the layer has no logits (logged as null)
+    std::array<double, kLogitLevels.size()> quantile{};  // of |x|, at kLogitLevels
+    std::vector<int64_t> count;                           // per bin of logit_bin_edges()
+};
+struct LayerPatterns {
+    LayerIndicators indicators;
+    LogitSummary logits;
+};
+
+// The scores of row b, head h into X (Tn x Tn, row-major; only visible entries are written):
+// x = q[t].k[tau] / sqrt(hd), or for OwnScoreSoftmax s[tau] in every row t.
+inline void head_scores(const HostScores& s, int b, int h, std::vector<double>& X) {
     const int T = s.Tn;
-    A.assign((size_t)T * T, 0.0);
-    std::vector<double> own(T);
+    X.assign((size_t)T * T, 0.0);
+    std::vector<double> own;
     if (s.weights == AttnWeights::OwnScoreSoftmax) {
-        for (int t = 0; t < T; t++) { own[t] = s.logit(b, h, t, t); }
+        for (int t = 0; t < T; t++) { own.push_back(s.logit(b, h, t, t)); }
     }
     for (int t = 0; t < T; t++) {
-        double* row = &A[(size_t)t * T];
+        for (int tau = 0; tau <= t; tau++) {
+            if (s.visible(b, t, tau)) { X[(size_t)t * T + tau] = own.empty() ? s.logit(b, h, t, tau) : own[tau]; }
+        }
+    }
+}
+
+// The weights of row b from its scores X, in place: A (zero where not visible).
+inline void weights_of_scores(const HostScores& s, int b, std::vector<double>& X) {
+    const int T = s.Tn;
+    for (int t = 0; t < T; t++) {
+        double* row = &X[(size_t)t * T];
         double largest = -INFINITY;
         for (int tau = 0; tau <= t; tau++) {
-            if (!s.visible(b, t, tau)) { continue; }
-            row[tau] = s.weights == AttnWeights::OwnScoreSoftmax ? own[tau] : s.logit(b, h, t, tau);
-            largest = std::max(largest, row[tau]);
+            if (s.visible(b, t, tau)) { largest = std::max(largest, row[tau]); }
         }
         double sum = 0.0;
         for (int tau = 0; tau <= t; tau++) {
@@ -102,50 +131,79 @@ inline void attention_matrix(const HostScores& s, int b, int h, std::vector<doub
     }
 }
 
-struct HeadIndicators {
-    double entropy = 0.0, conc = 0.0, sink = 0.0;
-    std::array<double, kLocFocDistances> locfoc{};
-};
-struct LayerIndicators {
-    bool has = false;  // false: the layer's weights are no attention matrix (logged as null)
-    std::vector<HeadIndicators> head;
-    double headdiv = 0.0;
-};
+// One head's matrix A of row b added into its indicators (sums; attention_patterns divides).
+inline void add_head(const HostScores& s, int b, const std::vector<double>& A, HeadIndicators& m,
+                     std::array<int64_t, kLocFocDistances>* loc_count) {
+    const int T = s.Tn;
+    double ent = 0.0, sq = 0.0;
+    for (int t = 0; t < T; t++) {
+        const double* row = &A[(size_t)t * T];
+        int first = t;
+        for (int tau = 0; tau <= t; tau++) {
+            const double a = row[tau];
+            if (a > 0.0) { ent -= a * std::log(a); }
+            sq += a * a;
+            if (s.visible(b, t, tau)) { first = std::min(first, tau); }
+        }
+        m.sink += row[first];
+        for (int n = 0; n < kLocFocDistances && n <= t; n++) {
+            if (!s.visible(b, t, t - n)) { continue; }
+            m.locfoc[n] += row[t - n];
+            if (loc_count != nullptr) { (*loc_count)[n]++; }
+        }
+    }
+    m.entropy += ent;
+    m.conc += std::sqrt(sq);
+}
 
-inline LayerIndicators attention_indicators(const HostScores& s) {
-    LayerIndicators r;
-    if (!s.has_matrix() || s.Bn <= 0 || s.Tn <= 0) { return r; }
+// The logits' summary from |x| of every visible pair (sorted here).
+inline LogitSummary summarise_logits(std::vector<double>& x) {
+    LogitSummary r;
+    if (x.empty()) { return r; }
     r.has = true;
-    r.head.resize(s.Hq);
+    std::sort(x.begin(), x.end());
+    for (size_t i = 0; i < kLogitLevels.size(); i++) {
+        size_t rank = (size_t)std::ceil(kLogitLevels[i] * (double)x.size());  // 1-based
+        r.quantile[i] = x[std::min(x.size(), std::max<size_t>(rank, 1)) - 1];
+    }
+    const std::vector<double> edges = logit_bin_edges();
+    r.count.assign(edges.size() - 1, 0);
+    for (double v : x) {
+        // the bin [edges[i-1], edges[i]) holding v, clamped to the first and the last
+        size_t i = std::upper_bound(edges.begin(), edges.end(), v) - edges.begin();
+        r.count[std::min(std::max<size_t>(i, 1), r.count.size()) - 1]++;
+    }
+    return r;
+}
+
+// A layer's indicators and logit summary, one pass over its scores (empty s: neither).
+inline LayerPatterns attention_patterns(const HostScores& s) {
+    LayerPatterns r;
+    if (s.Bn <= 0 || s.Tn <= 0) { return r; }
     const int T = s.Tn, H = s.Hq;
-    std::vector<std::vector<double>> A(H);
+    const bool own = s.weights == AttnWeights::OwnScoreSoftmax;
+    LayerIndicators& ind = r.indicators;
+    ind.has = s.has_matrix();
+    ind.head.resize(ind.has ? H : 0);
+    std::vector<std::vector<double>> A(H);  // one row's heads at once: headdiv needs them together
+    std::vector<double> abs_logits;
+    abs_logits.reserve((size_t)s.Bn * H * (own ? T : (size_t)T * (T + 1) / 2));
     double div_sum = 0.0;
     int64_t div_count = 0;
     std::array<int64_t, kLocFocDistances> loc_count{};
     for (int b = 0; b < s.Bn; b++) {
         for (int h = 0; h < H; h++) {
-            attention_matrix(s, b, h, A[h]);
-            HeadIndicators& m = r.head[h];
-            double ent = 0.0, sq = 0.0;
+            head_scores(s, b, h, A[h]);
             for (int t = 0; t < T; t++) {
-                const double* row = &A[h][(size_t)t * T];
-                int first = t;
-                for (int tau = 0; tau <= t; tau++) {
-                    const double a = row[tau];
-                    if (a > 0.0) { ent -= a * std::log(a); }
-                    sq += a * a;
-                    if (s.visible(b, t, tau)) { first = std::min(first, tau); }
-                }
-                m.sink += row[first];
-                for (int n = 0; n < kLocFocDistances && n <= t; n++) {
-                    if (!s.visible(b, t, t - n)) { continue; }
-                    m.locfoc[n] += row[t - n];
-                    if (h == 0) { loc_count[n]++; }
+                for (int tau = own ? t : 0; tau <= t; tau++) {
+                    if (s.visible(b, t, tau)) { abs_logits.push_back(std::fabs(A[h][(size_t)t * T + tau])); }
                 }
             }
-            m.entropy += ent;
-            m.conc += std::sqrt(sq);
+            if (!ind.has) { continue; }
+            weights_of_scores(s, b, A[h]);
+            add_head(s, b, A[h], ind.head[h], h == 0 ? &loc_count : nullptr);
         }
+        if (!ind.has) { continue; }
         // the std over the heads at every visible pair
         for (int t = 0; t < T; t++) {
             for (int tau = 0; tau <= t; tau++) {
@@ -162,52 +220,14 @@ inline LayerIndicators attention_indicators(const HostScores& s) {
             }
         }
     }
-    for (HeadIndicators& m : r.head) {
+    for (HeadIndicators& m : ind.head) {
         m.entropy /= s.Bn;
         m.conc /= s.Bn;
         m.sink /= (double)s.Bn * T;
         for (int n = 0; n < kLocFocDistances; n++) { m.locfoc[n] = loc_count[n] > 0 ? m.locfoc[n] / loc_count[n] : 0.0; }
     }
-    r.headdiv = div_sum / (double)div_count;
-    return r;
-}
-
-struct LogitSummary {
-    bool has = false;                              // false: the layer has no logits (logged as null)
-    std::array<double, kLogitLevels.size()> quantile{};  // of |x|, at kLogitLevels
-    std::vector<int64_t> count;                    // per bin of logit_bin_edges()
-};
-
-inline LogitSummary logit_summary(const HostScores& s) {
-    LogitSummary r;
-    std::vector<double> x;
-    for (int b = 0; b < s.Bn; b++) {
-        for (int h = 0; h < s.Hq; h++) {
-            for (int t = 0; t < s.Tn; t++) {
-                if (s.weights == AttnWeights::OwnScoreSoftmax) {
-                    x.push_back(std::fabs(s.logit(b, h, t, t)));
-                    continue;
-                }
-                for (int tau = 0; tau <= t; tau++) {
-                    if (s.visible(b, t, tau)) { x.push_back(std::fabs(s.logit(b, h, t, tau))); }
-                }
-            }
-        }
-    }
-    if (x.empty()) { return r; }
-    r.has = true;
-    std::sort(x.begin(), x.end());
-    for (size_t i = 0; i < kLogitLevels.size(); i++) {
-        size_t rank = (size_t)std::ceil(kLogitLevels[i] * (double)x.size());  // 1-based
-        r.quantile[i] = x[std::min(x.size(), std::max<size_t>(rank, 1)) - 1];
-    }
-    const std::vector<double> edges = logit_bin_edges();
-    r.count.assign(edges.size() - 1, 0);
-    for (double v : x) {
-        // the bin [edges[i], edges[i+1]) holding v, clamped to the first and the last
-        size_t i = std::upper_bound(edges.begin(), edges.end(), v) - edges.begin();
-        r.count[std::min(std::max<size_t>(i, 1), r.count.size()) - 1]++;
-    }
+    if (ind.has) { ind.headdiv = div_sum / (double)div_count; }
+    r.logits = summarise_logits(abs_logits);
     return r;
 }
 
