@@ -19,9 +19,10 @@ the tensors):
     size_scratch(sizes)            the backward buffers it shares with every other layer
     forward(pass, in, out)         out = mixer(in)
     backward(pass, in, dout, din)  din = dL/d in, OVERWRITTEN; its gradients ACCUMULATE
-and what the model asks of it: score_inputs() (the q, k of the logged max-logit
-measurement and what its weights are, for the attention-pattern indicators), mixes_pairs() (FLOPs), decodes_with_cache() (sampling), reads_fixed_row() /
-reads_embedding() (what the model must provide), describe() (the run's banner).
+and what the model asks of it: score_inputs() (the q, k of the logged max-logit measurement,
+and what its weights are for the attention-pattern indicators), mixes_pairs() (FLOPs),
+decodes_with_cache() (sampling), reads_fixed_row() / reads_embedding() (what the model must
+provide), describe() (the run's banner).
 */
 #pragma once
 
