@@ -41,6 +41,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/kernels/residual.cuh"
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/model/spectrum.h"          // effective_rank (the per-layer measurements)
+#include "llmc/model/attention_indicators.h"  // attention_patterns: indicators, logit summary (the per-layer measurements)
 #include "llmc/model/parameters.h"        // ModelParameters: parameters, gradients, optimizer
 #include "llmc/train/trainer.h"           // trainer_main: main's sequence, run_training; model.h: counts, sample
 
@@ -714,11 +715,13 @@ struct SAN : LanguageModel<SANConfig> {
 
     // ---- measurements (logged at every validation; llmc/train/evaluation.h LayerMeasurements) --
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
-    // tokens gives the effective rank of the residual stream after each layer
-    // (llmc/model/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
-    // attention mask lets a query see (the input of exp, or of the Taylor polynomial; for
-    // nonapprox each position's own q[t].k[t]; mlp and skipped layers have none and log 0). On
-    // the host, in double: a measurement, not a hot path.
+    // tokens gives, from its first kMeasureRows rows, the effective rank of the residual stream
+    // after each layer (llmc/model/spectrum.h) and the largest |q . k| / sqrt(hd) over the
+    // (query, key) pairs the attention mask lets a query see (the input of exp, or of the Taylor
+    // polynomial; for nonapprox each position's own q[t].k[t]; mlp and skipped layers have none
+    // and log 0), and from all Bn rows the attention-pattern indicators and the logits'
+    // distribution (llmc/model/attention_indicators.h; null for mlp, skipped layers and weights
+    // that are no attention matrix). On the host, in double: a measurement, not a hot path.
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
         const ResidualMode mode = cfg.residual;
@@ -740,13 +743,30 @@ struct SAN : LanguageModel<SANConfig> {
         std::vector<int> no_targets(N, -1);
         forward(inputs, no_targets.data(), Bn, Tn, 0.0f);
         std::vector<int> doc = copy_from_device(d_doc_ids, N);
+        const int Bm = std::min(Bn, kMeasureRows);
         for (int l = 0; l < cfg.n_layer; l++) {
-            std::vector<float> h = to_floats(copy_from_device(residual[l + 1], (size_t)N * d));
-            m.erank.push_back(effective_rank(h, N, d));
+            std::vector<float> h = to_floats(copy_from_device(residual[l + 1], (size_t)Bm * Tn * d));
+            m.erank.push_back(effective_rank(h, Bm * Tn, d));
             const ScoreInputs scores = blocks[l].mixer->score_inputs();
-            m.max_logit.push_back(scores.q == nullptr || skipped(l) ? 0.0 : largest_score(scores, doc, Bn, Tn));
+            const bool has_scores = scores.q != nullptr && !skipped(l);
+            m.max_logit.push_back(has_scores ? largest_score(scores, doc, Bm, Tn) : 0.0);
+            LayerPatterns patterns;  // empty: logged as null
+            if (has_scores) { patterns = attention_patterns(host_scores(scores, doc, Bn, Tn)); }
+            m.indicators.push_back(patterns.indicators);
+            m.logits.push_back(patterns.logits);
         }
         return m;
+    }
+    // a layer's q, k of the first Bn rows on the host (fp32), for llmc/model/attention_indicators.h
+    HostScores host_scores(const ScoreInputs& in, const std::vector<int>& doc, int Bn, int Tn) const {
+        HostScores s;
+        const size_t N = (size_t)Bn * Tn;
+        s.Bn = Bn, s.Tn = Tn, s.Hq = cfg.n_head, s.Hkv = cfg.n_kv_head, s.hd = cfg.head_dim();
+        s.q = to_floats(copy_from_device(in.q, N * s.Hq * s.hd));
+        s.k = to_floats(copy_from_device(in.k, N * s.Hkv * s.hd));
+        if (cfg.doc_mask) { s.doc.assign(doc.begin(), doc.begin() + N); }
+        s.weights = in.weights;
+        return s;
     }
     double largest_score(const ScoreInputs& s, const std::vector<int>& doc, int Bn, int Tn) const {
         const int N = Bn * Tn, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
@@ -759,7 +779,7 @@ struct SAN : LanguageModel<SANConfig> {
                 int j = h / (Hq / Hkv);
                 for (int t = 0; t < Tn; t++) {
                     const float* qt = &q[(((size_t)b * Tn + t) * Hq + h) * hd];
-                    for (int tau = s.own_position_only ? t : 0; tau <= t; tau++) {
+                    for (int tau = s.own_position_only() ? t : 0; tau <= t; tau++) {
                         if (cfg.doc_mask && doc[b * Tn + tau] != doc[b * Tn + t]) { continue; }
                         const float* kt = &k[(((size_t)b * Tn + tau) * Hkv + j) * hd];
                         double dot = 0.0;

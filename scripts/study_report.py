@@ -22,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import attention_patterns  # noqa: E402
 import match  # noqa: E402
 import run_files  # noqa: E402
 import spectra  # noqa: E402
@@ -629,6 +630,9 @@ def write_report(study, why, out=None):
                  plot_layers(summaries, "max_logit", "largest pre-softmax logit", out, "max_logit.png", log=True)):
         if name:
             md += [f"![{name}]({name})", ""]
+    md += attention_patterns.report_section(attention_patterns.groups_of_arms(  # radar plots, logit distributions
+        [(s.arm.name, s.arm.common + s.arm.flags, s.representative.final) for s in summaries.values()
+         if s.representative is not None]), out)
     spec = spectra_of(summaries)
     if spec:
         md += ["## Weight spectra", "", "Stable rank ‖W‖²_F / σ²_max of each matrix, final checkpoint of each arm's "

@@ -309,17 +309,20 @@ private:
     void read_measure_slice() {
         if (!has_measure<Model>::value || val == nullptr) { return; }
         measure_T = std::min(kMeasureTokens, o.seq_len);
-        measure_B = std::min(kMeasureRows, o.batch_size * o.seq_len / measure_T);
         DataLoaderConfig cfg = data_config();
         cfg.pattern = o.val_data;
         cfg.shuffle = false;
         cfg.rank = 0;
         cfg.nproc = 1;
-        cfg.B = measure_B;
+        cfg.B = 1;  // one row at a time: the rows of a batch of kIndicatorRows, however many the data has
         cfg.T = measure_T;
         DataLoader slice(cfg);
-        slice.next_batch();
-        measure_inputs = slice.inputs;
+        measure_B = (int)std::min<int64_t>({kIndicatorRows, o.batch_size * o.seq_len / measure_T, slice.steps_per_epoch()});
+        measure_inputs.clear();
+        for (int b = 0; b < measure_B; b++) {
+            slice.next_batch();
+            measure_inputs.insert(measure_inputs.end(), slice.inputs.begin(), slice.inputs.end());
+        }
     }
 
     // Writes the model, optimizer, data position and sampling RNG to --checkpoint-dir/name.
