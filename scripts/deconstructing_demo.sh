@@ -8,8 +8,10 @@
 # of standard, uniform and hybrid (a table per layer and radar plots, scripts/attention_patterns.py).
 # Same data, seed and steps for every arm.
 #
-#   bash scripts/deconstructing_demo.sh            (9 runs of 100 steps of 4 rows: 24 minutes measured on
-#                                                   2 cores shared with other jobs, doc/deconstructing.md)
+#   bash scripts/deconstructing_demo.sh            (13 runs of 100 steps of 4 rows and 12 evaluations:
+#                                                   about 35 minutes on 2 cores; 9 runs took 24 minutes,
+#                                                   measured with other jobs on the cores, doc/deconstructing.md)
+#   KINDS=approximate STEPS=20 bash scripts/deconstructing_demo.sh   (3 runs, 2 evaluations: under a minute)
 #   STEPS=400 BATCH=8 bash scripts/deconstructing_demo.sh   (8x the tokens: a less early look)
 # Environment: DATA_DIR (data/offline), DEMO_DIR (logs/deconstructing), TRAIN_SAN (./train_san),
 # STEPS (100), BATCH (rows of 128 tokens per step, 4), KINDS ("mlp approximate nonapprox rndembqk fixedseqqk staticembqk");
