@@ -79,7 +79,7 @@ public:
     TrainingRun(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
                 const Comm* comm)
         : model(model), o(o), tokenizer(tokenizer), checkpoint(checkpoint), comm(comm),
-          rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1), rng(o.seed),
+          rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1),
           spikes(o.spike_window, o.spike_z) {
         if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
         {
@@ -148,7 +148,6 @@ private:
     const TensorFileReader* checkpoint;  // the --resume file, or null
     const Comm* comm;                    // null for one rank
     const int rank, world;
-    std::mt19937_64 rng;                           // the samples' (a checkpoint saves it)
     std::unique_ptr<DataLoader> train_loader;      // none when only evaluating (--steps 0)
     std::unique_ptr<DataLoader> val;               // none without --val-data
     std::unique_ptr<DataLoader> val_docs;          // --val-whole-docs 2: whole documents beside the windows
@@ -276,7 +275,6 @@ private:
         DataPosition pos{checkpoint->integer("resume.data_epoch"), checkpoint->integer("resume.data_step"),
                          checkpoint->uint64("resume.data_fingerprint")};
         train_loader->set_position(pos);
-        rng.seed(checkpoint->uint64("resume.rng_seed"));
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
     }
 
@@ -325,12 +323,11 @@ private:
         }
     }
 
-    // Writes the model, optimizer, data position and sampling RNG to --checkpoint-dir/name.
+    // Writes the model, optimizer and data position to --checkpoint-dir/name. Nothing of the run
+    // changes by it: the samples' random numbers are a function of the seed and the step.
     void save(const std::string& name) {
         if (o.checkpoint_dir.empty()) { return; }
         DataPosition pos = train_loader->position();
-        uint64_t rng_seed = rng();  // reseeding from a drawn value makes the resumed stream exact
-        rng.seed(rng_seed);
         std::string path = o.checkpoint_dir + "/" + name;
         std::vector<std::pair<std::string, std::string>> extra = run_setting_keys(o);
         extra.insert(extra.end(), {{"resume.data_epoch", std::to_string(pos.epoch)},
@@ -338,7 +335,6 @@ private:
                                    {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
                                    {"resume.data_shards", std::to_string(train_loader->num_shards())},
                                    {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
-                                   {"resume.rng_seed", std::to_string(rng_seed)},
                                    {"run.ranks", std::to_string(world)}});
         save_checkpoint(model, path, extra);
         printf("saved %s\n", path.c_str());
@@ -358,9 +354,11 @@ private:
         }
     }
 
-    // Prints a sample and logs it; rank 0 alone samples (its RNG is the one a checkpoint saves).
+    // Prints a sample and logs it; rank 0 alone samples (llmc/model/sampling.h sample_rng: the
+    // step's own generator).
     void print_sample(long step) {
         if (o.sample_tokens <= 0 || rank != 0) { return; }
+        std::mt19937_64 rng = sample_rng(o.seed, step);
         std::vector<int> out = sample(model, sample_start, o.sample_tokens, o.temperature, rng, o.kv_cache != 0);
         std::string text;
         if (tokenizer.loaded()) {
