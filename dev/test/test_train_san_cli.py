@@ -313,3 +313,26 @@ def test_val_whole_docs_2_validates_on_both(data, tmp_path):
     assert train[0] == train[1] == train[2]
     proc = run(common(data, tmp_path) + ["--val-whole-docs", "3"], check=False)
     assert proc.returncode != 0 and "--val-whole-docs must be 0, 1 or 2, got 3" in proc.stderr
+
+
+FP32_BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
+
+
+@pytest.mark.skipif(not FP32_BIN or not os.path.exists(os.path.join(ROOT, FP32_BIN or "")),
+                    reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")
+def test_a_checkpoint_of_the_other_precision_is_no_resume(data, tmp_path):
+    """A bf16 build's checkpoint (run.precision=bf16) resumed by the fp32 build is refused by name
+    unless --resume-override 1 (then the change is printed); --init-from notes it in one line; the
+    same build resumes it silently."""
+    run(common(data, tmp_path) + ["--steps", "4", "--save-every", "2"])
+    step2 = str(tmp_path / "step_2.bin")
+    other = subprocess.run([os.path.join(ROOT, FP32_BIN), "--resume", step2, "--checkpoint-dir", str(tmp_path / "a")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert other.returncode != 0 and "trained by a bf16 build and this one is fp32" in other.stderr, other.stderr
+    forced = run_binary(FP32_BIN, ["--resume", step2, "--resume-override", "1", "--checkpoint-dir", tmp_path / "b"])
+    assert "resume: --resume-override 1: precision fp32 (the saved run's bf16)" in forced.stdout
+    init = run_binary(FP32_BIN, ["--steps", "0", "--init-from", step2, "--val-data", str(data / "toy_val_*.bin"),
+                                 "--sample-tokens", "0"])
+    assert f"note: {step2} was written by a bf16 build; this fp32 build starts from its values" in init.stdout
+    same = run(["--resume", step2, "--checkpoint-dir", tmp_path / "c"])
+    assert "precision" not in same.stdout

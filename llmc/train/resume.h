@@ -25,6 +25,7 @@ doc/formats.md "Resume state" lists the keys.
 #include <vector>
 
 #include "llmc/cli.h"
+#include "llmc/cuda_common.h"  // defines: PRECISION_NAME
 #include "llmc/data/dataloader.h"
 #include "llmc/number_text.h"
 #include "llmc/data/tensor_file.h"
@@ -225,6 +226,28 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
         fatal("--resume %s: that run finished (%ld of %ld steps). --extend-to N trains it on to N steps with the "
               "schedule recomputed over N; --steps 0 --init-from %s evaluates it", ckpt.path().c_str(), done, o.steps,
               ckpt.path().c_str());
+    }
+}
+
+// ---- the build's precision against a checkpoint's ---------------------------------------
+// run.precision: the precision of the build that wrote the file (bf16 or fp32; files from
+// before 2026-12-03 and the reference's have none, and are taken as they are). Resumed on the
+// other precision a run is no longer the same run (other rounding from its first step), so
+// --resume refuses it unless --resume-override 1; --init-from starts a new run anyway and says
+// so in one line.
+inline void check_build_precision(const TensorFileReader& ckpt, bool resuming, int resume_override) {
+    if (!ckpt.has_key("run.precision") || ckpt.str("run.precision") == PRECISION_NAME) { return; }
+    const std::string saved = ckpt.str("run.precision");
+    if (!resuming) {
+        printf("note: %s was written by a %s build; this %s build starts from its values\n", ckpt.path().c_str(),
+               saved.c_str(), PRECISION_NAME);
+    } else if (resume_override == 0) {
+        fatal("--resume %s: the run was trained by a %s build and this one is %s: continued here it would no longer be "
+              "the same run. Resume it with a %s build, add --resume-override 1 to continue it in %s anyway, or start a "
+              "new run from the model with --init-from", ckpt.path().c_str(), saved.c_str(), PRECISION_NAME,
+              saved.c_str(), PRECISION_NAME);
+    } else {
+        printf("resume: --resume-override 1: precision %s (the saved run's %s)\n", PRECISION_NAME, saved.c_str());
     }
 }
 

@@ -87,6 +87,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (resume != nullptr) {
         if (o.steps == 0 && o.given.count("--steps")) { fatal("--steps 0 evaluates a model: use --init-from CKPT, not --resume"); }
         continue_saved_run(o, *resume);
+        check_build_precision(*resume, true, o.resume_override);
         o.opt.check();
         continue_on_ranks(o, *resume);
         if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
@@ -221,6 +222,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
                "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
+        check_build_precision(*checkpoint, false, 0);
     }
 
     ParameterCounts counts = count_parameters(c);

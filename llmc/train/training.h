@@ -335,7 +335,8 @@ private:
                                    {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
                                    {"resume.data_shards", std::to_string(train_loader->num_shards())},
                                    {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
-                                   {"run.ranks", std::to_string(world)}});
+                                   {"run.ranks", std::to_string(world)},
+                                   {"run.precision", PRECISION_NAME}});
         save_checkpoint(model, path, extra);
         printf("saved %s\n", path.c_str());
         last_saved = path;
