@@ -20,7 +20,6 @@ prints the table of each run's last validation record and writes DIR/attention_r
 DIR/logit_distribution.png (scripts/deconstructing_demo.sh calls it).
 """
 import argparse
-import json
 import math
 import os
 
@@ -28,6 +27,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+import run_files  # noqa: E402  (scripts/: the JSONL log's records)
 
 AXES = ("Entropy", "Conc", "HeadDiv", "Sink", "LocFoc 0", "LocFoc 1", "LocFoc 2", "LocFoc 3")
 NORMALISED = ("Entropy", "Conc", "HeadDiv")
@@ -207,8 +208,7 @@ def _table(header, rows):
 
 
 def last_validation(path):
-    records = [json.loads(l) for l in open(path) if l.strip()]
-    records = [r for r in records if "val_loss" in r]
+    records = [r for r in run_files.step_records(path) if "val_loss" in r]
     if not records:
         raise SystemExit(f"attention_patterns: {path} has no validation record")
     return records[-1]

@@ -30,8 +30,11 @@ def write_status(run, state, **extra):
 
 
 def step_records(path):
-    """The records of a JSONL log that carry a step, in file order. Lines that do not parse (a
-    run killed mid-write) are skipped; a log that cannot be read has none."""
+    """The records of a JSONL log that carry a step, in file order, as the run that went on wrote
+    them: a resume record {"step": K, "resume": ...} drops the records of steps after K before it
+    (logged after that checkpoint, before the run stopped; doc/formats.md "Training log"). Lines
+    that do not parse (a run killed mid-write) are skipped; a log that cannot be read has none."""
+    records = []
     try:
         with open(path) as f:
             for line in f:
@@ -39,10 +42,14 @@ def step_records(path):
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(rec, dict) and "step" in rec:
-                    yield rec
+                if not isinstance(rec, dict) or "step" not in rec:
+                    continue
+                if "resume" in rec:
+                    records = [r for r in records if r["step"] <= rec["step"]]
+                records.append(rec)
     except OSError:
-        return
+        pass
+    return records
 
 
 def read_log(path):

@@ -195,3 +195,32 @@ def test_full_disk_stops_and_keeps_the_previous_checkpoint(data, tmp_path, mount
     assert "No space left on device" in proc.stderr or "File too large" in proc.stderr, proc.stderr
     assert (d / "final.bin").read_bytes() == previous
     assert sorted(p.name for p in d.iterdir()) == ["final.bin"]  # the partial temporary file is gone
+
+
+def test_a_resumed_log_reads_as_the_straight_runs(data, tmp_path):
+    """A run killed (SIGKILL: no save) after step 7 of 12, having saved at step 4, resumed from
+    step_4.bin with the same --log: the log holds steps 5-7 twice, and the resume record makes
+    scripts/run_files.py read it as the straight run's log (losses, validations, samples)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import run_files
+    a = args(data, tmp_path / "ckpt") + SAMPLING + ["--save-every", 4, "--val-every", 3, "--val-data",
+                                                     str(data / "toy_train_*.bin"), "--val-batches", 1]
+    proc = subprocess.Popen([os.path.join(ROOT, BIN)] + [str(x) for x in a + ["--log", tmp_path / "cut.jsonl"]],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("step ") and line.split("|")[0].split()[1] == f"8/{STEPS}":  # step 7's records are out
+            proc.kill()
+            break
+    proc.communicate(timeout=60)
+    cut = [json.loads(l) for l in open(tmp_path / "cut.jsonl")]
+    assert max(r["step"] for r in cut) >= 7, cut[-3:]
+    run(a[:a.index("--checkpoint-dir")] + SAMPLING + ["--resume", tmp_path / "ckpt" / "step_4.bin", "--checkpoint-dir",
+        tmp_path / "ckpt2", "--log", tmp_path / "cut.jsonl"])
+    run(a + ["--checkpoint-dir", tmp_path / "straight", "--log", tmp_path / "straight.jsonl"])
+    raw = [json.loads(l) for l in open(tmp_path / "cut.jsonl")]
+    assert {"step": 4, "resume": str(tmp_path / "ckpt" / "step_4.bin")} in raw
+    assert sum(1 for r in raw if r.get("step") == 6 and "sample" in r) == 2     # logged twice ...
+    without_clock = lambda recs: [{k: v for k, v in r.items() if k not in ("ms", "tok_s", "resume")}  # noqa: E731
+                                  for r in recs if "resume" not in r]
+    assert without_clock(run_files.step_records(tmp_path / "cut.jsonl")) == \
+        without_clock(run_files.step_records(tmp_path / "straight.jsonl"))         # ... read once

@@ -281,8 +281,16 @@ private:
     // Rank 0 opens --log: appended to when the run continues one, else written anew.
     void open_log() {
         if (o.log_path.empty() || rank != 0) { return; }
-        log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
+        const bool resumed = checkpoint != nullptr && model.steps_done() > 0;
+        log = fopen(o.log_path.c_str(), resumed ? "a" : "w");
         if (log == nullptr) { fatal("--log: cannot open '%s' for writing: %s", o.log_path.c_str(), strerror(errno)); }
+        // the records after this step that the log already holds (written after the checkpoint, before
+        // the run stopped) are superseded by what follows: readers drop them (doc/formats.md)
+        if (resumed) {
+            fprintf(log, "{\"step\": %ld, \"resume\": %s}\n", (long)model.steps_done(),
+                    json_string(checkpoint->path()).c_str());
+            fflush(log);
+        }
     }
 
     void close_log() {
