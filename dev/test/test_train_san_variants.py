@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus
+from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus, state_differences
 from shards import write_shard  # noqa: E402 (dev/data, on the path by trainer_cli)
 
 sys.path.insert(0, ROOT)
@@ -483,4 +483,4 @@ def test_fixed_qk_resume_is_exact(data, tmp_path, kind):
     args = ["--attention", kind, "--layout", "hybrid", "--grad-accum", "2", "--steps", "6"]
     run(common(data, straight) + args + ["--save-every", "3"])
     run(common(data, resumed) + args + ["--resume", str(straight / "step_3.bin")])
-    assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
+    assert state_differences((straight / "final.bin"), (resumed / "final.bin")) == []

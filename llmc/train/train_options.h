@@ -56,6 +56,7 @@ struct TrainOptions {
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/kernels/attention_cudnn.cuh)
     AttentionKernels attention_kernels = AttentionKernels::Auto;  // llmc/kernels/attention.cuh attention_tensor_cores()
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
+    std::string program;          // argv[0]: the commands a run prints to continue it name it
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
 

@@ -166,6 +166,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
                                            [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); },
                                            help_asked(argc, argv) ? preset_sizes(presets) : std::string());
     TrainOptions& t = o.train;
+    t.program = argv[0];
     const std::string start = start_checkpoint(t);
     check_start_files(t);  // every path is checked before the model is printed (and check_run_files)
     Tokenizer tokenizer;
@@ -207,6 +208,15 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     const TensorFileReader* resume = t.resume_path.empty() ? nullptr : checkpoint.get();
     t.world = comm.world;
     check_training_options(t, c.seq_len, Trainer::default_rates(c), resume);
+    if (!t.tokenizer_path.empty() && !tokenizer.loaded()) {  // a resume's, restored from the checkpoint
+        check_input_file("--tokenizer", t.tokenizer_path);
+        FatalContext reading("--tokenizer", "--tokenizer");
+        tokenizer.load(t.tokenizer_path);
+        if (tokenizer.vocab_size != c.vocab_size) {
+            fatal("--tokenizer %s (the saved run's) has a vocabulary of %d; the model has %d", t.tokenizer_path.c_str(),
+                  tokenizer.vocab_size, c.vocab_size);
+        }
+    }
     if (t.cudnn != 0 && !kAttentionHasCudnn) {
         fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
     }

@@ -492,9 +492,12 @@ private:
         const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
         if (stop == 0 || done >= o.steps) { return; }
         if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
+        // the command continues the run to its outputs as it stands: a resume restores them
+        // (llmc/train/resume.h RunSetting::output)
         printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
                o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
-                                        : ("continue with --resume " + last_saved).c_str());
+                                        : ("continue with: " + shell_word(o.program) + " --resume " +
+                                           shell_word(last_saved)).c_str());
         close_log();
         exit(128 + stop);
     }
