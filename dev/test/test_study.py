@@ -9,6 +9,8 @@
   removed resumes from its step checkpoint and ends with the same validation record.
 - The report's eval-set table (the runs score two toy sets at the end) is their seed means.
 - Broken study files stop with an error naming the file and the problem before any run.
+- skip_eval: a hybrid's final checkpoint evaluated without its variant layers (both modes),
+  once; the report's skip table equals those evaluations' logs.
 - spectra.py against torch.linalg on the parameters of a checkpoint.
 The trainer tests need TRAIN_SAN_BIN (make test sets it) and are skipped without it.
 About 30 s on 2 busy cores (the eval sets add about 1 s).
@@ -413,6 +415,7 @@ BROKEN = [
     ("both budgets", "steps = 6", "steps = 6\ntokens = 100", "exactly one of 'tokens'"),
     ("bad finding", 'ffn = "ffn"', 'ffn = "ffm"', "ffn = 'ffm' is not an arm"),
     ("bad toml", "seeds = [7]", "seeds = [7", "not valid TOML"),
+    ("skip_eval not a bool", "val_every = 3", 'val_every = 3\nskip_eval = "yes"', "study.skip_eval must be true or false"),
 ]
 
 
