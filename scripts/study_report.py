@@ -183,8 +183,9 @@ def skip_section(study, summaries):
     return ["## Skip: hybrids without their variant layers", "",
             "Each hybrid's final checkpoint evaluated (`--steps 0 --init-from final.bin`) without its non-standard "
             "layers' attention sub-layers (skip-attn, `--skip-nonstandard attention`) and without those layers' "
-            "whole blocks (skip-block, `--skip-nonstandard block`): the paper's section 4.2 says the layers are "
-            "*removed* (doc/deconstructing.md \"skip\"). Seed means at each arm's rate.", "",
+            "whole blocks (skip-block, `--skip-nonstandard block`). The paper's words (section 4.2: the layers are "
+            "*removed*; section 5: information flows \"solely through the residual connections\") describe "
+            "skip-block (doc/deconstructing.md \"skip\"). Seed means at each arm's rate.", "",
             table(["arm", "hybrid", "skip-attn", "skip-block", "uniform arm", "uniform"], rows), ""]
 
 
