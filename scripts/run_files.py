@@ -5,6 +5,7 @@ of its own, so that neither imports the other):
 
   status.json   the runner's record of the run: {"state": "done" | "diverged" | "failed", ...}
   log.jsonl     the trainer's JSONL log (doc/formats.md "Training log")
+  evals/N.jsonl the trainer's log of the evaluation N of ckpt/final.bin (--steps 0), once it finished
 
 Runs are anything with a `.dir` (scripts/study.py's Run).
 """
@@ -69,3 +70,10 @@ def read_evals(path):
     """{step: {set: {metric: value}}} of a JSONL log's eval-set records (the trainer's
     --eval-sets; doc/formats.md "Training log"), the last record of each step."""
     return {rec["step"]: rec["eval"] for rec in step_records(path) if isinstance(rec.get("eval"), dict)}
+
+
+def read_final_eval(run, name):
+    """The validation record of the run's evaluation `name` of its final checkpoint
+    (evals/<name>.jsonl, written by scripts/study.py's evaluate_final once it succeeded), or None."""
+    _, val = read_log(os.path.join(run.dir, "evals", f"{name}.jsonl"))
+    return val[-1] if val else None

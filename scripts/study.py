@@ -14,8 +14,9 @@ reads the runs' JSONL logs (doc/formats.md "Training log") and writes report.md 
 plots (scripts/study_report.py). The file format is in doc/study.md.
 
 Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
-log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
-({"state": "done" | "diverged" | "failed", ...}) once the trainer has exited.
+log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs), status.json
+({"state": "done" | "diverged" | "failed", ...}) once the trainer has exited, and evals/: the
+evaluations of final.bin that the study asks for after training (final_evaluations).
 """
 import argparse
 import dataclasses
@@ -46,7 +47,8 @@ RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "s
                 "--milestones": "study.milestones"}
 
 STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
-              "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note"}
+              "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note",
+              "skip_eval"}
 ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "optional", "note", "seeds"}
 FINDING_KINDS = {
     # kind: (required arm roles, optional roles)
@@ -128,6 +130,7 @@ class Study:
     arms: list
     findings: list
     note: str = ""
+    skip_eval: bool = False  # evaluate each hybrid arm's final checkpoint without its variant layers
     runs: list = field(default_factory=list)
 
     @property
@@ -298,7 +301,8 @@ def load_study(path, binary=None):
 
     study = Study(path, name, out, binary, seeds, steps, batch_size, seq_len, grad_accum, global_batch, val_every, save_every,
                   milestones, flags, baseline, gpus, keep, arms, findings,
-                  _typed(path, "study.note", s.get("note", ""), str, "a string"))
+                  _typed(path, "study.note", s.get("note", ""), str, "a string"),
+                  _typed(path, "study.skip_eval", s.get("skip_eval", False), bool, "true or false"))
     for arm in arms:
         for lr in arm.lrs:
             for seed in arm.seeds:
@@ -476,6 +480,67 @@ def execute(study, run, position, total, eta, pending):
     return "failed"
 
 
+# ----------------------------------------------------------------------------------------
+# evaluations of a finished run's final checkpoint (train_san --steps 0 --init-from final.bin)
+
+@dataclass
+class FinalEval:
+    name: str    # the record's name: evals/<name>.jsonl (run_files.read_final_eval)
+    flags: list  # what this evaluation adds to the run's data and model flags
+
+
+def arm_flag(arm, flag, default=None):
+    """The value of `flag` as the run sees it (the arm's flags come after the study's)."""
+    flags = arm.common + arm.flags
+    values = [flags[i + 1] for i in range(len(flags) - 1) if flags[i] == flag]
+    return values[-1] if values else default
+
+
+def is_hybrid(arm):
+    """Whether the arm mixes a variant with standard layers (train_san's --attention and --layout;
+    a layout other than uniform keeps some layers standard)."""
+    return arm_flag(arm, "--attention", "standard") != "standard" and arm_flag(arm, "--layout", "uniform") != "uniform"
+
+
+def final_evaluations(study, run):
+    """What to evaluate once `run` is done. skip_eval: a hybrid without its variant attention
+    sub-layers and without its variant blocks (doc/deconstructing.md "skip")."""
+    evals = []
+    if study.skip_eval and is_hybrid(run.arm):
+        evals += [FinalEval(f"skip-{mode}", ["--skip-nonstandard", mode]) for mode in ("attention", "block")]
+    return evals
+
+
+def evaluate_final(study, run):
+    """Runs the final_evaluations of a done run that are not recorded yet; each writes its
+    trainer log to evals/<name>.jsonl (renamed there once the trainer exits 0, so a file present
+    is a finished evaluation) and its output to evals/<name>.stdout.log. Returns the names that
+    failed (their stderr in evals/<name>.stderr.log; running the study again retries them)."""
+    failed = []
+    final = os.path.join(run.dir, "ckpt", "final.bin")
+    for ev in final_evaluations(study, run):
+        path = os.path.join(run.dir, "evals", f"{ev.name}.jsonl")
+        if os.path.exists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        cmd = [study.binary, "--preset", run.arm.preset] + study.flags + run.arm.flags + [
+            "--seed", str(run.seed), "--steps", "0", "--batch-size", str(study.batch_size),
+            "--seq-len", str(study.seq_len), "--init-from", final, "--log", path + ".tmp"] + ev.flags
+        print(f"[study {study.name}] {run.id}: evaluation {ev.name}\n  $ " + " ".join(shlex.quote(c) for c in cmd),
+              flush=True)
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
+        with open(path[:-len(".jsonl")] + ".stdout.log", "w") as out, open(path[:-len(".jsonl")] + ".stderr.log", "w") as err:
+            rc = subprocess.run(cmd, stdout=out, stderr=err).returncode
+        if rc == 0:
+            os.replace(path + ".tmp", path)
+        else:
+            sys.stderr.write(f"[study {study.name}] {run.id}: evaluation {ev.name} failed (exit status {rc}; "
+                             f"see {path[:-len('.jsonl')]}.stderr.log)\n")
+            failed.append(f"{run.id} {ev.name}")
+    return failed
+
+
 def select(study, only):
     if not only:
         return study.runs
@@ -499,6 +564,7 @@ def cmd_run(args):
         raise StudyError(f"{study.binary}: cannot run it (build it with `make`; or give --binary)")
     why = arm_availability(study, known)
     todo = [r for r in runs if not is_finished(r) and why[r.arm.name] is None]
+    evals_left = [r for r in runs if why[r.arm.name] is None and final_evaluations(study, r)]
     print(f"study {study.name}: {len(study.runs)} runs of {study.steps} steps x {study.tokens_per_step:,} tokens "
           f"({len(study.runs) - len([r for r in study.runs if not is_finished(r)])} finished); "
           f"{len(todo)} to run now in {study.out}")
@@ -510,23 +576,34 @@ def cmd_run(args):
             print(f"[{run.index}] {run.id}: " + " ".join(shlex.quote(c) for c in run_command(study, run, latest_checkpoint(run)[1])))
         return 0
     eta = EtaModel(study)
-    outcome = {}
+    outcome, failed_evals = {}, []
     # set both explicitly: a shell's background job starts with SIGINT ignored
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     for k, run in enumerate(todo):
         try:
             outcome[run.id] = execute(study, run, k + 1, len(todo), eta, todo[k:])
+            if outcome[run.id] == "done":
+                failed_evals += evaluate_final(study, run)
         except Interrupted as e:
             print(f"study {study.name}: stopped by {e} during {run.id}; running the study again resumes it "
                   f"from its last checkpoint", flush=True)
             return 130
+    try:  # runs that finished before (a study stopped during their evaluations); recorded ones are skipped
+        for run in evals_left:
+            if run.id not in outcome and (read_status(run) or {}).get("state") == "done":
+                failed_evals += evaluate_final(study, run)
+    except Interrupted as e:
+        print(f"study {study.name}: stopped by {e} during the evaluations; running the study again does the rest",
+              flush=True)
+        return 130
     failed = [r for r, state in outcome.items() if state == "failed"]
     diverged = [r for r, state in outcome.items() if state == "diverged"]
     print(f"study {study.name}: {len(outcome) - len(failed) - len(diverged)} runs done, {len(diverged)} diverged"
           + (f" ({', '.join(diverged)})" if diverged else "") + f", {len(failed)} failed"
-          + (f" ({', '.join(failed)}: see their stderr.log; running again retries them)" if failed else ""))
-    return 1 if failed else 0
+          + (f" ({', '.join(failed)}: see their stderr.log; running again retries them)" if failed else "")
+          + (f"; evaluations failed: {', '.join(failed_evals)}" if failed_evals else ""))
+    return 1 if failed or failed_evals else 0
 
 
 def cmd_slurm(args):

@@ -133,6 +133,63 @@ def table(header, rows):
 
 
 # ----------------------------------------------------------------------------------------
+# skip: hybrids evaluated without their variant layers (study.skip_eval; scripts/study.py
+# final_evaluations writes evals/skip-attention.jsonl and evals/skip-block.jsonl)
+
+SKIP_EVALS = (("skip-attention", "skip-attn"), ("skip-block", "skip-block"))
+
+
+def _arm_flags_without_layout(arm):
+    """An arm's flags (study's, then its own) as {flag: value}, without --layout."""
+    flags, out = arm.common + arm.flags, {}
+    for i, f in enumerate(flags):
+        if f.startswith("--") and f != "--layout":
+            out[f] = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else None
+    return out
+
+
+def uniform_partner(arm, arms):
+    """The arm that trains the same model with --layout uniform (given, or train_san's default), or None."""
+    key = (arm.preset, tuple(sorted(_arm_flags_without_layout(arm).items())))
+    for a in arms:
+        flags = a.common + a.flags
+        layout = [flags[i + 1] for i in range(len(flags) - 1) if flags[i] == "--layout"]
+        if (not layout or layout[-1] == "uniform") and (a.preset, tuple(sorted(_arm_flags_without_layout(a).items()))) == key:
+            return a
+    return None
+
+
+def skip_mean(summary, name):
+    """The seed mean, at the arm's rate, of the validation loss of evaluation `name` (None unless every run has it)."""
+    values = [(run_files.read_final_eval(d.run, name) or {}).get("val_loss") for d in summary.runs]
+    return sum(values) / len(values) if values and None not in values else None
+
+
+def skip_section(study, summaries):
+    """The report's skip table: each hybrid arm's loss, the same checkpoints without the variant
+    attention sub-layers (skip-attn) and without the variant blocks (skip-block), and the loss of
+    the arm with the variant in every layer."""
+    rows = []
+    for s in summaries.values():
+        skips = [skip_mean(s, name) for name, _ in SKIP_EVALS] if s.ok else [None, None]
+        if skips == [None, None]:
+            continue
+        partner = uniform_partner(s.arm, [x.arm for x in summaries.values()])
+        uniform = summaries[partner.name] if partner else None
+        rows.append([s.arm.name, fmt(s.mean)] + [fmt(x) for x in skips]
+                    + [partner.name if partner else "—", fmt(uniform.mean if uniform else None)])
+    if not rows:
+        return []
+    return ["## Skip: hybrids without their variant layers", "",
+            "Each hybrid's final checkpoint evaluated (`--steps 0 --init-from final.bin`) without its non-standard "
+            "layers' attention sub-layers (skip-attn, `--skip-nonstandard attention`) and without those layers' "
+            "whole blocks (skip-block, `--skip-nonstandard block`). The paper's words (section 4.2: the layers are "
+            "*removed*; section 5: information flows \"solely through the residual connections\") describe "
+            "skip-block (doc/deconstructing.md \"skip\"). Seed means at each arm's rate.", "",
+            table(["arm", "hybrid", "skip-attn", "skip-block", "uniform arm", "uniform"], rows), ""]
+
+
+# ----------------------------------------------------------------------------------------
 # findings: each returns (verdict, text); verdict is "shows", "does not show" or "cannot tell"
 
 def _need(summaries, f, roles, why, diverged_counts=False):
@@ -656,6 +713,8 @@ def write_report(study, why, out=None):
         steps = next(series for series in milestones.values() if len(series) == width)
         md += [table(["arm", "matrix"] + [f"step {r['step']}" for r in steps], rows), ""]
         md += [f"![stable rank over training]({plot_spectra_training(milestones, out)})", ""]
+
+    md += skip_section(study, summaries)
 
     # findings
     if study.findings:

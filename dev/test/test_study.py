@@ -9,6 +9,8 @@
   removed resumes from its step checkpoint and ends with the same validation record.
 - The report's eval-set table (the runs score two toy sets at the end) is their seed means.
 - Broken study files stop with an error naming the file and the problem before any run.
+- skip_eval: a hybrid's final checkpoint evaluated without its variant layers (both modes),
+  once; the report's skip table equals those evaluations' logs.
 - spectra.py against torch.linalg on the parameters of a checkpoint.
 The trainer tests need TRAIN_SAN_BIN (make test sets it) and are skipped without it.
 About 30 s on 2 busy cores (the eval sets add about 1 s).
@@ -413,6 +415,7 @@ BROKEN = [
     ("both budgets", "steps = 6", "steps = 6\ntokens = 100", "exactly one of 'tokens'"),
     ("bad finding", 'ffn = "ffn"', 'ffn = "ffm"', "ffn = 'ffm' is not an arm"),
     ("bad toml", "seeds = [7]", "seeds = [7", "not valid TOML"),
+    ("skip_eval not a bool", "val_every = 3", 'val_every = 3\nskip_eval = "yes"', "study.skip_eval must be true or false"),
 ]
 
 
@@ -612,3 +615,55 @@ def test_qk_norm_finding_without_a_divergence_judges_instability():
     verdict, text = study_report.finding_qk_norm(f, {"with": exploding, "without": exploding}, None, {})
     assert verdict == "does not show" and "with QK-norm trained unstably too" in text
     assert "noise floors" not in text and "(+0.0000)" in text
+
+
+# ----------------------------------------------------------------------------------------
+# skip evaluations of hybrids (study.skip_eval)
+
+def section_table(text, heading):
+    """Rows (dicts) of the first markdown table after the line `heading`."""
+    return md_table(text[text.index(heading + "\n"):], next(
+        line.strip().strip("|").split("|")[0].strip() for line in text[text.index(heading + "\n"):].splitlines()
+        if line.startswith("|")))
+
+
+@needs_bin
+def test_skip_evaluations_of_hybrids_are_run_once_and_reported(toy_data, tmp_path):
+    """skip_eval: each hybrid arm's final checkpoint is evaluated without its variant attention
+    sub-layers and without its variant blocks, once (a rerun skips them; a lost record is redone);
+    the report's skip table holds those evaluations' losses beside the hybrid's and the uniform arm's."""
+    arms = """
+[[arm]]
+name = "mlp-hybrid"
+preset = "tiny-ffn"
+flags = ["--attention", "mlp", "--layout", "hybrid"]
+
+[[arm]]
+name = "mlp-uniform"
+preset = "tiny-ffn"
+flags = ["--attention", "mlp"]
+"""
+    out = tmp_path / "out"
+    path = write_study(tmp_path / "toy.toml", out, toy_data, extra_study="skip_eval = true", arms=arms, findings="")
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hybrid, uniform = out / "runs" / "mlp-hybrid_s7", out / "runs" / "mlp-uniform_s7"
+    assert sorted(os.listdir(hybrid / "evals")) == sorted(
+        f"skip-{m}.{ext}" for m in ("attention", "block") for ext in ("jsonl", "stdout.log", "stderr.log"))
+    assert not (uniform / "evals").exists()
+    skip = {m: final_val(hybrid / "evals" / f"skip-{m}.jsonl")["val_loss"] for m in ("attention", "block")}
+    whole = final_val(hybrid / "log.jsonl")["val_loss"]
+    assert len({whole, skip["attention"], skip["block"]}) == 3  # each mode reached the trainer
+
+    assert study.main(["report", path, "--binary", BIN]) == 0
+    report = (out / "report" / "report.md").read_text()
+    rows = section_table(report, "## Skip: hybrids without their variant layers")
+    assert rows == [{"arm": "mlp-hybrid", "hybrid": f"{whole:.4f}", "skip-attn": f"{skip['attention']:.4f}",
+                     "skip-block": f"{skip['block']:.4f}", "uniform arm": "mlp-uniform",
+                     "uniform": f"{final_val(uniform / 'log.jsonl')['val_loss']:.4f}"}]
+
+    os.remove(hybrid / "evals" / "skip-block.jsonl")  # lost: the next run redoes that one only
+    redo = study_cmd("run", path, "--binary", BIN)
+    assert redo.returncode == 0 and "mlp-hybrid_s7: evaluation skip-block" in redo.stdout, redo.stdout
+    assert "evaluation skip-attention" not in redo.stdout
+    assert final_val(hybrid / "evals" / "skip-block.jsonl")["val_loss"] == skip["block"]
