@@ -5,6 +5,9 @@ of its own, so that neither imports the other):
 
   status.json   the runner's record of the run: {"state": "done" | "diverged" | "failed", ...}
   log.jsonl     the trainer's JSONL log (doc/formats.md "Training log")
+  eval_NAME.jsonl, eval_NAME.json
+                an evaluation of the final checkpoint (scripts/study.py post_evals): its log,
+                and the runner's record that it finished ({"flags": [...]})
 
 Runs are anything with a `.dir` (scripts/study.py's Run).
 """
@@ -27,6 +30,14 @@ def write_status(run, state, **extra):
         json.dump(dict(state=state, **extra), f)
         f.write("\n")
     os.replace(tmp, os.path.join(run.dir, "status.json"))
+
+
+def post_eval_log(run, name):
+    return os.path.join(run.dir, f"eval_{name}.jsonl")
+
+
+def post_eval_record(run, name):
+    return os.path.join(run.dir, f"eval_{name}.json")
 
 
 def step_records(path):
