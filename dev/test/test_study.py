@@ -621,7 +621,6 @@ def wikitext_fixture(d):
     """A WikiText eval set built as from the Hub (dev/data/evals.py --files, rows in the
     dataset's schema) with a small SentencePiece tokenizer trained on the same pages, and
     training shards of those pages: (eval set path, tokenizer)."""
-    sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
     import evals
     from tokenizer import train_sentencepiece
     rng = np.random.default_rng(3)

@@ -16,15 +16,16 @@ real vocabulary, fp32 logits); "greedy" when each continuation token is the argm
                    word_perplexity = exp(-sum log-likelihood / sum words),
                    token_perplexity = exp(-sum log-likelihood / sum tokens).
 T is the trainer's --seq-len (lm-eval uses the model's context; the same when --seq-len is
-the model's).
+the model's). Requests are packed one per row, up to --batch-size rows of the longest
+request's length per forward pass; the rest of a row is padding after the request, which
+a causal model never lets it see.
+
 --eval-context N1,N2,... (the Deconstructing paper's appendix C, Table 4: WikiText perplexity at
 context lengths 128 ... 2048) scores every rolling set once more in windows of each N <= T,
 logged beside the scores at T as word_perplexity@N and token_perplexity@N (lm-eval's
 loglikelihood_rolling with max_length N). Multiple-choice and cloze sets are scored at T only:
 Table 4 is WikiText's, and their items are shorter than any context it lists, so cutting them
-to N would measure nothing the paper does. Requests are packed one per row, up to --batch-size rows of the longest
-request's length per forward pass; the rest of a row is padding after the request, which
-a causal model never lets it see.
+to N would measure nothing the paper does.
 
 Cost: one forward pass per batch of requests (a multiple-choice item is one request per
 choice; a WikiText page of n tokens is ceil(n / T) requests), no backward; each --eval-context
