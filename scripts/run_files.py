@@ -5,7 +5,9 @@ of its own, so that neither imports the other):
 
   status.json   the runner's record of the run: {"state": "done" | "diverged" | "failed", ...}
   log.jsonl     the trainer's JSONL log (doc/formats.md "Training log")
-  evals/N.jsonl the trainer's log of the evaluation N of ckpt/final.bin (--steps 0), once it finished
+  eval_NAME.jsonl, eval_NAME.json
+                an evaluation of the final checkpoint (scripts/study.py post_evals): its log,
+                and the runner's record that it finished ({"flags": [...]})
 
 Runs are anything with a `.dir` (scripts/study.py's Run).
 """
@@ -28,6 +30,14 @@ def write_status(run, state, **extra):
         json.dump(dict(state=state, **extra), f)
         f.write("\n")
     os.replace(tmp, os.path.join(run.dir, "status.json"))
+
+
+def post_eval_log(run, name):
+    return os.path.join(run.dir, f"eval_{name}.jsonl")
+
+
+def post_eval_record(run, name):
+    return os.path.join(run.dir, f"eval_{name}.json")
 
 
 def step_records(path):
@@ -74,6 +84,8 @@ def read_evals(path):
 
 def read_final_eval(run, name):
     """The validation record of the run's evaluation `name` of its final checkpoint
-    (evals/<name>.jsonl, written by scripts/study.py's evaluate_final once it succeeded), or None."""
-    _, val = read_log(os.path.join(run.dir, "evals", f"{name}.jsonl"))
+    (eval_NAME.jsonl, scripts/study.py post_evals) once it succeeded (its record is written), or None."""
+    if not os.path.exists(post_eval_record(run, name)):
+        return None
+    _, val = read_log(post_eval_log(run, name))
     return val[-1] if val else None

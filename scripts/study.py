@@ -14,9 +14,11 @@ reads the runs' JSONL logs (doc/formats.md "Training log") and writes report.md 
 plots (scripts/study_report.py). The file format is in doc/study.md.
 
 Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
-log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs), status.json
-({"state": "done" | "diverged" | "failed", ...}) once the trainer has exited, and evals/: the
-evaluations of final.bin that the study asks for after training (final_evaluations).
+log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
+({"state": "done" | "diverged" | "failed", ...}) once the trainer has exited; and for each
+evaluation the study asks of a finished run (post_evals: `--steps 0 --init-from final.bin`:
+[study.context_eval], skip_eval) eval_NAME.jsonl (its log), eval_NAME.log (its output) and
+eval_NAME.json (written when it succeeded: its flags, so that it is not run again).
 """
 import argparse
 import dataclasses
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import match  # noqa: E402
-from run_files import read_evals, read_log, read_status, write_status  # noqa: E402,F401
+from run_files import post_eval_log, post_eval_record, read_evals, read_log, read_status, write_status  # noqa: E402,F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +50,8 @@ RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "s
 
 STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
               "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note",
-              "skip_eval"}
+              "skip_eval", "context_eval"}
+CONTEXT_EVAL_KEYS = {"sets", "contexts"}
 ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "optional", "note", "seeds"}
 FINDING_KINDS = {
     # kind: (required arm roles, optional roles)
@@ -132,6 +135,7 @@ class Study:
     note: str = ""
     skip_eval: bool = False  # evaluate each hybrid arm's final checkpoint without its variant layers
     runs: list = field(default_factory=list)
+    context_eval: dict = None  # [study.context_eval]: {"sets": [...], "contexts": [...]} (Table 4), or None
 
     @property
     def rows_per_step(self):
@@ -303,12 +307,114 @@ def load_study(path, binary=None):
                   milestones, flags, baseline, gpus, keep, arms, findings,
                   _typed(path, "study.note", s.get("note", ""), str, "a string"),
                   _typed(path, "study.skip_eval", s.get("skip_eval", False), bool, "true or false"))
+    if "context_eval" in s:
+        study.context_eval = _context_eval(path, s["context_eval"], arms)
     for arm in arms:
         for lr in arm.lrs:
             for seed in arm.seeds:
                 run_id = arm.name + (f"_lr{lr:g}" if lr is not None else "") + f"_s{seed}"
                 study.runs.append(Run(len(study.runs), arm, lr, seed, run_id, os.path.join(out, "runs", run_id)))
     return study
+
+
+def _context_eval(path, table, arms):
+    """[study.context_eval]: the rolling eval sets (e.g. WikiText) and the contexts to score them
+    at after each run (the Deconstructing paper's Table 4); every context fits every arm's model."""
+    where = "[study.context_eval]"
+    _check_keys(path, where, table, CONTEXT_EVAL_KEYS, ("sets", "contexts"))
+    sets, contexts = table["sets"], table["contexts"]
+    if not isinstance(sets, list) or not sets or not all(isinstance(x, str) and x for x in sets):
+        _fail(path, f"{where}.sets must be a non-empty list of eval .bin files")
+    if not isinstance(contexts, list) or not contexts or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in contexts):
+        _fail(path, f"{where}.contexts must be a non-empty list of positive integers (tokens)")
+    if len(set(contexts)) != len(contexts):
+        _fail(path, f"{where}.contexts repeats a context")
+    for arm in arms:
+        longest = arm.model().seq_len
+        if max(contexts) > longest:
+            _fail(path, f"{where}.contexts: {max(contexts)} is longer than arm '{arm.name}''s context {longest} "
+                        f"(--max-seq-len)")
+    return {"sets": list(sets), "contexts": list(contexts)}
+
+
+# ----------------------------------------------------------------------------------------
+# evaluations of a finished run (`--steps 0 --init-from final.bin`)
+
+@dataclass
+class PostEval:
+    """An evaluation of a finished run's final checkpoint, `binary --steps 0 --init-from
+    RUN/ckpt/final.bin FLAGS --log RUN/eval_NAME.jsonl` (run_files.post_eval_log). It is done
+    when its record (RUN/eval_NAME.json) holds these flags: a study whose keys change
+    evaluates again. `inputs`: files it reads; while one is missing it is skipped (said so),
+    as the trainer would only fail on it."""
+    name: str
+    flags: list
+    inputs: list = field(default_factory=list)
+
+
+def post_evals(study, run):
+    """The evaluations the study asks of the finished `run`."""
+    evals = []
+    if study.skip_eval and is_hybrid(run.arm):  # a hybrid without its variant layers (doc/deconstructing.md "skip")
+        data = ["--preset", run.arm.preset] + study.flags + run.arm.flags + [
+            "--seed", str(run.seed), "--batch-size", str(study.batch_size), "--seq-len", str(study.seq_len)]
+        evals += [PostEval(f"skip-{mode}", data + ["--skip-nonstandard", mode]) for mode in ("attention", "block")]
+    if study.context_eval:  # the Deconstructing paper's Table 4 (doc/study.md "Context-length evaluation")
+        c = study.context_eval
+        evals.append(PostEval("context", ["--eval-sets", ",".join(c["sets"]),
+                                          "--eval-context", ",".join(str(n) for n in c["contexts"]),
+                                          "--batch-size", str(study.batch_size), "--sample-tokens", "0"], c["sets"]))
+    return evals
+
+
+def post_eval_command(study, run, ev):
+    return [study.binary, "--steps", "0", "--init-from", os.path.join(run.dir, "ckpt", "final.bin")] + ev.flags + [
+        "--log", post_eval_log(run, ev.name)]
+
+
+def post_eval_done(run, ev):
+    try:
+        with open(post_eval_record(run, ev.name)) as f:
+            return json.load(f).get("flags") == ev.flags and os.path.exists(post_eval_log(run, ev.name))
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def run_post_evals(study, runs, known_flags):
+    """Runs the evaluations still to do of the finished (done) runs; returns the ids of those
+    that failed (their eval_NAME.log says why; running the study again retries them)."""
+    failed = []
+    for run in runs:
+        if (read_status(run) or {}).get("state") != "done":
+            continue
+        for ev in post_evals(study, run):
+            if post_eval_done(run, ev):
+                continue
+            missing = [p for p in ev.inputs if not os.path.exists(p)]
+            unknown = [f for f in ev.flags if f.startswith("--") and known_flags is not None and f not in known_flags]
+            if missing or unknown:
+                why = f"{', '.join(missing)} does not exist" if missing else f"{study.binary} has no {', '.join(unknown)}"
+                print(f"[study {study.name}] {run.id}: eval {ev.name} skipped ({why})", flush=True)
+                continue
+            cmd = post_eval_command(study, run, ev)
+            print(f"[study {study.name}] {run.id}: eval {ev.name}\n  $ " + " ".join(shlex.quote(c) for c in cmd),
+                  flush=True)
+            if os.path.exists(post_eval_log(run, ev.name)):  # a stale or partial one
+                os.remove(post_eval_log(run, ev.name))
+            with open(os.path.join(run.dir, f"eval_{ev.name}.log"), "w") as out:
+                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+            if rc != 0:
+                print(f"[study {study.name}] {run.id}: eval {ev.name} failed (exit status {rc}; see "
+                      f"{os.path.join(run.dir, f'eval_{ev.name}.log')})", flush=True)
+                failed.append(f"{run.id} eval {ev.name}")
+                continue
+            tmp = post_eval_record(run, ev.name) + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"flags": ev.flags}, f)
+                f.write("\n")
+            os.replace(tmp, post_eval_record(run, ev.name))
+    return failed
 
 
 # ----------------------------------------------------------------------------------------
@@ -483,12 +589,6 @@ def execute(study, run, position, total, eta, pending):
 # ----------------------------------------------------------------------------------------
 # evaluations of a finished run's final checkpoint (train_san --steps 0 --init-from final.bin)
 
-@dataclass
-class FinalEval:
-    name: str    # the record's name: evals/<name>.jsonl (run_files.read_final_eval)
-    flags: list  # what this evaluation adds to the run's data and model flags
-
-
 def arm_flag(arm, flag, default=None):
     """The value of `flag` as the run sees it (the arm's flags come after the study's)."""
     flags = arm.common + arm.flags
@@ -500,45 +600,6 @@ def is_hybrid(arm):
     """Whether the arm mixes a variant with standard layers (train_san's --attention and --layout;
     a layout other than uniform keeps some layers standard)."""
     return arm_flag(arm, "--attention", "standard") != "standard" and arm_flag(arm, "--layout", "uniform") != "uniform"
-
-
-def final_evaluations(study, run):
-    """What to evaluate once `run` is done. skip_eval: a hybrid without its variant attention
-    sub-layers and without its variant blocks (doc/deconstructing.md "skip")."""
-    evals = []
-    if study.skip_eval and is_hybrid(run.arm):
-        evals += [FinalEval(f"skip-{mode}", ["--skip-nonstandard", mode]) for mode in ("attention", "block")]
-    return evals
-
-
-def evaluate_final(study, run):
-    """Runs the final_evaluations of a done run that are not recorded yet; each writes its
-    trainer log to evals/<name>.jsonl (renamed there once the trainer exits 0, so a file present
-    is a finished evaluation) and its output to evals/<name>.stdout.log. Returns the names that
-    failed (their stderr in evals/<name>.stderr.log; running the study again retries them)."""
-    failed = []
-    final = os.path.join(run.dir, "ckpt", "final.bin")
-    for ev in final_evaluations(study, run):
-        path = os.path.join(run.dir, "evals", f"{ev.name}.jsonl")
-        if os.path.exists(path):
-            continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        cmd = [study.binary, "--preset", run.arm.preset] + study.flags + run.arm.flags + [
-            "--seed", str(run.seed), "--steps", "0", "--batch-size", str(study.batch_size),
-            "--seq-len", str(study.seq_len), "--init-from", final, "--log", path + ".tmp"] + ev.flags
-        print(f"[study {study.name}] {run.id}: evaluation {ev.name}\n  $ " + " ".join(shlex.quote(c) for c in cmd),
-              flush=True)
-        if os.path.exists(path + ".tmp"):
-            os.remove(path + ".tmp")
-        with open(path[:-len(".jsonl")] + ".stdout.log", "w") as out, open(path[:-len(".jsonl")] + ".stderr.log", "w") as err:
-            rc = subprocess.run(cmd, stdout=out, stderr=err).returncode
-        if rc == 0:
-            os.replace(path + ".tmp", path)
-        else:
-            sys.stderr.write(f"[study {study.name}] {run.id}: evaluation {ev.name} failed (exit status {rc}; "
-                             f"see {path[:-len('.jsonl')]}.stderr.log)\n")
-            failed.append(f"{run.id} {ev.name}")
-    return failed
 
 
 def select(study, only):
@@ -564,7 +625,6 @@ def cmd_run(args):
         raise StudyError(f"{study.binary}: cannot run it (build it with `make`; or give --binary)")
     why = arm_availability(study, known)
     todo = [r for r in runs if not is_finished(r) and why[r.arm.name] is None]
-    evals_left = [r for r in runs if why[r.arm.name] is None and final_evaluations(study, r)]
     print(f"study {study.name}: {len(study.runs)} runs of {study.steps} steps x {study.tokens_per_step:,} tokens "
           f"({len(study.runs) - len([r for r in study.runs if not is_finished(r)])} finished); "
           f"{len(todo)} to run now in {study.out}")
@@ -574,36 +634,38 @@ def cmd_run(args):
     if args.dry_run:
         for run in todo:  # the index is what --only takes
             print(f"[{run.index}] {run.id}: " + " ".join(shlex.quote(c) for c in run_command(study, run, latest_checkpoint(run)[1])))
+        for run in runs:
+            for ev in (ev for ev in post_evals(study, run) if not post_eval_done(run, ev)):
+                print(f"[{run.index}] {run.id} then eval {ev.name}: "
+                      + " ".join(shlex.quote(c) for c in post_eval_command(study, run, ev)))
         return 0
     eta = EtaModel(study)
-    outcome, failed_evals = {}, []
+    outcome = {}
     # set both explicitly: a shell's background job starts with SIGINT ignored
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    evals_failed = []
     for k, run in enumerate(todo):
         try:
             outcome[run.id] = execute(study, run, k + 1, len(todo), eta, todo[k:])
-            if outcome[run.id] == "done":
-                failed_evals += evaluate_final(study, run)
+            evals_failed += run_post_evals(study, [run], known)
         except Interrupted as e:
             print(f"study {study.name}: stopped by {e} during {run.id}; running the study again resumes it "
                   f"from its last checkpoint", flush=True)
             return 130
-    try:  # runs that finished before (a study stopped during their evaluations); recorded ones are skipped
-        for run in evals_left:
-            if run.id not in outcome and (read_status(run) or {}).get("state") == "done":
-                failed_evals += evaluate_final(study, run)
+    try:  # the runs that had finished before (a study given a new evaluation, or one that failed)
+        evals_failed += run_post_evals(study, [r for r in runs if r not in todo], known)
     except Interrupted as e:
-        print(f"study {study.name}: stopped by {e} during the evaluations; running the study again does the rest",
-              flush=True)
+        print(f"study {study.name}: stopped by {e}; running the study again evaluates the rest", flush=True)
         return 130
+    if evals_failed:
+        print(f"study {study.name}: evaluations failed: {', '.join(evals_failed)} (running again retries them)")
     failed = [r for r, state in outcome.items() if state == "failed"]
     diverged = [r for r, state in outcome.items() if state == "diverged"]
     print(f"study {study.name}: {len(outcome) - len(failed) - len(diverged)} runs done, {len(diverged)} diverged"
           + (f" ({', '.join(diverged)})" if diverged else "") + f", {len(failed)} failed"
-          + (f" ({', '.join(failed)}: see their stderr.log; running again retries them)" if failed else "")
-          + (f"; evaluations failed: {', '.join(failed_evals)}" if failed_evals else ""))
-    return 1 if failed or failed_evals else 0
+          + (f" ({', '.join(failed)}: see their stderr.log; running again retries them)" if failed else ""))
+    return 1 if failed or evals_failed else 0
 
 
 def cmd_slurm(args):

@@ -134,7 +134,7 @@ def table(header, rows):
 
 # ----------------------------------------------------------------------------------------
 # skip: hybrids evaluated without their variant layers (study.skip_eval; scripts/study.py
-# final_evaluations writes evals/skip-attention.jsonl and evals/skip-block.jsonl)
+# post_evals writes eval_skip-attention.jsonl and eval_skip-block.jsonl in each hybrid run)
 
 SKIP_EVALS = (("skip-attention", "skip-attn"), ("skip-block", "skip-block"))
 
@@ -555,6 +555,37 @@ def plot_spectra(spec, out):
 # ----------------------------------------------------------------------------------------
 # the report
 
+def context_length_section(study, summaries):
+    """The Deconstructing paper's Table 4 ([study.context_eval]): per rolling eval set, the word
+    perplexity of each arm (rows) at each context (columns), from the `--steps 0 --init-from
+    final.bin --eval-context ...` evaluation of its runs (scripts/study.py post_evals); seed
+    means at each arm's rate, "—" unless every one of those runs has the number."""
+    if not study.context_eval:
+        return []
+    contexts = study.context_eval["contexts"]
+    md = ["## Perplexity by context length", "",
+          "Word perplexity of each rolling eval set scored in windows of each context (lm-eval's rolling "
+          "log-likelihood with that maximum length; `--eval-context`), from the final checkpoint of each run "
+          "(`--steps 0 --init-from final.bin`), seed means at each arm's rate: the Deconstructing paper's "
+          "Table 4 (doc/deconstructing.md).", ""]
+    records = {d.run.id: run_files.read_evals(run_files.post_eval_log(d.run, "context"))
+               for s in summaries.values() for d in s.runs}
+
+    def word_perplexity(s, name, n):
+        values = []
+        for d in s.runs:
+            evals = records[d.run.id]
+            values.append(evals[max(evals)].get(name, {}).get(f"word_perplexity@{n}") if evals else None)
+        return sum(values) / len(values) if values and None not in values else None
+
+    for path in study.context_eval["sets"]:
+        name = os.path.basename(path)[:-4] if path.endswith(".bin") else os.path.basename(path)
+        rows = [[s.arm.name] + [fmt(word_perplexity(s, name, n), 2) for n in contexts]
+                for s in summaries.values() if s.ok]
+        md += [f"`{name}` ({path}):", "", table(["arm"] + [str(n) for n in contexts], rows), ""]
+    return md
+
+
 def write_report(study, why, out=None):
     out = out or os.path.join(study.out, "report")
     os.makedirs(out, exist_ok=True)
@@ -623,6 +654,8 @@ def write_report(study, why, out=None):
         rows = [[s.arm.name] + [fmt(s.eval_mean(name, metric), 4) for name, metric in columns]
                 for s in summaries.values() if s.ok]
         md += [table(["arm"] + [f"{name} {metric}" for name, metric in columns], rows), ""]
+
+    md += context_length_section(study, summaries)
 
     # learning rates
     swept = [s for s in summaries.values() if len(s.lr_mean) > 1]

@@ -648,10 +648,10 @@ flags = ["--attention", "mlp"]
     proc = study_cmd("run", path, "--binary", BIN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     hybrid, uniform = out / "runs" / "mlp-hybrid_s7", out / "runs" / "mlp-uniform_s7"
-    assert sorted(os.listdir(hybrid / "evals")) == sorted(
-        f"skip-{m}.{ext}" for m in ("attention", "block") for ext in ("jsonl", "stdout.log", "stderr.log"))
-    assert not (uniform / "evals").exists()
-    skip = {m: final_val(hybrid / "evals" / f"skip-{m}.jsonl")["val_loss"] for m in ("attention", "block")}
+    assert sorted(f for f in os.listdir(hybrid) if f.startswith("eval_")) == sorted(
+        f"eval_skip-{m}.{ext}" for m in ("attention", "block") for ext in ("jsonl", "json", "log"))
+    assert not [f for f in os.listdir(uniform) if f.startswith("eval_")]
+    skip = {m: final_val(hybrid / f"eval_skip-{m}.jsonl")["val_loss"] for m in ("attention", "block")}
     whole = final_val(hybrid / "log.jsonl")["val_loss"]
     assert len({whole, skip["attention"], skip["block"]}) == 3  # each mode reached the trainer
 
@@ -662,8 +662,126 @@ flags = ["--attention", "mlp"]
                      "skip-block": f"{skip['block']:.4f}", "uniform arm": "mlp-uniform",
                      "uniform": f"{final_val(uniform / 'log.jsonl')['val_loss']:.4f}"}]
 
-    os.remove(hybrid / "evals" / "skip-block.jsonl")  # lost: the next run redoes that one only
+    os.remove(hybrid / "eval_skip-block.jsonl")  # lost: the next run redoes that one only
     redo = study_cmd("run", path, "--binary", BIN)
-    assert redo.returncode == 0 and "mlp-hybrid_s7: evaluation skip-block" in redo.stdout, redo.stdout
-    assert "evaluation skip-attention" not in redo.stdout
-    assert final_val(hybrid / "evals" / "skip-block.jsonl")["val_loss"] == skip["block"]
+    assert redo.returncode == 0 and "mlp-hybrid_s7: eval skip-block" in redo.stdout, redo.stdout
+    assert "eval skip-attention" not in redo.stdout
+    assert final_val(hybrid / "eval_skip-block.jsonl")["val_loss"] == skip["block"]
+
+
+# the context-length evaluation ([study.context_eval], the Deconstructing paper's Table 4)
+
+def wikitext_fixture(d):
+    """A WikiText eval set built as from the Hub (dev/data/evals.py --files, rows in the
+    dataset's schema) with a small SentencePiece tokenizer trained on the same pages, and
+    training shards of those pages: (eval set path, tokenizer)."""
+    import evals
+    from tokenizer import train_sentencepiece
+    rng = np.random.default_rng(3)
+    words = ["the", "game", "battle", "river", "king", "song", "was", "is", "a", "of", "in", "1 @,@ 000", "@-@"]
+    pages = []
+    for i in range(8):
+        body = " . ".join(" ".join(rng.choice(words, size=int(rng.integers(4, 12)))) for _ in range(int(rng.integers(3, 9))))
+        pages.append(f" = Page {i} = \n \n {body} . \n")
+    with open(d / "test.jsonl", "w") as f:
+        for p in pages:
+            f.write(json.dumps({"page": p}) + "\n")
+    tok = train_sentencepiece([line for p in pages for line in evals.wikitext_detokenize(p).split("\n") if line],
+                              d / "tok", vocab_size=400, num_threads=1, hard_vocab_limit=False)
+    evals.main(["--tokenizer", tok.model_file, "--out", str(d), "--only", "wikitext", "--files",
+                f"wikitext={d / 'test.jsonl'}"])
+    for split, n in (("train", 200), ("val", 20)):
+        tokens = []
+        for _ in range(n):
+            tokens += [tok.bos_id] + tok.encode(evals.wikitext_detokenize(pages[int(rng.integers(len(pages)))]))
+        write_shard(d / f"wiki_{split}_000000.bin", np.array(tokens, dtype=np.int64))
+    return d / "wikitext.bin", tok
+
+
+def context_study(path, out, data, tok, wikitext, contexts):
+    path.write_text(f"""
+[study]
+name = "ctx"
+out = "{out}"
+seeds = [7]
+batch_size = 4
+seq_len = 32
+steps = 4
+val_every = 4
+save_every = 4
+flags = ["--train-data", "{data}/wiki_train_*.bin", "--val-data", "{data}/wiki_val_*.bin", "--val-batches", "2",
+         "--sample-tokens", "0", "--optimizer", "adamw", "--vocab-size", "{tok.vocab_size}", "--bos-id", "{tok.bos_id}"]
+
+[study.context_eval]
+sets = ["{wikitext}"]
+contexts = {contexts}
+
+[[arm]]
+name = "san"
+preset = "tiny"
+
+[[arm]]
+name = "ffn"
+preset = "tiny-ffn"
+""")
+    return str(path)
+
+
+@needs_bin
+def test_context_length_table(tmp_path):
+    """After each run, `--steps 0 --init-from final.bin --eval-context` scores the WikiText set at
+    each context (eval_context.jsonl); the report's table is those numbers; a second `run`
+    evaluates nothing, new contexts evaluate again, a missing set is skipped and said so."""
+    import study_report
+    wikitext, tok = wikitext_fixture(tmp_path)
+    out = tmp_path / "out"
+    path = context_study(tmp_path / "ctx.toml", out, tmp_path, tok, wikitext, [8, 16, 64])  # tiny's context: 64
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": eval context\n") == 2 and "--eval-context 8,16,64" in proc.stdout
+    logs = {}
+    for run in ("san_s7", "ffn_s7"):
+        evals = study.read_evals(out / "runs" / run / "eval_context.jsonl")
+        assert list(evals) == [0]  # evaluated once (--init-from starts at step 0)
+        logs[run] = evals[0]["wikitext"]
+        assert json.load(open(out / "runs" / run / "eval_context.json"))["flags"][:4] == [
+            "--eval-sets", str(wikitext), "--eval-context", "8,16,64"]
+        # each context is its own number; 64 is the model's context, the scores at --seq-len
+        assert len({logs[run][f"word_perplexity@{n}"] for n in (8, 16, 64)}) == 3
+        assert logs[run]["word_perplexity@64"] == logs[run]["word_perplexity"]
+    assert study.main(["report", path, "--binary", BIN]) == 0
+    report = (out / "report" / "report.md").read_text()
+    rows = {r["arm"]: r for r in md_table(report[report.index("## Perplexity by context length"):], "arm")}
+    assert set(rows) == {"san", "ffn"}
+    for arm in ("san", "ffn"):
+        for n in (8, 16, 64):
+            assert abs(float(rows[arm][str(n)]) - logs[f"{arm}_s7"][f"word_perplexity@{n}"]) <= 5e-3, (arm, n)
+    # done: not run again
+    again = study_cmd("run", path, "--binary", BIN)
+    assert again.returncode == 0 and "eval context" not in again.stdout, again.stdout
+    # other contexts are another evaluation; while the set is missing it is skipped, not failed
+    path = context_study(tmp_path / "ctx.toml", out, tmp_path, tok, wikitext, [8, 32])
+    os.rename(wikitext, tmp_path / "away.bin")
+    skipped = study_cmd("run", path, "--binary", BIN, "--only", "0")
+    assert skipped.returncode == 0 and f"san_s7: eval context skipped ({wikitext} does not exist)" in skipped.stdout
+    os.rename(tmp_path / "away.bin", wikitext)
+    rerun = study_cmd("run", path, "--binary", BIN, "--only", "0")
+    assert rerun.returncode == 0 and "--eval-context 8,32" in rerun.stdout and "ffn_s7" not in rerun.stdout
+    evals = study.read_evals(out / "runs" / "san_s7" / "eval_context.jsonl")[0]["wikitext"]
+    assert evals["word_perplexity@8"] == logs["san_s7"]["word_perplexity@8"] and "word_perplexity@16" not in evals
+    # a report of a study whose runs are not evaluated yet shows the table empty
+    md = study_report.context_length_section(study.load_study(path), {})
+    assert md[0] == "## Perplexity by context length"
+
+
+@pytest.mark.parametrize("table, message", [
+    ('{sets = ["w.bin"], contexts = [8, 128]}', "[study.context_eval].contexts: 128 is longer than arm 'san''s context 64"),
+    ('{sets = ["w.bin"], contexts = [8, 8]}', "[study.context_eval].contexts repeats a context"),
+    ('{sets = [], contexts = [8]}', "[study.context_eval].sets must be a non-empty list"),
+    ('{sets = ["w.bin"], contexts = [0]}', "[study.context_eval].contexts must be a non-empty list of positive"),
+    ('{sets = ["w.bin"], context = [8]}', "[study.context_eval]: unknown field 'context'"),
+])
+def test_bad_context_eval_is_named(toy_data, tmp_path, table, message):
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data, extra_study=f"context_eval = {table}")
+    proc = study_cmd("run", path, "--binary", BIN or "/nonexistent/train_san")
+    assert proc.returncode == 2 and path in proc.stderr and message in proc.stderr, proc.stderr

@@ -53,6 +53,8 @@ struct TrainOptions {
     int kv_cache = 1;        // sample with a KV cache (llmc/kernels/kv_cache.cuh)
     std::string eval_sets;   // eval .bin files scored by llmc/train/eval_scoring.h (comma list)
     int eval_every = 0;      // score them every N steps (and at the end)
+    std::string eval_context;        // windows to score the rolling sets in besides --seq-len (comma list)
+    std::vector<int> eval_contexts;  // eval_context parsed (check_training_options)
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/kernels/attention_cudnn.cuh)
     AttentionKernels attention_kernels = AttentionKernels::Auto;  // llmc/kernels/attention.cuh attention_tensor_cores()
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
@@ -101,6 +103,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1, or 2: on windows and also on whole documents (logged as whole_docs)"),
         make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
         make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
+        make_flag("--eval-context", &o.eval_context, "also score the rolling eval sets (WikiText) in windows of N tokens, each N <= --seq-len (comma list, e.g. 128,256,512; logged as word_perplexity@N)"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
         make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
         make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),

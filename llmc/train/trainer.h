@@ -106,6 +106,8 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     }
     if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
     if (o.steps > 0) { o.opt.schedule.check(o.steps); }
+    o.eval_contexts = parse_eval_contexts(o.eval_context, o.seq_len);  // (after a resume has set --seq-len)
+    if (!o.eval_contexts.empty() && o.eval_sets.empty()) { fatal("--eval-context %s: no --eval-sets to score", o.eval_context.c_str()); }
 }
 
 

@@ -97,7 +97,7 @@ public:
         open_log();
         encode_prompt();
         read_measure_slice();
-        if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size); }
+        if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size, o.eval_contexts); }
     }
     ~TrainingRun() { close_log(); }
     TrainingRun(const TrainingRun&) = delete;
