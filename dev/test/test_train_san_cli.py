@@ -287,6 +287,14 @@ def test_paper_preset_without_paper_setup_warns(data, tmp_path, preset):
                  ["--muon-order", "paper"]):
         assert "warning: --preset" not in run(base + more).stdout
     assert "warning: --preset" not in run(base[2:] + ["--preset", "tiny"]).stdout
+    # the reference (train_san.py) warns for the same flags with the same line
+    sys.path.insert(0, ROOT)
+    import train_san
+    for more in ([], ["--paper-setup", "1", "--global-batch", "4", "--lr-scale-gpus", "1"], ["--muon-order", "paper"],
+                 ["--optimizer", "adamw"]):
+        milestones = ["--milestones", "0"] if "--paper-setup" in more else []   # (the reference saves none)
+        binary = [l for l in run(base + more + milestones).stdout.splitlines() if l.startswith("warning: --preset")]
+        assert [w for w in [train_san.paper_preset_warning(train_san.parse_args(base + more))] if w] == binary, more
 
 
 def test_val_whole_docs_2_validates_on_both(data, tmp_path):
