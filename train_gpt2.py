@@ -40,6 +40,9 @@ def build_parser():
     for name in ("weight_decay", "beta1", "beta2", "eps", "grad_clip", "warmup_frac", "decay_frac", "final_frac"):
         o.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(OptConfig, name))
     o.add_argument("--schedule", choices=("wsd", "cosine", "linear", "constant"), default="wsd")
+    o.add_argument("--schedule-steps", type=int, default=0, help="steps the schedule runs over (0: --steps)")
+    o.add_argument("--decay-embedding", type=int, choices=(0, 1), default=0,
+                   help="1: the embeddings (wte, wpe) decay with --weight-decay too")
     r = p.add_argument_group("run")
     training.add_run_args(r)
     r.add_argument("--write-llmc", metavar="PATH", help="write the (initial or trained) model as an llm.c model file")
@@ -59,7 +62,8 @@ def config_from_args(args):
 
 def opt_from_args(args):
     kw = {name: getattr(args, name) for name in ("weight_decay", "beta1", "beta2", "eps", "grad_clip", "schedule",
-                                                 "warmup_frac", "decay_frac", "final_frac")}
+                                                 "warmup_frac", "decay_frac", "final_frac", "schedule_steps",
+                                                 "decay_embedding")}
     oc = OptConfig(optimizer="adamw", lr=args.lr, lr_other=args.lr if args.lr_other is None else args.lr_other, **kw)
     oc.validate()
     return oc

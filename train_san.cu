@@ -41,6 +41,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/kernels/residual.cuh"
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/model/spectrum.h"          // effective_rank (the per-layer measurements)
+#include "llmc/model/attention_indicators.h"  // attention_patterns: indicators, logit summary (the per-layer measurements)
 #include "llmc/model/parameters.h"        // ModelParameters: parameters, gradients, optimizer
 #include "llmc/train/trainer.h"           // trainer_main: main's sequence, run_training; model.h: counts, sample
 
@@ -54,6 +55,13 @@ enum class FfnKind { None, SwiGLU };
 inline const Choices<FfnKind> kFfnKinds{{"none", "swiglu"}};
 enum class NormKind { ZCN, RMS };
 inline const Choices<NormKind> kNormKinds{{"zcn", "rms"}};
+// The embedding's output multiplier: sqrt(d) (the SAN paper's, Gemma-style) or 1 (Qwen2.5's, GPT-2's)
+enum class EmbedScale { SqrtD, One };
+inline const Choices<EmbedScale> kEmbedScales{{"sqrt-d", "1"}};
+// The output projections' init (attention's W_o, the SwiGLU's W_down): N(0, 0.02 / sqrt(2 L)), GPT-2's
+// residual scaling, or N(0, 0.02) like every other matrix (Qwen2.5's, Hugging Face's initializer_range)
+enum class OutInit { Scaled, Plain };
+inline const Choices<OutInit> kOutInits{{"scaled", "plain"}};
 
 // The sizes (vocabulary, context, layers, width, query heads, BOS) are ModelDims' (llmc/model/model.h).
 struct SANConfig : ModelDims {
@@ -67,6 +75,8 @@ struct SANConfig : ModelDims {
     double rope_theta = 10000.0;
     int doc_mask = 1;
     double z_loss = 1e-4;
+    EmbedScale embed_scale = EmbedScale::SqrtD;
+    OutInit out_init = OutInit::Scaled;
     // the attention variants of "Deconstructing Attention" (doc/deconstructing.md)
     AttnKind attention = AttnKind::Standard;  // the kind of every layer the layout does not keep standard
     std::string layout = "uniform";           // which layers keep standard attention (llmc/mixers/attention_kinds.h)
@@ -76,6 +86,8 @@ struct SANConfig : ModelDims {
     int kv_width() const { return n_kv_head * head_dim(); }
     int64_t embedding_numel() const { return (int64_t)padded_vocab() * n_embd; }
     bool has_ffn() const { return ffn == FfnKind::SwiGLU; }
+    // what the embedding lookup multiplies by (forward, and the same factor in its backward)
+    float embed_multiplier() const { return embed_scale == EmbedScale::SqrtD ? std::sqrt((float)n_embd) : 1.0f; }
     // ZCN gains are stored as an offset from 1, RMSNorm gains as the gain itself
     float gain_offset() const { return norm == NormKind::ZCN ? 1.0f : 0.0f; }
     AttnKind kind(int layer) const { return kinds[layer]; }
@@ -87,7 +99,8 @@ struct SANConfig : ModelDims {
         m.qk_norm = qk_norm != 0;
         m.taylor_norm = taylor_norm;
         m.gain_offset = gain_offset(), m.gain_init = norm == NormKind::ZCN ? 0.0f : 1.0f, m.norm_eps = kNormEps;
-        m.init_std = kInitStd, m.out_std = kInitStd / std::sqrt(2.0f * n_layer);
+        m.init_std = kInitStd;
+        m.out_std = out_init == OutInit::Scaled ? kInitStd / std::sqrt(2.0f * n_layer) : kInitStd;
         return m;
     }
     std::unique_ptr<TokenMixer> mixer(int layer) const { return make_token_mixer(kinds[layer], mixer_dims()); }
@@ -161,10 +174,11 @@ std::map<std::string, SANConfig> presets() {
     SANConfig demo = tiny;
     demo.set_sizes(8192, 128, 4, 128, 4);
     demo.n_kv_head = 2;
-    // "Deconstructing Attention"'s Qwen2.5-style decoders (doc/deconstructing.md "Presets"): RMSNorm,
-    // SwiGLU, RoPE (theta 1e6), MHA, plain residuals, no QK-norm, no biases (Qwen2.5's q/k/v biases
-    // are left out), GPT-2's vocabulary (its end-of-text token starts documents), no z-loss; the
-    // smaller ones take d_ff from the 500M's ratio 4864/896 rounded to a multiple of 128.
+    // "Deconstructing Attention"'s Qwen2.5-style decoders at the sizes of its Table 10 (doc/deconstructing.md
+    // "Presets", which lists what differs from Qwen2.5): RMSNorm, SwiGLU, RoPE (theta 1e6), MHA, plain
+    // residuals, no QK-norm, no biases (Qwen2.5's q/k/v biases are left out), the embedding unscaled and
+    // every matrix N(0, 0.02) as Qwen2.5's, GPT-2's vocabulary (its end-of-text token starts documents),
+    // no z-loss.
     SANConfig qwen = tiny;
     qwen.vocab_size = 50257;
     qwen.seq_len = 2048;
@@ -175,28 +189,30 @@ std::map<std::string, SANConfig> presets() {
     qwen.rope_theta = 1e6;
     qwen.bos_id = 50256;
     qwen.z_loss = 0.0;
-    auto qwen_size = [](SANConfig c, int layers, int d, int heads, int kv_heads, int d_ff) {
+    qwen.embed_scale = EmbedScale::One;
+    qwen.out_init = OutInit::Plain;
+    auto qwen_size = [](SANConfig c, int layers, int d, int heads, int d_ff) {  // MHA: kv heads = heads
         c.n_layer = layers;
         c.n_embd = d;
-        c.n_head = heads;
-        c.n_kv_head = kv_heads;
+        c.n_head = c.n_kv_head = heads;
         c.d_ff = d_ff;
         return c;
     };
-    SANConfig qwen3 = qwen_size(qwen, 28, 2048, 16, 8, 6144);  // Qwen3-1.7B's shape: GQA 16/8, hd 128, QK-norm
+    SANConfig qwen3 = qwen_size(qwen, 28, 2048, 16, 6144);  // the paper's 1.7B: Qwen3-1.7B's sizes, QK-norm, MHA
     qwen3.qk_norm = 1;
-    SANConfig qwen_cpu = qwen_size(qwen, 4, 128, 4, 4, 640);  // the same shape, small enough for a CPU
+    // the 500M's shape at a CPU's size (d_ff from the 500M's 4864 / 896, rounded to a multiple of 128)
+    SANConfig qwen_cpu = qwen_size(qwen, 4, 128, 4, 640);
     qwen_cpu.vocab_size = 8192;
     qwen_cpu.seq_len = 128;
     qwen_cpu.bos_id = 2;
-    SANConfig qwen3_cpu = qwen_size(qwen_cpu, 4, 128, 4, 2, 384);  // ... of the QK-norm one (d_ff 3d)
+    SANConfig qwen3_cpu = qwen_size(qwen_cpu, 4, 128, 4, 384);  // ... and the 1.7B's (QK-norm, d_ff 3d)
     qwen3_cpu.qk_norm = 1;
     return {{"tiny", tiny},
             {"tiny-ffn", tiny_ffn},
             {"demo", demo},
-            {"qwen-70m", qwen_size(qwen, 6, 512, 8, 8, 2816)},
-            {"qwen-160m", qwen_size(qwen, 12, 768, 12, 12, 4224)},
-            {"qwen-500m", qwen_size(qwen, 24, 896, 14, 14, 4864)},  // the paper's main size
+            {"qwen-70m", qwen_size(qwen, 6, 512, 8, 2048)},     // Table 10's rows
+            {"qwen-160m", qwen_size(qwen, 12, 768, 12, 3072)},
+            {"qwen-500m", qwen_size(qwen, 24, 896, 14, 4864)},  // the paper's main size
             {"qwen3-1.7b", qwen3},
             {"qwen-cpu", qwen_cpu},
             {"qwen3-cpu", qwen3_cpu},
@@ -223,6 +239,9 @@ void write_config(TensorFileWriter& w, const SANConfig& c) {
     w.set("layout", c.layout);
     w.set("taylor_norm", std::string(kTaylorNorms.name(c.taylor_norm)));
     w.set("layer_attention", c.layer_kinds_text());
+    // written only when not the default, so the files of every earlier config stay byte for byte as they were
+    if (c.embed_scale != EmbedScale::SqrtD) { w.set("embed_scale", std::string(kEmbedScales.name(c.embed_scale))); }
+    if (c.out_init != OutInit::Scaled) { w.set("out_init", std::string(kOutInits.name(c.out_init))); }
 }
 
 SANConfig read_config(const TensorFileReader& r) {
@@ -248,6 +267,8 @@ SANConfig read_config(const TensorFileReader& r) {
         c.layout = r.str("layout");
         read_choice(r, "taylor_norm", kTaylorNorms, &c.taylor_norm);
     }
+    if (r.has_key("embed_scale")) { read_choice(r, "embed_scale", kEmbedScales, &c.embed_scale); }  // absent: sqrt-d
+    if (r.has_key("out_init")) { read_choice(r, "out_init", kOutInits, &c.out_init); }              // absent: scaled
     c.resolve_and_check();
     c.check_derived(r);
     if (r.has_key("layer_attention") && r.str("layer_attention") != c.layer_kinds_text()) {
@@ -491,7 +512,7 @@ struct SAN : LanguageModel<SANConfig> {
     void init_fixed_input(uint64_t seed, const std::string& train_data) {
         if (!has_fixed_row) { return; }
         if (fixed.random) {
-            fixed.draw(seed);
+            fixed.draw(seed, kInitStd * cfg.embed_multiplier());
             upload_fixed_input();
         } else {
             fixed.take_first_tokens(train_data);
@@ -621,7 +642,7 @@ struct SAN : LanguageModel<SANConfig> {
         cudaCheck(cudaMemcpy(d_targets, masked.data(), Nh * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_doc_ids, doc_ids.data(), N * sizeof(int), cudaMemcpyHostToDevice));
         if (training) { buckets.build(stream_inputs.data(), embedded, stream); }
-        embedding_forward(residual[0], d_inputs, wte().w, embedded, d, std::sqrt((float)d), stream);
+        embedding_forward(residual[0], d_inputs, wte().w, embedded, d, cfg.embed_multiplier(), stream);
         if (F && !fixed_tokens) {  // rndembqk: the fixed row starts as eps (its first Tn positions)
             cudaCheck(cudaMemcpyAsync(residual[0] + (size_t)Nh * d, fixed_eps, (size_t)Tn * d * sizeof(floatX),
                                       cudaMemcpyDeviceToDevice, stream));
@@ -685,7 +706,7 @@ struct SAN : LanguageModel<SANConfig> {
         if (dx0 != nullptr) {  // the staticembqk layers' path to the embedding joins the stream's
             residual_forward(dx, dx, dx0, nullptr, ResidualMode::Standard, Nd, stream);
         }
-        embedding_backward(wte().grad, dx, buckets, d, std::sqrt((float)d), stream);
+        embedding_backward(wte().grad, dx, buckets, d, cfg.embed_multiplier(), stream);
     }
 
     // the tied embedding and the final norm: the first and the last tensor of the spec
@@ -694,11 +715,13 @@ struct SAN : LanguageModel<SANConfig> {
 
     // ---- measurements (logged at every validation; llmc/train/evaluation.h LayerMeasurements) --
     // The residual gates come from the parameters; one forward pass over Bn rows of Tn
-    // tokens gives the effective rank of the residual stream after each layer
-    // (llmc/model/spectrum.h) and the largest |q . k| / sqrt(hd) over the (query, key) pairs the
-    // attention mask lets a query see (the input of exp, or of the Taylor polynomial; for
-    // nonapprox each position's own q[t].k[t]; mlp and skipped layers have none and log 0). On
-    // the host, in double: a measurement, not a hot path.
+    // tokens gives, from its first kMeasureRows rows, the effective rank of the residual stream
+    // after each layer (llmc/model/spectrum.h) and the largest |q . k| / sqrt(hd) over the
+    // (query, key) pairs the attention mask lets a query see (the input of exp, or of the Taylor
+    // polynomial; for nonapprox each position's own q[t].k[t]; mlp and skipped layers have none
+    // and log 0), and from all Bn rows the attention-pattern indicators and the logits'
+    // distribution (llmc/model/attention_indicators.h; null for mlp, skipped layers and weights
+    // that are no attention matrix). On the host, in double: a measurement, not a hot path.
     LayerMeasurements measure(const int* inputs, int Bn, int Tn) {
         LayerMeasurements m;
         const ResidualMode mode = cfg.residual;
@@ -720,13 +743,30 @@ struct SAN : LanguageModel<SANConfig> {
         std::vector<int> no_targets(N, -1);
         forward(inputs, no_targets.data(), Bn, Tn, 0.0f);
         std::vector<int> doc = copy_from_device(d_doc_ids, N);
+        const int Bm = std::min(Bn, kMeasureRows);
         for (int l = 0; l < cfg.n_layer; l++) {
-            std::vector<float> h = to_floats(copy_from_device(residual[l + 1], (size_t)N * d));
-            m.erank.push_back(effective_rank(h, N, d));
+            std::vector<float> h = to_floats(copy_from_device(residual[l + 1], (size_t)Bm * Tn * d));
+            m.erank.push_back(effective_rank(h, Bm * Tn, d));
             const ScoreInputs scores = blocks[l].mixer->score_inputs();
-            m.max_logit.push_back(scores.q == nullptr || skipped(l) ? 0.0 : largest_score(scores, doc, Bn, Tn));
+            const bool has_scores = scores.q != nullptr && !skipped(l);
+            m.max_logit.push_back(has_scores ? largest_score(scores, doc, Bm, Tn) : 0.0);
+            LayerPatterns patterns;  // empty: logged as null
+            if (has_scores) { patterns = attention_patterns(host_scores(scores, doc, Bn, Tn)); }
+            m.indicators.push_back(patterns.indicators);
+            m.logits.push_back(patterns.logits);
         }
         return m;
+    }
+    // a layer's q, k of the first Bn rows on the host (fp32), for llmc/model/attention_indicators.h
+    HostScores host_scores(const ScoreInputs& in, const std::vector<int>& doc, int Bn, int Tn) const {
+        HostScores s;
+        const size_t N = (size_t)Bn * Tn;
+        s.Bn = Bn, s.Tn = Tn, s.Hq = cfg.n_head, s.Hkv = cfg.n_kv_head, s.hd = cfg.head_dim();
+        s.q = to_floats(copy_from_device(in.q, N * s.Hq * s.hd));
+        s.k = to_floats(copy_from_device(in.k, N * s.Hkv * s.hd));
+        if (cfg.doc_mask) { s.doc.assign(doc.begin(), doc.begin() + N); }
+        s.weights = in.weights;
+        return s;
     }
     double largest_score(const ScoreInputs& s, const std::vector<int>& doc, int Bn, int Tn) const {
         const int N = Bn * Tn, hd = cfg.head_dim(), Hq = cfg.n_head, Hkv = cfg.n_kv_head;
@@ -739,7 +779,7 @@ struct SAN : LanguageModel<SANConfig> {
                 int j = h / (Hq / Hkv);
                 for (int t = 0; t < Tn; t++) {
                     const float* qt = &q[(((size_t)b * Tn + t) * Hq + h) * hd];
-                    for (int tau = s.own_position_only ? t : 0; tau <= t; tau++) {
+                    for (int tau = s.own_position_only() ? t : 0; tau <= t; tau++) {
                         if (cfg.doc_mask && doc[b * Tn + tau] != doc[b * Tn + t]) { continue; }
                         const float* kt = &k[(((size_t)b * Tn + tau) * Hkv + j) * hd];
                         double dot = 0.0;
@@ -860,6 +900,8 @@ std::vector<Flag> make_flags(Options& o) {
         make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
         make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
         make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
+        make_flag("--embed-scale", &m.embed_scale, kEmbedScales, "the embedding's output multiplier (the qwen presets: 1)"),
+        make_flag("--out-init", &m.out_init, kOutInits, "W_o, W_down init: N(0, 0.02/sqrt(2L)) or N(0, 0.02) (the qwen presets: plain)"),
         make_flag("--attention", &m.attention, kAttnKinds, "kind of the layers the layout does not keep standard (doc/deconstructing.md; rndembqk: q, k from a fixed random input run through the model; fixedseqqk: from the first seq_len tokens of --train-data)"),
         make_flag("--layout", &m.layout, "layers that keep standard attention: uniform (none), hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, or a list like 1,24"),
         make_flag("--taylor-norm", &m.taylor_norm, kTaylorNorms, "approximate: Based's joint feature map, or the paper's separately normalised terms"),
@@ -919,8 +961,9 @@ struct SANTrainer {
         printf("model: L=%d d=%d heads %d/%d (head_dim %d) ffn=%s", c.n_layer, c.n_embd, c.n_head, c.n_kv_head,
                c.head_dim(), kFfnKinds.name(c.ffn));
         if (c.has_ffn()) { printf(" d_ff=%d", c.d_ff); }
-        printf(" norm=%s qk_norm=%d residual=%s sandwich=%d rope_theta=%g doc_mask=%d z_loss=%g\n", kNormKinds.name(c.norm),
-               c.qk_norm, kResidualModes.name(c.residual), c.sandwich, c.rope_theta, c.doc_mask, c.z_loss);
+        printf(" norm=%s qk_norm=%d residual=%s sandwich=%d rope_theta=%g doc_mask=%d z_loss=%g embed_scale=%s out_init=%s\n",
+               kNormKinds.name(c.norm), c.qk_norm, kResidualModes.name(c.residual), c.sandwich, c.rope_theta, c.doc_mask,
+               c.z_loss, kEmbedScales.name(c.embed_scale), kOutInits.name(c.out_init));
         printf("%s\n", describe_attention(c).c_str());
         printf("vocab %d (padded %d), context %d, bos %d\n", c.vocab_size, c.padded_vocab(), c.seq_len, c.bos_id);
         if (o.paper_setup) { printf("recipe: the SAN paper's setup (--paper-setup 1), with the flags given on top\n"); }

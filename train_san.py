@@ -25,7 +25,8 @@ from attnref import training
 from attnref.container import ContainerError
 from attnref.data import read_shard
 from attnref.optim import OptConfig, Optimizer, round_steps
-from attnref.san import PRESETS, SAN, SANConfig, count_parameters, flops_per_token, load_checkpoint
+from attnref.san import (EMBED_SCALES, OUT_INITS, PRESETS, SAN, SANConfig, count_parameters, flops_per_token,
+                         load_checkpoint)
 from attnref.variants import FIXED_QK_KINDS, KINDS, TAYLOR_NORMS, fixed_input_std
 
 
@@ -35,10 +36,10 @@ def build_parser():
         flag = training.model_flag(f.name)
         if f.type in (bool, "bool"):
             g.add_argument(flag, dest=f.name, type=int, choices=(0, 1), default=None)
-        elif f.name in ("ffn", "norm", "residual", "attention", "taylor_norm"):
+        elif f.name in ("ffn", "norm", "residual", "attention", "taylor_norm", "embed_scale", "out_init"):
             choices = {"ffn": ("none", "swiglu"), "norm": ("zcn", "rms"),
                        "residual": ("gated", "standard", "rezero", "none"), "attention": KINDS,
-                       "taylor_norm": TAYLOR_NORMS}[f.name]
+                       "taylor_norm": TAYLOR_NORMS, "embed_scale": EMBED_SCALES, "out_init": OUT_INITS}[f.name]
             g.add_argument(flag, dest=f.name, choices=choices, default=None)
         elif f.name == "layout":
             g.add_argument(flag, dest=f.name, default=None,
@@ -169,6 +170,19 @@ def first_tokens(pattern, cfg):
                      f"of fixedseqqk")
 
 
+SAN_PAPER_PRESETS = ("san20", "ffn20", "ffn4", "ffn9")
+
+
+def paper_preset_warning(args):
+    """The line train_san.cu prints when a SAN-paper preset trains keller-order Muon without
+    either recipe: the preset's rates are the paper's locks, tuned for its paper-order Muon."""
+    if (args.preset not in SAN_PAPER_PRESETS or args.paper_setup or args.deconstructing_setup or not args.steps
+            or args.optimizer != "muon" or args.muon_order != "keller"):
+        return None
+    return (f"warning: --preset {args.preset} without --paper-setup 1: keller-order Muon at the SAN paper's rates, "
+            f"which are tuned for its paper-order Muon; --paper-setup 1 trains the paper's recipe")
+
+
 def parse_args(argv=None):
     parser = build_parser()
     early, _ = parser.parse_known_args(argv)
@@ -227,6 +241,9 @@ def main(argv=None):
     training.print_model(cfg, count_parameters(cfg), flops_per_token(cfg))
     if cfg.attention in FIXED_QK_KINDS:
         print(fixed_input_line(cfg))
+    warning = paper_preset_warning(args)
+    if warning:
+        print(warning)
 
     try:
         fixed = first_tokens(args.train_data, cfg) if model is None and cfg.attention == "fixedseqqk" else None

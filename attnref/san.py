@@ -30,6 +30,8 @@ from attnref.variants import (FIXED_QK_KINDS, TAYLOR_NORMS, MlpMixer, fixed_inpu
 # Configuration
 
 NORM_EPS = 1e-6          # epsilon inside every ZCN / RMS norm (fixed, not a config field)
+EMBED_SCALES = ("sqrt-d", "1")
+OUT_INITS = ("scaled", "plain")
 INIT_STD = 0.02          # std of every matrix and of the embedding
 
 
@@ -58,6 +60,8 @@ class SANConfig(ModelConfig):
     attention: str = "standard"    # the kind of every layer the layout does not keep standard
     layout: str = "uniform"        # which layers keep standard attention
     taylor_norm: str = "joint"     # approximate: joint (Based's feature map) | separate (the paper's terms)
+    embed_scale: str = "sqrt-d"    # the embedding's output multiplier: sqrt-d (the SAN paper's) | 1 (Qwen2.5's)
+    out_init: str = "scaled"       # W_o / W_down init: scaled N(0, 0.02 / sqrt(2L)) | plain N(0, 0.02) (Qwen2.5's)
 
     def __post_init__(self):
         if self.d_ff == 0:
@@ -87,20 +91,30 @@ class SANConfig(ModelConfig):
              f"bos_id ({self.bos_id}) must be a token id < vocab_size ({self.vocab_size})")
         need(self.z_loss >= 0, f"z_loss must be >= 0 (got {self.z_loss})")
         need(self.taylor_norm in TAYLOR_NORMS, f"taylor_norm must be joint|separate (got {self.taylor_norm!r})")
+        need(self.embed_scale in EMBED_SCALES, f"embed_scale must be sqrt-d|1 (got {self.embed_scale!r})")
+        need(self.out_init in OUT_INITS, f"out_init must be scaled|plain (got {self.out_init!r})")
         try:
             self.kinds = layer_kinds(self.attention, self.layout, self.n_layer)   # one per layer
         except ValueError as e:
             need(False, str(e))
 
+    @property
+    def embed_multiplier(self):
+        """What the embedding lookup is multiplied by."""
+        return math.sqrt(self.n_embd) if self.embed_scale == "sqrt-d" else 1.0
+
     def to_meta(self):
-        """The config text, plus the derived per-layer kinds (checked on load, as train_san.cu)."""
-        return super().to_meta() + [("layer_attention", ",".join(self.kinds))]
+        """The config text, plus the derived per-layer kinds (checked on load, as train_san.cu);
+        embed_scale and out_init only when not the default, as train_san.cu writes them."""
+        defaults = {"embed_scale": "sqrt-d", "out_init": "scaled"}
+        meta = [(k, v) for k, v in super().to_meta() if defaults.get(k) != v]
+        return meta + [("layer_attention", ",".join(self.kinds))]
 
     @classmethod
     def from_meta(cls, meta, source="<meta>"):
         """Files from before the variants have no attention keys: standard attention everywhere."""
         meta = dict(meta)
-        for key in ("attention", "layout", "taylor_norm"):
+        for key in ("attention", "layout", "taylor_norm", "embed_scale", "out_init"):
             meta.setdefault(key, str(getattr(cls, key)))
         cfg = super().from_meta(meta, source)
         if "layer_attention" in meta and meta["layer_attention"] != ",".join(cfg.kinds):
@@ -129,20 +143,22 @@ PRESETS = {
     # a small SAN that learns the offline data on a CPU in minutes (as train_san.cu's demo)
     "demo": dict(_TINY, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=2, ffn="none"),
 }
-# "Deconstructing Attention"'s Qwen2.5-style decoders (as train_san.cu; doc/deconstructing.md "Presets"):
-# RMSNorm, SwiGLU, RoPE theta 1e6, MHA, plain residuals, no QK-norm, no biases, GPT-2's vocabulary,
-# no z-loss; the smaller ones take d_ff from the 500M's 4864/896 rounded to a multiple of 128.
+# "Deconstructing Attention"'s Qwen2.5-style decoders at its Table 10's sizes (as train_san.cu;
+# doc/deconstructing.md "Presets"): RMSNorm, SwiGLU, RoPE theta 1e6, MHA, plain residuals, no
+# QK-norm, no biases, the embedding unscaled and every matrix N(0, 0.02) (Qwen2.5's), GPT-2's
+# vocabulary, no z-loss. The CPU ones: the 500M's shape (d_ff 4864/896 d rounded to a multiple of
+# 128) and the 1.7B's (QK-norm, d_ff 3d) at d 128.
 _QWEN = dict(vocab_size=50257, seq_len=2048, ffn="swiglu", norm="rms", qk_norm=False, residual="standard",
-             sandwich=False, rope_theta=1e6, doc_mask=True, bos_id=50256, z_loss=0.0)
+             sandwich=False, rope_theta=1e6, doc_mask=True, bos_id=50256, z_loss=0.0, embed_scale="1",
+             out_init="plain")
+_QWEN_CPU = dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=4)
 PRESETS.update({
-    "qwen-70m": dict(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2816),
-    "qwen-160m": dict(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=4224),
+    "qwen-70m": dict(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2048),
+    "qwen-160m": dict(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=3072),
     "qwen-500m": dict(_QWEN, n_layer=24, n_embd=896, n_head=14, n_kv_head=14, d_ff=4864),
-    "qwen3-1.7b": dict(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, d_ff=6144, qk_norm=True),
-    "qwen-cpu": dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=4,
-                     d_ff=640),
-    "qwen3-cpu": dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=2,
-                      d_ff=384, qk_norm=True),
+    "qwen3-1.7b": dict(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=16, d_ff=6144, qk_norm=True),
+    "qwen-cpu": dict(_QWEN_CPU, d_ff=640),
+    "qwen3-cpu": dict(_QWEN_CPU, d_ff=384, qk_norm=True),
 })
 
 
@@ -198,7 +214,8 @@ def init_value(cfg, name, shape, gen):
         return w                                      # padded rows: exactly zero
     if len(shape) == 2:
         std = INIT_STD
-        if name.endswith("attn.wo") or name.endswith("ffn.w_down") or name.endswith("attn.w_down"):
+        is_output = name.endswith("attn.wo") or name.endswith("ffn.w_down") or name.endswith("attn.w_down")
+        if is_output and cfg.out_init == "scaled":
             std = INIT_STD / math.sqrt(2 * cfg.n_layer)
         return torch.randn(shape, generator=gen) * std
     if name.endswith(".weight"):                      # norm gains
@@ -408,7 +425,7 @@ class Block(nn.Module):
 class SAN(SpecModel):
     """The model. With rndembqk or fixedseqqk layers it also holds their fixed input, model
     state that is not a parameter (a buffer: in checkpoints, not trained): rndembqk's
-    fixed_input (T_max, d), eps ~ N(0, (0.02 sqrt(d))^2); fixedseqqk's fixed_tokens (T_max,),
+    fixed_input (T_max, d), eps ~ N(0, (0.02 x the embedding multiplier)^2); fixedseqqk's fixed_tokens (T_max,),
     embedded with the live embedding at every forward."""
     parameter_spec = staticmethod(parameter_spec)
     init_value = staticmethod(init_value)            # the SAN paper's init (doc/san-model.md "Parameters")
@@ -482,7 +499,7 @@ class SAN(SpecModel):
         exactly the first T positions of the full fixed run)."""
         if self.cfg.attention == "rndembqk":
             return self.fixed_input[None, :T]
-        return F.embedding(self.fixed_tokens[None, :T], self.wte) * math.sqrt(self.cfg.n_embd)
+        return F.embedding(self.fixed_tokens[None, :T], self.wte) * self.cfg.embed_multiplier
 
     def forward(self, idx, targets=None):
         """idx (B,T) int64 token ids < vocab_size. Returns logits (B,T,Vp) and, when
@@ -491,7 +508,7 @@ class SAN(SpecModel):
         B, T = idx.shape
         if T > cfg.seq_len:
             raise ValueError(f"sequence length {T} exceeds seq_len {cfg.seq_len}")
-        x = F.embedding(idx, self.wte) * math.sqrt(cfg.n_embd)
+        x = F.embedding(idx, self.wte) * cfg.embed_multiplier
         cos, sin = rope_cos_sin(T, cfg.head_dim, cfg.rope_theta, x.dtype, x.device)
         doc = document_ids(idx, cfg.bos_id) if cfg.doc_mask else None
         if self.attn_impl == "fast" and any(k != "standard" for k in cfg.kinds):

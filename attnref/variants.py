@@ -98,9 +98,9 @@ class MlpMixer(nn.Module):
 
 
 def fixed_input_std(cfg):
-    """rndembqk: the std of its fixed random input eps ~ N(0, std^2), 0.02 sqrt(d): the real
-    stream's scale at init (the embedding, N(0, 0.02), times sqrt(d))."""
-    return 0.02 * math.sqrt(cfg.n_embd)
+    """rndembqk: the std of its fixed random input eps ~ N(0, std^2): the real stream's scale at
+    init, the embedding's N(0, 0.02) times its multiplier (sqrt(d), or 1)."""
+    return 0.02 * cfg.embed_multiplier
 
 
 def _grouped(q, k):

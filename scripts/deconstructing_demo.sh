@@ -4,10 +4,14 @@
 # English corpus (King James Bible chapters) with standard attention, then each built variant
 # uniform (every layer) and hybrid (variant in layers 1 and 3, standard in 2 and 4), evaluates
 # each hybrid again without its variant sub-layers and without its variant blocks (the paper's
-# "skip"), and prints a table of validation losses. Same data, seed and steps for every arm.
+# "skip"), and prints a table of validation losses and, per kind, the attention-pattern indicators
+# of standard, uniform and hybrid (a table per layer and radar plots, scripts/attention_patterns.py).
+# Same data, seed and steps for every arm.
 #
-#   bash scripts/deconstructing_demo.sh            (9 runs of 100 steps of 4 rows: 24 minutes measured on
-#                                                   2 cores shared with other jobs, doc/deconstructing.md)
+#   bash scripts/deconstructing_demo.sh            (13 runs of 100 steps of 4 rows and 12 evaluations:
+#                                                   about 35 minutes on 2 cores; 9 runs took 24 minutes,
+#                                                   measured with other jobs on the cores, doc/deconstructing.md)
+#   KINDS=approximate STEPS=20 bash scripts/deconstructing_demo.sh   (3 runs, 2 evaluations: under a minute)
 #   STEPS=400 BATCH=8 bash scripts/deconstructing_demo.sh   (8x the tokens: a less early look)
 # Environment: DATA_DIR (data/offline), DEMO_DIR (logs/deconstructing), TRAIN_SAN (./train_san),
 # STEPS (100), BATCH (rows of 128 tokens per step, 4), KINDS ("mlp approximate nonapprox rndembqk fixedseqqk staticembqk");
@@ -75,3 +79,13 @@ done
   done
   echo "($(( $(date +%s) - start )) s)"
 } | tee "$demo_dir/table.txt"
+
+# the attention-pattern indicators of the last validation (doc/deconstructing.md "Attention-pattern
+# indicators"): per kind, standard vs the kind uniform vs hybrid, a table per layer and the radar
+# and logit-distribution plots in $demo_dir/patterns-KIND/
+for kind in $kinds; do
+  echo
+  echo "attention patterns: standard, $kind-uniform, $kind-hybrid (head means; '—': no attention matrix)"
+  $python scripts/attention_patterns.py --out "$demo_dir/patterns-$kind" "standard=$demo_dir/standard/log.jsonl" \
+    "$kind-uniform=$demo_dir/$kind-uniform/log.jsonl" "$kind-hybrid=$demo_dir/$kind-hybrid/log.jsonl"
+done | tee "$demo_dir/patterns.txt"

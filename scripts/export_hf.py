@@ -17,8 +17,9 @@ SAN and FFN-arm checkpoints become Qwen3 decoders (Llama when qk_norm=0), up to 
     RoPE is rotate-half with our theta (transformers computes the angles in fp32, we in
     fp64: the logits differ by rounding only); GQA maps head for head (query head h reads
     kv head h // (Hq/Hkv) in both);
-  * the tied embedding scaled by sqrt(d) becomes an untied pair embed_tokens = sqrt(d) E,
-    lm_head = E;
+  * the tied embedding, multiplied by sqrt(d) or 1 after lookup (embed_scale), becomes an
+    untied pair embed_tokens = sqrt(d) E or E, lm_head = E (import_hf reads the scale back
+    from the pair);
   * the padded vocabulary rows (ours: Vp, a multiple of 128) are dropped: vocab_size is the
     real V, so transformers' softmax runs over the ids ours does;
   * the SAN has no MLP: intermediate_size 0. transformers builds empty (0 x d) MLP weights
@@ -128,7 +129,7 @@ def fold_san(cfg, P):
     names of ours whose values folding changed (their originals go to the sidecar)."""
     V, d = cfg.vocab_size, cfg.n_embd
     wte = P["wte"][:V]
-    out = {"model.embed_tokens.weight": wte * math.sqrt(d),     # the product ours takes after lookup
+    out = {"model.embed_tokens.weight": wte * cfg.embed_multiplier,  # the product ours takes after lookup
            "lm_head.weight": wte.clone(),
            "model.norm.weight": norm_weight(cfg, P["final_norm.weight"])}
     changed = ["final_norm.weight"] if cfg.norm == "zcn" else []

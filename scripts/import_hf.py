@@ -6,8 +6,9 @@ checkpoint of ours (doc/formats.md), the reverse of scripts/export_hf.py.
 
 Accepted: Qwen3 and Llama decoders of the SAN family's shapes (no biases, SiLU MLP or none
 (intermediate_size 0), RMSNorm eps 1e-6, head_dim = hidden_size / heads, plain RoPE, full
-attention, and an input embedding that is exactly sqrt(d) times the LM head, the untied form
-of our scaled tied embedding), and GPT-2 models (GPT2LMHeadModel layout, tied head).
+attention, and an input embedding tied to the LM head, equal to it, or exactly sqrt(d) times it:
+the forms of our tied embedding with --embed-scale 1 and sqrt-d), and GPT-2 models
+(GPT2LMHeadModel layout, tied head).
 
 A directory written by export_hf.py comes back bit for bit: its config.json carries our
 config text ("attn_c") and attn_c_unfolded.safetensors the original values of the tensors
@@ -112,17 +113,29 @@ def san_config_of(hc, ours, source):
     return san.SANConfig(**kw)
 
 
+def embed_scale_of(W, cfg, source):
+    """Our embed_scale from the transformers pair (embed_tokens, lm_head): no lm_head (tied) or the
+    same values (Qwen2.5's unscaled embedding) is 1; embed_tokens exactly sqrt(d) x lm_head (what
+    export_hf writes for the SAN paper's scaled embedding) is sqrt-d. Any other pair has no
+    counterpart here: ours ties the input embedding to the head."""
+    V, d = cfg.vocab_size, cfg.n_embd
+    embed = take(W, "model.embed_tokens.weight", (V, d), source)
+    if "lm_head.weight" not in W:
+        return "1"
+    head = take(W, "lm_head.weight", (V, d), source)
+    if torch.equal(embed, head):
+        return "1"
+    if torch.equal(embed, head * math.sqrt(d)):
+        return "sqrt-d"
+    fail(source, f"embed_tokens is neither lm_head nor exactly sqrt({d}) x lm_head: ours ties the two (input = "
+                 f"1 or sqrt(d) x the output embedding), this model has independent ones")
+
+
 def unfold_san(cfg, W, source):
     """Our parameters in the folded parametrisation (cfg: norm rms, residual standard) from
     transformers weights W."""
     V, Vp, d, hd = cfg.vocab_size, cfg.padded_vocab_size, cfg.n_embd, cfg.head_dim
-    if W.get("lm_head.weight") is None:
-        fail(source, "no lm_head.weight: the head is tied to the input embedding, but ours scales the input "
-                     "embedding by sqrt(d) (export_hf writes embed_tokens = sqrt(d) lm_head)")
-    E = take(W, "lm_head.weight", (V, d), source)
-    if not torch.equal(take(W, "model.embed_tokens.weight", (V, d), source), E * math.sqrt(d)):
-        fail(source, f"embed_tokens is not exactly sqrt({d}) x lm_head: ours ties the two (input = sqrt(d) x "
-                     f"output embedding), this model has independent ones")
+    E = take(W, "lm_head.weight" if "lm_head.weight" in W else "model.embed_tokens.weight", (V, d), source)
     P = {"wte": torch.zeros(Vp, d)}
     P["wte"][:V] = E
     for i in range(cfg.n_layer):
@@ -148,6 +161,8 @@ def import_san(hc, W, d, log):
     meta = hc.get(META_KEY) or {}
     ours = meta.get("config") or {}
     folded_cfg = san_config_of(hc, ours, d)
+    folded_cfg = replace(folded_cfg, embed_scale=embed_scale_of(W, folded_cfg, d),
+                         out_init=ours.get("out_init", folded_cfg.out_init))  # (the init: for the round trip)
     P = unfold_san(folded_cfg, W, d)
     step = int(ours.get("step", 0))
     if not ours:

@@ -78,17 +78,17 @@ PRESETS = {
     "ffn4": dataclasses.replace(_PAPER, n_layer=4, ffn="swiglu"),
     "ffn9": dataclasses.replace(_PAPER, n_layer=9, ffn="swiglu"),
 }
-# "Deconstructing Attention"'s Qwen2.5-style decoders (RMSNorm and RoPE theta change no count)
+# "Deconstructing Attention"'s Qwen2.5-style decoders at its Table 10's sizes, MHA (RMSNorm, RoPE theta,
+# the embedding scale and the init change no count)
 _QWEN = Arm(ffn="swiglu", vocab_size=50257, seq_len=2048, qk_norm=0, residual="standard")
+_QWEN_CPU = dataclasses.replace(_QWEN, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=4)
 PRESETS.update({
-    "qwen-70m": dataclasses.replace(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2816),
-    "qwen-160m": dataclasses.replace(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=4224),
+    "qwen-70m": dataclasses.replace(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2048),
+    "qwen-160m": dataclasses.replace(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=3072),
     "qwen-500m": dataclasses.replace(_QWEN, n_layer=24, n_embd=896, n_head=14, n_kv_head=14, d_ff=4864),
-    "qwen3-1.7b": dataclasses.replace(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, d_ff=6144, qk_norm=1),
-    "qwen-cpu": dataclasses.replace(_QWEN, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4,
-                                    n_kv_head=4, d_ff=640),
-    "qwen3-cpu": dataclasses.replace(_QWEN, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4,
-                                     n_kv_head=2, d_ff=384, qk_norm=1),
+    "qwen3-1.7b": dataclasses.replace(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=16, d_ff=6144, qk_norm=1),
+    "qwen-cpu": dataclasses.replace(_QWEN_CPU, d_ff=640),
+    "qwen3-cpu": dataclasses.replace(_QWEN_CPU, d_ff=384, qk_norm=1),
 })
 
 # Arm fields <-> train_san flags

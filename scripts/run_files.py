@@ -5,6 +5,9 @@ of its own, so that neither imports the other):
 
   status.json   the runner's record of the run: {"state": "done" | "diverged" | "failed", ...}
   log.jsonl     the trainer's JSONL log (doc/formats.md "Training log")
+  eval_NAME.jsonl, eval_NAME.json
+                an evaluation of the final checkpoint (scripts/study.py post_evals): its log,
+                and the runner's record that it finished ({"flags": [...]})
 
 Runs are anything with a `.dir` (scripts/study.py's Run).
 """
@@ -29,9 +32,20 @@ def write_status(run, state, **extra):
     os.replace(tmp, os.path.join(run.dir, "status.json"))
 
 
+def post_eval_log(run, name):
+    return os.path.join(run.dir, f"eval_{name}.jsonl")
+
+
+def post_eval_record(run, name):
+    return os.path.join(run.dir, f"eval_{name}.json")
+
+
 def step_records(path):
-    """The records of a JSONL log that carry a step, in file order. Lines that do not parse (a
-    run killed mid-write) are skipped; a log that cannot be read has none."""
+    """The records of a JSONL log that carry a step, in file order, as the run that went on wrote
+    them: a resume record {"step": K, "resume": ...} drops the records of steps after K before it
+    (logged after that checkpoint, before the run stopped; doc/formats.md "Training log"). Lines
+    that do not parse (a run killed mid-write) are skipped; a log that cannot be read has none."""
+    records = []
     try:
         with open(path) as f:
             for line in f:
@@ -39,10 +53,14 @@ def step_records(path):
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(rec, dict) and "step" in rec:
-                    yield rec
+                if not isinstance(rec, dict) or "step" not in rec:
+                    continue
+                if "resume" in rec:
+                    records = [r for r in records if r["step"] <= rec["step"]]
+                records.append(rec)
     except OSError:
-        return
+        pass
+    return records
 
 
 def read_log(path):
@@ -62,3 +80,12 @@ def read_evals(path):
     """{step: {set: {metric: value}}} of a JSONL log's eval-set records (the trainer's
     --eval-sets; doc/formats.md "Training log"), the last record of each step."""
     return {rec["step"]: rec["eval"] for rec in step_records(path) if isinstance(rec.get("eval"), dict)}
+
+
+def read_final_eval(run, name):
+    """The validation record of the run's evaluation `name` of its final checkpoint
+    (eval_NAME.jsonl, scripts/study.py post_evals) once it succeeded (its record is written), or None."""
+    if not os.path.exists(post_eval_record(run, name)):
+        return None
+    _, val = read_log(post_eval_log(run, name))
+    return val[-1] if val else None

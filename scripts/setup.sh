@@ -45,7 +45,7 @@ if [ "${SKIP_APT:-0}" != 1 ] && command -v dpkg-query >/dev/null 2>&1; then
   done < <(tier_lines scripts/apt-packages.txt)
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
-      echo "setup: installing Debian packages: ${missing[*]}"
+      echo "setup: installing Debian packages: ${missing[*]} (tens of MB, under a minute with a reachable mirror)"
       export DEBIAN_FRONTEND=noninteractive
       apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 ||
         { apt-get update -q >/dev/null && apt-get install -y -q "${missing[@]}" >/dev/null; }
@@ -74,7 +74,11 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
       rm -rf "$venv"   # an interrupted earlier attempt; venvs hard-code their path, so build in place
       "$python" -m venv "$venv"
     fi
-    echo "setup: installing the '$tier' tier of requirements.txt into $venv"
+    case "$tier" in   # what it costs (measured on a 2-core machine, 2026-12-02 and 12-03)
+      demo) about="numpy, sentencepiece: about 70 MB, some 20 s" ;;
+      *) about="PyTorch with its CUDA libraries, transformers, lm-eval, matplotlib: about 6.5 GB, some 3 minutes from a warm pip cache, more from PyPI" ;;
+    esac
+    echo "setup: installing the '$tier' tier of requirements.txt into $venv ($about)"
     mapfile -t packages < <(tier_lines requirements.txt)
     "$venv/bin/pip" install -q --disable-pip-version-check "${packages[@]}"
     touch "$venv/.complete-$tier"

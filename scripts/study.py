@@ -15,7 +15,10 @@ plots (scripts/study_report.py). The file format is in doc/study.md.
 
 Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
 log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
-({"state": "done" | "diverged" | "failed", ...}) once the trainer has exited.
+({"state": "done" | "diverged" | "failed", ...}) once the trainer has exited; and for each
+evaluation the study asks of a finished run (post_evals: `--steps 0 --init-from final.bin`:
+[study.context_eval], skip_eval) eval_NAME.jsonl (its log), eval_NAME.log (its output) and
+eval_NAME.json (written when it succeeded: its flags, so that it is not run again).
 """
 import argparse
 import dataclasses
@@ -33,7 +36,7 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import match  # noqa: E402
-from run_files import read_evals, read_log, read_status, write_status  # noqa: E402,F401
+from run_files import post_eval_log, post_eval_record, read_evals, read_log, read_status, write_status  # noqa: E402,F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,7 +49,9 @@ RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "s
                 "--milestones": "study.milestones"}
 
 STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
-              "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note"}
+              "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note",
+              "skip_eval", "context_eval"}
+CONTEXT_EVAL_KEYS = {"sets", "contexts"}
 ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "optional", "note", "seeds"}
 FINDING_KINDS = {
     # kind: (required arm roles, optional roles)
@@ -128,7 +133,9 @@ class Study:
     arms: list
     findings: list
     note: str = ""
+    skip_eval: bool = False  # evaluate each hybrid arm's final checkpoint without its variant layers
     runs: list = field(default_factory=list)
+    context_eval: dict = None  # [study.context_eval]: {"sets": [...], "contexts": [...]} (Table 4), or None
 
     @property
     def rows_per_step(self):
@@ -298,13 +305,116 @@ def load_study(path, binary=None):
 
     study = Study(path, name, out, binary, seeds, steps, batch_size, seq_len, grad_accum, global_batch, val_every, save_every,
                   milestones, flags, baseline, gpus, keep, arms, findings,
-                  _typed(path, "study.note", s.get("note", ""), str, "a string"))
+                  _typed(path, "study.note", s.get("note", ""), str, "a string"),
+                  _typed(path, "study.skip_eval", s.get("skip_eval", False), bool, "true or false"))
+    if "context_eval" in s:
+        study.context_eval = _context_eval(path, s["context_eval"], arms)
     for arm in arms:
         for lr in arm.lrs:
             for seed in arm.seeds:
                 run_id = arm.name + (f"_lr{lr:g}" if lr is not None else "") + f"_s{seed}"
                 study.runs.append(Run(len(study.runs), arm, lr, seed, run_id, os.path.join(out, "runs", run_id)))
     return study
+
+
+def _context_eval(path, table, arms):
+    """[study.context_eval]: the rolling eval sets (e.g. WikiText) and the contexts to score them
+    at after each run (the Deconstructing paper's Table 4); every context fits every arm's model."""
+    where = "[study.context_eval]"
+    _check_keys(path, where, table, CONTEXT_EVAL_KEYS, ("sets", "contexts"))
+    sets, contexts = table["sets"], table["contexts"]
+    if not isinstance(sets, list) or not sets or not all(isinstance(x, str) and x for x in sets):
+        _fail(path, f"{where}.sets must be a non-empty list of eval .bin files")
+    if not isinstance(contexts, list) or not contexts or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in contexts):
+        _fail(path, f"{where}.contexts must be a non-empty list of positive integers (tokens)")
+    if len(set(contexts)) != len(contexts):
+        _fail(path, f"{where}.contexts repeats a context")
+    for arm in arms:
+        longest = arm.model().seq_len
+        if max(contexts) > longest:
+            _fail(path, f"{where}.contexts: {max(contexts)} is longer than arm '{arm.name}''s context {longest} "
+                        f"(--max-seq-len)")
+    return {"sets": list(sets), "contexts": list(contexts)}
+
+
+# ----------------------------------------------------------------------------------------
+# evaluations of a finished run (`--steps 0 --init-from final.bin`)
+
+@dataclass
+class PostEval:
+    """An evaluation of a finished run's final checkpoint, `binary --steps 0 --init-from
+    RUN/ckpt/final.bin FLAGS --log RUN/eval_NAME.jsonl` (run_files.post_eval_log). It is done
+    when its record (RUN/eval_NAME.json) holds these flags: a study whose keys change
+    evaluates again. `inputs`: files it reads; while one is missing it is skipped (said so),
+    as the trainer would only fail on it."""
+    name: str
+    flags: list
+    inputs: list = field(default_factory=list)
+
+
+def post_evals(study, run):
+    """The evaluations the study asks of the finished `run`."""
+    evals = []
+    if study.skip_eval and is_hybrid(run.arm):  # a hybrid without its variant layers (doc/deconstructing.md "skip")
+        data = ["--preset", run.arm.preset] + study.flags + run.arm.flags + [
+            "--seed", str(run.seed), "--batch-size", str(study.batch_size), "--seq-len", str(study.seq_len)]
+        evals += [PostEval(f"skip-{mode}", data + ["--skip-nonstandard", mode]) for mode in ("attention", "block")]
+    if study.context_eval:  # the Deconstructing paper's Table 4 (doc/study.md "Context-length evaluation")
+        c = study.context_eval
+        evals.append(PostEval("context", ["--eval-sets", ",".join(c["sets"]),
+                                          "--eval-context", ",".join(str(n) for n in c["contexts"]),
+                                          "--batch-size", str(study.batch_size), "--sample-tokens", "0"], c["sets"]))
+    return evals
+
+
+def post_eval_command(study, run, ev):
+    return [study.binary, "--steps", "0", "--init-from", os.path.join(run.dir, "ckpt", "final.bin")] + ev.flags + [
+        "--log", post_eval_log(run, ev.name)]
+
+
+def post_eval_done(run, ev):
+    try:
+        with open(post_eval_record(run, ev.name)) as f:
+            return json.load(f).get("flags") == ev.flags and os.path.exists(post_eval_log(run, ev.name))
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def run_post_evals(study, runs, known_flags):
+    """Runs the evaluations still to do of the finished (done) runs; returns the ids of those
+    that failed (their eval_NAME.log says why; running the study again retries them)."""
+    failed = []
+    for run in runs:
+        if (read_status(run) or {}).get("state") != "done":
+            continue
+        for ev in post_evals(study, run):
+            if post_eval_done(run, ev):
+                continue
+            missing = [p for p in ev.inputs if not os.path.exists(p)]
+            unknown = [f for f in ev.flags if f.startswith("--") and known_flags is not None and f not in known_flags]
+            if missing or unknown:
+                why = f"{', '.join(missing)} does not exist" if missing else f"{study.binary} has no {', '.join(unknown)}"
+                print(f"[study {study.name}] {run.id}: eval {ev.name} skipped ({why})", flush=True)
+                continue
+            cmd = post_eval_command(study, run, ev)
+            print(f"[study {study.name}] {run.id}: eval {ev.name}\n  $ " + " ".join(shlex.quote(c) for c in cmd),
+                  flush=True)
+            if os.path.exists(post_eval_log(run, ev.name)):  # a stale or partial one
+                os.remove(post_eval_log(run, ev.name))
+            with open(os.path.join(run.dir, f"eval_{ev.name}.log"), "w") as out:
+                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+            if rc != 0:
+                print(f"[study {study.name}] {run.id}: eval {ev.name} failed (exit status {rc}; see "
+                      f"{os.path.join(run.dir, f'eval_{ev.name}.log')})", flush=True)
+                failed.append(f"{run.id} eval {ev.name}")
+                continue
+            tmp = post_eval_record(run, ev.name) + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"flags": ev.flags}, f)
+                f.write("\n")
+            os.replace(tmp, post_eval_record(run, ev.name))
+    return failed
 
 
 # ----------------------------------------------------------------------------------------
@@ -476,6 +586,22 @@ def execute(study, run, position, total, eta, pending):
     return "failed"
 
 
+# ----------------------------------------------------------------------------------------
+# evaluations of a finished run's final checkpoint (train_san --steps 0 --init-from final.bin)
+
+def arm_flag(arm, flag, default=None):
+    """The value of `flag` as the run sees it (the arm's flags come after the study's)."""
+    flags = arm.common + arm.flags
+    values = [flags[i + 1] for i in range(len(flags) - 1) if flags[i] == flag]
+    return values[-1] if values else default
+
+
+def is_hybrid(arm):
+    """Whether the arm mixes a variant with standard layers (train_san's --attention and --layout;
+    a layout other than uniform keeps some layers standard)."""
+    return arm_flag(arm, "--attention", "standard") != "standard" and arm_flag(arm, "--layout", "uniform") != "uniform"
+
+
 def select(study, only):
     if not only:
         return study.runs
@@ -508,25 +634,38 @@ def cmd_run(args):
     if args.dry_run:
         for run in todo:  # the index is what --only takes
             print(f"[{run.index}] {run.id}: " + " ".join(shlex.quote(c) for c in run_command(study, run, latest_checkpoint(run)[1])))
+        for run in runs:
+            for ev in (ev for ev in post_evals(study, run) if not post_eval_done(run, ev)):
+                print(f"[{run.index}] {run.id} then eval {ev.name}: "
+                      + " ".join(shlex.quote(c) for c in post_eval_command(study, run, ev)))
         return 0
     eta = EtaModel(study)
     outcome = {}
     # set both explicitly: a shell's background job starts with SIGINT ignored
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    evals_failed = []
     for k, run in enumerate(todo):
         try:
             outcome[run.id] = execute(study, run, k + 1, len(todo), eta, todo[k:])
+            evals_failed += run_post_evals(study, [run], known)
         except Interrupted as e:
             print(f"study {study.name}: stopped by {e} during {run.id}; running the study again resumes it "
                   f"from its last checkpoint", flush=True)
             return 130
+    try:  # the runs that had finished before (a study given a new evaluation, or one that failed)
+        evals_failed += run_post_evals(study, [r for r in runs if r not in todo], known)
+    except Interrupted as e:
+        print(f"study {study.name}: stopped by {e}; running the study again evaluates the rest", flush=True)
+        return 130
+    if evals_failed:
+        print(f"study {study.name}: evaluations failed: {', '.join(evals_failed)} (running again retries them)")
     failed = [r for r, state in outcome.items() if state == "failed"]
     diverged = [r for r, state in outcome.items() if state == "diverged"]
     print(f"study {study.name}: {len(outcome) - len(failed) - len(diverged)} runs done, {len(diverged)} diverged"
           + (f" ({', '.join(diverged)})" if diverged else "") + f", {len(failed)} failed"
           + (f" ({', '.join(failed)}: see their stderr.log; running again retries them)" if failed else ""))
-    return 1 if failed else 0
+    return 1 if failed or evals_failed else 0
 
 
 def cmd_slurm(args):

@@ -22,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import attention_patterns  # noqa: E402
 import match  # noqa: E402
 import run_files  # noqa: E402
 import spectra  # noqa: E402
@@ -129,6 +130,63 @@ def table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------
+# skip: hybrids evaluated without their variant layers (study.skip_eval; scripts/study.py
+# post_evals writes eval_skip-attention.jsonl and eval_skip-block.jsonl in each hybrid run)
+
+SKIP_EVALS = (("skip-attention", "skip-attn"), ("skip-block", "skip-block"))
+
+
+def _arm_flags_without_layout(arm):
+    """An arm's flags (study's, then its own) as {flag: value}, without --layout."""
+    flags, out = arm.common + arm.flags, {}
+    for i, f in enumerate(flags):
+        if f.startswith("--") and f != "--layout":
+            out[f] = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else None
+    return out
+
+
+def uniform_partner(arm, arms):
+    """The arm that trains the same model with --layout uniform (given, or train_san's default), or None."""
+    key = (arm.preset, tuple(sorted(_arm_flags_without_layout(arm).items())))
+    for a in arms:
+        flags = a.common + a.flags
+        layout = [flags[i + 1] for i in range(len(flags) - 1) if flags[i] == "--layout"]
+        if (not layout or layout[-1] == "uniform") and (a.preset, tuple(sorted(_arm_flags_without_layout(a).items()))) == key:
+            return a
+    return None
+
+
+def skip_mean(summary, name):
+    """The seed mean, at the arm's rate, of the validation loss of evaluation `name` (None unless every run has it)."""
+    values = [(run_files.read_final_eval(d.run, name) or {}).get("val_loss") for d in summary.runs]
+    return sum(values) / len(values) if values and None not in values else None
+
+
+def skip_section(study, summaries):
+    """The report's skip table: each hybrid arm's loss, the same checkpoints without the variant
+    attention sub-layers (skip-attn) and without the variant blocks (skip-block), and the loss of
+    the arm with the variant in every layer."""
+    rows = []
+    for s in summaries.values():
+        skips = [skip_mean(s, name) for name, _ in SKIP_EVALS] if s.ok else [None, None]
+        if skips == [None, None]:
+            continue
+        partner = uniform_partner(s.arm, [x.arm for x in summaries.values()])
+        uniform = summaries[partner.name] if partner else None
+        rows.append([s.arm.name, fmt(s.mean)] + [fmt(x) for x in skips]
+                    + [partner.name if partner else "—", fmt(uniform.mean if uniform else None)])
+    if not rows:
+        return []
+    return ["## Skip: hybrids without their variant layers", "",
+            "Each hybrid's final checkpoint evaluated (`--steps 0 --init-from final.bin`) without its non-standard "
+            "layers' attention sub-layers (skip-attn, `--skip-nonstandard attention`) and without those layers' "
+            "whole blocks (skip-block, `--skip-nonstandard block`). The paper's words (section 4.2: the layers are "
+            "*removed*; section 5: information flows \"solely through the residual connections\") describe "
+            "skip-block (doc/deconstructing.md \"skip\"). Seed means at each arm's rate.", "",
+            table(["arm", "hybrid", "skip-attn", "skip-block", "uniform arm", "uniform"], rows), ""]
 
 
 # ----------------------------------------------------------------------------------------
@@ -558,6 +616,37 @@ def plot_spectra(spec, out):
 # ----------------------------------------------------------------------------------------
 # the report
 
+def context_length_section(study, summaries):
+    """The Deconstructing paper's Table 4 ([study.context_eval]): per rolling eval set, the word
+    perplexity of each arm (rows) at each context (columns), from the `--steps 0 --init-from
+    final.bin --eval-context ...` evaluation of its runs (scripts/study.py post_evals); seed
+    means at each arm's rate, "—" unless every one of those runs has the number."""
+    if not study.context_eval:
+        return []
+    contexts = study.context_eval["contexts"]
+    md = ["## Perplexity by context length", "",
+          "Word perplexity of each rolling eval set scored in windows of each context (lm-eval's rolling "
+          "log-likelihood with that maximum length; `--eval-context`), from the final checkpoint of each run "
+          "(`--steps 0 --init-from final.bin`), seed means at each arm's rate: the Deconstructing paper's "
+          "Table 4 (doc/deconstructing.md).", ""]
+    records = {d.run.id: run_files.read_evals(run_files.post_eval_log(d.run, "context"))
+               for s in summaries.values() for d in s.runs}
+
+    def word_perplexity(s, name, n):
+        values = []
+        for d in s.runs:
+            evals = records[d.run.id]
+            values.append(evals[max(evals)].get(name, {}).get(f"word_perplexity@{n}") if evals else None)
+        return sum(values) / len(values) if values and None not in values else None
+
+    for path in study.context_eval["sets"]:
+        name = os.path.basename(path)[:-4] if path.endswith(".bin") else os.path.basename(path)
+        rows = [[s.arm.name] + [fmt(word_perplexity(s, name, n), 2) for n in contexts]
+                for s in summaries.values() if s.ok]
+        md += [f"`{name}` ({path}):", "", table(["arm"] + [str(n) for n in contexts], rows), ""]
+    return md
+
+
 def write_report(study, why, out=None):
     out = out or os.path.join(study.out, "report")
     os.makedirs(out, exist_ok=True)
@@ -627,6 +716,8 @@ def write_report(study, why, out=None):
                 for s in summaries.values() if s.ok]
         md += [table(["arm"] + [f"{name} {metric}" for name, metric in columns], rows), ""]
 
+    md += context_length_section(study, summaries)
+
     # learning rates
     swept = [s for s in summaries.values() if len(s.lr_mean) > 1]
     if swept:
@@ -691,6 +782,9 @@ def write_report(study, why, out=None):
                  plot_layers(summaries, "max_logit", "largest pre-softmax logit", out, "max_logit.png", log=True)):
         if name:
             md += [f"![{name}]({name})", ""]
+    md += attention_patterns.report_section(attention_patterns.groups_of_arms(  # radar plots, logit distributions
+        [(s.arm.name, s.arm.common + s.arm.flags, s.representative.final) for s in summaries.values()
+         if s.representative is not None]), out)
     spec = spectra_of(summaries)
     if spec:
         md += ["## Weight spectra", "", "Stable rank ‖W‖²_F / σ²_max of each matrix, final checkpoint of each arm's "
@@ -714,6 +808,8 @@ def write_report(study, why, out=None):
         steps = next(series for series in milestones.values() if len(series) == width)
         md += [table(["arm", "matrix"] + [f"step {r['step']}" for r in steps], rows), ""]
         md += [f"![stable rank over training]({plot_spectra_training(milestones, out)})", ""]
+
+    md += skip_section(study, summaries)
 
     # findings
     if study.findings:

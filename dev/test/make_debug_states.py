@@ -38,6 +38,10 @@ MATRIX = {
     # head dim 64 (the paper's): the tensor-core attention's main shape, GQA 2/1
     "hd64": ["--preset", "tiny", "--n-embd", "128", "--n-head", "2", "--n-kv-head", "1"] + ADAMW,
     "clip": ["--preset", "tiny-ffn", "--grad-clip", "0.05", "--schedule", "cosine"] + ADAMW,
+    # the qwen presets' form (doc/deconstructing.md "Presets"): MHA, rms, no QK-norm, plain residuals,
+    # the embedding unscaled
+    "qwen": ["--preset", "tiny-ffn", "--n-kv-head", "4", "--norm", "rms", "--qk-norm", "0", "--residual", "standard",
+             "--embed-scale", "1", "--out-init", "plain"] + ADAMW,
     # Muon: matrix shapes (tiny: wq/wo 64x64, wk/wv 32x64 GQA; tiny-ffn adds w_gate/w_up
     # 128x64 tall and w_down 64x128 wide; gqa4: wk/wv 16x64)
     "muon_san": ["--preset", "tiny"] + MUON,

@@ -187,3 +187,63 @@ def test_bad_eval_options_are_named(toy, tmp_path):
                         "--eval-sets", str(tmp_path / "v.bin")], capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "vocabulary of 300; the model has 250" in p.stderr
 
+
+
+CONTEXTS = (4, 9, WINDOW)  # shorter windows than the run's, and the run's own
+
+
+@pytest.mark.parametrize("trainer", ["san", "gpt2"])
+def test_eval_context_scores_rolling_sets_in_windows_of_n(trainer, trained, toy, tmp_path):
+    """--eval-context 4,9,16: each rolling score at N equals the reference's rolling windows of N
+    tokens (evalset.rolling_requests); at N = T it is today's number; the other kinds are untouched."""
+    import reference_eval
+    log = tmp_path / "context.jsonl"
+    ckpt = trained[trainer] / "final.bin"
+    p = run(trainer, ["--steps", 0, "--init-from", ckpt, "--seq-len", WINDOW, "--batch-size", 3,
+                      "--eval-sets", eval_sets(toy), "--eval-context", ",".join(map(str, CONTEXTS)), "--log", log,
+                      "--sample-tokens", 0])
+    assert "eval rolling at context 4: word_perplexity@4" in p.stdout
+    got = eval_records(log)[0]
+    model, V, _ = reference_eval.load_reference(str(ckpt))
+    es = read_evalset(toy / "rolling.bin")
+    ref = {n: reference_eval.score_evalset(model, V, n, es) for n in CONTEXTS}
+    for n in CONTEXTS:
+        for key in ("word_perplexity", "token_perplexity"):
+            assert got["rolling"][f"{key}@{n}"] == pytest.approx(ref[n][key], rel=RTOL), (n, key)
+    # the windows matter: a 4-token window sees less of the repeated pattern than 16 tokens
+    assert abs(ref[4]["token_perplexity"] / ref[WINDOW]["token_perplexity"] - 1) > 100 * RTOL
+    # at N = T the same requests as the score at --seq-len, and the number the training run logged
+    # (no --eval-context there; the same batch size, so the same sums)
+    final = eval_records(trained[trainer] / "log.jsonl")[30]
+    for key in ("word_perplexity", "token_perplexity"):
+        assert got["rolling"][f"{key}@{WINDOW}"] == got["rolling"][key]
+        assert got["rolling"][key] == pytest.approx(final["rolling"][key], rel=1e-6)
+    assert set(got["rolling"]) == set(final["rolling"]) | {f"{k}@{n}" for k in ("word_perplexity", "token_perplexity")
+                                                           for n in CONTEXTS}
+    for name in ("mc", "cloze"):  # scored at --seq-len only, as without the flag
+        assert got[name].keys() == final[name].keys()
+        for key, value in final[name].items():
+            assert got[name][key] == pytest.approx(value, rel=1e-6), (name, key)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "--eval-context '0': 0 is outside 1..16, the run's --seq-len"),
+    ("4,17", "--eval-context '4,17': 17 is outside 1..16"),
+    ("4,x", "--eval-context '4,x': 'x' is not a whole number of tokens"),
+    ("4,", "--eval-context '4,': '' is not a whole number of tokens"),
+    ("8,4,8", "--eval-context '8,4,8': 8 is listed twice"),
+])
+def test_bad_eval_context_is_named(trained, toy, value, message):
+    p = subprocess.run([binary("san"), "--steps", "0", "--init-from", str(trained["san"] / "final.bin"), "--seq-len",
+                        str(WINDOW), "--eval-sets", str(toy / "rolling.bin"), "--eval-context", value],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and message in p.stderr, p.stderr
+
+
+def test_eval_context_needs_a_rolling_set(trained, toy):
+    base = [binary("san"), "--steps", "0", "--init-from", str(trained["san"] / "final.bin"), "--eval-context", "8"]
+    p = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--eval-context 8: no --eval-sets to score" in p.stderr, p.stderr
+    p = subprocess.run(base + ["--eval-sets", f"{toy / 'mc.bin'},{toy / 'cloze.bin'}"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 and "--eval-context: none of the --eval-sets is a rolling set" in p.stderr, p.stderr

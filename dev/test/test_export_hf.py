@@ -100,6 +100,9 @@ SAN_CASES = {
     "san-zcn-standard-mha": dict(residual="standard", n_kv_head=4),
     "san-noqk-rezero-gqa4": dict(qk_norm=False, residual="rezero", n_kv_head=1),      # Llama
     "ffn-noqk-gated": dict(qk_norm=False, ffn="swiglu", d_ff=64),                      # Llama
+    # the qwen presets' form: Llama, an unscaled embedding, plain init
+    "ffn-qwen": dict(qk_norm=False, ffn="swiglu", d_ff=64, norm="rms", residual="standard", embed_scale="1",
+                     out_init="plain"),
 }
 
 
@@ -232,12 +235,24 @@ def test_import_of_a_foreign_qwen3(real_tokens, sp, tmp_path):
     with torch.no_grad():
         err = (ours(real_tokens)[0][..., : sp.vocab_size] - hf(real_tokens).logits).abs().max().item()
     assert err < LOGIT_TOL
-    # an untied embedding that is not sqrt(d) x the head has no counterpart here
+    # an untied embedding that is neither the head nor sqrt(d) x the head has no counterpart here
     with torch.no_grad():
         hf.model.embed_tokens.weight.mul_(2)
     hf.save_pretrained(tmp_path / "q3b")
-    with pytest.raises(import_hf.ImportHFError, match="not exactly sqrt"):
+    with pytest.raises(import_hf.ImportHFError, match="neither lm_head nor exactly sqrt"):
         import_hf.import_dir(str(tmp_path / "q3b"), str(tmp_path / "x.bin"), log=quiet)
+    # Qwen2.5's form, a head tied to the unscaled input embedding, is --embed-scale 1
+    hc.tie_word_embeddings = True
+    tied = Qwen3ForCausalLM(hc).eval()
+    tied.load_state_dict({k: v for k, v in hf.state_dict().items() if k != "lm_head.weight"}, strict=False)
+    tied.tie_weights()
+    tied.save_pretrained(tmp_path / "q3t")
+    import_hf.import_dir(str(tmp_path / "q3t"), str(tmp_path / "q3t.bin"), log=quiet)
+    ours = san.load_checkpoint(tmp_path / "q3t.bin")[0]
+    assert ours.cfg.embed_scale == "1"
+    with torch.no_grad():
+        err = (ours(real_tokens)[0][..., : sp.vocab_size] - tied(real_tokens).logits).abs().max().item()
+    assert err < LOGIT_TOL
 
 
 @pytest.mark.skipif(not os.environ.get("TRAIN_SAN_BIN"), reason="TRAIN_SAN_BIN not set (make test sets it)")

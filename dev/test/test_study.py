@@ -9,6 +9,8 @@
   removed resumes from its step checkpoint and ends with the same validation record.
 - The report's eval-set table (the runs score two toy sets at the end) is their seed means.
 - Broken study files stop with an error naming the file and the problem before any run.
+- skip_eval: a hybrid's final checkpoint evaluated without its variant layers (both modes),
+  once; the report's skip table equals those evaluations' logs.
 - spectra.py against torch.linalg on the parameters of a checkpoint.
 The trainer tests need TRAIN_SAN_BIN (make test sets it) and are skipped without it.
 About 30 s on 2 busy cores (the eval sets add about 1 s).
@@ -414,6 +416,7 @@ BROKEN = [
     ("both budgets", "steps = 6", "steps = 6\ntokens = 100", "exactly one of 'tokens'"),
     ("bad finding", 'ffn = "ffn"', 'ffn = "ffm"', "ffn = 'ffm' is not an arm"),
     ("bad toml", "seeds = [7]", "seeds = [7", "not valid TOML"),
+    ("skip_eval not a bool", "val_every = 3", 'val_every = 3\nskip_eval = "yes"', "study.skip_eval must be true or false"),
 ]
 
 
@@ -613,6 +616,176 @@ def test_qk_norm_finding_without_a_divergence_judges_instability():
     verdict, text = study_report.finding_qk_norm(f, {"with": exploding, "without": exploding}, None, {})
     assert verdict == "does not show" and "with QK-norm trained unstably too" in text
     assert "noise floors" not in text and "(+0.0000)" in text
+
+
+# ----------------------------------------------------------------------------------------
+# skip evaluations of hybrids (study.skip_eval)
+
+def section_table(text, heading):
+    """Rows (dicts) of the first markdown table after the line `heading`."""
+    return md_table(text[text.index(heading + "\n"):], next(
+        line.strip().strip("|").split("|")[0].strip() for line in text[text.index(heading + "\n"):].splitlines()
+        if line.startswith("|")))
+
+
+@needs_bin
+def test_skip_evaluations_of_hybrids_are_run_once_and_reported(toy_data, tmp_path):
+    """skip_eval: each hybrid arm's final checkpoint is evaluated without its variant attention
+    sub-layers and without its variant blocks, once (a rerun skips them; a lost record is redone);
+    the report's skip table holds those evaluations' losses beside the hybrid's and the uniform arm's."""
+    arms = """
+[[arm]]
+name = "mlp-hybrid"
+preset = "tiny-ffn"
+flags = ["--attention", "mlp", "--layout", "hybrid"]
+
+[[arm]]
+name = "mlp-uniform"
+preset = "tiny-ffn"
+flags = ["--attention", "mlp"]
+"""
+    out = tmp_path / "out"
+    path = write_study(tmp_path / "toy.toml", out, toy_data, extra_study="skip_eval = true", arms=arms, findings="")
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hybrid, uniform = out / "runs" / "mlp-hybrid_s7", out / "runs" / "mlp-uniform_s7"
+    assert sorted(f for f in os.listdir(hybrid) if f.startswith("eval_")) == sorted(
+        f"eval_skip-{m}.{ext}" for m in ("attention", "block") for ext in ("jsonl", "json", "log"))
+    assert not [f for f in os.listdir(uniform) if f.startswith("eval_")]
+    skip = {m: final_val(hybrid / f"eval_skip-{m}.jsonl")["val_loss"] for m in ("attention", "block")}
+    whole = final_val(hybrid / "log.jsonl")["val_loss"]
+    assert len({whole, skip["attention"], skip["block"]}) == 3  # each mode reached the trainer
+
+    assert study.main(["report", path, "--binary", BIN]) == 0
+    report = (out / "report" / "report.md").read_text()
+    rows = section_table(report, "## Skip: hybrids without their variant layers")
+    assert rows == [{"arm": "mlp-hybrid", "hybrid": f"{whole:.4f}", "skip-attn": f"{skip['attention']:.4f}",
+                     "skip-block": f"{skip['block']:.4f}", "uniform arm": "mlp-uniform",
+                     "uniform": f"{final_val(uniform / 'log.jsonl')['val_loss']:.4f}"}]
+
+    os.remove(hybrid / "eval_skip-block.jsonl")  # lost: the next run redoes that one only
+    redo = study_cmd("run", path, "--binary", BIN)
+    assert redo.returncode == 0 and "mlp-hybrid_s7: eval skip-block" in redo.stdout, redo.stdout
+    assert "eval skip-attention" not in redo.stdout
+    assert final_val(hybrid / "eval_skip-block.jsonl")["val_loss"] == skip["block"]
+
+
+# the context-length evaluation ([study.context_eval], the Deconstructing paper's Table 4)
+
+def wikitext_fixture(d):
+    """A WikiText eval set built as from the Hub (dev/data/evals.py --files, rows in the
+    dataset's schema) with a small SentencePiece tokenizer trained on the same pages, and
+    training shards of those pages: (eval set path, tokenizer)."""
+    import evals
+    from tokenizer import train_sentencepiece
+    rng = np.random.default_rng(3)
+    words = ["the", "game", "battle", "river", "king", "song", "was", "is", "a", "of", "in", "1 @,@ 000", "@-@"]
+    pages = []
+    for i in range(8):
+        body = " . ".join(" ".join(rng.choice(words, size=int(rng.integers(4, 12)))) for _ in range(int(rng.integers(3, 9))))
+        pages.append(f" = Page {i} = \n \n {body} . \n")
+    with open(d / "test.jsonl", "w") as f:
+        for p in pages:
+            f.write(json.dumps({"page": p}) + "\n")
+    tok = train_sentencepiece([line for p in pages for line in evals.wikitext_detokenize(p).split("\n") if line],
+                              d / "tok", vocab_size=400, num_threads=1, hard_vocab_limit=False)
+    evals.main(["--tokenizer", tok.model_file, "--out", str(d), "--only", "wikitext", "--files",
+                f"wikitext={d / 'test.jsonl'}"])
+    for split, n in (("train", 200), ("val", 20)):
+        tokens = []
+        for _ in range(n):
+            tokens += [tok.bos_id] + tok.encode(evals.wikitext_detokenize(pages[int(rng.integers(len(pages)))]))
+        write_shard(d / f"wiki_{split}_000000.bin", np.array(tokens, dtype=np.int64))
+    return d / "wikitext.bin", tok
+
+
+def context_study(path, out, data, tok, wikitext, contexts):
+    path.write_text(f"""
+[study]
+name = "ctx"
+out = "{out}"
+seeds = [7]
+batch_size = 4
+seq_len = 32
+steps = 4
+val_every = 4
+save_every = 4
+flags = ["--train-data", "{data}/wiki_train_*.bin", "--val-data", "{data}/wiki_val_*.bin", "--val-batches", "2",
+         "--sample-tokens", "0", "--optimizer", "adamw", "--vocab-size", "{tok.vocab_size}", "--bos-id", "{tok.bos_id}"]
+
+[study.context_eval]
+sets = ["{wikitext}"]
+contexts = {contexts}
+
+[[arm]]
+name = "san"
+preset = "tiny"
+
+[[arm]]
+name = "ffn"
+preset = "tiny-ffn"
+""")
+    return str(path)
+
+
+@needs_bin
+def test_context_length_table(tmp_path):
+    """After each run, `--steps 0 --init-from final.bin --eval-context` scores the WikiText set at
+    each context (eval_context.jsonl); the report's table is those numbers; a second `run`
+    evaluates nothing, new contexts evaluate again, a missing set is skipped and said so."""
+    import study_report
+    wikitext, tok = wikitext_fixture(tmp_path)
+    out = tmp_path / "out"
+    path = context_study(tmp_path / "ctx.toml", out, tmp_path, tok, wikitext, [8, 16, 64])  # tiny's context: 64
+    proc = study_cmd("run", path, "--binary", BIN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": eval context\n") == 2 and "--eval-context 8,16,64" in proc.stdout
+    logs = {}
+    for run in ("san_s7", "ffn_s7"):
+        evals = study.read_evals(out / "runs" / run / "eval_context.jsonl")
+        assert list(evals) == [0]  # evaluated once (--init-from starts at step 0)
+        logs[run] = evals[0]["wikitext"]
+        assert json.load(open(out / "runs" / run / "eval_context.json"))["flags"][:4] == [
+            "--eval-sets", str(wikitext), "--eval-context", "8,16,64"]
+        # each context is its own number; 64 is the model's context, the scores at --seq-len
+        assert len({logs[run][f"word_perplexity@{n}"] for n in (8, 16, 64)}) == 3
+        assert logs[run]["word_perplexity@64"] == logs[run]["word_perplexity"]
+    assert study.main(["report", path, "--binary", BIN]) == 0
+    report = (out / "report" / "report.md").read_text()
+    rows = {r["arm"]: r for r in md_table(report[report.index("## Perplexity by context length"):], "arm")}
+    assert set(rows) == {"san", "ffn"}
+    for arm in ("san", "ffn"):
+        for n in (8, 16, 64):
+            assert abs(float(rows[arm][str(n)]) - logs[f"{arm}_s7"][f"word_perplexity@{n}"]) <= 5e-3, (arm, n)
+    # done: not run again
+    again = study_cmd("run", path, "--binary", BIN)
+    assert again.returncode == 0 and "eval context" not in again.stdout, again.stdout
+    # other contexts are another evaluation; while the set is missing it is skipped, not failed
+    path = context_study(tmp_path / "ctx.toml", out, tmp_path, tok, wikitext, [8, 32])
+    os.rename(wikitext, tmp_path / "away.bin")
+    skipped = study_cmd("run", path, "--binary", BIN, "--only", "0")
+    assert skipped.returncode == 0 and f"san_s7: eval context skipped ({wikitext} does not exist)" in skipped.stdout
+    os.rename(tmp_path / "away.bin", wikitext)
+    rerun = study_cmd("run", path, "--binary", BIN, "--only", "0")
+    assert rerun.returncode == 0 and "--eval-context 8,32" in rerun.stdout and "ffn_s7" not in rerun.stdout
+    evals = study.read_evals(out / "runs" / "san_s7" / "eval_context.jsonl")[0]["wikitext"]
+    assert evals["word_perplexity@8"] == logs["san_s7"]["word_perplexity@8"] and "word_perplexity@16" not in evals
+    # a report of a study whose runs are not evaluated yet shows the table empty
+    md = study_report.context_length_section(study.load_study(path), {})
+    assert md[0] == "## Perplexity by context length"
+
+
+@pytest.mark.parametrize("table, message", [
+    ('{sets = ["w.bin"], contexts = [8, 128]}', "[study.context_eval].contexts: 128 is longer than arm 'san''s context 64"),
+    ('{sets = ["w.bin"], contexts = [8, 8]}', "[study.context_eval].contexts repeats a context"),
+    ('{sets = [], contexts = [8]}', "[study.context_eval].sets must be a non-empty list"),
+    ('{sets = ["w.bin"], contexts = [0]}', "[study.context_eval].contexts must be a non-empty list of positive"),
+    ('{sets = ["w.bin"], context = [8]}', "[study.context_eval]: unknown field 'context'"),
+])
+def test_bad_context_eval_is_named(toy_data, tmp_path, table, message):
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data, extra_study=f"context_eval = {table}")
+    proc = study_cmd("run", path, "--binary", BIN or "/nonexistent/train_san")
+    assert proc.returncode == 2 and path in proc.stderr and message in proc.stderr, proc.stderr
 
 
 def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):

@@ -179,3 +179,14 @@ def test_hugging_face_mapping(tmp_path, monkeypatch):
     m2 = gpt2_files.gpt2_from_hf("gpt2")
     for (n, a), (_, b) in zip(m.ordered_parameters(), m2.ordered_parameters()):
         assert torch.equal(a, b), n
+
+
+def test_schedule_horizon_and_embedding_decay_reach_the_optimizer():
+    """--schedule-steps and --decay-embedding (as train_gpt2.cu takes them through the shared options)
+    reach the reference's optimizer config; left out they keep the defaults."""
+    import train_gpt2
+    p = train_gpt2.build_parser()
+    oc = train_gpt2.opt_from_args(p.parse_args(["--schedule-steps", "7", "--decay-embedding", "1"]))
+    assert (oc.schedule_steps, oc.decay_embedding) == (7, 1)
+    oc = train_gpt2.opt_from_args(p.parse_args([]))
+    assert (oc.schedule_steps, oc.decay_embedding) == (0, 0)

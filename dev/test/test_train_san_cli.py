@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from trainer_cli import ROOT, run_binary, step_losses, write_pattern_corpus
+from trainer_cli import ROOT, run_binary, step_losses, write_pattern_corpus, state_differences
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
@@ -110,8 +110,8 @@ def test_results_do_not_depend_on_worker_threads(data, tmp_path, gemm):
         if gemm == "openblas" and "this build has no OpenBLAS" in proc.stderr:
             pytest.skip("built without OpenBLAS")
         assert proc.returncode == 0, proc.stderr
-        finals.append((out / "final.bin").read_bytes())
-    assert finals[0] == finals[1]
+        finals.append(out / "final.bin")
+    assert state_differences(*finals) == []
 
 
 def test_loss_falls(data, tmp_path):
@@ -130,7 +130,7 @@ def test_resume_is_exact(data, tmp_path, optimizer):
     run(common(data, straight, optimizer) + ["--steps", "8", "--save-every", "4"])
     # as if the run had been killed after step 4: resume from its step-4 checkpoint
     run(common(data, resumed, optimizer) + ["--steps", "8", "--resume", str(straight / "step_4.bin")])
-    assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
+    assert state_differences((straight / "final.bin"), (resumed / "final.bin")) == []
 
 
 def test_default_optimizer_is_muon(data, tmp_path):
@@ -287,6 +287,14 @@ def test_paper_preset_without_paper_setup_warns(data, tmp_path, preset):
                  ["--muon-order", "paper"]):
         assert "warning: --preset" not in run(base + more).stdout
     assert "warning: --preset" not in run(base[2:] + ["--preset", "tiny"]).stdout
+    # the reference (train_san.py) warns for the same flags with the same line
+    sys.path.insert(0, ROOT)
+    import train_san
+    for more in ([], ["--paper-setup", "1", "--global-batch", "4", "--lr-scale-gpus", "1"], ["--muon-order", "paper"],
+                 ["--optimizer", "adamw"]):
+        milestones = ["--milestones", "0"] if "--paper-setup" in more else []   # (the reference saves none)
+        binary = [l for l in run(base + more + milestones).stdout.splitlines() if l.startswith("warning: --preset")]
+        assert [w for w in [train_san.paper_preset_warning(train_san.parse_args(base + more))] if w] == binary, more
 
 
 def test_val_whole_docs_2_validates_on_both(data, tmp_path):
@@ -313,3 +321,26 @@ def test_val_whole_docs_2_validates_on_both(data, tmp_path):
     assert train[0] == train[1] == train[2]
     proc = run(common(data, tmp_path) + ["--val-whole-docs", "3"], check=False)
     assert proc.returncode != 0 and "--val-whole-docs must be 0, 1 or 2, got 3" in proc.stderr
+
+
+FP32_BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
+
+
+@pytest.mark.skipif(not FP32_BIN or not os.path.exists(os.path.join(ROOT, FP32_BIN or "")),
+                    reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")
+def test_a_checkpoint_of_the_other_precision_is_no_resume(data, tmp_path):
+    """A bf16 build's checkpoint (run.precision=bf16) resumed by the fp32 build is refused by name
+    unless --resume-override 1 (then the change is printed); --init-from notes it in one line; the
+    same build resumes it silently."""
+    run(common(data, tmp_path) + ["--steps", "4", "--save-every", "2"])
+    step2 = str(tmp_path / "step_2.bin")
+    other = subprocess.run([os.path.join(ROOT, FP32_BIN), "--resume", step2, "--checkpoint-dir", str(tmp_path / "a")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert other.returncode != 0 and "trained by a bf16 build and this one is fp32" in other.stderr, other.stderr
+    forced = run_binary(FP32_BIN, ["--resume", step2, "--resume-override", "1", "--checkpoint-dir", tmp_path / "b"])
+    assert "resume: --resume-override 1: precision fp32 (the saved run's bf16)" in forced.stdout
+    init = run_binary(FP32_BIN, ["--steps", "0", "--init-from", step2, "--val-data", str(data / "toy_val_*.bin"),
+                                 "--sample-tokens", "0"])
+    assert f"note: {step2} was written by a bf16 build; this fp32 build starts from its values" in init.stdout
+    same = run(["--resume", step2, "--checkpoint-dir", tmp_path / "c"])
+    assert "precision" not in same.stdout

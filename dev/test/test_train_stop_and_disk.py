@@ -2,18 +2,22 @@
 train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, llmc/utils.h).
 
 - SIGINT after the first steps: the run finishes its step, writes step_K.bin, exits with
-  130; resumed from that file it ends byte for byte where an uninterrupted run ends (the
-  reference run also saves at step K, as the interrupted one did: a save draws the sampling
-  RNG's next seed). SIGTERM: the same, exit 143. Without --checkpoint-dir: a clean exit
-  that says nothing was saved.
+  130; resumed from that file it ends byte for byte where an uninterrupted run ends (which
+  saved nothing on the way) and prints the same samples after step K (scripts/ckpt_diff.py
+  compares the final states too). SIGTERM: the same, exit 143. Without --checkpoint-dir: a
+  clean exit that says nothing was saved.
+- A save has no side effect: with --save-every the samples and the final state are those
+  of the run without it.
 - A checkpoint directory that cannot be written is refused before training starts.
 - A disk that fills up while a checkpoint is written (a small tmpfs where this process may
   mount one, else a file-size limit, RLIMIT_FSIZE) stops the run with the file and the
   reason named, leaves no partial file behind, and the checkpoint that was already under
   the final name is untouched.
 Cost: ~10 runs of a few tiny-preset steps each, ~10 s on 2 cores."""
+import json
 import os
 import resource
+import sys
 import shutil
 import signal
 import subprocess
@@ -21,8 +25,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, ROOT, VOCAB, run_binary
+from trainer_cli import BOS, ROOT, VOCAB, run_binary, state_differences
 from shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
+
+import ckpt_diff  # noqa: E402  (scripts/, on the path through trainer_cli)
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
@@ -68,17 +74,26 @@ def interrupted_run(a, sig):
 
 def saved_step(out):
     """K of the step_K.bin the interrupted run names for --resume."""
-    line = [l for l in out.splitlines() if "continue with --resume" in l]
+    line = [l for l in out.splitlines() if "continue with: " in l and " --resume " in l]
     assert line, out
     name = os.path.basename(line[-1].split("--resume ")[1].strip())
     assert name.startswith("step_") and name.endswith(".bin"), line
     return int(name[len("step_"):-len(".bin")])
 
 
+# a sample every 2 steps, drawn at temperature 1: each one uses the sampling RNG
+SAMPLING = ["--sample-every", 2, "--sample-tokens", 8, "--temperature", 1]
+
+
+def samples(log):
+    """{step: sample text} of a run's JSONL log."""
+    return {r["step"]: r["sample"] for r in map(json.loads, open(log)) if "sample" in r}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_saves_a_checkpoint_that_resumes_exactly(data, tmp_path, sig):
     stopped, straight, resumed = tmp_path / "stopped", tmp_path / "straight", tmp_path / "resumed"
-    rc, out, err = interrupted_run(args(data, stopped), sig)
+    rc, out, err = interrupted_run(args(data, stopped) + SAMPLING, sig)
     assert rc == 128 + sig, (rc, out, err)
     k = saved_step(out)
     assert 1 <= k < STEPS, out
@@ -86,11 +101,24 @@ def test_signal_saves_a_checkpoint_that_resumes_exactly(data, tmp_path, sig):
     assert sorted(p.name for p in stopped.iterdir()) == [f"step_{k}.bin"]  # nothing else, no .tmp
     if sig != signal.SIGINT:
         return  # the resume below is the same for both signals; once is enough
-    run(args(data, straight) + ["--save-every", k])
-    proc = run(args(data, resumed) + ["--resume", stopped / f"step_{k}.bin", "--resume-override", 1,
-                                      "--save-every", k])
+    run(args(data, straight) + SAMPLING + ["--log", tmp_path / "straight.jsonl"])
+    proc = run(args(data, resumed) + SAMPLING + ["--resume", stopped / f"step_{k}.bin",
+                                                 "--log", tmp_path / "resumed.jsonl"])
     assert f"resumed from {stopped / f'step_{k}.bin'} at step {k}" in proc.stdout
-    assert (straight / "final.bin").read_bytes() == (resumed / "final.bin").read_bytes()
+    assert state_differences(straight / "final.bin", resumed / "final.bin") == []
+    after = samples(tmp_path / "resumed.jsonl")
+    assert after and min(after) > k and all(after[s] == samples(tmp_path / "straight.jsonl")[s] for s in after)
+
+
+def test_a_save_changes_nothing_of_the_run(data, tmp_path):
+    run(args(data, tmp_path / "plain") + SAMPLING + ["--log", tmp_path / "plain.jsonl"])
+    run(args(data, tmp_path / "saving") + SAMPLING + ["--save-every", 3, "--log", tmp_path / "saving.jsonl"])
+    assert samples(tmp_path / "plain.jsonl") == samples(tmp_path / "saving.jsonl")
+    assert len(samples(tmp_path / "plain.jsonl")) == STEPS // 2
+    # the files differ in run.save_every and the outputs' places alone, which the comparison leaves out
+    assert state_differences(tmp_path / "plain" / "final.bin", tmp_path / "saving" / "final.bin") == []
+    keys = ckpt_diff.differences(tmp_path / "plain" / "final.bin", tmp_path / "saving" / "final.bin", all_keys=True)
+    assert [k.split(":")[0] for k in keys] == ["key run.checkpoint_dir", "key run.log", "key run.save_every"]
 
 
 def test_signal_without_checkpoint_dir_stops_cleanly(data):
@@ -165,3 +193,32 @@ def test_full_disk_stops_and_keeps_the_previous_checkpoint(data, tmp_path, mount
     assert "No space left on device" in proc.stderr or "File too large" in proc.stderr, proc.stderr
     assert (d / "final.bin").read_bytes() == previous
     assert sorted(p.name for p in d.iterdir()) == ["final.bin"]  # the partial temporary file is gone
+
+
+def test_a_resumed_log_reads_as_the_straight_runs(data, tmp_path):
+    """A run killed (SIGKILL: no save) after step 7 of 12, having saved at step 4, resumed from
+    step_4.bin with the same --log: the log holds steps 5-7 twice, and the resume record makes
+    scripts/run_files.py read it as the straight run's log (losses, validations, samples)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import run_files
+    a = args(data, tmp_path / "ckpt") + SAMPLING + ["--save-every", 4, "--val-every", 3, "--val-data",
+                                                     str(data / "toy_train_*.bin"), "--val-batches", 1]
+    proc = subprocess.Popen([os.path.join(ROOT, BIN)] + [str(x) for x in a + ["--log", tmp_path / "cut.jsonl"]],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("step ") and line.split("|")[0].split()[1] == f"8/{STEPS}":  # step 7's records are out
+            proc.kill()
+            break
+    proc.communicate(timeout=60)
+    cut = [json.loads(l) for l in open(tmp_path / "cut.jsonl")]
+    assert max(r["step"] for r in cut) >= 7, cut[-3:]
+    run(a[:a.index("--checkpoint-dir")] + SAMPLING + ["--resume", tmp_path / "ckpt" / "step_4.bin", "--checkpoint-dir",
+        tmp_path / "ckpt2", "--log", tmp_path / "cut.jsonl"])
+    run(a + ["--checkpoint-dir", tmp_path / "straight", "--log", tmp_path / "straight.jsonl"])
+    raw = [json.loads(l) for l in open(tmp_path / "cut.jsonl")]
+    assert {"step": 4, "resume": str(tmp_path / "ckpt" / "step_4.bin")} in raw
+    assert sum(1 for r in raw if r.get("step") == 6 and "sample" in r) == 2     # logged twice ...
+    without_clock = lambda recs: [{k: v for k, v in r.items() if k not in ("ms", "tok_s", "resume")}  # noqa: E731
+                                  for r in recs if "resume" not in r]
+    assert without_clock(run_files.step_records(tmp_path / "cut.jsonl")) == \
+        without_clock(run_files.step_records(tmp_path / "straight.jsonl"))         # ... read once

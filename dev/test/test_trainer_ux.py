@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, ROOT, run_binary, write_pattern_corpus
+from trainer_cli import BOS, ROOT, run_binary, write_pattern_corpus, state_differences
 from shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
 
 SAN = os.environ.get("TRAIN_SAN_BIN")
@@ -501,4 +501,47 @@ def test_resume_in_the_run_directory(data, finished, tmp_path):
     d, _ = finished["san"]
     (tmp_path / "step_6.bin").write_bytes((d / "step_6.bin").read_bytes())
     run("san", common(data, tmp_path) + ["--steps", 10, "--save-every", 6, "--resume", tmp_path / "step_6.bin"])
-    assert (tmp_path / "final.bin").read_bytes() == (d / "final.bin").read_bytes()
+    assert state_differences((tmp_path / "final.bin"), (d / "final.bin")) == []
+
+
+@pytest.mark.parametrize("trainer", ["san", "gpt2"])
+def test_the_stop_hint_continues_the_run_to_its_outputs(trainer, offline, tmp_path):
+    """Ctrl-C prints a command; pasted verbatim (its words alone, from the same directory), it
+    continues the run to the outputs of the run that went straight through: the checkpoints in
+    the run's directory, the same log (read as the straight run's: scripts/run_files.py), the
+    samples decoded by the run's tokenizer, the eval set scored."""
+    import shlex
+    import signal
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import ckpt_diff
+    import run_files
+
+    def flags(out):
+        return ["--preset", "tiny", "--train-data", str(offline / "synth" / "synth_train_*.bin"),
+                "--val-data", str(offline / "synth" / "synth_val_*.bin"), "--tokenizer", str(offline / "tokenizer.bin"),
+                "--steps", "12", "--batch-size", "2", "--val-every", "6", "--val-batches", "1", "--sample-every", "4",
+                "--sample-tokens", "8", "--eval-sets", str(offline / "eval" / "sanity_kjv_mc.bin"),
+                "--log", str(out / "log.jsonl"), "--checkpoint-dir", str(out)]
+    stopped, straight = tmp_path / "stopped", tmp_path / "straight"
+    proc = subprocess.Popen([binary(trainer)] + flags(stopped), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("step ") and line.split("|")[0].split()[1] == "2/12":
+            proc.send_signal(signal.SIGINT)
+            break
+    out = "".join(out) + proc.communicate(timeout=300)[0]
+    hint = [l.split("continue with: ", 1)[1] for l in out.splitlines() if "continue with: " in l]
+    assert len(hint) == 1, out
+    cont = subprocess.run(shlex.split(hint[0]), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert cont.returncode == 0, cont.stdout + cont.stderr
+    assert "resume: outputs as the saved run's: --checkpoint-dir" in cont.stdout
+    run(trainer, flags(straight))
+    assert ckpt_diff.differences(stopped / "final.bin", straight / "final.bin") == []
+    clockless = lambda recs: [{k: v for k, v in r.items() if k != "ms"} for r in recs if "resume" not in r]  # noqa: E731
+    resumed, whole = (run_files.step_records(d / "log.jsonl") for d in (stopped, straight))
+    assert clockless(resumed) == clockless(whole)
+    samples = [r["sample"] for r in whole if "sample" in r]
+    assert len(samples) == 3 and all(not s.replace(" ", "").isdigit() for s in samples)   # text, not token ids
+    assert any("eval" in r for r in resumed if r["step"] == 12)

@@ -21,6 +21,11 @@ public:
         sizes.kernel_floats = std::max(sizes.kernel_floats, taylor_backward_scratch_floats(B, T, D.Hq, D.taylor_norm));
     }
     bool decodes_with_cache() const override { return false; }
+    // joint: the weights f(x) / sum f(x), f >= 1/2; separate: three matrices, the first-order one
+    // signed, so no attention matrix for the indicators (its logits still count)
+    ScoreInputs score_inputs() const override {
+        return {q, k, D.taylor_norm == TaylorNorm::Joint ? AttnWeights::TaylorJoint : AttnWeights::NotStochastic};
+    }
     std::string describe() const override { return std::string("; taylor_norm ") + kTaylorNorms.name(D.taylor_norm); }
 
 protected:

@@ -19,9 +19,10 @@ the tensors):
     size_scratch(sizes)            the backward buffers it shares with every other layer
     forward(pass, in, out)         out = mixer(in)
     backward(pass, in, dout, din)  din = dL/d in, OVERWRITTEN; its gradients ACCUMULATE
-and what the model asks of it: score_inputs() (the q, k of the logged max-logit
-measurement), mixes_pairs() (FLOPs), decodes_with_cache() (sampling), reads_fixed_row() /
-reads_embedding() (what the model must provide), describe() (the run's banner).
+and what the model asks of it: score_inputs() (the q, k of the logged max-logit measurement,
+and what its weights are for the attention-pattern indicators), mixes_pairs() (FLOPs),
+decodes_with_cache() (sampling), reads_fixed_row() / reads_embedding() (what the model must
+provide), describe() (the run's banner).
 */
 #pragma once
 
@@ -31,6 +32,7 @@ reads_embedding() (what the model must provide), describe() (the run's banner).
 
 #include "llmc/kernels/attention_shape.h"       // defines: AttnShape, AttnTensors, AttnGrads
 #include "llmc/kernels/attention_variants.cuh"  // defines: TaylorNorm
+#include "llmc/model/attention_indicators.h"    // defines: AttnWeights
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/kv_cache.cuh"            // defines: KVCache
 #include "llmc/model/layer_weights.h"           // defines: Weight, LayerWeights
@@ -90,11 +92,13 @@ struct MixerPass {
     int pos() const { return cache != nullptr ? cache->pos : 0; }
 };
 
-// The q and k whose scaled products the measurements look at (null: the mixer has no scores).
+// The q and k whose scaled products the measurements look at (null: the mixer has no scores),
+// and the weights the mixer makes of them (llmc/model/attention_indicators.h).
 struct ScoreInputs {
     const floatX* q = nullptr;   // (Bn, Tn, Hq, hd)
     const floatX* k = nullptr;   // (Bn, Tn, Hkv, hd)
-    bool own_position_only = false;  // nonapprox: the score of t is q[t].k[t]
+    AttnWeights weights = AttnWeights::Softmax;  // OwnScoreSoftmax (nonapprox): the score of t is q[t].k[t]
+    bool own_position_only() const { return weights == AttnWeights::OwnScoreSoftmax; }
 };
 
 class TokenMixer {

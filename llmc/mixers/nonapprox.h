@@ -24,7 +24,7 @@ public:
         sizes.attention = true;
         sizes.kernel_floats = std::max(sizes.kernel_floats, nonapprox_backward_scratch_floats(B, T, D.Hq, D.hd));
     }
-    ScoreInputs score_inputs() const override { return {q, k, true}; }
+    ScoreInputs score_inputs() const override { return {q, k, AttnWeights::OwnScoreSoftmax}; }
     bool mixes_pairs() const override { return false; }  // one score per position
     bool decodes_with_cache() const override { return false; }
 

@@ -81,7 +81,7 @@ public:
         input_grads(s, r, lin, din);
     }
 
-    ScoreInputs score_inputs() const override { return {q, k, false}; }
+    ScoreInputs score_inputs() const override { return {q, k, AttnWeights::Softmax}; }
     bool decodes_with_cache() const override { return true; }
 
 protected:

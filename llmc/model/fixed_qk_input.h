@@ -1,13 +1,13 @@
 /*
 The fixed QK input of rndembqk and fixedseqqk (doc/deconstructing.md "rndembqk and fixedseqqk";
 the mixer is llmc/mixers/fixed_qk.h, the row's kernels llmc/kernels/fixed_qk.cuh): model state
-that is not a parameter. rndembqk's eps (T_max x d fp32, N(0, sigma^2), sigma = 0.02 sqrt(d)),
+that is not a parameter. rndembqk's eps (T_max x d fp32, N(0, sigma^2), sigma = the real stream's
+scale at init: 0.02 x the embedding multiplier, sqrt(d) or 1),
 or fixedseqqk's T_max token ids (embedded with the live embedding); drawn / read at init,
 written to and read from checkpoints (tensors fixed_qk.input / fixed_qk.tokens, doc/formats.md).
 */
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -33,14 +33,13 @@ struct FixedQKInput {
         : random(random_input), T(T_max), d(width), vocab(vocab_size) {
         if (random) { eps.assign((size_t)T * d, 0.0f); } else { tokens.assign(T, 0); }
     }
-    // sigma = 0.02 sqrt(d): the scale of the real stream at init (embedding N(0, 0.02) x sqrt(d))
-    float sigma() const { return 0.02f * std::sqrt((float)d); }
-
-    // rndembqk: eps from its own stream (seed + 1), so the parameters' draw is the same for every kind
-    void draw(uint64_t seed) {
+    // rndembqk: eps ~ N(0, sigma^2) from its own stream (seed + 1), so the parameters' draw is the
+    // same for every kind; sigma: the scale of the real stream at init (the embedding's N(0, 0.02)
+    // times its multiplier)
+    void draw(uint64_t seed, float sigma) {
         std::mt19937_64 rng(seed + 1);
         std::normal_distribution<float> normal(0.0f, 1.0f);
-        for (float& e : eps) { e = sigma() * normal(rng); }
+        for (float& e : eps) { e = sigma * normal(rng); }
     }
     // fixedseqqk: the first T tokens of the training data (its shards in sorted order)
     void take_first_tokens(const std::string& pattern) {

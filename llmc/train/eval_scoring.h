@@ -20,8 +20,16 @@ the model's). Requests are packed one per row, up to --batch-size rows of the lo
 request's length per forward pass; the rest of a row is padding after the request, which
 a causal model never lets it see.
 
+--eval-context N1,N2,... (the Deconstructing paper's appendix C, Table 4: WikiText perplexity at
+context lengths 128 ... 2048) scores every rolling set once more in windows of each N <= T,
+logged beside the scores at T as word_perplexity@N and token_perplexity@N (lm-eval's
+loglikelihood_rolling with max_length N). Multiple-choice and cloze sets are scored at T only:
+Table 4 is WikiText's, and their items are shorter than any context it lists, so cutting them
+to N would measure nothing the paper does.
+
 Cost: one forward pass per batch of requests (a multiple-choice item is one request per
-choice; a WikiText page of n tokens is ceil(n / T) requests), no backward.
+choice; a WikiText page of n tokens is ceil(n / T) requests), no backward; each --eval-context
+N adds the rolling sets' ceil(n / N) requests of at most N tokens.
 */
 #pragma once
 
@@ -33,6 +41,7 @@ choice; a WikiText page of n tokens is ceil(n / T) requests), no backward.
 
 #include "llmc/kernels/classifier.cuh"  // defines: target_logprob
 #include "llmc/data/evalset.h"          // defines: EvalSet, load_evalset
+#include "llmc/number_text.h"           // defines: parse_whole_integer
 #include "llmc/utils.h"
 
 // One request: its tokens ((context + continuation)[-(T+1):]) and how many at the end are scored.
@@ -208,15 +217,42 @@ EvalSetScores score_evalset(Model& model, const EvalSet& es, const std::string& 
     return s;
 }
 
+// The windows of --eval-context (a comma list of token counts): each 1..seq_len (the run's
+// activations hold rows of --seq-len tokens), none twice; empty list: none.
+inline std::vector<int> parse_eval_contexts(const std::string& list, int seq_len) {
+    std::vector<int> contexts;
+    for (size_t pos = 0; pos <= list.size() && !list.empty();) {
+        size_t comma = std::min(list.find(',', pos), list.size());
+        const std::string text = list.substr(pos, comma - pos);
+        pos = comma + 1;
+        long long n = 0;
+        if (!parse_whole_integer(text.c_str(), &n)) {
+            fatal("--eval-context '%s': '%s' is not a whole number of tokens", list.c_str(), text.c_str());
+        }
+        if (n < 1 || n > seq_len) {
+            fatal("--eval-context '%s': %lld is outside 1..%d, the run's --seq-len (a row holds at most --seq-len "
+                  "tokens; --steps 0 --init-from CKPT takes the model's context unless --seq-len is given)",
+                  list.c_str(), n, seq_len);
+        }
+        if (std::find(contexts.begin(), contexts.end(), (int)n) != contexts.end()) {
+            fatal("--eval-context '%s': %lld is listed twice", list.c_str(), n);
+        }
+        contexts.push_back((int)n);
+    }
+    return contexts;
+}
+
 // The eval sets of --eval-sets (a comma list of .bin files), each named by its file name
-// without directory and ".bin"; checked against the model's vocabulary at load.
+// without directory and ".bin"; checked against the model's vocabulary at load. `contexts`:
+// the windows of --eval-context that the rolling sets are scored in besides --seq-len.
 struct EvalSuite {
     std::vector<EvalSet> sets;
     std::vector<std::string> names;
+    std::vector<int> contexts;
 
     bool empty() const { return sets.empty(); }
 
-    void load(const std::string& list, int vocab_size) {
+    void load(const std::string& list, int vocab_size, const std::vector<int>& rolling_contexts = {}) {
         size_t pos = 0;
         while (pos <= list.size() && !list.empty()) {
             size_t comma = list.find(',', pos);
@@ -238,6 +274,13 @@ struct EvalSuite {
                    path.c_str());
             sets.push_back(std::move(es));
             names.push_back(name);
+        }
+        contexts = rolling_contexts;
+        bool any_rolling = false;
+        for (const EvalSet& es : sets) { any_rolling = any_rolling || es.kind == EVAL_ROLLING; }
+        if (!contexts.empty() && !any_rolling) {
+            fatal("--eval-context: none of the --eval-sets is a rolling set (e.g. wikitext from dev/data/evals.py); "
+                  "it changes only how rolling sets are scored");
         }
     }
 
@@ -269,6 +312,17 @@ struct EvalSuite {
             metric("word_perplexity", s.word_perplexity);
             metric("token_perplexity", s.token_perplexity);
             printf(" | %.1f s\n", timer.ms() / 1e3);
+            if (sets[k].kind == EVAL_ROLLING) {  // --eval-context: the same set in windows of N tokens
+                for (int N : contexts) {
+                    Timer context_timer;
+                    EvalSetScores c = score_evalset(model, sets[k], names[k], rows, N, V, Vp);
+                    printf("step %ld: eval %s at context %d:", step, c.name.c_str(), N);
+                    const std::string at = "@" + std::to_string(N);
+                    metric(("word_perplexity" + at).c_str(), c.word_perplexity);
+                    metric(("token_perplexity" + at).c_str(), c.token_perplexity);
+                    printf(" | %.1f s\n", context_timer.ms() / 1e3);
+                }
+            }
             json += "}";
         }
         return json + "}";

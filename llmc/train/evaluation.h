@@ -21,6 +21,7 @@ Validation and the per-layer measurements logged with it (host side; the model c
 
 #include "llmc/parallel/comm.h"
 #include "llmc/data/dataloader.h"
+#include "llmc/model/attention_indicators.h"  // defines: LayerIndicators, LogitSummary, their JSON
 #include "llmc/train/run_log.h"
 
 // Validation over the first `batches` batches (0, or more than there are: one pass over the
@@ -125,6 +126,8 @@ struct LayerMeasurements {
     std::vector<double> attn_gate, ffn_gate;  // residual gate values (sigmoid(g) gated, g rezero); empty: none
     std::vector<double> erank;                // effective rank of the residual stream after each layer
     std::vector<double> max_logit;            // largest |pre-softmax attention logit| of each layer
+    std::vector<LayerIndicators> indicators;  // attention-pattern indicators of each layer ("Deconstructing Attention")
+    std::vector<LogitSummary> logits;         // the distribution of each layer's |pre-softmax logits|
 };
 
 template <typename Model, typename = void>
@@ -133,9 +136,11 @@ template <typename Model>
 struct has_measure<Model, std::void_t<decltype(std::declval<Model&>().measure((const int*)nullptr, 0, 0))>>
     : std::true_type {};
 
-// The slice of validation data measure() runs on: the first 2 windows of 257 tokens (the
-// SAN paper's code), fewer where the run's rows are shorter or the activations smaller.
-constexpr int kMeasureRows = 2, kMeasureTokens = 257;
+// The slice of validation data measure() runs on: the first 4 windows of 257 tokens, fewer
+// where the run's rows are shorter, the activations smaller or the data has fewer windows. The
+// effective ranks and max_logit read its first 2 rows (the SAN paper's code), the
+// attention-pattern indicators and the logit distribution all 4 (doc/deconstructing.md).
+constexpr int kMeasureRows = 2, kIndicatorRows = 4, kMeasureTokens = 257;
 
 // The lines a validation prints: the loss (per region, z-loss), then one line per exercise.
 inline void print_validation(long step, const ValResult& r) {
@@ -193,6 +198,8 @@ inline std::string validation_json(long step, const ValResult& r, const LayerMea
     append_json_array(line, "gate_ffn", m.ffn_gate);
     append_json_array(line, "erank", m.erank);
     append_json_array(line, "max_logit", m.max_logit);
+    append_indicators_json(line, m.indicators);
+    append_logits_json(line, m.logits);
     auto nest = [&](const char* key, const ValResult& nested) {  // its keys after the step's: {"step": N, "val_loss": ...}
         std::string inner = validation_json(step, nested, LayerMeasurements{});
         line += std::string(", \"") + key + "\": {" + inner.substr(inner.find(", ") + 2);

@@ -2,8 +2,11 @@
 What a run started from a checkpoint keeps (host-only C++17):
   - --resume continues the saved run: its settings come from the checkpoint (run_settings:
     one table of key, flags, value) and flags that would change them are refused by name
-    (continue_saved_run), unless --resume-override 1; --extend-to N trains it on (a WSD
-    run extended from inside its decay gets a hint: extend from before the decay);
+    (continue_saved_run), unless --resume-override 1; its outputs (checkpoint directory,
+    log, tokenizer, samples, eval sets) come from it too, and flags given set them freely;
+    --extend-to N trains it on (a WSD run extended from inside its decay gets a hint:
+    extend from before the decay); a build of the other precision is refused
+    (check_build_precision);
   - the data must continue where the saved run left off (data_difference);
   - on another rank count, the rows per micro-batch over the ranks carry over
     (continue_on_ranks: --batch-size becomes saved rows / ranks, or the resume is refused);
@@ -15,9 +18,11 @@ doc/formats.md "Resume state" lists the keys.
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <set>
 #include <string>
@@ -25,6 +30,7 @@ doc/formats.md "Resume state" lists the keys.
 #include <vector>
 
 #include "llmc/cli.h"
+#include "llmc/cuda_common.h"  // defines: PRECISION_NAME
 #include "llmc/data/dataloader.h"
 #include "llmc/number_text.h"
 #include "llmc/data/tensor_file.h"
@@ -54,16 +60,55 @@ inline long long parse_setting_integer(const char* key, const std::string& text,
     return x;
 }
 
+// `text` as one word of a POSIX shell command line (single-quoted unless it is plainly safe).
+inline std::string shell_word(const std::string& text) {
+    bool plain = !text.empty();
+    for (char c : text) { plain = plain && (isalnum((unsigned char)c) || strchr("_./-+=:,@%", c) != nullptr); }
+    if (plain) { return text; }
+    std::string out = "'";
+    for (char c : text) { out += c == '\'' ? std::string("'\\''") : std::string(1, c); }
+    return out + "'";
+}
+
+// Whether two paths name the same existing file.
+inline bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 // One setting of a run: its checkpoint key, the flags that set it, and its value as text.
-// Where the outputs go (--checkpoint-dir, --log) is no setting of the run: each command
-// line says it (so a resumed run's checkpoints equal the uninterrupted run's, byte for byte).
+// `output`: where the run's outputs go and what they show (--checkpoint-dir, --log, --tokenizer,
+// the samples, the eval sets): a resume restores them from the file so that `--resume CKPT`
+// alone continues the run to the same outputs, and a flag given sets them without a refusal
+// (they change no number of the run). Two ways to the same state may differ in them, as in
+// every run.* key: scripts/ckpt_diff.py leaves those out.
 struct RunSetting {
     std::string key;
     std::vector<std::string> flags;
     std::function<std::string(const TrainOptions&)> get;
     std::function<void(TrainOptions&, const std::string&)> set;
     std::string absent = "";  // what a file without the key ran with ("": unknown, the flags' value stands)
+    bool output = false;
 };
+
+// A text setting's value as one line of a checkpoint's config text (\n and \ escaped) and back.
+inline std::string escape_setting(const std::string& v) {
+    std::string out;
+    for (char c : v) { out += c == '\n' ? std::string("\\n") : c == '\\' ? std::string("\\\\") : std::string(1, c); }
+    return out;
+}
+inline std::string unescape_setting(const std::string& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (v[i] == '\\' && i + 1 < v.size()) {
+            out += v[i + 1] == 'n' ? '\n' : v[i + 1];
+            i++;
+        } else {
+            out += v[i];
+        }
+    }
+    return out;
+}
 
 inline std::vector<RunSetting> run_settings() {
     std::vector<RunSetting> out;
@@ -150,6 +195,31 @@ inline std::vector<RunSetting> run_settings() {
             [](TrainOptions& o, long long v) { o.save_every = (int)v; });
     integer("run.milestones", {"--milestones"}, [](const TrainOptions& o) { return (long long)o.milestones; },
             [](TrainOptions& o, long long v) { o.milestones = (int)v; });
+    // the outputs (RunSetting::output); absent in files from before 2026-12-03: the flags' values stand
+    const size_t first_output = out.size();
+    auto path = [&](const char* key, const char* flag, std::string TrainOptions::*field) {
+        out.push_back({key, {flag}, [field](const TrainOptions& o) { return escape_setting(o.*field); },
+                       [field](TrainOptions& o, const std::string& v) { o.*field = unescape_setting(v); }});
+    };
+    path("run.checkpoint_dir", "--checkpoint-dir", &TrainOptions::checkpoint_dir);
+    path("run.log", "--log", &TrainOptions::log_path);
+    integer("run.log_every", {"--log-every"}, [](const TrainOptions& o) { return (long long)o.log_every; },
+            [](TrainOptions& o, long long v) { o.log_every = (int)v; });
+    path("run.tokenizer", "--tokenizer", &TrainOptions::tokenizer_path);
+    integer("run.sample_every", {"--sample-every"}, [](const TrainOptions& o) { return (long long)o.sample_every; },
+            [](TrainOptions& o, long long v) { o.sample_every = (int)v; });
+    integer("run.sample_tokens", {"--sample-tokens"}, [](const TrainOptions& o) { return (long long)o.sample_tokens; },
+            [](TrainOptions& o, long long v) { o.sample_tokens = (int)v; });
+    out.push_back({"run.temperature", {"--temperature"},
+                   [](const TrainOptions& o) { return shortest_real_text((double)o.temperature); },
+                   [](TrainOptions& o, const std::string& v) { o.temperature = (float)parse_setting_real("run.temperature", v); }});
+    path("run.prompt", "--prompt", &TrainOptions::prompt);
+    integer("run.kv_cache", {"--kv-cache"}, [](const TrainOptions& o) { return (long long)o.kv_cache; },
+            [](TrainOptions& o, long long v) { o.kv_cache = (int)v; });
+    path("run.eval_sets", "--eval-sets", &TrainOptions::eval_sets);
+    integer("run.eval_every", {"--eval-every"}, [](const TrainOptions& o) { return (long long)o.eval_every; },
+            [](TrainOptions& o, long long v) { o.eval_every = (int)v; });
+    for (size_t i = first_output; i < out.size(); i++) { out[i].output = true; }
     return out;
 }
 
@@ -173,11 +243,20 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     // --lr-scale-gpus given counts against the rates only when it changes the scale
     bool scale_changed = o.given.count("--lr-scale-gpus") && ckpt.has_key("run.lr_scale_gpus") &&
                          ckpt.integer("run.lr_scale_gpus") != o.lr_scale_gpus;
+    std::vector<std::string> restored;  // the outputs taken from the file
     for (const RunSetting& s : run_settings()) {
         if (!ckpt.has_key(s.key) && s.absent.empty()) { continue; }
         s.set(saved, ckpt.has_key(s.key) ? ckpt.str(s.key) : s.absent);
         std::string from_file = s.get(saved), from_flags = s.get(o);
         if (from_file == from_flags) { continue; }
+        if (s.output) {  // a flag given wins; else the saved run's
+            if (o.given.count(s.flags[0])) {
+                s.set(saved, from_flags);
+            } else {
+                restored.push_back(s.flags[0] + " " + (from_file.empty() ? "''" : from_file));
+            }
+            continue;
+        }
         std::string flag;
         for (const std::string& f : s.flags) {
             if (o.given.count(f) && (f != "--lr-scale-gpus" || scale_changed)) { flag = f; break; }
@@ -207,6 +286,20 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     printf("resume: continuing the run saved in %s at step %ld of %ld (optimizer, schedule, steps and data settings "
            "from the file)\n", ckpt.path().c_str(), done, o.steps);
     for (const std::string& c : changes) { printf("resume: --resume-override 1: %s\n", c.c_str()); }
+    // --extend-to in the saved run's own directory would write final.bin over the file it starts
+    // from: a directory beside it
+    if (o.extend_to != 0 && !o.given.count("--checkpoint-dir") && !o.checkpoint_dir.empty() &&
+        same_file(o.checkpoint_dir + "/final.bin", ckpt.path())) {
+        o.checkpoint_dir += "-to-" + std::to_string(o.extend_to);
+        for (std::string& r : restored) {
+            if (r.rfind("--checkpoint-dir ", 0) == 0) { r = "--checkpoint-dir " + o.checkpoint_dir + " (beside the saved run's)"; }
+        }
+    }
+    if (!restored.empty()) {
+        std::string list;
+        for (const std::string& r : restored) { list += (list.empty() ? "" : ", ") + r; }
+        printf("resume: outputs as the saved run's: %s\n", list.c_str());
+    }
     if (o.checkpoint_dir.empty()) { printf("warning: no --checkpoint-dir: this run writes no checkpoint\n"); }
     if (o.extend_to > 0) {
         if (o.extend_to <= done) {
@@ -235,6 +328,28 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
         fatal("--resume %s: that run finished (%ld of %ld steps). --extend-to N trains it on to N steps with the "
               "schedule recomputed over N; --steps 0 --init-from %s evaluates it", ckpt.path().c_str(), done, o.steps,
               ckpt.path().c_str());
+    }
+}
+
+// ---- the build's precision against a checkpoint's ---------------------------------------
+// run.precision: the precision of the build that wrote the file (bf16 or fp32; files from
+// before 2026-12-03 and the reference's have none, and are taken as they are). Resumed on the
+// other precision a run is no longer the same run (other rounding from its first step), so
+// --resume refuses it unless --resume-override 1; --init-from starts a new run anyway and says
+// so in one line.
+inline void check_build_precision(const TensorFileReader& ckpt, bool resuming, int resume_override) {
+    if (!ckpt.has_key("run.precision") || ckpt.str("run.precision") == PRECISION_NAME) { return; }
+    const std::string saved = ckpt.str("run.precision");
+    if (!resuming) {
+        printf("note: %s was written by a %s build; this %s build starts from its values\n", ckpt.path().c_str(),
+               saved.c_str(), PRECISION_NAME);
+    } else if (resume_override == 0) {
+        fatal("--resume %s: the run was trained by a %s build and this one is %s: continued here it would no longer be "
+              "the same run. Resume it with a %s build, add --resume-override 1 to continue it in %s anyway, or start a "
+              "new run from the model with --init-from", ckpt.path().c_str(), saved.c_str(), PRECISION_NAME,
+              saved.c_str(), PRECISION_NAME);
+    } else {
+        printf("resume: --resume-override 1: precision %s (the saved run's %s)\n", PRECISION_NAME, saved.c_str());
     }
 }
 
@@ -274,12 +389,6 @@ inline int64_t data_tokens(const DataLoader& d) {
     int64_t tokens = 0;
     for (const ShardInfo& s : d.shards()) { tokens += s.ntok; }
     return tokens;
-}
-
-// Whether two paths name the same existing file.
-inline bool same_file(const std::string& a, const std::string& b) {
-    struct stat sa, sb;
-    return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 // How many ranks wrote the checkpoint (files from before run.ranks: 1).

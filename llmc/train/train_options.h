@@ -55,9 +55,12 @@ struct TrainOptions {
     int kv_cache = 1;        // sample with a KV cache (llmc/kernels/kv_cache.cuh)
     std::string eval_sets;   // eval .bin files scored by llmc/train/eval_scoring.h (comma list)
     int eval_every = 0;      // score them every N steps (and at the end)
+    std::string eval_context;        // windows to score the rolling sets in besides --seq-len (comma list)
+    std::vector<int> eval_contexts;  // eval_context parsed (check_training_options)
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/kernels/attention_cudnn.cuh)
     AttentionKernels attention_kernels = AttentionKernels::Auto;  // llmc/kernels/attention.cuh attention_tensor_cores()
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
+    std::string program;          // argv[0]: the commands a run prints to continue it name it
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
 
@@ -104,6 +107,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--train-doc-seed", &o.train_doc_seed, "seed of the --train-doc-eval sample (the same documents at every validation, on resume, and for every run with the same data and seed)"),
         make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
         make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
+        make_flag("--eval-context", &o.eval_context, "also score the rolling eval sets (WikiText) in windows of N tokens, each N <= --seq-len (comma list, e.g. 128,256,512; logged as word_perplexity@N)"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
         make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
         make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),

@@ -88,6 +88,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (resume != nullptr) {
         if (o.steps == 0 && o.given.count("--steps")) { fatal("--steps 0 evaluates a model: use --init-from CKPT, not --resume"); }
         continue_saved_run(o, *resume);
+        check_build_precision(*resume, true, o.resume_override);
         o.opt.check();
         continue_on_ranks(o, *resume);
         if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
@@ -110,6 +111,8 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     }
     if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
     if (o.steps > 0) { o.opt.schedule.check(o.steps); }
+    o.eval_contexts = parse_eval_contexts(o.eval_context, o.seq_len);  // (after a resume has set --seq-len)
+    if (!o.eval_contexts.empty() && o.eval_sets.empty()) { fatal("--eval-context %s: no --eval-sets to score", o.eval_context.c_str()); }
 }
 
 
@@ -170,6 +173,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
                                            [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); },
                                            help_asked(argc, argv) ? preset_sizes(presets) : std::string());
     TrainOptions& t = o.train;
+    t.program = argv[0];
     const std::string start = start_checkpoint(t);
     check_start_files(t);  // every path is checked before the model is printed (and check_run_files)
     Tokenizer tokenizer;
@@ -211,6 +215,15 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     const TensorFileReader* resume = t.resume_path.empty() ? nullptr : checkpoint.get();
     t.world = comm.world;
     check_training_options(t, c.seq_len, Trainer::default_rates(c), resume);
+    if (!t.tokenizer_path.empty() && !tokenizer.loaded()) {  // a resume's, restored from the checkpoint
+        check_input_file("--tokenizer", t.tokenizer_path);
+        FatalContext reading("--tokenizer", "--tokenizer");
+        tokenizer.load(t.tokenizer_path);
+        if (tokenizer.vocab_size != c.vocab_size) {
+            fatal("--tokenizer %s (the saved run's) has a vocabulary of %d; the model has %d", t.tokenizer_path.c_str(),
+                  tokenizer.vocab_size, c.vocab_size);
+        }
+    }
     if (t.cudnn != 0 && !kAttentionHasCudnn) {
         fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
     }
@@ -226,6 +239,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
                "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
+        check_build_precision(*checkpoint, false, 0);
     }
 
     ParameterCounts counts = count_parameters(c);

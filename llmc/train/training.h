@@ -79,7 +79,7 @@ public:
     TrainingRun(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
                 const Comm* comm)
         : model(model), o(o), tokenizer(tokenizer), checkpoint(checkpoint), comm(comm),
-          rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1), rng(o.seed),
+          rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1),
           spikes(o.spike_window, o.spike_z) {
         if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
         {
@@ -98,7 +98,7 @@ public:
         open_log();
         encode_prompt();
         read_measure_slice();
-        if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size); }
+        if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size, o.eval_contexts); }
     }
     ~TrainingRun() { close_log(); }
     TrainingRun(const TrainingRun&) = delete;
@@ -149,7 +149,6 @@ private:
     const TensorFileReader* checkpoint;  // the --resume file, or null
     const Comm* comm;                    // null for one rank
     const int rank, world;
-    std::mt19937_64 rng;                           // the samples' (a checkpoint saves it)
     std::unique_ptr<DataLoader> train_loader;      // none when only evaluating (--steps 0)
     std::unique_ptr<DataLoader> val;               // none without --val-data
     std::unique_ptr<DataLoader> val_docs;          // --val-whole-docs 2: whole documents beside the windows
@@ -300,15 +299,22 @@ private:
         DataPosition pos{checkpoint->integer("resume.data_epoch"), checkpoint->integer("resume.data_step"),
                          checkpoint->uint64("resume.data_fingerprint")};
         train_loader->set_position(pos);
-        rng.seed(checkpoint->uint64("resume.rng_seed"));
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
     }
 
     // Rank 0 opens --log: appended to when the run continues one, else written anew.
     void open_log() {
         if (o.log_path.empty() || rank != 0) { return; }
-        log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
+        const bool resumed = checkpoint != nullptr && model.steps_done() > 0;
+        log = fopen(o.log_path.c_str(), resumed ? "a" : "w");
         if (log == nullptr) { fatal("--log: cannot open '%s' for writing: %s", o.log_path.c_str(), strerror(errno)); }
+        // the records after this step that the log already holds (written after the checkpoint, before
+        // the run stopped) are superseded by what follows: readers drop them (doc/formats.md)
+        if (resumed) {
+            fprintf(log, "{\"step\": %ld, \"resume\": %s}\n", (long)model.steps_done(),
+                    json_string(checkpoint->path()).c_str());
+            fflush(log);
+        }
     }
 
     void close_log() {
@@ -333,25 +339,27 @@ private:
     void read_measure_slice() {
         if (!has_measure<Model>::value || val == nullptr) { return; }
         measure_T = std::min(kMeasureTokens, o.seq_len);
-        measure_B = std::min(kMeasureRows, o.batch_size * o.seq_len / measure_T);
         DataLoaderConfig cfg = data_config();
         cfg.pattern = o.val_data;
         cfg.shuffle = false;
         cfg.rank = 0;
         cfg.nproc = 1;
-        cfg.B = measure_B;
+        cfg.B = 1;  // one row at a time: the rows of a batch of kIndicatorRows, however many the data has
         cfg.T = measure_T;
         DataLoader slice(cfg);
-        slice.next_batch();
-        measure_inputs = slice.inputs;
+        measure_B = (int)std::min<int64_t>({kIndicatorRows, o.batch_size * o.seq_len / measure_T, slice.steps_per_epoch()});
+        measure_inputs.clear();
+        for (int b = 0; b < measure_B; b++) {
+            slice.next_batch();
+            measure_inputs.insert(measure_inputs.end(), slice.inputs.begin(), slice.inputs.end());
+        }
     }
 
-    // Writes the model, optimizer, data position and sampling RNG to --checkpoint-dir/name.
+    // Writes the model, optimizer and data position to --checkpoint-dir/name. Nothing of the run
+    // changes by it: the samples' random numbers are a function of the seed and the step.
     void save(const std::string& name) {
         if (o.checkpoint_dir.empty()) { return; }
         DataPosition pos = train_loader->position();
-        uint64_t rng_seed = rng();  // reseeding from a drawn value makes the resumed stream exact
-        rng.seed(rng_seed);
         std::string path = o.checkpoint_dir + "/" + name;
         std::vector<std::pair<std::string, std::string>> extra = run_setting_keys(o);
         extra.insert(extra.end(), {{"resume.data_epoch", std::to_string(pos.epoch)},
@@ -359,8 +367,8 @@ private:
                                    {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
                                    {"resume.data_shards", std::to_string(train_loader->num_shards())},
                                    {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
-                                   {"resume.rng_seed", std::to_string(rng_seed)},
-                                   {"run.ranks", std::to_string(world)}});
+                                   {"run.ranks", std::to_string(world)},
+                                   {"run.precision", PRECISION_NAME}});
         save_checkpoint(model, path, extra);
         printf("saved %s\n", path.c_str());
         last_saved = path;
@@ -379,9 +387,11 @@ private:
         }
     }
 
-    // Prints a sample and logs it; rank 0 alone samples (its RNG is the one a checkpoint saves).
+    // Prints a sample and logs it; rank 0 alone samples (llmc/model/sampling.h sample_rng: the
+    // step's own generator).
     void print_sample(long step) {
         if (o.sample_tokens <= 0 || rank != 0) { return; }
+        std::mt19937_64 rng = sample_rng(o.seed, step);
         std::vector<int> out = sample(model, sample_start, o.sample_tokens, o.temperature, rng, o.kv_cache != 0);
         std::string text;
         if (tokenizer.loaded()) {
@@ -513,9 +523,12 @@ private:
         const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
         if (stop == 0 || done >= o.steps) { return; }
         if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
+        // the command continues the run to its outputs as it stands: a resume restores them
+        // (llmc/train/resume.h RunSetting::output)
         printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
                o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
-                                        : ("continue with --resume " + last_saved).c_str());
+                                        : ("continue with: " + shell_word(o.program) + " --resume " +
+                                           shell_word(last_saved)).c_str());
         close_log();
         exit(128 + stop);
     }

@@ -1,0 +1,150 @@
+"""The attention-pattern indicators and the |logit| distribution the trainer logs at validation
+(llmc/model/attention_indicators.h; doc/deconstructing.md "Attention-pattern indicators")
+against an independent computation from the PyTorch reference's own queries and keys
+(attnref/indicators.py), on the trainer's checkpoint and the same 4 validation rows:
+
+- for standard attention (GQA, with and without the document mask), approximate (joint),
+  nonapprox, the QK kinds (rndembqk and fixedseqqk in hybrids, staticembqk), an mlp hybrid
+  and a skip evaluation: every indicator equal within the stated tolerance, null exactly
+  where the layer's weights are no attention matrix (mlp, Taylor separate, skipped layers);
+- the logits' quantiles equal and the histograms equal up to values on a bin edge;
+- the keys are in every validation record of a training run (--val-every) and of a
+  --steps 0 evaluation.
+
+The trainer is the fp32 host build (TRAIN_SAN_FP32_BIN): its q, k differ from the reference's
+fp32 ones by rounding only.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from trainer_cli import ROOT, run_binary, write_pattern_corpus
+from shards import read_shard  # noqa: E402 (dev/data, on the path by trainer_cli)
+
+sys.path.insert(0, ROOT)
+from attnref import indicators as ref  # noqa: E402
+from attnref import san  # noqa: E402
+
+BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
+pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")
+
+ROWS, T = 4, 64  # the measurement slice: 4 windows of min(257, seq_len) tokens; tiny's seq_len is 64
+# Measured on these runs (fp32 trainer vs fp32 reference, both then in float64): indicators
+# agree to <= 4.6e-6 relative, the rounding of the log's 6 significant digits; the
+# histograms exactly.
+RTOL, ATOL = 2e-5, 1e-7
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_pattern_corpus(tmp_path_factory.mktemp("data"), {"toy_train_000000": 200, "toy_val_000000": 20})
+
+
+def validation_records(log):
+    return [r for r in map(json.loads, log.read_text().splitlines()) if "val_loss" in r]
+
+
+def train_and_evaluate(data, tmp, flags, skip="none"):
+    """Trains `flags` 4 steps (validation every 2), then evaluates final.bin (--steps 0);
+    returns (the training log's validation records, the evaluation's record, the checkpoint)."""
+    val = str(data / "toy_val_*.bin")
+    train_log, eval_log = tmp / "train.jsonl", tmp / "eval.jsonl"
+    run_binary(BIN, ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", val,
+                     "--batch-size", 4, "--steps", 4, "--val-every", 2, "--val-batches", 1, "--sample-tokens", 0,
+                     "--optimizer", "adamw", "--lr", "3e-3", "--checkpoint-dir", tmp, "--log", train_log] + flags)
+    ckpt = tmp / "final.bin"
+    run_binary(BIN, ["--steps", 0, "--init-from", ckpt, "--val-data", val, "--val-batches", 1, "--batch-size", 4,
+                     "--sample-tokens", 0, "--log", eval_log] + ([] if skip == "none" else ["--skip-nonstandard", skip]))
+    (record,) = validation_records(eval_log)
+    return validation_records(train_log), record, ckpt
+
+
+def reference(data, ckpt, skip):
+    model, _, _, _ = san.load_checkpoint(str(ckpt))
+    model.skip = skip
+    tokens = read_shard(data / "toy_val_000000.bin").astype(np.int64)
+    idx = torch.from_numpy(np.stack([tokens[r * T:(r + 1) * T] for r in range(ROWS)]))
+    return model, ref.measure(model, idx)
+
+
+def close(got, want):
+    np.testing.assert_allclose(np.array(got, dtype=float), np.array(want, dtype=float), rtol=RTOL, atol=ATOL)
+
+
+def compare(record, expected):
+    for l, (ind, logits) in enumerate(expected):
+        if ind is None:
+            for key in ("attn_entropy", "attn_conc", "attn_sink", "attn_locfoc", "attn_headdiv"):
+                assert record[key][l] is None, (l, key, record[key][l])
+        else:
+            close(record["attn_entropy"][l], ind["entropy"])
+            close(record["attn_conc"][l], ind["conc"])
+            close(record["attn_sink"][l], ind["sink"])
+            close(record["attn_locfoc"][l], ind["locfoc"])
+            close(record["attn_headdiv"][l], ind["headdiv"])
+        if logits is None:
+            assert record["logit_abs_quantiles"][l] is None and record["logit_abs_hist"][l] is None
+        else:
+            close(record["logit_abs_quantiles"][l], logits["quantiles"])
+            got, want = np.array(record["logit_abs_hist"][l]), np.array(logits["hist"])
+            assert got.sum() == want.sum(), (l, got.sum(), want.sum())  # the same visible pairs
+            assert np.abs(got - want).sum() <= 2e-3 * want.sum(), (l, got, want)  # moved across an edge
+
+
+CASES = {
+    "standard": (["--attention", "standard"], "none"),
+    "standard-no-doc-mask": (["--attention", "standard", "--doc-mask", "0"], "none"),
+    "approximate-joint": (["--attention", "approximate", "--taylor-norm", "joint"], "none"),
+    "approximate-separate": (["--attention", "approximate", "--taylor-norm", "separate"], "none"),
+    "nonapprox": (["--attention", "nonapprox"], "none"),
+    "rndembqk-hybrid": (["--attention", "rndembqk", "--layout", "hybrid"], "none"),
+    "fixedseqqk-hybrid": (["--attention", "fixedseqqk", "--layout", "hybrid"], "none"),
+    "staticembqk": (["--attention", "staticembqk"], "none"),
+    "mlp-hybrid": (["--attention", "mlp", "--layout", "hybrid"], "none"),
+    "nonapprox-hybrid-skip": (["--attention", "nonapprox", "--layout", "hybrid"], "attention"),
+}
+# the layers (0-based) logged as null, by case: every other layer has every key
+NULL_INDICATORS = {"approximate-separate": [0, 1], "mlp-hybrid": [0], "nonapprox-hybrid-skip": [0]}
+NULL_LOGITS = {"mlp-hybrid": [0], "nonapprox-hybrid-skip": [0]}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_indicators_equal_the_references(data, tmp_path, case):
+    flags, skip = CASES[case]
+    train_records, record, ckpt = train_and_evaluate(data, tmp_path, flags, skip)
+    # at every --val-every validation and in the --steps 0 evaluation
+    assert [r["step"] for r in train_records] == [2, 4]
+    for r in train_records + [record]:
+        assert len(r["attn_entropy"]) == 2 and len(r["logit_abs_hist"]) == 2, r
+    model, expected = reference(data, ckpt, skip)
+    assert [l for l, (ind, _) in enumerate(expected) if ind is None] == NULL_INDICATORS.get(case, [])
+    assert [l for l, (_, lg) in enumerate(expected) if lg is None] == NULL_LOGITS.get(case, [])
+    compare(record, expected)
+    for ind, _ in expected:  # the matrices are row-stochastic: LocFoc and Sink within [0, 1]
+        if ind is not None:
+            assert all(0.0 <= x <= 1.0 for x in ind["sink"] + sum(ind["locfoc"], []))
+
+
+def test_reference_indicators_of_known_matrices():
+    """The reference's indicators on matrices whose values follow by hand: uniform causal
+    attention over L keys (row t: 1/(t+1) each) and attention on the diagonal (the identity)."""
+    L = 5
+    mask = torch.ones(L, L, dtype=torch.bool).tril()[None, None, None]
+    uniform = (mask[0, 0].double() / torch.arange(1, L + 1, dtype=torch.float64)[:, None]).expand(1, 2, L, L)
+    got = ref.indicators(uniform, mask)
+    H = sum(1.0 / (t + 1) * np.log(t + 1) * (t + 1) for t in range(L))   # sum_t log(t+1)
+    np.testing.assert_allclose(got["entropy"], [H, H])
+    np.testing.assert_allclose(got["conc"], [np.sqrt(sum(1.0 / (t + 1) for t in range(L)))] * 2)
+    np.testing.assert_allclose(got["sink"], [np.mean([1.0 / (t + 1) for t in range(L)])] * 2)
+    np.testing.assert_allclose(got["locfoc"][1], [np.mean([1.0 / (t + 1) for t in range(1, L)])] * 2)
+    assert got["headdiv"] == 0.0  # the heads agree
+    eye = torch.stack([torch.eye(L, dtype=torch.float64), uniform[0, 0]])[None]
+    got = ref.indicators(eye, mask)
+    assert got["entropy"][0] == 0.0 and got["locfoc"][0][0] == 1.0 and got["locfoc"][1][0] == 0.0
+    # the std of two values is half their distance: over the L (L + 1) / 2 causal entries
+    diff = (eye[0, 0] - eye[0, 1]).abs()[mask[0, 0, 0]]
+    np.testing.assert_allclose(got["headdiv"], (diff / 2).sum() * 2 / (L * (L + 1)))

@@ -1,0 +1,102 @@
+"""The radar plots and logit-distribution plots of scripts/attention_patterns.py (the study
+report's "Attention patterns" section and scripts/deconstructing_demo.sh's table) over toy
+validation records written here: the radar's values are the logged numbers as the paper scales
+them (head means; Entropy, Conc, HeadDiv min-max normalised across the plotted runs, per layer;
+Sink absolute; LocFoc x 2), layers without a matrix are left out, a study's arms are grouped by
+kind with the standard arm, and the plots and the table come out of the command line."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import attention_patterns as ap  # noqa: E402
+
+EDGES = [10.0 ** (i / 4) for i in range(-12, 17)]
+
+
+def record(entropy, conc, headdiv, sink, locfoc, hist):
+    """A validation record of two layers and two heads: per-layer values given as per-head lists
+    (None: the layer has no attention matrix)."""
+    return {"step": 10, "val_loss": 5.0, "attn_entropy": entropy, "attn_conc": conc, "attn_headdiv": headdiv,
+            "attn_sink": sink, "attn_locfoc": locfoc, "logit_abs_levels": [0.5, 0.9, 0.99, 0.999, 1.0],
+            "logit_abs_edges": EDGES, "logit_abs_hist": hist,
+            "logit_abs_quantiles": [None if h is None else [0.5, 1.0, 2.0, 3.0, 4.0] for h in hist]}
+
+
+def loc(a, b):
+    return [[a, b], [a / 2, b / 2], [0.1, 0.1], [0.0, 0.2]]
+
+
+HIST = [3] * 10 + [0] * 18
+RUNS = {
+    "standard": record([[1.0, 3.0], [4.0, 4.0]], [[1.0, 1.0], [2.0, 2.0]], [0.1, 0.3], [[0.2, 0.4], [0.5, 0.5]],
+                       [loc(0.2, 0.4), loc(0.1, 0.1)], [HIST, HIST]),
+    "mlp-hybrid": record([None, [6.0, 6.0]], [None, [4.0, 4.0]], [None, 0.5], [None, [0.1, 0.3]],
+                         [None, loc(0.3, 0.3)], [None, HIST]),
+    "approximate-uniform": record([[5.0, 7.0], [5.0, 5.0]], [[3.0, 5.0], [3.0, 3.0]], [0.2, 0.3],
+                                  [[0.0, 0.1], [0.05, 0.05]], [loc(0.4, 0.4), loc(0.2, 0.2)], [HIST, HIST]),
+}
+
+
+def test_radar_values_are_the_logged_numbers_scaled_as_the_paper():
+    # layer 1: only standard and approximate have a matrix; head means Entropy 2 vs 6, Conc 1 vs 4
+    # HeadDiv 0.1 vs 0.2, Sink 0.3 vs 0.05, LocFoc 0 0.3 vs 0.4
+    v = ap.radar_values(RUNS, 0)
+    assert set(v) == {"standard", "approximate-uniform"}
+    np.testing.assert_allclose(v["standard"], [0, 0, 0, 0.3, 0.6, 0.3, 0.2, 0.2])
+    np.testing.assert_allclose(v["approximate-uniform"], [1, 1, 1, 0.05, 0.8, 0.4, 0.2, 0.2])
+    # layer 2: three runs; Entropy 4, 6, 5 -> 0, 1, 0.5; Conc 2, 4, 3; HeadDiv 0.3, 0.5, 0.3
+    v = ap.radar_values(RUNS, 1)
+    np.testing.assert_allclose([v[k][:3] for k in ("standard", "mlp-hybrid", "approximate-uniform")],
+                               [[0, 0, 0], [1, 1, 1], [0.5, 0.5, 0]])
+    np.testing.assert_allclose(v["mlp-hybrid"][3:], [0.2, 0.6, 0.3, 0.2, 0.2])
+    # a single run, or runs that agree: the normalised axes at 0.5
+    assert ap.radar_values({"standard": RUNS["standard"]}, 0)["standard"][:3] == [0.5, 0.5, 0.5]
+
+
+def test_runs_group_by_kind_with_the_standard_arm():
+    arms = [("standard", ["--lr", "1e-3"], RUNS["standard"]),
+            ("mlp-hybrid", ["--attention", "mlp", "--layout", "hybrid"], RUNS["mlp-hybrid"]),
+            ("approximate-uniform", ["--attention", "approximate"], RUNS["approximate-uniform"])]
+    groups = ap.groups_of_arms(arms)
+    assert {k: list(v) for k, v in groups.items()} == {"mlp": ["standard", "mlp-hybrid"],
+                                                       "approximate": ["standard", "approximate-uniform"]}
+
+
+def test_report_section_and_command_line(tmp_path):
+    md = ap.report_section({"mlp": {"standard": RUNS["standard"], "mlp-hybrid": RUNS["mlp-hybrid"]}}, str(tmp_path))
+    assert "### mlp" in md and "![attention_radar_mlp.png](attention_radar_mlp.png)" in md
+    for name in ("attention_radar_mlp.png", "logit_distribution_mlp.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    assert ap.report_section({}, str(tmp_path)) == []
+    # no indicators logged (a run from before them): no section
+    assert ap.report_section({"x": {"a": {"val_loss": 1.0}}}, str(tmp_path)) == []
+    logs = []
+    for label, r in RUNS.items():
+        path = tmp_path / f"{label}.jsonl"
+        path.write_text(json.dumps({"step": 1, "loss": 6.0}) + "\n" + json.dumps(r) + "\n")
+        logs.append(f"{label}={path}")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "attention_patterns.py"), "--out",
+                          str(tmp_path / "plots")] + logs, capture_output=True, text=True, check=True).stdout
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    by = {(r[0], r[1]): r[2:] for r in rows}
+    assert by[("1", "mlp-hybrid")][:8] == ["—"] * 8  # no matrix in layer 1
+    assert by[("2", "approximate-uniform")][:4] == ["5", "3", "0.3", "0.05"]  # raw head means
+    assert (tmp_path / "plots" / "attention_radar.png").exists()
+    assert (tmp_path / "plots" / "logit_distribution.png").exists()
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "attention_patterns.py"), "--out",
+                          str(tmp_path), "no-equals-sign"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "is not LABEL=LOG" in bad.stderr
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_raw_values_are_head_means(layer):
+    raw = ap.layer_raw(RUNS["standard"], layer)
+    r = RUNS["standard"]
+    assert raw["Entropy"] == np.mean(r["attn_entropy"][layer]) and raw["HeadDiv"] == r["attn_headdiv"][layer]
+    assert raw["LocFoc 3"] == np.mean(r["attn_locfoc"][layer][3])

@@ -1,0 +1,64 @@
+"""scripts/ckpt_diff.py on files written here (attnref/container.py): the same state compares
+equal (NaNs included, bit for bit), and each kind of difference is named: a value (one bit of
+one float), a key outside run.* (those only with --all-keys), a tensor missing, a shape; the
+command's exit status is 0 / 1 / 2 (the same, different, unreadable)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, ROOT)
+import ckpt_diff  # noqa: E402
+from attnref.container import KIND_CHECKPOINT, write_container  # noqa: E402
+
+META = [("model", "san"), ("n_layer", "2"), ("run.save_every", "0"), ("resume.data_step", "7")]
+
+
+def tensors():
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    w[0, 0] = np.nan
+    return [("wte", w, "fp32"), ("gain", np.zeros(4, np.float32), "bf16"), ("fixed_qk.tokens", np.arange(5), "int32")]
+
+
+def write(path, meta=META, ts=None):
+    write_container(str(path), KIND_CHECKPOINT, meta, tensors() if ts is None else ts)
+    return path
+
+
+def test_the_same_state_compares_equal(tmp_path):
+    a, b = write(tmp_path / "a.bin"), write(tmp_path / "b.bin", [m for m in META if m[0] != "run.save_every"] +
+                                             [("run.save_every", "5")])
+    assert ckpt_diff.differences(a, a) == []
+    assert ckpt_diff.differences(a, b) == []                  # run.* left out
+    assert ckpt_diff.differences(a, b, all_keys=True) == ["key run.save_every: 0 vs 5"]
+
+
+def test_each_difference_is_named(tmp_path):
+    a = write(tmp_path / "a.bin")
+    ts = tensors()
+    w = ts[0][1].copy()
+    w.view(np.uint32)[2, 3] ^= 1                              # the lowest bit of one value
+    flipped = write(tmp_path / "flip.bin", ts=[("wte", w, "fp32")] + ts[1:])
+    assert ckpt_diff.differences(a, flipped) == [f"tensor wte: 1 of 12 values differ (largest gap "
+                                                 f"{abs(float(w[2, 3]) - float(ts[0][1][2, 3])):.3g})"]
+    key = write(tmp_path / "key.bin", [m if m[0] != "resume.data_step" else ("resume.data_step", "8") for m in META])
+    assert ckpt_diff.differences(a, key) == ["key resume.data_step: 7 vs 8"]
+    fewer = write(tmp_path / "fewer.bin", ts=ts[:2])
+    assert ckpt_diff.differences(a, fewer) == [f"tensors: {['wte', 'gain', 'fixed_qk.tokens']} vs {['wte', 'gain']}"]
+    shape = write(tmp_path / "shape.bin", ts=[("wte", ts[0][1].reshape(4, 3), "fp32")] + ts[1:])
+    assert ckpt_diff.differences(a, shape) == ["tensor wte: shape (3, 4) float32 vs (4, 3) float32"]
+
+
+def test_exit_status(tmp_path):
+    a, b = write(tmp_path / "a.bin"), write(tmp_path / "b.bin", META[:1] + [("n_layer", "3")] + META[2:])
+    (tmp_path / "junk.bin").write_bytes(b"not a checkpoint")
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "ckpt_diff.py")]
+    same = subprocess.run(cmd + [str(a), str(a)], capture_output=True, text=True)
+    assert same.returncode == 0 and "hold the same state" in same.stdout
+    other = subprocess.run(cmd + [str(a), str(b)], capture_output=True, text=True)
+    assert other.returncode == 1 and other.stdout.strip() == "key n_layer: 2 vs 3"
+    bad = subprocess.run(cmd + [str(a), str(tmp_path / "junk.bin")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "junk.bin" in bad.stderr
