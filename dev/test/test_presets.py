@@ -63,8 +63,8 @@ def shard(tmp_path_factory):
 def banner(args, shard):
     """The model config the trainer resolves from `args`, as {field: text}: its start-up lines up
     to the parameter counts (printed before the model is built; the process is stopped there)."""
-    cmd = [os.path.join(ROOT, BIN)] + args + ["--train-data", shard, "--batch-size", "1", "--seq-len", "8",
-                                              "--steps", "1", "--sample-tokens", "0",
+    cmd = [os.path.join(ROOT, BIN)] + args + ["--train-data", shard, "--val-data", shard, "--batch-size", "1",
+                                              "--seq-len", "8", "--steps", "1", "--sample-tokens", "0",
                                               "--checkpoint-dir", os.path.join(os.path.dirname(shard), "ckpt")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
