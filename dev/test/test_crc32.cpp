@@ -6,7 +6,7 @@ Tests llmc/data/crc32.h, the CRC-32 our checksummed files carry, against zlib's:
   - a bit-at-a-time CRC written from the polynomial's definition, on random lengths and
     start addresses (every alignment), and crc32_update split at every point of a buffer
     (continuing a CRC is the same as one CRC over the whole).
-It also prints the speed of slicing-by-8 next to the one-table byte loop on 64 MiB, the
+It also prints the speed of slicing-by-16 next to the one-table byte loop on 64 MiB, the
 figure that says whether a checkpoint or shard read pays for its check (doc/formats.md).
 
 The zlib values (Python):
@@ -101,7 +101,7 @@ int main() {
     double fast = seconds([&] { return a = crc32(huge.data(), huge.size()); });
     double slow = seconds([&] { return b = crc32_bytewise(huge.data(), huge.size()); });
     CHECK(a == b);
-    printf("crc32 of 64 MiB: slicing-by-8 %.0f MB/s, one table %.0f MB/s\n", huge.size() / fast / 1e6,
+    printf("crc32 of 64 MiB: slicing-by-16 %.0f MB/s, one table %.0f MB/s\n", huge.size() / fast / 1e6,
            huge.size() / slow / 1e6);
     return report("test_crc32");
 }
