@@ -77,10 +77,11 @@ EXERCISES_CRC_SLOT = 5
 
 
 def crc_slot_value(*payloads) -> int:
-    """The CRC-32 (zlib.crc32) of the payloads back to back, as the int32 a header slot holds."""
+    """The CRC-32 (zlib.crc32) of the payloads back to back, as the int32 a header slot holds
+    (arrays and memoryviews are read in place, not copied)."""
     c = 0
     for p in payloads:
-        c = zlib.crc32(p if isinstance(p, bytes) else np.ascontiguousarray(p).tobytes(), c)
+        c = zlib.crc32(p if isinstance(p, (bytes, memoryview)) else np.ascontiguousarray(p).data, c)
     return int(np.array([c], dtype="<u4").view("<i4")[0])
 
 
@@ -208,7 +209,7 @@ def read_shard(path) -> np.ndarray:
     expect = HEADER_BYTES + int(h[2]) * width
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {h[2]} tokens ({expect} bytes)")
-    _check_crc(path, "tokens", int(h[SHARD_CRC_SLOT]), data[HEADER_BYTES:])
+    _check_crc(path, "tokens", int(h[SHARD_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
     return np.frombuffer(data[HEADER_BYTES:], dtype=dtype)
 
 
@@ -219,7 +220,7 @@ def read_regions(path) -> np.ndarray:
     expect = HEADER_BYTES + int(h[2])
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {h[2]} labels ({expect} bytes)")
-    _check_crc(path, "region labels", int(h[REGIONS_CRC_SLOT]), data[HEADER_BYTES:])
+    _check_crc(path, "region labels", int(h[REGIONS_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
     return np.frombuffer(data[HEADER_BYTES:], dtype=np.uint8)
 
 
@@ -234,7 +235,7 @@ def read_exercises(path) -> tuple[np.ndarray, list[str]]:
     expect = HEADER_BYTES + nbytes + int(h[2])
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {expect}")
-    _check_crc(path, "exercise names and ids", int(h[EXERCISES_CRC_SLOT]), data[HEADER_BYTES:])
+    _check_crc(path, "exercise names and ids", int(h[EXERCISES_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
     raw = data[HEADER_BYTES:HEADER_BYTES + nbytes]
     if not raw.endswith(b"\0") or raw.count(b"\0") != k:
         raise ValueError(f"{path}: the name table does not hold {k} NUL-ended names")
