@@ -12,7 +12,7 @@ so that a user learns which file is wrong. A signal (crash), another exit status
 (20 s) or a refusal that names no file fails the test. Mutations are drawn from a seeded
 generator, so every run resumes the same files.
 Cost: ~210 resumes of a 1 x 16-token tiny model, ~10 s of CPU; the flipped-byte test ~40
-refused resumes, under 1 s.
+refused resumes, under 1 s."""
 import os
 import random
 import subprocess
