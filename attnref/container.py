@@ -3,13 +3,17 @@ The tensor container of doc/formats.md ("Model checkpoints", "Debug state"): one
 for checkpoints and debug states of both references. Layout: a 64-byte header (magic
 ATTNFILE, version, kind, sizes), the config text ("key=value" lines), a table of 128-byte
 tensor entries (name, dtype, shape, offset, bytes), then the tensor data, each tensor
-64-byte aligned. Also the config-text helpers that turn a config dataclass into those
+64-byte aligned. Version 2 (written here) adds CRC-32s (zlib.crc32): one in the header over the
+header, config text and tensor table, one per tensor over its data; padding must be zero;
+version 1 (no checksums) still reads, with a one-line note on stderr. Also the config-text helpers that turn a config dataclass into those
 lines and back, and the model-level checkpoint save and parameter load.
 """
 
 import math
 import os
 import struct
+import sys
+import zlib
 from dataclasses import fields
 
 import numpy as np
@@ -73,7 +77,10 @@ def config_from_meta(cls, meta, source):
 # File container
 
 FILE_MAGIC = b"ATTNFILE"
-FILE_VERSION = 1
+FILE_VERSION = 2          # what write_container writes: with CRC-32s (doc/formats.md)
+FILE_VERSION_NO_CRC = 1   # still read: the same layout without them
+HEADER_CRC_AT = 48        # u32 in the header
+ENTRY_CRC_AT = 120        # u32 in each table entry
 KIND_CHECKPOINT = 1
 KIND_DEBUG_STATE = 2
 KIND_NAMES = {KIND_CHECKPOINT: "checkpoint", KIND_DEBUG_STATE: "debug state"}
@@ -89,6 +96,14 @@ DTYPE_NAMES = {"fp32": DT_FP32, "bf16": DT_BF16, "int32": DT_INT32}
 
 def _align(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def header_crc(header, rest):
+    """The CRC a version-2 header holds: over the 64 header bytes but the CRC field itself,
+    then `rest`, the bytes between the header and the data (config text, tensor table, padding)."""
+    c = zlib.crc32(header[:HEADER_CRC_AT])
+    c = zlib.crc32(header[HEADER_CRC_AT + 4:HEADER_BYTES], c)
+    return zlib.crc32(rest, c)
 
 
 def fp32_to_bf16_bits(a):
@@ -140,21 +155,23 @@ def write_container(path, kind, meta, tensors):
             raise ValueError(f"tensor {name} has {data.ndim} dims (max {MAX_NDIM})")
         names.add(name)
         shape = list(data.shape) + [0] * (MAX_NDIM - data.ndim)
-        entries.append(struct.pack("<64sII4QQQ8x", nb, code, data.ndim, *shape, offset, data.nbytes))
-        blobs.append((offset, data.tobytes()))
+        blob = data.tobytes()
+        entries.append(struct.pack("<64sII4QQQI4x", nb, code, data.ndim, *shape, offset, data.nbytes,
+                                   zlib.crc32(blob)))
+        blobs.append((offset, blob))
         offset = _align(offset + data.nbytes)
     data_offset = _align(HEADER_BYTES + len(text) + ENTRY_BYTES * len(entries))
     data_bytes = offset
+    rest = text + b"".join(entries)
+    rest += b"\0" * (data_offset - HEADER_BYTES - len(rest))
     header = struct.pack("<8sIIQQQQ16x", FILE_MAGIC, FILE_VERSION, kind, len(text), len(entries),
                          data_offset, data_bytes)
+    header = header[:HEADER_CRC_AT] + struct.pack("<I", header_crc(header, rest)) + header[HEADER_CRC_AT + 4:]
     assert len(header) == HEADER_BYTES and all(len(e) == ENTRY_BYTES for e in entries)
     tmp = str(path) + ".tmp"
     with open(tmp, "wb") as f:
         f.write(header)
-        f.write(text)
-        for e in entries:
-            f.write(e)
-        f.write(b"\0" * (data_offset - f.tell()))
+        f.write(rest)
         for off, blob in blobs:
             f.write(b"\0" * (data_offset + off - f.tell()))
             f.write(blob)
@@ -184,8 +201,9 @@ def read_container(path, expect_kind=None):
         struct.unpack_from("<8sIIQQQQ", buf, 0)
     if magic != FILE_MAGIC:
         fail(f"bad magic {magic!r}, expected {FILE_MAGIC!r} (not an attn.c checkpoint/debug state)")
-    if version != FILE_VERSION:
-        fail(f"unsupported version {version}, this reader knows version {FILE_VERSION}")
+    if version not in (FILE_VERSION, FILE_VERSION_NO_CRC):
+        fail(f"unsupported version {version}, this reader knows versions {FILE_VERSION_NO_CRC} and {FILE_VERSION}")
+    checksums = version == FILE_VERSION
     if kind not in KIND_NAMES:
         fail(f"unknown kind {kind}")
     if expect_kind is not None and kind != expect_kind:
@@ -195,6 +213,17 @@ def read_container(path, expect_kind=None):
         fail(f"data offset {data_offset} is not a multiple of {ALIGN} at or after the table end {table_end}")
     if len(buf) != data_offset + data_bytes:
         fail(f"size is {len(buf)} bytes, header says {data_offset + data_bytes}")
+    # reserved bytes are zero (version 2: those after the CRC), so a version-2 file whose
+    # version turned into 1 is refused rather than read unchecked
+    reserved = buf[HEADER_CRC_AT + 4 if checksums else HEADER_CRC_AT:HEADER_BYTES]
+    if any(reserved):
+        fail("reserved header bytes 48..63 are not zero (corrupt header)")
+    if checksums:
+        stored, = struct.unpack_from("<I", buf, HEADER_CRC_AT)
+        computed = header_crc(buf[:HEADER_BYTES], buf[HEADER_BYTES:data_offset])
+        if stored != computed:
+            fail(f"checksum mismatch in the header, config text or tensor table: stored CRC32 {stored:08x}, "
+                 f"computed {computed:08x} (the file is corrupt)")
     try:
         text = buf[HEADER_BYTES:HEADER_BYTES + meta_bytes].decode("ascii")
     except UnicodeDecodeError:
@@ -210,9 +239,10 @@ def read_container(path, expect_kind=None):
     if text and not text.endswith("\n"):
         fail("config text does not end with a newline")
     tensors = {}
+    cursor = 0  # version 2: where the next tensor must start
     for i in range(n_tensors):
-        e = struct.unpack_from("<64sII4QQQ", buf, HEADER_BYTES + meta_bytes + i * ENTRY_BYTES)
-        raw_name, code, ndim, shape, offset, nbytes = e[0], e[1], e[2], e[3:7], e[7], e[8]
+        e = struct.unpack_from("<64sII4QQQII", buf, HEADER_BYTES + meta_bytes + i * ENTRY_BYTES)
+        raw_name, code, ndim, shape, offset, nbytes, crc, spare = e[0], e[1], e[2], e[3:7], e[7], e[8], e[9], e[10]
         name = raw_name.split(b"\0", 1)[0].decode("ascii", "replace")
         if b"\0" not in raw_name or not name:
             fail(f"tensor {i}: name is empty or not NUL-terminated")
@@ -225,12 +255,29 @@ def read_container(path, expect_kind=None):
             fail(f"tensor {name}: {nbytes} bytes does not match shape {shp}")
         if offset % ALIGN or offset + nbytes > data_bytes:
             fail(f"tensor {name}: offset {offset} (+{nbytes}) outside the data section ({data_bytes} bytes)")
+        if spare or (crc and not checksums):
+            fail(f"tensor {name}: reserved bytes of its table entry are not zero")
         if name in tensors:
             fail(f"tensor {name} repeated")
         start = data_offset + offset
+        if checksums:
+            if offset != cursor:
+                fail(f"tensor {name}: data at {offset}, expected {cursor} (tensors follow each other in table order)")
+            computed = zlib.crc32(memoryview(buf)[start:start + nbytes])
+            if crc != computed:
+                fail(f"tensor {name}: checksum mismatch: stored CRC32 {crc:08x}, computed {computed:08x} "
+                     f"(its data are corrupt)")
+            cursor = _align(offset + nbytes)
+            if any(buf[start + nbytes:data_offset + min(cursor, data_bytes)]):
+                fail(f"nonzero padding after the data of tensor {name} (corrupt file)")
         np_dt = {DT_FP32: "<f4", DT_BF16: "<u2", DT_INT32: "<i4"}[code]
         a = np.frombuffer(buf, dtype=np_dt, count=math.prod(shp), offset=start).reshape(shp).copy()
         tensors[name] = bf16_bits_to_fp32(a) if code == DT_BF16 else a
+    if checksums and cursor != data_bytes:
+        fail(f"the data section has {data_bytes} bytes, its tensors end at {cursor} (corrupt file)")
+    if not checksums:
+        print(f"note: {path} is an attn.c tensor file of version 1, without checksums: its contents are not "
+              f"verified (files written now are version 2)", file=sys.stderr)
     return kind, meta, tensors
 
 

@@ -3,16 +3,21 @@ Token shards and their region and exercise sidecars: the binary files the C++ da
 reads. Formats (documented in doc/formats.md):
 
   token shard  <name>.bin      header 256 x int32: [0] 20240520, [1] version (1 = uint16
-                               tokens, 2 = uint32 tokens), [2] number of tokens, rest 0;
-                               then the tokens, little-endian.
+                               tokens, 2 = uint32 tokens), [2] number of tokens, [3] CRC-32
+                               of the token bytes (zlib.crc32; 0 = none, as in older shards),
+                               rest 0; then the tokens, little-endian.
   region file  <name>.regions  header 256 x int32: [0] REGIONS_MAGIC, [1] 1, [2] number of
-                               tokens (equal to its shard's), rest 0; then one uint8 per
-                               token: 0 other, 1 query, 2 trace, 3 answer.
+                               tokens (equal to its shard's), [3] CRC-32 of the labels (0 =
+                               none), rest 0; then one uint8 per token: 0 other, 1 query,
+                               2 trace, 3 answer.
   exercise file <name>.exercises  header 256 x int32: [0] EXERCISES_MAGIC, [1] 1, [2] number
                                of tokens, [3] number of names K, [4] bytes S of the name
-                               table, rest 0; then the names (UTF-8, each ended by a NUL;
+                               table, [5] CRC-32 of the name table and the ids (0 = none),
+                               rest 0; then the names (UTF-8, each ended by a NUL;
                                name 0 is "none"); then one uint8 per token: the index of the
                                exercise (task kind) of the document the token belongs to.
+The CRCs are stored as the int32 with the same bits. Readers check every header slot that
+has no field is 0 and, where a CRC is given, that the data match it.
 
 A ShardWriter takes documents (token ids, optional region labels, optional exercise name)
 and cuts them into shards of a fixed number of tokens named <prefix>_<split>_<index:06d>.bin,
@@ -22,6 +27,7 @@ Documents are packed back to back; a document may continue in the next shard.
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +68,21 @@ def exercises_path(shard_path: str | os.PathLike) -> Path:
     if p.suffix != ".bin":
         raise ValueError(f"shard file name must end in .bin: {p}")
     return p.with_suffix(EXERCISES_SUFFIX)
+
+
+# the header slot of each file's CRC-32 (doc/formats.md)
+SHARD_CRC_SLOT = 3
+REGIONS_CRC_SLOT = 3
+EXERCISES_CRC_SLOT = 5
+
+
+def crc_slot_value(*payloads) -> int:
+    """The CRC-32 (zlib.crc32) of the payloads back to back, as the int32 a header slot holds
+    (arrays and memoryviews are read in place, not copied)."""
+    c = 0
+    for p in payloads:
+        c = zlib.crc32(p if isinstance(p, (bytes, memoryview)) else np.ascontiguousarray(p).data, c)
+    return int(np.array([c], dtype="<u4").view("<i4")[0])
 
 
 def _header(magic: int, version: int, ntok: int, *extra: int) -> np.ndarray:
@@ -108,7 +129,7 @@ def write_shard(path, tokens, version: int | None = None) -> None:
         payload = toks.astype("<u4")
     else:
         raise ValueError(f"unknown shard version {version}")
-    _write_atomic(Path(path), _header(SHARD_MAGIC, version, toks.size), payload)
+    _write_atomic(Path(path), _header(SHARD_MAGIC, version, toks.size, crc_slot_value(payload)), payload)
 
 
 def write_regions(path, regions) -> None:
@@ -118,7 +139,8 @@ def write_regions(path, regions) -> None:
         raise ValueError("regions must be one-dimensional")
     if r.size and (r.min() < 0 or r.max() > ANSWER):
         raise ValueError("region labels must be in 0..3")
-    _write_atomic(Path(path), _header(REGIONS_MAGIC, REGIONS_VERSION, r.size), r.astype(np.uint8))
+    labels = r.astype(np.uint8)
+    _write_atomic(Path(path), _header(REGIONS_MAGIC, REGIONS_VERSION, r.size, crc_slot_value(labels)), labels)
 
 
 def _check_exercise_names(names) -> bytes:
@@ -144,11 +166,13 @@ def write_exercises(path, ids, names) -> None:
         raise ValueError("exercise ids must be one-dimensional")
     if e.size and (e.min() < 0 or e.max() >= len(names)):
         raise ValueError(f"exercise ids must be in 0..{len(names) - 1}")
-    h = _header(EXERCISES_MAGIC, EXERCISES_VERSION, e.size, len(names), len(table))
-    _write_atomic(Path(path), h, table, e.astype(np.uint8))
+    ids = e.astype(np.uint8)
+    h = _header(EXERCISES_MAGIC, EXERCISES_VERSION, e.size, len(names), len(table), crc_slot_value(table, ids))
+    _write_atomic(Path(path), h, table, ids)
 
 
-def _read_header(path: Path, data: bytes, magic: int, versions: tuple) -> np.ndarray:
+def _read_header(path: Path, data: bytes, magic: int, versions: tuple, fields: int) -> np.ndarray:
+    """The header, checked: magic, version, token count, and the slots from `fields` on are 0."""
     if len(data) < HEADER_BYTES:
         raise ValueError(f"{path}: file is truncated: {len(data)} bytes, less than the {HEADER_BYTES}-byte header")
     h = np.frombuffer(data[:HEADER_BYTES], dtype="<i4")
@@ -158,29 +182,45 @@ def _read_header(path: Path, data: bytes, magic: int, versions: tuple) -> np.nda
         raise ValueError(f"{path}: unsupported version {h[1]} (expected one of {versions})")
     if h[2] < 0:
         raise ValueError(f"{path}: negative token count {h[2]}")
+    nonzero = np.flatnonzero(h[fields:])
+    if nonzero.size:
+        k = fields + int(nonzero[0])
+        raise ValueError(f"{path}: header int [{k}] is {h[k]}, must be 0 (corrupt header)")
     return h
+
+
+def _check_crc(path: Path, what: str, stored: int, body) -> None:
+    """A header's CRC slot against the data (0: the file has none)."""
+    if stored == 0:
+        return
+    computed = crc_slot_value(body)
+    if computed != stored:
+        raise ValueError(f"{path}: checksum mismatch in the {what}: stored CRC32 {stored & 0xFFFFFFFF:08x}, "
+                         f"computed {computed & 0xFFFFFFFF:08x} (the file is corrupt)")
 
 
 def read_shard(path) -> np.ndarray:
     """Reads a token shard, checking magic, version and size; returns uint16 or uint32 array."""
     path = Path(path)
     data = path.read_bytes()
-    h = _read_header(path, data, SHARD_MAGIC, (SHARD_VERSION_U16, SHARD_VERSION_U32))
+    h = _read_header(path, data, SHARD_MAGIC, (SHARD_VERSION_U16, SHARD_VERSION_U32), SHARD_CRC_SLOT + 1)
     dtype = "<u2" if h[1] == SHARD_VERSION_U16 else "<u4"
     width = np.dtype(dtype).itemsize
     expect = HEADER_BYTES + int(h[2]) * width
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {h[2]} tokens ({expect} bytes)")
+    _check_crc(path, "tokens", int(h[SHARD_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
     return np.frombuffer(data[HEADER_BYTES:], dtype=dtype)
 
 
 def read_regions(path) -> np.ndarray:
     path = Path(path)
     data = path.read_bytes()
-    h = _read_header(path, data, REGIONS_MAGIC, (REGIONS_VERSION,))
+    h = _read_header(path, data, REGIONS_MAGIC, (REGIONS_VERSION,), REGIONS_CRC_SLOT + 1)
     expect = HEADER_BYTES + int(h[2])
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {h[2]} labels ({expect} bytes)")
+    _check_crc(path, "region labels", int(h[REGIONS_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
     return np.frombuffer(data[HEADER_BYTES:], dtype=np.uint8)
 
 
@@ -188,13 +228,14 @@ def read_exercises(path) -> tuple[np.ndarray, list[str]]:
     """Reads an exercise sidecar: (uint8 id per token, names), checking header, table and sizes."""
     path = Path(path)
     data = path.read_bytes()
-    h = _read_header(path, data, EXERCISES_MAGIC, (EXERCISES_VERSION,))
+    h = _read_header(path, data, EXERCISES_MAGIC, (EXERCISES_VERSION,), EXERCISES_CRC_SLOT + 1)
     k, nbytes = int(h[3]), int(h[4])
     if not 1 <= k <= MAX_EXERCISES or nbytes < 0:
         raise ValueError(f"{path}: bad name table: {k} names in {nbytes} bytes")
     expect = HEADER_BYTES + nbytes + int(h[2])
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {expect}")
+    _check_crc(path, "exercise names and ids", int(h[EXERCISES_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
     raw = data[HEADER_BYTES:HEADER_BYTES + nbytes]
     if not raw.endswith(b"\0") or raw.count(b"\0") != k:
         raise ValueError(f"{path}: the name table does not hold {k} NUL-ended names")

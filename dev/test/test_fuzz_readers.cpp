@@ -20,10 +20,23 @@ after four hand-made tensor-file mutants whose sizes wrap around 2^64 (these mus
 1-3 of: flip bits, set a byte, set an aligned 32-bit word (most often inside the
 1024-byte header) or 64-bit word to an interesting value (0, ±1, extremes, the file
 size and small multiples), truncate, append garbage, delete or duplicate a chunk.
-Each reader must see some mutants accepted and several distinct refusals, so the
-mutants demonstrably get past the magic number.
+Each reader of a file without checksums (the tensor files as version 1, shards and sidecars
+with CRC 0) must see some mutants accepted and several distinct refusals, so the mutants
+demonstrably get past the magic number and the structural checks behind it are fuzzed; the
+same readers on checksummed seeds (tensor files of version 2, shards and sidecars with their
+CRC) must refuse every mutant that changed the file (but for a sidecar or shard whose CRC
+slot the mutation set to 0: "none", read unchecked by design).
+
+Then, for each checksummed seed, single bytes are flipped (one bit, a different bit per
+position; every byte of the structure, a sample of each CRC-covered data range: see
+flip_positions) and the file read: each must be refused with an error that names the file and, where
+a checksum catches it, the part: the tensor ("tensor 'wte': checksum mismatch"), the
+header/config text/table, the tokens, labels or exercise ids. Version-1 tensor files and
+CRC-0 shards (written before checksums) still read, the version-1 file with its note; a
+DataLoader with verify_data off (--verify-data 0) reads a shard whose tokens no longer match
+its CRC.
 A failing mutant is kept in the temporary directory and named in the output.
-Cost: about 2,700 files in ~5 s (plain build) and ~10 s (ASan build) of CPU time.
+Cost: about 4,500 fuzzed and 3,500 flipped files, ~4 s of CPU (plain build; 2026-12-03).
 */
 #include <signal.h>
 #include <sys/stat.h>
@@ -39,6 +52,7 @@ Cost: about 2,700 files in ~5 s (plain build) and ~10 s (ASan build) of CPU time
 #include <vector>
 
 #include "dev/test/data_test_util.h"
+#include "llmc/data/crc32.h"  // defines: crc32
 #include "llmc/data/dataloader.h"
 #include "llmc/data/evalset.h"
 #include "llmc/data/tensor_file.h"
@@ -67,6 +81,24 @@ static Bytes shard_bytes(const std::vector<int>& toks, int version) {
         if (version == SHARD_VERSION_U16) { append_le<uint16_t>(b, (uint16_t)t); }
         else { append_le<uint32_t>(b, (uint32_t)t); }
     }
+    return b;
+}
+
+// a shard or sidecar with its CRC slot filled (doc/formats.md), as dev/data/shards.py writes them
+static Bytes with_crc(Bytes b, int slot) {
+    uint32_t c = crc32(b.data() + DATA_HEADER_BYTES, b.size() - DATA_HEADER_BYTES);
+    memcpy(&b[4 * slot], &c, 4);
+    return b;
+}
+
+// a version-2 tensor file turned into version 1: the same bytes without the checksums
+static Bytes as_version1(Bytes b) {
+    uint64_t meta_bytes, n;
+    memcpy(&meta_bytes, &b[16], 8);
+    memcpy(&n, &b[24], 8);
+    b[8] = 1;
+    memset(&b[TENSOR_FILE_HEADER_CRC_AT], 0, 4);
+    for (uint64_t t = 0; t < n; t++) { memset(&b[64 + meta_bytes + 128 * t + TENSOR_ENTRY_CRC_AT], 0, 4); }
     return b;
 }
 
@@ -185,6 +217,16 @@ static void read_data(const std::string& shard) {
     }
     std::vector<int32_t> all = read_token_shard(shard);
     for (int32_t t : all) { sum += t; }
+}
+
+// The flip test's data reader: a loader opens the shard (which checks the CRCs), nothing more.
+static void open_data(const std::string& shard, bool verify = true) {
+    DataLoaderConfig cfg;
+    cfg.pattern = shard;
+    cfg.B = 2;
+    cfg.T = 16;
+    cfg.verify_data = verify;
+    DataLoader d(cfg);
 }
 
 static void read_tokenizer(const std::string& path) {
@@ -343,6 +385,9 @@ struct Target {
     Bytes seed;
     std::function<void()> read;        // reads the file (and its companions) as a trainer does
     std::vector<Bytes> crafted = {};   // hand-made mutants, read before the random ones
+    bool checksummed = false;          // every mutant that changed the file must be refused
+    int crc_slot = -1;                 // shards and sidecars: the header int of the CRC (0 there: unchecked)
+    std::function<void()> open = {};   // the flip test's reader (default: read)
 };
 
 // Tensor-file mutants whose sums wrap around 2^64 (random mutation rarely lines up two
@@ -371,6 +416,95 @@ static std::vector<Bytes> crafted_tensor_files(const Bytes& seed) {
     return out;
 }
 
+// The bytes the flip test flips: every byte of the headers, config text, tensor tables, name
+// tables and padding (each is checked its own way); in the zero ints of a shard header one
+// byte per int (one loop checks them all); inside a CRC-covered data range (tokens, labels,
+// ids, tensor data) its first and last 8 bytes and every 7th between (a CRC-32 catches every
+// change of up to 32 consecutive bits wherever it lies in the range, so these stand for the
+// rest; 7 so the flipped bit moves through all eight). A third of the files of every byte.
+static std::vector<size_t> flip_positions(const Target& t) {
+    const Bytes& b = t.seed;
+    std::vector<std::pair<size_t, size_t>> data;  // [from, to) of each CRC-covered data range
+    size_t zero_ints_from = 0, zero_ints_to = 0;   // shard-like: the header ints without a field
+    if (t.crc_slot >= 0) {
+        int32_t table_bytes = 0;
+        if (t.name.rfind("exercises", 0) == 0) { memcpy(&table_bytes, &b[16], 4); }
+        data.push_back({(size_t)DATA_HEADER_BYTES + table_bytes, b.size()});
+        zero_ints_from = 4 * (t.crc_slot + 1);
+        zero_ints_to = DATA_HEADER_BYTES;
+    } else {
+        uint64_t meta_bytes, n, data_offset;
+        memcpy(&meta_bytes, &b[16], 8);
+        memcpy(&n, &b[24], 8);
+        memcpy(&data_offset, &b[32], 8);
+        for (uint64_t k = 0; k < n; k++) {
+            uint64_t off, nb;
+            memcpy(&off, &b[64 + meta_bytes + 128 * k + 104], 8);
+            memcpy(&nb, &b[64 + meta_bytes + 128 * k + 112], 8);
+            data.push_back({data_offset + off, data_offset + off + nb});
+        }
+    }
+    std::vector<size_t> out;
+    for (size_t i = 0; i < b.size(); i++) {
+        if (i >= zero_ints_from && i < zero_ints_to) {
+            if (i % 4 == (i / 4) % 4) { out.push_back(i); }
+            continue;
+        }
+        bool sampled = true;
+        for (const auto& r : data) {
+            if (i >= r.first && i < r.second) { sampled = i < r.first + 8 || i + 8 >= r.second || (i - r.first) % 7 == 0; }
+        }
+        if (sampled) { out.push_back(i); }
+    }
+    return out;
+}
+
+// What the refusal of a file with byte i flipped must say (besides the file): the part a
+// checksum catches, or for the header fields that are checked one by one, just "error".
+static std::function<std::string(size_t)> flip_expectations(const Target& t) {
+    const Bytes& b = t.seed;
+    if (t.crc_slot >= 0) {  // shard or sidecar
+        const std::string part = t.name.rfind("regions", 0) == 0     ? "checksum mismatch in the region labels"
+                                 : t.name.rfind("exercises", 0) == 0 ? "checksum mismatch in the exercise names and ids"
+                                                                     : "checksum mismatch in the tokens";
+        const int slot = t.crc_slot;
+        // an exercise sidecar's name table is checked name by name as the shard is inspected,
+        // before its CRC: those errors say what is wrong with the table
+        int32_t table_bytes = 0;
+        if (t.name.rfind("exercises", 0) == 0) { memcpy(&table_bytes, &b[16], 4); }
+        return [part, slot, table_bytes](size_t i) -> std::string {
+            if (i >= (size_t)DATA_HEADER_BYTES && i < (size_t)(DATA_HEADER_BYTES + table_bytes)) { return "error: "; }
+            if (i >= (size_t)DATA_HEADER_BYTES || i / 4 == (size_t)slot) { return part; }
+            if (i / 4 > (size_t)slot) { return "must be 0 (corrupt header)"; }
+            return "error: ";
+        };
+    }
+    uint64_t meta_bytes, n, data_offset;
+    memcpy(&meta_bytes, &b[16], 8);
+    memcpy(&n, &b[24], 8);
+    memcpy(&data_offset, &b[32], 8);
+    struct Span { uint64_t from, to; std::string name; };
+    std::vector<Span> spans;
+    for (uint64_t k = 0; k < n; k++) {
+        const uint8_t* e = &b[64 + meta_bytes + 128 * k];
+        uint64_t off, nb;
+        memcpy(&off, e + 104, 8);
+        memcpy(&nb, e + 112, 8);
+        spans.push_back({data_offset + off, data_offset + off + nb, reinterpret_cast<const char*>(e)});
+    }
+    return [spans, data_offset](size_t i) -> std::string {
+        if (i < TENSOR_FILE_HEADER_CRC_AT) { return "error: "; }  // magic, version, kind, sizes: each its own check
+        if (i < TENSOR_FILE_HEADER_CRC_AT + 4 || (i >= 64 && i < data_offset)) {
+            return "checksum mismatch in the header, config text or tensor table";
+        }
+        if (i < 64) { return "must be 0 (corrupt header)"; }
+        for (const Span& s : spans) {
+            if (i >= s.from && i < s.to) { return "tensor '" + s.name + "': checksum mismatch"; }
+        }
+        return "nonzero padding after the data of tensor";
+    };
+}
+
 int main() {
     const char* cases_env = getenv("FUZZ_CASES");
     const char* seed_env = getenv("FUZZ_SEED");
@@ -387,32 +521,61 @@ int main() {
     };
     std::vector<int> toks = seed_tokens(240);
     std::vector<Target> targets;
-    for (const char* which : {"shard_u16", "regions", "exercises"}) {
-        std::string d = sub(which);
-        std::string shard = d + "/fz_000000.bin";
-        Bytes sb = shard_bytes(toks, SHARD_VERSION_U16), rb = regions_bytes((int)toks.size()),
-              eb = exercises_bytes((int)toks.size());
-        write_bytes(shard, sb);
-        write_bytes(regions_path_for(shard), rb);
-        write_bytes(exercises_path_for(shard), eb);
-        std::string w = which;
-        std::string file = w == "shard_u16" ? shard : w == "regions" ? regions_path_for(shard) : exercises_path_for(shard);
-        targets.push_back({w, file, w == "shard_u16" ? sb : w == "regions" ? rb : eb, [shard] { read_data(shard); }});
-    }
-    {
-        std::string shard = sub("shard_u32") + "/fz_000000.bin";
-        targets.push_back({"shard_u32", shard, shard_bytes(toks, SHARD_VERSION_U32), [shard] { read_data(shard); }});
+    // the data files without checksums (CRC 0, as written before there were any), then with them
+    for (bool crc : {false, true}) {
+        for (const char* which : {"shard_u16", "regions", "exercises"}) {
+            std::string w = std::string(which) + (crc ? "_crc" : "");
+            std::string d = sub(w.c_str());
+            std::string shard = d + "/fz_000000.bin";
+            Bytes sb = shard_bytes(toks, SHARD_VERSION_U16), rb = regions_bytes((int)toks.size()),
+                  eb = exercises_bytes((int)toks.size());
+            if (crc) {
+                sb = with_crc(sb, SHARD_CRC_SLOT);
+                rb = with_crc(rb, REGIONS_CRC_SLOT);
+                eb = with_crc(eb, EXERCISES_CRC_SLOT);
+            }
+            write_bytes(shard, sb);
+            write_bytes(regions_path_for(shard), rb);
+            write_bytes(exercises_path_for(shard), eb);
+            const char c = which[0];
+            std::string file = c == 's' ? shard : c == 'r' ? regions_path_for(shard) : exercises_path_for(shard);
+            Target t{w, file, c == 's' ? sb : c == 'r' ? rb : eb, [shard] { read_data(shard); }};
+            t.checksummed = crc;
+            t.crc_slot = c == 'e' ? EXERCISES_CRC_SLOT : SHARD_CRC_SLOT;  // (the regions' slot is the shard's)
+            t.open = [shard] { open_data(shard); };
+            targets.push_back(t);
+        }
+        std::string w = crc ? "shard_u32_crc" : "shard_u32";
+        std::string shard = sub(w.c_str()) + "/fz_000000.bin";
+        Bytes sb = shard_bytes(toks, SHARD_VERSION_U32);
+        Target t{w, shard, crc ? with_crc(sb, SHARD_CRC_SLOT) : sb, [shard] { read_data(shard); }};
+        t.checksummed = crc;
+        t.crc_slot = SHARD_CRC_SLOT;
+        t.open = [shard] { open_data(shard); };
+        targets.push_back(t);
     }
     {
         std::string path = sub("tokenizer") + "/tok.bin";
         targets.push_back({"tokenizer", path, tokenizer_seed(), [path] { read_tokenizer(path); }});
     }
-    for (uint32_t kind : {(uint32_t)TENSOR_FILE_CHECKPOINT, (uint32_t)TENSOR_FILE_DEBUG_STATE}) {
-        std::string name = kind == TENSOR_FILE_CHECKPOINT ? "checkpoint" : "debug_state";
-        std::string d = sub(name);
-        std::string path = d + "/" + name + ".bin";
-        Bytes seed = tensor_file_seed(d, kind);
-        targets.push_back({name, path, seed, [path, kind] { read_tensor_file(path, kind); }, crafted_tensor_files(seed)});
+    // tensor files: version 1 (no checksums: the structural checks get fuzzed), then version 2
+    for (int version : {1, 2}) {
+        for (uint32_t kind : {(uint32_t)TENSOR_FILE_CHECKPOINT, (uint32_t)TENSOR_FILE_DEBUG_STATE}) {
+            std::string name = std::string(kind == TENSOR_FILE_CHECKPOINT ? "checkpoint" : "debug_state") +
+                               (version == 1 ? "_v1" : "");
+            std::string d = sub(name);
+            std::string path = d + "/" + name + ".bin";
+            Bytes seed = tensor_file_seed(d, kind);
+            if (version == 1) { seed = as_version1(seed); }
+            std::vector<Bytes> crafted = crafted_tensor_files(seed);
+            if (version == 2) {  // the version turned into 1 (no checksums): its CRCs are still there, refused
+                crafted.push_back(seed);
+                crafted.back()[8] = 1;
+            }
+            Target t{name, path, seed, [path, kind] { read_tensor_file(path, kind); }, crafted};
+            t.checksummed = version == 2;
+            targets.push_back(t);
+        }
     }
     for (int kind : {EVAL_MULTIPLE_CHOICE, EVAL_CLOZE}) {
         std::string name = kind == EVAL_CLOZE ? "evalset_cloze" : "evalset_mc";
@@ -448,6 +611,16 @@ int main() {
                 broken++;
                 fprintf(stderr, "FAIL %s hand-made mutant %d was read as if it were valid\n", t.name.c_str(), c + n_crafted);
             }
+            // a checksummed file that changed must be refused (unless its CRC slot became 0: "none")
+            uint32_t slot = 1;
+            if (t.crc_slot >= 0 && b.size() >= (size_t)DATA_HEADER_BYTES) { memcpy(&slot, &b[4 * t.crc_slot], 4); }
+            if (t.checksummed && c >= 0 && r.outcome == READ && b != t.seed && slot != 0) {
+                broken++;
+                std::string keep = t.file + ".case" + std::to_string(c);
+                write_bytes(keep, b);
+                fprintf(stderr, "FAIL %s case %d: a changed checksummed file was read (kept as %s)\n", t.name.c_str(), c,
+                        keep.c_str());
+            }
             if (r.outcome == BROKEN) {
                 broken++;
                 std::string keep = t.file + ".case" + std::to_string(c);
@@ -459,8 +632,72 @@ int main() {
         write_bytes(t.file, t.seed);
         printf("%-14s %8d %8d %8d %16zu\n", t.name.c_str(), cases + n_crafted, read, refused, kinds.size());
         // the mutants must reach past the header checks: some read, several kinds of refusal
-        CHECK(read >= cases / 50);
-        CHECK(kinds.size() >= 4);
+        // (shards and sidecars: their headers are checked whole, every int without a field must
+        // be 0, so most mutants of a header word stop there; many distinct refusals show that the
+        // others get past it)
+        if (t.checksummed) {
+            CHECK(kinds.size() >= 4);
+        } else if (t.crc_slot >= 0) {
+            CHECK(kinds.size() >= 8);
+        } else {
+            CHECK(read >= cases / 50);
+            CHECK(kinds.size() >= 4);
+        }
+    }
+
+    // every byte of each checksummed file flipped: refused, naming the file and the part
+    Timer flip_timer;
+    int flips = 0;
+    for (Target& t : targets) {
+        if (!t.checksummed) { continue; }
+        auto expect = flip_expectations(t);
+        int missed = 0;
+        for (size_t i : flip_positions(t)) {
+            Bytes b = t.seed;
+            b[i] ^= (uint8_t)(1u << (i % 8));
+            write_bytes(t.file, b);
+            Result r = run_child(t.open ? t.open : t.read, t.file);
+            flips++;
+            const std::string& needle = expect(i);
+            if (r.outcome != REFUSED || r.detail.find(needle) == std::string::npos) {
+                if (missed++ < 5) {
+                    fprintf(stderr, "FAIL %s: byte %zu flipped: %s (expected a refusal with \"%s\")\n", t.name.c_str(), i,
+                            r.outcome == READ ? "read as valid" : r.detail.substr(0, 300).c_str(), needle.c_str());
+                }
+            }
+        }
+        write_bytes(t.file, t.seed);
+        CHECK(missed == 0);
+    }
+    printf("%d files with one byte flipped in %.1f s\n", flips, flip_timer.ms() / 1e3);
+
+    // files from before the checksums still read: a version-1 tensor file (with its note), a
+    // CRC-0 shard even with a changed token; --verify-data 0 skips a shard's check
+    for (Target& t : targets) {
+        std::string out;
+        if (t.name == "checkpoint_v1") {
+            write_bytes(t.file, t.seed);
+            Result r = run_child(t.read, t.file);
+            CHECK(r.outcome == READ);
+            run_in_child(t.read, &out);
+            CHECK(out.find("note: '" + t.file + "' is an attn.c tensor file of version 1, without checksums") !=
+                  std::string::npos);
+        }
+        if (t.name == "shard_u16" || t.name == "shard_u16_crc") {
+            Bytes b = t.seed;
+            b[DATA_HEADER_BYTES + 10] ^= 1;  // a token id changes to another valid id
+            write_bytes(t.file, b);
+            const std::string shard = t.file;
+            Result checked = run_child([shard] { open_data(shard, true); }, t.file);
+            Result skipped = run_child([shard] { open_data(shard, false); }, t.file);
+            if (t.name == "shard_u16") {
+                CHECK(checked.outcome == READ);  // CRC 0: none to check
+            } else {
+                CHECK(checked.outcome == REFUSED && checked.detail.find("checksum mismatch in the tokens") != std::string::npos);
+                CHECK(skipped.outcome == READ);
+            }
+            write_bytes(t.file, t.seed);
+        }
     }
     CHECK(broken == 0);
     printf("%d mutated files in %.1f s, %d crashed, hung or were refused without naming the file\n", total,

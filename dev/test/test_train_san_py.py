@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -563,10 +564,14 @@ def test_container_round_trip_bit_exact(tmp_path):
     # layout as documented: header fields, 64-byte alignment, exact file size
     raw = p.read_bytes()
     magic, ver, kind, mb, nt, doff, dbytes = struct.unpack_from("<8sIIQQQQ", raw)
-    assert (magic, ver, nt) == (b"ATTNFILE", 1, 5) and doff % 64 == 0 and len(raw) == doff + dbytes
-    name, dt, nd, *rest = struct.unpack_from("<64sII4QQQ", raw, 64 + mb + 3 * 128)
+    assert (magic, ver, nt) == (b"ATTNFILE", 2, 5) and doff % 64 == 0 and len(raw) == doff + dbytes
+    name, dt, nd, *rest = struct.unpack_from("<64sII4QQQI", raw, 64 + mb + 3 * 128)
     assert name.rstrip(b"\0") == b"bf" and dt == 1 and nd == 1 and rest[0] == 33 and rest[4] % 64 == 0
     assert raw[doff + rest[4]: doff + rest[4] + 66] == container.fp32_to_bf16_bits(bf).tobytes()
+    # the CRCs as doc/formats.md defines them, with zlib alone: the tensor's over its data, the
+    # header's over the header without its field, the config text, the table and the padding
+    assert rest[6] == zlib.crc32(raw[doff + rest[4]: doff + rest[4] + rest[5]])
+    assert struct.unpack_from("<I", raw, 48)[0] == zlib.crc32(raw[64:doff], zlib.crc32(raw[52:64], zlib.crc32(raw[:48])))
     # every reader check names the file
     with pytest.raises(container.ContainerError, match="expected a debug state"):
         container.read_container(p, container.KIND_DEBUG_STATE)

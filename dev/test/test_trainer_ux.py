@@ -545,3 +545,33 @@ def test_the_stop_hint_continues_the_run_to_its_outputs(trainer, offline, tmp_pa
     samples = [r["sample"] for r in whole if "sample" in r]
     assert len(samples) == 3 and all(not s.replace(" ", "").isdigit() for s in samples)   # text, not token ids
     assert any("eval" in r for r in resumed if r["step"] == 12)
+
+
+    assert (tmp_path / "final.bin").read_bytes() == (d / "final.bin").read_bytes()
+
+
+def test_a_corrupt_shard_is_refused_unless_verify_data_0(data, tmp_path):
+    """A token of a shard changed to another valid id (the shard's CRC no longer matches):
+    the run refuses it before its first step, naming the shard and both CRCs; --verify-data 0
+    (for corpora too large to read at start) trains on it; a shard written before the
+    checksums (CRC slot 0) trains."""
+    import shards  # (dev/data, on the path through trainer_cli)
+    good = shards.read_shard(data / "toy_train_000000.bin")
+    raw = bytearray((data / "toy_train_000000.bin").read_bytes())
+    assert int.from_bytes(raw[12:16], "little") != 0, "write_shard fills the CRC slot"
+    raw[1024 + 2 * 5] ^= 1  # token 5, still in the vocabulary
+    bad = tmp_path / "bad_train_000000.bin"
+    bad.write_bytes(bytes(raw))
+    args = ["--preset", "tiny", "--train-data", bad, "--val-data", "", "--batch-size", 2, "--seq-len", 16,
+            "--steps", 1, "--sample-tokens", 0]
+    proc = run("san", args, check=False)
+    assert proc.returncode == 1 and f"token shard '{bad}': checksum mismatch in the tokens: stored CRC32" in proc.stderr, \
+        proc.stderr
+    assert "step 1" not in proc.stdout
+    run("san", args + ["--verify-data", 0])
+    with pytest.raises(ValueError, match="checksum mismatch in the tokens"):
+        shards.read_shard(bad)
+    raw[12:16] = bytes(4)  # no CRC: as written before the checksums
+    bad.write_bytes(bytes(raw))
+    run("san", args)
+    assert np.count_nonzero(shards.read_shard(bad) != good) == 1

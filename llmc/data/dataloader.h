@@ -8,7 +8,12 @@ Files: every file matching the glob pattern(s) (comma-separated; sorted; "*.regi
 region sidecar "x.regions" (uint8 per token: 0 other, 1 query, 2 trace, 3 answer) and an
 exercise sidecar "x.exercises" (a table of exercise names, then a uint8 index into it per
 token). Headers, versions, tables and sizes are checked when the loader opens; errors
-name the file and what is wrong. Exercise ids are remapped to one table for all shards,
+name the file and what is wrong. Header int [3] of a shard and of a region sidecar, [5] of an
+exercise sidecar, is the CRC-32 (llmc/data/crc32.h, zlib's) of the data after the header (0 =
+none, as in shards written before there were checksums); with cfg.verify_data (the default;
+--verify-data 0 turns it off for huge corpora) the loader reads each file once when it opens
+and checks it, once per process: a file verified by an earlier loader (the validation data of
+the measurement slice) is not read again unless it changed. Exercise ids are remapped to one table for all shards,
 `exercise_names`: id 0 is "none" (shards without a sidecar, padding), the other names in
 order of first appearance over the sorted files.
 
@@ -57,15 +62,19 @@ there (the fingerprint checks that data, T, global batch B*P, shuffle and seed m
 #pragma once
 
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "llmc/data/crc32.h"  // defines: crc32_update
 #include "llmc/utils.h"
 
 constexpr int SHARD_MAGIC = 20240520;
@@ -77,6 +86,7 @@ constexpr int EXERCISES_MAGIC = 20260314;
 constexpr int EXERCISES_VERSION = 1;
 constexpr int MAX_EXERCISES = 256;  // ids are uint8
 constexpr const char* EXERCISE_NONE = "none";
+constexpr int SHARD_CRC_SLOT = 3, REGIONS_CRC_SLOT = 3, EXERCISES_CRC_SLOT = 5;  // header ints holding CRCs
 constexpr int DATA_HEADER_INTS = 256;
 constexpr long DATA_HEADER_BYTES = DATA_HEADER_INTS * 4;
 enum Region : uint8_t { REGION_OTHER = 0, REGION_QUERY = 1, REGION_TRACE = 2, REGION_ANSWER = 3 };
@@ -146,8 +156,9 @@ inline std::vector<std::string> glob_shards(const std::string& patterns, const s
     return files;
 }
 
-// Reads and checks a 256-int32 header; returns it. `kind` names the format in errors.
-inline std::vector<int32_t> read_data_header(CheckedFile& f, int magic, const char* kind) {
+// Reads and checks a 256-int32 header; returns it. `kind` names the format in errors; the
+// ints from `fields` on have no meaning and must be 0 (so a changed byte there is refused too).
+inline std::vector<int32_t> read_data_header(CheckedFile& f, int magic, const char* kind, int fields) {
     long size = f.size();
     if (size < DATA_HEADER_BYTES) {
         fatal("file '%s' is truncated: %ld bytes, shorter than the %ld-byte %s header", f.path().c_str(), size,
@@ -161,7 +172,68 @@ inline std::vector<int32_t> read_data_header(CheckedFile& f, int magic, const ch
         fatal("file '%s' is not %s %s: magic number %d, expected %d", f.path().c_str(), article, kind, h[0], magic);
     }
     if (h[2] < 0) { fatal("file '%s': negative token count %d in the %s header", f.path().c_str(), h[2], kind); }
+    for (int k = fields; k < DATA_HEADER_INTS; k++) {
+        if (h[k] != 0) { fatal("file '%s': %s header int [%d] is %d, must be 0 (corrupt header)", f.path().c_str(), kind, k, h[k]); }
+    }
     return h;
+}
+
+// The files whose CRC this process has checked, by identity and modification (device, inode,
+// size, mtime): each is read for its check once however many loaders open it, and again if it
+// is rewritten.
+class VerifiedFiles {
+public:
+    static bool contains(const std::string& path) { return get().has(key(path)); }
+    static void add(const std::string& path) { get().insert(key(path)); }
+
+private:
+    static VerifiedFiles& get() {
+        static VerifiedFiles v;
+        return v;
+    }
+    static std::string key(const std::string& path) {
+        struct stat st;
+        if (stat(path.c_str(), &st) != 0) { return ""; }
+        return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+               std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    }
+    bool has(const std::string& k) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return !k.empty() && keys_.count(k) != 0;
+    }
+    void insert(const std::string& k) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!k.empty()) { keys_.insert(k); }
+    }
+    std::mutex mutex_;
+    std::set<std::string> keys_;
+};
+
+// Fails unless `computed` is the CRC a header holds (0: the file has none).
+inline void check_data_crc(const std::string& path, const char* kind, const char* what, uint32_t stored, uint32_t computed) {
+    if (stored != 0 && stored != computed) {
+        fatal("%s '%s': checksum mismatch in the %s: stored CRC32 %08x, computed %08x (the file is corrupt)", kind,
+              path.c_str(), what, stored, computed);
+    }
+}
+
+// Checks the CRC of bytes [from, end) of a file against `stored` (0: none; nothing read),
+// once per process (VerifiedFiles). Reads in 4 MiB pieces, so a shard of any size costs no memory.
+inline void verify_data_crc(const std::string& path, const char* kind, const char* what, long from, uint32_t stored) {
+    if (stored == 0 || VerifiedFiles::contains(path)) { return; }
+    CheckedFile f(path, "rb");
+    long left = f.size() - from;
+    f.seek(from);
+    std::vector<unsigned char> buf((size_t)std::min<long>(std::max<long>(left, 0), 4l << 20));
+    uint32_t c = 0;
+    while (left > 0) {
+        size_t n = (size_t)std::min<long>(left, (long)buf.size());
+        f.read(buf.data(), n, what);
+        c = crc32_update(c, buf.data(), n);
+        left -= (long)n;
+    }
+    check_data_crc(path, kind, what, stored, c);
+    VerifiedFiles::add(path);
 }
 
 struct ShardInfo {
@@ -169,6 +241,7 @@ struct ShardInfo {
     std::string exercises_path;      // empty when there is no exercise sidecar
     std::vector<std::string> exercise_names;  // the sidecar's table (name 0 is "none")
     long exercise_ids_offset = 0;    // byte offset of the per-token ids in the sidecar
+    uint32_t crc = 0, regions_crc = 0, exercises_crc = 0;  // the headers' CRC-32s (0: none)
     int version = 0;
     int width = 0;        // bytes per token
     int64_t ntok = 0;
@@ -180,7 +253,8 @@ inline ShardInfo inspect_shard(const std::string& path) {
     ShardInfo s;
     s.path = path;
     CheckedFile f(path, "rb");
-    std::vector<int32_t> h = read_data_header(f, SHARD_MAGIC, "token shard");
+    std::vector<int32_t> h = read_data_header(f, SHARD_MAGIC, "token shard", SHARD_CRC_SLOT + 1);
+    s.crc = (uint32_t)h[SHARD_CRC_SLOT];
     s.version = h[1];
     if (s.version == SHARD_VERSION_U16) { s.width = 2; }
     else if (s.version == SHARD_VERSION_U32) { s.width = 4; }
@@ -199,7 +273,8 @@ inline ShardInfo inspect_shard(const std::string& path) {
     std::string rp = regions_path_for(path);
     if (file_exists(rp)) {
         CheckedFile r(rp, "rb");
-        std::vector<int32_t> rh = read_data_header(r, REGIONS_MAGIC, "region sidecar");
+        std::vector<int32_t> rh = read_data_header(r, REGIONS_MAGIC, "region sidecar", REGIONS_CRC_SLOT + 1);
+        s.regions_crc = (uint32_t)rh[REGIONS_CRC_SLOT];
         if (rh[1] != REGIONS_VERSION) { fatal("region sidecar '%s': unsupported version %d", rp.c_str(), rh[1]); }
         if (rh[2] != s.ntok) {
             fatal("region sidecar '%s' has %d labels but its shard '%s' has %lld tokens", rp.c_str(), rh[2],
@@ -216,7 +291,8 @@ inline ShardInfo inspect_shard(const std::string& path) {
     std::string ep = exercises_path_for(path);
     if (file_exists(ep)) {
         CheckedFile e(ep, "rb");
-        std::vector<int32_t> eh = read_data_header(e, EXERCISES_MAGIC, "exercise sidecar");
+        std::vector<int32_t> eh = read_data_header(e, EXERCISES_MAGIC, "exercise sidecar", EXERCISES_CRC_SLOT + 1);
+        s.exercises_crc = (uint32_t)eh[EXERCISES_CRC_SLOT];
         if (eh[1] != EXERCISES_VERSION) { fatal("exercise sidecar '%s': unsupported version %d", ep.c_str(), eh[1]); }
         if (eh[2] != s.ntok) {
             fatal("exercise sidecar '%s' has %d ids but its shard '%s' has %lld tokens", ep.c_str(), eh[2],
@@ -265,20 +341,40 @@ inline ShardInfo inspect_shard(const std::string& path) {
     return s;
 }
 
-// Reads a whole shard into int32 (for tools and tests).
-inline std::vector<int32_t> read_token_shard(const std::string& path) {
+// Checks the CRCs of a shard and of its sidecars (each once per process; see the top).
+inline void verify_shard(const ShardInfo& s) {
+    verify_data_crc(s.path, "token shard", "tokens", DATA_HEADER_BYTES, s.crc);
+    if (!s.regions_path.empty()) {
+        verify_data_crc(s.regions_path, "region sidecar", "region labels", DATA_HEADER_BYTES, s.regions_crc);
+    }
+    if (!s.exercises_path.empty()) {
+        verify_data_crc(s.exercises_path, "exercise sidecar", "exercise names and ids", DATA_HEADER_BYTES, s.exercises_crc);
+    }
+}
+
+// Reads a whole shard into int32 (whole-document packing, fixedseqqk, tools and tests);
+// `verify`: check its CRC on the bytes read (unless this process has already).
+inline std::vector<int32_t> read_token_shard(const std::string& path, bool verify = true) {
     ShardInfo s = inspect_shard(path);
     CheckedFile f(path, "rb");
     f.seek(DATA_HEADER_BYTES);
     std::vector<int32_t> out(s.ntok);
+    const bool check = verify && s.crc != 0 && !VerifiedFiles::contains(path);
+    uint32_t c = 0;
     if (s.width == 2) {
         std::vector<uint16_t> t;
         f.read_vector(t, s.ntok, "tokens");
+        if (check) { c = crc32_update(0, t.data(), t.size() * 2); }
         for (int64_t i = 0; i < s.ntok; i++) { out[i] = t[i]; }
     } else {
         std::vector<uint32_t> t;
         f.read_vector(t, s.ntok, "tokens");
+        if (check) { c = crc32_update(0, t.data(), t.size() * 4); }
         for (int64_t i = 0; i < s.ntok; i++) { out[i] = (int32_t)t[i]; }
+    }
+    if (check) {
+        check_data_crc(path, "token shard", "tokens", s.crc, c);
+        VerifiedFiles::add(path);
     }
     return out;
 }
@@ -321,6 +417,7 @@ struct DataLoaderConfig {
     // of this file); the same files, T, N and seed give the same sample on every machine.
     int64_t sample_documents = 0;
     uint64_t sample_seed = 0;
+    bool verify_data = true;   // check each file's CRC-32 once when opening (--verify-data)
 };
 
 struct DataPosition {
@@ -349,6 +446,7 @@ public:
         int64_t offset = 0;
         for (const std::string& f : glob_shards(cfg.pattern)) {
             ShardInfo s = inspect_shard(f);
+            if (cfg.verify_data) { verify_shard(s); }
             s.nwin = s.ntok >= 1 ? (s.ntok - 1) / T : 0;
             has_regions = has_regions || !s.regions_path.empty();
             has_exercises = has_exercises || !s.exercises_path.empty();
@@ -599,7 +697,7 @@ private:
         const int64_t total = shard_start_.back();
         int64_t previous = -1, count = 0;
         for (size_t sh = 0; sh < shards_.size(); sh++) {
-            std::vector<int32_t> toks = read_token_shard(shards_[sh].path);
+            std::vector<int32_t> toks = read_token_shard(shards_[sh].path, cfg_.verify_data);
             for (size_t i = 0; i < toks.size(); i++) {
                 if (toks[i] != cfg_.doc_start_token) { continue; }
                 const int64_t start = shard_start_[sh] + (int64_t)i;

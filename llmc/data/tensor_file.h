@@ -8,22 +8,43 @@ TensorFileReader reads and checks a whole file (every offset and size against th
 and the file size; errors name the file and the problem) and hands out config values and
 tensors by name. TensorFileWriter collects config keys and tensors and writes them
 atomically (temp file + rename), so an interrupted save never replaces a good file.
+
+Version 2 (written here) carries CRC-32s (llmc/data/crc32.h, zlib's): one in the header over
+the header, config text, tensor table and the padding before the data, one per tensor over
+its data, and the padding between tensors must be zero, so a changed byte anywhere in the
+file is refused, naming the file and the tensor (or the header) and both CRCs. Version 1
+(no checksums) still reads, with a one-line note on stderr.
 */
 #pragma once
 
+#include <algorithm>
 #include <cinttypes>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "llmc/data/crc32.h"  // defines: crc32, crc32_update
 #include "llmc/number_text.h"
 #include "llmc/utils.h"
 
 constexpr char TENSOR_FILE_MAGIC[8] = {'A', 'T', 'T', 'N', 'F', 'I', 'L', 'E'};
-constexpr uint32_t TENSOR_FILE_VERSION = 1;
+constexpr uint32_t TENSOR_FILE_VERSION = 2;     // what the writer writes
+constexpr uint32_t TENSOR_FILE_VERSION_NO_CRC = 1;  // still read: the same layout without checksums
+constexpr size_t TENSOR_FILE_HEADER_CRC_AT = 48;  // u32 in the header (version 2)
+constexpr size_t TENSOR_ENTRY_CRC_AT = 120;       // u32 in each table entry (version 2)
+
+// The CRC a version-2 header holds: over the header's bytes but the CRC field itself
+// ([0, 48) and [52, 64)), then everything between the header and the data (`rest`: the
+// config text, the tensor table with each tensor's CRC, the zero padding).
+inline uint32_t tensor_file_header_crc(const unsigned char* header64, const unsigned char* rest, size_t rest_bytes) {
+    uint32_t c = crc32(header64, TENSOR_FILE_HEADER_CRC_AT);
+    c = crc32_update(c, header64 + TENSOR_FILE_HEADER_CRC_AT + 4, 64 - TENSOR_FILE_HEADER_CRC_AT - 4);
+    return crc32_update(c, rest, rest_bytes);
+}
 enum TensorFileKind : uint32_t { TENSOR_FILE_CHECKPOINT = 1, TENSOR_FILE_DEBUG_STATE = 2 };
 enum TensorDtype : uint32_t { DTYPE_FP32 = 0, DTYPE_BF16 = 1, DTYPE_INT32 = 2 };
 
@@ -52,7 +73,11 @@ public:
         f.read(header, 64, "header");
         if (memcmp(header, TENSOR_FILE_MAGIC, 8) != 0) { fail("not an attn.c tensor file (magic is not ATTNFILE)"); }
         uint32_t version = get<uint32_t>(header + 8), kind = get<uint32_t>(header + 12);
-        if (version != TENSOR_FILE_VERSION) { fail("unsupported version %u (this build reads %u)", version, TENSOR_FILE_VERSION); }
+        if (version != TENSOR_FILE_VERSION && version != TENSOR_FILE_VERSION_NO_CRC) {
+            fail("unsupported version %u (this build reads %u and %u)", version, TENSOR_FILE_VERSION_NO_CRC,
+                 TENSOR_FILE_VERSION);
+        }
+        const bool checksums = version == TENSOR_FILE_VERSION;
         if (kind != expected_kind) {
             fail("is a %s, expected a %s", kind_name(kind), kind_name(expected_kind));
         }
@@ -66,13 +91,29 @@ public:
                  " bytes, file %ld bytes (truncated or corrupt)",
                  meta_bytes, n_tensors, data_offset, data_bytes, file_size);
         }
-        std::string meta(meta_bytes, '\0');
-        f.read(&meta[0], meta_bytes, "config text");
+        // the reserved bytes are zero: in version 1 all 16, in version 2 those after the CRC (a
+        // version-2 file whose version byte turned into 1 is refused here, not read unchecked)
+        const size_t reserved_from = checksums ? TENSOR_FILE_HEADER_CRC_AT + 4 : TENSOR_FILE_HEADER_CRC_AT;
+        for (size_t i = reserved_from; i < 64; i++) {
+            if (header[i] != 0) { fail("header byte %zu is %u, must be 0 (corrupt header)", i, header[i]); }
+        }
+        // everything between the header and the data: config text, tensor table, padding
+        std::vector<unsigned char> rest(data_offset - 64);
+        f.read(rest.data(), rest.size(), "config text and tensor table");
+        if (checksums) {
+            uint32_t stored = get<uint32_t>(header + TENSOR_FILE_HEADER_CRC_AT);
+            uint32_t computed = tensor_file_header_crc(header, rest.data(), rest.size());
+            if (stored != computed) {
+                fail("checksum mismatch in the header, config text or tensor table: stored CRC32 %08x, computed %08x "
+                     "(the file is corrupt)", stored, computed);
+            }
+        }
+        std::string meta(reinterpret_cast<const char*>(rest.data()), meta_bytes);
         parse_config(meta);
-        std::vector<unsigned char> table(128 * n_tensors);
-        f.read(table.data(), table.size(), "tensor table");
+        const unsigned char* table = rest.data() + meta_bytes;
+        uint64_t cursor = 0;  // version 2: where the next tensor must start (doc/formats.md)
         for (uint64_t t = 0; t < n_tensors; t++) {
-            const unsigned char* e = table.data() + 128 * t;
+            const unsigned char* e = table + 128 * t;
             if (memchr(e, 0, 64) == nullptr) { fail("tensor %" PRIu64 ": name is not NUL-terminated", t); }
             TensorEntry entry;
             entry.name = reinterpret_cast<const char*>(e);
@@ -84,6 +125,13 @@ public:
             if (offset % 64 != 0 || offset > data_bytes || nbytes > data_bytes - offset) {
                 fail("tensor '%s': data at %" PRIu64 " + %" PRIu64 " lies outside the data section", entry.name.c_str(),
                      offset, nbytes);
+            }
+            if (checksums && offset != cursor) {
+                fail("tensor '%s': data at %" PRIu64 ", expected %" PRIu64 " (tensors follow each other in table order)",
+                     entry.name.c_str(), offset, cursor);
+            }
+            for (size_t i = checksums ? TENSOR_ENTRY_CRC_AT + 4 : TENSOR_ENTRY_CRC_AT; i < 128; i++) {
+                if (e[i] != 0) { fail("tensor '%s': table entry byte %zu is %u, must be 0", entry.name.c_str(), i, e[i]); }
             }
             // the byte count of the shape, checked for overflow (a corrupt shape could wrap it
             // around to the stored size, or make numel() negative)
@@ -101,8 +149,30 @@ public:
             f.seek((long)(data_offset + offset));
             entry.data.resize(nbytes);
             f.read(entry.data.data(), nbytes, ("data of tensor " + entry.name).c_str());
+            if (checksums) {
+                uint32_t stored = get<uint32_t>(e + TENSOR_ENTRY_CRC_AT), computed = crc32(entry.data.data(), nbytes);
+                if (stored != computed) {
+                    fail("tensor '%s': checksum mismatch: stored CRC32 %08x, computed %08x (its data are corrupt)",
+                         entry.name.c_str(), stored, computed);
+                }
+                // the padding after it (up to the next tensor or the end) is zero
+                cursor = round_up64(offset + nbytes);
+                uint64_t pad = std::min<uint64_t>(cursor, data_bytes) - (offset + nbytes);
+                unsigned char zeros[64];
+                f.read(zeros, pad, "padding");
+                for (uint64_t i = 0; i < pad; i++) {
+                    if (zeros[i] != 0) { fail("nonzero padding after the data of tensor '%s' (corrupt file)", entry.name.c_str()); }
+                }
+            }
             index_[entry.name] = tensors_.size();
             tensors_.push_back(std::move(entry));
+        }
+        if (checksums && cursor != data_bytes) {
+            fail("the data section has %" PRIu64 " bytes, its tensors end at %" PRIu64 " (corrupt file)", data_bytes, cursor);
+        }
+        if (!checksums) {
+            fprintf(stderr, "note: '%s' is an attn.c tensor file of version 1, without checksums: its contents are not "
+                    "verified (files written now are version 2)\n", path.c_str());
         }
     }
 
@@ -185,6 +255,7 @@ public:
     }
 
 private:
+    static uint64_t round_up64(uint64_t x) { return (x + 63) / 64 * 64; }
     template <typename T>
     static T get(const unsigned char* p) {
         T v;
@@ -248,20 +319,13 @@ public:
         }
         uint64_t data_bytes = cursor;
 
-        AtomicFileWriter out(path);
-        CheckedFile& f = out.file();
-        unsigned char header[64] = {};
-        memcpy(header, TENSOR_FILE_MAGIC, 8);
-        put<uint32_t>(header + 8, TENSOR_FILE_VERSION);
-        put<uint32_t>(header + 12, kind_);
-        put<uint64_t>(header + 16, meta_bytes);
-        put<uint64_t>(header + 24, tensors_.size());
-        put<uint64_t>(header + 32, data_offset);
-        put<uint64_t>(header + 40, data_bytes);
-        f.write(header, 64, "header");
+        // everything between the header and the data (config text, tensor table, padding),
+        // assembled first: the header's CRC covers it
+        std::vector<unsigned char> rest;
+        rest.reserve(data_offset - 64);
         for (const auto& kv : config_) {
             std::string line = kv.first + "=" + kv.second + "\n";
-            f.write(line.data(), line.size(), "config text");
+            rest.insert(rest.end(), line.begin(), line.end());
         }
         for (size_t i = 0; i < tensors_.size(); i++) {
             const TensorEntry& t = tensors_[i];
@@ -272,10 +336,25 @@ public:
             for (size_t d = 0; d < t.shape.size(); d++) { put<uint64_t>(e + 72 + 8 * d, (uint64_t)t.shape[d]); }
             put<uint64_t>(e + 104, offsets[i]);
             put<uint64_t>(e + 112, t.data.size());
-            f.write(e, 128, "tensor table");
+            put<uint32_t>(e + TENSOR_ENTRY_CRC_AT, crc32(t.data.data(), t.data.size()));
+            rest.insert(rest.end(), e, e + 128);
         }
+        rest.resize(data_offset - 64, 0);
+        unsigned char header[64] = {};
+        memcpy(header, TENSOR_FILE_MAGIC, 8);
+        put<uint32_t>(header + 8, TENSOR_FILE_VERSION);
+        put<uint32_t>(header + 12, kind_);
+        put<uint64_t>(header + 16, meta_bytes);
+        put<uint64_t>(header + 24, tensors_.size());
+        put<uint64_t>(header + 32, data_offset);
+        put<uint64_t>(header + 40, data_bytes);
+        put<uint32_t>(header + TENSOR_FILE_HEADER_CRC_AT, tensor_file_header_crc(header, rest.data(), rest.size()));
+
+        AtomicFileWriter out(path);
+        CheckedFile& f = out.file();
+        f.write(header, 64, "header");
+        f.write(rest.data(), rest.size(), "config text and tensor table");
         std::vector<unsigned char> zeros(64, 0);
-        f.write(zeros.data(), data_offset - (64 + meta_bytes + 128 * tensors_.size()), "padding");
         for (size_t i = 0; i < tensors_.size(); i++) {
             const TensorEntry& t = tensors_[i];
             f.write(t.data.data(), t.data.size(), ("data of tensor " + t.name).c_str());

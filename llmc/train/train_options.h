@@ -49,6 +49,7 @@ struct TrainOptions {
     float temperature = 1.0f;
     uint64_t seed = 42;
     int shuffle = 1;
+    int verify_data = 1;     // check the CRC-32 of every data file once, as the loaders open them
     long extend_to = 0;      // --resume a run and train it on to this many steps (a new schedule)
     int resume_override = 0; // --resume: let the flags given change the saved run's settings
     std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
@@ -100,6 +101,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--final-frac", &p.schedule.final_frac, "final rate as a fraction of the peak"),
         make_flag("--seed", &o.seed, "seed of init, data order and sampling"),
         make_flag("--shuffle", &o.shuffle, "shuffle training windows 0|1"),
+        make_flag("--verify-data", &o.verify_data, "check the CRC-32 of each token shard and sidecar once, reading it whole when the run opens it; 0: skip (huge corpora) 0|1"),
         make_flag("--val-every", &o.val_every, "validate every N steps (and at the end; 0: only at the end)"),
         make_flag("--val-batches", &o.val_batches, "validation micro-batches (0: the whole validation set once)"),
         make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1, or 2: on windows and also on whole documents (logged as whole_docs)"),

@@ -67,6 +67,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (o.grad_accum < 0 || o.global_batch < 0) { fatal("--grad-accum and --global-batch must be >= 0"); }
     if (o.zero != 0 && o.zero != 1) { fatal("--zero must be 0 or 1, got %d", o.zero); }
     if (o.overlap_reduce != 0 && o.overlap_reduce != 1) { fatal("--overlap-reduce must be 0 or 1, got %d", o.overlap_reduce); }
+    if (o.verify_data != 0 && o.verify_data != 1) { fatal("--verify-data must be 0 or 1, got %d", o.verify_data); }
     if (o.global_batch > 0) {  // rows per optimizer step over micro-batches and ranks
         const int rows = o.batch_size * o.world;
         if (o.global_batch % rows != 0) {

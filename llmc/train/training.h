@@ -179,6 +179,7 @@ private:
         cfg.seed = o.seed;
         cfg.doc_start_token = model.doc_start_token();
         cfg.vocab_size = model.cfg.vocab_size;
+        cfg.verify_data = o.verify_data != 0;
         return cfg;
     }
 

@@ -1,5 +1,6 @@
 """Token shard and region sidecar round trips, parsed independently with struct."""
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -23,7 +24,8 @@ def test_shard_round_trip_and_layout(tmp_path, version, maxval):
     write_shard(p, toks, version=version)
     head, body = parse_raw(p)
     assert head[:3] == (20240520, version, 1234)
-    assert all(v == 0 for v in head[3:])
+    assert head[3] & 0xFFFFFFFF == zlib.crc32(body)  # the tokens' CRC-32, as the int32 of its bits
+    assert all(v == 0 for v in head[4:])
     fmt = "<%d%s" % (1234, "H" if version == 1 else "I")
     assert list(struct.unpack(fmt, body)) == toks.tolist()
     assert read_shard(p).tolist() == toks.tolist()
@@ -46,6 +48,7 @@ def test_regions_round_trip(tmp_path):
     write_regions(p, labels)
     head, body = parse_raw(p)
     assert head[:3] == (shards.REGIONS_MAGIC, 1, 1000)
+    assert head[3] & 0xFFFFFFFF == zlib.crc32(body) and all(v == 0 for v in head[4:])
     assert list(body) == labels.tolist()
     assert read_regions(p).tolist() == labels.tolist()
     with pytest.raises(ValueError):
@@ -103,7 +106,8 @@ def test_exercises_round_trip_and_layout(tmp_path):
     head, body = parse_raw(p)
     table = b"none\0math\0rag\0" + "mémorisation".encode() + b"\0"
     assert head[:5] == (shards.EXERCISES_MAGIC, 1, 500, 4, len(table))
-    assert all(v == 0 for v in head[5:])
+    assert head[5] & 0xFFFFFFFF == zlib.crc32(body)  # over the name table and the ids
+    assert all(v == 0 for v in head[6:])
     assert body[:len(table)] == table and list(body[len(table):]) == ids.tolist()
     got, got_names = shards.read_exercises(p)
     assert got.tolist() == ids.tolist() and got_names == names
@@ -149,3 +153,29 @@ def test_shard_writer_exercise_tables(tmp_path):
         w.add([1, 2])  # every document names its exercise
     with pytest.raises(ValueError, match="none"):
         w.add([1, 2], exercise="none")
+
+
+def test_readers_refuse_a_changed_byte_and_read_crc_0(tmp_path):
+    """A byte changed in the data of a shard, region or exercise sidecar is refused naming the
+    file and both CRCs; in a header int without a field too; with the CRC slot 0 (files written
+    before the checksums) the same file reads."""
+    shard, reg, ex = tmp_path / "s.bin", tmp_path / "s.regions", tmp_path / "s.exercises"
+    write_shard(shard, list(range(100)))
+    write_regions(reg, np.arange(100) % 4)
+    shards.write_exercises(ex, np.arange(100) % 2, ["none", "rag"])
+    for path, read, slot, what in [(shard, read_shard, 3, "tokens"), (reg, read_regions, 3, "region labels"),
+                                   (ex, shards.read_exercises, 5, "exercise names and ids")]:
+        raw = bytearray(path.read_bytes())
+        bad = bytearray(raw)
+        bad[-1] ^= 1  # the last token / label / id, still a valid value
+        path.write_bytes(bytes(bad))
+        with pytest.raises(ValueError, match=f"{path}: checksum mismatch in the {what}: stored CRC32 "):
+            read(path)
+        bad[4 * slot:4 * slot + 4] = bytes(4)
+        path.write_bytes(bytes(bad))
+        read(path)
+        bad = bytearray(raw)
+        bad[4 * 200] = 1
+        path.write_bytes(bytes(bad))
+        with pytest.raises(ValueError, match=rf"{path}: header int \[200\] is 1, must be 0"):
+            read(path)
