@@ -224,10 +224,8 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     }
 
     ParameterCounts counts = count_parameters(c);
-    printf("%s (%s, %s%s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
-           PRECISION_MODE != PrecisionMode::BF16 ? ""
-           : attention_tensor_cores()            ? ", tensor-core attention kernels"
-                                                 : ", scalar attention kernels");
+    printf("%s (%s, %s, %s attention kernels)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
+           attention_kernels_name());
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, flops_per_token(c) / 1e6);

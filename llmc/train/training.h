@@ -285,6 +285,10 @@ private:
         if (o.log_path.empty() || rank != 0) { return; }
         log = fopen(o.log_path.c_str(), model.steps_done() > 0 ? "a" : "w");
         if (log == nullptr) { fatal("--log: cannot open '%s' for writing: %s", o.log_path.c_str(), strerror(errno)); }
+        // what ran, so that a log sent back from a GPU says which attention kernels it took (no
+        // "step": the step-record readers skip it)
+        fprintf(log, "{\"run\": {\"executor\": \"%s\", \"precision\": \"%s\", \"attention_kernels\": \"%s\"}}\n",
+                HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME, attention_kernels_name());
     }
 
     void close_log() {
