@@ -29,7 +29,8 @@ Usage: test_backend_misuse [name-filter]
 static bool dies_saying(const std::function<void()>& fn, const std::string& needle) {
     std::string out;
     int status = run_in_child(fn, &out);
-    bool died = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+    // the backend aborts; fatal() (the sync check) exits with a status
+    bool died = (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
     bool ok = died && out.find(needle) != std::string::npos;
     if (!ok) { fprintf(stderr, "  expected to die saying [%s]; got status %d and: %s\n", needle.c_str(), status, out.c_str()); }
     return ok;
@@ -159,6 +160,22 @@ TEST_CASE(async_copy_wait_refuses_uncommitted_copies) {
         CHECK(dies_saying([=] { run(false); }, wait_all ? "reaches cp_async_wait_all with cp.async copies it never committed"
                                                         : "reaches cp_async_wait_group with cp.async copies it never committed"));
     }
+}
+
+// The sync check (llmc/launch_check.h) reports a failed launch at the launch, by kernel
+// name, launch shape and call site; without it the error waits for the next cudaCheckLaunch.
+TEST_CASE(sync_check_names_the_failing_kernel) {
+    auto bad_launch = [](bool check) {
+        sync_check() = check;
+        float* d = cudaMallocElements(float, 1);
+        LAUNCH(1, 2048, 0, 0, add_one)(d, 1);  // too many threads per block
+        printf("returned from the launch\n");
+        exit(0);
+    };
+    CHECK(dies_saying([&] { bad_launch(true); },
+                      "sync check: kernel add_one (grid 1,1,1, block 2048,1,1, 0 bytes of dynamic shared memory), "
+                      "launched at dev/test/test_backend_misuse.cu:"));
+    CHECK(runs_clean([&] { bad_launch(false); }));
 }
 
 TEST_MAIN()

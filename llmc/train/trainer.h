@@ -217,6 +217,8 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (t.attention_kernels != AttentionKernels::Auto) {
         attention_tensor_cores() = t.attention_kernels == AttentionKernels::TensorCores;
     }
+    if (t.sync_check != 0) { sync_check() = true; }
+    if (sync_check()) { printf("sync check: on (every kernel launch waits and reports a fault by kernel name)\n"); }
     check_run_files(t);
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
