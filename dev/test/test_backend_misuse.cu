@@ -7,7 +7,7 @@ kernel or call and the problem; the correct use next to it must pass. The parent
 nothing itself, so the children fork from a process without worker threads.
 
 Host backend only: on a GPU these misuses fault or are undefined, which is what the checks
-stand in for (scripts/gpu_check.sh skips nothing by running it: it prints that it is host-only).
+stand in for; the nvcc build only prints that it skips.
 
 Usage: test_backend_misuse [name-filter]
 */
