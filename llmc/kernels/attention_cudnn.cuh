@@ -106,19 +106,20 @@ inline std::shared_ptr<fe::graph::Graph> new_graph() {
 
 // Builds the graph's plans; "" on success, else the step that failed and cuDNN's message.
 inline std::string finalize(fe::graph::Graph& g) {
-    auto failed = [](const fe::error_t& status, const char* what) {
+    auto failed = [](fe::error_t status, const char* what) {  // (get_message is not const)
         return std::string(what) + ": " + status.get_message();
     };
-    fe::error_t status = g.validate();
-    if (status.is_bad()) { return failed(status, "graph validation"); }
-    status = g.build_operation_graph(handle());
-    if (status.is_bad()) { return failed(status, "build_operation_graph"); }
-    status = g.create_execution_plans({fe::HeurMode_t::A});
-    if (status.is_bad()) { return failed(status, "create_execution_plans"); }
-    status = g.check_support(handle());
-    if (status.is_bad()) { return failed(status, "check_support: this cuDNN does not support the shape"); }
-    status = g.build_plans(handle());
-    if (status.is_bad()) { return failed(status, "build_plans"); }
+    // (a fresh variable per step: assigning to an error_t is [[nodiscard]] in the frontend)
+    fe::error_t validated = g.validate();
+    if (validated.is_bad()) { return failed(validated, "graph validation"); }
+    fe::error_t built = g.build_operation_graph(handle());
+    if (built.is_bad()) { return failed(built, "build_operation_graph"); }
+    fe::error_t planned = g.create_execution_plans({fe::HeurMode_t::A});
+    if (planned.is_bad()) { return failed(planned, "create_execution_plans"); }
+    fe::error_t supported = g.check_support(handle());
+    if (supported.is_bad()) { return failed(supported, "check_support: this cuDNN does not support the shape"); }
+    fe::error_t plans = g.build_plans(handle());
+    if (plans.is_bad()) { return failed(plans, "build_plans"); }
     return "";
 }
 
