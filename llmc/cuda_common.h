@@ -21,12 +21,18 @@ Common CUDA utilities for every kernel header, trainer and test:
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #define HOST_BACKEND 0
-// The kernel name goes last so that template arguments with commas need no parentheses.
-#define LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
 #else
 #include "hostcuda.h"
 #define HOST_BACKEND 1
+#endif
+#include "launch_check.h"  // defines: sync_check, LAUNCH_SYNC_CHECK (every launch waits and reports, when on)
+// The kernel name goes last so that template arguments with commas need no parentheses.
+#if defined(__CUDACC__)
 #define LAUNCH(grid, block, shared_bytes, stream, ...) \
+    LAUNCH_SYNC_CHECK(grid, block, shared_bytes, #__VA_ARGS__) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
+#else
+#define LAUNCH(grid, block, shared_bytes, stream, ...)               \
+    LAUNCH_SYNC_CHECK(grid, block, shared_bytes, #__VA_ARGS__) \
     ::hostcuda::Launch(#__VA_ARGS__, grid, block, shared_bytes, stream, __VA_ARGS__)
 #endif
 

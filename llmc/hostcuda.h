@@ -10,6 +10,7 @@ on the CPU, so that `make test` runs the real kernels on machines without a GPU
   hostcuda/device_functions.h  threadIdx & co, __syncthreads, shuffles, votes, atomics, intrinsics
   hostcuda/mma.h               tensor-core mma.sync and ldmatrix as warp collectives (for llmc/kernels/mma.cuh)
   hostcuda/runtime.h           cudaMalloc, cudaMemcpy, streams, events, errors, device properties
+  hostcuda/device_memory.h     which memory is "device": copies, frees and kernel pointers checked against it
   hostcuda/racecheck.h         shared-memory race and bounds checking (racecheck builds)
   hostcuda/async_copy.h        cp.async: per-thread groups of copies that land at their wait
 
@@ -96,12 +97,23 @@ public:
             return;
         }
         std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+        check_pointer_arguments(params, std::index_sequence_for<Params...>{});
         auto kernel = kernel_;
         auto body = [&params, kernel]() { std::apply(kernel, params); };
         run_grid(GridLaunch{name_, grid_, block_, shared_bytes_, &invoke_body<decltype(body)>, &body, 0});
     }
 
 private:
+    // Every pointer parameter must point into memory a GPU kernel can reach (device_memory.h).
+    template <typename Tuple, size_t... I>
+    void check_pointer_arguments(const Tuple& params, std::index_sequence<I...>) const {
+        (check_one_argument(static_cast<int>(I), std::get<I>(params)), ...);
+    }
+    template <typename P>
+    void check_one_argument(int index, const P& p) const {
+        if constexpr (std::is_pointer<P>::value) { check_kernel_pointer(name_, index, p); }
+    }
+
     const char* name_;
     dim3 grid_, block_;
     size_t shared_bytes_;

@@ -7,15 +7,24 @@
 #   scripts/gpu_check.sh --stage NAME [LOG_DIR]     default LOG_DIR: logs/gpu-check-<date-time>-NAME
 #   scripts/gpu_check.sh [LOG_DIR]                  every stage in turn (the full check)
 #
-# --quick fits a short lease (8 minutes on an H200 from a clean tree): the bf16 build of
-# only what it runs, the GPU tests test_mma, test_backend, test_attention, test_san,
-# test_gpt2, test_comm and test_data_parallel (one rank: NCCL with one GPU), then
-# scripts/bench_gpu.sh. Its logs go under doc/gpu-runs/ to be committed.
+# --quick fits a short lease (8 minutes on an H200 from a clean tree, by the estimate it
+# prints first), cheapest proof first, so that a run cut short still says what works:
+#   1. test_mma: the tensor-core fragment layouts the host backend emulates, against the hardware
+#   2. test_attention, then the dev/cuda attention harnesses (every kernel version against the
+#      CPU reference), then compute-sanitizer racecheck and synccheck on one small
+#      tensor-core test_attention case (when compute-sanitizer is installed)
+#   3. two train_san steps with the sync check (--sync-check 1: a fault names its kernel),
+#      on the tensor-core attention and again on the scalar one
+#   4. the rest of the GPU tests: test_backend, test_backend_misuse, test_san, test_gpt2,
+#      test_comm and test_data_parallel (one rank: NCCL is not started)
+# The benchmarks are not in --quick (scripts/bench_gpu.sh, or --stage bench). Its logs go
+# under doc/gpu-runs/ to be committed.
 # The full check is cut into stages that each build what they run and finish in 9 minutes
 # on an H200 from a clean tree, so a lease with a per-command limit runs it stage by stage:
 #   bf16        every .cu file built in bf16, every GPU test
 #   fp32        the same in fp32
 #   sanitizer   compute-sanitizer memcheck on the bf16 tests, racecheck/synccheck on the backend
+#               and on a small tensor-core test_attention case
 #   bench       every dev/cuda playground's timing table in both precisions, then bench_gpu.sh
 # Needs nvcc and a GPU; does not need the network or the project's venv (it uses
 # $PYTHON, default python3, for anything Python).
@@ -79,14 +88,56 @@ print_summary() {
 }
 
 if [ $quick = 1 ]; then
-  quick_tests="test_mma test_backend test_attention test_san test_gpt2 test_comm test_data_parallel"
-  step machine 60 bash -c 'nvidia-smi; nvcc --version; echo; uname -a; nproc'
-  step debug-states 180 bash -c "$PYTHON dev/test/make_debug_states.py build/debug-states && touch build/debug-states/.complete"
-  step debug-states-gpt2 120 bash -c "$PYTHON dev/test/make_gpt2_debug_states.py build/debug-states-gpt2 && touch build/debug-states-gpt2/.complete"
-  step build-gpu-bf16 240 make --no-print-directory -j"$jobs" PRECISION=BF16 \
-    $(for t in $quick_tests train_san train_gpt2 attention_forward attention_backward; do echo build/gpu-bf16/$t; done)
-  step tests-gpu-bf16 150 bash scripts/run_tests.sh build/gpu-bf16 $quick_tests
-  step bench 150 bash scripts/bench_gpu.sh 20
+  # seconds each step is expected to take on an H200 with 16 cores from a clean tree (guesses
+  # until a first run replaces them: nvcc compiles of the attention tests ~1.5 min, of the
+  # trainer binaries ~2.5 min, built in parallel); the timeouts are 2x
+  estimates=(machine:5 build-kernels:90 test_mma:5 test_attention:15 attention-harnesses:20
+             sanitizer-attention:60 debug-states:45 build-trainers:150 trainer-step-sync-check:30 tests-rest:60)
+  total=0
+  for e in "${estimates[@]}"; do total=$(( total + ${e#*:} )); done
+  echo "gpu_check --quick: $(( ${#estimates[@]} )) steps, estimated $(( total / 60 )) min $(( total % 60 )) s (H200, clean tree)"
+  limit() { local e; for e in "${estimates[@]}"; do [ "${e%%:*}" = "$1" ] && echo $(( 2 * ${e#*:} )); done; }
+  rest_tests="test_backend test_backend_misuse test_san test_gpt2 test_comm test_data_parallel"
+  step machine "$(limit machine)" bash -c 'nvidia-smi; nvcc --version; echo; uname -a; nproc'
+  # 1-2: the tensor-core primitives, then the attention kernels built on them
+  step build-kernels "$(limit build-kernels)" make --no-print-directory -j"$jobs" PRECISION=BF16 \
+    build/gpu-bf16/test_mma build/gpu-bf16/test_attention build/gpu-bf16/attention_forward build/gpu-bf16/attention_backward
+  step test_mma "$(limit test_mma)" build/gpu-bf16/test_mma
+  step test_attention "$(limit test_attention)" build/gpu-bf16/test_attention
+  step attention-harnesses "$(limit attention-harnesses)" bash -c 'build/gpu-bf16/attention_forward && build/gpu-bf16/attention_backward'
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    # one small case on the tensor-core kernels (hd 16, T 150: two tiles, a partial one)
+    step sanitizer-attention "$(limit sanitizer-attention)" bash -c '
+      compute-sanitizer --tool racecheck --error-exitcode 1 build/gpu-bf16/test_attention mha_hd16_T_not_multiple &&
+      compute-sanitizer --tool synccheck --error-exitcode 1 build/gpu-bf16/test_attention mha_hd16_T_not_multiple'
+  else
+    summary+=("$(printf '%-40s %-10s %8s' sanitizer-attention "skipped" "-") (compute-sanitizer not installed)")
+  fi
+  # 3: one trainer, a few launches of every kernel it uses, each waited for
+  step debug-states "$(limit debug-states)" bash -c "$PYTHON dev/test/make_debug_states.py build/debug-states && touch build/debug-states/.complete &&
+    $PYTHON dev/test/make_gpt2_debug_states.py build/debug-states-gpt2 && touch build/debug-states-gpt2/.complete"
+  step build-trainers "$(limit build-trainers)" make --no-print-directory -j"$jobs" PRECISION=BF16 \
+    build/gpu-bf16/train_san $(for t in $rest_tests; do echo build/gpu-bf16/$t; done)
+  step trainer-step-sync-check "$(limit trainer-step-sync-check)" bash -c '
+    set -e
+    mkdir -p build/gpu-check-data
+    '"$PYTHON"' - <<PY
+import sys
+import numpy as np
+sys.path.insert(0, "dev/data")
+from shards import write_shard
+rng = np.random.default_rng(0)
+tokens = rng.integers(3, 16384, size=4 * 2049 * 4)
+tokens[::1024] = 2  # a document start every 1024 tokens
+write_shard("build/gpu-check-data/san_000000.bin", tokens)
+PY
+    for kernels in tensor-cores scalar; do
+      echo "--- train_san san20, 2 steps, --sync-check 1 --attention-kernels $kernels"
+      build/gpu-bf16/train_san --preset san20 --train-data "build/gpu-check-data/san_*.bin" --batch-size 4 \
+        --steps 2 --val-every 0 --sample-tokens 0 --log-every 1 --sync-check 1 --attention-kernels $kernels \
+        --log "'"$log_dir"'/trainer-step-$kernels.jsonl"
+    done'
+  step tests-rest "$(limit tests-rest)" bash scripts/run_tests.sh build/gpu-bf16 $rest_tests
   print_summary | tee "$log_dir/summary.txt"
   exit $failed
 fi
@@ -125,6 +176,11 @@ sanitizer_stage() {
     build/gpu-bf16/test_san build/debug-states san
   step sanitizer-racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 1 build/gpu-bf16/test_backend
   step sanitizer-synccheck 60 compute-sanitizer --tool synccheck --error-exitcode 1 build/gpu-bf16/test_backend
+  # and the tensor-core attention kernels' shared memory and barriers, on small cases
+  step sanitizer-racecheck-attention 120 compute-sanitizer --tool racecheck --error-exitcode 1 \
+    build/gpu-bf16/test_attention mha_hd16_T_not_multiple
+  step sanitizer-synccheck-attention 120 compute-sanitizer --tool synccheck --error-exitcode 1 \
+    build/gpu-bf16/test_attention mha_hd16_T_not_multiple
 }
 
 # every dev/cuda program validates, then prints its timing table; then the side-by-side bench

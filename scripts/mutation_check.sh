@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the host-backend tests against deliberately broken backends and requires that
 # they FAIL, and fail in the test cases that check the broken feature. A test suite that
-# passes against a broken backend would prove nothing.
+# passes against a broken backend would prove nothing. And it builds code with a host/device
+# mix-up put in (the dies list) and requires that the backend's pointer checks stop it.
 # Usage: scripts/mutation_check.sh "COMPILER FLAGS..." OUT_DIR
 # Environment: MPI_LINK (the MPI link flags, for the multi-rank mutants), BLAS_LINK (the host
 # GEMM's library, when the flags select OpenBLAS: -DHOSTCUDA_OPENBLAS), JOBS (compiles at
@@ -23,23 +24,32 @@ backend=(SYNCTHREADS_NOOP:test_backend:syncthreads_ SHFL_WRONG_LANE:test_backend
 # the flags) and mpirun.
 multi_rank=(COMM_MUTATION_NO_AVERAGE:test_comm:avg_ DATA_PARALLEL_MUTATION_SKIP_MUON:test_data_parallel:muon_
             DATA_PARALLEL_MUTATION_REDUCE_ROOT:test_data_parallel:muon_zero1)
+# Host/device mix-ups in the code the backend runs (-DX): the program must die with the
+# backend's message (llmc/hostcuda/device_memory.h) instead of passing. mutation:source:message
+dies=("KERNEL_MUTATION_HOST_BUFFER:dev/cuda/embedding.cu:kernel 'embedding_backward_kernel': pointer argument 2")
 with_mpi=0
 if [[ " $compiler " == *" -DUSE_MPI "* ]] && command -v mpirun >/dev/null 2>&1; then with_mpi=1; fi
 
 # The compiles are most of the cost (~8 single-threaded compiles): all of them first, JOBS at once.
 compile() {  # DEFINE TEST BINARY [LINK...]
-  local define=$1 test=$2 bin=$3
+  local define=$1 test=$2 bin=$3 source
   shift 3
+  source=dev/test/$test.cu
+  [[ $test == */* ]] && source=$test  # a path: the dies list
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
   rm -f "$bin"
   # (compiled, then linked: a compiler cache in $compiler serves only compiles)
   # shellcheck disable=SC2086  # BLAS_LINK is a list of flags
-  { $compiler "-D$define" -x c++ -c "dev/test/$test.cu" -o "$bin.o" &&
+  { $compiler "-D$define" -x c++ -c "$source" -o "$bin.o" &&
     $compiler "$bin.o" -o "$bin" -pthread "$@" ${BLAS_LINK:-} && rm -f "$bin.o"; } &
 }
 for pair in "${backend[@]}"; do
   IFS=: read -r mutation test _ <<<"$pair"
   compile "HOSTCUDA_MUTATION_$mutation" "$test" "$out/${test}_$mutation"
+done
+for entry in "${dies[@]}"; do
+  IFS=: read -r mutation source _ <<<"$entry"
+  compile "$mutation" "$source" "$out/$(basename "$source" .cu)_$mutation"
 done
 if [ $with_mpi = 1 ]; then
   for pair in "${multi_rank[@]}"; do
@@ -74,6 +84,24 @@ for pair in "${backend[@]}"; do
   IFS=: read -r mutation test cases <<<"$pair"
   # (4 workers: blocks also run in parallel; the atomics mutation loses updates within a block anyway)
   check "$mutation" "$test" "$cases" "" env HOSTCUDA_THREADS=4 "$out/${test}_$mutation"
+done
+for entry in "${dies[@]}"; do
+  IFS=: read -r mutation source message <<<"$entry"
+  bin=$out/$(basename "$source" .cu)_$mutation
+  if [ ! -x "$bin" ]; then
+    echo "mutation $mutation: $source did not compile with it"
+    status=1
+    continue
+  fi
+  log=$(timeout 300 "$bin" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] && grep -qF "$message" <<<"$log"; then
+    echo "mutation $mutation: caught ($source died: $message)"
+  else
+    echo "mutation $mutation: NOT CAUGHT: $source exited $rc without saying: $message"
+    echo "$log" | tail -20
+    status=1
+  fi
 done
 if [ $with_mpi = 1 ]; then
   for pair in "${multi_rank[@]}"; do

@@ -189,13 +189,13 @@ void attention_backward_version(int version, floatX* dq, floatX* dk, floatX* dv,
             break;
         case 4:
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
-            if (kAttentionHasCudnn && attention_cudnn_supports(doc_ids, hd)) {
+            if (kAttentionHasCudnn && attention_cudnn_supports(doc_ids, hd) &&
                 attention_backward_cudnn({B, T, Hq, Hkv, hd}, {q, k, v, const_cast<floatX*>(out), const_cast<float*>(lse)},
-                                         {dout, dq, dk, dv, nullptr}, 0);
+                                         {dout, dq, dk, dv, nullptr}, 0)) {
                 break;
             }
 #endif
-            fprintf(stderr, "attention_backward version 4: needs a bf16 GPU build with USE_CUDNN=1, no doc mask\n");
+            fprintf(stderr, "attention_backward version 4: needs a bf16 GPU build with USE_CUDNN=1, no doc mask, a shape cuDNN takes\n");
             exit(EXIT_FAILURE);
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }

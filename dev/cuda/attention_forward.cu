@@ -121,12 +121,13 @@ void attention_forward3(floatX* out, float* lse, const floatX* q, const floatX* 
 void attention_forward4(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v, const int* doc_ids,
                         int B, int T, int Hq, int Hkv, int hd) {
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
-    if (kAttentionHasCudnn && attention_cudnn_supports(doc_ids, hd)) {
-        attention_forward_cudnn({B, T, Hq, Hkv, hd}, {q, k, v, out, lse}, 0);
+    if (kAttentionHasCudnn && attention_cudnn_supports(doc_ids, hd) &&
+        attention_forward_cudnn({B, T, Hq, Hkv, hd}, {q, k, v, out, lse}, 0)) {
         return;
     }
 #endif
-    fprintf(stderr, "attention_forward version 4: needs a bf16 GPU build with USE_CUDNN=1, no doc mask (hd %d)\n", hd);
+    fprintf(stderr, "attention_forward version 4: needs a bf16 GPU build with USE_CUDNN=1, no doc mask, a shape cuDNN "
+                    "takes (hd %d)\n", hd);
     exit(EXIT_FAILURE);
 }
 

@@ -334,6 +334,37 @@ TEST_CASE(tensor_core_edges) {
     check_case({1, 129, 2, 2, 64}, 22, 3.0f, 1);
 }
 
+// The fallback from the tensor-core kernels names its reason and is counted (the run's one
+// note on stderr says it is slow): hd not a multiple of 16, a pointer not 16-byte aligned.
+TEST_CASE(tensor_core_fallback_is_named) {
+    alignas(16) static char buf[64];
+    CHECK(attention_tc_refusal(64, {buf, buf + 16}) == nullptr);
+    const char* hd = attention_tc_refusal(24, {buf});
+    CHECK(hd != nullptr && strstr(hd, "multiple of 16") != nullptr);
+    const char* align = attention_tc_refusal(64, {buf, buf + 2});
+    CHECK(align != nullptr && strstr(align, "16-byte aligned") != nullptr);
+    if (kFp32) { return; }  // fp32 builds never take the tensor-core kernels: nothing falls back
+    long before = attention_tc_fallbacks();
+    CHECK(!attention_uses_tensor_cores(8, {buf}));
+    CHECK(attention_uses_tensor_cores(64, {buf}));
+    CHECK_EQ(attention_tc_fallbacks(), before + 1);
+}
+
+// A shape cuDNN refuses (its graph build failed) is remembered with the reason, per direction,
+// so the dispatcher runs our kernels for it instead of stopping the run (cuDNN itself runs on
+// a GPU only; this is the bookkeeping the fallback relies on).
+TEST_CASE(cudnn_refusal_falls_back_per_shape) {
+    CudnnRefusals r;
+    CudnnRefusals::Shape a{2, 64, 4, 2, 64}, b{2, 64, 4, 2, 128};
+    CHECK(!r.refused(false, a));
+    r.refuse(false, a, "check_support: test");
+    r.refuse(false, a, "again");  // (noted once)
+    CHECK(r.refused(false, a));
+    CHECK(!r.refused(true, a));
+    CHECK(!r.refused(false, b));
+    CHECK(r.reasons.size() == 1 && r.reasons.begin()->second == "check_support: test");
+}
+
 // Explicit document boundaries: each row b starts new documents at starts[b] (positions
 // before the first start belong to a document that began in an earlier row).
 static void check_documents(const Shape& s, uint32_t seed, const std::vector<std::vector<int>>& starts) {

@@ -88,6 +88,17 @@ static void check_exact_all_reduce(size_t n, ReduceOp op, int salt) {
     CHECK(same_on_every_rank(got));
 }
 
+// NCCL is set up only when there is more than one rank (a single-GPU run on an offline
+// machine must not stop in NCCL's bootstrap): the decision, and on a GPU build with NCCL the
+// communicator this process got.
+TEST_CASE(nccl_only_for_several_ranks) {
+    CHECK(!Comm::needs_nccl(1));
+    CHECK(Comm::needs_nccl(2));
+    CHECK(!Comm::starts_nccl(1));
+    CHECK_EQ(g_comm->nccl_started(), Comm::starts_nccl(g_comm->world));
+    if (g_comm->world == 1) { CHECK(strcmp(g_comm->executor(), "NCCL") != 0); }
+}
+
 TEST_CASE(sum_fp32) {
     for (size_t n : {size_t(1001), size_t(1), size_t(0), size_t(64 * 1024 + 3)}) { check_exact_all_reduce<float>(n, ReduceOp::Sum, 1); }
 }

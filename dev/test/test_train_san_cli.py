@@ -344,3 +344,32 @@ def test_a_checkpoint_of_the_other_precision_is_no_resume(data, tmp_path):
     assert f"note: {step2} was written by a bf16 build; this fp32 build starts from its values" in init.stdout
     same = run(["--resume", step2, "--checkpoint-dir", tmp_path / "c"])
     assert "precision" not in same.stdout
+
+
+@pytest.mark.parametrize("kernels, banner, kernel_name", [
+    ("tensor-cores", "tensor-cores attention kernels", "attention_forward_tc_kernel"),
+    ("scalar", "scalar attention kernels", "attention_forward_kernel"),
+])
+def test_attention_kernels_switch_takes_the_path_it_names(data, tmp_path, kernels, banner, kernel_name):
+    """--attention-kernels (a GPU user's way back from the tensor-core kernels) changes the
+    kernels the run launches (the host backend's profile), and the banner and the log's run
+    record say which (bf16 build: fp32 builds always run the scalar ones)."""
+    import json
+    log = tmp_path / "log.jsonl"
+    proc = run_binary(BIN, common(data, tmp_path) + ["--steps", "1", "--val-every", "0", "--attention-kernels", kernels,
+                                              "--log", str(log)], check=True, env={**os.environ, "HOSTCUDA_PROFILE": "1"})
+    if "(host backend, bf16," not in proc.stdout:
+        pytest.skip("a bf16 build decides between the two")
+    assert banner in proc.stdout, proc.stdout
+    profiled = {line.split()[-1].split("<")[0] for line in proc.stderr.splitlines() if "%" in line}
+    assert kernel_name in profiled, proc.stderr
+    other = "attention_forward_kernel" if kernels == "tensor-cores" else "attention_forward_tc_kernel"
+    assert other not in profiled, proc.stderr
+    run_record = json.loads(log.read_text().splitlines()[0])
+    assert run_record["run"]["attention_kernels"] == kernels and run_record["run"]["precision"] == "bf16"
+
+
+def test_sync_check_is_announced(data, tmp_path):
+    """--sync-check 1 (every launch waited for, a fault named by kernel) says it is on."""
+    out = run(common(data, tmp_path) + ["--steps", "1", "--val-every", "0", "--sync-check", "1"]).stdout
+    assert "sync check: on" in out, out

@@ -211,7 +211,7 @@ def test_a_resumed_log_reads_as_the_straight_runs(data, tmp_path):
             break
     proc.communicate(timeout=60)
     cut = [json.loads(l) for l in open(tmp_path / "cut.jsonl")]
-    assert max(r["step"] for r in cut) >= 7, cut[-3:]
+    assert max(r["step"] for r in cut if "step" in r) >= 7, cut[-3:]
     run(a[:a.index("--checkpoint-dir")] + SAMPLING + ["--resume", tmp_path / "ckpt" / "step_4.bin", "--checkpoint-dir",
         tmp_path / "ckpt2", "--log", tmp_path / "cut.jsonl"])
     run(a + ["--checkpoint-dir", tmp_path / "straight", "--log", tmp_path / "straight.jsonl"])

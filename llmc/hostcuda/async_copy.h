@@ -5,6 +5,10 @@ ISA defines them, for llmc/kernels/async_copy.cuh:
   open group; cp.async.commit_group closes it (an empty group is allowed);
 - cp.async.wait_group N returns when all but the N most recent committed groups of this
   thread have completed; cp.async.wait_all = commit_group + wait_group 0;
+- stricter than the PTX ISA: a wait (wait_group or wait_all) with copies in the open group
+  dies. wait_group never waits for them, so a kernel that waits before committing reads
+  copies that may not have landed; and wait_all's implicit commit is easy to lose when the
+  code around it changes, so every kernel commits its copies explicitly;
 - nothing else completes a copy: not __syncthreads, not another thread's wait.
 The source is read when the copy is issued; the destination is written only when the
 issuing thread waits for its group (or exits). So a kernel that reads a destination too
@@ -90,8 +94,17 @@ HOSTCUDA_UNINSTRUMENTED inline void async_copy_commit_group() {
     async_copies_of_current_thread("cp_async_commit_group").committed++;
 }
 
+// Copies are kept in issue order, so the open group's are at the back.
+HOSTCUDA_UNINSTRUMENTED inline void async_copy_refuse_uncommitted(const AsyncThreadCopies& t, const char* wait) {
+    if (!t.in_flight.empty() && t.in_flight.back().group == t.committed) {
+        die("kernel '%s': thread %d reaches %s with cp.async copies it never committed (call "
+            "cp_async_commit_group() after issuing them)", tls.worker->kernel_name, tls.fiber->linear_tid, wait);
+    }
+}
+
 HOSTCUDA_UNINSTRUMENTED inline void async_copy_wait_group(uint32_t pending_groups_allowed) {
     AsyncThreadCopies& t = async_copies_of_current_thread("cp_async_wait_group");
+    async_copy_refuse_uncommitted(t, "cp_async_wait_group");
     if (t.committed > pending_groups_allowed) {
         async_copy_land_groups(*tls.worker, t, t.committed - pending_groups_allowed, tls.fiber->linear_tid);
     }
@@ -99,6 +112,7 @@ HOSTCUDA_UNINSTRUMENTED inline void async_copy_wait_group(uint32_t pending_group
 
 HOSTCUDA_UNINSTRUMENTED inline void async_copy_wait_all() {
     AsyncThreadCopies& t = async_copies_of_current_thread("cp_async_wait_all");
+    async_copy_refuse_uncommitted(t, "cp_async_wait_all");
     t.committed++;
     async_copy_land_groups(*tls.worker, t, t.committed, tls.fiber->linear_tid);
 }

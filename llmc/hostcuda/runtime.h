@@ -17,6 +17,7 @@ API calls return them, launch errors are kept for cudaGetLastError().
 #include <thread>
 #include <unordered_map>
 
+#include "device_memory.h"
 #include "scheduler.h"
 
 enum cudaError_t {
@@ -167,39 +168,61 @@ cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, in
 }
 
 // --- memory ------------------------------------------------------------------------------
-inline cudaError_t cudaMalloc(void** ptr, size_t size) {
+// Every allocation is registered (device_memory.h), so that copies, frees and kernel
+// arguments can be checked against the side of memory they say they use.
+inline cudaError_t hostcuda_allocate(void** ptr, size_t size, hostcuda::MemoryKind kind) {
     *ptr = nullptr;
     if (size == 0) { return cudaSuccess; }
     void* p = aligned_alloc(256, (size + 255) / 256 * 256);
     if (p == nullptr) { return hostcuda::set_error(cudaErrorMemoryAllocation); }
+    hostcuda::register_allocation(p, size, kind);
     *ptr = p;
     return cudaSuccess;
 }
+inline cudaError_t cudaMalloc(void** ptr, size_t size) { return hostcuda_allocate(ptr, size, hostcuda::MemoryKind::Device); }
 template <typename T>
 cudaError_t cudaMalloc(T** ptr, size_t size) { return cudaMalloc(reinterpret_cast<void**>(ptr), size); }
-inline cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaMalloc(ptr, size); }
+inline cudaError_t cudaMallocHost(void** ptr, size_t size) {
+    return hostcuda_allocate(ptr, size, hostcuda::MemoryKind::Pinned);
+}
 template <typename T>
-cudaError_t cudaMallocHost(T** ptr, size_t size) { return cudaMalloc(reinterpret_cast<void**>(ptr), size); }
+cudaError_t cudaMallocHost(T** ptr, size_t size) { return cudaMallocHost(reinterpret_cast<void**>(ptr), size); }
 template <typename T>
 cudaError_t cudaMallocManaged(T** ptr, size_t size, unsigned = 1) {
-    return cudaMalloc(reinterpret_cast<void**>(ptr), size);
+    return hostcuda_allocate(reinterpret_cast<void**>(ptr), size, hostcuda::MemoryKind::Managed);
 }
-inline cudaError_t cudaFree(void* ptr) { free(ptr); return cudaSuccess; }
-inline cudaError_t cudaFreeHost(void* ptr) { free(ptr); return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
+inline cudaError_t cudaFree(void* ptr) {
+    if (ptr == nullptr) { return cudaSuccess; }
+    hostcuda::release_allocation(ptr, false, "cudaFree");
+    free(ptr);
+    return cudaSuccess;
+}
+inline cudaError_t cudaFreeHost(void* ptr) {
+    if (ptr == nullptr) { return cudaSuccess; }
+    hostcuda::release_allocation(ptr, true, "cudaFreeHost");
+    free(ptr);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+    hostcuda::check_copy("cudaMemcpy", dst, src, count, static_cast<int>(kind));
     if (count > 0) { memmove(dst, src, count); }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                    cudaStream_t = nullptr) {
-    return cudaMemcpy(dst, src, count, kind);
+    hostcuda::check_copy("cudaMemcpyAsync", dst, src, count, static_cast<int>(kind));
+    if (count > 0) { memmove(dst, src, count); }
+    return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* dst, int value, size_t count) {
+    hostcuda::check_device_range("cudaMemset", dst, count);
     if (count > 0) { memset(dst, value, count); }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t = nullptr) {
-    return cudaMemset(dst, value, count);
+    hostcuda::check_device_range("cudaMemsetAsync", dst, count);
+    if (count > 0) { memset(dst, value, count); }
+    return cudaSuccess;
 }
 template <typename T>
 cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t count, size_t offset = 0,

@@ -411,9 +411,40 @@ inline bool& attention_tensor_cores() {
     return use;
 }
 
+// Why a bf16 call the tensor-core kernels were asked for cannot take them; nullptr: it can.
+inline const char* attention_tc_refusal(int hd, std::initializer_list<const void*> pointers) {
+    if (!flash_supports(hd)) { return "the head dimension is not a multiple of 16 in [16, 128]"; }
+    if (!aligned16(pointers)) { return "a tensor is not 16-byte aligned"; }
+    return nullptr;
+}
+
+// How many times a call fell back from the tensor-core kernels to the scalar ones, and the
+// one note that says so (stderr, the first time): a run that was meant to be fast must not be
+// slow without a word. At hd 128 the scalar kernels spill 6-8.5 KB per thread (ptxas, sm_90).
+inline long& attention_tc_fallbacks() {
+    static long n = 0;
+    return n;
+}
+inline void attention_note_fallback(const char* why, int hd) {
+    if (attention_tc_fallbacks()++ == 0) {
+        fprintf(stderr,
+                "attention: falling back to the scalar kernels (%s; hd %d): they are correct but several times "
+                "slower on a GPU; noted once\n", why, hd);
+    }
+}
+
 inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void*> pointers) {
-    return PRECISION_MODE == PrecisionMode::BF16 && attention_tensor_cores() && flash_supports(hd) &&
-           aligned16(pointers);
+    if (PRECISION_MODE != PrecisionMode::BF16 || !attention_tensor_cores()) { return false; }
+    const char* why = attention_tc_refusal(hd, pointers);
+    if (why != nullptr) { attention_note_fallback(why, hd); }
+    return why == nullptr;
+}
+
+// The kernels the trainer's calls take, for the banner and the log: "cudnn" (cuDNN asked for
+// and built; calls it cannot take use ours), "tensor-cores" or "scalar".
+inline const char* attention_kernels_name() {
+    if (kAttentionHasCudnn && attention_prefer_cudnn()) { return "cudnn"; }
+    return PRECISION_MODE == PrecisionMode::BF16 && attention_tensor_cores() ? "tensor-cores" : "scalar";
 }
 
 // Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. Templates,
@@ -445,8 +476,7 @@ bool attention_backward_try_tc(const AttnShape& s, const AttnTensorsOf<T>& t, co
 inline void attention_forward(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
     attention_check_shapes("attention_forward", s);
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
-    if (attention_prefer_cudnn() && attention_cudnn_supports(s.doc_ids, s.hd)) {
-        attention_forward_cudnn(s, t, stream);
+    if (attention_prefer_cudnn() && attention_cudnn_supports(s.doc_ids, s.hd) && attention_forward_cudnn(s, t, stream)) {
         return;
     }
 #endif
@@ -459,8 +489,7 @@ inline void attention_forward(const AttnShape& s, const AttnTensors& t, cudaStre
 inline void attention_backward(const AttnShape& s, const AttnTensors& t, const AttnGrads& g, cudaStream_t stream) {
     attention_check_shapes("attention_backward", s);
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
-    if (attention_prefer_cudnn() && attention_cudnn_supports(s.doc_ids, s.hd)) {
-        attention_backward_cudnn(s, t, g, stream);
+    if (attention_prefer_cudnn() && attention_cudnn_supports(s.doc_ids, s.hd) && attention_backward_cudnn(s, t, g, stream)) {
         return;
     }
 #endif

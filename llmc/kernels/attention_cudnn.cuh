@@ -13,12 +13,39 @@ Same tensors and layout as llmc/kernels/attention.cuh, described to cuDNN as str
 Only bf16, no document mask (cuDNN's masks are causal and padding, not "same document"),
 and the head dims cuDNN supports (multiples of 8 up to 128 here): attention_cudnn_supports()
 says whether a call can go here; the dispatcher in attention.cuh falls back to our kernels
-otherwise. The backward runs cuDNN's deterministic algorithm, so a resumed run stays
+otherwise. A shape cuDNN refuses when its graph is built (validation, support check, plans: it
+depends on the cuDNN version and the GPU) is not fatal: that shape runs our kernels, and the
+first refusal of each shape says why in one line (CudnnRefusals). The backward runs cuDNN's deterministic algorithm, so a resumed run stays
 bit-exact. Graphs are built once per shape and cached; the workspace grows on demand.
 
 Not compiled on the host backend (cuDNN has no CPU implementation); not run on a GPU yet.
 */
 #pragma once
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <tuple>
+
+// The shapes cuDNN refused, with the reason: asked before each call, so a refused shape costs
+// one failed build and then a map lookup; the first refusal of a shape is noted on stderr.
+// (Host-compiled too: test_attention checks it.)
+struct CudnnRefusals {
+    using Shape = std::tuple<int, int, int, int, int>;  // B, T, Hq, Hkv, hd
+    std::map<std::tuple<bool, Shape>, std::string> reasons;  // key: (backward?, shape)
+
+    bool refused(bool backward, const Shape& s) const { return reasons.count({backward, s}) != 0; }
+    void refuse(bool backward, const Shape& s, const std::string& why) {
+        if (!reasons.emplace(std::make_tuple(backward, s), why).second) { return; }
+        fprintf(stderr, "cuDNN attention: %s of B %d T %d Hq %d Hkv %d hd %d refused (%s); our kernels run it\n",
+                backward ? "backward" : "forward", std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<3>(s),
+                std::get<4>(s), why.c_str());
+    }
+    static CudnnRefusals& get() {
+        static CudnnRefusals r;
+        return r;
+    }
+};
 
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
 
@@ -77,35 +104,52 @@ inline std::shared_ptr<fe::graph::Graph> new_graph() {
     return g;
 }
 
-inline void finalize(fe::graph::Graph& g) {
-    check(g.validate(), "graph validation");
-    check(g.build_operation_graph(handle()), "build_operation_graph");
-    check(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
-    check(g.check_support(handle()), "check_support (shape not supported by this cuDNN)");
-    check(g.build_plans(handle()), "build_plans");
+// Builds the graph's plans; "" on success, else the step that failed and cuDNN's message.
+inline std::string finalize(fe::graph::Graph& g) {
+    auto failed = [](fe::error_t status, const char* what) {  // (get_message is not const)
+        return std::string(what) + ": " + status.get_message();
+    };
+    // (a fresh variable per step: assigning to an error_t is [[nodiscard]] in the frontend)
+    fe::error_t validated = g.validate();
+    if (validated.is_bad()) { return failed(validated, "graph validation"); }
+    fe::error_t built = g.build_operation_graph(handle());
+    if (built.is_bad()) { return failed(built, "build_operation_graph"); }
+    fe::error_t planned = g.create_execution_plans({fe::HeurMode_t::A});
+    if (planned.is_bad()) { return failed(planned, "create_execution_plans"); }
+    fe::error_t supported = g.check_support(handle());
+    if (supported.is_bad()) { return failed(supported, "check_support: this cuDNN does not support the shape"); }
+    fe::error_t plans = g.build_plans(handle());
+    if (plans.is_bad()) { return failed(plans, "build_plans"); }
+    return "";
 }
 
 using Shape = std::tuple<int, int, int, int, int>;  // B, T, Hq, Hkv, hd
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // The graph of `shape` from `cache`, built on first use: q, k, v as inputs, then
-// add_rest(graph, q, k, v) adds the operation and its other tensors.
+// add_rest(graph, q, k, v) adds the operation and its other tensors. nullptr: cuDNN refused
+// the shape (CudnnRefusals has why).
 template <typename AddRest>
-fe::graph::Graph& cached_graph(std::map<Shape, std::shared_ptr<fe::graph::Graph>>& cache, const Shape& shape,
-                               AddRest add_rest) {
+fe::graph::Graph* cached_graph(std::map<Shape, std::shared_ptr<fe::graph::Graph>>& cache, const Shape& shape,
+                               bool backward, AddRest add_rest) {
+    if (CudnnRefusals::get().refused(backward, shape)) { return nullptr; }
     auto found = cache.find(shape);
-    if (found != cache.end()) { return *found->second; }
+    if (found != cache.end()) { return found->second.get(); }
     auto [B, T, Hq, Hkv, hd] = shape;
     auto g = new_graph();
     add_rest(*g, bthd_tensor(*g, "q", kQ, B, T, Hq, hd), bthd_tensor(*g, "k", kK, B, T, Hkv, hd),
              bthd_tensor(*g, "v", kV, B, T, Hkv, hd));
-    finalize(*g);
-    return *cache.emplace(shape, g).first->second;
+    std::string why = finalize(*g);
+    if (!why.empty()) {
+        CudnnRefusals::get().refuse(backward, shape, why);
+        return nullptr;
+    }
+    return cache.emplace(shape, g).first->second.get();
 }
 
-inline fe::graph::Graph& forward_graph(const Shape& shape) {
+inline fe::graph::Graph* forward_graph(const Shape& shape) {
     static std::map<Shape, std::shared_ptr<fe::graph::Graph>> cache;
-    return cached_graph(cache, shape, [&](fe::graph::Graph& g, TensorPtr q, TensorPtr k, TensorPtr v) {
+    return cached_graph(cache, shape, false, [&](fe::graph::Graph& g, TensorPtr q, TensorPtr k, TensorPtr v) {
         auto [B, T, Hq, Hkv, hd] = shape;
         auto options = fe::graph::SDPA_attributes()
                            .set_name("attention_forward")
@@ -119,9 +163,9 @@ inline fe::graph::Graph& forward_graph(const Shape& shape) {
     });
 }
 
-inline fe::graph::Graph& backward_graph(const Shape& shape) {
+inline fe::graph::Graph* backward_graph(const Shape& shape) {
     static std::map<Shape, std::shared_ptr<fe::graph::Graph>> cache;
-    return cached_graph(cache, shape, [&](fe::graph::Graph& g, TensorPtr q, TensorPtr k, TensorPtr v) {
+    return cached_graph(cache, shape, true, [&](fe::graph::Graph& g, TensorPtr q, TensorPtr k, TensorPtr v) {
         auto [B, T, Hq, Hkv, hd] = shape;
         auto o = bthd_tensor(g, "o", kO, B, T, Hq, hd);
         auto dout = bthd_tensor(g, "dout", kDO, B, T, Hq, hd);
@@ -171,20 +215,27 @@ inline bool attention_cudnn_supports(const int* doc_ids, int hd) {
 }
 
 // The tensors and shapes of llmc/kernels/attention.cuh's entry points (t.stats: the lse; the
-// document ids must be null: attention_cudnn_supports).
-inline void attention_forward_cudnn(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
+// document ids must be null: attention_cudnn_supports). False: cuDNN refused the shape (noted
+// once), nothing ran, and the caller runs our kernels.
+inline bool attention_forward_cudnn(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
     using namespace cudnn_attention;
+    fe::graph::Graph* graph = forward_graph({s.B, s.T, s.Hq, s.Hkv, s.hd});
+    if (graph == nullptr) { return false; }
     std::unordered_map<int64_t, void*> pack = {
         {kQ, (void*)t.q}, {kK, (void*)t.k}, {kV, (void*)t.v}, {kO, (void*)t.out}, {kStats, (void*)t.stats}};
-    execute(forward_graph({s.B, s.T, s.Hq, s.Hkv, s.hd}), pack, stream, "forward");
+    execute(*graph, pack, stream, "forward");
+    return true;
 }
 
-inline void attention_backward_cudnn(const AttnShape& s, const AttnTensors& t, const AttnGrads& g, cudaStream_t stream) {
+inline bool attention_backward_cudnn(const AttnShape& s, const AttnTensors& t, const AttnGrads& g, cudaStream_t stream) {
     using namespace cudnn_attention;
+    fe::graph::Graph* graph = backward_graph({s.B, s.T, s.Hq, s.Hkv, s.hd});
+    if (graph == nullptr) { return false; }
     std::unordered_map<int64_t, void*> pack = {{kQ, (void*)t.q},   {kK, (void*)t.k},      {kV, (void*)t.v},
                                                {kO, (void*)t.out}, {kDO, (void*)g.dout},  {kStats, (void*)t.stats},
                                                {kDQ, (void*)g.dq}, {kDK, (void*)g.dk},    {kDV, (void*)g.dv}};
-    execute(backward_graph({s.B, s.T, s.Hq, s.Hkv, s.hd}), pack, stream, "backward");
+    execute(*graph, pack, stream, "backward");
+    return true;
 }
 
 #endif  // ENABLE_CUDNN && __CUDACC__

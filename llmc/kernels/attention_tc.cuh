@@ -84,8 +84,8 @@ typedef __nv_bfloat16 flash_bf16;
 
 // Starts the copy of rows [start, start + kFlashTile) of head `head` of a (B, T, H, hd) bf16
 // tensor into a shared [kFlashTile][HD + 8] tile, 16 bytes per cp.async (hd % 8 == 0); rows
-// past T and columns past hd are zero-filled with plain stores. The caller waits
-// (cp_async_wait_all) and then synchronises the block before reading.
+// past T and columns past hd are zero-filled with plain stores. The caller commits the
+// copies (cp_async_commit_group), waits for them and then synchronises the block before reading.
 template <int HD>
 __device__ __forceinline__ void flash_load_tile(flash_bf16* tile, const flash_bf16* src, int b, int start, int head,
                                                 int T, int H, int hd) {
@@ -579,6 +579,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     const int warp = blk.warp, lane = blk.lane, t4 = blk.t4;
     blk.load<HD>(q_s, q, T, Hq, hd);
     blk.load<HD>(do_s, dout, T, Hq, hd);
+    cp_async_commit_group();  // Q and dO: one group, waited for below (wait_all alone would commit it implicitly)
     {  // D: two threads per row, each half of the columns, in fp32 from global memory
         int r = threadIdx.x / 2, half = threadIdx.x % 2, row = blk.block_row0 + r;
         float sum = 0.0f;

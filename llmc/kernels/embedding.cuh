@@ -87,6 +87,11 @@ void embedding_backward(floatX* dwte, const floatX* dout, const EmbeddingBuckets
                         cudaStream_t stream) {
     const int block = 256;
     dim3 grid(buckets.num_buckets, CEIL_DIV(C, block));
-    LAUNCH(grid, block, 0, stream, embedding_backward_kernel)(dwte, dout, buckets.device, buckets.num_buckets, C, scale);
+#if defined(KERNEL_MUTATION_HOST_BUFFER)  // scripts/mutation_check.sh: the host backend must refuse it
+    const int* bucket_data = buckets.host.data();
+#else
+    const int* bucket_data = buckets.device;
+#endif
+    LAUNCH(grid, block, 0, stream, embedding_backward_kernel)(dwte, dout, bucket_data, buckets.num_buckets, C, scale);
     cudaCheckLaunch();
 }

@@ -134,10 +134,12 @@ public:
         cudaCheck(cudaSetDevice(local_rank));
 #endif
 #if COMM_NCCL
-        ncclUniqueId id;
-        if (rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
-        broadcast_host(&id, sizeof(id), 0);
-        ncclCheck(ncclCommInitRank(&nccl_, world, id, rank));
+        if (starts_nccl(world)) {
+            ncclUniqueId id;
+            if (rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
+            broadcast_host(&id, sizeof(id), 0);
+            ncclCheck(ncclCommInitRank(&nccl_, world, id, rank));
+        }
 #else
         if (world > 1 && !HOST_BACKEND) {
             fatal("%d ranks, but this GPU build has no NCCL (nccl.h was not found at build time): rebuild with "
@@ -157,8 +159,21 @@ public:
     Comm& operator=(const Comm&) = delete;
 
     bool is_main() const { return rank == 0; }
+    // Whether a run of `world` ranks needs NCCL (in builds that have it): only when there is
+    // something to exchange. Every collective returns early at world 1, and NCCL's bootstrap
+    // (sockets, a network interface) can stop a single-GPU run on an offline machine before
+    // its first step.
+    static bool needs_nccl(int world) { return world > 1; }
+    static bool starts_nccl(int world) { return COMM_NCCL && needs_nccl(world); }
+    bool nccl_started() const {
+#if COMM_NCCL
+        return nccl_ != nullptr;
+#else
+        return false;
+#endif
+    }
     // "NCCL", "MPI stand-in" or "single process": what moves the data.
-    const char* executor() const { return COMM_NCCL ? "NCCL" : (mpi_ ? "MPI stand-in" : "single process"); }
+    const char* executor() const { return nccl_started() ? "NCCL" : (mpi_ ? "MPI stand-in" : "single process"); }
 
     template <typename T>
     void all_reduce(T* x, size_t n, ReduceOp op, cudaStream_t stream) {

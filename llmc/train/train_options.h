@@ -60,6 +60,7 @@ struct TrainOptions {
     std::vector<int> eval_contexts;  // eval_context parsed (check_training_options)
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/kernels/attention_cudnn.cuh)
     AttentionKernels attention_kernels = AttentionKernels::Auto;  // llmc/kernels/attention.cuh attention_tensor_cores()
+    int sync_check = 0;      // wait after every launch and name a faulting kernel (llmc/launch_check.h)
     std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
     std::string program;          // argv[0]: the commands a run prints to continue it name it
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
@@ -129,6 +130,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; calls with the document mask keep our kernels) 0|1"),
         make_flag("--attention-kernels", &o.attention_kernels, kAttentionKernels,
                   "our attention kernels in bf16 builds: auto = tensor-cores on a GPU, scalar on the host backend (faster there)"),
+        make_flag("--sync-check", &o.sync_check, "debug a GPU fault: wait after every kernel launch and name the kernel that failed, with its launch shape and call site (slow; also ATTN_SYNC_CHECK=1) 0|1"),
         make_flag("--zero", &o.zero, "over several ranks (mpirun): 0 every rank holds all optimizer state | 1 ZeRO-1: optimizer state and master weights sharded over the ranks"),
         make_flag("--overlap-reduce", &o.overlap_reduce, "over several ranks: reduce each layer's gradients on a second stream as soon as the last micro-batch's backward has them (not with --grad-fp32 1) 0|1"),
     };

@@ -236,6 +236,8 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (t.attention_kernels != AttentionKernels::Auto) {
         attention_tensor_cores() = t.attention_kernels == AttentionKernels::TensorCores;
     }
+    if (t.sync_check != 0) { sync_check() = true; }
+    if (sync_check()) { printf("sync check: on (every kernel launch waits and reports a fault by kernel name)\n"); }
     check_run_files(t);
     if (!t.init_from.empty()) {
         printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
@@ -244,10 +246,8 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     }
 
     ParameterCounts counts = count_parameters(c);
-    printf("%s (%s, %s%s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
-           PRECISION_MODE != PrecisionMode::BF16 ? ""
-           : attention_tensor_cores()            ? ", tensor-core attention kernels"
-                                                 : ", scalar attention kernels");
+    printf("%s (%s, %s, %s attention kernels)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
+           attention_kernels_name());
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, flops_per_token(c) / 1e6);

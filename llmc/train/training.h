@@ -309,6 +309,10 @@ private:
         const bool resumed = checkpoint != nullptr && model.steps_done() > 0;
         log = fopen(o.log_path.c_str(), resumed ? "a" : "w");
         if (log == nullptr) { fatal("--log: cannot open '%s' for writing: %s", o.log_path.c_str(), strerror(errno)); }
+        // what ran, so that a log sent back from a GPU says which attention kernels it took (no
+        // "step": the step-record readers skip it)
+        fprintf(log, "{\"run\": {\"executor\": \"%s\", \"precision\": \"%s\", \"attention_kernels\": \"%s\"}}\n",
+                HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME, attention_kernels_name());
         // the records after this step that the log already holds (written after the checkpoint, before
         // the run stopped) are superseded by what follows: readers drop them (doc/formats.md)
         if (resumed) {
