@@ -204,27 +204,39 @@ report: host gpu $(TOP_LEVEL)
 vpath %.cu dev/test dev/cuda .
 vpath %.cpp dev/test
 
+# The commit every binary reports in its logs and checkpoints (llmc/train/run_record.h): a
+# one-line object linked into each, rewritten only when the commit or the tree's state
+# (+dirty: uncommitted changes to tracked files) changes, so that only then do binaries relink.
+BUILD_COMMIT := $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c+dirty; } || echo unknown)
+BUILD_COMMIT_OBJ := build/build_commit.o
+$(BUILD_COMMIT_OBJ): FORCE
+	@mkdir -p $(dir $@)
+	@printf 'const char* attn_build_commit = "%s";\n' '$(BUILD_COMMIT)' > $@.c.new
+	@if [ -f $@ ] && cmp -s $@.c.new $(@:.o=.c); then rm $@.c.new; else mv $@.c.new $(@:.o=.c) && $(HOST_CXX) -x c -c $(@:.o=.c) -o $@; fi
+.PHONY: FORCE
+FORCE:
+
 # Every binary is compiled to NAME.o and linked in a second step, so that a compiler cache
 # can serve the compile (CCACHE, below); -MT names the binary in the .d file, not the object.
 # (racecheck: a one-step -fsanitize=thread link would also pull in ThreadSanitizer's runtime)
-$(HOST_DIR)/%: %.cu | $(HOST_DIR)
+$(HOST_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(HOST_DIR)
 	$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
-	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(HOST_DIR)/%: %.cpp | $(HOST_DIR)
+	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
+$(HOST_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(HOST_DIR)
 	$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS) -MT $@ -c $< -o $@.o
-	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(RACECHECK_DIR)/%: %.cu | $(RACECHECK_DIR)
+	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
+$(RACECHECK_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(RACECHECK_DIR)
 	$(CCACHE) $(HOST_CXX) $(RACECHECK_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
-	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(ASAN_DIR)/%: %.cu | $(ASAN_DIR)
+	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
+$(ASAN_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(ASAN_DIR)
 	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
-	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
-$(ASAN_DIR)/%: %.cpp | $(ASAN_DIR)
+	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
+$(ASAN_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(ASAN_DIR)
 	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -c $< -o $@.o
-	$(HOST_CXX) $@.o -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
-$(GPU_DIR)/%: %.cu | $(GPU_DIR)
+	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
+$(GPU_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(GPU_DIR)
 	$(CCACHE) $(NVCC) $(NVCC_FLAGS) -MT $@ -c $< -o $@.o
-	$(NVCC) $@.o -o $@ $(NVCC_LDFLAGS) && rm -f $@.o
+	$(NVCC) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(NVCC_LDFLAGS) && rm -f $@.o
 $(TOP_LEVEL): %: $(BEST_DIR)/%
 	cp $< $@
 $(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR):

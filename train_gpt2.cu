@@ -476,6 +476,7 @@ struct GPT2Trainer {
         return true;
     }
     static DefaultRates default_rates(const GPT2Config&) { return DefaultRates{}; }
+    static std::string arm_name(const GPT2Config&) { return "gpt2"; }
     static void print_model(const Options& o) {
         const GPT2Config& c = o.model;
         printf("model: GPT-2 L=%d d=%d heads %d (head_dim %d), vocab %d (padded %d), context %d, bos %d\n", c.n_layer,

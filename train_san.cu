@@ -914,8 +914,10 @@ std::vector<Flag> make_flags(Options& o) {
     return flags;
 }
 
-// --skip-nonstandard: checked against what it needs (an evaluation of a model with variants)
-SkipNonstandard parse_skip_nonstandard(const std::string& value, const SANConfig& c, const TrainOptions& t) {
+// --skip-nonstandard: checked against what it needs (an evaluation of a model that mixes
+// standard and non-standard layers); the layers it drops are printed and go into the log's
+// run record (skipped_layers)
+SkipNonstandard parse_skip_nonstandard(const std::string& value, const SANConfig& c, TrainOptions& t) {
     if (value == "none") { return SkipNonstandard::None; }
     if (value != "attention" && value != "block") {
         fatal("--skip-nonstandard must be none, attention or block, not '%s'", value.c_str());
@@ -923,11 +925,27 @@ SkipNonstandard parse_skip_nonstandard(const std::string& value, const SANConfig
     if (t.steps != 0 || t.init_from.empty()) {
         fatal("--skip-nonstandard evaluates a trained model: give --steps 0 --init-from CKPT");
     }
-    bool any = false;
-    for (AttnKind k : c.kinds) { any = any || k != AttnKind::Standard; }
-    if (!any) { fatal("--skip-nonstandard %s: the model has standard attention in every layer", value.c_str()); }
-    printf("evaluation without the non-standard layers' %s (--skip-nonstandard)\n",
-           value == "block" ? "blocks" : "attention sub-layers");
+    std::string dropped, dropped_json;  // the layers left out, 1-based as --layout numbers them
+    int n_dropped = 0;
+    for (int l = 0; l < c.n_layer; l++) {
+        if (c.kind(l) == AttnKind::Standard) { continue; }
+        dropped += (dropped.empty() ? "" : ",") + std::to_string(l + 1);
+        dropped_json += (dropped_json.empty() ? "" : ", ") + std::to_string(l + 1);
+        n_dropped++;
+    }
+    const char* model = t.init_from.c_str();
+    if (n_dropped == 0) { fatal("--skip-nonstandard %s: the model of %s has standard attention in every layer: nothing to leave out", value.c_str(), model); }
+    // a uniform model has no standard attention left to read: the skip reading is for hybrids
+    if (n_dropped == c.n_layer) {
+        fatal("--skip-nonstandard %s: every layer of %s is %s (layout %s), so leaving them out would evaluate a model "
+              "without attention; the skip reading is for models that keep standard layers (e.g. --layout hybrid)",
+              value.c_str(), model, kAttnKinds.name(c.attention), c.layout.c_str());
+    }
+    printf("evaluation without the %s of layers %s (%s; --skip-nonstandard %s): %d of %d layers\n",
+           value == "block" ? "blocks" : "attention sub-layers", dropped.c_str(), kAttnKinds.name(c.attention),
+           value.c_str(), n_dropped, c.n_layer);
+    t.record.notes.push_back({"skipped_layers", "[" + dropped_json + "]"});
+    t.record.notes.push_back({"skip_nonstandard", "\"" + value + "\""});
     return value == "block" ? SkipNonstandard::Block : SkipNonstandard::Attention;
 }
 
@@ -956,6 +974,16 @@ struct SANTrainer {
     }
     static bool start_elsewhere(Options&, bool) { return false; }
     static DefaultRates default_rates(const SANConfig& c) { return ::default_rates(c); }
+    // san or ffn, and the non-standard attention with its layout (ffn-mlp-hybrid)
+    static std::string arm_name(const SANConfig& c) {
+        std::string arm = c.has_ffn() ? "ffn" : "san";
+        bool variant = false;
+        for (AttnKind k : c.kinds) { variant = variant || k != AttnKind::Standard; }
+        if (!variant) { return arm; }
+        std::string layout;
+        for (char ch : c.layout) { layout += isalnum((unsigned char)ch) ? ch : '_'; }
+        return arm + "-" + kAttnKinds.name(c.attention) + "-" + layout;
+    }
     static void print_model(const Options& o) {
         const SANConfig& c = o.model;
         printf("model: L=%d d=%d heads %d/%d (head_dim %d) ffn=%s", c.n_layer, c.n_embd, c.n_head, c.n_kv_head,
@@ -977,7 +1005,7 @@ struct SANTrainer {
         model.init_fixed_input(o.train.seed, o.train.train_data);
     }
     // settings of this run that are not model config (llmc/train/trainer.h calls it once the model is built)
-    static void configure_model(SAN& model, const Options& o) {
+    static void configure_model(SAN& model, Options& o) {
         model.skip = parse_skip_nonstandard(o.skip_nonstandard, o.model, o.train);
     }
 };

@@ -31,7 +31,8 @@ Host-only C++17.
 
 struct Flag {
     std::string name, help;
-    std::function<std::string()> show;
+    std::function<std::string()> show;   // the value as -h shows it
+    std::function<std::string()> text;   // the value as text that parses back to it exactly (config files)
     std::function<bool(const char*)> parse;
 };
 
@@ -51,6 +52,21 @@ Flag make_flag(const std::string& name, T* target, const std::string& help) {
                 snprintf(text, sizeof(text), "%lld", (long long)*target);
             }
             return std::string(text);
+        }
+    };
+    f.text = [target]() {
+        if constexpr (std::is_same<T, std::string>::value) {
+            return *target;
+        } else if constexpr (std::is_floating_point<T>::value) {
+            if (*target == std::floor(*target) && std::fabs(*target) < 1e15) {  // 10000, not 1e+04
+                char whole[32];
+                snprintf(whole, sizeof(whole), "%.0f", (double)*target);
+                return std::string(whole);
+            }
+            if constexpr (std::is_same<T, float>::value) { return shortest_float_text(*target); }
+            return shortest_real_text((double)*target);
+        } else {
+            return std::to_string(*target);
         }
     };
     // numbers are read strictly (llmc/number_text.h): the whole text, finite, and within the
@@ -90,6 +106,7 @@ Flag make_flag(const std::string& name, E* target, const Choices<E>& choices, co
     f.name = name;
     f.help = choices.list() + (help.empty() ? "" : " (" + help + ")");
     f.show = [target, &choices]() { return std::string(choices.name(*target)); };
+    f.text = f.show;
     f.parse = [name, target, &choices](const char* text) {
         if (!choices.parse(text, target)) { fatal("option %s: '%s' is not one of %s", name.c_str(), text, choices.list(", ").c_str()); }
         return true;
@@ -216,15 +233,20 @@ inline bool help_asked(int argc, char** argv) {
 }
 
 // The value given for `name` on the command line, or "" (for flags that must be read
-// before the others, such as a preset that sets the defaults).
+// before the others, such as a preset that sets the defaults): the last one given, as
+// parse_flags keeps it (a config file's settings come first: llmc/config_file.h).
 inline std::string find_flag_value(int argc, char** argv, const char* name) {
+    std::string value;
     for (int i = 1; i < argc; i++) {
         FlagWord w = split_flag_word(argv[i]);
         if (w.name != name) { continue; }
-        if (w.has_value) { return w.value; }
-        if (i + 1 < argc) { return argv[i + 1]; }
+        if (w.has_value) {
+            value = w.value;
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        }
     }
-    return "";
+    return value;
 }
 
 // Parses argv for options whose model config comes from a named preset (o.preset, o.model):

@@ -59,3 +59,13 @@ inline std::string shortest_real_text(double value) {
     }
     return text;
 }
+
+// The shortest text that reads back to the same float.
+inline std::string shortest_float_text(float value) {
+    char text[40];
+    for (int precision = 1; precision <= 9; precision++) {
+        snprintf(text, sizeof(text), "%.*g", precision, (double)value);
+        if (strtof(text, nullptr) == value) { break; }
+    }
+    return text;
+}

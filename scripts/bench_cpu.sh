@@ -59,7 +59,7 @@ fi
 export HOSTCUDA_THREADS=$threads OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
 common=(--preset demo --train-data "$data/synth/synth_train_*.bin" --tokenizer "$data/tokenizer.bin"
         --lr 2e-3 --batch-size 8 --steps "$steps" --val-every 0 --sample-tokens 0 --seed 42)
-host_only=(--log-every 1)
+host_only=(--log-every 1 --run-dir "")  # (no run directory: a bench writes nothing)
 
 # the median of the numbers on stdin, one per line ("nan" for none)
 median() {

@@ -39,7 +39,7 @@ echo "   (train_san.py --attn-impl fast --autocast bf16 --compile 1: SDPA flash 
 echo "   off, FlexAttention with it on; same config, data, batch and optimizer; last step's figures)"
 for mask in 0 1; do
   line=$(build/gpu-bf16/train_san --preset san20 --doc-mask $mask --train-data "$dir/san_*.bin" --batch-size 8 \
-         --steps "$steps" --val-every 0 --sample-tokens 0 --log-every 1 --optimizer muon | last_progress)
+         --steps "$steps" --val-every 0 --sample-tokens 0 --log-every 1 --optimizer muon --run-dir "" | last_progress)
   echo "doc mask $mask, train_san:    $line"
   torch_line=$($python train_san.py --preset san20 --doc-mask $mask --train-data "$dir/san_*.bin" --batch-size 8 \
                --steps "$steps" --val-every 0 --optimizer muon --device cuda --attn-impl fast --autocast bf16 \

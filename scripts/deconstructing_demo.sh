@@ -57,7 +57,7 @@ train() {
 skip() {
   local name=$1 mode=$2
   "$train_san" --steps 0 --init-from "$demo_dir/$name/final.bin" "${data[@]}" --val-batches 16 --batch-size "$batch" \
-    --sample-tokens 0 --skip-nonstandard "$mode" > "$demo_dir/$name/skip-$mode.txt"
+    --sample-tokens 0 --skip-nonstandard "$mode" --log "$demo_dir/$name/skip-$mode.jsonl" > "$demo_dir/$name/skip-$mode.txt"
   val_loss "$demo_dir/$name/skip-$mode.txt"
 }
 

@@ -75,7 +75,9 @@ def toy(tmp_path_factory):
 
 
 def run(trainer, args):
-    p = subprocess.run([binary(trainer)] + [str(a) for a in args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # (--run-dir '': the outputs are the test's, as trainer_cli.run_binary)
+    p = subprocess.run([binary(trainer)] + [str(a) for a in args] + ["--run-dir="], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
     if p.returncode != 0:
         raise AssertionError(f"train_{trainer} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return p
@@ -165,25 +167,25 @@ def test_steps_0_init_from_scores_the_checkpoint(trained, toy, tmp_path):
     p = run("san", ["--steps", 0, "--init-from", trained["san"] / "final.bin", "--seq-len", WINDOW,
                     "--batch-size", 5, "--eval-sets", eval_sets(toy), "--log", log, "--sample-tokens", 0])
     assert "eval rolling (6 items): word_perplexity" in p.stdout
-    # init-from starts a new run at step 0; the scores are those the training run logged last
-    got, want = eval_records(log), {0: eval_records(trained["san"] / "log.jsonl")[30]}
-    assert got.keys() == want.keys() and got[0].keys() == want[0].keys()
-    for name, scores in want[0].items():
-        assert got[0][name].keys() == scores.keys(), name
+    # the evaluation is logged at the checkpoint's step; its scores are those the training run logged last
+    got, want = eval_records(log), {30: eval_records(trained["san"] / "log.jsonl")[30]}
+    assert got.keys() == want.keys() and got[30].keys() == want[30].keys()
+    for name, scores in want[30].items():
+        assert got[30][name].keys() == scores.keys(), name
         for key, value in scores.items():
             if isinstance(value, float):
-                assert got[0][name][key] == pytest.approx(value, rel=1e-6), (name, key)
+                assert got[30][name][key] == pytest.approx(value, rel=1e-6), (name, key)
             else:
-                assert got[0][name][key] == value, (name, key)
+                assert got[30][name][key] == value, (name, key)
 
 
 def test_bad_eval_options_are_named(toy, tmp_path):
-    p = subprocess.run([binary("san"), "--preset", "tiny", "--train-data", str(toy / "toy_train_*.bin"), "--steps", "1",
+    p = subprocess.run([binary("san"), "--run-dir=", "--preset", "tiny", "--train-data", str(toy / "toy_train_*.bin"), "--steps", "1",
                         "--eval-every", "5"], capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "--eval-every 5: no --eval-sets" in p.stderr
     write_evalset(tmp_path / "v.bin", [{"context": [2], "choices": [[5]], "gold": 0, "choice_chars": [1]}], KIND_CLOZE,
                   300, "")
-    p = subprocess.run([binary("san"), "--preset", "tiny", "--train-data", str(toy / "toy_train_*.bin"), "--steps", "1",
+    p = subprocess.run([binary("san"), "--run-dir=", "--preset", "tiny", "--train-data", str(toy / "toy_train_*.bin"), "--steps", "1",
                         "--eval-sets", str(tmp_path / "v.bin")], capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "vocabulary of 300; the model has 250" in p.stderr
 
@@ -203,7 +205,7 @@ def test_eval_context_scores_rolling_sets_in_windows_of_n(trainer, trained, toy,
                       "--eval-sets", eval_sets(toy), "--eval-context", ",".join(map(str, CONTEXTS)), "--log", log,
                       "--sample-tokens", 0])
     assert "eval rolling at context 4: word_perplexity@4" in p.stdout
-    got = eval_records(log)[0]
+    (got,) = eval_records(log).values()  # (one evaluation, at the checkpoint's step)
     model, V, _ = reference_eval.load_reference(str(ckpt))
     es = read_evalset(toy / "rolling.bin")
     ref = {n: reference_eval.score_evalset(model, V, n, es) for n in CONTEXTS}
@@ -234,14 +236,14 @@ def test_eval_context_scores_rolling_sets_in_windows_of_n(trainer, trained, toy,
     ("8,4,8", "--eval-context '8,4,8': 8 is listed twice"),
 ])
 def test_bad_eval_context_is_named(trained, toy, value, message):
-    p = subprocess.run([binary("san"), "--steps", "0", "--init-from", str(trained["san"] / "final.bin"), "--seq-len",
+    p = subprocess.run([binary("san"), "--run-dir=", "--steps", "0", "--init-from", str(trained["san"] / "final.bin"), "--seq-len",
                         str(WINDOW), "--eval-sets", str(toy / "rolling.bin"), "--eval-context", value],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and message in p.stderr, p.stderr
 
 
 def test_eval_context_needs_a_rolling_set(trained, toy):
-    base = [binary("san"), "--steps", "0", "--init-from", str(trained["san"] / "final.bin"), "--eval-context", "8"]
+    base = [binary("san"), "--run-dir=", "--steps", "0", "--init-from", str(trained["san"] / "final.bin"), "--eval-context", "8"]
     p = subprocess.run(base, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "--eval-context 8: no --eval-sets to score" in p.stderr, p.stderr
     p = subprocess.run(base + ["--eval-sets", f"{toy / 'mc.bin'},{toy / 'cloze.bin'}"], capture_output=True, text=True,

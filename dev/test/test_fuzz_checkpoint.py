@@ -83,8 +83,9 @@ def test_every_mutant_resumes_or_is_refused_naming_the_file(base):
         mutant = d / f"mutant_{i:03d}.bin"
         write_container(mutant, CHECKPOINT_KIND, meta, tensors)
         try:
+            # (from the test's directory: a mutated output path, e.g. run.log '2', lands there)
             proc = run_binary(BIN, ["--resume", mutant, "--checkpoint-dir", d / f"out_{i:03d}"], check=False,
-                              timeout=20)
+                              timeout=20, cwd=d)
         except subprocess.TimeoutExpired as e:
             failures.append(f"{what}: no result in 20 s: {str(e.stdout or '')[-300:]}")
             continue

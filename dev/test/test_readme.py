@@ -64,7 +64,7 @@ def test_cpu_blocks_run_as_pasted(tmp_path):
                     "--synth-val-docs", "100", "--shard-tokens", "200000", "--eval-items", "10"],
                    check=True, capture_output=True)
     for entry in os.listdir(ROOT):
-        if entry not in ("data", "logs", "train_san", "train_gpt2") and not entry.startswith("ckpt"):
+        if entry not in ("data", "logs", "runs", "train_san", "train_gpt2") and not entry.startswith("ckpt"):
             os.symlink(os.path.join(ROOT, entry), work / entry)
     for name, path in (("train_san", SAN), ("train_gpt2", GPT2)):
         os.symlink(os.path.join(ROOT, path), work / name)

@@ -213,7 +213,8 @@ def test_sample_is_a_function_of_the_seed(data, runs, tmp_path):
 
 def test_training_is_untouched(runs):
     (dw, with_, _), (dn, without, _) = runs["with"], runs["without"]
-    strip = lambda log: [{k: v for k, v in r.items() if k not in ("ms", "train_docs")} for r in log]  # noqa: E731
+    # (the header records differ in the command and config that made each run)
+    strip = lambda log: [{k: v for k, v in r.items() if k not in ("ms", "train_docs")} for r in log if "run" not in r]  # noqa: E731
     assert strip(with_) == strip(without)
     assert [r["step"] for r in with_ if "train_docs" in r] == [2, 4] and all("train_docs" not in r for r in without)
     for name in ("step_2.bin", "final.bin"):
@@ -222,7 +223,8 @@ def test_training_is_untouched(runs):
         assert list(tensors_w) == list(tensors_n)
         for k in tensors_w:
             assert np.array_equal(tensors_w[k], tensors_n[k]), k
-        outputs = ("run.train_doc_", "run.log", "run.checkpoint_dir")  # (where each run wrote: not a number of it)
+        # (where each run wrote, and what made it: not a number of it)
+        outputs = ("run.train_doc_", "run.log", "run.checkpoint_dir", "run.command", "run.config", "run.started")
         assert ({k: v for k, v in meta_w.items() if not k.startswith(outputs)}
                 == {k: v for k, v in meta_n.items() if not k.startswith(outputs)})
         assert meta_w["run.train_doc_eval"] == str(N) and meta_w["run.train_doc_seed"] == str(SEED)
@@ -236,7 +238,7 @@ def test_resume_continues_the_sample(data, runs, tmp_path):
     _, meta_r, tensors_r = read_container(str(tmp_path / "final.bin"))
     _, meta_s, tensors_s = read_container(str(d / "final.bin"))
     assert list(tensors_r) == list(tensors_s) and all(np.array_equal(tensors_r[k], tensors_s[k]) for k in tensors_s)
-    outputs = ("run.log", "run.checkpoint_dir")  # (where each run wrote)
+    outputs = ("run.log", "run.checkpoint_dir", "run.command", "run.config", "run.started")  # (where each run wrote, what made it)
     assert {k: v for k, v in meta_r.items() if k not in outputs} == {k: v for k, v in meta_s.items() if k not in outputs}
 
 

@@ -171,12 +171,12 @@ def test_grad_accumulation_matches_the_larger_batch(data, tmp_path):
 
 
 def test_checkpoint_dir_is_created_up_front(data, tmp_path):
-    proc = run(common(data, tmp_path / "new" / "dir") + ["--steps", "1"], check=False)  # parent missing
+    (tmp_path / "file").write_text("x")
+    proc = run(common(data, tmp_path / "file" / "dir") + ["--steps", "1"], check=False)  # under a file
     assert proc.returncode != 0 and "cannot create" in proc.stderr
     assert not any(line.startswith("step ") for line in proc.stdout.splitlines())  # failed before training
-    proc = run(common(data, tmp_path / "made") + ["--steps", "1"])
-    assert (tmp_path / "made" / "final.bin").exists(), proc.stdout
-    (tmp_path / "file").write_text("x")
+    proc = run(common(data, tmp_path / "made" / "with" / "parents") + ["--steps", "1"])  # mkdir -p
+    assert (tmp_path / "made" / "with" / "parents" / "final.bin").exists(), proc.stdout
     proc = run(common(data, tmp_path / "file") + ["--steps", "1"], check=False)
     assert proc.returncode != 0 and "is not a directory" in proc.stderr
 

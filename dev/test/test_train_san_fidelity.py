@@ -37,7 +37,8 @@ STEPS = 12
 
 
 def run(binary, args, check=True):
-    proc = subprocess.run([os.path.join(ROOT, binary)] + [str(a) for a in args], cwd=ROOT, capture_output=True,
+    # (--run-dir '': the outputs are the test's, as trainer_cli.run_binary)
+    proc = subprocess.run([os.path.join(ROOT, binary)] + [str(a) for a in args] + ["--run-dir="], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"train_san failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -254,7 +255,8 @@ def test_default_rates_per_arm(data, tmp_path, preset, optimizer, lr, lr_other):
 
 def test_paper_setup_resolves_and_explicit_flags_win(data, trained):
     ckpt = trained[0] / "final.bin"
-    common = ["--steps", 0, "--init-from", ckpt, "--val-batches", 1, "--sample-tokens", 0] + data_flags(data)
+    # (--print-config: the resolved optimizer without a step)
+    common = ["--print-config", 1, "--steps", 1, "--milestones", 0, "--val-batches", 1, "--sample-tokens", 0] + data_flags(data)
     out = run(BIN, ["--paper-setup", 1] + common).stdout
     line = optimizer_line(out)
     assert "paper order" in line and "NS steps in fp32" in line, line

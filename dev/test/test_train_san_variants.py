@@ -12,8 +12,10 @@
 - the named layouts at 24 layers are the paper's sets (written out here from the paper's text),
   and the trainer's layouts (its start-up line) equal attnref/variants.py's at several depths.
 """
+import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -134,12 +136,20 @@ def test_skip_evaluation(data, tmp_path, kind):
     """A trained FFN-arm hybrid evaluated whole, without its variant sub-layers, and without
     their whole blocks: three different losses (each removal changes the function)."""
     train = common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", kind, "--layout", "hybrid"]
-    run(train + ["--steps", "15"])
-    evaluate = ["--steps", "0", "--init-from", str(tmp_path / "final.bin"), "--val-data",
+    trained = run(train + ["--steps", "15"]).stdout
+    ckpt = str(tmp_path / "final.bin")
+    evaluate = ["--steps", "0", "--init-from", ckpt, "--val-data",
                 str(data / "toy_val_*.bin"), "--val-batches", "1", "--batch-size", "4", "--sample-tokens", "0"]
     whole = val_loss(run(evaluate).stdout)
-    out = run(evaluate + ["--skip-nonstandard", "attention"]).stdout
-    assert "without the non-standard layers' attention sub-layers" in out
+    out = run(evaluate + ["--skip-nonstandard", "attention", "--log", str(tmp_path / "skip.jsonl")]).stdout
+    # the layers dropped are the ones the training banner lists as the variant's (1-based)
+    kinds = re.search(r"\(layers: ([a-z,]+)\)", trained).group(1).split(",")
+    dropped = [i + 1 for i, k in enumerate(kinds) if k != "standard"]
+    assert dropped and len(dropped) < len(kinds)
+    assert (f"evaluation without the attention sub-layers of layers {','.join(map(str, dropped))} ({kind}; "
+            f"--skip-nonstandard attention): {len(dropped)} of {len(kinds)} layers") in out, out
+    header = json.loads(open(tmp_path / "skip.jsonl").readline())["run"]
+    assert header["skipped_layers"] == dropped and header["skip_nonstandard"] == "attention"
     no_attn = val_loss(out)
     no_block = val_loss(run(evaluate + ["--skip-nonstandard", "block"]).stdout)
     assert all(np.isfinite([whole, no_attn, no_block]))
@@ -154,9 +164,18 @@ def test_skip_needs_an_evaluation_of_a_variant(data, tmp_path):
                check=False)
     assert proc.returncode != 0 and "give --steps 0 --init-from CKPT" in proc.stderr
     run(common(data, tmp_path) + ["--steps", "1"])
-    proc = run(["--steps", "0", "--init-from", str(tmp_path / "final.bin"), "--val-data", str(data / "toy_val_*.bin"),
+    ckpt = str(tmp_path / "final.bin")
+    proc = run(["--steps", "0", "--init-from", ckpt, "--val-data", str(data / "toy_val_*.bin"),
                 "--skip-nonstandard", "attention"], check=False)
-    assert proc.returncode != 0 and "standard attention in every layer" in proc.stderr
+    assert proc.returncode != 0 and f"the model of {ckpt} has standard attention in every layer" in proc.stderr
+    # a uniform variant: leaving its layers out would leave no attention at all
+    run(common(data, tmp_path) + ["--attention", "mlp", "--steps", "1"])
+    for skip in ["attention", "block"]:
+        proc = run(["--steps", "0", "--init-from", ckpt, "--val-data", str(data / "toy_val_*.bin"),
+                    "--skip-nonstandard", skip], check=False)
+        assert proc.returncode == 1, proc.stdout
+        assert (f"--skip-nonstandard {skip}: every layer of {ckpt} is mlp (layout uniform), so leaving them out would "
+                "evaluate a model without attention") in proc.stderr
 
 
 @needs_bin

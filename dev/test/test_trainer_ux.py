@@ -137,7 +137,7 @@ def test_model_flags_contradicting_a_checkpoint_are_named(trainer, data, finishe
         assert proc.returncode != 0 and "--ffn swiglu (the checkpoint's none)" in proc.stderr
     # flags that agree with the file are fine, and --init-from says what it loaded
     proc = run(trainer, ["--init-from", ckpt, "--steps", 0, "--n-layer", 2] + common(data)[2:6])
-    assert f"init: model config and parameters from {ckpt} (saved at step 10)" in proc.stdout
+    assert f"evaluation: the model of {ckpt} after 10 steps; no training" in proc.stdout
 
 
 def test_checkpoints_name_their_trainer(finished):
@@ -320,8 +320,8 @@ def test_samples_are_valid_utf8(trainer, offline, offline_models, tmp_path):
                               cwd=ROOT, capture_output=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         proc.stdout.decode("utf-8")  # strict: raises on a broken sequence
-        samples = [json.loads(line)["sample"] for line in log.read_bytes().decode("utf-8").splitlines()
-                   if "sample" in line]
+        records = [json.loads(line) for line in log.read_bytes().decode("utf-8").splitlines()]
+        samples = [r["sample"] for r in records if "sample" in r]
         assert len(samples) == 1 and samples[0]
 
 

@@ -28,12 +28,16 @@ BOS = 2
 MPIRUN = os.path.join(ROOT, "scripts", "mpirun.sh")
 
 
-def run_binary(binary, args, check=True, ranks=1, timeout=300, **kw):
+def run_binary(binary, args, check=True, ranks=1, timeout=300, cwd=ROOT, **kw):
     """Runs `binary` (a path relative to the repository root, or absolute) with `args` from
-    the root; with ranks > 1 under scripts/mpirun.sh. With `check`, a non-zero exit fails the
-    calling test with the command's output."""
-    cmd = ([MPIRUN, "-np", str(ranks)] if ranks > 1 else []) + [os.path.join(ROOT, binary)] + [str(a) for a in args]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+    `cwd` (the root); with ranks > 1 under scripts/mpirun.sh. With `check`, a non-zero exit
+    fails the calling test with the command's output. A trainer run writes no run directory
+    (--run-dir ''), unless the arguments name one: the tests say where their outputs go."""
+    args = [str(a) for a in args]
+    if not any(a == "--run-dir" or a.startswith("--run-dir=") for a in args):
+        args.append("--run-dir=")
+    cmd = ([MPIRUN, "-np", str(ranks)] if ranks > 1 else []) + [os.path.join(ROOT, binary)] + args
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -201,7 +201,10 @@ inline std::vector<RunSetting> run_settings() {
         out.push_back({key, {flag}, [field](const TrainOptions& o) { return escape_setting(o.*field); },
                        [field](TrainOptions& o, const std::string& v) { o.*field = unescape_setting(v); }});
     };
+    path("run.run_dir", "--run-dir", &TrainOptions::run_dir);
     path("run.checkpoint_dir", "--checkpoint-dir", &TrainOptions::checkpoint_dir);
+    integer("run.keep_last", {"--keep-last"}, [](const TrainOptions& o) { return (long long)o.keep_last; },
+            [](TrainOptions& o, long long v) { o.keep_last = (int)v; });
     path("run.log", "--log", &TrainOptions::log_path);
     integer("run.log_every", {"--log-every"}, [](const TrainOptions& o) { return (long long)o.log_every; },
             [](TrainOptions& o, long long v) { o.log_every = (int)v; });

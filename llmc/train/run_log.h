@@ -14,24 +14,7 @@ MFU figure (peak_flops_for), and the one-line summary of the data a loader match
 
 #include "llmc/cuda_common.h"
 #include "llmc/data/dataloader.h"
-
-// `text` (valid UTF-8) as a JSON string literal.
-inline std::string json_string(const std::string& text) {
-    std::string out = "\"";
-    for (unsigned char c : text) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += (char)c;
-        } else if (c < 0x20) {
-            char buf[8];
-            snprintf(buf, sizeof(buf), "\\u%04x", c);
-            out += buf;
-        } else {
-            out += (char)c;
-        }
-    }
-    return out + "\"";
-}
+#include "llmc/train/run_record.h"  // defines: json_string
 
 inline void append_json_array(std::string& out, const char* key, const std::vector<double>& values) {
     if (values.empty()) { return; }

@@ -16,6 +16,7 @@ resume keeps of them, in llmc/train/resume.h. Host-only C++17.
 #include "llmc/cli.h"
 #include "llmc/cuda_common.h"
 #include "llmc/optim/optimizer.h"
+#include "llmc/train/run_record.h"
 #include "llmc/utils.h"
 
 // Which of our attention kernels bf16 builds run (llmc/kernels/attention.cuh): auto = the tensor-core
@@ -61,7 +62,13 @@ struct TrainOptions {
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/kernels/attention_cudnn.cuh)
     AttentionKernels attention_kernels = AttentionKernels::Auto;  // llmc/kernels/attention.cuh attention_tensor_cores()
     int sync_check = 0;      // wait after every launch and name a faulting kernel (llmc/launch_check.h)
-    std::set<std::string> given;  // the flags given on the command line (llmc/cli.h parse_flags)
+    std::string run_dir = "auto";  // the run's directory (llmc/train/run_record.h); auto: a fresh one under runs/ unless outputs are given
+    std::set<std::string> outputs_from_run_dir;  // --checkpoint-dir, --log: those the run directory set
+    int keep_last = 0;       // keep only the N newest step_K.bin checkpoints (0: all)
+    int print_config = 0;    // print the resolved config, rates, sizes and data, and exit
+    std::string config_path; // --config FILE (llmc/config_file.h: read before the other flags)
+    RunRecord record;        // what the run says about itself (trainer_main fills it)
+    std::set<std::string> given;  // the flags given on the command line or in --config (llmc/cli.h parse_flags)
     std::string program;          // argv[0]: the commands a run prints to continue it name it
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
 };
@@ -114,14 +121,18 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
         make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),
         make_flag("--temperature", &o.temperature, "sampling temperature (0: greedy)"),
-        make_flag("--log", &o.log_path, "machine-readable log (JSON lines); empty: none"),
+        make_flag("--log", &o.log_path, "machine-readable log (JSON lines; default: the run directory's log.jsonl); empty: none"),
         make_flag("--log-every", &o.log_every, "print a progress line every N steps"),
         make_flag("--spike-window", &o.spike_window, "loss-spike detection: steps in the running window"),
         make_flag("--spike-z", &o.spike_z, "loss-spike detection: z-score above which a step is logged as a spike (0: off)"),
-        make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none)"),
+        make_flag("--config", &o.config_path, "a file of `key = value` lines (flag names without --) read before the flags, which win; RUN/config repeats a run"),
+        make_flag("--print-config", &o.print_config, "print the resolved config, the rates per group, the sizes, FLOPs/token and the data files, and exit 0|1"),
+        make_flag("--run-dir", &o.run_dir, "the run's directory: config, log.jsonl, checkpoints, samples.txt (auto: runs/<preset>-<arm>-<UTC time>, unless --checkpoint-dir or --log is given; empty: none)"),
+        make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none; default: the run directory)"),
+        make_flag("--keep-last", &o.keep_last, "keep only the N newest step_K.bin checkpoints of --save-every (milestones and final.bin stay; 0: all)"),
         make_flag("--milestones", &o.milestones, "also checkpoint at 0/25/50/75/100% of the steps (milestone_NNN.bin) 0|1"),
         make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
-        make_flag("--resume", &o.resume_path, "checkpoint to continue exactly: model, optimizer, schedule, steps and data settings all from the file"),
+        make_flag("--resume", &o.resume_path, "checkpoint to continue exactly: model, optimizer, schedule, steps and data settings all from the file; a run directory: its newest checkpoint; auto: that of --run-dir, else of the newest run under runs/"),
         make_flag("--resume-override", &o.resume_override, "with --resume: the flags given may change the saved run's settings (each is printed) 0|1"),
         make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N unless it has --schedule-steps (printed)"),
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),

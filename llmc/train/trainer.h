@@ -25,6 +25,7 @@ and the reader of a checkpoint's config. The trainer describes the rest with a s
                                      --init-from-llmc) into o.model; returns whether there is one
     default_rates(cfg)         the model's default peak rates (llmc/optim/optimizer.h DefaultRates)
     print_model(o)             the config lines of the start-of-run summary
+    arm_name(cfg)              the model's kind in a run directory's name (runs/<preset>-<arm>-<time>)
     init_parameters(model, o)  parameters of a fresh run (seeded init, or the other file's)
 and optionally
     configure_model(model, o)  run settings that are not model config, once the model is built
@@ -35,7 +36,9 @@ and optionally
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cmath>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +46,7 @@ and optionally
 
 #include "llmc/kernels/attention.cuh"
 #include "llmc/cli.h"
+#include "llmc/config_file.h"
 #include "llmc/model/model.h"
 #include "llmc/train/input_files.h"  // defines: check_start_files, check_run_files
 #include "llmc/train/resume.h"
@@ -117,6 +121,107 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
 }
 
 
+// The run directory (--run-dir; llmc/train/run_record.h): auto names a fresh one,
+// runs/<preset>-<arm>-<UTC time>, for a run that gives neither --checkpoint-dir nor --log and
+// does not resume (a resume keeps the saved run's outputs); the checkpoints and the log go
+// there unless those flags say otherwise. Every rank takes rank 0's name. Nothing is created
+// here (TrainingRun does, once the run's inputs are checked).
+inline void choose_run_dir(TrainOptions& t, const std::string& preset, const std::string& arm, bool resuming,
+                           const Comm& comm) {
+    if (t.run_dir == "auto") {
+        const bool outputs_given = t.given.count("--checkpoint-dir") || t.given.count("--log");
+        t.run_dir.clear();
+        if (!resuming && !outputs_given) {
+            char name[1024] = {0};
+            if (comm.is_main()) { snprintf(name, sizeof(name), "%s", new_run_dir_name(preset, arm, time(nullptr)).c_str()); }
+            comm.broadcast_host(name, sizeof(name), 0);
+            t.run_dir = name;
+        }
+    }
+    if (t.run_dir.empty()) { return; }
+    // (a resume into another --run-dir writes there: as if the flags were given, to which a saved
+    // run's outputs give way)
+    auto taken = [&](const char* flag) {
+        if (resuming) { t.given.insert(flag); } else { t.outputs_from_run_dir.insert(flag); }
+    };
+    if (!t.given.count("--checkpoint-dir")) {
+        t.checkpoint_dir = t.run_dir;
+        taken("--checkpoint-dir");
+    }
+    if (!t.given.count("--log")) {
+        t.log_path = t.run_dir + "/log.jsonl";
+        taken("--log");
+    }
+}
+
+// The command line as a POSIX shell would take it back.
+inline std::string command_line_text(int argc, char** argv) {
+    std::string out;
+    for (int i = 0; i < argc; i++) { out += (i > 0 ? " " : "") + shell_word(argv[i]); }
+    return out;
+}
+
+// What the run says about itself (TrainOptions::record: the log's first record, the run.*
+// checkpoint keys, the run directory's config): the command, every flag's resolved value,
+// the rates used, the host and the start time. The config's rates are the peak rates before
+// --lr-scale-gpus (`unscaled`: resolved from the flags; a resumed run's: the saved rates over
+// the scale), so that the file, read back, trains at the rates this run used. Flags that
+// belong to one invocation (--config, --resume, --run-dir, ...) and outputs the run directory
+// chose are left out.
+inline void describe_run(TrainOptions& t, const std::vector<Flag>& flags, const OptimizerConfig& unscaled, bool resuming,
+                         const char* program, int argc, char** argv, const Comm& comm) {
+    std::set<std::string> skip = {"--config", "--print-config", "--run-dir", "--resume", "--resume-override", "--extend-to"};
+    skip.insert(t.outputs_from_run_dir.begin(), t.outputs_from_run_dir.end());
+    RunRecord& r = t.record;
+    r.program = program;
+    r.command = command_line_text(argc, argv);
+    r.config_file = t.config_path;
+    r.settings = flag_settings(flags, skip);
+    const double scale_matrix = t.opt.is_muon() ? std::sqrt((double)t.lr_scale_gpus) : (double)t.lr_scale_gpus;
+    for (auto& [key, value] : r.settings) {
+        if (key == "lr") { value = shortest_real_text(resuming ? t.opt.lr / scale_matrix : unscaled.lr); }
+        if (key == "lr-other") { value = shortest_real_text(resuming ? t.opt.lr_other / t.lr_scale_gpus : unscaled.lr_other); }
+    }
+    r.training = t.steps > 0;
+    r.optimizer = t.opt.name();
+    r.lr = t.opt.lr;
+    r.lr_other = t.opt.lr_other;
+    r.started = utc_time_text(time(nullptr));
+    r.host = host_name();
+    r.run_dir = t.run_dir;
+    r.ranks = comm.world;
+}
+
+// --print-config: the rates of each parameter group and the data each pattern matches.
+inline void print_rates_and_data(const TrainOptions& t) {
+    if (t.steps > 0) {
+        printf("rates: matrices %g (%s), embeddings/gains/gates/biases %g (adamw)%s\n", t.opt.lr, t.opt.name(),
+               t.opt.lr_other, t.lr_scale_gpus != 1 ? " (after --lr-scale-gpus)" : "");
+    }
+    auto describe = [](const char* flag, const std::string& patterns) {
+        if (patterns.empty()) {
+            printf("%s: none\n", flag);
+            return;
+        }
+        std::vector<std::string> files = glob_shards(patterns, flag);
+        int64_t tokens = 0;
+        int with_regions = 0;
+        for (const std::string& f : files) {
+            ShardInfo s = inspect_shard(f);
+            tokens += s.ntok;
+            with_regions += !s.regions_path.empty();
+        }
+        printf("%s: %zu file%s, %" PRId64 " tokens (%s%s)%s\n", flag, files.size(), files.size() == 1 ? "" : "s", tokens,
+               files.front().c_str(), files.size() > 1 ? (" .. " + files.back()).c_str() : "",
+               with_regions > 0 ? ", with region sidecars" : "");
+    };
+    if (t.steps > 0) { describe("--train-data", t.train_data); }
+    describe("--val-data", t.val_data);
+    if (!t.eval_sets.empty()) { printf("--eval-sets: %s\n", t.eval_sets.c_str()); }
+    printf("run directory: %s (--print-config writes nothing)\n",
+           t.run_dir.empty() ? "none" : ("would be " + t.run_dir).c_str());
+}
+
 // A parameter count as -h prints it: 41.2K, 124M, 1.72B.
 inline std::string short_count(int64_t n) {
     char text[32];
@@ -157,11 +262,11 @@ std::string preset_sizes(const std::map<std::string, Config>& presets) {
 
 // Trainer::configure_model(model, o) where the trainer has one.
 template <typename Trainer, typename Model, typename Options>
-auto configure_model_if_any(Model& model, const Options& o, int) -> decltype(Trainer::configure_model(model, o)) {
+auto configure_model_if_any(Model& model, Options& o, int) -> decltype(Trainer::configure_model(model, o)) {
     return Trainer::configure_model(model, o);
 }
 template <typename Trainer, typename Model, typename Options>
-void configure_model_if_any(Model&, const Options&, long) {}
+void configure_model_if_any(Model&, Options&, long) {}
 
 template <typename Trainer, typename Options, typename Config>
 int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
@@ -170,11 +275,25 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     Comm comm(&argc, &argv);  // the ranks, when started by mpirun or srun (llmc/parallel/comm.h)
     // rank 0 prints; every rank's errors reach stderr
     if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
-    Options o = parse_with_preset<Options>(argc, argv, presets, make_flags, name,
-                                           [&](Options& opts) { Trainer::set_defaults(opts, argc, argv); },
-                                           help_asked(argc, argv) ? preset_sizes(presets) : std::string());
+    // --config FILE: its settings go before the command line's flags, which win (llmc/config_file.h)
+    CommandLine args = with_config_file(argc, argv);
+    {
+        Options probe;
+        check_config_keys(args, make_flags(probe));
+    }
+    const int n_words = args.argc();
+    char** words = args.argv();
+    Options o = parse_with_preset<Options>(n_words, words, presets, make_flags, name,
+                                           [&](Options& opts) { Trainer::set_defaults(opts, n_words, words); },
+                                           help_asked(n_words, words) ? preset_sizes(presets) : std::string());
     TrainOptions& t = o.train;
     t.program = argv[0];
+    t.config_path = args.config_path;
+    if (t.print_config != 0 && t.print_config != 1) { fatal("--print-config must be 0 or 1, got %d", t.print_config); }
+    if (t.keep_last < 0) { fatal("--keep-last must be >= 0 (0: keep every checkpoint), got %d", t.keep_last); }
+    if (!t.resume_path.empty()) {  // --resume DIR, --resume auto: the newest checkpoint there
+        t.resume_path = resolve_resume_path(t.resume_path, t.given.count("--run-dir") && t.run_dir != "auto" ? t.run_dir : "");
+    }
     const std::string start = start_checkpoint(t);
     check_start_files(t);  // every path is checked before the model is printed (and check_run_files)
     Tokenizer tokenizer;
@@ -215,10 +334,14 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     const Config& c = o.model;
     const TensorFileReader* resume = t.resume_path.empty() ? nullptr : checkpoint.get();
     t.world = comm.world;
+    choose_run_dir(t, o.preset, Trainer::arm_name(c), resume != nullptr, comm);
+    OptimizerConfig unscaled = t.opt;  // the rates as the config file writes them (before --lr-scale-gpus)
+    unscaled.resolve_rates(Trainer::default_rates(c), 1);
     check_training_options(t, c.seq_len, Trainer::default_rates(c), resume);
     if (!t.tokenizer_path.empty() && !tokenizer.loaded()) {  // a resume's, restored from the checkpoint
-        check_input_file("--tokenizer", t.tokenizer_path);
-        FatalContext reading("--tokenizer", "--tokenizer");
+        const std::string saved = "--tokenizer (saved in " + start + ")";
+        check_input_file(saved, t.tokenizer_path);
+        FatalContext reading(saved, start);
         tokenizer.load(t.tokenizer_path);
         if (tokenizer.vocab_size != c.vocab_size) {
             fatal("--tokenizer %s (the saved run's) has a vocabulary of %d; the model has %d", t.tokenizer_path.c_str(),
@@ -240,32 +363,55 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (sync_check()) { printf("sync check: on (every kernel launch waits and reports a fault by kernel name)\n"); }
     check_run_files(t);
     if (!t.init_from.empty()) {
-        printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
-               "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
+        if (t.steps > 0) {
+            printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
+                   "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
+        }
         check_build_precision(*checkpoint, false, 0);
     }
 
     ParameterCounts counts = count_parameters(c);
+    describe_run(t, make_flags(o), unscaled, resume != nullptr, name, argc, argv, comm);
+    RunRecord& record = t.record;
+    record.parameters = counts.total;
+    record.non_embedding = counts.non_embedding;
+    record.flops_per_token = flops_per_token(c);
+    if (t.steps == 0 && !t.init_from.empty()) {
+        record.evaluated = t.init_from;
+        record.evaluated_step = (long)checkpoint->integer("step");
+    }
+    if (t.print_config) {
+        printf("%s", config_text(record.settings, {name + std::string(": the resolved config (--config FILE reads this format)")}).c_str());
+    }
     printf("%s (%s, %s, %s attention kernels)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
            attention_kernels_name());
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, flops_per_token(c) / 1e6);
-    printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
-    print_optimizer(t);
+    if (t.steps > 0) {
+        printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
+        print_optimizer(t);
+    } else {  // an evaluation: no optimizer, no schedule
+        printf("evaluation: %s%s; no training\n", record.evaluated.empty() ? "the model given" : ("the model of " + record.evaluated).c_str(),
+               record.evaluated.empty() ? "" : (" after " + std::to_string(record.evaluated_step) + " steps").c_str());
+    }
+    if (t.print_config) {
+        print_rates_and_data(t);
+        return 0;
+    }
 
     typename Trainer::Model model(c, t.batch_size, t.seq_len);
     model.distribute(comm, t.zero);
     model.build_optimizer(t.opt);
     // rank 0's share (ZeRO-1 splits the state by pieces and whole matrices: ranks differ a little)
-    printf("optimizer state per rank: %.3f MiB (%zu bytes: AdamW moments, Muon momentum, fp32 master weights)\n",
+    if (t.steps > 0) printf("optimizer state per rank: %.3f MiB (%zu bytes: AdamW moments, Muon momentum, fp32 master weights)\n",
            (double)model.optimizer->state_bytes() / (1 << 20), model.optimizer->state_bytes());
     if (checkpoint != nullptr) {
         model.load_parameters(*checkpoint, resume != nullptr);
     } else {
         Trainer::init_parameters(model, o);
     }
-    configure_model_if_any<Trainer>(model, o, 0);
+    configure_model_if_any<Trainer>(model, o, 0);  // (may add to t.record: train_san's skipped layers)
     from_checkpoint.reset();
     run_training(model, t, tokenizer, resume, &comm);
     return 0;

@@ -52,7 +52,9 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/train/evaluation.h"
 #include "llmc/model/model.h"
 #include "llmc/train/resume.h"
+#include "llmc/config_file.h"  // defines: config_text
 #include "llmc/train/run_log.h"
+#include "llmc/train/run_record.h"
 #include "llmc/train/stop_signal.h"  // defines: install_stop_signal_handlers, stop_signal
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
@@ -91,14 +93,22 @@ public:
             open_training_data();
             open_validation_data();
             open_train_doc_sample();
-            check_checkpoint_dir();
             check_start_not_overwritten();
             continue_from_checkpoint();
         }
-        open_log();
         encode_prompt();
         read_measure_slice();
         if (!o.eval_sets.empty()) { evals.load(o.eval_sets, model.cfg.vocab_size, o.eval_contexts); }
+        // the outputs last, once every input has been read: a run refused for its inputs leaves nothing
+        {
+            std::unique_ptr<FatalContext> resuming;  // (a resume's output places come from the checkpoint)
+            if (checkpoint != nullptr) {
+                resuming = std::make_unique<FatalContext>("resuming " + checkpoint->path(), checkpoint->path());
+            }
+            prepare_run_dir();
+            check_checkpoint_dir();
+        }
+        open_log();
     }
     ~TrainingRun() { close_log(); }
     TrainingRun(const TrainingRun&) = delete;
@@ -109,8 +119,9 @@ public:
     // samples and saves; a stop signal saves and ends the run. Then the final validation,
     // eval scores, sample and checkpoint.
     void run() {
-        if (o.steps == 0) {  // evaluate the model given with --init-from
-            evaluate_and_sample(model.steps_done());
+        if (o.steps == 0) {  // evaluate the model given with --init-from, logged at the steps it was trained for
+            evaluate_and_sample(o.record.evaluated_step);
+            print_run_dir();
             return;
         }
         begin_steps();
@@ -140,6 +151,7 @@ public:
         }
         evaluate_and_sample(o.steps);
         save("final.bin");
+        print_run_dir();
     }
 
 private:
@@ -249,17 +261,51 @@ private:
                (long long)train_docs->num_rows());
     }
 
-    // Creates --checkpoint-dir and checks that it can be written: fail now, not after hours
-    // of training.
+    // The run directory (--run-dir, llmc/train/run_record.h): made by rank 0 with the resolved
+    // config; a fresh run does not go into a directory that holds a run already (its log and
+    // checkpoints would be overwritten).
+    void prepare_run_dir() const {
+        if (o.run_dir.empty() || rank != 0) { return; }
+        const std::string config = o.run_dir + "/config";
+        if (checkpoint == nullptr) {
+            std::string held = is_file(o.log_path) && o.log_path == o.run_dir + "/log.jsonl" ? "log.jsonl" : "";
+            const std::string newest = o.checkpoint_dir == o.run_dir ? newest_checkpoint(o.run_dir) : "";
+            if (!newest.empty()) { held += (held.empty() ? "" : ", ") + newest.substr(o.run_dir.size() + 1); }
+            if (!held.empty()) {
+                fatal("--run-dir %s holds a run already (%s): continue it with --resume %s, or give another --run-dir",
+                      o.run_dir.c_str(), held.c_str(), o.run_dir.c_str());
+            }
+        }
+        make_directories(o.run_dir, "--run-dir");
+        if (checkpoint == nullptr || !is_file(config)) {  // (a resumed run's directory has its config)
+            const BuildCommit b = build_commit();
+            std::string text = config_text(o.record.settings, {
+                o.record.program + " at " + o.record.started + ", commit " + b.commit + (b.dirty ? " (with changes)" : "") +
+                    (checkpoint != nullptr ? ", resuming " + checkpoint->path() : ""),
+                "command: " + o.record.command,
+                "every flag's resolved value; repeat the run with: " + o.program + " --config " + config});
+            AtomicFileWriter out(config);
+            out.file().write(text.data(), text.size(), "the run's config");
+            out.commit();
+        }
+        printf("run directory: %s (config, %s%s)\n", o.run_dir.c_str(),
+               o.log_path == o.run_dir + "/log.jsonl" ? "log.jsonl, " : "",
+               o.checkpoint_dir == o.run_dir ? "checkpoints, samples.txt" : "samples.txt");
+    }
+
+    // At the end: what the run directory holds.
+    void print_run_dir() const {
+        if (o.run_dir.empty() || rank != 0) { return; }
+        std::string names;
+        for (const std::string& n : directory_names(o.run_dir)) { names += (names.empty() ? "" : ", ") + n; }
+        printf("run directory: %s: %s\n", o.run_dir.c_str(), names.c_str());
+    }
+
+    // Creates --checkpoint-dir (and its parents) and checks that it can be written: fail now, not
+    // after hours of training.
     void check_checkpoint_dir() const {
         if (o.checkpoint_dir.empty()) { return; }
-        if (mkdir(o.checkpoint_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-            fatal("--checkpoint-dir '%s': cannot create it: %s", o.checkpoint_dir.c_str(), strerror(errno));
-        }
-        struct stat st;
-        if (stat(o.checkpoint_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-            fatal("--checkpoint-dir '%s' is not a directory", o.checkpoint_dir.c_str());
-        }
+        make_directories(o.checkpoint_dir, "--checkpoint-dir");
         if (access(o.checkpoint_dir.c_str(), W_OK | X_OK) != 0) {
             fatal("--checkpoint-dir '%s': cannot write there: %s", o.checkpoint_dir.c_str(), strerror(errno));
         }
@@ -309,10 +355,10 @@ private:
         const bool resumed = checkpoint != nullptr && model.steps_done() > 0;
         log = fopen(o.log_path.c_str(), resumed ? "a" : "w");
         if (log == nullptr) { fatal("--log: cannot open '%s' for writing: %s", o.log_path.c_str(), strerror(errno)); }
-        // what ran, so that a log sent back from a GPU says which attention kernels it took (no
-        // "step": the step-record readers skip it)
-        fprintf(log, "{\"run\": {\"executor\": \"%s\", \"precision\": \"%s\", \"attention_kernels\": \"%s\"}}\n",
-                HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME, attention_kernels_name());
+        // what ran, with which settings, rates, commit and build (no "step": the step-record
+        // readers skip it); a resumed run appends its own
+        fprintf(log, "{\"run\": %s}\n", o.record.json(HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
+                                                      attention_kernels_name()).c_str());
         // the records after this step that the log already holds (written after the checkpoint, before
         // the run stopped) are superseded by what follows: readers drop them (doc/formats.md)
         if (resumed) {
@@ -374,10 +420,18 @@ private:
                                    {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
                                    {"run.ranks", std::to_string(world)},
                                    {"run.precision", PRECISION_NAME}});
+        std::vector<std::pair<std::string, std::string>> record =
+            o.record.checkpoint_keys(HOST_BACKEND ? "host backend" : "GPU", attention_kernels_name());
+        extra.insert(extra.end(), record.begin(), record.end());
         save_checkpoint(model, path, extra);
         printf("saved %s\n", path.c_str());
         last_saved = path;
         last_saved_step = (long)model.steps_done();
+        if (o.keep_last > 0 && rank == 0 && name.rfind("step_", 0) == 0) {
+            for (const std::string& gone : prune_step_checkpoints(o.checkpoint_dir, o.keep_last)) {
+                printf("removed %s/%s (--keep-last %d)\n", o.checkpoint_dir.c_str(), gone.c_str(), o.keep_last);
+            }
+        }
     }
 
     // The milestone checkpoints (--milestones) due after `done` steps.
@@ -408,6 +462,13 @@ private:
         if (log != nullptr) {
             fprintf(log, "{\"step\": %ld, \"sample\": %s}\n", step, json_string(text).c_str());
             fflush(log);
+        }
+        if (!o.run_dir.empty()) {
+            const std::string path = o.run_dir + "/samples.txt";
+            FILE* f = fopen(path.c_str(), "a");
+            if (f == nullptr) { fatal("--run-dir: cannot append to %s: %s", path.c_str(), strerror(errno)); }
+            fprintf(f, "step %ld: %s\n", step, text.c_str());
+            if (fclose(f) != 0) { fatal("--run-dir: cannot write %s: %s", path.c_str(), strerror(errno)); }
         }
     }
 

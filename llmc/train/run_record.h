@@ -1,0 +1,297 @@
+/*
+What a run says about itself (host-only C++17): the record that starts its JSONL log and whose
+fields every checkpoint holds as run.* keys (RunRecord: the command, every flag's resolved
+value, the rates used, the commit and build, the host, the start time, the ranks), and its
+run directory (runs/<preset>-<arm>-<UTC time> by default: the resolved config, the log,
+the checkpoints, the samples), with the lookups --resume DIR and --resume auto make and the
+pruning --keep-last N does. doc/formats.md "Run directory" and "Log" describe the files.
+
+The commit comes from the build: the Makefile links every binary with a one-line object
+that defines attn_build_commit ("<12 hex digits>", with "+dirty" when the tree had changes
+to tracked files, or "unknown" outside git); a binary built without it (nvcc by hand) says
+"unknown".
+*/
+#pragma once
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <cstdint>
+#include <ctime>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/utils.h"
+
+// `text` (UTF-8) as a JSON string literal; `ascii`: characters outside ASCII as \\u escapes
+// (checkpoint keys are ASCII text).
+inline std::string json_string(const std::string& text, bool ascii = false) {
+    std::string out = "\"";
+    char buf[16];
+    for (size_t i = 0; i < text.size(); i++) {
+        const unsigned char c = (unsigned char)text[i];
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += (char)c;
+        } else if (c < 0x20) {
+            snprintf(buf, sizeof(buf), "\\u%04x", c);
+            out += buf;
+        } else if (c < 0x80 || !ascii) {
+            out += (char)c;
+        } else {  // one UTF-8 sequence as its code point (a malformed byte as itself, U+0080..U+00FF)
+            const int length = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+            unsigned code = length == 1 ? c : c & (0x7f >> length);
+            bool ok = length > 1 && i + length <= text.size();
+            for (int k = 1; ok && k < length; k++) {
+                ok = ((unsigned char)text[i + k] & 0xc0) == 0x80;
+                code = code << 6 | ((unsigned char)text[i + k] & 0x3f);
+            }
+            if (!ok) {
+                code = c;
+            } else {
+                i += length - 1;
+            }
+            if (code >= 0x10000) {  // a surrogate pair
+                code -= 0x10000;
+                snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xd800 + (code >> 10), 0xdc00 + (code & 0x3ff));
+            } else {
+                snprintf(buf, sizeof(buf), "\\u%04x", code);
+            }
+            out += buf;
+        }
+    }
+    return out + "\"";
+}
+
+// (a weak default that the Makefile's build-commit object, linked into every binary, overrides;
+// not const, so that the compiler reads it rather than folding in the default)
+extern "C" {
+__attribute__((weak)) const char* attn_build_commit = "unknown";
+}
+
+// The commit the binary was built from, and whether the tree had uncommitted changes then.
+struct BuildCommit {
+    std::string commit = "unknown";
+    bool dirty = false;
+};
+inline BuildCommit build_commit() {
+    BuildCommit b;
+    if (attn_build_commit == nullptr || attn_build_commit[0] == '\0') { return b; }
+    b.commit = attn_build_commit;
+    const std::string mark = "+dirty";
+    if (b.commit.size() > mark.size() && b.commit.compare(b.commit.size() - mark.size(), mark.size(), mark) == 0) {
+        b.commit.resize(b.commit.size() - mark.size());
+        b.dirty = true;
+    }
+    return b;
+}
+
+// A time as UTC text: 2026-12-03T17:30:00Z, or (compact, for file names) 20261203T173000Z.
+inline std::string utc_time_text(time_t t, bool compact = false) {
+    struct tm parts;
+    gmtime_r(&t, &parts);
+    char text[32];
+    strftime(text, sizeof(text), compact ? "%Y%m%dT%H%M%SZ" : "%Y-%m-%dT%H:%M:%SZ", &parts);
+    return text;
+}
+
+inline std::string host_name() {
+    char name[256] = {0};
+    if (gethostname(name, sizeof(name) - 1) != 0) { return "unknown"; }
+    return name;
+}
+
+// What a run says about itself: the first record of its JSONL log ({"run": {...}}, no "step":
+// the step-record readers skip it) and, as run.* keys, part of every checkpoint it writes.
+struct RunRecord {
+    std::string program;       // train_san, train_gpt2
+    std::string command;       // the command line as a shell would take it
+    std::string config_file;   // --config FILE, or ""
+    std::vector<std::pair<std::string, std::string>> settings;  // every flag (name without --) and its resolved value
+    bool training = true;      // false: an evaluation (--steps 0), which has no rates
+    std::string optimizer;
+    double lr = 0.0, lr_other = 0.0;  // the peak rates used: the matrix group's and the other group's
+    std::string evaluated;     // an evaluation's checkpoint
+    long evaluated_step = 0;   // and the steps it was trained for
+    std::string started, host, run_dir;
+    int ranks = 1;
+    int64_t parameters = 0, non_embedding = 0;
+    double flops_per_token = 0.0;
+    std::vector<std::pair<std::string, std::string>> notes;  // more fields: name -> JSON value (train_san: skipped layers)
+
+    // The fields as one JSON object; `executor`, `precision`, `attention_kernels`: the build's.
+    std::string json(const char* executor, const char* precision, const char* attention_kernels, bool ascii = false) const {
+        const BuildCommit b = build_commit();
+        auto text = [&](const std::string& t) { return json_string(t, ascii); };
+        std::string out = "{\"executor\": " + text(executor) + ", \"precision\": " + text(precision) +
+                          ", \"attention_kernels\": " + text(attention_kernels) + ", \"program\": " + text(program) +
+                          ", \"command\": " + text(command);
+        if (!config_file.empty()) { out += ", \"config_file\": " + text(config_file); }
+        out += ", \"config\": {";
+        for (size_t i = 0; i < settings.size(); i++) {
+            out += (i > 0 ? ", " : "") + text(settings[i].first) + ": " + text(settings[i].second);
+        }
+        out += "}";
+        char number[64];
+        if (training) {
+            snprintf(number, sizeof(number), "%.9g, \"lr_other\": %.9g", lr, lr_other);
+            out += ", \"rates\": {\"optimizer\": " + text(optimizer) + ", \"lr\": " + number + "}";
+        } else {
+            out += ", \"evaluation\": {\"checkpoint\": " + text(evaluated) + ", \"step\": " + std::to_string(evaluated_step) + "}";
+        }
+        out += ", \"git_commit\": " + text(b.commit) + ", \"git_dirty\": " + (b.dirty ? "true" : "false") +
+               ", \"host\": " + text(host) + ", \"started\": " + text(started) + ", \"ranks\": " + std::to_string(ranks) +
+               ", \"run_dir\": " + (run_dir.empty() ? std::string("null") : text(run_dir));
+        snprintf(number, sizeof(number), "%.6g", flops_per_token);
+        out += ", \"parameters\": " + std::to_string(parameters) + ", \"non_embedding\": " + std::to_string(non_embedding) +
+               ", \"flops_per_token\": " + number;
+        for (const auto& [name, value] : notes) { out += ", " + text(name) + ": " + value; }
+        return out + "}";
+    }
+
+    // The run.* checkpoint keys of the record (run.ranks, run.precision and the settings a resume
+    // restores are written beside them: llmc/train/training.h save); ASCII text without line breaks.
+    std::vector<std::pair<std::string, std::string>> checkpoint_keys(const char* executor, const char* attention_kernels) const {
+        const BuildCommit b = build_commit();
+        auto one_line = [](const std::string& t) {  // (the JSON text of t, without its quotes)
+            std::string j = json_string(t, true);
+            return j.substr(1, j.size() - 2);
+        };
+        std::string config = "{";
+        for (size_t i = 0; i < settings.size(); i++) {
+            config += (i > 0 ? ", " : "") + json_string(settings[i].first, true) + ": " + json_string(settings[i].second, true);
+        }
+        config += "}";
+        return {{"run.program", program},         {"run.command", one_line(command)},  {"run.config", config},
+                {"run.git_commit", b.commit},     {"run.git_dirty", b.dirty ? "1" : "0"},
+                {"run.executor", executor},       {"run.attention_kernels", attention_kernels},
+                {"run.host", one_line(host)},     {"run.started", started}};
+    }
+};
+
+// ---- run directories ------------------------------------------------------------------------
+
+inline bool is_directory(const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+inline bool is_file(const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The names in a directory (none when it cannot be read).
+inline std::vector<std::string> directory_names(const std::string& dir) {
+    std::vector<std::string> out;
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) { return out; }
+    while (dirent* e = readdir(d)) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) { out.push_back(e->d_name); }
+    }
+    closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// N of a name "<prefix>N.bin" (N decimal digits), else -1.
+inline long numbered_name(const std::string& name, const std::string& prefix) {
+    if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + 4 || name.compare(name.size() - 4, 4, ".bin") != 0) {
+        return -1;
+    }
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+    if (digits.empty() || digits.size() > 15 || digits.find_first_not_of("0123456789") != std::string::npos) { return -1; }
+    return std::stol(digits);
+}
+
+// The checkpoint a run in `dir` wrote last, by name: final.bin, else the step_N.bin of the most
+// steps, else the milestone_P.bin of the highest percentage; "" when there is none.
+inline std::string newest_checkpoint(const std::string& dir) {
+    if (is_file(dir + "/final.bin")) { return dir + "/final.bin"; }
+    std::pair<long, std::string> step{-1, ""}, milestone{-1, ""};
+    for (const std::string& n : directory_names(dir)) {
+        step = std::max(step, {numbered_name(n, "step_"), n});
+        milestone = std::max(milestone, {numbered_name(n, "milestone_"), n});
+    }
+    const std::string& best = step.first >= 0 ? step.second : milestone.first >= 0 ? milestone.second : "";
+    return best.empty() ? "" : dir + "/" + best;
+}
+
+// --resume DIR: the newest checkpoint there; --resume auto: the newest of the run directory
+// `run_dir` (given with --run-dir), else of the run directory under runs/ changed last that
+// holds one. Prints what it took; a path to a file is returned as it is.
+inline std::string resolve_resume_path(const std::string& resume, const std::string& run_dir) {
+    if (resume != "auto" && !is_directory(resume)) { return resume; }
+    std::string dir = resume, why;
+    if (resume == "auto" && !run_dir.empty()) {
+        dir = run_dir;
+        why = "the newest checkpoint of --run-dir " + run_dir;
+    } else if (resume == "auto") {
+        time_t newest = 0;
+        dir.clear();
+        for (const std::string& n : directory_names("runs")) {
+            const std::string d = "runs/" + n;
+            struct stat st;
+            if (stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || newest_checkpoint(d).empty()) { continue; }
+            if (dir.empty() || st.st_mtime > newest || (st.st_mtime == newest && d > dir)) {
+                dir = d;
+                newest = st.st_mtime;
+            }
+        }
+        if (dir.empty()) {
+            fatal("--resume auto: no run directory under runs/ holds a checkpoint (give --resume CKPT or --resume DIR)");
+        }
+        why = "the newest checkpoint of the run directory changed last under runs/";
+    } else {
+        why = "the newest checkpoint of " + dir;
+    }
+    if (!is_directory(dir)) { fatal("--resume auto: --run-dir %s is not a directory", dir.c_str()); }
+    std::string path = newest_checkpoint(dir);
+    if (path.empty()) {
+        fatal("--resume %s: %s holds no checkpoint (final.bin, step_N.bin or milestone_P.bin)", resume.c_str(), dir.c_str());
+    }
+    printf("resume: %s (%s)\n", path.c_str(), why.c_str());
+    return path;
+}
+
+// A fresh run directory's name: runs/<preset>-<arm>-<UTC time>, with -2, -3 .. when it exists.
+inline std::string new_run_dir_name(const std::string& preset, const std::string& arm, time_t now) {
+    const std::string base = "runs/" + preset + (arm.empty() ? "" : "-" + arm) + "-" + utc_time_text(now, true);
+    std::string name = base;
+    for (int i = 2; access(name.c_str(), F_OK) == 0; i++) { name = base + "-" + std::to_string(i); }
+    return name;
+}
+
+// Creates `dir` and its parents (mkdir -p); fails naming `flag`.
+inline void make_directories(const std::string& dir, const char* flag) {
+    for (size_t i = 1; i <= dir.size(); i++) {
+        if (i < dir.size() && dir[i] != '/') { continue; }
+        const std::string part = dir.substr(0, i);
+        if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+            fatal("%s '%s': cannot create %s: %s", flag, dir.c_str(), part.c_str(), strerror(errno));
+        }
+    }
+    if (!is_directory(dir)) { fatal("%s '%s' is not a directory", flag, dir.c_str()); }
+}
+
+// --keep-last N: deletes the step_K.bin files in `dir` but the N of the most steps (milestones
+// and final.bin stay); returns the names deleted.
+inline std::vector<std::string> prune_step_checkpoints(const std::string& dir, int keep_last) {
+    std::vector<std::pair<long, std::string>> steps;
+    for (const std::string& n : directory_names(dir)) {
+        long s = numbered_name(n, "step_");
+        if (s >= 0) { steps.push_back({s, n}); }
+    }
+    std::sort(steps.begin(), steps.end());
+    std::vector<std::string> deleted;
+    for (size_t i = 0; keep_last > 0 && i + keep_last < steps.size(); i++) {
+        const std::string path = dir + "/" + steps[i].second;
+        if (unlink(path.c_str()) == 0) { deleted.push_back(steps[i].second); }
+    }
+    return deleted;
+}
