@@ -904,3 +904,119 @@ preset = "tiny"
     for name, metric in (("lambada", "acc"), ("lambada", "perplexity"), ("lambada_standard", "acc"),
                          ("lambada_standard", "perplexity"), ("sciq", "acc"), ("sciq", "acc_norm")):
         assert abs(float(row[f"{name} {metric}"]) - logged[name][metric]) <= 5e-5, (name, metric)
+
+
+# ----------------------------------------------------------------------------------------
+# the rates in the report come from the logs' header records
+
+def header_record(lr, lr_other, optimizer="adamw", preset="tiny"):
+    """A log's header record as the trainers write it (doc/formats.md "Training log")."""
+    return {"run": {"executor": "host backend", "precision": "bf16", "attention_kernels": "scalar", "program": "train_san",
+                    "command": f"./train_san --preset {preset}", "config": {"preset": preset, "lr": f"{lr:g}",
+                                                                           "batch-size": "4", "seq-len": "32"},
+                    "rates": {"optimizer": optimizer, "lr": lr, "lr_other": lr_other}, "ranks": 1}}
+
+
+def write_fake_run(run_dir, header, peak_lr, losses, val_losses, steps=40):
+    """A finished run's directory: log.jsonl (header, training records at the scheduled rate:
+    a warm-up of 4 steps to peak_lr, validation records) and status.json."""
+    os.makedirs(run_dir, exist_ok=True)
+    records = [header] + [{"step": s, "loss": losses[s - 1], "lr": peak_lr * min(1.0, s / 4), "grad_norm": 1.0, "ms": 5.0}
+                          for s in range(1, steps + 1)]
+    records += [{"step": steps * (k + 1) // len(val_losses), "val_loss": v} for k, v in enumerate(val_losses)]
+    with open(os.path.join(run_dir, "log.jsonl"), "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+    with open(os.path.join(run_dir, "status.json"), "w") as f:
+        json.dump({"state": "done", "steps": steps}, f)
+
+
+def test_report_shows_the_rates_each_run_used(tmp_path):
+    """Two arms that leave `lr` to the trainer ran at different rates (the tiny SAN at 6e-4, the
+    FFN arm at 2.4e-3, as the issue found): the report's run table, arm table and finding say
+    each run's own rates, read from its log's header record, and warn that the gap is unswept;
+    a log without the header's rates shows the largest rate its training records logged, marked."""
+    out = tmp_path / "out"
+    path = tmp_path / "rates.toml"
+    path.write_text(f"""
+[study]
+name = "rates"
+out = "{out}"
+seeds = [1, 2]
+batch_size = 4
+seq_len = 32
+steps = 40
+flags = ["--optimizer", "adamw"]
+
+[[arm]]
+name = "san"
+preset = "tiny"
+
+[[arm]]
+name = "ffn"
+preset = "tiny-ffn"
+
+[[arm]]
+name = "old"
+preset = "tiny"
+seeds = [1]
+
+[[finding]]
+kind = "localisation"
+san = "san"
+ffn = "ffn"
+""")
+    losses = [5.0 - 0.02 * s for s in range(40)]
+    for seed, shift in ((1, 0.0), (2, 0.01)):
+        write_fake_run(out / "runs" / f"san_s{seed}", header_record(6e-4, 6e-4), 6e-4, losses, [4.5 + shift, 4.2 + shift])
+        write_fake_run(out / "runs" / f"ffn_s{seed}", header_record(2.4e-3, 1e-3), 2.4e-3, losses, [4.4 + shift, 4.0 + shift])
+    # a log from before the header held the rates: its training records tell the peak
+    old_header = {"run": {"executor": "host backend", "precision": "bf16", "attention_kernels": "scalar"}}
+    write_fake_run(out / "runs" / "old_s1", old_header, 1e-3, losses, [4.6, 4.3])
+    assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
+    report = (out / "report" / "report.md").read_text()
+    runs = {r["run"]: r for r in md_table(report, "run")}
+    assert runs["san_s1"]["rates"] == runs["san_s2"]["rates"] == "adamw 0.0006"
+    assert runs["ffn_s1"]["rates"] == runs["ffn_s2"]["rates"] == "adamw 0.0024 (other 0.001)"
+    assert runs["old_s1"]["rates"] == "0.001 (max logged)"
+    arms = {r["arm"]: r for r in md_table(report, "arm")}
+    assert arms["san"]["rates"] == "adamw 0.0006" and arms["ffn"]["rates"] == "adamw 0.0024 (other 0.001)"
+    assert abs(float(arms["ffn"]["val loss"]) - 4.005) <= 5e-5
+    assert "Rates used: san adamw 0.0006; ffn adamw 0.0024 (other 0.001). The arms trained at different rates" in report
+    assert "default" not in report
+
+
+def test_final_loss_figure_is_readable(tmp_path):
+    """final_loss.png: bars from 0 or a broken axis whose lower panel starts at 0; the seeds
+    drawn above the error bars; the legend and the title inside the figure, off the data."""
+    import study_report
+    from matplotlib.transforms import Bbox
+
+    def summary(name, losses):
+        runs = [types.SimpleNamespace(final_loss=v, rates_text="adamw 0.001") for v in losses]
+        mean, sd = study_report.mean_sd(losses)
+        return types.SimpleNamespace(ok=True, arm=types.SimpleNamespace(name=name), runs=runs, mean=mean, sd=sd)
+
+    for losses in ({"san": [4.61, 4.63], "ffn": [4.52, 4.55]},    # differences of hundredths: broken axis
+                   {"san": [0.9, 1.5], "ffn": [3.0, 3.4]}):        # a range that 0 does not squash: from 0
+        summaries = {k: summary(k, v) for k, v in losses.items()}
+        fig = study_report.final_loss_figure(summaries, 0.015, summaries["san"])
+        fig.canvas.draw()
+        axes = fig.axes
+        assert axes[-1].get_ylim()[0] == 0  # the lowest panel starts at 0
+        data = axes[0]
+        lo, hi = data.get_ylim()
+        for s in summaries.values():  # every seed and bar top is in view
+            assert all(lo < d.final_loss < hi for d in s.runs) and lo < s.mean < hi
+        assert (len(axes) == 2) == (min(min(v) for v in losses.values()) > 2)
+        seeds = [line for line in data.lines if line.get_marker() == "o"]
+        bars = [c for c in data.collections if c.get_label() == "seed mean ± sd" or "LineCollection" in type(c).__name__]
+        assert seeds and bars and min(x.get_zorder() for x in seeds) > max(c.get_zorder() for c in bars)
+        renderer = fig.canvas.get_renderer()
+        figure_box = Bbox.from_bounds(0, 0, *fig.canvas.get_width_height())
+        legend = fig.legends[0].get_window_extent(renderer)
+        title = fig._suptitle.get_window_extent(renderer)
+        for box in (legend, title):
+            assert figure_box.x0 <= box.x0 and box.x1 <= figure_box.x1 and figure_box.y0 <= box.y0 and box.y1 <= figure_box.y1
+        for ax in axes:
+            assert not legend.overlaps(ax.get_window_extent(renderer)) and not title.overlaps(ax.get_window_extent(renderer))
+        study_report.plt.close(fig)
