@@ -243,6 +243,19 @@ def md_table(text, first_header):
     raise AssertionError(f"no table starting with '{first_header}' in the report")
 
 
+def first_number(text):
+    return float(re.search(r"\d[\d.e+-]*", text).group(0))
+
+
+def peak_rate(log):
+    """The matrix group's peak rate of a run: its log header's, else the largest its steps logged."""
+    records = [json.loads(line) for line in open(log)]
+    headers = [r["run"] for r in records if "run" in r and "step" not in r]
+    if headers and "rates" in headers[-1]:
+        return headers[-1]["rates"]["lr"]
+    return max(r["lr"] for r in records if "loss" in r and "lr" in r)
+
+
 def final_val(log):
     val = [json.loads(line) for line in open(log) if "val_loss" in line]
     return val[-1]
@@ -299,7 +312,10 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     san_losses = [final[r]["val_loss"] for r in ("san_s7", "san_s8")]
     san_mean, san_sd = np.mean(san_losses), np.std(san_losses, ddof=1)
     rows = {r["arm"]: r for r in md_table(report, "arm")}
-    assert rows["ffn"]["lr"] == best_lr and rows["san"]["lr"] == "default"
+    # each arm's rates are those its runs trained with: the FFN's asked-for one, the SAN's its preset's
+    # default (from the log's header record, or in older logs the largest rate its steps logged)
+    assert first_number(rows["ffn"]["rates"]) == float(best_lr)
+    assert first_number(rows["san"]["rates"]) == peak_rate(out / "runs" / "san_s7" / "log.jsonl") and "default" not in report
     assert rows["san"]["seeds"] == "2" and rows["ffn"]["seeds"] == "1"
     assert abs(float(rows["san"]["val loss"]) - san_mean) <= 5e-5 and abs(float(rows["san"]["sd"]) - san_sd) <= 5e-5
     ffn_loss = final[f"ffn_lr{best_lr}_s7"]["val_loss"]
@@ -1020,3 +1036,101 @@ def test_final_loss_figure_is_readable(tmp_path):
         for ax in axes:
             assert not legend.overlaps(ax.get_window_extent(renderer)) and not title.overlaps(ax.get_window_extent(renderer))
         study_report.plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------
+# before a run: the trainer and the data it needs are there, or named with what makes them
+
+def needs_study(path, out, train, val, binary, extra=""):
+    path.write_text(f"""
+[study]
+name = "needs"
+out = "{out}"
+binary = "{binary}"
+seeds = [7]
+batch_size = 4
+seq_len = 32
+steps = 2
+val_every = 2
+flags = ["--train-data", "{train}", "--val-data", "{val}", "--val-batches", "1", "--sample-tokens", "0", "--vocab-size", "2048"]
+{extra}
+
+[[arm]]
+name = "san"
+preset = "tiny"
+""")
+    return str(path)
+
+
+def test_dry_run_checks_the_trainer_and_the_data(toy_data, tmp_path):
+    """--dry-run lists the runs, then names each missing thing with the command that makes it
+    (an offline tier's dev/data/build_offline.py with the study's vocabulary; a glob it knows no
+    recipe for, as such; a trainer that is no build of this repository) and exits 1; a plain
+    `run` stops on the same list (exit 2) before any run starts."""
+    tier = "data/offline-missing-for-a-test"  # (relative: the study's paths are from the working directory)
+    assert not os.path.exists(os.path.join(ROOT, tier))
+    path = needs_study(tmp_path / "needs.toml", tmp_path / "out", f"{tier}/synth/synth_train_*.bin",
+                       f"{tmp_path}/nowhere/val_*.bin", tmp_path / "train_san")
+    proc = study_cmd("run", path, "--dry-run")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"^\[0\] san_s7: \S*train_san --preset tiny", proc.stdout, re.M)  # the runs, all the same
+    lines = proc.stdout[proc.stdout.index("cannot run yet:"):].splitlines()[1:]
+    assert lines == [
+        f"  the trainer {tmp_path}/train_san does not exist: build it, or give --binary PATH",
+        f"  no file matches {tier}/synth/synth_train_*.bin: build it with "
+        f"`{os.path.relpath(PYTHON, ROOT)} dev/data/build_offline.py --out {tier} --vocab-size 2048`",
+        f"  no file matches {tmp_path}/nowhere/val_*.bin: no recipe is known here (doc/data.md lists the datasets "
+        "and their scripts; study.data_build can name one)"], proc.stdout
+    proc = study_cmd("run", path)
+    assert proc.returncode == 2 and "cannot run yet:" in proc.stderr and f"{tier}/synth/synth_train_*.bin" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    # everything there: the dry run says so and exits 0
+    if BIN:
+        path = needs_study(tmp_path / "needs.toml", tmp_path / "out", f"{toy_data}/toy_train_*.bin",
+                           f"{toy_data}/toy_val_*.bin", BIN)
+        proc = study_cmd("run", path, "--dry-run")
+        assert proc.returncode == 0 and "the trainer and every input file are there" in proc.stdout, proc.stdout
+
+
+def test_the_trainers_make_targets():
+    """A trainer under build/ is named (and built) by its make target with its precision: the
+    Makefile's build directory follows PRECISION, so the target exists only with it; `make -n`
+    confirms the Makefile knows each."""
+    for binary, precision in (("build/host-fp32/train_san", "FP32"), ("build/host-bf16/train_gpt2", "BF16")):
+        cmd = study.make_command(os.path.join(ROOT, binary))
+        assert cmd == ["make", binary, f"PRECISION={precision}"]
+        dry = subprocess.run(cmd[:1] + ["-n"] + cmd[1:], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert dry.returncode == 0 and "No rule" not in dry.stderr, dry.stderr
+    assert study.make_command(os.path.join(ROOT, "train_san")) == ["make", "train_san"]
+    assert study.make_command("/opt/elsewhere/train_san") is None
+
+
+def test_shipped_mini_studies_build_their_data_as_mini_study_sh_does():
+    """The mini-studies' data_build is the build that scripts/mini_study.sh runs for them (its
+    `data=` and `build_args=` per mode), so either way of running them trains on the same corpus."""
+    script = open(os.path.join(ROOT, "scripts", "mini_study.sh")).read()
+    for mode, name in (("cpu", "mini_cpu.toml"), ("gpu", "mini_gpu.toml")):
+        case = re.search(rf"--{mode}\) (.*?);;", script, re.S).group(1)
+        data = re.search(r"\bdata=(\S+)", case).group(1)
+        build_args = re.search(r"build_args=\(([^)]*)\)", case).group(1).split()
+        s = study.load_study(os.path.join(ROOT, "studies", name))
+        assert s.data_build == ["dev/data/build_offline.py", "--out", data] + build_args, name
+        assert all(p.startswith(data + "/") for a in s.arms for p in study.arm_inputs(s, a)), name
+
+
+@needs_bin
+def test_run_builds_the_data_the_study_file_says_how(toy_data, tmp_path):
+    """study.data_build runs (announced) when an input is missing, then the runs train on what it built."""
+    builder = tmp_path / "build_toy.py"
+    builder.write_text(f"import shutil, sys\nshutil.copytree({str(toy_data)!r}, sys.argv[1])\n")
+    built = tmp_path / "built"
+    path = needs_study(tmp_path / "needs.toml", tmp_path / "out", f"{built}/toy_train_*.bin", f"{built}/toy_val_*.bin", BIN,
+                       extra=f'data_build = ["{builder}", "{built}"]')
+    dry = study_cmd("run", path, "--dry-run")  # the dry run names it, builds nothing
+    assert dry.returncode == 1 and f"build them with `{os.path.relpath(PYTHON, ROOT)} {builder} {built}`" in dry.stdout
+    assert not built.exists()
+    proc = study_cmd("run", path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (f"missing; building the data as the study file says (study.data_build): {os.path.relpath(PYTHON, ROOT)} "
+            f"{builder} {built}") in proc.stdout
+    assert json.load(open(tmp_path / "out" / "runs" / "san_s7" / "status.json"))["state"] == "done"
