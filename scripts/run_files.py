@@ -46,21 +46,26 @@ def step_records(path):
     them: a resume record {"step": K, "resume": ...} drops the records of steps after K before it
     (logged after that checkpoint, before the run stopped; doc/formats.md "Training log"). Lines
     that do not parse (a run killed mid-write) are skipped; a log that cannot be read has none."""
-    records = []
     try:
         with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if not isinstance(rec, dict) or "step" not in rec:
-                    continue
-                if "resume" in rec:
-                    records = [r for r in records if r["step"] <= rec["step"]]
-                records.append(rec)
+            return resolve_resumes(f)
     except OSError:
-        pass
+        return []
+
+
+def resolve_resumes(lines):
+    """step_records of the lines of a log (text lines, in file order)."""
+    records = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict) or "step" not in rec:
+            continue
+        if "resume" in rec:
+            records = [r for r in records if r["step"] <= rec["step"]]
+        records.append(rec)
     return records
 
 
