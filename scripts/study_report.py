@@ -803,6 +803,15 @@ def write_report(study, why, out=None):
         lrs = sorted({lr for s in swept for lr in s.lr_mean if lr is not None})
         md += [table(["arm"] + [f"lr {lr:g}" for lr in lrs],
                      [[s.arm.name] + [fmt(s.lr_mean.get(lr)) for lr in lrs] for s in swept]), ""]
+        differ = []  # the grid is what the study asked; a trainer may scale it (--lr-scale-gpus, --paper-setup)
+        for s in swept:
+            for lr in sorted(x for x in s.by_lr if x is not None):
+                used = sorted({d.rates["lr"] for d in s.by_lr[lr] if d.rates and d.rates["source"] == "header"})
+                if any(not math.isclose(u, lr, rel_tol=1e-6) for u in used):
+                    differ.append(f"{s.arm.name} {lr:g} ran at {', '.join(f'{u:g}' for u in used)}")
+        if differ:
+            md += ["The columns are the rates the study file asks for; their log headers say some runs trained at "
+                   "others: " + "; ".join(differ) + ".", ""]
         md += [f"![lr]({plot_lr(summaries, out)})", ""]
 
     # regions and exercises

@@ -976,6 +976,12 @@ name = "old"
 preset = "tiny"
 seeds = [1]
 
+[[arm]]
+name = "swept"
+preset = "tiny"
+lr = [1e-3, 2e-3]
+seeds = [1]
+
 [[finding]]
 kind = "localisation"
 san = "san"
@@ -988,6 +994,9 @@ ffn = "ffn"
     # a log from before the header held the rates: its training records tell the peak
     old_header = {"run": {"executor": "host backend", "precision": "bf16", "attention_kernels": "scalar"}}
     write_fake_run(out / "runs" / "old_s1", old_header, 1e-3, losses, [4.6, 4.3])
+    # a sweep whose trainer scaled the rates it was given (as --lr-scale-gpus 4 does): the grid is named as asked
+    write_fake_run(out / "runs" / "swept_lr0.001_s1", header_record(4e-3, 4e-3), 4e-3, losses, [4.6, 4.35])
+    write_fake_run(out / "runs" / "swept_lr0.002_s1", header_record(2e-3, 2e-3), 2e-3, losses, [4.6, 4.25])
     assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
     report = (out / "report" / "report.md").read_text()
     runs = {r["run"]: r for r in md_table(report, "run")}
@@ -999,6 +1008,8 @@ ffn = "ffn"
     assert abs(float(arms["ffn"]["val loss"]) - 4.005) <= 5e-5
     assert "Rates used: san adamw 0.0006; ffn adamw 0.0024 (other 0.001). The arms trained at different rates" in report
     assert "default" not in report
+    assert runs["swept_lr0.001_s1"]["rates"] == "adamw 0.004" and arms["swept"]["rates"] == "adamw 0.002"  # (its best)
+    assert "their log headers say some runs trained at others: swept 0.001 ran at 0.004." in report
 
 
 def test_final_loss_figure_is_readable(tmp_path):
