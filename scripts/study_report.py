@@ -491,7 +491,7 @@ def final_loss_figure(summaries, floor, baseline):
     lo, hi = min(values), max(values)
     pad = 0.15 * (hi - lo) + 0.01
     top = (lo - pad, hi + pad)
-    broken = top[0] > 0.25 * top[1]  # from 0, the differences would fill under a quarter of the height
+    broken = top[1] - top[0] < 0.4 * top[1]  # from 0, the data's range would fill under 40% of the height
     width = max(5.5, 1.1 * len(ok))
     if broken:
         fig, (ax, stump) = plt.subplots(2, 1, sharex=True, figsize=(width, 5), height_ratios=(7, 1), layout="constrained")
