@@ -441,10 +441,11 @@ def make_command(binary):
     (build/host-<precision>/NAME, build/gpu-<precision>/NAME, ./train_san ...), else None."""
     rel = os.path.relpath(os.path.abspath(binary), ROOT)
     m = re.fullmatch(r"build/(?:host|gpu)-(bf16|fp32)/(train_san|train_gpt2)", rel)
+    make = ["make"] if os.path.abspath(os.getcwd()) == ROOT else ["make", "-C", ROOT]
     if m:  # the Makefile's build directory follows PRECISION: the target exists only with it
-        return ["make", rel, f"PRECISION={m.group(1).upper()}"]
+        return make + [rel, f"PRECISION={m.group(1).upper()}"]
     if rel in ("train_san", "train_gpt2"):
-        return ["make", rel]
+        return make + [rel]
     return None
 
 
@@ -482,10 +483,10 @@ def data_command(study, pattern):
     m = OFFLINE_TIER.match(os.path.relpath(os.path.abspath(pattern), os.getcwd()))
     if not m:
         return None
-    vocab = {arm_flag(a, "--vocab-size") for a in study.arms} - {None}
+    vocab = {arm_flag(a, "--vocab-size") for a in study.arms if pattern in arm_inputs(study, a)} - {None}
     cmd = ["dev/data/build_offline.py", "--out", m.group(1)]
-    if len(vocab) == 1 and int(vocab.pop()) != OFFLINE_VOCAB:
-        cmd += ["--vocab-size", arm_flag(study.arms[0], "--vocab-size")]
+    if len(vocab) == 1 and vocab != {str(OFFLINE_VOCAB)}:  # (arms that disagree: the trainer will say so)
+        cmd += ["--vocab-size", vocab.pop()]
     return cmd
 
 
