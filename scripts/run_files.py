@@ -106,17 +106,21 @@ def run_header(path):
     try:
         with open(path) as f:
             for line in f:
-                if not line.startswith('{"run"'):  # (the cheap test: the trainers write it first in its line)
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict) and isinstance(rec.get("run"), dict) and "step" not in rec:
-                    header = rec["run"]
+                header = header_of(line) or header
     except OSError:
         pass
     return header
+
+
+def header_of(line):
+    """The "run" dict of a log line that is a header record, else None."""
+    if '"run"' not in line:  # (the cheap test, before parsing: most lines are steps)
+        return None
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return rec["run"] if isinstance(rec, dict) and isinstance(rec.get("run"), dict) and "step" not in rec else None
 
 
 def rates_used(path, header=None, train=None):

@@ -139,14 +139,10 @@ class Follower:
 
     def write_header(self, lines):
         for line in lines:
-            if not self.header_written and line.startswith('{"run"'):
-                try:
-                    header = json.loads(line).get("run")
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(header, dict):
-                    self.writer.text("run", header_text(header))
-                    self.header_written = True
+            header = None if self.header_written else run_files.header_of(line)
+            if header:
+                self.writer.text("run", header_text(header))
+                self.header_written = True
 
     def poll(self):
         """Writes the records appended since the last read; returns how many lines it read."""
