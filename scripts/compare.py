@@ -60,12 +60,15 @@ class RunLog:
 
 
 def name_runs(runs):
-    """Each run's (anything with a .path) name: its directory's (a log named otherwise: the file's, without .jsonl), with
-    as many parent folders as it takes to tell runs of the same name apart."""
+    """Names each run (anything with a .path) by its directory (a log named otherwise: by the file,
+    without .jsonl), with as many parent folders as it takes to tell runs of the same name apart."""
     def parts(run):
         path = os.path.abspath(run.path)
-        head = os.path.dirname(path) if os.path.basename(path) == "log.jsonl" else path[:-6] if path.endswith(".jsonl") else path
-        return head.split(os.sep)
+        if os.path.basename(path) == "log.jsonl":
+            path = os.path.dirname(path)
+        elif path.endswith(".jsonl"):
+            path = path[:-len(".jsonl")]
+        return path.split(os.sep)
 
     depth = 1
     while True:
@@ -95,7 +98,8 @@ def table_rows(runs):
                str(run.final["step"]) if run.final else "—", fmt_loss(run.final_loss())]
         row += [fmt_loss(run.final_loss(r)) for r in regions]
         if docs:
-            row += [fmt_loss(run.final_loss(of="train_docs"))] + [fmt_loss(run.final_loss(r, "train_docs")) for r in docs_regions]
+            row += [fmt_loss(run.final_loss(of="train_docs"))]
+            row += [fmt_loss(run.final_loss(r, "train_docs")) for r in docs_regions]
         rows.append(row)
     return header, rows
 

@@ -485,7 +485,7 @@ def final_loss_figure(summaries, floor, baseline):
     ok = [s for s in summaries.values() if s.ok]
     xs = list(range(len(ok)))
     means, sds = [s.mean for s in ok], [s.sd or 0 for s in ok]
-    values = [d.final_loss for s in ok for d in s.runs] + [m - e for m, e in zip(means, sds)] + [m + e for m, e in zip(means, sds)]
+    values = [d.final_loss for s in ok for d in s.runs] + [m + e * sign for m, e in zip(means, sds) for sign in (-1, 1)]
     if floor and baseline.ok:
         values += [baseline.mean - floor, baseline.mean + floor]
     lo, hi = min(values), max(values)
@@ -550,7 +550,8 @@ def plot_lr(summaries, out):
         for lr in lrs:
             ax.plot([lr] * len(s.by_lr[lr]), [d.final_loss for d in s.by_lr[lr]], ".", color=f"C{i % 10}", ms=3)
     ax.set_xscale("log")
-    ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel="peak rate", ylabel="final validation loss")
+    ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel="peak rate, as the study asks (--lr)",
+           ylabel="final validation loss")
     if ax.lines:
         ax.legend(fontsize=8)
     return _save(fig, out, "lr_curves.png")

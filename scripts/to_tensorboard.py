@@ -91,12 +91,13 @@ class EventWriter:
                                         tensor_shape=tensor_shape_pb2.TensorShapeProto())
         meta = self.summary_pb2.SummaryMetadata(plugin_data=self.summary_pb2.SummaryMetadata.PluginData(plugin_name="text"))
         value = self.summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)
-        self.writer.add_event(self.event_pb2.Event(step=0, wall_time=time.time(), summary=self.summary_pb2.Summary(value=[value])))
+        self.writer.add_event(self.event_pb2.Event(step=0, wall_time=time.time(),
+                                                   summary=self.summary_pb2.Summary(value=[value])))
 
     def restart(self, step):
         """TensorBoard drops the events at steps from `step` on (a resumed run's superseded records)."""
-        self.writer.add_event(self.event_pb2.Event(step=step, wall_time=time.time(),
-                                                   session_log=self.event_pb2.SessionLog(status=self.event_pb2.SessionLog.START)))
+        start = self.event_pb2.SessionLog(status=self.event_pb2.SessionLog.START)
+        self.writer.add_event(self.event_pb2.Event(step=step, wall_time=time.time(), session_log=start))
 
     def flush(self):
         self.writer.flush()
