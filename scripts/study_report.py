@@ -128,6 +128,18 @@ class ArmSummary:
         return self.runs[0] if self.runs else None
 
 
+def arm_size(summary):
+    """(non-embedding parameters, FLOPs per token) of an arm: as its representative run's log header
+    says the trainer counted them, else match.py's closed forms over the study file's flags (which
+    do not see a vocabulary taken from --tokenizer)."""
+    header = (summary.representative.header if summary.representative else None) or {}
+    model = summary.arm.model()
+    nonemb = header.get("non_embedding")
+    flops = header.get("flops_per_token")
+    return (nonemb if isinstance(nonemb, int) else match.parameter_counts(model)[1],
+            flops if isinstance(flops, (int, float)) else match.flops_per_token(model))
+
+
 def noise_floor(summaries):
     num = sum((len(s.runs) - 1) * s.sd ** 2 for s in summaries if s.sd is not None)
     den = sum(len(s.runs) - 1 for s in summaries if s.sd is not None)
@@ -760,9 +772,7 @@ def write_report(study, why, out=None):
     whole_docs = baseline.ok and baseline.whole_docs_mean() is not None
     rows = []
     for s in summaries.values():
-        model = s.arm.model()
-        total, nonemb = match.parameter_counts(model)
-        flops = match.flops_per_token(model)
+        nonemb, flops = arm_size(s)
         delta = s.mean - baseline.mean if s.ok and baseline.ok else None
         rows.append([s.arm.name, f"{nonemb:,}", f"{flops / 1e6:.2f}", s.rates_text, len(s.runs),
                      fmt(s.mean), fmt(s.sd), fmt(delta, signed=True)])

@@ -925,9 +925,9 @@ preset = "tiny"
 # ----------------------------------------------------------------------------------------
 # the rates in the report come from the logs' header records
 
-def header_record(lr, lr_other, optimizer="adamw", preset="tiny"):
+def header_record(lr, lr_other, optimizer="adamw", preset="tiny", **counts):
     """A log's header record as the trainers write it (doc/formats.md "Training log")."""
-    return {"run": {"executor": "host backend", "precision": "bf16", "attention_kernels": "scalar", "program": "train_san",
+    return {"run": {**counts, "executor": "host backend", "precision": "bf16", "attention_kernels": "scalar", "program": "train_san",
                     "command": f"./train_san --preset {preset}", "config": {"preset": preset, "lr": f"{lr:g}",
                                                                            "batch-size": "4", "seq-len": "32"},
                     "rates": {"optimizer": optimizer, "lr": lr, "lr_other": lr_other}, "ranks": 1}}
@@ -990,7 +990,9 @@ ffn = "ffn"
     losses = [5.0 - 0.02 * s for s in range(40)]
     for seed, shift in ((1, 0.0), (2, 0.01)):
         write_fake_run(out / "runs" / f"san_s{seed}", header_record(6e-4, 6e-4), 6e-4, losses, [4.5 + shift, 4.2 + shift])
-        write_fake_run(out / "runs" / f"ffn_s{seed}", header_record(2.4e-3, 1e-3), 2.4e-3, losses, [4.4 + shift, 4.0 + shift])
+        # (the trainer's own counts: with a vocabulary from --tokenizer they differ from match.py's)
+        write_fake_run(out / "runs" / f"ffn_s{seed}", header_record(2.4e-3, 1e-3, non_embedding=70_001, flops_per_token=1.234e6),
+                       2.4e-3, losses, [4.4 + shift, 4.0 + shift])
     # a log from before the header held the rates: its training records tell the peak
     old_header = {"run": {"executor": "host backend", "precision": "bf16", "attention_kernels": "scalar"}}
     write_fake_run(out / "runs" / "old_s1", old_header, 1e-3, losses, [4.6, 4.3])
@@ -1006,6 +1008,8 @@ ffn = "ffn"
     arms = {r["arm"]: r for r in md_table(report, "arm")}
     assert arms["san"]["rates"] == "adamw 0.0006" and arms["ffn"]["rates"] == "adamw 0.0024 (other 0.001)"
     assert abs(float(arms["ffn"]["val loss"]) - 4.005) <= 5e-5
+    assert (arms["ffn"]["non-emb params"], arms["ffn"]["MFLOPs/token"]) == ("70,001", "1.23")  # the header's
+    assert arms["san"]["non-emb params"] == f"{match.parameter_counts(match.PRESETS['tiny'])[1]:,}"  # none: match.py's
     assert "Rates used: san adamw 0.0006; ffn adamw 0.0024 (other 0.001). The arms trained at different rates" in report
     assert "default" not in report
     assert runs["swept_lr0.001_s1"]["rates"] == "adamw 0.004" and arms["swept"]["rates"] == "adamw 0.002"  # (its best)
