@@ -9,13 +9,14 @@ curves (training loss, smoothed, and validation loss; one colour per run).
     python scripts/compare.py RUN... [--out PATH] [--x tokens|steps]
 
 A RUN is a run directory (the trainer's runs/<preset>-<arm>-<time>/, a study's
-OUT/runs/<id>/: anything that holds log.jsonl) or a JSONL log itself (doc/formats.md
-"Training log"). The rates and tokens per step come from each log's header record; a log
+OUT/runs/<id>/: anything that holds log.jsonl), a JSONL log itself (doc/formats.md
+"Training log"), or a study's output directory (study.out: each of its runs). The rates and tokens per step come from each log's header record; a log
 written before the header held them shows the largest rate its training records logged
 (marked "max logged") and is plotted against steps. For the curves while a run trains, see
 scripts/to_tensorboard.py.
 """
 import argparse
+import glob
 import os
 import sys
 
@@ -30,19 +31,25 @@ class CompareError(Exception):
     pass
 
 
-def log_path(arg):
-    """The JSONL log of a RUN argument (a run directory's log.jsonl, or the file named)."""
-    path = os.path.join(arg, "log.jsonl") if os.path.isdir(arg) else arg
-    if not os.path.isfile(path):
-        raise CompareError(f"{arg}: " + ("the directory holds no log.jsonl" if os.path.isdir(arg) else "no such file"))
-    return path
+def log_paths(arg):
+    """The JSONL logs of a RUN argument: a run directory's log.jsonl, the file named, or every run's
+    of a study's output directory (OUT/runs/<id>/log.jsonl, in name order)."""
+    if os.path.isfile(arg):
+        return [arg]
+    if os.path.isfile(os.path.join(arg, "log.jsonl")):
+        return [os.path.join(arg, "log.jsonl")]
+    study_runs = sorted(glob.glob(os.path.join(glob.escape(arg), "runs", "*", "log.jsonl")))
+    if study_runs:
+        return study_runs
+    raise CompareError(f"{arg}: " + ("the directory holds no log.jsonl (nor runs/*/log.jsonl)" if os.path.isdir(arg)
+                                     else "no such file"))
 
 
 class RunLog:
     """One run's log, read once: header, training and validation records, rates, tokens per step."""
 
-    def __init__(self, arg):
-        self.path = log_path(arg)
+    def __init__(self, path):
+        self.path = path
         self.header = run_files.run_header(self.path)
         self.train, self.val = run_files.read_log(self.path)
         if not self.train and not self.val:
@@ -172,13 +179,13 @@ def main(argv=None):
         description="Compares training runs: a table of final validation losses (overall, per region, on training "
                     "documents) with each run's steps, tokens and rates, and a PNG of their loss curves.",
         epilog="RUN: a run directory holding log.jsonl, or a JSONL log. For TensorBoard, scripts/to_tensorboard.py.")
-    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directory or JSONL log")
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directory, JSONL log, or a study's output directory (its runs)")
     ap.add_argument("--out", help="the loss-curve PNG (default: compare.png beside the first run's log)")
     ap.add_argument("--x", choices=("tokens", "steps"), default="tokens",
                     help="the curves' x axis (tokens needs every log's header config; else steps, said so)")
     args = ap.parse_args(argv)
     try:
-        runs = [RunLog(arg) for arg in args.runs]
+        runs = [RunLog(path) for arg in args.runs for path in log_paths(arg)]
     except CompareError as e:
         sys.stderr.write(f"compare.py: {e}\n")
         return 2

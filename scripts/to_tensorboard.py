@@ -6,7 +6,8 @@ curves in TensorBoard; with --follow, kept up to date while the runs train.
     python scripts/to_tensorboard.py RUN... --out DIR [--follow [--interval 5]]
     tensorboard --logdir DIR
 
-A RUN is a run directory holding log.jsonl, or a JSONL log (as scripts/compare.py takes them);
+A RUN is a run directory holding log.jsonl, a JSONL log, or a study's output directory (as
+scripts/compare.py takes them);
 each becomes DIR/<run name>/, named as compare.py names it. The scalars, at each record's step:
 
   train/loss, train/lr, train/grad_norm, train/ms          each training step
@@ -32,7 +33,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_files  # noqa: E402
-from compare import CompareError, log_path, name_runs  # noqa: E402  (the same RUN arguments and names)
+from compare import CompareError, log_paths, name_runs  # noqa: E402  (the same RUN arguments and names)
 
 SCALAR_KEYS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "ms": "train/ms"}
 
@@ -177,7 +178,7 @@ def main(argv=None):
                                              "(then: tensorboard --logdir DIR).",
                                  epilog="RUN: a run directory holding log.jsonl, or a JSONL log. Needs the tensorboard "
                                         "package (requirements.txt).")
-    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directory or JSONL log")
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directory, JSONL log, or a study's output directory")
     ap.add_argument("--out", required=True, help="the TensorBoard log directory: one folder per run in it")
     ap.add_argument("--follow", action="store_true", help="keep reading the logs as the runs append (Ctrl-C stops)")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between reads with --follow")
@@ -189,7 +190,7 @@ def main(argv=None):
                          "requirements.txt, or pip install tensorboard)\n")
         return 2
     try:  # (a log that holds no step yet is fine: --follow waits for them)
-        runs = [types.SimpleNamespace(path=log_path(arg), name=None) for arg in args.runs]
+        runs = [types.SimpleNamespace(path=path, name=None) for arg in args.runs for path in log_paths(arg)]
     except CompareError as e:
         sys.stderr.write(f"to_tensorboard.py: {e}\n")
         return 2

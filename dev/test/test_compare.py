@@ -7,7 +7,8 @@
 - The same logs as TensorBoard event files, read back with tensorboard's EventAccumulator: the
   same scalars at the same steps as the JSONL (to float32, TensorBoard's scalar type).
 - Logs with the header record the trainers write (doc/formats.md "Training log"): the rates,
-  tokens and provenance come from it; runs of the same name are told apart by their folders.
+  tokens and provenance come from it; runs of the same name are told apart by their folders; a
+  study's output directory stands for its runs.
 - --follow: records appended to a log are picked up, and a resume record makes TensorBoard drop
   the superseded steps.
 The trainer tests need TRAIN_SAN_BIN (make test sets it); the TensorBoard ones the tensorboard
@@ -143,6 +144,12 @@ def test_compare_reads_the_header_record(tmp_path, capsys):
     assert "curves against steps" not in stdout  # every header says its tokens per step
     assert compare.main([str(tmp_path / "a"), str(tmp_path / "nothing.jsonl")]) == 2
     assert f"{tmp_path / 'a'}: the directory holds no log.jsonl" in capsys.readouterr().err
+    # a study's output directory: each of its runs (OUT/runs/<id>/log.jsonl)
+    for run in ("san_s1", "ffn_s1"):
+        (tmp_path / "study" / "runs" / run).mkdir(parents=True)
+        (tmp_path / "study" / "runs" / run / "log.jsonl").write_text((tmp_path / "a" / "tiny-san" / "log.jsonl").read_text())
+    assert compare.main([str(tmp_path / "study"), "--out", str(tmp_path / "s.png")]) == 0
+    assert list(table_of(capsys.readouterr().out)) == ["ffn_s1", "san_s1"]
 
 
 def scalars(logdir, tag):
