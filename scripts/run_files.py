@@ -9,7 +9,8 @@ of its own, so that neither imports the other):
                 an evaluation of the final checkpoint (scripts/study.py post_evals): its log,
                 and the runner's record that it finished ({"flags": [...]})
 
-Runs are anything with a `.dir` (scripts/study.py's Run).
+Runs are anything with a `.dir` (scripts/study.py's Run). The readers of one log (run_header,
+rates_used, tokens_per_step, read_log) serve scripts/compare.py and scripts/to_tensorboard.py too.
 """
 import json
 import os
@@ -45,21 +46,26 @@ def step_records(path):
     them: a resume record {"step": K, "resume": ...} drops the records of steps after K before it
     (logged after that checkpoint, before the run stopped; doc/formats.md "Training log"). Lines
     that do not parse (a run killed mid-write) are skipped; a log that cannot be read has none."""
-    records = []
     try:
         with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if not isinstance(rec, dict) or "step" not in rec:
-                    continue
-                if "resume" in rec:
-                    records = [r for r in records if r["step"] <= rec["step"]]
-                records.append(rec)
+            return resolve_resumes(f)
     except OSError:
-        pass
+        return []
+
+
+def resolve_resumes(lines):
+    """step_records of the lines of a log (text lines, in file order)."""
+    records = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict) or "step" not in rec:
+            continue
+        if "resume" in rec:
+            records = [r for r in records if r["step"] <= rec["step"]]
+        records.append(rec)
     return records
 
 
@@ -89,3 +95,81 @@ def read_final_eval(run, name):
         return None
     _, val = read_log(post_eval_log(run, name))
     return val[-1] if val else None
+
+
+def run_header(path):
+    """The "run" record of a JSONL log (doc/formats.md "Training log": what ran, with which
+    config, rates, commit and build), or None when the log has none (or cannot be read). A
+    resumed run writes a fresh one before its resume record: the last one describes the run
+    that went on."""
+    header = None
+    try:
+        with open(path) as f:
+            for line in f:
+                header = header_of(line) or header
+    except OSError:
+        pass
+    return header
+
+
+def header_of(line):
+    """The "run" dict of a log line that is a header record, else None."""
+    if '"run"' not in line:  # (the cheap test, before parsing: most lines are steps)
+        return None
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return rec["run"] if isinstance(rec, dict) and isinstance(rec.get("run"), dict) and "step" not in rec else None
+
+
+def rates_used(path, header=None, train=None):
+    """The peak rates a run trained with: {"optimizer", "lr", "lr_other", "source"}, from the log
+    header's "rates" (source "header"), else, for logs written before the header held them, the
+    largest rate its training records logged (source "logged": the matrix group's scheduled rate,
+    the peak once the run is past its warm-up; optimizer and lr_other unknown, None), else None."""
+    header = run_header(path) if header is None else header
+    rates = (header or {}).get("rates")
+    if isinstance(rates, dict) and isinstance(rates.get("lr"), (int, float)):
+        return {"optimizer": rates.get("optimizer"), "lr": float(rates["lr"]),
+                "lr_other": float(rates["lr_other"]) if isinstance(rates.get("lr_other"), (int, float)) else None,
+                "source": "header"}
+    train = read_log(path)[0] if train is None else train
+    logged = [r["lr"] for r in train if isinstance(r.get("lr"), (int, float))]
+    if logged:
+        return {"optimizer": None, "lr": float(max(logged)), "lr_other": None, "source": "logged"}
+    return None
+
+
+def fmt_rates(rates):
+    """The rates as a table cell: "adamw 0.0006", "muon 0.02 (rest 0.0003)", "adamw 0.0006 (other
+    0.001)"; a rate derived from an older log's training records says so ("0.0006 (max logged)")."""
+    if rates is None:
+        return "unknown"
+    if rates["source"] != "header":
+        return f"{rates['lr']:g} (max logged)"
+    text = f"{rates['optimizer']} {rates['lr']:g}" if rates.get("optimizer") else f"{rates['lr']:g}"
+    other = rates.get("lr_other")
+    if other is not None and other != rates["lr"]:
+        text += f" ({'rest' if rates.get('optimizer') == 'muon' else 'other'} {other:g})"
+    return text
+
+
+def tokens_per_step(header):
+    """Tokens per optimizer step over every rank, from the log header's resolved config
+    (--global-batch rows, else batch-size x grad-accum x ranks, times seq-len), or None when the
+    header lacks them (older logs)."""
+    config = (header or {}).get("config")
+    if not isinstance(config, dict):
+        return None
+
+    def number(key):
+        try:
+            return int(float(config[key]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    seq_len, batch = number("seq-len"), number("batch-size")
+    accum, ranks, global_batch = number("grad-accum") or 1, header.get("ranks") or 1, number("global-batch") or 0
+    rows = global_batch if global_batch > 0 else (batch * accum * ranks if batch else None)
+    return rows * seq_len if rows and seq_len and seq_len > 0 else None

@@ -28,6 +28,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,7 +51,7 @@ RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "s
 
 STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
               "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note",
-              "skip_eval", "context_eval"}
+              "skip_eval", "context_eval", "data_build"}
 CONTEXT_EVAL_KEYS = {"sets", "contexts"}
 ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "optional", "note", "seeds"}
 FINDING_KINDS = {
@@ -136,6 +137,7 @@ class Study:
     skip_eval: bool = False  # evaluate each hybrid arm's final checkpoint without its variant layers
     runs: list = field(default_factory=list)
     context_eval: dict = None  # [study.context_eval]: {"sets": [...], "contexts": [...]} (Table 4), or None
+    data_build: list = None    # the command that builds the runs' input files (study.data_build), or None
 
     @property
     def rows_per_step(self):
@@ -309,6 +311,12 @@ def load_study(path, binary=None):
                   _typed(path, "study.skip_eval", s.get("skip_eval", False), bool, "true or false"))
     if "context_eval" in s:
         study.context_eval = _context_eval(path, s["context_eval"], arms)
+    if "data_build" in s:
+        build = s["data_build"]
+        if not isinstance(build, list) or not build or not all(isinstance(x, str) and x for x in build):
+            _fail(path, 'study.data_build must be a command as a list of strings, e.g. ["dev/data/build_offline.py", '
+                        '"--out", "data/offline-v2048"]')
+        study.data_build = list(build)
     for arm in arms:
         for lr in arm.lrs:
             for seed in arm.seeds:
@@ -415,6 +423,120 @@ def run_post_evals(study, runs, known_flags):
                 f.write("\n")
             os.replace(tmp, post_eval_record(run, ev.name))
     return failed
+
+
+# ----------------------------------------------------------------------------------------
+# what the runs need before any starts: the trainer and their input files. A study that stops
+# on its first run for a missing shard, or whose hint builds another binary, fails a newcomer
+# who pasted it; so each missing thing is named with the command that makes it.
+
+# the trainer's flags that name input files: flag -> whether its value is a comma-separated list
+INPUT_FLAGS = {"--train-data": True, "--val-data": True, "--eval-sets": True, "--tokenizer": False, "--init-from": False}
+OFFLINE_TIER = re.compile(r"(data/offline[\w.-]*)/")  # a dev/data/build_offline.py --out directory
+OFFLINE_VOCAB = 8192  # build_offline.py's --vocab-size default
+
+
+def make_command(binary):
+    """The `make` command line that builds `binary` when it is one of this repository's builds
+    (build/host-<precision>/NAME, build/gpu-<precision>/NAME, ./train_san ...), else None."""
+    rel = os.path.relpath(os.path.abspath(binary), ROOT)
+    m = re.fullmatch(r"build/(?:host|gpu)-(bf16|fp32)/(train_san|train_gpt2)", rel)
+    make = ["make"] if os.path.abspath(os.getcwd()) == ROOT else ["make", "-C", ROOT]
+    if m:  # the Makefile's build directory follows PRECISION: the target exists only with it
+        return make + [rel, f"PRECISION={m.group(1).upper()}"]
+    if rel in ("train_san", "train_gpt2"):
+        return make + [rel]
+    return None
+
+
+def binary_exists(binary):
+    return os.path.isfile(binary) and os.access(binary, os.X_OK) or (os.sep not in binary and shutil.which(binary))
+
+
+def arm_inputs(study, arm):
+    """The input files and globs that the arm's runs read (its last value of each input flag)."""
+    flags = arm.common + arm.flags
+    inputs = []
+    for flag, is_list in INPUT_FLAGS.items():
+        values = [flags[i + 1] for i in range(len(flags) - 1) if flags[i] == flag]
+        if values and values[-1]:
+            inputs += [v for v in values[-1].split(",") if v] if is_list else [values[-1]]
+    return inputs
+
+
+def missing_inputs(study, runs):
+    """The inputs of these runs that match no file, in first-use order."""
+    missing = []
+    for arm in (a for a in study.arms if any(run.arm is a for run in runs)):
+        for pattern in arm_inputs(study, arm):
+            if pattern not in missing and not glob.glob(pattern):
+                missing.append(pattern)
+    return missing
+
+
+def data_command(study, pattern):
+    """The command that builds a missing input: study.data_build when the file says, else
+    dev/data/build_offline.py for a directory of the offline tiers (with the study's vocabulary),
+    else None."""
+    if study.data_build:
+        return study.data_build
+    m = OFFLINE_TIER.match(os.path.relpath(os.path.abspath(pattern), os.getcwd()))
+    if not m:
+        return None
+    vocab = {arm_flag(a, "--vocab-size") for a in study.arms if pattern in arm_inputs(study, a)} - {None}
+    cmd = ["dev/data/build_offline.py", "--out", m.group(1)]
+    if len(vocab) == 1 and vocab != {str(OFFLINE_VOCAB)}:  # (arms that disagree: the trainer will say so)
+        cmd += ["--vocab-size", vocab.pop()]
+    return cmd
+
+
+def python_command(cmd):
+    """A command whose first word is a .py file runs with this Python (the venv that runs the study)."""
+    if cmd[0].endswith(".py"):
+        script = cmd[0] if os.path.exists(cmd[0]) else os.path.join(ROOT, cmd[0])
+        return [sys.executable, script] + cmd[1:]
+    return cmd
+
+
+def shown(cmd):
+    """A command as one pastes it (a .py file with this Python, named as from the working directory)."""
+    if cmd[0].endswith(".py"):
+        python = os.path.relpath(sys.executable)
+        cmd = [python if not python.startswith("..") else sys.executable] + cmd
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+def check_needs(study, runs, build):
+    """What these runs lack: a list of "what is missing: the command that makes it" lines, empty
+    when nothing is. With build, first makes what it may without being asked: the trainer when it
+    is a make target of this repository (seconds once ccache has seen it), the data when the study
+    file says how (study.data_build); each announced with its command."""
+    problems = []
+    if not binary_exists(study.binary):
+        make = make_command(study.binary)
+        if build and make:
+            print(f"study {study.name}: {study.binary} is missing; building it: {shown(make)}", flush=True)
+            if subprocess.run(make, cwd=ROOT).returncode != 0:
+                raise StudyError(f"{study.binary}: `{shown(make)}` failed (its output is above)")
+        if not binary_exists(study.binary):
+            problems.append(f"the trainer {study.binary} does not exist: " + (
+                f"build it with `{shown(make)}`" if make else "build it, or give --binary PATH"))
+    missing = missing_inputs(study, runs)
+    if missing and build and study.data_build:
+        print(f"study {study.name}: {', '.join(missing)} missing; building the data as the study file says "
+              f"(study.data_build): {shown(study.data_build)}", flush=True)
+        if subprocess.run(python_command(study.data_build)).returncode != 0:
+            raise StudyError(f"{study.path}: study.data_build `{shown(study.data_build)}` failed (its output is above)")
+        missing = missing_inputs(study, runs)
+    by_command = {}  # (one line per command: a tier's train and val shards are built together)
+    for pattern in missing:
+        cmd = data_command(study, pattern)
+        by_command.setdefault(tuple(cmd) if cmd else pattern, []).append(pattern)
+    for cmd, patterns in by_command.items():
+        problems.append(f"no file matches {', '.join(patterns)}: " + (
+            f"build {'them' if len(patterns) > 1 else 'it'} with `{shown(list(cmd))}`" if isinstance(cmd, tuple) else
+            "no recipe is known here (doc/data.md lists the datasets and their scripts; study.data_build can name one)"))
+    return problems
 
 
 # ----------------------------------------------------------------------------------------
@@ -620,11 +742,15 @@ def select(study, only):
 def cmd_run(args):
     study = load_study(args.study, args.binary)
     runs = select(study, args.only)
+    unfinished = [r for r in runs if not is_finished(r)]
+    problems = check_needs(study, unfinished, build=not args.dry_run)
+    if problems and not args.dry_run:
+        raise StudyError(f"{study.path}: cannot run yet:\n  " + "\n  ".join(problems))
     known = binary_flags(study.binary)
     if known is None and not args.dry_run:
-        raise StudyError(f"{study.binary}: cannot run it (build it with `make`; or give --binary)")
+        raise StudyError(f"{study.binary}: cannot run it (`{study.binary} -h` fails; give another --binary)")
     why = arm_availability(study, known)
-    todo = [r for r in runs if not is_finished(r) and why[r.arm.name] is None]
+    todo = [r for r in unfinished if why[r.arm.name] is None]
     print(f"study {study.name}: {len(study.runs)} runs of {study.steps} steps x {study.tokens_per_step:,} tokens "
           f"({len(study.runs) - len([r for r in study.runs if not is_finished(r)])} finished); "
           f"{len(todo)} to run now in {study.out}")
@@ -638,6 +764,10 @@ def cmd_run(args):
             for ev in (ev for ev in post_evals(study, run) if not post_eval_done(run, ev)):
                 print(f"[{run.index}] {run.id} then eval {ev.name}: "
                       + " ".join(shlex.quote(c) for c in post_eval_command(study, run, ev)))
+        if problems:
+            print(f"study {study.name}: cannot run yet:\n  " + "\n  ".join(problems))
+            return 1
+        print(f"study {study.name}: the trainer and every input file are there")
         return 0
     eta = EtaModel(study)
     outcome = {}
@@ -742,7 +872,9 @@ def main(argv=None):
         p.add_argument("--binary", help="the trainer (default: study.binary, else ./train_san)")
         if name == "run":
             p.add_argument("--only", help="comma-separated run indices (0-based, in the study's order)")
-            p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+            p.add_argument("--dry-run", action="store_true",
+                           help="check that the trainer and every input file are there (exit 1 naming what is missing "
+                                "and the command that makes it), print the commands, run nothing")
         if name == "slurm":
             p.add_argument("--partition")
             p.add_argument("--account")

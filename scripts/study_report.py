@@ -11,6 +11,8 @@ Definitions (doc/study.md says the same for readers of the report):
                                    sqrt(sum (n_i - 1) sd_i^2 / sum (n_i - 1))
   differences                      arm - baseline (positive: the arm is worse), seed means
   representative run               an arm's first seed at its rate (gates, ranks, logits, spectra)
+  a run's rates                    the peak rates it trained with, from its log's header record
+                                   (older logs: the largest rate its training records logged)
 Only runs that finished (status done) enter the loss tables; diverged runs are listed apart.
 """
 import glob
@@ -23,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import attention_patterns  # noqa: E402
+import curves  # noqa: E402
 import match  # noqa: E402
 import run_files  # noqa: E402
 import spectra  # noqa: E402
@@ -41,6 +44,10 @@ class RunData:
         started = os.path.exists(os.path.join(run.dir, "log.jsonl"))
         self.state = self.status.get("state", "unfinished" if started else "skipped" if absent_because else "not run")
         self.train, self.val = run_files.read_log(os.path.join(run.dir, "log.jsonl"))
+        self.header = run_files.run_header(os.path.join(run.dir, "log.jsonl"))
+        # the rates the trainer used, not the study's request: an arm without `lr` runs at its
+        # preset's default, which only the log knows
+        self.rates = run_files.rates_used(os.path.join(run.dir, "log.jsonl"), self.header or {}, self.train)
         self.tokens_per_step = tokens_per_step
         self.final = self.val[-1] if self.val and self.state == "done" else None
         evals = run_files.read_evals(os.path.join(run.dir, "log.jsonl"))
@@ -49,6 +56,11 @@ class RunData:
     @property
     def final_loss(self):
         return self.final["val_loss"] if self.final else None
+
+    @property
+    def rates_text(self):
+        """The rates it trained with; a run with no log yet shows the study's request."""
+        return run_files.fmt_rates(self.rates) if self.rates else fmt_lr(self.run.lr)
 
 
 def mean_sd(values):
@@ -77,6 +89,12 @@ class ArmSummary:
     @property
     def ok(self):
         return self.mean is not None
+
+    @property
+    def rates_text(self):
+        """The rates its runs at its chosen rate trained with (seeds share them; "a / b" if not)."""
+        texts = list(dict.fromkeys(d.rates_text for d in self.runs))
+        return " / ".join(texts) if texts else "—"
 
     def final_mean(self, key):
         values = [d.final[key] for d in self.runs if key in d.final]
@@ -108,6 +126,18 @@ class ArmSummary:
     @property
     def representative(self):
         return self.runs[0] if self.runs else None
+
+
+def arm_size(summary):
+    """(non-embedding parameters, FLOPs per token) of an arm: as its representative run's log header
+    says the trainer counted them, else match.py's closed forms over the study file's flags (which
+    do not see a vocabulary taken from --tokenizer)."""
+    header = (summary.representative.header if summary.representative else None) or {}
+    model = summary.arm.model()
+    nonemb = header.get("non_embedding")
+    flops = header.get("flops_per_token")
+    return (nonemb if isinstance(nonemb, int) else match.parameter_counts(model)[1],
+            flops if isinstance(flops, (int, float)) else match.flops_per_token(model))
 
 
 def noise_floor(summaries):
@@ -394,6 +424,21 @@ def finding_spectra(f, summaries, floor, why, milestones):
     return "does not show", text
 
 
+def finding_rates(f, summaries):
+    """The rates each arm of a finding trained with (markdown lines): at a few steps a gap in
+    rate can decide a comparison, so it is said beside the verdict, with a warning when the
+    arms ran at different rates that the study did not sweep."""
+    arms = [summaries[name] for key, name in f.items() if key not in ("kind", "title") and name in summaries]
+    arms = [s for s in dict.fromkeys(arms) if s.ok]
+    if not arms:
+        return []
+    line = "Rates used: " + "; ".join(f"{s.arm.name} {s.rates_text}" for s in arms) + "."
+    if len({s.rates_text for s in arms}) > 1 and not all(len(s.lr_mean) > 1 for s in arms):
+        line += (" The arms trained at different rates and not every one was swept: part of the difference may be the "
+                 "rates', not the architectures' (give the arms `lr` grids).")
+    return [line, ""]
+
+
 FINDINGS = {"gap_ordering": ("Gap ordering: iso-depth > iso-FLOP > iso-param (SAN paper, finding 1)", finding_gap_ordering),
             "localisation": ("The SAN's deficit sits on query tokens (SAN paper, finding 2)", finding_localisation),
             "qk_norm": ("Deep attention stacks diverge without QK-norm (SAN paper, finding 4)", finding_qk_norm),
@@ -425,42 +470,86 @@ def _save(fig, out, name):
 
 def plot_loss_curves(summaries, out):
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for i, s in enumerate(x for x in summaries.values() if x.ok):
+    ok = [x for x in summaries.values() if x.ok]
+    largest = max((r["step"] * d.tokens_per_step for s in ok for d in s.runs for r in d.train + d.val), default=0)
+    unit, unit_name = curves.token_unit(largest)
+    for i, s in enumerate(ok):
         color = f"C{i % 10}"
         for k, d in enumerate(s.runs):
-            steps = [r["step"] for r in d.train]
-            losses = [r["loss"] for r in d.train]
-            smooth, ema = [], None
-            for v in losses:
-                ema = v if ema is None else 0.9 * ema + 0.1 * v
-                smooth.append(ema)
-            tok = [x * d.tokens_per_step / 1e6 for x in steps]
-            a.plot(tok, smooth, color=color, alpha=0.8, lw=1, label=s.arm.name if k == 0 else None)
-            b.plot([r["step"] * d.tokens_per_step / 1e6 for r in d.val], [r["val_loss"] for r in d.val], "o-",
+            tok = [r["step"] * d.tokens_per_step / unit for r in d.train]
+            a.plot(tok, curves.ema([r["loss"] for r in d.train]), color=color, alpha=0.8, lw=1,
+                   label=s.arm.name if k == 0 else None)
+            b.plot([r["step"] * d.tokens_per_step / unit for r in d.val], [r["val_loss"] for r in d.val], "o-",
                    color=color, ms=3, lw=1, label=s.arm.name if k == 0 else None)
-    a.set(title="training loss (EMA 0.9), each seed at the arm's rate", xlabel="tokens (M)", ylabel="loss")
-    b.set(title="validation loss", xlabel="tokens (M)", ylabel="cross-entropy")
+    a.set(title="training loss (EMA 0.9), each seed at the arm's rate", xlabel=curves.token_axis_label(unit_name),
+          ylabel="loss")
+    b.set(title="validation loss", xlabel=curves.token_axis_label(unit_name), ylabel="cross-entropy")
     a.legend(fontsize=8)
     b.legend(fontsize=8)
     return _save(fig, out, "loss_curves.png")
 
 
-def plot_final(summaries, floor, baseline, out):
+def final_loss_figure(summaries, floor, baseline):
+    """The figure of final_loss.png: a bar per arm (seed mean ± sd) with its seeds as dots. Bar
+    lengths mean something only from 0, but arms differ by hundredths of a nat on a loss of
+    several: when 0 would squash the differences flat, the axis is broken (a short panel from 0
+    under the data's range, with break marks), never silently cut."""
     ok = [s for s in summaries.values() if s.ok]
-    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(ok)), 4))
-    xs = range(len(ok))
-    ax.bar(xs, [s.mean for s in ok], yerr=[s.sd or 0 for s in ok], color=[f"C{i % 10}" for i in xs], capsize=4)
-    for i, s in enumerate(ok):
-        ax.plot([i] * len(s.runs), [d.final_loss for d in s.runs], "k.", ms=4)
+    xs = list(range(len(ok)))
+    means, sds = [s.mean for s in ok], [s.sd or 0 for s in ok]
+    values = [d.final_loss for s in ok for d in s.runs] + [m + e * sign for m, e in zip(means, sds) for sign in (-1, 1)]
     if floor and baseline.ok:
-        ax.axhspan(baseline.mean - floor, baseline.mean + floor, color="grey", alpha=0.3, label="baseline ± noise floor")
-        ax.legend(fontsize=8)
-    lo = min(d.final_loss for s in ok for d in s.runs)
-    hi = max(d.final_loss for s in ok for d in s.runs)
-    ax.set_ylim(lo - 0.1 * (hi - lo + 1e-3) - 0.01, hi + 0.1 * (hi - lo + 1e-3) + 0.01)
-    ax.set_xticks(list(xs), [s.arm.name for s in ok], rotation=30, ha="right")
-    ax.set(title="final validation loss (bars: seed mean ± sd; dots: seeds)", ylabel="cross-entropy")
-    return _save(fig, out, "final_loss.png")
+        values += [baseline.mean - floor, baseline.mean + floor]
+    lo, hi = min(values), max(values)
+    pad = 0.15 * (hi - lo) + 0.01
+    top = (lo - pad, hi + pad)
+    broken = top[1] - top[0] < 0.4 * top[1]  # from 0, the data's range would fill under 40% of the height
+    width = max(5.5, 1.1 * len(ok))
+    if broken:
+        fig, (ax, stump) = plt.subplots(2, 1, sharex=True, figsize=(width, 5), height_ratios=(7, 1), layout="constrained")
+        panels = (ax, stump)
+    else:
+        fig, ax = plt.subplots(figsize=(width, 4.6), layout="constrained")
+        stump, panels = None, (ax,)
+    colors = [f"C{i % 10}" for i in xs]
+    for panel in panels:
+        panel.bar(xs, means, color=colors, alpha=0.55, zorder=1)
+    if floor and baseline.ok:
+        ax.axhspan(baseline.mean - floor, baseline.mean + floor, color="grey", alpha=0.3, zorder=0,
+                   label=f"baseline ({baseline.arm.name}) ± noise floor")
+    ax.errorbar(xs, means, yerr=sds, fmt="none", ecolor="0.15", elinewidth=1.2, capsize=5, zorder=2,
+                label="seed mean ± sd")
+    for i, s in enumerate(ok):  # the seeds spread a little sideways, so that equal losses stay distinct
+        n = len(s.runs)
+        offsets = [0.0] if n == 1 else [0.18 * (k / (n - 1) - 0.5) for k in range(n)]
+        ax.plot([i + o for o in offsets], [d.final_loss for d in s.runs], "o", ms=6, mfc="white", mec="black",
+                mew=1.2, zorder=3, label="seeds" if i == 0 else None)
+    ax.set_ylim(*top)
+    ax.set_ylabel("cross-entropy (nats)" + (", axis broken" if broken else ""))
+    if broken:
+        stump.set_ylim(0, 0.12 * (top[1] - top[0]))
+        stump.set_yticks([0])
+        ax.spines["bottom"].set_visible(False)
+        stump.spines["top"].set_visible(False)
+        ax.tick_params(bottom=False)
+        marks = dict(marker=[(-1, -0.5), (1, 0.5)], markersize=12, linestyle="none", color="k", mec="k", mew=1,
+                     clip_on=False)
+        ax.plot([0, 1], [0, 0], transform=ax.transAxes, **marks)
+        stump.plot([0, 1], [1, 1], transform=stump.transAxes, **marks)
+    else:
+        ax.set_ylim(0, top[1])
+    panels[-1].set_xticks(xs, [s.arm.name for s in ok], rotation=30, ha="right")
+    fig.suptitle("Final validation loss per arm\nbars: seed mean ± sd at the arm's rate; dots: its seeds", fontsize=11)
+    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    return fig
+
+
+def plot_final(summaries, floor, baseline, out):
+    fig = final_loss_figure(summaries, floor, baseline)
+    path = os.path.join(out, "final_loss.png")
+    fig.savefig(path, dpi=110)  # (constrained layout: keeps the title, the labels and the legend inside)
+    plt.close(fig)
+    return "final_loss.png"
 
 
 def plot_lr(summaries, out):
@@ -473,7 +562,8 @@ def plot_lr(summaries, out):
         for lr in lrs:
             ax.plot([lr] * len(s.by_lr[lr]), [d.final_loss for d in s.by_lr[lr]], ".", color=f"C{i % 10}", ms=3)
     ax.set_xscale("log")
-    ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel="peak rate", ylabel="final validation loss")
+    ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel="peak rate, as the study asks (--lr)",
+           ylabel="final validation loss")
     if ax.lines:
         ax.legend(fontsize=8)
     return _save(fig, out, "lr_curves.png")
@@ -543,7 +633,8 @@ def plot_gates(summaries, out):
     fig, axes = grid_of_axes(len(reps))
     for ax, s in zip(axes, reps):
         val = [r for r in s.representative.val if r.get("gate_attn")]
-        tok = [r["step"] * s.representative.tokens_per_step / 1e6 for r in val]
+        unit, unit_name = curves.token_unit(val[-1]["step"] * s.representative.tokens_per_step)
+        tok = [r["step"] * s.representative.tokens_per_step / unit for r in val]
         n = len(val[-1]["gate_attn"])
         cmap = plt.get_cmap("viridis")
         for layer in range(n):
@@ -551,7 +642,7 @@ def plot_gates(summaries, out):
             ax.plot(tok, [r["gate_attn"][layer] for r in val], color=color, lw=1)
             if val[-1].get("gate_ffn"):
                 ax.plot(tok, [r["gate_ffn"][layer] for r in val], color=color, lw=1, ls="--")
-        ax.set(title=f"{s.arm.name}: gates (— attn, -- ffn)", xlabel="tokens (M)")
+        ax.set(title=f"{s.arm.name}: gates (— attn, -- ffn)", xlabel=curves.token_axis_label(unit_name))
     axes[0].set_ylabel("gate (dark: first layer, light: last)")
     return _save(fig, out, "gates.png")
 
@@ -666,9 +757,9 @@ def write_report(study, why, out=None):
     rows = []
     for d in data:
         done = d.train[-1]["step"] if d.train else 0
-        rows.append([d.run.id, d.run.arm.name, fmt_lr(d.run.lr), d.run.seed, d.state, f"{done}/{study.steps}",
+        rows.append([d.run.id, d.run.arm.name, d.rates_text, d.run.seed, d.state, f"{done}/{study.steps}",
                      fmt(d.final_loss)])
-    md += [table(["run", "arm", "lr", "seed", "state", "steps", "final val loss"], rows), ""]
+    md += [table(["run", "arm", "rates", "seed", "state", "steps", "final val loss"], rows), ""]
     absent = [f"`{a.name}` ({why[a.name]})" for a in study.arms if why.get(a.name)]
     if absent:
         md += ["Arms not run: " + "; ".join(absent) + ".", ""]
@@ -681,17 +772,15 @@ def write_report(study, why, out=None):
     whole_docs = baseline.ok and baseline.whole_docs_mean() is not None
     rows = []
     for s in summaries.values():
-        model = s.arm.model()
-        total, nonemb = match.parameter_counts(model)
-        flops = match.flops_per_token(model)
+        nonemb, flops = arm_size(s)
         delta = s.mean - baseline.mean if s.ok and baseline.ok else None
-        rows.append([s.arm.name, f"{nonemb:,}", f"{flops / 1e6:.2f}", fmt_lr(s.lr) if s.ok else "—", len(s.runs),
+        rows.append([s.arm.name, f"{nonemb:,}", f"{flops / 1e6:.2f}", s.rates_text, len(s.runs),
                      fmt(s.mean), fmt(s.sd), fmt(delta, signed=True)])
         if whole_docs:
             v, b = s.whole_docs_mean() if s.ok else None, baseline.whole_docs_mean()
             rows[-1] += [fmt(v), fmt(v - b if v is not None and b is not None else None, signed=True)]
     extra = ["whole docs", "Δ whole docs"] if whole_docs else []
-    md += [table(["arm", "non-emb params", "MFLOPs/token", "lr", "seeds", "val loss", "sd", f"Δ vs {study.baseline}"]
+    md += [table(["arm", "non-emb params", "MFLOPs/token", "rates", "seeds", "val loss", "sd", f"Δ vs {study.baseline}"]
                  + extra, rows), ""]
     if whole_docs:
         md += ["The val loss is over windows of the validation data (the SAN paper's headline); \"whole docs\" is "
@@ -725,6 +814,15 @@ def write_report(study, why, out=None):
         lrs = sorted({lr for s in swept for lr in s.lr_mean if lr is not None})
         md += [table(["arm"] + [f"lr {lr:g}" for lr in lrs],
                      [[s.arm.name] + [fmt(s.lr_mean.get(lr)) for lr in lrs] for s in swept]), ""]
+        differ = []  # the grid is what the study asked; a trainer may scale it (--lr-scale-gpus, --paper-setup)
+        for s in swept:
+            for lr in sorted(x for x in s.by_lr if x is not None):
+                used = sorted({d.rates["lr"] for d in s.by_lr[lr] if d.rates and d.rates["source"] == "header"})
+                if any(not math.isclose(u, lr, rel_tol=1e-6) for u in used):
+                    differ.append(f"{s.arm.name} {lr:g} ran at {', '.join(f'{u:g}' for u in used)}")
+        if differ:
+            md += ["The columns are the rates the study file asks for; their log headers say some runs trained at "
+                   "others: " + "; ".join(differ) + ".", ""]
         md += [f"![lr]({plot_lr(summaries, out)})", ""]
 
     # regions and exercises
@@ -820,7 +918,7 @@ def write_report(study, why, out=None):
                 verdict, text = judge(f, summaries, floor, why, milestones)
             else:
                 verdict, text = judge(f, summaries, floor, why)
-            md += [f"### {f.get('title', title)}", "", f"**{verdict}.** {text}", ""]
+            md += [f"### {f.get('title', title)}", "", f"**{verdict}.** {text}", ""] + finding_rates(f, summaries)
     path = os.path.join(out, "report.md")
     with open(path, "w") as fh:
         fh.write("\n".join(md))

@@ -243,6 +243,19 @@ def md_table(text, first_header):
     raise AssertionError(f"no table starting with '{first_header}' in the report")
 
 
+def first_number(text):
+    return float(re.search(r"\d[\d.e+-]*", text).group(0))
+
+
+def peak_rate(log):
+    """The matrix group's peak rate of a run: its log header's, else the largest its steps logged."""
+    records = [json.loads(line) for line in open(log)]
+    headers = [r["run"] for r in records if "run" in r and "step" not in r]
+    if headers and "rates" in headers[-1]:
+        return headers[-1]["rates"]["lr"]
+    return max(r["lr"] for r in records if "loss" in r and "lr" in r)
+
+
 def final_val(log):
     val = [json.loads(line) for line in open(log) if "val_loss" in line]
     return val[-1]
@@ -299,7 +312,10 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     san_losses = [final[r]["val_loss"] for r in ("san_s7", "san_s8")]
     san_mean, san_sd = np.mean(san_losses), np.std(san_losses, ddof=1)
     rows = {r["arm"]: r for r in md_table(report, "arm")}
-    assert rows["ffn"]["lr"] == best_lr and rows["san"]["lr"] == "default"
+    # each arm's rates are those its runs trained with: the FFN's asked-for one, the SAN's its preset's
+    # default (from the log's header record, or in older logs the largest rate its steps logged)
+    assert first_number(rows["ffn"]["rates"]) == float(best_lr)
+    assert first_number(rows["san"]["rates"]) == peak_rate(out / "runs" / "san_s7" / "log.jsonl") and "default" not in report
     assert rows["san"]["seeds"] == "2" and rows["ffn"]["seeds"] == "1"
     assert abs(float(rows["san"]["val loss"]) - san_mean) <= 5e-5 and abs(float(rows["san"]["sd"]) - san_sd) <= 5e-5
     ffn_loss = final[f"ffn_lr{best_lr}_s7"]["val_loss"]
@@ -905,3 +921,232 @@ preset = "tiny"
     for name, metric in (("lambada", "acc"), ("lambada", "perplexity"), ("lambada_standard", "acc"),
                          ("lambada_standard", "perplexity"), ("sciq", "acc"), ("sciq", "acc_norm")):
         assert abs(float(row[f"{name} {metric}"]) - logged[name][metric]) <= 5e-5, (name, metric)
+
+
+# ----------------------------------------------------------------------------------------
+# the rates in the report come from the logs' header records
+
+def header_record(lr, lr_other, optimizer="adamw", preset="tiny", **counts):
+    """A log's header record as the trainers write it (doc/formats.md "Training log")."""
+    return {"run": {**counts, "executor": "host backend", "precision": "bf16", "attention_kernels": "scalar", "program": "train_san",
+                    "command": f"./train_san --preset {preset}", "config": {"preset": preset, "lr": f"{lr:g}",
+                                                                           "batch-size": "4", "seq-len": "32"},
+                    "rates": {"optimizer": optimizer, "lr": lr, "lr_other": lr_other}, "ranks": 1}}
+
+
+def write_fake_run(run_dir, header, peak_lr, losses, val_losses, steps=40):
+    """A finished run's directory: log.jsonl (header, training records at the scheduled rate:
+    a warm-up of 4 steps to peak_lr, validation records) and status.json."""
+    os.makedirs(run_dir, exist_ok=True)
+    records = [header] + [{"step": s, "loss": losses[s - 1], "lr": peak_lr * min(1.0, s / 4), "grad_norm": 1.0, "ms": 5.0}
+                          for s in range(1, steps + 1)]
+    records += [{"step": steps * (k + 1) // len(val_losses), "val_loss": v} for k, v in enumerate(val_losses)]
+    with open(os.path.join(run_dir, "log.jsonl"), "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+    with open(os.path.join(run_dir, "status.json"), "w") as f:
+        json.dump({"state": "done", "steps": steps}, f)
+
+
+def test_report_shows_the_rates_each_run_used(tmp_path):
+    """Two arms that leave `lr` to the trainer ran at different rates (the tiny SAN at 6e-4, the
+    FFN arm at 2.4e-3, as the issue found): the report's run table, arm table and finding say
+    each run's own rates, read from its log's header record, and warn that the gap is unswept;
+    a log without the header's rates shows the largest rate its training records logged, marked."""
+    out = tmp_path / "out"
+    path = tmp_path / "rates.toml"
+    path.write_text(f"""
+[study]
+name = "rates"
+out = "{out}"
+seeds = [1, 2]
+batch_size = 4
+seq_len = 32
+steps = 40
+flags = ["--optimizer", "adamw"]
+
+[[arm]]
+name = "san"
+preset = "tiny"
+
+[[arm]]
+name = "ffn"
+preset = "tiny-ffn"
+
+[[arm]]
+name = "old"
+preset = "tiny"
+seeds = [1]
+
+[[arm]]
+name = "swept"
+preset = "tiny"
+lr = [1e-3, 2e-3]
+seeds = [1]
+
+[[finding]]
+kind = "localisation"
+san = "san"
+ffn = "ffn"
+""")
+    losses = [5.0 - 0.02 * s for s in range(40)]
+    for seed, shift in ((1, 0.0), (2, 0.01)):
+        write_fake_run(out / "runs" / f"san_s{seed}", header_record(6e-4, 6e-4), 6e-4, losses, [4.5 + shift, 4.2 + shift])
+        # (the trainer's own counts: with a vocabulary from --tokenizer they differ from match.py's)
+        write_fake_run(out / "runs" / f"ffn_s{seed}", header_record(2.4e-3, 1e-3, non_embedding=70_001, flops_per_token=1.234e6),
+                       2.4e-3, losses, [4.4 + shift, 4.0 + shift])
+    # a log from before the header held the rates: its training records tell the peak
+    old_header = {"run": {"executor": "host backend", "precision": "bf16", "attention_kernels": "scalar"}}
+    write_fake_run(out / "runs" / "old_s1", old_header, 1e-3, losses, [4.6, 4.3])
+    # a sweep whose trainer scaled the rates it was given (as --lr-scale-gpus 4 does): the grid is named as asked
+    write_fake_run(out / "runs" / "swept_lr0.001_s1", header_record(4e-3, 4e-3), 4e-3, losses, [4.6, 4.35])
+    write_fake_run(out / "runs" / "swept_lr0.002_s1", header_record(2e-3, 2e-3), 2e-3, losses, [4.6, 4.25])
+    assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
+    report = (out / "report" / "report.md").read_text()
+    runs = {r["run"]: r for r in md_table(report, "run")}
+    assert runs["san_s1"]["rates"] == runs["san_s2"]["rates"] == "adamw 0.0006"
+    assert runs["ffn_s1"]["rates"] == runs["ffn_s2"]["rates"] == "adamw 0.0024 (other 0.001)"
+    assert runs["old_s1"]["rates"] == "0.001 (max logged)"
+    arms = {r["arm"]: r for r in md_table(report, "arm")}
+    assert arms["san"]["rates"] == "adamw 0.0006" and arms["ffn"]["rates"] == "adamw 0.0024 (other 0.001)"
+    assert abs(float(arms["ffn"]["val loss"]) - 4.005) <= 5e-5
+    assert (arms["ffn"]["non-emb params"], arms["ffn"]["MFLOPs/token"]) == ("70,001", "1.23")  # the header's
+    assert arms["san"]["non-emb params"] == f"{match.parameter_counts(match.PRESETS['tiny'])[1]:,}"  # none: match.py's
+    assert "Rates used: san adamw 0.0006; ffn adamw 0.0024 (other 0.001). The arms trained at different rates" in report
+    assert "default" not in report
+    assert runs["swept_lr0.001_s1"]["rates"] == "adamw 0.004" and arms["swept"]["rates"] == "adamw 0.002"  # (its best)
+    assert "their log headers say some runs trained at others: swept 0.001 ran at 0.004." in report
+
+
+def test_final_loss_figure_is_readable(tmp_path):
+    """final_loss.png: bars from 0 or a broken axis whose lower panel starts at 0; the seeds
+    drawn above the error bars; the legend and the title inside the figure, off the data."""
+    import study_report
+    from matplotlib.transforms import Bbox
+
+    def summary(name, losses):
+        runs = [types.SimpleNamespace(final_loss=v, rates_text="adamw 0.001") for v in losses]
+        mean, sd = study_report.mean_sd(losses)
+        return types.SimpleNamespace(ok=True, arm=types.SimpleNamespace(name=name), runs=runs, mean=mean, sd=sd)
+
+    for losses in ({"san": [4.61, 4.63], "ffn": [4.52, 4.55]},    # differences of hundredths: broken axis
+                   {"san": [0.9, 1.5], "ffn": [3.0, 3.4]}):        # a range that 0 does not squash: from 0
+        summaries = {k: summary(k, v) for k, v in losses.items()}
+        fig = study_report.final_loss_figure(summaries, 0.015, summaries["san"])
+        fig.canvas.draw()
+        axes = fig.axes
+        assert axes[-1].get_ylim()[0] == 0  # the lowest panel starts at 0
+        data = axes[0]
+        lo, hi = data.get_ylim()
+        for s in summaries.values():  # every seed and bar top is in view
+            assert all(lo < d.final_loss < hi for d in s.runs) and lo < s.mean < hi
+        assert (len(axes) == 2) == (min(min(v) for v in losses.values()) > 2)
+        seeds = [line for line in data.lines if line.get_marker() == "o"]
+        bars = [c for c in data.collections if c.get_label() == "seed mean ± sd" or "LineCollection" in type(c).__name__]
+        assert seeds and bars and min(x.get_zorder() for x in seeds) > max(c.get_zorder() for c in bars)
+        renderer = fig.canvas.get_renderer()
+        figure_box = Bbox.from_bounds(0, 0, *fig.canvas.get_width_height())
+        legend = fig.legends[0].get_window_extent(renderer)
+        title = fig._suptitle.get_window_extent(renderer)
+        for box in (legend, title):
+            assert figure_box.x0 <= box.x0 and box.x1 <= figure_box.x1 and figure_box.y0 <= box.y0 and box.y1 <= figure_box.y1
+        for ax in axes:
+            assert not legend.overlaps(ax.get_window_extent(renderer)) and not title.overlaps(ax.get_window_extent(renderer))
+        study_report.plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------
+# before a run: the trainer and the data it needs are there, or named with what makes them
+
+def needs_study(path, out, train, val, binary, extra=""):
+    path.write_text(f"""
+[study]
+name = "needs"
+out = "{out}"
+binary = "{binary}"
+seeds = [7]
+batch_size = 4
+seq_len = 32
+steps = 2
+val_every = 2
+flags = ["--train-data", "{train}", "--val-data", "{val}", "--val-batches", "1", "--sample-tokens", "0", "--vocab-size", "2048"]
+{extra}
+
+[[arm]]
+name = "san"
+preset = "tiny"
+""")
+    return str(path)
+
+
+def test_dry_run_checks_the_trainer_and_the_data(toy_data, tmp_path):
+    """--dry-run lists the runs, then names each missing thing with the command that makes it
+    (an offline tier's dev/data/build_offline.py with the study's vocabulary; a glob it knows no
+    recipe for, as such; a trainer that is no build of this repository) and exits 1; a plain
+    `run` stops on the same list (exit 2) before any run starts."""
+    tier = "data/offline-missing-for-a-test"  # (relative: the study's paths are from the working directory)
+    assert not os.path.exists(os.path.join(ROOT, tier))
+    path = needs_study(tmp_path / "needs.toml", tmp_path / "out", f"{tier}/synth/synth_train_*.bin",
+                       f"{tmp_path}/nowhere/val_*.bin", tmp_path / "train_san")
+    proc = study_cmd("run", path, "--dry-run")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"^\[0\] san_s7: \S*train_san --preset tiny", proc.stdout, re.M)  # the runs, all the same
+    lines = proc.stdout[proc.stdout.index("cannot run yet:"):].splitlines()[1:]
+    assert lines == [
+        f"  the trainer {tmp_path}/train_san does not exist: build it, or give --binary PATH",
+        f"  no file matches {tier}/synth/synth_train_*.bin: build it with "
+        f"`{os.path.relpath(PYTHON, ROOT)} dev/data/build_offline.py --out {tier} --vocab-size 2048`",
+        f"  no file matches {tmp_path}/nowhere/val_*.bin: no recipe is known here (doc/data.md lists the datasets "
+        "and their scripts; study.data_build can name one)"], proc.stdout
+    proc = study_cmd("run", path)
+    assert proc.returncode == 2 and "cannot run yet:" in proc.stderr and f"{tier}/synth/synth_train_*.bin" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    # everything there: the dry run says so and exits 0
+    if BIN:
+        path = needs_study(tmp_path / "needs.toml", tmp_path / "out", f"{toy_data}/toy_train_*.bin",
+                           f"{toy_data}/toy_val_*.bin", BIN)
+        proc = study_cmd("run", path, "--dry-run")
+        assert proc.returncode == 0 and "the trainer and every input file are there" in proc.stdout, proc.stdout
+
+
+def test_the_trainers_make_targets():
+    """A trainer under build/ is named (and built) by its make target with its precision: the
+    Makefile's build directory follows PRECISION, so the target exists only with it; `make -n`
+    confirms the Makefile knows each."""
+    for binary, precision in (("build/host-fp32/train_san", "FP32"), ("build/host-bf16/train_gpt2", "BF16")):
+        cmd = study.make_command(os.path.join(ROOT, binary))
+        assert cmd[0] == "make" and cmd[-2:] == [binary, f"PRECISION={precision}"]  # (-C ROOT from elsewhere)
+        dry = subprocess.run(cmd[:1] + ["-n"] + cmd[1:], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert dry.returncode == 0 and "No rule" not in dry.stderr, dry.stderr
+    assert study.make_command(os.path.join(ROOT, "train_san"))[-1] == "train_san"
+    assert study.make_command("/opt/elsewhere/train_san") is None
+
+
+def test_shipped_mini_studies_build_their_data_as_mini_study_sh_does():
+    """The mini-studies' data_build is the build that scripts/mini_study.sh runs for them (its
+    `data=` and `build_args=` per mode), so either way of running them trains on the same corpus."""
+    script = open(os.path.join(ROOT, "scripts", "mini_study.sh")).read()
+    for mode, name in (("cpu", "mini_cpu.toml"), ("gpu", "mini_gpu.toml")):
+        case = re.search(rf"--{mode}\) (.*?);;", script, re.S).group(1)
+        data = re.search(r"\bdata=(\S+)", case).group(1)
+        build_args = re.search(r"build_args=\(([^)]*)\)", case).group(1).split()
+        s = study.load_study(os.path.join(ROOT, "studies", name))
+        assert s.data_build == ["dev/data/build_offline.py", "--out", data] + build_args, name
+        assert all(p.startswith(data + "/") for a in s.arms for p in study.arm_inputs(s, a)), name
+
+
+@needs_bin
+def test_run_builds_the_data_the_study_file_says_how(toy_data, tmp_path):
+    """study.data_build runs (announced) when an input is missing, then the runs train on what it built."""
+    builder = tmp_path / "build_toy.py"
+    builder.write_text(f"import shutil, sys\nshutil.copytree({str(toy_data)!r}, sys.argv[1])\n")
+    built = tmp_path / "built"
+    path = needs_study(tmp_path / "needs.toml", tmp_path / "out", f"{built}/toy_train_*.bin", f"{built}/toy_val_*.bin", BIN,
+                       extra=f'data_build = ["{builder}", "{built}"]')
+    dry = study_cmd("run", path, "--dry-run")  # the dry run names it, builds nothing
+    assert dry.returncode == 1 and f"build them with `{os.path.relpath(PYTHON, ROOT)} {builder} {built}`" in dry.stdout
+    assert not built.exists()
+    proc = study_cmd("run", path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (f"missing; building the data as the study file says (study.data_build): {os.path.relpath(PYTHON, ROOT)} "
+            f"{builder} {built}") in proc.stdout
+    assert json.load(open(tmp_path / "out" / "runs" / "san_s7" / "status.json"))["state"] == "done"
