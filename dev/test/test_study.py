@@ -785,7 +785,8 @@ def test_context_length_table(tmp_path):
     os.rename(tmp_path / "away.bin", wikitext)
     rerun = study_cmd("run", path, "--binary", BIN, "--only", "0")
     assert rerun.returncode == 0 and "--eval-context 8,32" in rerun.stdout and "ffn_s7" not in rerun.stdout
-    evals = study.read_evals(out / "runs" / "san_s7" / "eval_context.jsonl")[0]["wikitext"]
+    (evals,) = study.read_evals(out / "runs" / "san_s7" / "eval_context.jsonl").values()
+    evals = evals["wikitext"]
     assert evals["word_perplexity@8"] == logs["san_s7"]["word_perplexity@8"] and "word_perplexity@16" not in evals
     # a report of a study whose runs are not evaluated yet shows the table empty
     md = study_report.context_length_section(study.load_study(path), {})
