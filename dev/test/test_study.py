@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 sys.path.insert(0, ROOT)
 import match  # noqa: E402
+import run_files  # noqa: E402
 import spectra  # noqa: E402
 import study  # noqa: E402
 from attnref import container, san  # noqa: E402
@@ -316,6 +317,9 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     # default (from the log's header record, or in older logs the largest rate its steps logged)
     assert first_number(rows["ffn"]["rates"]) == float(best_lr)
     assert first_number(rows["san"]["rates"]) == peak_rate(out / "runs" / "san_s7" / "log.jsonl") and "default" not in report
+    # (the trainer's logs have the header: the rate came from it, the preset's AdamW default for the tiny SAN)
+    header = run_files.run_header(out / "runs" / "san_s7" / "log.jsonl")
+    assert header["rates"]["lr"] == first_number(rows["san"]["rates"]) and header["config"]["preset"] == "tiny"
     assert rows["san"]["seeds"] == "2" and rows["ffn"]["seeds"] == "1"
     assert abs(float(rows["san"]["val loss"]) - san_mean) <= 5e-5 and abs(float(rows["san"]["sd"]) - san_sd) <= 5e-5
     ffn_loss = final[f"ffn_lr{best_lr}_s7"]["val_loss"]
