@@ -211,3 +211,18 @@ def test_overlapped_reduction_is_bit_identical(data, tmp_path, opt, zero):
                                                               "--overlap-reduce", flag]).stdout
     assert state_differences((plain / "final.bin"), (overlap / "final.bin")) == []
     assert "gradient reduction: 12 layer buckets started during the backward pass" in outs[1]  # 6 steps x 2 layers
+
+
+def test_two_ranks_write_one_run_directory(data, tmp_path):
+    """A run without output flags over two ranks: one run directory (rank 0's name, taken by
+    both), its log saying two ranks."""
+    args = [str(a) for a in common(data, tmp_path / "unused", "adamw", steps=2)]
+    for flag in ("--checkpoint-dir", "--log"):  # (the defaults: the run directory's)
+        if flag in args:
+            i = args.index(flag)
+            del args[i:i + 2]
+    run_binary(BIN, args + ["--run-dir", "auto"], ranks=2, cwd=tmp_path)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert sorted(p.name for p in run_dir.iterdir())[:3] == ["config", "final.bin", "log.jsonl"]
+    header = json.loads((run_dir / "log.jsonl").read_text().splitlines()[0])["run"]
+    assert header["ranks"] == 2 and header["run_dir"] == f"runs/{run_dir.name}"
