@@ -53,16 +53,19 @@ def step_records(path):
         return []
 
 
+def step_record(line):
+    """The record of a log line if it carries a step, else None (a header, or a line cut short)."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return rec if isinstance(rec, dict) and "step" in rec else None
+
+
 def resolve_resumes(lines):
     """step_records of the lines of a log (text lines, in file order)."""
     records = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict) or "step" not in rec:
-            continue
+    for rec in filter(None, map(step_record, lines)):
         if "resume" in rec:
             records = [r for r in records if r["step"] <= rec["step"]]
         records.append(rec)

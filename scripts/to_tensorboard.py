@@ -158,13 +158,7 @@ class Follower:
         self.offset += len(complete)
         lines = complete.decode("utf-8", "replace").splitlines()
         self.write_header(lines)
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if not isinstance(rec, dict) or "step" not in rec:
-                continue
+        for rec in filter(None, map(run_files.step_record, lines)):
             if "resume" in rec:
                 self.writer.restart(rec["step"] + 1)
             else:
