@@ -12,7 +12,7 @@ A ladder file is a study file with `tokens` left out of [study] and a [ladder] t
     [ladder]
     tokens = [102_400, 409_600, 1_638_400]   # the rungs, smallest first
     evaluations = 4                          # validations (and checkpoints) per run: val_every =
-                                             # save_every = steps / evaluations
+                                             # save_every = steps // evaluations (and at the end)
     arm_rungs = { san-rms = [1_638_400] }    # an arm trained only at these rungs (default: all)
     norm_control = { zcn = "san", rms = "san-rms" }          # for scripts/ladder_report.py: the
     deconstructing = { standard = "standard", kinds = [...] } # noise-floor control, the variant grid
@@ -24,6 +24,7 @@ continues where it stopped. scripts/ladder_report.py reports across the rungs.
 """
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -117,8 +118,8 @@ def load_ladder(path):
         if t % per_step:
             raise LadderError(f"{path}: rung {t:,} is not a whole number of {per_step:,}-token steps")
         steps = t // per_step
-        if steps % evaluations:
-            raise LadderError(f"{path}: rung {t:,} ({steps} steps) does not split into {evaluations} evaluations")
+        if steps < evaluations:
+            raise LadderError(f"{path}: rung {t:,} has {steps} steps, fewer than {evaluations} evaluations")
         rungs.append((t, steps))
     return raw, rungs, arm_rungs, evaluations, ladder
 
@@ -158,6 +159,21 @@ def write_rung_files(path):
     return files
 
 
+def run_forwarding_signals(cmd):
+    """Runs cmd; SIGINT / SIGTERM to the ladder go to study.py, which stops its run so that the
+    next call resumes it (exit status 130)."""
+    proc = subprocess.Popen(cmd)
+
+    def forward(signum, frame):
+        proc.send_signal(signum)
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Trains a study at each rung of a token-budget ladder (scripts/study.py).")
     ap.add_argument("command", choices=("run", "files"))
@@ -184,7 +200,7 @@ def main(argv=None):
         cmd += ["--binary", args.binary] if args.binary else []
         cmd += ["--dry-run"] if args.dry_run else []
         print(f"ladder: rung {tokens:,}: {' '.join(cmd)}", flush=True)
-        rc = subprocess.run(cmd).returncode
+        rc = run_forwarding_signals(cmd)
         if rc == 130:  # interrupted: the next call resumes
             return rc
         status = status or rc
