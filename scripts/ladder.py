@@ -4,10 +4,11 @@ ladder.py: one study (scripts/study.py's format) trained at several token budget
 a scale ladder, so that a finding can be followed against tokens (issue 31; doc/study.md "Scale
 ladder").
 
-    python scripts/ladder.py run studies/ladder_cpu.toml [--up-to TOKENS] [--dry-run]
-    python scripts/ladder.py files studies/ladder_cpu.toml      # write the rung study files only
+    python scripts/ladder.py run studies/ladders/cpu.toml [--up-to TOKENS] [--dry-run]
+    python scripts/ladder.py files studies/ladders/cpu.toml      # write the rung study files only
 
-A ladder file is a study file with `tokens` left out of [study] and a [ladder] table:
+Ladder files live in studies/ladders/ (they are not study files: scripts/study.py refuses the
+[ladder] table). A ladder file is a study file with `tokens` left out of [study] and a [ladder] table:
 
     [ladder]
     tokens = [102_400, 409_600, 1_638_400]   # the rungs, smallest first
@@ -145,8 +146,12 @@ def rung_study(raw, tokens, steps, arm_rungs, evaluations):
     return doc
 
 
-def write_rung_files(path):
+def write_rung_files(path, out=None):
+    """Writes each rung's study file (under `out` in place of the ladder's [study].out when
+    given); returns [(tokens, file)]."""
     raw, rungs, arm_rungs, evaluations, _ = load_ladder(path)
+    if out is not None:
+        raw["study"]["out"] = out
     files = []
     for tokens, steps in rungs:
         d = rung_dir(raw, tokens)

@@ -3,7 +3,7 @@
 ladder_report.py: the findings of a scale ladder (scripts/ladder.py) against tokens, and the
 rate sweep that chose each arm's rate.
 
-    python scripts/ladder_report.py report studies/ladder_cpu.toml [--out DIR]
+    python scripts/ladder_report.py report studies/ladders/cpu.toml [--out DIR]
     python scripts/ladder_report.py sweep studies/ladder_cpu_lr.toml [--out DIR]
 
 `report` reads every rung's runs (OUT/rung-TOKENS/runs/*/log.jsonl and status.json, through

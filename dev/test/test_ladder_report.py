@@ -180,3 +180,13 @@ def test_localisation(tmp_path):
     _, rungs = ladder_report.load_rungs(path)
     r = ladder_report.localisation(rungs[1], "san", "ffn-iso-param", "held_out", 0.01)
     assert r["margins"]["answer"][0] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "studies", "ladders")) if f.endswith(".toml")))
+def test_shipped_ladder_files_load(name, tmp_path):
+    """Every rung of every shipped ladder is a study file study.py loads."""
+    files = ladder.write_rung_files(os.path.join(ROOT, "studies", "ladders", name), out=str(tmp_path))
+    assert len(files) >= 3
+    for tokens, f in files:
+        s = study.load_study(f)
+        assert s.runs and s.steps * s.tokens_per_step == tokens
