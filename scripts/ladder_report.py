@@ -34,7 +34,8 @@ both twice its own sd over seeds and the noise floor.
     its iso-param partner's in every seed.
   Uniform variants behind standard attention, the hybrids recover (Deconstructing Attention).
     At a rung it *shows* when every uniform arm is behind standard by more than the floor,
-    mlp-uniform the most, and every hybrid recovers at least half of its uniform arm's gap.
+    mlp-uniform the most, and every hybrid recovers at least half of its uniform arm's gap. With
+    one seed the floor is the one the ladder file states ([ladder].deconstructing.floor).
 
 For a finding over the ladder: *shows* when it shows at the largest rung that ran; *trend*
 when not, but its quantity moved the paper's way from the second-largest to the largest rung
@@ -73,8 +74,9 @@ def mean_sd(values):
 
 
 def resolved(mean, sd, floor):
-    """Larger than twice its sd over seeds (when there are several) and than the noise floor."""
-    return mean is not None and mean > 2 * (sd or 0.0) and mean > (floor or 0.0)
+    """Larger than twice its sd over seeds and than the noise floor; never with one seed (no sd)
+    or without a floor."""
+    return mean is not None and sd is not None and floor is not None and mean > 2 * sd and mean > floor
 
 
 class RunData:
@@ -250,7 +252,9 @@ def deconstructing(rung, standard, kinds, floor):
     have = {k: v for k, v in d.items() if v[0] is not None and v[1] is not None}
     if "mlp" not in have:
         return {"deltas": d, "shows": None, "standard": std}
-    fl = floor or 0.0
+    if floor is None:
+        return {"deltas": d, "shows": None, "standard": std}
+    fl = floor
     ok = (all(u > fl for u, _ in have.values()) and all(have["mlp"][0] >= u for u, _ in have.values())
           and all(h <= 0.5 * u for u, h in have.values()))
     recovery = min((u - h) / u for u, h in have.values() if u > 0) if any(u > 0 for u, _ in have.values()) else None
@@ -528,7 +532,8 @@ def write_report(path, out=None):
                   "Final validation loss Δ vs the standard arm (seed means).", ""]
         rows, pts = [], []
         for rung in rungs:
-            r = deconstructing(rung, fd["standard"], kinds, floor_of.get(rung.tokens))
+            # one seed: the floor is the ladder file's stated one (or this rung's, with seeds)
+            r = deconstructing(rung, fd["standard"], kinds, fd.get("floor", floor_of.get(rung.tokens)))
             if r is None:
                 continue
             pts.append((rung.tokens, r))
