@@ -84,7 +84,8 @@ class RunData:
 
     def __init__(self, run, steps):
         self.run = run
-        self.state = (run_files.read_status(run) or {}).get("state", "not run")
+        started = os.path.exists(os.path.join(run.dir, "log.jsonl"))
+        self.state = (run_files.read_status(run) or {}).get("state", "unfinished" if started else "not run")
         train, self.val = run_files.read_log(os.path.join(run.dir, "log.jsonl"))
         self.train = train
         self.final = self.val[-1] if self.val and self.state == "done" and self.val[-1]["step"] == steps else None
