@@ -190,3 +190,47 @@ def test_shipped_ladder_files_load(name, tmp_path):
     for tokens, f in files:
         s = study.load_study(f)
         assert s.runs and s.steps * s.tokens_per_step == tokens
+
+
+DECON = """
+[study]
+name = "toy-decon"
+out = "{out}"
+seeds = [42]
+batch_size = 2
+seq_len = 8
+
+[ladder]
+tokens = [64, 256]
+evaluations = 2
+deconstructing = {{ standard = "standard", kinds = ["mlp", "approximate"], floor = 0.02 }}
+
+[[arm]]
+name = "standard"
+preset = "tiny"
+""" + "".join(f"""
+[[arm]]
+name = "{k}-{l}"
+preset = "tiny"
+flags = ["--attention", "{k}", "--layout", "{l}"]
+""" for k in ("mlp", "approximate") for l in ("uniform", "hybrid"))
+
+
+def test_deconstructing_verdict(tmp_path):
+    """Uniform arms behind standard by more than the stated floor, mlp most, hybrids recovering
+    half: shows at the large rung; at the small one approximate-uniform is within the floor."""
+    path = tmp_path / "d.toml"
+    path.write_text(DECON.format(out=str(tmp_path / "out")))
+    losses = {64: {"standard": 3.0, "mlp-uniform": 3.5, "mlp-hybrid": 3.05, "approximate-uniform": 3.01,
+                   "approximate-hybrid": 3.0},
+              256: {"standard": 2.0, "mlp-uniform": 2.8, "mlp-hybrid": 2.1, "approximate-uniform": 2.1,
+                    "approximate-hybrid": 2.04}}
+    for tokens, f in ladder.write_rung_files(str(path)):
+        s = study.load_study(f)
+        for run in s.runs:
+            fake_run(run, s.steps, losses[tokens][run.arm.name])
+    report, verdicts = ladder_report.write_report(str(path))
+    assert dict(verdicts)["Uniform variants behind standard (mlp most), hybrids recover"] == "shows"
+    _, rungs = ladder_report.load_rungs(str(path))
+    r = ladder_report.deconstructing(rungs[0], "standard", ["mlp", "approximate"], 0.02)
+    assert r["shows"] is False and r["deltas"]["mlp"] == (pytest.approx(0.5), pytest.approx(0.05))
