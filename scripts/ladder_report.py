@@ -263,6 +263,20 @@ def deconstructing(rung, standard, kinds, floor):
             "recovery": recovery}
 
 
+def indicator_mean(per_layer, locfoc=False):
+    """The mean of an indicator over the layers that have it (null: no attention matrix) and
+    their heads; attn_locfoc [layer][N][head] at N = 0."""
+    values = []
+    for layer in per_layer or []:
+        if layer is None:
+            continue
+        if locfoc:
+            layer = layer[0]
+        values += layer if isinstance(layer, list) else [layer]
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
 # ----------------------------------------------------------------------------------------
 # plots
 
@@ -544,6 +558,21 @@ def write_report(path, out=None):
         lines += table(["rung", "kind", "uniform − standard", "hybrid − standard"], rows) + [""]
         if pts:
             lines += [f"![deconstructing]({plot_deconstructing(pts, out)})", ""]
+        lines += ["Attention-pattern indicators at the final validation (doc/deconstructing.md \"Attention-pattern "
+                  "indicators\"), the mean over the layers that have an attention matrix and their heads; local focus "
+                  "at distance 0 (the diagonal).", ""]
+        rows = []
+        for rung in rungs:
+            for arm in [fd["standard"]] + [f"{k}-{l}" for k in kinds for l in ("uniform", "hybrid")]:
+                runs = rung.arm_runs(arm)
+                if not runs:
+                    continue
+                rec = runs[min(runs)].final
+                rows.append([f"{rung.tokens:,}", arm] + [fmt(indicator_mean(rec.get(k), k == "attn_locfoc"), 3, False)
+                                                         for k in ("attn_entropy", "attn_conc", "attn_sink", "attn_headdiv",
+                                                                   "attn_locfoc")])
+        lines += table(["rung", "arm", "entropy", "concentration", "sink", "head diversity", "local focus (N=0)"],
+                       rows) + [""]
         judged = [(t, r) for t, r in pts if r["shows"] is not None]
         verdicts.append(("Uniform variants behind standard (mlp most), hybrids recover",
                          verdict_over_ladder(judged, lambda r: r["shows"], lambda r: r["min_uniform"])))
