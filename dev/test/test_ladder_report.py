@@ -1,0 +1,236 @@
+"""Checks of scripts/ladder.py and scripts/ladder_report.py on synthetic run directories (no
+trainer): the rung study files, the paired gaps and noise floor against numbers computed here,
+and the verdict rules (shows / trend / does not show) on losses built to meet or miss them.
+Under a second of CPU."""
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import ladder  # noqa: E402
+import ladder_report  # noqa: E402
+import study  # noqa: E402
+
+LADDER = """
+[study]
+name = "toy-ladder"
+out = "{out}"
+seeds = [42, 43]
+batch_size = 2
+seq_len = 8
+flags = ["--vocab-size", "256"]
+
+[ladder]
+tokens = [64, 256]
+evaluations = 2
+arm_rungs = {{ san-rms = [256] }}
+norm_control = {{ zcn = "san", rms = "san-rms" }}
+
+[[arm]]
+name = "san"
+preset = "tiny"
+lr = 0.04
+
+[[arm]]
+name = "ffn-iso-depth"
+preset = "tiny"
+flags = ["--ffn", "swiglu"]
+
+[[arm]]
+name = "ffn-iso-flop"
+preset = "tiny"
+flags = ["--ffn", "swiglu", "--n-layer", "1"]
+
+[[arm]]
+name = "ffn-iso-param"
+preset = "tiny"
+flags = ["--ffn", "swiglu", "--n-layer", "1", "--n-embd", "32"]
+
+[[arm]]
+name = "san-rms"
+preset = "tiny"
+lr = 0.04
+flags = ["--norm", "rms"]
+
+[[finding]]
+kind = "gap_ordering"
+san = "san"
+iso_depth = "ffn-iso-depth"
+iso_flop = "ffn-iso-flop"
+iso_param = "ffn-iso-param"
+
+[[finding]]
+kind = "localisation"
+san = "san"
+ffn = "ffn-iso-param"
+"""
+
+
+def fake_run(run, steps, loss, regions=None):
+    """A finished run whose last validation (at `steps`) has `loss`, and per-region losses."""
+    os.makedirs(run.dir, exist_ok=True)
+    regions = regions or {"query": loss, "trace": loss, "answer": loss}
+    rec = {"step": steps, "val_loss": loss, "gate_attn_mean": 0.5, "erank_mean": 10.0,
+           **{f"val_loss_{r}": v for r, v in regions.items()},
+           "train_docs": {"val_loss": loss, **{f"val_loss_{r}": v for r, v in regions.items()}}}
+    with open(os.path.join(run.dir, "log.jsonl"), "w") as f:
+        f.write(json.dumps({"run": {"executor": "test"}}) + "\n")
+        for s in range(1, steps + 1):
+            f.write(json.dumps({"step": s, "loss": 5.0, "ms": 10.0}) + "\n")
+        f.write(json.dumps({"step": steps // 2, "val_loss": loss + 1}) + "\n")
+        f.write(json.dumps(rec) + "\n")
+    with open(os.path.join(run.dir, "status.json"), "w") as f:
+        json.dump({"state": "done", "steps": steps}, f)
+
+
+def make_ladder(tmp_path, losses):
+    """losses: {tokens: {arm: [seed 42, seed 43] or ([...], regions per seed)}}."""
+    path = tmp_path / "ladder.toml"
+    path.write_text(LADDER.format(out=str(tmp_path / "out")))
+    for tokens, f in ladder.write_rung_files(str(path)):
+        s = study.load_study(f)
+        for run in s.runs:
+            spec = losses[tokens].get(run.arm.name)
+            if spec is None:
+                continue
+            values, regions = spec if isinstance(spec, tuple) else (spec, None)
+            k = s.seeds.index(run.seed)
+            fake_run(run, s.steps, values[k], regions[k] if regions else None)
+    return str(path)
+
+
+def test_rung_files(tmp_path):
+    path = make_ladder(tmp_path, {64: {}, 256: {}})
+    files = dict(ladder.write_rung_files(path))
+    small, large = study.load_study(files[64]), study.load_study(files[256])
+    assert (small.steps, small.val_every, small.save_every) == (4, 2, 2)
+    assert (large.steps, large.val_every) == (16, 8)
+    assert [a.name for a in small.arms] == ["san", "ffn-iso-depth", "ffn-iso-flop", "ffn-iso-param"]
+    assert large.arm("san-rms") is not None and large.out.endswith("rung-256")
+    assert [r.id for r in small.runs][:2] == ["san_lr0.04_s42", "san_lr0.04_s43"]
+
+
+def test_bad_ladder_files(tmp_path):
+    path = tmp_path / "l.toml"
+    path.write_text(LADDER.format(out=str(tmp_path)).replace("tokens = [64, 256]", "tokens = [72, 256]"))
+    with pytest.raises(ladder.LadderError, match="whole number"):
+        ladder.load_ladder(str(path))
+    path.write_text(LADDER.format(out=str(tmp_path)).replace("san-rms = [256]", "nope = [256]"))
+    with pytest.raises(ladder.LadderError, match="not an arm"):
+        ladder.load_ladder(str(path))
+
+
+def quartet(san, depth, flop, param):
+    return {"san": san, "ffn-iso-depth": depth, "ffn-iso-flop": flop, "ffn-iso-param": param}
+
+
+def test_gaps_floor_and_shows(tmp_path):
+    # SAN 4.0 / 4.02; gaps ~0.5 > 0.3 > 0.1, seed sd 0.01 or 0.02; control off by 0.003
+    small = quartet([4.2, 4.22], [3.9, 3.92], [3.95, 3.97], [4.0, 4.02])
+    large = quartet([4.0, 4.02], [3.5, 3.52], [3.7, 3.72], [3.9, 3.92])
+    large["san-rms"] = [4.003, 4.023]
+    path = make_ladder(tmp_path, {64: small, 256: large})
+    report, verdicts = ladder_report.write_report(path)
+    raw, rungs = ladder_report.load_rungs(path)
+    r = rungs[1]
+    m, sd, n = r.paired("san", "ffn-iso-depth")
+    assert n == 2 and m == pytest.approx(0.5) and sd == pytest.approx(0.0, abs=1e-12)
+    floor, pooled, ctl = ladder_report.noise_floor(r, list(large)[:4], ("san", "san-rms"))
+    assert pooled == pytest.approx(0.0141421, rel=1e-4) and ctl == pytest.approx(0.003)
+    assert floor == pytest.approx(pooled)
+    v = dict(verdicts)
+    assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "shows"
+    assert v["iso-param gap shrinks with tokens"] == "shows"  # 0.2 -> 0.1
+    text = open(report).read()
+    assert "gaps_vs_tokens.png" in text and os.path.exists(os.path.join(os.path.dirname(report), "gaps_vs_tokens.png"))
+
+
+def test_trend_and_does_not_show(tmp_path):
+    # the ordering fails at both rungs, but its smallest margin grows: trend
+    small = quartet([4.2, 4.2], [4.0, 4.0], [3.9, 3.9], [3.95, 3.95])     # depth 0.2 < flop 0.3
+    large = quartet([4.0, 4.0], [3.75, 3.75], [3.74, 3.74], [3.8, 3.8])  # margins 0.01, 0.06
+    path = make_ladder(tmp_path, {64: small, 256: large})
+    v = dict(ladder_report.write_report(path)[1])
+    assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "trend"
+    assert v["iso-param gap shrinks with tokens"] == "shows"  # 0.25 -> 0.2, seeds equal: no floor
+    # the ordering moves away, the iso-param gap grows (0.25 -> 0.3) by less than the floor (0.07)
+    large = quartet([4.0, 4.1], [3.9, 4.0], [3.6, 3.7], [3.7, 3.8])
+    os.makedirs(tmp_path / "b")
+    v = dict(ladder_report.write_report(make_ladder(tmp_path / "b", {64: small, 256: large}))[1])
+    assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
+    assert v["iso-param gap shrinks with tokens"] == "does not show"
+
+
+def test_localisation(tmp_path):
+    def reg(q, t, a):
+        return {"query": q, "trace": t, "answer": a}
+    base = quartet([4.0, 4.0], [3.5, 3.5], [3.7, 3.7], [3.9, 3.9])
+    small = dict(base, san=([4.0, 4.0], [reg(4.1, 4.0, 4.0)] * 2), **{"ffn-iso-param": ([3.9, 3.9], [reg(4.0, 3.9, 3.9)] * 2)})
+    large = dict(base, san=([4.0, 4.01], [reg(4.3, 3.9, 3.95), reg(4.31, 3.91, 3.96)]),
+                 **{"ffn-iso-param": ([3.9, 3.91], [reg(4.0, 3.9, 3.9), reg(4.01, 3.91, 3.91)])})
+    path = make_ladder(tmp_path, {64: small, 256: large})
+    report, verdicts = ladder_report.write_report(path)
+    v = dict(verdicts)
+    # query delta 0.3 against trace 0.0 and answer 0.05 at the large rung; 0.0 margins at the small one
+    assert v["Localisation on query tokens (held-out documents)"] == "shows"
+    assert v["Localisation on query tokens (training documents)"] == "shows"
+    _, rungs = ladder_report.load_rungs(path)
+    r = ladder_report.localisation(rungs[1], "san", "ffn-iso-param", "held_out", 0.01)
+    assert r["margins"]["answer"][0] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "studies", "ladders")) if f.endswith(".toml")))
+def test_shipped_ladder_files_load(name, tmp_path):
+    """Every rung of every shipped ladder is a study file study.py loads."""
+    files = ladder.write_rung_files(os.path.join(ROOT, "studies", "ladders", name), out=str(tmp_path))
+    assert len(files) >= 3
+    for tokens, f in files:
+        s = study.load_study(f)
+        assert s.runs and s.steps * s.tokens_per_step == tokens
+
+
+DECON = """
+[study]
+name = "toy-decon"
+out = "{out}"
+seeds = [42]
+batch_size = 2
+seq_len = 8
+
+[ladder]
+tokens = [64, 256]
+evaluations = 2
+deconstructing = {{ standard = "standard", kinds = ["mlp", "approximate"], floor = 0.02 }}
+
+[[arm]]
+name = "standard"
+preset = "tiny"
+""" + "".join(f"""
+[[arm]]
+name = "{k}-{l}"
+preset = "tiny"
+flags = ["--attention", "{k}", "--layout", "{l}"]
+""" for k in ("mlp", "approximate") for l in ("uniform", "hybrid"))
+
+
+def test_deconstructing_verdict(tmp_path):
+    """Uniform arms behind standard by more than the stated floor, mlp most, hybrids recovering
+    half: shows at the large rung; at the small one approximate-uniform is within the floor."""
+    path = tmp_path / "d.toml"
+    path.write_text(DECON.format(out=str(tmp_path / "out")))
+    losses = {64: {"standard": 3.0, "mlp-uniform": 3.5, "mlp-hybrid": 3.05, "approximate-uniform": 3.01,
+                   "approximate-hybrid": 3.0},
+              256: {"standard": 2.0, "mlp-uniform": 2.8, "mlp-hybrid": 2.1, "approximate-uniform": 2.1,
+                    "approximate-hybrid": 2.04}}
+    for tokens, f in ladder.write_rung_files(str(path)):
+        s = study.load_study(f)
+        for run in s.runs:
+            fake_run(run, s.steps, losses[tokens][run.arm.name])
+    report, verdicts = ladder_report.write_report(str(path))
+    assert dict(verdicts)["Uniform variants behind standard (mlp most), hybrids recover"] == "shows"
+    _, rungs = ladder_report.load_rungs(str(path))
+    r = ladder_report.deconstructing(rungs[0], "standard", ["mlp", "approximate"], 0.02)
+    assert r["shows"] is False and r["deltas"]["mlp"] == (pytest.approx(0.5), pytest.approx(0.05))
