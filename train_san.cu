@@ -328,12 +328,59 @@ std::string describe_attention(const SANConfig& c) {
     return out;
 }
 
-// The SAN paper's locked per-device peak rates for this arm (llmc/optim/optimizer.h DefaultRates).
+// Default peak rates (per device, before --lr-scale-gpus; llmc/optim/optimizer.h DefaultRates).
+// Every model takes the SAN paper's locked rates for its arm, except the small presets' models at
+// the vocabulary they were swept at: those take the best rates of the CPU sweep
+// studies/preset_rates_cpu.toml (409,600 tokens of the offline SYNTH data at V 8192; the report
+// doc/study-runs/2026-12-04-preset-rates-cpu.md, doc/san-model.md "Default rates"). A model is
+// such a preset's when its config is the preset's with that vocabulary, up to the context and BOS
+// id; so tiny at its own V 250, or any preset with its size changed (--n-layer 12), goes back to
+// the paper's rates. --lr and --lr-other override both.
+struct SweptRates {
+    const char* preset;
+    FfnKind ffn;     // the arm swept: the preset with this --ffn
+    int vocab_size;  // the vocabulary it was swept at
+    double muon, muon_other, adamw;  // Muon's matrix rate and its AdamW side; AdamW's rate
+};
+constexpr SweptRates kSmallPresetRates[] = {
+    {"tiny", FfnKind::None, 8192, 0.32, 7.68e-2, 7.68e-2},
+    {"tiny-ffn", FfnKind::SwiGLU, 8192, 0.02, 9.6e-3, 9.6e-3},
+    {"demo", FfnKind::None, 8192, 0.08, 9.6e-3, 9.6e-3},
+    {"demo", FfnKind::SwiGLU, 8192, 0.02, 4.8e-3, 4.8e-3},
+    {"qwen-cpu", FfnKind::SwiGLU, 8192, 0.01, 4.8e-3, 4.8e-3},
+    {"qwen3-cpu", FfnKind::SwiGLU, 8192, 0.01, 4.8e-3, 4.8e-3},
+};
+
+// Whether a and b are one model but for the context and BOS id (which the data set): their
+// checkpoint configs agree on every other key (write_config records every model setting).
+bool same_model_but_context(SANConfig a, const SANConfig& b) {
+    a.seq_len = b.seq_len, a.bos_id = b.bos_id;
+    a.resolve_and_check();
+    TensorFileWriter wa(TENSOR_FILE_CHECKPOINT), wb(TENSOR_FILE_CHECKPOINT);
+    write_config(wa, a);
+    write_config(wb, b);
+    return wa.config() == wb.config();
+}
+
 DefaultRates default_rates(const SANConfig& c) {
     DefaultRates r;
     if (c.has_ffn()) {
         r.muon = 0.04;
         r.adamw = 2.4e-3;
+        r.source = "the SAN paper's FFN arm";
+    }
+    const std::map<std::string, SANConfig> all = presets();
+    for (const SweptRates& s : kSmallPresetRates) {
+        if (c.vocab_size != s.vocab_size) { continue; }
+        SANConfig p = all.at(s.preset);
+        p.ffn = s.ffn;
+        p.vocab_size = s.vocab_size;
+        if (!same_model_but_context(p, c)) { continue; }
+        r.muon = s.muon;
+        r.muon_other = s.muon_other;
+        r.adamw = s.adamw;
+        r.source = std::string("a CPU sweep of --preset ") + s.preset + (s.ffn != all.at(s.preset).ffn ? " --ffn swiglu" : "") +
+                   " at V " + std::to_string(s.vocab_size) + " (studies/preset_rates_cpu.toml)";
     }
     return r;
 }
@@ -855,7 +902,8 @@ constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus",
                                             "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"};
 
 // --deconstructing-setup 1: the recipe of "Deconstructing Attention" as defaults that explicit
-// flags override: AdamW (beta2 0.9999, the paper's Table 9) at peak 4e-4 (every group), weight
+// flags override: AdamW (beta2 0.9999, the paper's Table 9) at peak 4e-4 (every group; 3e-4 for
+// the qwen3-1.7b preset, Table 9's rate for Qwen3-1.7B), weight
 // decay 0.1 on every matrix, the tied embedding included (Hugging Face-style, --decay-embedding),
 // clip 1.0, 256 rows per step, and Table 9's cosine
 // ("CosineLRScheduler with 0.5 cycles", 120,000 maximum steps, 2,000 warmup) of runs stopped at
@@ -864,11 +912,11 @@ constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus",
 // steps (at most the horizon), as a fraction of the horizon. (The paper states no final rate:
 // 0.1x is this project's choice, doc/deconstructing.md.)
 constexpr double kDeconstructingMaxSteps = 120000, kDeconstructingWarmupSteps = 2000, kDeconstructingRunSteps = 28611;
-void apply_deconstructing_setup(TrainOptions& t, long steps, long horizon = 0) {
+void apply_deconstructing_setup(TrainOptions& t, const std::string& preset, long steps, long horizon = 0) {
     t.global_batch = 256;
     t.opt.optimizer = OptimizerKind::AdamW;
     t.opt.beta2 = 0.9999;
-    t.opt.lr = 4e-4;
+    t.opt.lr = preset == "qwen3-1.7b" ? 3e-4 : 4e-4;
     t.opt.weight_decay = 0.1;
     t.opt.decay_embedding = 1;
     t.opt.grad_clip = 1.0;
@@ -968,7 +1016,8 @@ struct SANTrainer {
             // (the flags are checked when parsed; here a bad value only sets defaults they replace)
             std::string steps = find_flag_value(argc, argv, "--steps"), horizon = find_flag_value(argc, argv, "--schedule-steps");
             long n = steps.empty() ? o.train.steps : std::strtol(steps.c_str(), nullptr, 10);
-            apply_deconstructing_setup(o.train, n, horizon.empty() ? 0 : std::strtol(horizon.c_str(), nullptr, 10));
+            apply_deconstructing_setup(o.train, find_flag_value(argc, argv, "--preset"), n,
+                                       horizon.empty() ? 0 : std::strtol(horizon.c_str(), nullptr, 10));
             o.train.given.insert(std::begin(kDeconstructingSetupFlags), std::end(kDeconstructingSetupFlags));
         }
     }

@@ -96,9 +96,32 @@ def config_from_args(args):
     return SANConfig(**kw)
 
 
+# The small presets' own default rates at the vocabulary they were swept at (V 8192), as
+# train_san.cu's kSmallPresetRates: the sweep studies/preset_rates_cpu.toml at 409,600 tokens
+# (doc/study-runs/2026-12-04-preset-rates-cpu.md). (preset, ffn of the arm swept): (Muon's matrix
+# rate, AdamW's rate, the AdamW side of Muon).
+SWEPT_VOCAB = 8192
+SMALL_PRESET_RATES = {
+    ("tiny", "none"): (0.32, 7.68e-2, 7.68e-2),
+    ("tiny-ffn", "swiglu"): (0.02, 9.6e-3, 9.6e-3),
+    ("demo", "none"): (0.08, 9.6e-3, 9.6e-3),
+    ("demo", "swiglu"): (0.02, 4.8e-3, 4.8e-3),
+    ("qwen-cpu", "swiglu"): (0.01, 4.8e-3, 4.8e-3),
+    ("qwen3-cpu", "swiglu"): (0.01, 4.8e-3, 4.8e-3),
+}
+
+
 def default_rates(cfg):
-    """The SAN paper's locked per-device peak rates of this arm: (Muon, AdamW, AdamW side of
-    Muon); the FFN arm has its own (as llmc/optim/optimizer.h DefaultRates via train_san.cu)."""
+    """The default per-device peak rates of this model: (Muon, AdamW, AdamW side of Muon). A small
+    preset's model at the swept vocabulary (its config but for the context and BOS id, which the
+    data set) has its own swept rates; every other model the SAN paper's locked rates for its arm
+    (as train_san.cu default_rates)."""
+    for (preset, ffn), (muon, adamw, muon_other) in SMALL_PRESET_RATES.items():
+        if cfg.vocab_size != SWEPT_VOCAB:
+            break
+        kw = dict(PRESETS[preset], ffn=ffn, vocab_size=SWEPT_VOCAB, seq_len=cfg.seq_len, bos_id=cfg.bos_id)
+        if SANConfig(**kw) == cfg:
+            return muon, adamw, muon_other
     return (0.04, 2.4e-3, 3e-4) if cfg.ffn != "none" else (0.02, 6e-4, 3e-4)
 
 
@@ -127,15 +150,16 @@ PAPER_SETUP = dict(global_batch=512, lr_scale_gpus=8, optimizer="muon", muon_ord
 
 
 # --deconstructing-setup 1: the recipe of "Deconstructing Attention" (as train_san.cu): AdamW
-# (beta2 0.9999) at peak 4e-4, weight decay 0.1 on every matrix and the embedding, clip 1.0, 256
+# (beta2 0.9999) at peak 4e-4 (3e-4 for the qwen3-1.7b preset, Table 9's rate for Qwen3-1.7B),
+# weight decay 0.1 on every matrix and the embedding, clip 1.0, 256
 # rows per step, and the paper's cosine (120,000 maximum steps, 2,000 warmup, runs stopped at
 # 28,611 steps) scaled to --steps by those ratios: a horizon of steps x 120,000 / 28,611 (unless
 # --schedule-steps is given) and steps x 2,000 / 28,611 warmup steps as a fraction of the horizon
 # (at most 1); cosine to 0.1x.
-def deconstructing_setup(steps, schedule_steps=0):
+def deconstructing_setup(steps, schedule_steps=0, preset=None):
     steps = max(1, steps)
     horizon = schedule_steps if schedule_steps > 0 else max(1, round_steps(120000 / 28611, steps))
-    return dict(global_batch=256, optimizer="adamw", beta2=0.9999, lr=4e-4, weight_decay=0.1, grad_clip=1.0,
+    return dict(global_batch=256, optimizer="adamw", beta2=0.9999, lr=3e-4 if preset == "qwen3-1.7b" else 4e-4, weight_decay=0.1, grad_clip=1.0,
                 decay_embedding=1, schedule="cosine", schedule_steps=horizon,
                 warmup_frac=min(1.0, steps * 2000 / 28611 / horizon), final_frac=0.1)
 
@@ -191,7 +215,7 @@ def parse_args(argv=None):
     if early.paper_setup:
         parser.set_defaults(**PAPER_SETUP)
     if early.deconstructing_setup:
-        parser.set_defaults(**deconstructing_setup(early.steps, early.schedule_steps))
+        parser.set_defaults(**deconstructing_setup(early.steps, early.schedule_steps, early.preset))
     args = parser.parse_args(argv)
     if args.global_batch:
         if args.global_batch % args.batch_size:

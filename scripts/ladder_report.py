@@ -367,14 +367,19 @@ def plot_deconstructing(points, out):
 
 def plot_sweep(study, data, out):
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    many = len(study.arms) > 10   # past the default cycle's 10 colours: tab20, the legend beside the axes
+    fig, ax = plt.subplots(figsize=(9.6, 4.8) if many else (6.4, 4.2))
     for i, arm in enumerate(study.arms):
         pts = sorted((d.run.lr, d.final["val_loss"]) for d in data if d.run.arm is arm and d.final)
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=f"C{i}", label=arm.name)
-    ax.set(xscale="log", xlabel="peak rate (Muon matrices)", ylabel="final val loss",
+            color = plt.cm.tab20(i % 20) if many else f"C{i}"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=arm.name)
+    ax.set(xscale="log", xlabel="peak rate of the matrices (--lr)", ylabel="final val loss",
            title=f"{study.name}: {study.steps} steps x {study.tokens_per_step:,} tokens")
-    ax.legend(fontsize=8)
+    if many:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=8)
     return _save(fig, out, "sweep.png")
 
 

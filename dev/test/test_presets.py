@@ -179,3 +179,116 @@ def test_study_arms_are_their_presets(file, name, arm, preset, args, shard):
         assert preset in san.PRESETS and preset.startswith(("qwen-", "qwen3-")), f"{file} arm {arm}: preset {preset}"
         allowed = {"--attention", "--layout", "--taylor-norm", "--vocab-size"}
         assert changed <= allowed, f"{file} arm {arm} changes {sorted(changed - allowed)} of {preset}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Default rates (issue 31, item 6): each small preset trains by default at the best rates of the
+# committed CPU sweep (studies/preset_rates_cpu.toml, its report under doc/study-runs/), per arm and
+# optimizer; any other model (a paper-size preset, or a small one with its size changed) at the
+# SAN paper's locked rates for its arm. The reference resolves the same rates.
+
+SWEEP_FILE = os.path.join(ROOT, "studies", "preset_rates_cpu.toml")
+SWEEP_REPORT = os.path.join(ROOT, "doc", "study-runs", "2026-12-04-preset-rates-cpu.md")
+PAPER_LOCKS = {("none", "muon"): 0.02, ("none", "adamw"): 6e-4, ("swiglu", "muon"): 0.04, ("swiglu", "adamw"): 2.4e-3}
+
+
+def swept_best():
+    """{arm name: best rate} from the report's "- ARM: best RATE (LOSS)" lines."""
+    with open(SWEEP_REPORT) as f:
+        return {m.group(1): float(m.group(2)) for m in re.finditer(r"^- (\S+): best (\S+) \(", f.read(), re.M)}
+
+
+def sweep_arms():
+    """(arm name, trainer arguments without files and rate, the AdamW side it gives Muon or None) of
+    the sweep's arms that set a default: the "-adamw" arms (AdamW's rate) and the "-muon-other"
+    arms (Muon's matrix rate at the AdamW side they give); the first pass's "-muon" arms, with
+    the AdamW side at 3e-4, set none."""
+    s = study.load_study(SWEEP_FILE)
+    out = []
+    for arm in s.arms:
+        if arm.name.endswith("-muon"):
+            continue
+        args = ["--preset", arm.preset] + s.flags + arm.flags
+        args = [a for i, a in enumerate(args) if a not in FILE_FLAGS and (i == 0 or args[i - 1] not in FILE_FLAGS)]
+        other = float(args[args.index("--lr-other") + 1]) if "--lr-other" in args else None
+        if other is not None:
+            i = args.index("--lr-other")
+            args = args[:i] + args[i + 2:]
+        out.append((arm.name, args, other))
+    return out
+
+
+def resolved_optimizer(args, shard):
+    """The trainer's optimizer line for `args` (--print-config: nothing is trained or written)."""
+    cmd = [os.path.join(ROOT, BIN)] + args + ["--train-data", shard, "--val-data", shard, "--batch-size", "1",
+                                              "--seq-len", "8", "--steps", "1", "--print-config", "1", "--run-dir", ""]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stderr}"
+    return next(line for line in proc.stdout.splitlines() if line.startswith("optimizer:"))
+
+
+def matrix_rate(line):
+    """The peak rate of the matrices in an optimizer line (its first "lr X")."""
+    return float(re.search(r"\blr ([^ ,]+)", line).group(1))
+
+
+def reference_rates(args):
+    """(lr, lr_other) as train_san.py resolves them for `args` (model and optimizer flags)."""
+    import train_san as ts
+    keep = []
+    for i in range(0, len(args), 2):
+        if args[i] in MODEL_FLAGS | {"--preset", "--optimizer"}:
+            keep += args[i:i + 2]
+    a = ts.parse_args(keep)
+    oc = ts.opt_from_args(a, ts.config_from_args(a))
+    return oc.lr, oc.lr_other
+
+
+@needs_bin
+@pytest.mark.parametrize("arm, args, other", sweep_arms(), ids=[a[0] for a in sweep_arms()])
+def test_small_presets_default_to_their_swept_rates(arm, args, other, shard):
+    best = swept_best()
+    assert arm in best, f"{SWEEP_REPORT} has no best rate for arm {arm}"
+    line = resolved_optimizer(args, shard)
+    preset = args[1]
+    assert matrix_rate(line) == pytest.approx(best[arm], rel=1e-6) and f"a CPU sweep of --preset {preset}" in line \
+        and "at V 8192" in line, (arm, line)
+    lr, lr_other = reference_rates(args)
+    assert lr == pytest.approx(best[arm], rel=1e-12), arm
+    if other is not None:  # Muon: its AdamW side is the one the arm trained with
+        assert f"adamw on the rest lr {other:g} (default rates" in line, (arm, line)
+        assert lr_other == pytest.approx(other, rel=1e-12), arm
+
+
+@needs_bin
+@pytest.mark.parametrize("args, ffn", [(["--preset", "demo", "--n-layer", "3"], "none"),
+                                       (["--preset", "demo", "--vocab-size", "2048"], "none"),
+                                       (["--preset", "tiny"], "none"),
+                                       (["--preset", "tiny-ffn", "--d-ff", "256"], "swiglu"),
+                                       (["--preset", "tiny", "--ffn", "swiglu"], "swiglu"),
+                                       (["--preset", "qwen-cpu", "--qk-norm", "1", "--d-ff", "512"], "swiglu")])
+@pytest.mark.parametrize("optimizer", ["muon", "adamw"])
+def test_other_models_default_to_the_paper_locks(args, ffn, optimizer, shard):
+    """A small preset with its size, form or vocabulary changed (tiny's own is 250, the sweep's
+    8192) is no longer the model the sweep tuned: the paper's rates for its arm, and the source
+    says so."""
+    line = resolved_optimizer(args + ["--optimizer", optimizer], shard)
+    lock = PAPER_LOCKS[(ffn, optimizer)]
+    arm = "FFN" if ffn == "swiglu" else "SAN"
+    assert matrix_rate(line) == pytest.approx(lock, rel=1e-6) and f"(default rates of the SAN paper's {arm} arm)" in line, line
+    assert reference_rates(args + ["--optimizer", optimizer])[0] == pytest.approx(lock, rel=1e-12)
+
+
+@needs_bin
+def test_help_lists_each_presets_rates_as_the_trainer_uses_them(shard):
+    out = subprocess.run([os.path.join(ROOT, BIN), "-h"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    rows = {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4)), m.group(5))
+            for m in re.finditer(r"^  (\S+) +\d+ +\d+ +\d+ +\S+ +(\S+) +(\S+) +(\S+)  (.+)$", out, re.M)}
+    assert set(rows) == set(san.PRESETS), sorted(rows)
+    for preset in ("tiny", "demo", "qwen-cpu", "ffn4"):
+        muon, other, adamw, source = rows[preset]
+        for optimizer, rate in (("muon", muon), ("adamw", adamw)):
+            line = resolved_optimizer(["--preset", preset, "--optimizer", optimizer], shard)
+            assert matrix_rate(line) == pytest.approx(rate, rel=1e-6) and f"(default rates of {source})" in line, (preset, line)
+            if optimizer == "muon":
+                assert f"adamw on the rest lr {other:g} " in line, (preset, line)

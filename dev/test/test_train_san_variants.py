@@ -315,6 +315,13 @@ def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
     assert a.schedule_steps == 419 and a.warmup_frac == 0.1
     proc = run(["--paper-setup", "1", "--deconstructing-setup", "1"], check=False)
     assert proc.returncode != 0 and "two recipes" in proc.stderr
+    # Table 9: peak 3e-4 for Qwen3-1.7B, 4e-4 for the other sizes (--print-config: nothing is built)
+    for preset, lr in (("qwen3-1.7b", 3e-4), ("qwen-500m", 4e-4)):
+        out = run(["--preset", preset, "--train-data", str(data / "toy_train_*.bin"), "--val-data", "",
+                   "--deconstructing-setup", "1", "--steps", "2", "--print-config", "1"]).stdout
+        assert f"optimizer: adamw lr {lr:g} (other {lr:g})" in out, out
+        a = train_san.parse_args(["--preset", preset, "--deconstructing-setup", "1", "--steps", "2"])
+        assert train_san.opt_from_args(a, train_san.config_from_args(a)).lr == lr
 
 
 @needs_bin

@@ -259,9 +259,10 @@ def test_help_columns_stay_aligned(trainer):
 
 
 def preset_rows(usage):
-    """{preset: (layers, width, vocab, parameters)} of -h's preset table."""
-    lines = usage.split("presets (", 1)[1].splitlines()[2:]
-    return {l.split()[0]: tuple(l.split()[1:]) for l in lines if l.strip()}
+    """{preset: (layers, width, vocab, parameters)} of -h's preset table (two lines of title, a
+    line of column names, a row per preset; the default rates follow the parameters)."""
+    lines = usage.split("\npresets: ", 1)[1].splitlines()[3:]
+    return {l.split()[0]: tuple(l.split()[1:5]) for l in lines if l.strip()}
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)

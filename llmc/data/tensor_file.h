@@ -297,6 +297,7 @@ public:
     explicit TensorFileWriter(uint32_t kind) : kind_(kind) {}
 
     void set(const std::string& key, const std::string& value) { config_.emplace_back(key, value); }
+    const std::vector<std::pair<std::string, std::string>>& config() const { return config_; }  // in set() order
     void set(const std::string& key, long long value) { set(key, std::to_string(value)); }
     void set(const std::string& key, int value) { set(key, std::to_string(value)); }
     void set(const std::string& key, double value) { set(key, shortest_real_text(value)); }

@@ -47,9 +47,11 @@ mode: save() is then a collective that every rank calls.
 
 // A model's default peak rates (per device, before --lr-scale-gpus): the SAN paper's locked
 // rates are 0.02 (Muon) / 6e-4 (AdamW) for the SAN and 0.04 / 2.4e-3 for the FFN arm, with
-// 3e-4 for the AdamW side of Muon.
+// 3e-4 for the AdamW side of Muon; train_san's small presets have their own (train_san.cu
+// default_rates). `source` says where the rates come from, as the optimizer line prints it.
 struct DefaultRates {
     double muon = 0.02, adamw = 6e-4, muon_other = 3e-4;
+    std::string source = "the SAN paper's SAN arm";  // as -h and the optimizer line print it
 };
 
 enum class OptimizerKind { AdamW, Muon };

@@ -117,6 +117,7 @@ struct RunRecord {
     bool training = true;      // false: an evaluation (--steps 0), which has no rates
     std::string optimizer;
     double lr = 0.0, lr_other = 0.0;  // the peak rates used: the matrix group's and the other group's
+    std::string rates_source;  // where default rates came from (DefaultRates::source); "": given or resumed
     std::string evaluated;     // an evaluation's checkpoint
     long evaluated_step = 0;   // and the steps it was trained for
     std::string started, host, run_dir;
@@ -141,7 +142,9 @@ struct RunRecord {
         char number[64];
         if (training) {
             snprintf(number, sizeof(number), "%.9g, \"lr_other\": %.9g", lr, lr_other);
-            out += ", \"rates\": {\"optimizer\": " + text(optimizer) + ", \"lr\": " + number + "}";
+            out += ", \"rates\": {\"optimizer\": " + text(optimizer) + ", \"lr\": " + number;
+            if (!rates_source.empty()) { out += ", \"default_from\": " + text(rates_source); }
+            out += "}";
         } else {
             out += ", \"evaluation\": {\"checkpoint\": " + text(evaluated) + ", \"step\": " + std::to_string(evaluated_step) + "}";
         }

@@ -68,6 +68,7 @@ struct TrainOptions {
     int print_config = 0;    // print the resolved config, rates, sizes and data, and exit
     std::string config_path; // --config FILE (llmc/config_file.h: read before the other flags)
     RunRecord record;        // what the run says about itself (trainer_main fills it)
+    std::string rates_source;     // where the default matrix rate came from (DefaultRates::source); "": --lr or resumed
     std::set<std::string> given;  // the flags given on the command line or in --config (llmc/cli.h parse_flags)
     std::string program;          // argv[0]: the commands a run prints to continue it name it
     bool model_loaded = false;    // the trainer loaded a model from another file (train_gpt2 --init-from-llmc)
@@ -177,6 +178,7 @@ inline void print_optimizer(const TrainOptions& o) {
     } else {
         printf("optimizer: adamw lr %g (other %g)", opt.lr, opt.lr_other);
     }
+    if (!o.rates_source.empty()) { printf(" (default rates of %s)", o.rates_source.c_str()); }
     if (o.lr_scale_gpus != 1) { printf(" (rates scaled for %d GPUs)", o.lr_scale_gpus); }
     printf("; wd %g%s clip %g, schedule %s (warmup %g, decay %g, final %g", opt.weight_decay,
            opt.decay_embedding ? " (embeddings too)" : "", opt.grad_clip, opt.schedule.name(), opt.schedule.warmup_frac,

@@ -64,6 +64,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     o.opt.check();
     if (o.val_whole_docs < 0 || o.val_whole_docs > 2) { fatal("--val-whole-docs must be 0, 1 or 2, got %d", o.val_whole_docs); }
     if (o.train_doc_eval < 0) { fatal("--train-doc-eval must be >= 0 (training documents to evaluate; 0: none), got %d", o.train_doc_eval); }
+    o.rates_source = o.opt.lr < 0 ? rates.source : "";
     o.opt.resolve_rates(rates, o.lr_scale_gpus);
     if (o.batch_size <= 0 || o.seq_len <= 0 || o.seq_len > model_seq_len) {
         fatal("--batch-size must be > 0 and 0 < --seq-len <= %d", model_seq_len);
@@ -93,6 +94,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (resume != nullptr) {
         if (o.steps == 0 && o.given.count("--steps")) { fatal("--steps 0 evaluates a model: use --init-from CKPT, not --resume"); }
         continue_saved_run(o, *resume);
+        o.rates_source.clear();  // the saved run's rates
         check_build_precision(*resume, true, o.resume_override);
         o.opt.check();
         continue_on_ranks(o, *resume);
@@ -186,6 +188,7 @@ inline void describe_run(TrainOptions& t, const std::vector<Flag>& flags, const 
     r.optimizer = t.opt.name();
     r.lr = t.opt.lr;
     r.lr_other = t.opt.lr_other;
+    r.rates_source = t.rates_source;
     r.started = utc_time_text(time(nullptr));
     r.host = host_name();
     r.run_dir = t.run_dir;
@@ -237,25 +240,33 @@ inline std::string short_count(int64_t n) {
     return text;
 }
 
-// The presets as -h lists them, smallest first: each one's layers, width, vocabulary and
-// parameters (count_parameters: the padded vocabulary's embedding rows included).
-template <typename Config>
-std::string preset_sizes(const std::map<std::string, Config>& presets) {
+// The presets as -h lists them, smallest first: each one's layers, width, vocabulary,
+// parameters (count_parameters: the padded vocabulary's embedding rows included) and default
+// peak rates (Trainer::default_rates), with where they come from; `with_muon`: the trainer has
+// Muon, so a Muon rate column.
+template <typename Trainer, typename Config>
+std::string preset_sizes(const std::map<std::string, Config>& presets, bool with_muon) {
     std::vector<std::pair<int64_t, std::string>> rows;  // {parameters, line}
     int name_width = (int)strlen("preset");
     for (const auto& kv : presets) { name_width = std::max(name_width, (int)kv.first.size()); }
-    char line[256];
+    char line[512], muon[32] = "";
     for (const auto& [name, preset] : presets) {
         Config c = preset;
         c.resolve_and_check();
         const int64_t total = count_parameters(c).total;
-        snprintf(line, sizeof(line), "  %-*s %6d %6d %7d %10s\n", name_width, name.c_str(), c.n_layer, c.n_embd,
-                 c.vocab_size, short_count(total).c_str());
+        const DefaultRates rates = Trainer::default_rates(c);
+        if (with_muon) { snprintf(muon, sizeof(muon), " %7g %7g", rates.muon, rates.muon_other); }
+        snprintf(line, sizeof(line), "  %-*s %6d %6d %7d %10s%s %8g  %s\n", name_width, name.c_str(), c.n_layer, c.n_embd,
+                 c.vocab_size, short_count(total).c_str(), muon, rates.adamw, rates.source.c_str());
         rows.push_back({total, line});
     }
     std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    snprintf(line, sizeof(line), "  %-*s %6s %6s %7s %10s\n", name_width, "preset", "layers", "width", "vocab", "parameters");
-    std::string out = "presets (parameters at the preset's vocabulary; --tokenizer changes it):\n" + std::string(line);
+    snprintf(line, sizeof(line), "  %-*s %6s %6s %7s %10s%s %8s  %s\n", name_width, "preset", "layers", "width", "vocab",
+             "parameters", with_muon ? " muon lr   other" : "", "adamw lr", "default rates from");
+    std::string out = "presets: parameters at the preset's vocabulary (--tokenizer changes it), and default peak rates per\n"
+                      "device at that vocabulary (--lr overrides them";
+    out += with_muon ? "; \"other\": the AdamW rate of the non-matrix group under Muon, --lr-other):\n" : "):\n";
+    out += line;
     for (const auto& row : rows) { out += row.second; }
     return out;
 }
@@ -277,15 +288,18 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
     // --config FILE: its settings go before the command line's flags, which win (llmc/config_file.h)
     CommandLine args = with_config_file(argc, argv);
+    bool has_muon = false;  // the trainer offers Muon (-h's preset table shows its rate)
     {
         Options probe;
-        check_config_keys(args, make_flags(probe));
+        const std::vector<Flag> flags = make_flags(probe);
+        check_config_keys(args, flags);
+        for (const Flag& f : flags) { has_muon |= f.name == "--muon-order"; }
     }
     const int n_words = args.argc();
     char** words = args.argv();
     Options o = parse_with_preset<Options>(n_words, words, presets, make_flags, name,
                                            [&](Options& opts) { Trainer::set_defaults(opts, n_words, words); },
-                                           help_asked(n_words, words) ? preset_sizes(presets) : std::string());
+                                           help_asked(n_words, words) ? preset_sizes<Trainer>(presets, has_muon) : std::string());
     TrainOptions& t = o.train;
     t.program = argv[0];
     t.config_path = args.config_path;
@@ -336,8 +350,9 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     t.world = comm.world;
     choose_run_dir(t, o.preset, Trainer::arm_name(c), resume != nullptr, comm);
     OptimizerConfig unscaled = t.opt;  // the rates as the config file writes them (before --lr-scale-gpus)
-    unscaled.resolve_rates(Trainer::default_rates(c), 1);
-    check_training_options(t, c.seq_len, Trainer::default_rates(c), resume);
+    const DefaultRates rates = Trainer::default_rates(c);
+    unscaled.resolve_rates(rates, 1);
+    check_training_options(t, c.seq_len, rates, resume);
     if (!t.tokenizer_path.empty() && !tokenizer.loaded()) {  // a resume's, restored from the checkpoint
         const std::string saved = "--tokenizer (saved in " + start + ")";
         check_input_file(saved, t.tokenizer_path);
