@@ -116,12 +116,11 @@ def default_rates(cfg):
     preset's model at the swept vocabulary (its config but for the context and BOS id, which the
     data set) has its own swept rates; every other model the SAN paper's locked rates for its arm
     (as train_san.cu default_rates)."""
-    for (preset, ffn), (muon, adamw, muon_other) in SMALL_PRESET_RATES.items():
-        if cfg.vocab_size != SWEPT_VOCAB:
-            break
-        kw = dict(PRESETS[preset], ffn=ffn, vocab_size=SWEPT_VOCAB, seq_len=cfg.seq_len, bos_id=cfg.bos_id)
-        if SANConfig(**kw) == cfg:
-            return muon, adamw, muon_other
+    if cfg.vocab_size == SWEPT_VOCAB:
+        for (preset, ffn), (muon, adamw, muon_other) in SMALL_PRESET_RATES.items():
+            kw = dict(PRESETS[preset], ffn=ffn, vocab_size=SWEPT_VOCAB, seq_len=cfg.seq_len, bos_id=cfg.bos_id)
+            if SANConfig(**kw) == cfg:
+                return muon, adamw, muon_other
     return (0.04, 2.4e-3, 3e-4) if cfg.ffn != "none" else (0.02, 6e-4, 3e-4)
 
 
@@ -159,7 +158,8 @@ PAPER_SETUP = dict(global_batch=512, lr_scale_gpus=8, optimizer="muon", muon_ord
 def deconstructing_setup(steps, schedule_steps=0, preset=None):
     steps = max(1, steps)
     horizon = schedule_steps if schedule_steps > 0 else max(1, round_steps(120000 / 28611, steps))
-    return dict(global_batch=256, optimizer="adamw", beta2=0.9999, lr=3e-4 if preset == "qwen3-1.7b" else 4e-4, weight_decay=0.1, grad_clip=1.0,
+    lr = 3e-4 if preset == "qwen3-1.7b" else 4e-4
+    return dict(global_batch=256, optimizer="adamw", beta2=0.9999, lr=lr, weight_decay=0.1, grad_clip=1.0,
                 decay_embedding=1, schedule="cosine", schedule_steps=horizon,
                 warmup_frac=min(1.0, steps * 2000 / 28611 / horizon), final_frac=0.1)
 
