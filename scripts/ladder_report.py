@@ -365,22 +365,34 @@ def plot_deconstructing(points, out):
     return _save(fig, out, "deconstructing_vs_tokens.png")
 
 
-def plot_sweep(study, data, out):
+def plot_sweep(study, data, out, axis):
+    """Final loss against the swept rate (`axis`: "lr" or "lr_other"), a line per arm (and per
+    value of the other rate, for a 2-D grid)."""
     plt = _plt()
     many = len(study.arms) > 10   # past the default cycle's 10 colours: tab20, the legend beside the axes
     fig, ax = plt.subplots(figsize=(9.6, 4.8) if many else (6.4, 4.2))
     for i, arm in enumerate(study.arms):
-        pts = sorted((d.run.lr, d.final["val_loss"]) for d in data if d.run.arm is arm and d.final)
-        if pts:
-            color = plt.cm.tab20(i % 20) if many else f"C{i}"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=arm.name)
-    ax.set(xscale="log", xlabel="peak rate of the matrices (--lr)", ylabel="final val loss",
+        lines = {}
+        for d in data:
+            if d.run.arm is arm and d.final:
+                x, other = (d.run.lr_other, d.run.lr) if axis == "lr_other" else d.run.rate_point
+                lines.setdefault(other, []).append((x, d.final["val_loss"]))
+        color = plt.cm.tab20(i % 20) if many else f"C{i}"
+        for other, pts in sorted(lines.items(), key=lambda kv: kv[0] or 0.0):
+            pts.sort()
+            label = arm.name + (f" (other {other:g})" if len(lines) > 1 else "")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=label)
+    ax.set(xscale="log", xlabel=SWEEP_AXIS_LABEL[axis], ylabel="final val loss",
            title=f"{study.name}: {study.steps} steps x {study.tokens_per_step:,} tokens")
     if many:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         ax.legend(fontsize=8)
     return _save(fig, out, "sweep.png")
+
+
+SWEEP_AXIS_LABEL = {"lr": "peak rate of the matrices (--lr)",
+                    "lr_other": "Muon's AdamW side: embedding, gains, gates (--lr-other)"}
 
 
 def _save(fig, out, name):
@@ -589,27 +601,32 @@ def write_report(path, out=None):
 
 
 def write_sweep(path, out=None):
+    """The sweep's table and figure: final loss per arm and rate point (lr, lr_other), the best of
+    each arm, and whether it lies at the edge of the arm's grid in a rate the arm sweeps. Returns
+    (path, {arm: (rate point, loss, edge)})."""
     study = study_runner.load_study(path)
     data = [RunData(r, study.steps) for r in study.runs]
     out = out or os.path.join(study.out, "report-sweep")
     os.makedirs(out, exist_ok=True)
-    rates = sorted({d.run.lr for d in data})
+    points = sorted({d.run.rate_point for d in data}, key=run_files.rate_order)
+    axis = run_files.swept_axis(points)
     lines = [f"# Rate sweep: {study.name}", "", study.note, "",
              f"{study.steps} steps x {study.tokens_per_step:,} tokens; final validation loss per arm and peak rate "
              "(one seed; * = the arm's best; an edge best says the grid should be extended).", ""]
     rows, best = [], {}
     for arm in study.arms:
-        losses = {d.run.lr: d.final["val_loss"] for d in data if d.run.arm is arm and d.final}
-        states = {d.run.lr: d.state for d in data if d.run.arm is arm}
+        losses = {d.run.rate_point: d.final["val_loss"] for d in data if d.run.arm is arm and d.final}
+        states = {d.run.rate_point: d.state for d in data if d.run.arm is arm}
         if losses:
             b = min(losses, key=losses.get)
-            edge = b in (min(arm.lrs), max(arm.lrs))
+            edge = any(len(grid) > 1 and x in (min(grid), max(grid)) for x, grid in zip(b, (arm.lrs, arm.lr_others)))
             best[arm.name] = (b, losses[b], edge)
-        rows.append([arm.name] + [(f"{losses[lr]:.4f}" + ("*" if best.get(arm.name, (None,))[0] == lr else ""))
-                                  if lr in losses else states.get(lr, "—") for lr in rates])
-    lines += table(["arm"] + [f"{lr:g}" for lr in rates], rows) + [""]
-    lines += [f"- {a}: best {b:g} ({loss:.4f})" + (" — at the grid's edge" if edge else "") for a, (b, loss, edge) in best.items()]
-    lines += ["", f"![sweep]({plot_sweep(study, data, out)})", ""]
+        rows.append([arm.name] + [(f"{losses[p]:.4f}" + ("*" if best.get(arm.name, (None,))[0] == p else ""))
+                                  if p in losses else states.get(p, "—") for p in points])
+    lines += table(["arm"] + [run_files.rate_label(p) for p in points], rows) + [""]
+    lines += [f"- {a}: best {run_files.rate_label(b)} ({loss:.4f})" + (" — at the grid's edge" if edge else "")
+              for a, (b, loss, edge) in best.items()]
+    lines += ["", f"![sweep]({plot_sweep(study, data, out, axis)})", ""]
     with open(os.path.join(out, "sweep.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return os.path.join(out, "sweep.md"), best
@@ -628,8 +645,8 @@ def main(argv=None):
                 print(f"  {name}: {v}")
         else:
             path, best = write_sweep(args.file, args.out)
-            for name, (lr, loss, edge) in best.items():
-                print(f"  {name}: {lr:g} ({loss:.4f})" + (" at the grid's edge" if edge else ""))
+            for name, (point, loss, edge) in best.items():
+                print(f"  {name}: {run_files.rate_label(point)} ({loss:.4f})" + (" at the grid's edge" if edge else ""))
     except (ladder_files.LadderError, study_runner.StudyError) as e:
         sys.stderr.write(f"ladder_report.py: {e}\n")
         return 2

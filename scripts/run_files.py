@@ -176,3 +176,21 @@ def tokens_per_step(header):
     accum, ranks, global_batch = number("grad-accum") or 1, header.get("ranks") or 1, number("global-batch") or 0
     rows = global_batch if global_batch > 0 else (batch * accum * ranks if batch else None)
     return rows * seq_len if rows and seq_len and seq_len > 0 else None
+
+
+def rate_label(point):
+    """A requested (lr, lr_other) as reports name it: "0.02", "default", "0.02, other 0.0048"."""
+    lr, other = point
+    text = "default" if lr is None else f"{lr:g}"
+    return text + (f", other {other:g}" if other is not None else "")
+
+
+def rate_order(point):
+    """Sorts rate points, the trainer's defaults (None) first."""
+    return tuple((x is not None, x or 0.0) for x in point)
+
+
+def swept_axis(points):
+    """Which requested rate a set of rate points varies: "lr_other" when only Muon's AdamW side
+    does, else "lr" (a 2-D grid is drawn against lr, a line per lr_other)."""
+    return "lr_other" if len({p[0] for p in points}) == 1 and len({p[1] for p in points}) > 1 else "lr"

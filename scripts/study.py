@@ -47,13 +47,14 @@ RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "s
                 "--global-batch": "study.global_batch",
                 "--log": "(the runner's)", "--checkpoint-dir": "(the runner's)", "--resume": "(the runner's)",
                 "--save-every": "study.save_every", "--val-every": "study.val_every", "--lr": "arm.lr",
+                "--lr-other": "arm.lr_other",
                 "--milestones": "study.milestones"}
 
 STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
               "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note",
               "skip_eval", "context_eval", "data_build"}
 CONTEXT_EVAL_KEYS = {"sets", "contexts"}
-ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "optional", "note", "seeds"}
+ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "lr_other", "optional", "note", "seeds"}
 FINDING_KINDS = {
     # kind: (required arm roles, optional roles)
     "gap_ordering": (("san", "iso_depth", "iso_flop", "iso_param"), ()),
@@ -87,6 +88,7 @@ class Arm:
     optional: bool = False
     note: str = ""
     common: list = field(default_factory=list)  # the study's flags, which come before the arm's
+    lr_others: list = field(default_factory=lambda: [None])  # Muon's AdamW-side rates (--lr-other); [None]: default
 
     def model(self):
         """The match.Arm this arm trains (its preset plus the model flags it and the study set)."""
@@ -110,6 +112,12 @@ class Run:
     seed: int
     id: str
     dir: str
+    lr_other: object = None  # float or None: the trainer's default
+
+    @property
+    def rate_point(self):
+        """(lr, lr_other) as the study asks for them; None: the trainer's default."""
+        return (self.lr, self.lr_other)
 
 
 @dataclass
@@ -274,13 +282,27 @@ def load_study(path, binary=None):
             _fail(path, f"{where}.lr: rates must be positive")
         if len(set(lrs)) != len(lrs):
             _fail(path, f"{where}.lr: the grid repeats a rate")
+        # Muon's second rate (embedding, gains, gates: --lr-other); a grid crosses the lr grid
+        lr_others = a.get("lr_other", None)
+        if lr_others is None:
+            lr_others = [None]
+        else:
+            if not isinstance(lr_others, list):
+                lr_others = [lr_others]
+            if not lr_others:
+                _fail(path, f"{where}.lr_other: an empty grid")
+            lr_others = [_typed(path, f"{where}.lr_other", x, float, "a number or a list of numbers") for x in lr_others]
+            if any(x <= 0 for x in lr_others):
+                _fail(path, f"{where}.lr_other: rates must be positive")
+            if len(set(lr_others)) != len(lr_others):
+                _fail(path, f"{where}.lr_other: the grid repeats a rate")
         arm_seeds = a.get("seeds", seeds)
         if not isinstance(arm_seeds, list) or not arm_seeds or not all(isinstance(x, int) for x in arm_seeds):
             _fail(path, f"{where}.seeds must be a non-empty list of integers")
         arm_flags = _flag_list(path, f"{where}.flags", a.get("flags", []))
         arm = Arm(arm_name, preset, arm_flags, lrs, arm_seeds,
                   _typed(path, f"{where}.optional", a.get("optional", False), bool, "true or false"),
-                  _typed(path, f"{where}.note", a.get("note", ""), str, "a string"), flags)
+                  _typed(path, f"{where}.note", a.get("note", ""), str, "a string"), flags, lr_others)
         try:
             arm.model().check()
         except (ValueError, TypeError) as e:
@@ -319,9 +341,12 @@ def load_study(path, binary=None):
         study.data_build = list(build)
     for arm in arms:
         for lr in arm.lrs:
-            for seed in arm.seeds:
-                run_id = arm.name + (f"_lr{lr:g}" if lr is not None else "") + f"_s{seed}"
-                study.runs.append(Run(len(study.runs), arm, lr, seed, run_id, os.path.join(out, "runs", run_id)))
+            for lr_other in arm.lr_others:
+                for seed in arm.seeds:
+                    run_id = (arm.name + (f"_lr{lr:g}" if lr is not None else "")
+                              + (f"_lo{lr_other:g}" if lr_other is not None else "") + f"_s{seed}")
+                    study.runs.append(Run(len(study.runs), arm, lr, seed, run_id, os.path.join(out, "runs", run_id),
+                                          lr_other))
     return study
 
 
@@ -573,6 +598,8 @@ def run_command(study, run, resume=None):
         "--log", os.path.join(run.dir, "log.jsonl"), "--checkpoint-dir", os.path.join(run.dir, "ckpt")]
     if run.lr is not None:
         cmd += ["--lr", f"{run.lr:g}"]
+    if run.lr_other is not None:
+        cmd += ["--lr-other", f"{run.lr_other:g}"]
     if study.milestones:
         cmd += ["--milestones", "1"]
     if resume:

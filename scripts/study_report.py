@@ -60,7 +60,7 @@ class RunData:
     @property
     def rates_text(self):
         """The rates it trained with; a run with no log yet shows the study's request."""
-        return run_files.fmt_rates(self.rates) if self.rates else fmt_lr(self.run.lr)
+        return run_files.fmt_rates(self.rates) if self.rates else run_files.rate_label(self.run.rate_point)
 
 
 def mean_sd(values):
@@ -71,17 +71,18 @@ def mean_sd(values):
 
 
 class ArmSummary:
-    """An arm at its best rate: the finished runs there, their mean and sd."""
+    """An arm at its best rates: the finished runs there, their mean and sd. Rates are rate
+    points, (lr, lr_other) as the study asks for them (study.Run.rate_point)."""
 
     def __init__(self, arm, data):
         self.arm = arm
-        self.by_lr = {}
+        self.by_rate = {}
         for d in data:
             if d.run.arm is arm and d.final is not None:
-                self.by_lr.setdefault(d.run.lr, []).append(d)
-        self.lr_mean = {lr: mean_sd([d.final_loss for d in ds])[0] for lr, ds in self.by_lr.items()}
-        self.lr = min(self.lr_mean, key=self.lr_mean.get) if self.lr_mean else None
-        self.runs = sorted(self.by_lr.get(self.lr, []), key=lambda d: d.run.seed)
+                self.by_rate.setdefault(d.run.rate_point, []).append(d)
+        self.rate_mean = {p: mean_sd([d.final_loss for d in ds])[0] for p, ds in self.by_rate.items()}
+        self.rate = min(self.rate_mean, key=self.rate_mean.get) if self.rate_mean else None
+        self.runs = sorted(self.by_rate.get(self.rate, []), key=lambda d: d.run.seed)
         self.mean, self.sd = mean_sd([d.final_loss for d in self.runs]) if self.runs else (None, None)
         self.diverged = [d for d in data if d.run.arm is arm and d.state == "diverged"]
         self.all_runs = [d for d in data if d.run.arm is arm]
@@ -150,10 +151,6 @@ def fmt(x, digits=4, signed=False):
     if x is None:
         return "—"
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
-def fmt_lr(lr):
-    return "default" if lr is None else f"{lr:g}"
 
 
 def table(header, rows):
@@ -433,7 +430,7 @@ def finding_rates(f, summaries):
     if not arms:
         return []
     line = "Rates used: " + "; ".join(f"{s.arm.name} {s.rates_text}" for s in arms) + "."
-    if len({s.rates_text for s in arms}) > 1 and not all(len(s.lr_mean) > 1 for s in arms):
+    if len({s.rates_text for s in arms}) > 1 and not all(len(s.rate_mean) > 1 for s in arms):
         line += (" The arms trained at different rates and not every one was swept: part of the difference may be the "
                  "rates', not the architectures' (give the arms `lr` grids).")
     return [line, ""]
@@ -552,17 +549,31 @@ def plot_final(summaries, floor, baseline, out):
     return "final_loss.png"
 
 
+AXIS_LABEL = {"lr": "peak rate, as the study asks (--lr)",
+              "lr_other": "Muon's AdamW-side rate, as the study asks (--lr-other)"}
+
+
 def plot_lr(summaries, out):
     fig, ax = plt.subplots(figsize=(6, 4))
-    for i, s in enumerate(summaries.values()):
-        lrs = sorted(lr for lr in s.lr_mean if lr is not None)
-        if len(lrs) < 2:
-            continue
-        ax.plot(lrs, [s.lr_mean[lr] for lr in lrs], "o-", color=f"C{i % 10}", label=s.arm.name)
-        for lr in lrs:
-            ax.plot([lr] * len(s.by_lr[lr]), [d.final_loss for d in s.by_lr[lr]], ".", color=f"C{i % 10}", ms=3)
+    swept = [s for s in summaries.values() if len(s.rate_mean) > 1]
+    axis = run_files.swept_axis([p for s in swept for p in s.rate_mean])
+    for i, s in enumerate(swept):
+        # one line per value of the rate not on the x axis
+        lines = {}
+        for p in s.rate_mean:
+            x, other = (p[1], p[0]) if axis == "lr_other" else p
+            if x is not None:
+                lines.setdefault(other, []).append((x, p))
+        for other, pts in lines.items():
+            if len(pts) < 2:
+                continue
+            pts.sort()
+            label = s.arm.name + (f" (other {other:g})" if axis == "lr" and other is not None and len(lines) > 1 else "")
+            ax.plot([x for x, _ in pts], [s.rate_mean[p] for _, p in pts], "o-", color=f"C{i % 10}", label=label)
+            for x, p in pts:
+                ax.plot([x] * len(s.by_rate[p]), [d.final_loss for d in s.by_rate[p]], ".", color=f"C{i % 10}", ms=3)
     ax.set_xscale("log")
-    ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel="peak rate, as the study asks (--lr)",
+    ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel=AXIS_LABEL[axis],
            ylabel="final validation loss")
     if ax.lines:
         ax.legend(fontsize=8)
@@ -808,18 +819,23 @@ def write_report(study, why, out=None):
     md += context_length_section(study, summaries)
 
     # learning rates
-    swept = [s for s in summaries.values() if len(s.lr_mean) > 1]
+    swept = [s for s in summaries.values() if len(s.rate_mean) > 1]
     if swept:
         md += ["## Learning-rate sweeps", ""]
-        lrs = sorted({lr for s in swept for lr in s.lr_mean if lr is not None})
-        md += [table(["arm"] + [f"lr {lr:g}" for lr in lrs],
-                     [[s.arm.name] + [fmt(s.lr_mean.get(lr)) for lr in lrs] for s in swept]), ""]
+        points = sorted({p for s in swept for p in s.rate_mean}, key=run_files.rate_order)
+        md += [table(["arm"] + [f"lr {run_files.rate_label(p)}" for p in points],
+                     [[s.arm.name] + [fmt(s.rate_mean.get(p)) for p in points] for s in swept]), ""]
         differ = []  # the grid is what the study asked; a trainer may scale it (--lr-scale-gpus, --paper-setup)
         for s in swept:
-            for lr in sorted(x for x in s.by_lr if x is not None):
-                used = sorted({d.rates["lr"] for d in s.by_lr[lr] if d.rates and d.rates["source"] == "header"})
-                if any(not math.isclose(u, lr, rel_tol=1e-6) for u in used):
-                    differ.append(f"{s.arm.name} {lr:g} ran at {', '.join(f'{u:g}' for u in used)}")
+            for p in sorted(s.by_rate, key=run_files.rate_order):
+                for key, asked in zip(("lr", "lr_other"), p):
+                    if asked is None:
+                        continue
+                    used = sorted({d.rates[key] for d in s.by_rate[p]
+                                   if d.rates and d.rates["source"] == "header" and d.rates.get(key) is not None})
+                    if any(not math.isclose(u, asked, rel_tol=1e-6) for u in used):
+                        differ.append(f"{s.arm.name} {'' if key == 'lr' else '--lr-other '}{asked:g} ran at "
+                                      f"{', '.join(f'{u:g}' for u in used)}")
         if differ:
             md += ["The columns are the rates the study file asks for; their log headers say some runs trained at "
                    "others: " + "; ".join(differ) + ".", ""]

@@ -234,3 +234,71 @@ def test_deconstructing_verdict(tmp_path):
     _, rungs = ladder_report.load_rungs(str(path))
     r = ladder_report.deconstructing(rungs[0], "standard", ["mlp", "approximate"], 0.02)
     assert r["shows"] is False and r["deltas"]["mlp"] == (pytest.approx(0.5), pytest.approx(0.05))
+
+
+SWEEP = """
+[study]
+name = "toy-sweep"
+out = "{out}"
+seeds = [42]
+batch_size = 2
+seq_len = 8
+tokens = 64
+flags = ["--vocab-size", "256"]
+
+[[arm]]
+name = "san"
+preset = "tiny"
+lr = 0.02
+lr_other = [1e-3, 2e-3, 4e-3]
+
+[[arm]]
+name = "ffn"
+preset = "tiny"
+flags = ["--ffn", "swiglu"]
+lr = [0.01, 0.02, 0.04]
+lr_other = 2e-3
+"""
+
+
+def test_sweep_of_the_other_rate(tmp_path):
+    """An arm may sweep Muon's AdamW side (lr_other) as it sweeps lr: the runs cross the grids,
+    their ids and commands carry both rates, and the sweep report finds each arm's best point
+    and whether it is at the edge of the rate the arm sweeps."""
+    path = tmp_path / "sweep.toml"
+    path.write_text(SWEEP.format(out=str(tmp_path / "out")))
+    s = study.load_study(str(path))
+    assert [r.id for r in s.runs] == ["san_lr0.02_lo0.001_s42", "san_lr0.02_lo0.002_s42", "san_lr0.02_lo0.004_s42",
+                                      "ffn_lr0.01_lo0.002_s42", "ffn_lr0.02_lo0.002_s42", "ffn_lr0.04_lo0.002_s42"]
+    cmd = study.run_command(s, s.runs[1])
+    assert cmd[cmd.index("--lr") + 1] == "0.02" and cmd[cmd.index("--lr-other") + 1] == "0.002"
+    # san's loss falls with lr_other (edge best at 4e-3); ffn's has an interior best at lr 0.02
+    losses = {"san_lr0.02_lo0.001_s42": 3.0, "san_lr0.02_lo0.002_s42": 2.5, "san_lr0.02_lo0.004_s42": 2.0,
+              "ffn_lr0.01_lo0.002_s42": 2.4, "ffn_lr0.02_lo0.002_s42": 2.2, "ffn_lr0.04_lo0.002_s42": 2.6}
+    for run in s.runs:
+        fake_run(run, s.steps, losses[run.id])
+    report, best = ladder_report.write_sweep(str(path))
+    assert best == {"san": ((0.02, 4e-3), 2.0, True), "ffn": ((0.02, 2e-3), 2.2, False)}
+    text = open(report).read()
+    assert ("| arm | 0.01, other 0.002 | 0.02, other 0.001 | 0.02, other 0.002 | 0.02, other 0.004 | "
+            "0.04, other 0.002 |") in text
+    assert "| san | — | 3.0000 | 2.5000 | 2.0000* | — |" in text
+    assert "- san: best 0.02, other 0.004 (2.0000) — at the grid's edge" in text
+    assert "- ffn: best 0.02, other 0.002 (2.2000)\n" in text
+
+
+def test_bad_other_rate_grids(tmp_path):
+    for bad, message in (("lr_other = [1e-3, 2e-3, 4e-3]", None), ("lr_other = []", "empty grid"),
+                         ("lr_other = [1e-3, 1e-3]", "repeats a rate"), ("lr_other = -1e-3", "positive"),
+                         ('lr_other = "fast"', "a number")):
+        path = tmp_path / "sweep.toml"
+        path.write_text(SWEEP.format(out=str(tmp_path / "out")).replace("lr_other = [1e-3, 2e-3, 4e-3]", bad))
+        if message is None:
+            study.load_study(str(path))
+            continue
+        with pytest.raises(study.StudyError, match=message):
+            study.load_study(str(path))
+    path.write_text(SWEEP.format(out=str(tmp_path / "out")).replace(
+        'flags = ["--ffn", "swiglu"]', 'flags = ["--ffn", "swiglu", "--lr-other", "1e-3"]'))
+    with pytest.raises(study.StudyError, match="arm.lr_other"):
+        study.load_study(str(path))

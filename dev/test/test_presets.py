@@ -195,7 +195,7 @@ PAPER_LOCKS = {("none", "muon"): 0.02, ("none", "adamw"): 6e-4, ("swiglu", "muon
 def swept_best():
     """{arm name: best rate} from the report's "- ARM: best RATE (LOSS)" lines."""
     with open(SWEEP_REPORT) as f:
-        return {m.group(1): float(m.group(2)) for m in re.finditer(r"^- (\S+): best (\S+) \(", f.read(), re.M)}
+        return {m.group(1): float(m.group(2)) for m in re.finditer(r"^- (\S+): best ([^ ,(]+)", f.read(), re.M)}
 
 
 def sweep_arms():
@@ -210,11 +210,7 @@ def sweep_arms():
             continue
         args = ["--preset", arm.preset] + s.flags + arm.flags
         args = [a for i, a in enumerate(args) if a not in FILE_FLAGS and (i == 0 or args[i - 1] not in FILE_FLAGS)]
-        other = float(args[args.index("--lr-other") + 1]) if "--lr-other" in args else None
-        if other is not None:
-            i = args.index("--lr-other")
-            args = args[:i] + args[i + 2:]
-        out.append((arm.name, args, other))
+        out.append((arm.name, args, arm.lr_others[0]))
     return out
 
 
