@@ -609,7 +609,7 @@ def write_sweep(path, out=None):
     out = out or os.path.join(study.out, "report-sweep")
     os.makedirs(out, exist_ok=True)
     points = sorted({d.run.rate_point for d in data}, key=run_files.rate_order)
-    axis = run_files.swept_axis(points)
+    axis = run_files.swept_axis(study.arms)
     lines = [f"# Rate sweep: {study.name}", "", study.note, "",
              f"{study.steps} steps x {study.tokens_per_step:,} tokens; final validation loss per arm and peak rate "
              "(one seed; * = the arm's best; an edge best says the grid should be extended).", ""]
@@ -621,9 +621,28 @@ def write_sweep(path, out=None):
             b = min(losses, key=losses.get)
             edge = any(len(grid) > 1 and x in (min(grid), max(grid)) for x, grid in zip(b, (arm.lrs, arm.lr_others)))
             best[arm.name] = (b, losses[b], edge)
-        rows.append([arm.name] + [(f"{losses[p]:.4f}" + ("*" if best.get(arm.name, (None,))[0] == p else ""))
-                                  if p in losses else states.get(p, "—") for p in points])
-    lines += table(["arm"] + [run_files.rate_label(p) for p in points], rows) + [""]
+        rows.append((arm, {p: (f"{losses[p]:.4f}" + ("*" if best.get(arm.name, (None,))[0] == p else ""))
+                           if p in losses else states.get(p, "—") for p in points}))
+    # a column per value of the swept rate and the arm's fixed other rate beside it, when every arm
+    # sweeps that rate alone; else a column per rate point
+    k = 1 if axis == "lr_other" else 0
+    fixed_grid = (lambda arm: arm.lr_others) if k == 0 else (lambda arm: arm.lrs)
+    if all(len(fixed_grid(arm)) == 1 for arm, _ in rows):
+        values = sorted({p[k] for p in points}, key=lambda x: (x is not None, x or 0.0))
+        fixed = ("--lr", "--lr-other")[1 - k]
+        show_fixed = any(p[1 - k] is not None for p in points)
+        header = ["arm"] + ([fixed] if show_fixed else []) + ["default" if v is None else f"{v:g}" for v in values]
+        body = []
+        for arm, cells in rows:
+            other = fixed_grid(arm)[0]
+            by_value = {p[k]: c for p, c in cells.items() if p[1 - k] == other}
+            body.append([arm.name] + ([("default" if other is None else f"{other:g}")] if show_fixed else [])
+                        + [by_value.get(v, "—") for v in values])
+        lines += [f"Columns: {('--lr', '--lr-other')[k]}.", ""]
+        lines += table(header, body) + [""]
+    else:
+        lines += table(["arm"] + [run_files.rate_label(p) for p in points],
+                       [[arm.name] + [cells.get(p, "—") for p in points] for arm, cells in rows]) + [""]
     lines += [f"- {a}: best {run_files.rate_label(b)} ({loss:.4f})" + (" — at the grid's edge" if edge else "")
               for a, (b, loss, edge) in best.items()]
     lines += ["", f"![sweep]({plot_sweep(study, data, out, axis)})", ""]

@@ -190,7 +190,10 @@ def rate_order(point):
     return tuple((x is not None, x or 0.0) for x in point)
 
 
-def swept_axis(points):
-    """Which requested rate a set of rate points varies: "lr_other" when only Muon's AdamW side
-    does, else "lr" (a 2-D grid is drawn against lr, a line per lr_other)."""
-    return "lr_other" if len({p[0] for p in points}) == 1 and len({p[1] for p in points}) > 1 else "lr"
+def swept_axis(arms):
+    """Which requested rate a sweep's arms (study.Arm) vary: "lr_other" when each arm has one lr
+    and some arm a grid of Muon's AdamW-side rates, else "lr" (a 2-D grid is drawn against lr, a
+    line per lr_other)."""
+    if all(len(a.lrs) == 1 for a in arms) and any(len(a.lr_others) > 1 for a in arms):
+        return "lr_other"
+    return "lr"

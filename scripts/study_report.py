@@ -556,7 +556,7 @@ AXIS_LABEL = {"lr": "peak rate, as the study asks (--lr)",
 def plot_lr(summaries, out):
     fig, ax = plt.subplots(figsize=(6, 4))
     swept = [s for s in summaries.values() if len(s.rate_mean) > 1]
-    axis = run_files.swept_axis([p for s in swept for p in s.rate_mean])
+    axis = run_files.swept_axis([s.arm for s in swept])
     for i, s in enumerate(swept):
         # one line per value of the rate not on the x axis
         lines = {}

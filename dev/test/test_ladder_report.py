@@ -285,6 +285,17 @@ def test_sweep_of_the_other_rate(tmp_path):
     assert "| san | — | 3.0000 | 2.5000 | 2.0000* | — |" in text
     assert "- san: best 0.02, other 0.004 (2.0000) — at the grid's edge" in text
     assert "- ffn: best 0.02, other 0.002 (2.2000)\n" in text
+    # a sweep whose arms each vary the other rate alone: a column per value, the arm's lr beside it
+    path.write_text(SWEEP.format(out=str(tmp_path / "out")).replace("lr = [0.01, 0.02, 0.04]\nlr_other = 2e-3",
+                                                                     "lr = 0.04\nlr_other = [1e-3, 2e-3]"))
+    s = study.load_study(str(path))
+    for run in s.runs:
+        if run.arm.name == "ffn":
+            fake_run(run, s.steps, {1e-3: 2.3, 2e-3: 2.1}[run.lr_other])
+    text = open(ladder_report.write_sweep(str(path))[0]).read()
+    assert "| arm | --lr | 0.001 | 0.002 | 0.004 |" in text
+    assert "| san | 0.02 | 3.0000 | 2.5000 | 2.0000* |" in text and "| ffn | 0.04 | 2.3000 | 2.1000* | — |" in text
+    assert "- ffn: best 0.04, other 0.002 (2.1000) — at the grid's edge" in text
 
 
 def test_bad_other_rate_grids(tmp_path):

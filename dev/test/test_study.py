@@ -229,10 +229,14 @@ def study_cmd(*args):
                           timeout=300)
 
 
-def md_table(text, first_header):
-    """Rows (dicts) of the markdown table whose header starts with first_header."""
+def md_table(text, first_header, after=None):
+    """Rows (dicts) of the markdown table whose header starts with first_header (the first such
+    table after the line `after`, if given)."""
     lines = text.splitlines()
+    start = lines.index(after) if after else 0
     for i, line in enumerate(lines):
+        if i < start:
+            continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0] == first_header:
             rows = []
@@ -988,6 +992,14 @@ preset = "tiny"
 lr = [1e-3, 2e-3]
 seeds = [1]
 
+[[arm]]
+name = "other"
+preset = "tiny"
+flags = ["--optimizer", "muon"]
+lr = 0.02
+lr_other = [1e-3, 4e-3]
+seeds = [1]
+
 [[finding]]
 kind = "localisation"
 san = "san"
@@ -1005,6 +1017,9 @@ ffn = "ffn"
     # a sweep whose trainer scaled the rates it was given (as --lr-scale-gpus 4 does): the grid is named as asked
     write_fake_run(out / "runs" / "swept_lr0.001_s1", header_record(4e-3, 4e-3), 4e-3, losses, [4.6, 4.35])
     write_fake_run(out / "runs" / "swept_lr0.002_s1", header_record(2e-3, 2e-3), 2e-3, losses, [4.6, 4.25])
+    # a sweep of Muon's AdamW side, whose second point ran at twice the rate it asked for
+    write_fake_run(out / "runs" / "other_lr0.02_lo0.001_s1", header_record(0.02, 1e-3, "muon"), 0.02, losses, [4.6, 4.4])
+    write_fake_run(out / "runs" / "other_lr0.02_lo0.004_s1", header_record(0.02, 8e-3, "muon"), 0.02, losses, [4.6, 4.2])
     assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
     report = (out / "report" / "report.md").read_text()
     runs = {r["run"]: r for r in md_table(report, "run")}
@@ -1019,7 +1034,13 @@ ffn = "ffn"
     assert "Rates used: san adamw 0.0006; ffn adamw 0.0024 (other 0.001). The arms trained at different rates" in report
     assert "default" not in report
     assert runs["swept_lr0.001_s1"]["rates"] == "adamw 0.004" and arms["swept"]["rates"] == "adamw 0.002"  # (its best)
-    assert "their log headers say some runs trained at others: swept 0.001 ran at 0.004." in report
+    assert "their log headers say some runs trained at others: swept 0.001 ran at 0.004; " \
+           "other --lr-other 0.004 ran at 0.008." in report
+    # the sweeps' table has a column per rate point (lr, lr_other), and the arm its best point's rates
+    sweeps = {r["arm"]: r for r in md_table(report, "arm", after="## Learning-rate sweeps")}
+    assert sweeps["other"]["lr 0.02, other 0.001"] == "4.4000" and sweeps["other"]["lr 0.02, other 0.004"] == "4.2000"
+    assert sweeps["swept"]["lr 0.002"] == "4.2500" and sweeps["swept"]["lr 0.02, other 0.004"] == "—"
+    assert arms["other"]["rates"] == "muon 0.02 (rest 0.008)"
 
 
 def test_final_loss_figure_is_readable(tmp_path):
