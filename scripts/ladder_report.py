@@ -22,8 +22,8 @@ both twice its own sd over seeds and the noise floor.
     At a rung it *shows* when all three gaps are resolved and positive and both ordering margins
     (iso-depth - iso-FLOP, iso-FLOP - iso-param, paired by seed) are resolved and positive.
   iso-param gap shrinks with tokens (paper: 0.046 at 5B, 0.019 at 30B, 0.005 at 105B).
-    *shows* when it falls from each rung to the next by more than twice the larger of the two
-    rungs' sds and the larger floor.
+    *shows* when it is positive at every rung and falls from each rung to the next by more than
+    twice the larger of the two rungs' sds and the larger floor.
   Localisation (finding 2: the SAN's deficit against its iso-param partner sits on query
     tokens), on held-out and, separately, training documents. At a rung it *shows* when the
     query delta exceeds the trace and the answer deltas, both margins resolved.
@@ -39,9 +39,17 @@ both twice its own sd over seeds and the noise floor.
 
 For a finding over the ladder: *shows* when it shows at the largest rung that ran; *trend*
 when not, but its quantity moved the paper's way from the second-largest to the largest rung
-that ran (the smallest ordering margin grew; the iso-param gap fell; the smallest localisation
-margin grew; the spectra margin grew; the smallest uniform gap and the hybrids' recovery grew);
-*does not show* otherwise, and *cannot tell* when the runs are missing. Gates and hidden-state
+that ran (the smallest of the three gaps and two ordering margins grew; the iso-param gap's
+size, |gap|, fell; the smallest localisation margin grew; the spectra margin grew; the smallest
+uniform gap and the hybrids' recovery grew); *does not show* otherwise, and *cannot tell* when
+the runs are missing.
+
+Amended 2026-12-04, when the tuned CPU ladder gave the first negative gaps (the SAN ahead of
+its partners): the rules above had been written for a SAN behind. The gap ordering's trend
+quantity was the smaller ordering margin alone, which grows while every gap stays negative; the
+iso-param gap's trend was "fell", which a negative gap moving away from zero also does, and its
+*shows* did not ask for positive gaps. Both amendments only make a verdict harder to reach, and
+the first ladder's verdicts (doc/study-runs/2026-12-03-ladder-cpu.md) are the same under them. Gates and hidden-state
 effective ranks are reported against tokens without a verdict (the paper gives them as
 diagnostics; "neutral for loss" needs a residual-ablation arm this ladder does not have).
 """
@@ -475,19 +483,21 @@ def write_report(path, out=None):
                         "shows at rung"], rows) + [""]
         if gap_points:
             lines += [f"![gaps]({plot_gaps(gap_points, floors, out)})", ""]
+        # the trend's quantity: the smallest of the five numbers that must all be positive to show
         v = verdict_over_ladder(gap_points, lambda r: r["shows"],
-                                lambda r: min(r["margins"][0][0], r["margins"][1][0]))
+                                lambda r: min([r["margins"][0][0], r["margins"][1][0]]
+                                              + [r["gaps"][k][0] for k in ("iso_depth", "iso_flop", "iso_param")]))
         verdicts.append(("Gap ordering iso-depth > iso-FLOP > iso-param", v))
-        # the iso-param gap falls with tokens
+        # the iso-param gap falls with tokens, from above zero (the SAN behind its partner)
         pts = [(t, r["gaps"]["iso_param"]) for t, r in gap_points]
-        falls = len(pts) >= 2 and all(
+        falls = len(pts) >= 2 and all(b[0] > 0 for _, b in pts) and all(
             a[0] - b[0] > max(2 * max(a[1] or 0, b[1] or 0), floor_of[ta] or 0, floor_of[tb] or 0)
             for (ta, a), (tb, b) in zip(pts, pts[1:]))
         if len(pts) < 2:
             v2 = "cannot tell"
         elif falls:
             v2 = "shows"
-        elif pts[-1][1][0] < pts[-2][1][0]:
+        elif abs(pts[-1][1][0]) < abs(pts[-2][1][0]):
             v2 = "trend"
         else:
             v2 = "does not show"

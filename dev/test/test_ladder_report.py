@@ -313,3 +313,21 @@ def test_bad_other_rate_grids(tmp_path):
         'flags = ["--ffn", "swiglu"]', 'flags = ["--ffn", "swiglu", "--lr-other", "1e-3"]'))
     with pytest.raises(study.StudyError, match="arm.lr_other"):
         study.load_study(str(path))
+
+
+def test_negative_gaps_are_not_the_papers_way(tmp_path):
+    """The SAN ahead of every partner (negative gaps), in the paper's order and with its ordering
+    margins growing: not a trend, since the gaps move away from the paper's sign; an iso-param gap
+    that falls from -0.04 to -0.05 grows in size: not the paper's shrinking."""
+    small = quartet([4.00, 4.00], [4.005, 4.005], [4.03, 4.03], [4.04, 4.04])  # gaps -0.005 / -0.03 / -0.04
+    large = quartet([3.00, 3.00], [3.008, 3.008], [3.03, 3.03], [3.05, 3.05])  # gaps -0.008 / -0.03 / -0.05
+    path = make_ladder(tmp_path, {64: small, 256: large})
+    v = dict(ladder_report.write_report(path)[1])
+    assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
+    assert v["iso-param gap shrinks with tokens"] == "does not show"
+    # the same gaps moving toward zero from below: the smallest quantity grows, |iso-param| falls
+    large = quartet([3.00, 3.00], [3.002, 3.002], [3.01, 3.01], [3.02, 3.02])
+    os.makedirs(tmp_path / "b")
+    v = dict(ladder_report.write_report(make_ladder(tmp_path / "b", {64: small, 256: large}))[1])
+    assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "trend"
+    assert v["iso-param gap shrinks with tokens"] == "trend"  # falls in size, never above zero: not "shows"
