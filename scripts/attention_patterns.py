@@ -38,7 +38,8 @@ LOCFOC_SCALE = 2.0
 def layer_raw(record, layer):
     """The raw values of one layer (head means), by axis name, or None where the layer has no
     attention matrix (null in the log) or the record no indicators."""
-    if not record.get("attn_entropy") or record["attn_entropy"][layer] is None:
+    entropy = record.get("attn_entropy") or []
+    if layer >= len(entropy) or entropy[layer] is None:  # (a shallower model: no such layer)
         return None
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     raw = {"Entropy": mean(record["attn_entropy"][layer]), "Conc": mean(record["attn_conc"][layer]),
@@ -165,16 +166,23 @@ HEADER = ["layer", "run"] + list(AXES) + ["|logit| p99", "|logit| max"]
 def groups_of_arms(arms):
     """{kind: {arm: record}} from [(arm name, its trainer flags, its final validation record)]:
     for each non-standard --attention kind, its arms (uniform, hybrid, other layouts) after
-    the standard-attention arms."""
+    the standard-attention arms of as many layers (a study's other models, e.g. the SAN arms of
+    the mini-study beside its Deconstructing arms, are not theirs to compare with)."""
     def flag(flags, name, default):
         values = [flags[i + 1] for i in range(len(flags) - 1) if flags[i] == name]
         return values[-1] if values else default
-    standard = {name: r for name, flags, r in arms if flag(flags, "--attention", "standard") == "standard"}
+
+    def depth(record):
+        return len((record or {}).get("attn_entropy") or [])
     groups = {}
     for name, flags, r in arms:
         kind = flag(flags, "--attention", "standard")
         if kind != "standard":
-            groups.setdefault(kind, dict(standard))[name] = r
+            group = groups.setdefault(kind, {})
+            if not group:
+                group.update({n: rs for n, fs, rs in arms if flag(fs, "--attention", "standard") == "standard"
+                              and depth(rs) == depth(r)})
+            group[name] = r
     return groups
 
 

@@ -100,3 +100,21 @@ def test_raw_values_are_head_means(layer):
     r = RUNS["standard"]
     assert raw["Entropy"] == np.mean(r["attn_entropy"][layer]) and raw["HeadDiv"] == r["attn_headdiv"][layer]
     assert raw["LocFoc 3"] == np.mean(r["attn_locfoc"][layer][3])
+
+
+def test_a_kind_is_compared_with_standard_arms_of_its_depth(tmp_path):
+    """A study with other models beside its Deconstructing arms (the mini-study's 12- and
+    24-layer SANs): only the standard arm of the variant's depth joins its group, and a layer
+    that a shallower run does not have is no layer of it."""
+    deeper = dict(RUNS["standard"])
+    for key in ("attn_entropy", "attn_conc", "attn_headdiv", "attn_sink", "attn_locfoc"):
+        deeper[key] = RUNS["standard"][key] * 3
+    arms = [("san", ["--n-layer", "12"], deeper), ("standard", [], RUNS["standard"]),
+            ("mlp-hybrid", ["--attention", "mlp", "--layout", "hybrid"], RUNS["mlp-hybrid"])]
+    assert {k: list(v) for k, v in ap.groups_of_arms(arms).items()} == {"mlp": ["standard", "mlp-hybrid"]}
+    n = len(RUNS["standard"]["attn_entropy"])
+    assert ap.layer_raw(RUNS["standard"], n) is None and ap.layer_raw(deeper, n) is not None
+    # runs of different depths in one figure (the 2026-12-04 mini-study's report stopped here): a
+    # radar per layer of the deepest, the shallower run on its own layers only
+    assert ap.plot_radars({"san": deeper, "standard": RUNS["standard"]}, str(tmp_path), "r.png") == "r.png"
+    assert list(ap.radar_values({"san": deeper, "standard": RUNS["standard"]}, n)) == ["san"]
