@@ -242,6 +242,11 @@ def finding_gap_ordering(f, summaries, floor, why):
             f"iso-param {gaps['iso_param']:+.4f} nats (paper at 105B tokens: +0.47, +0.26, +0.005); "
             f"noise floor {fmt(floor)}.")
     ordered = gaps["iso_depth"] > gaps["iso_flop"] > gaps["iso_param"]
+    ahead = [role.replace("iso_", "iso-").replace("flop", "FLOP") for role, g in gaps.items() if g <= 0]
+    if ahead:  # the paper's finding is a SAN behind each partner, not only the gaps' order
+        return "does not show", text + (f" The SAN is not behind its {', '.join(ahead)} partner"
+                                        f"{'s' if len(ahead) > 1 else ''}; the paper has it behind each"
+                                        + (", though the gaps keep the paper's order." if ordered else "."))
     if not ordered:
         return "does not show", text + " The ordering iso-depth > iso-FLOP > iso-param does not hold."
     resolved = floor is None or min(gaps["iso_depth"] - gaps["iso_flop"], gaps["iso_flop"] - gaps["iso_param"]) > 2 * floor
@@ -265,6 +270,8 @@ def finding_localisation(f, summaries, floor, why):
     text = (f"SAN − FFN ({f['ffn']}) per region: " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
             + f" nats (overall {san.mean - ffn.mean:+.4f}).")
     text += localisation_on_training_documents(san, ffn) + localisation_on_eval_sets(san, ffn)
+    if d["query"] <= 0:
+        return "does not show", text + " The SAN has no deficit on query tokens to place (it is not behind there)."
     if all(d["query"] > v for r, v in d.items() if r != "query"):
         return "shows", text + " The deficit is largest on query tokens."
     return "does not show", text + " The deficit is not largest on query tokens."
@@ -309,7 +316,8 @@ def localisation_on_training_documents(san, ffn):
         return ""
     largest = all(d["query"] > v for r, v in d.items() if r != "query")
     return (" On training documents (--train-doc-eval): " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
-            + f" (the deficit is {'' if largest else 'not '}largest on query tokens).")
+            + (" (no deficit on query tokens)." if d["query"] <= 0 else
+               f" (the deficit is {'' if largest else 'not '}largest on query tokens)."))
 
 
 def localisation_on_eval_sets(san, ffn):

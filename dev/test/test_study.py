@@ -592,19 +592,20 @@ preset = "tiny"
 [[arm]]
 name = "blowup"
 preset = "tiny"
-flags = ["--qk-norm", "0", "--lr-other", "1e5"]
+flags = ["--qk-norm", "0"]
 lr = 1e5
+lr_other = 1e5
 """
     findings = '[[finding]]\nkind = "qk_norm"\nwith_qk_norm = "stable"\nwithout_qk_norm = "blowup"\n'
     path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data, arms=arms, findings=findings)
     proc = study_cmd("run", path, "--binary", BIN)
-    assert proc.returncode == 0 and "1 diverged (blowup_lr100000_s7)" in proc.stdout, proc.stdout + proc.stderr
-    status = json.load(open(tmp_path / "out" / "runs" / "blowup_lr100000_s7" / "status.json"))
+    assert proc.returncode == 0 and "1 diverged (blowup_lr100000_lo100000_s7)" in proc.stdout, proc.stdout + proc.stderr
+    status = json.load(open(tmp_path / "out" / "runs" / "blowup_lr100000_lo100000_s7" / "status.json"))
     assert status["state"] == "diverged" and "diverged" in status["message"]
     assert "0 to run now" in study_cmd("run", path, "--binary", BIN).stdout  # not retried
     assert study.main(["report", path, "--binary", BIN]) == 0
     report = (tmp_path / "out" / "report" / "report.md").read_text()
-    assert f"Diverged: `blowup_lr100000_s7` at step {status['step']}" in report
+    assert f"Diverged: `blowup_lr100000_lo100000_s7` at step {status['step']}" in report
     rows = {r["arm"]: r for r in md_table(report, "arm")}
     assert rows["blowup"]["seeds"] == "0" and rows["blowup"]["val loss"] == "—"
     assert "**shows.** diverged runs: with QK-norm 0 of 1, without 1 of 1" in report
@@ -834,7 +835,8 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
             "ffn_s1": (ffn_arm, val(0.0, 4.3, 2.95, 3.25, 0.40, 0.55, held_out_query=4.8))}
     data = []
     for name, (arm, records) in logs.items():
-        run = types.SimpleNamespace(id=name, arm=arm, lr=None, seed=int(name[-1]), dir=str(tmp_path / name))
+        run = types.SimpleNamespace(id=name, arm=arm, lr=None, lr_other=None, rate_point=(None, None), seed=int(name[-1]),
+                                    dir=str(tmp_path / name))
         os.makedirs(run.dir)
         with open(os.path.join(run.dir, "log.jsonl"), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in [{"step": 10, "loss": 4.0}] + records))
@@ -1176,3 +1178,30 @@ def test_run_builds_the_data_the_study_file_says_how(toy_data, tmp_path):
     assert (f"missing; building the data as the study file says (study.data_build): {os.path.relpath(PYTHON, ROOT)} "
             f"{builder} {built}") in proc.stdout
     assert json.load(open(tmp_path / "out" / "runs" / "san_s7" / "status.json"))["state"] == "done"
+
+
+def test_findings_need_the_san_behind():
+    """The gap ordering and the localisation are findings about a SAN behind its partners: gaps
+    in the paper's order but negative (the SAN ahead, as the tuned CPU mini-study has it), or a
+    query delta that is no deficit, do not show them."""
+    import study_report
+
+    def arm(loss, regions=None):
+        regions = regions or {}
+        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], runs=[],
+                                     final_mean=lambda key: regions.get(key.replace("val_loss_", "")))
+    f = {"san": "san", "iso_depth": "d", "iso_flop": "f", "iso_param": "p"}
+    ahead = {"san": arm(0.70), "d": arm(0.705), "f": arm(0.73), "p": arm(0.74)}   # -0.005 > -0.03 > -0.04
+    verdict, text = study_report.finding_gap_ordering(f, ahead, 0.01, {})
+    assert verdict == "does not show" and "not behind its iso-depth, iso-FLOP, iso-param partners" in text \
+        and "though the gaps keep the paper's order" in text
+    behind = {"san": arm(0.80), "d": arm(0.70), "f": arm(0.72), "p": arm(0.75)}   # +0.10 > +0.08 > +0.05
+    assert study_report.finding_gap_ordering(f, behind, 0.005, {})[0] == "shows"
+    g = {"san": "san", "ffn": "p"}
+    no_deficit = {"san": arm(0.70, {"query": 1.10, "trace": 0.50, "answer": 0.70}),
+                  "p": arm(0.74, {"query": 1.11, "trace": 0.57, "answer": 0.76})}  # query -0.01 > trace -0.07
+    verdict, text = study_report.finding_localisation(g, no_deficit, None, {})
+    assert verdict == "does not show" and "no deficit on query tokens" in text
+    deficit = {"san": arm(0.80, {"query": 1.30, "trace": 0.60, "answer": 0.80}),
+               "p": arm(0.74, {"query": 1.11, "trace": 0.57, "answer": 0.76})}
+    assert study_report.finding_localisation(g, deficit, None, {})[0] == "shows"
