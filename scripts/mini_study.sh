@@ -3,7 +3,7 @@
 # that says finding by finding whether the papers' qualitative results show at this scale.
 #
 #   scripts/mini_study.sh --cpu    studies/mini_cpu.toml on the host backend's fp32 build
-#                                  (built here if missing; 19 minutes on 2 cores, measured,
+#                                  (built here if missing; 13 minutes on 2 cores, measured,
 #                                  doc/study.md)
 #   scripts/mini_study.sh --gpu    studies/mini_gpu.toml on a GPU build (aimed at about an hour
 #                                  on one H200; not part of gpu_check.sh)
