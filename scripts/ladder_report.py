@@ -49,9 +49,11 @@ its partners): the rules above had been written for a SAN behind. The gap orderi
 quantity was the smaller ordering margin alone, which grows while every gap stays negative; the
 iso-param gap's trend was "fell", which a negative gap moving away from zero also does, and its
 *shows* did not ask for positive gaps. Both amendments only make a verdict harder to reach, and
-the first ladder's verdicts (doc/study-runs/2026-12-03-ladder-cpu.md) are the same under them. Gates and hidden-state
-effective ranks are reported against tokens without a verdict (the paper gives them as
-diagnostics; "neutral for loss" needs a residual-ablation arm this ladder does not have).
+the first ladder's verdicts (doc/study-runs/2026-12-03-ladder-cpu.md) are the same under them.
+
+Gates and hidden-state effective ranks are reported against tokens without a verdict (the paper
+gives them as diagnostics; "neutral for loss" needs a residual-ablation arm this ladder does not
+have).
 """
 import argparse
 import glob
@@ -386,7 +388,7 @@ def plot_sweep(study, data, out, axis):
                 x, other = (d.run.lr_other, d.run.lr) if axis == "lr_other" else d.run.rate_point
                 lines.setdefault(other, []).append((x, d.final["val_loss"]))
         color = plt.cm.tab20(i % 20) if many else f"C{i}"
-        for other, pts in sorted(lines.items(), key=lambda kv: kv[0] or 0.0):
+        for other, pts in sorted(lines.items(), key=lambda kv: run_files.rate_key(kv[0])):
             pts.sort()
             label = arm.name + (f" (other {other:g})" if len(lines) > 1 else "")
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=label)
@@ -638,15 +640,15 @@ def write_sweep(path, out=None):
     k = 1 if axis == "lr_other" else 0
     fixed_grid = (lambda arm: arm.lr_others) if k == 0 else (lambda arm: arm.lrs)
     if all(len(fixed_grid(arm)) == 1 for arm, _ in rows):
-        values = sorted({p[k] for p in points}, key=lambda x: (x is not None, x or 0.0))
+        values = sorted({p[k] for p in points}, key=run_files.rate_key)
         fixed = ("--lr", "--lr-other")[1 - k]
         show_fixed = any(p[1 - k] is not None for p in points)
-        header = ["arm"] + ([fixed] if show_fixed else []) + ["default" if v is None else f"{v:g}" for v in values]
+        header = ["arm"] + ([fixed] if show_fixed else []) + [run_files.rate_text(v) for v in values]
         body = []
         for arm, cells in rows:
             other = fixed_grid(arm)[0]
             by_value = {p[k]: c for p, c in cells.items() if p[1 - k] == other}
-            body.append([arm.name] + ([("default" if other is None else f"{other:g}")] if show_fixed else [])
+            body.append([arm.name] + ([run_files.rate_text(other)] if show_fixed else [])
                         + [by_value.get(v, "—") for v in values])
         lines += [f"Columns: {('--lr', '--lr-other')[k]}.", ""]
         lines += table(header, body) + [""]

@@ -178,16 +178,25 @@ def tokens_per_step(header):
     return rows * seq_len if rows and seq_len and seq_len > 0 else None
 
 
+def rate_text(rate):
+    """One requested rate as reports name it: "0.02", or "default" for None (the trainer's)."""
+    return "default" if rate is None else f"{rate:g}"
+
+
+def rate_key(rate):
+    """Sorts requested rates, the trainer's default (None) first."""
+    return (rate is not None, rate or 0.0)
+
+
 def rate_label(point):
     """A requested (lr, lr_other) as reports name it: "0.02", "default", "0.02, other 0.0048"."""
     lr, other = point
-    text = "default" if lr is None else f"{lr:g}"
-    return text + (f", other {other:g}" if other is not None else "")
+    return rate_text(lr) + (f", other {other:g}" if other is not None else "")
 
 
 def rate_order(point):
     """Sorts rate points, the trainer's defaults (None) first."""
-    return tuple((x is not None, x or 0.0) for x in point)
+    return tuple(rate_key(x) for x in point)
 
 
 def swept_axis(arms):

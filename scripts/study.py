@@ -177,6 +177,24 @@ def _check_keys(path, where, table, allowed, required=()):
             _fail(path, f"{where}: missing field '{key}'")
 
 
+def _rate_grid(path, where, value):
+    """An arm's rate field: [None] when absent (the trainer's default), else its rates, from one
+    number or a non-empty list of numbers."""
+    if value is None:
+        return [None]
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        _fail(path, f"{where}: an empty grid")
+    return [_typed(path, where, x, float, "a number or a list of numbers") for x in values]
+
+
+def _check_rate_grid(path, where, rates):
+    if any(r is not None and r <= 0 for r in rates):
+        _fail(path, f"{where}: rates must be positive")
+    if len(set(rates)) != len(rates):
+        _fail(path, f"{where}: the grid repeats a rate")
+
+
 def _typed(path, where, value, typ, what):
     ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
     if typ is float:
@@ -261,15 +279,7 @@ def load_study(path, binary=None):
         preset = _typed(path, f"{where}.preset", a["preset"], str, "a string")
         if preset not in match.PRESETS:
             _fail(path, f"{where}: unknown preset '{preset}' (train_san has: {', '.join(match.PRESETS)})")
-        lrs = a.get("lr", None)
-        if lrs is None:
-            lrs = [None]
-        elif isinstance(lrs, list):
-            if not lrs:
-                _fail(path, f"{where}.lr: an empty grid")
-            lrs = [_typed(path, f"{where}.lr", x, float, "a number or a list of numbers") for x in lrs]
-        else:
-            lrs = [_typed(path, f"{where}.lr", lrs, float, "a number or a list of numbers")]
+        lrs = _rate_grid(path, f"{where}.lr", a.get("lr", None))
         if "lr_scale" in a:
             scale = a["lr_scale"]
             if None in lrs:
@@ -278,24 +288,10 @@ def load_study(path, binary=None):
                 _fail(path, f"{where}.lr_scale must be a non-empty list of numbers")
             scale = [_typed(path, f"{where}.lr_scale", x, float, "a list of numbers") for x in scale]
             lrs = [float(f"{lr * m:.6g}") for lr in lrs for m in scale]
-        if any(lr is not None and lr <= 0 for lr in lrs):
-            _fail(path, f"{where}.lr: rates must be positive")
-        if len(set(lrs)) != len(lrs):
-            _fail(path, f"{where}.lr: the grid repeats a rate")
+        _check_rate_grid(path, f"{where}.lr", lrs)
         # Muon's second rate (embedding, gains, gates: --lr-other); a grid crosses the lr grid
-        lr_others = a.get("lr_other", None)
-        if lr_others is None:
-            lr_others = [None]
-        else:
-            if not isinstance(lr_others, list):
-                lr_others = [lr_others]
-            if not lr_others:
-                _fail(path, f"{where}.lr_other: an empty grid")
-            lr_others = [_typed(path, f"{where}.lr_other", x, float, "a number or a list of numbers") for x in lr_others]
-            if any(x <= 0 for x in lr_others):
-                _fail(path, f"{where}.lr_other: rates must be positive")
-            if len(set(lr_others)) != len(lr_others):
-                _fail(path, f"{where}.lr_other: the grid repeats a rate")
+        lr_others = _rate_grid(path, f"{where}.lr_other", a.get("lr_other", None))
+        _check_rate_grid(path, f"{where}.lr_other", lr_others)
         arm_seeds = a.get("seeds", seeds)
         if not isinstance(arm_seeds, list) or not arm_seeds or not all(isinstance(x, int) for x in arm_seeds):
             _fail(path, f"{where}.seeds must be a non-empty list of integers")
