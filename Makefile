@@ -15,7 +15,7 @@
 #   USE_CUDNN=0|1                cuDNN attention (GPU only; needs the cudnn-frontend headers)
 #   NO_MULTI_GPU=1               build without MPI and NCCL;  NO_USE_MPI=1: without MPI only
 #   HAS_GPU=0|1                  override GPU detection (nvidia-smi)
-#   HOST_GEMM=openblas|own       host GEMM (default: OpenBLAS where libopenblas-dev is installed)
+#   HOST_GEMM=onednn|openblas|own  host GEMM (default: oneDNN where libdnnl-dev is installed, else OpenBLAS)
 #   DEBUG_INFO=-g1|-g            debug information of host builds (default: line tables only)
 #   NVCC=path  HOST_CXX=g++      compilers
 
@@ -70,22 +70,35 @@ DEBUG_INFO ?= -g1
 HOST_CXXFLAGS := -std=c++17 -O3 -march=native $(DEBUG_INFO) -fdebug-prefix-map=$(CURDIR)=. -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
 HOST_LDFLAGS := -pthread
 
-# The host GEMM (llmc/hostcuda/gemm.h): OpenBLAS where libopenblas-dev is installed (several
-# times faster than our own, which stays the tests' reference), else our own; HOST_GEMM=own
-# builds without OpenBLAS.
-# (both OpenBLAS's library and a cblas.h header, as Debian's libopenblas-dev installs them)
+# The host GEMM (llmc/hostcuda/gemm.h): oneDNN where libdnnl-dev is installed (its kernels are
+# chosen by the CPU's feature bits), else OpenBLAS where libopenblas-dev is (chosen by a table of
+# CPU models that goes stale), else our own, which stays the tests' reference. HOST_GEMM=onednn
+# also links OpenBLAS when it is there (HOSTCUDA_GEMM=openblas picks it at run time);
+# HOST_GEMM=openblas builds without oneDNN, HOST_GEMM=own without either.
 HOST_MULTIARCH := $(shell $(HOST_CXX) -dumpmachine 2>/dev/null)
-HOST_GEMM ?= $(if $(and $(wildcard /usr/lib/$(HOST_MULTIARCH)/libopenblas.so /usr/lib/libopenblas.so /usr/lib64/libopenblas.so),\
-  $(wildcard /usr/include/cblas.h /usr/include/$(HOST_MULTIARCH)/cblas.h /usr/include/openblas/cblas.h)),openblas,own)
-ifeq ($(HOST_GEMM),openblas)
-  HOST_CXXFLAGS += -DHOSTCUDA_OPENBLAS $(if $(wildcard /usr/include/openblas/cblas.h),-I/usr/include/openblas)
+HAVE_ONEDNN := $(if $(and $(wildcard /usr/lib/$(HOST_MULTIARCH)/libdnnl.so /usr/lib/libdnnl.so /usr/lib64/libdnnl.so),\
+  $(wildcard /usr/include/dnnl.h /usr/include/oneapi/dnnl/dnnl.h)),1)
+# (both OpenBLAS's library and a cblas.h header, as Debian's libopenblas-dev installs them)
+HAVE_OPENBLAS := $(if $(and $(wildcard /usr/lib/$(HOST_MULTIARCH)/libopenblas.so /usr/lib/libopenblas.so /usr/lib64/libopenblas.so),\
+  $(wildcard /usr/include/cblas.h /usr/include/$(HOST_MULTIARCH)/cblas.h /usr/include/openblas/cblas.h)),1)
+HOST_GEMM ?= $(if $(HAVE_ONEDNN),onednn,$(if $(HAVE_OPENBLAS),openblas,own))
+OPENBLAS_FLAGS := -DHOSTCUDA_OPENBLAS $(if $(wildcard /usr/include/openblas/cblas.h),-I/usr/include/openblas)
+ifeq ($(HOST_GEMM),onednn)
+  ifneq ($(HAVE_ONEDNN),1)
+    $(error HOST_GEMM=onednn: libdnnl-dev is not installed)
+  endif
+  HOST_CXXFLAGS += -DHOSTCUDA_ONEDNN $(if $(HAVE_OPENBLAS),$(OPENBLAS_FLAGS))
+  BLAS_LIBS := -ldnnl -lgomp $(if $(HAVE_OPENBLAS),-lopenblas)
+else ifeq ($(HOST_GEMM),openblas)
+  HOST_CXXFLAGS += $(OPENBLAS_FLAGS)
   BLAS_LIBS := -lopenblas
-  HOST_LDFLAGS += $(BLAS_LIBS)
-else ifneq ($(HOST_GEMM),own)
-  $(error HOST_GEMM must be openblas or own, not '$(HOST_GEMM)')
+  SKIPPED += "oneDNN: host GEMM is OpenBLAS (apt-get install libdnnl-dev for kernels chosen by the CPU's features, or HOST_GEMM=openblas was given)"
+else ifeq ($(HOST_GEMM),own)
+  SKIPPED += "oneDNN/OpenBLAS: host GEMM is our own (apt-get install libdnnl-dev for the ~5x faster one, or HOST_GEMM=own was given)"
 else
-  SKIPPED += "OpenBLAS: host GEMM is our own (apt-get install libopenblas-dev for the ~3x faster one, or HOST_GEMM=own was given)"
+  $(error HOST_GEMM must be onednn, openblas or own, not '$(HOST_GEMM)')
 endif
+HOST_LDFLAGS += $(BLAS_LIBS)
 
 # ---- race-checking host build ------------------------------------------------------------
 # build/racecheck-<precision>/NAME: the host build with every load and store instrumented
@@ -182,7 +195,7 @@ HOST_BINS := $(addprefix $(HOST_DIR)/,$(notdir $(basename $(CU_SOURCES) $(CPP_TE
 GPU_BINS := $(if $(NVCC),$(addprefix $(GPU_DIR)/,$(notdir $(basename $(CU_SOURCES)))))
 # what `make test` runs: the test binaries and the dev/cuda playground files (which validate
 # every kernel version); not the trainers and not benchmark-only programs
-BENCHMARK_ONLY := backend_overhead
+BENCHMARK_ONLY := backend_overhead gemm_peak
 # multi-rank tests: on the host, run as MPI_TEST_RANKS ranks under scripts/mpirun.sh (skipped
 # when mpirun or MPI is missing); on a GPU, as one rank (NCCL with one GPU)
 MPI_TEST_NAMES := test_comm test_data_parallel

@@ -9,7 +9,11 @@
 # A run's figure is the median tok/s of its steps 10..STEPS (the first steps warm caches, and
 # torch allocates); the arms run interleaved (A B C A B C ...) ROUNDS times and each arm's
 # figure is the median over its rounds, so a change in the machine's load hits every arm.
-# Printed: tok/s per arm and round, and each arm's ratio to the reference.
+# Printed first: the machine (CPU model, the best instruction set its cpuid reports, the GEMM
+# kernels each side runs) and its limit, a 2048^3 fp32 GEMM through the host backend's GEMMs
+# (dev/cuda/gemm_peak.cu) and through torch.mm; then per config tok/s per arm and round, each
+# arm's ratio to the reference, and its training GFLOP/s (tok/s x the trainer's MFLOPs/token)
+# as a share of the faster of the two limits.
 #
 #   scripts/bench_cpu.sh                 # the gating config: the demo SAN (V 8192, L 4, d 128,
 #                                        # 4q/2kv heads, T 128, B 8, AdamW), 2 threads, 3 rounds
@@ -17,7 +21,7 @@
 #   options: --rounds N (3)  --steps N (50)  --threads N (HOSTCUDA_THREADS, else nproc)
 #            --compiled (also torch --compile 1)  --no-build (use the binaries as they are)
 # Needs the full venv (PyTorch: bash scripts/setup.sh) and builds what it lacks (the offline
-# dataset, the two host builds). Takes ~2 minutes for the gating config on 2 cores, ~10 with
+# dataset, the two host builds, gemm_peak). Takes ~2 minutes for the gating config on 2 cores, ~10 with
 # --all --compiled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +35,7 @@ while [ $# -gt 0 ]; do
     --all) all=1; shift ;;
     --compiled) compiled=1; shift ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_cpu: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,6 +58,7 @@ if [ "$build" = 1 ]; then
     make -s --no-print-directory "build/host-bf16/$t" PRECISION=BF16
     make -s --no-print-directory "build/host-fp32/$t" PRECISION=FP32
   done
+  make -s --no-print-directory build/host-fp32/gemm_peak PRECISION=FP32
 fi
 
 export HOSTCUDA_THREADS=$threads OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
@@ -89,17 +94,43 @@ bench() {
       printf '  round %d  %-15s %9.0f tok/s\n' "$round" "$arm" "$rate"
     done
   done
-  local ref
+  local ref mflops banner
   ref=$(median_of ${rates[torch]})
+  banner=$("build/host-fp32/$trainer" "${common[@]}" "${host_only[@]}" "$@" --steps 1 2>&1)
+  mflops=$(echo "$banner" | sed -n 's/.*; \([0-9.]*\) MFLOPs\/token.*/\1/p' | head -1)
+  echo "  host GEMM: $(echo "$banner" | sed -n 's/.*; GEMM: \(.*\))$/\1/p' | head -1); $mflops MFLOPs/token"
   for arm in "${arms[@]}"; do
     local m
     m=$(median_of ${rates[$arm]})
-    printf '  %-15s median %9.0f tok/s   %5.2fx torch%s\n' "$arm" "$m" "$(awk -v a="$m" -v b="$ref" 'BEGIN { print a / b }')" \
+    printf '  %-15s median %9.0f tok/s   %5.2fx torch   %6.1f GFLOP/s, %4.1f%% of the limit%s\n' "$arm" "$m" \
+      "$(awk -v a="$m" -v b="$ref" 'BEGIN { print a / b }')" \
+      "$(awk -v r="$m" -v f="${mflops:-nan}" 'BEGIN { print r * f / 1e3 }')" \
+      "$(awk -v r="$m" -v f="${mflops:-nan}" -v p="$limit" 'BEGIN { print 100 * r * f / 1e3 / p }')" \
       "$([ "$arm" = torch-compiled ] && echo " (reported, not compared)" || true)"
   done
 }
 
-echo "bench_cpu: $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# The machine, and its limit: the best GFLOP/s of a large fp32 GEMM on the same threads
+cpu_isa() { build/host-fp32/gemm_peak 1 | head -1 | sed -n 's/.*(CPU: \([a-z0-9_]*\)).*/\1/p'; }
+echo "bench_cpu: $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, best ISA $(cpu_isa), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+[ -n "${OPENBLAS_CORETYPE:-}" ] && echo "  (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is set in this environment)"
+echo "== the limit: a 2048 x 2048 x 2048 fp32 GEMM, best of 5, $threads threads"
+peaks=$(build/host-fp32/gemm_peak 2048)
+echo "$peaks" | sed 's/^gemm_peak /  host   /'
+torch_peak=$("$python" - "$threads" <<'PY'
+import sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+a, b = torch.rand(2048, 2048), torch.rand(2048, 2048)
+torch.mm(a, b)
+best = min((lambda t0: (torch.mm(a, b), time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(5))
+blas = next((w.split("=")[1] for w in torch.__config__.show().replace(",", " ").split() if w.startswith("BLAS_INFO=")), "?")
+print(f"torch {torch.__version__} mm ({blas}, {torch.backends.cpu.get_cpu_capability()} kernels) | 2048 | {2 * 2048**3 / best / 1e9:.1f} GFLOP/s")
+PY
+)
+echo "  $torch_peak"
+limit=$(printf '%s\n%s\n' "$(echo "$peaks" | head -1)" "$torch_peak" | sed -n 's/.*| *\([0-9.]*\) GFLOP\/s/\1/p' | sort -g | tail -1)
+echo "  the limit: $limit GFLOP/s"
+
 bench "SAN demo (gating)" train_san --optimizer adamw
 if [ "$all" = 1 ]; then
   bench "FFN arm (reported)" train_san --optimizer adamw --ffn swiglu

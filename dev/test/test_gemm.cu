@@ -3,9 +3,10 @@ Tests of the GEMM wrapper (llmc/kernels/gemm.cuh) against a plain double-precisi
 whichever executor built this file (host backend in `make test`, cuBLAS on a GPU):
 all four transpose combinations, shapes that are not multiples of any tile size,
 strided and broadcast batches, beta accumulation, beta = 0 ignoring NaN in C, and bf16
-inputs with fp32 or bf16 output. On the host backend every case runs on both host GEMMs
-(llmc/hostcuda/gemm.h: our own, and OpenBLAS where the build has it), with shapes that span
-several of OpenBLAS's C tiles.
+inputs with fp32 or bf16 output. On the host backend every case runs on every host GEMM the
+build has (llmc/hostcuda/gemm.h: our own, oneDNN, OpenBLAS), with shapes that span several of
+the libraries' C tiles; and the GEMM in use must run kernels for the best instruction set the
+CPU reports (llmc/hostcuda/cpu_features.h), not older ones.
 
 The bound per element is |got - ref| <= tol * sum_k |a_ik b_kj| (+ output rounding),
 the size of the rounding error an fp32-accumulated dot product can have.
@@ -25,12 +26,13 @@ struct GemmCase {
     float alpha, beta;
 };
 
-// whether the host backend's GEMM is OpenBLAS now (false on a GPU)
-static bool hostcuda_openblas() {
+// the GEMM that runs now, for messages
+static const char* gemm_name() {
 #if HOST_BACKEND
-    return hostcuda::host_gemm_uses_openblas();
+    static const char* names[] = {"own GEMM", "OpenBLAS", "oneDNN"};
+    return names[(int)hostcuda::host_gemm()];
 #else
-    return false;
+    return "cuBLAS";
 #endif
 }
 
@@ -87,9 +89,8 @@ static void run_case(const GemmCase& c, uint32_t seed, double tol, double out_ep
         }
     }
     if (bad != 0) {
-        const char* which = HOST_BACKEND && hostcuda_openblas() ? "OpenBLAS" : (HOST_BACKEND ? "own GEMM" : "cuBLAS");
         char what[200];
-        snprintf(what, sizeof(what), "%s, M=%d N=%d K=%d ta=%d tb=%d batch=%d bcast=%d alpha=%g beta=%g: %zu bad", which,
+        snprintf(what, sizeof(what), "%s, M=%d N=%d K=%d ta=%d tb=%d batch=%d bcast=%d alpha=%g beta=%g: %zu bad", gemm_name(),
                  c.M, c.N, c.K, c.trans_a, c.trans_b, c.batch, c.broadcast_b, c.alpha, c.beta, bad);
         testing::report_failure(__FILE__, __LINE__, what);
     }
@@ -109,7 +110,7 @@ static std::vector<GemmCase> cases() {
         }
     out.push_back({1, 1, 1, false, false, 1, false, 1.0f, 0.0f});
     out.push_back({300, 257, 200, false, true, 1, false, 1.0f, 0.0f});  // several tasks on the pool
-    // several OpenBLAS C tiles (256 x 1024), partial ones at both edges, beta accumulating
+    // several library C tiles (256 x 1024), partial ones at both edges, beta accumulating
     out.push_back({530, 2100, 24, true, false, 1, false, 1.0f, 1.0f});
     out.push_back({513, 1030, 40, false, true, 2, false, 0.5f, 0.0f});
     return out;
@@ -119,13 +120,15 @@ static std::vector<GemmCase> cases() {
 template <typename F>
 static void for_each_gemm(F check) {
 #if HOST_BACKEND
-    bool saved = hostcuda::host_gemm_uses_openblas();
-    for (bool openblas : {false, true}) {
-        if (openblas && !hostcuda::kHostGemmHasOpenBlas) { continue; }
-        hostcuda::host_gemm_uses_openblas() = openblas;
+    using hostcuda::HostGemm;
+    HostGemm saved = hostcuda::host_gemm();
+    for (HostGemm which : {HostGemm::own, HostGemm::openblas, HostGemm::onednn}) {
+        if (which == HostGemm::openblas && !hostcuda::kHostGemmHasOpenBlas) { continue; }
+        if (which == HostGemm::onednn && !hostcuda::kHostGemmHasOneDnn) { continue; }
+        hostcuda::host_gemm() = which;
         check();
     }
-    hostcuda::host_gemm_uses_openblas() = saved;
+    hostcuda::host_gemm() = saved;
 #else
     check();
 #endif
@@ -146,5 +149,43 @@ TEST_CASE(gemm_bf16_in_bf16_out) {
         for (const GemmCase& c : cases()) { run_case<__nv_bfloat16, __nv_bfloat16>(c, 13, 4e-6 + 1.0 / 256, 1.0 / 256); }
     });
 }
+
+#if HOST_BACKEND
+// The library GEMM this build defaults to runs the best kernels the CPU can: its instruction
+// set (what oneDNN reports, or what OpenBLAS's core name stands for) is the one cpuid and
+// xgetbv report. OpenBLAS 0.3.21 failed this on an AVX-512 Xeon it called "Prescott". A cap
+// the user set in the environment (OPENBLAS_CORETYPE, ONEDNN_MAX_CPU_ISA) is respected, and
+// a library that is built in but not the default is reported, not checked.
+static const char* isa_cap_in_environment(hostcuda::HostGemm which) {
+    for (const char* name : which == hostcuda::HostGemm::onednn
+                                ? std::vector<const char*>{"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}
+                                : std::vector<const char*>{"OPENBLAS_CORETYPE"}) {
+        const char* value = getenv(name);
+        if (value != nullptr && value[0] != '\0') { return name; }
+    }
+    return nullptr;
+}
+
+TEST_CASE(gemm_kernels_match_the_cpu) {
+    using hostcuda::CpuIsa;
+    using hostcuda::HostGemm;
+    CpuIsa cpu = hostcuda::best_cpu_isa();
+    HostGemm saved = hostcuda::host_gemm();
+    for (HostGemm which : {HostGemm::onednn, HostGemm::openblas}) {
+        bool built = which == HostGemm::onednn ? hostcuda::kHostGemmHasOneDnn : hostcuda::kHostGemmHasOpenBlas;
+        if (!built) { continue; }
+        hostcuda::host_gemm() = which;
+        CpuIsa got = hostcuda::host_gemm_isa();
+        // OpenBLAS 0.3.21 has no kernels past avx512_core_bf16 (Cooper Lake), none with AMX
+        CpuIsa best = which == HostGemm::openblas && cpu > CpuIsa::avx512_core_bf16 ? CpuIsa::avx512_core_bf16 : cpu;
+        const char* cap = isa_cap_in_environment(which);
+        bool checked = which == saved && cap == nullptr && cpu != CpuIsa::unknown;
+        printf("  %s%s%s%s\n", hostcuda::host_gemm_description().c_str(), which == saved ? " [default]" : "",
+               cap != nullptr ? ", capped by " : "", cap != nullptr ? cap : "");
+        if (checked) { CHECK(got == best); }
+    }
+    hostcuda::host_gemm() = saved;
+}
+#endif
 
 TEST_MAIN()

@@ -5,32 +5,45 @@ Host backend: the GEMM behind llmc/kernels/gemm.cuh's gemm() (cuBLAS on the GPU)
 
     host_gemm(C, A, B, shape, alpha, beta)      shape: llmc/kernels/gemm_shape.h's GemmShape
 
-Two implementations, both spread over the host backend's worker pool (hostcuda::Pool, which
+Three implementations, all spread over the host backend's worker pool (hostcuda::Pool, which
 owns the cores) in a fixed partition of C, so results do not depend on HOSTCUDA_THREADS:
-- OpenBLAS (built with -DHOSTCUDA_OPENBLAS, which the Makefile sets where libopenblas-dev is
-  installed; the default then): C in tiles of kBlasTileRows x kBlasTileCols, each tile one
-  single-threaded cblas_sgemm on a worker (bf16 operands converted to fp32 first, bf16 output
-  rounded once). Several times faster than our own; its bits depend on the CPU type (its
-  kernels are chosen at run time), so it is not the tests' reference.
+- oneDNN (-DHOSTCUDA_ONEDNN, which the Makefile sets where libdnnl-dev is installed; the
+  default then) and OpenBLAS (-DHOSTCUDA_OPENBLAS, where libopenblas-dev is): C in tiles of
+  kBlasTileRows x kBlasTileCols, each tile one single-threaded sgemm on a worker (bf16
+  operands converted to fp32 first, bf16 output rounded once). oneDNN is the default because
+  it picks its kernels from cpuid's feature bits (cpu_features.h reads the same bits, and
+  test_gemm checks the two agree), where OpenBLAS 0.3.21 picks them from a table of CPU
+  models and runs SSE3 kernels on an AVX-512 Xeon it does not know (doc/host-backend.md,
+  "Speed"). Both are several times faster than our own; their bits depend on the kernels
+  the CPU gets, so neither is the tests' reference.
 - gemm_own: our packed GEMM, a 4 x 32 register tile, parallel over column panels and row
-  blocks. Portable and the reference dev/test/test_gemm.cu holds OpenBLAS to; the only one
-  without OpenBLAS (make HOST_GEMM=own).
-HOSTCUDA_GEMM=own|openblas picks one at run time (default: OpenBLAS when built in).
+  blocks. Portable and the reference dev/test/test_gemm.cu holds the libraries to; the only
+  one without them (make HOST_GEMM=own).
+HOSTCUDA_GEMM=own|openblas|onednn picks one at run time; host_gemm_description() names the
+one in use and its instruction set (the trainers' banner, scripts/bench_cpu.sh).
 Not safe to call from two host threads at once.
 */
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../cuda_common.h"
+#include "cpu_features.h"             // defines: best_cpu_isa, cpu_isa_name
 #include "llmc/kernels/gemm_shape.h"  // defines: GemmShape
 
+#if defined(HOSTCUDA_ONEDNN)
+#include <dnnl.h>
+extern "C" void omp_set_num_threads(int num_threads);
+#endif
 #if defined(HOSTCUDA_OPENBLAS)
 #include <cblas.h>
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" char* openblas_get_corename(void);
 #endif
 
 namespace hostcuda {
@@ -134,16 +147,21 @@ void gemm_own(TOut* C, const TIn* A, const TIn* B, const GemmShape& s, float alp
     }
 }
 
-// ---- OpenBLAS --------------------------------------------------------------------------
-#if defined(HOSTCUDA_OPENBLAS)
-constexpr bool kHostGemmHasOpenBlas = true;
-// C tile of one task: large enough that OpenBLAS's packing of the tile's operands is a
+// ---- a library's GEMM (oneDNN, OpenBLAS), one single-threaded call per tile of C --------
+#if defined(HOSTCUDA_ONEDNN) || defined(HOSTCUDA_OPENBLAS)
+// C tile of one task: large enough that the library's packing of the tile's operands is a
 // small part of its work, small enough that a 1024 x 8192 product keeps every worker busy.
 constexpr int kBlasTileRows = 256;
 constexpr int kBlasTileCols = 1024;
 
+// C = alpha op(A) op(B) + beta C, row-major, on the calling thread only; beta == 0 writes C
+// without reading it (both libraries do, as the contract needs)
+using RowMajorSgemm = void (*)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                               const float* b, int ldb, float beta, float* c, int ldc);
+
 template <typename TOut>
 struct BlasTask {
+    RowMajorSgemm sgemm;
     TOut* C;
     const float *A, *B;  // op(A) M x K and op(B) K x N as stored (fp32)
     int M, N, K, tiles_n;
@@ -160,15 +178,12 @@ void blas_task(void* ctx, int64_t task) {
     const float* a = t.trans_a ? t.A + i0 : t.A + (size_t)i0 * t.K;
     const float* b = t.trans_b ? t.B + (size_t)j0 * t.K : t.B + j0;
     int lda = t.trans_a ? t.M : t.K, ldb = t.trans_b ? t.K : t.N;
-    CBLAS_TRANSPOSE op_a = t.trans_a ? CblasTrans : CblasNoTrans, op_b = t.trans_b ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same<TOut, float>::value) {
-        // (beta == 0: OpenBLAS writes C without reading it, as the contract needs)
-        cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, t.K, t.alpha, a, lda, b, ldb, t.beta, t.C + (size_t)i0 * t.N + j0,
-                    t.N);
+        t.sgemm(t.trans_a, t.trans_b, m, n, t.K, t.alpha, a, lda, b, ldb, t.beta, t.C + (size_t)i0 * t.N + j0, t.N);
     } else {
         static thread_local std::vector<float> tile;
         tile.resize((size_t)m * n);
-        cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, t.K, t.alpha, a, lda, b, ldb, 0.0f, tile.data(), n);
+        t.sgemm(t.trans_a, t.trans_b, m, n, t.K, t.alpha, a, lda, b, ldb, 0.0f, tile.data(), n);
         for (int i = 0; i < m; i++) {
             TOut* out = t.C + (size_t)(i0 + i) * t.N + j0;
             const float* in = tile.data() + (size_t)i * n;
@@ -211,16 +226,13 @@ const float* as_fp32(const T* x, size_t count, std::vector<float>& buffer) {
 }
 
 template <typename TIn, typename TOut>
-void gemm_openblas(TOut* C, const TIn* A, const TIn* B, const GemmShape& s, float alpha, float beta) {
-    static bool single_threaded = [] {
-        openblas_set_num_threads(1);  // the pool's workers are the threads
-        return true;
-    }();
-    (void)single_threaded;
+void gemm_library(RowMajorSgemm sgemm, TOut* C, const TIn* A, const TIn* B, const GemmShape& s, float alpha,
+                  float beta) {
     static std::vector<float> a_fp32, b_fp32;
     int tiles_m = CEIL_DIV(s.M, kBlasTileRows), tiles_n = CEIL_DIV(s.N, kBlasTileCols);
     for (int b = 0; b < s.batch; b++) {
-        BlasTask<TOut> task{C + b * s.stride_c,
+        BlasTask<TOut> task{sgemm,
+                            C + b * s.stride_c,
                             as_fp32(A + b * s.stride_a, (size_t)s.M * s.K, a_fp32),
                             as_fp32(B + b * s.stride_b, (size_t)s.K * s.N, b_fp32),
                             s.M, s.N, s.K, tiles_n, s.trans_a, s.trans_b, alpha, beta};
@@ -228,47 +240,173 @@ void gemm_openblas(TOut* C, const TIn* A, const TIn* B, const GemmShape& s, floa
         Pool::instance().parallel_for(tasks, gemm_chunk(s.M, s.N, s.K, tasks), blas_task<TOut>, &task);
     }
 }
-#else
-constexpr bool kHostGemmHasOpenBlas = false;
+#endif
+
+#if defined(HOSTCUDA_ONEDNN)
+// oneDNN's sgemm JIT-compiles its kernels for the instruction set cpuid reports (no table of
+// models), so it runs AVX-512 kernels on any AVX-512 CPU. Debian builds it on OpenMP: each
+// thread that calls it is told to use one thread, since the pool's workers are the threads.
+inline void onednn_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                         const float* b, int ldb, float beta, float* c, int ldc) {
+    static thread_local bool single_threaded = (omp_set_num_threads(1), true);
+    (void)single_threaded;
+    dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (status != dnnl_success) { die("oneDNN sgemm failed (status %d) on a %d x %d x %d tile", (int)status, m, n, k); }
+}
+
+// the instruction set oneDNN's kernels use, in cpu_features.h's levels
+inline CpuIsa onednn_isa() {
+    switch (dnnl_get_effective_cpu_isa()) {
+        case dnnl_cpu_isa_sse41: return CpuIsa::sse41;
+        case dnnl_cpu_isa_avx: return CpuIsa::avx;
+        case dnnl_cpu_isa_avx2:
+        case dnnl_cpu_isa_avx2_vnni: return CpuIsa::avx2;
+        case dnnl_cpu_isa_avx512_core: return CpuIsa::avx512_core;
+        case dnnl_cpu_isa_avx512_core_vnni: return CpuIsa::avx512_core_vnni;
+        case dnnl_cpu_isa_avx512_core_bf16: return CpuIsa::avx512_core_bf16;
+        case dnnl_cpu_isa_avx512_core_amx: return CpuIsa::avx512_core_amx;
+        default: return CpuIsa::unknown;
+    }
+}
+#endif
+
+#if defined(HOSTCUDA_OPENBLAS)
+inline void openblas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                           const float* b, int ldb, float beta, float* c, int ldc) {
+    static bool single_threaded = (openblas_set_num_threads(1), true);  // the pool's workers are the threads
+    (void)single_threaded;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                a, lda, b, ldb, beta, c, ldc);
+}
+
+// The instruction set of the kernels OpenBLAS picked, from the core name it gives them
+// (its DYNAMIC_ARCH table of CPU models: an unknown model gets old kernels).
+inline CpuIsa openblas_isa() {
+    std::string core = openblas_get_corename();
+    for (char& ch : core) { ch = (char)tolower((unsigned char)ch); }
+    for (const char* name : {"cooperlake", "sapphirerapids"}) {
+        if (core == name) { return CpuIsa::avx512_core_bf16; }
+    }
+    if (core == "skylakex") { return CpuIsa::avx512_core; }
+    for (const char* name : {"haswell", "zen", "excavator"}) {
+        if (core == name) { return CpuIsa::avx2; }
+    }
+    for (const char* name : {"sandybridge", "bulldozer", "piledriver", "steamroller"}) {
+        if (core == name) { return CpuIsa::avx; }
+    }
+    return CpuIsa::sse41;  // prescott, core2, nehalem, ...: SSE kernels
+}
 #endif
 
 // ---- which one runs --------------------------------------------------------------------
 
-// true: OpenBLAS (the default where the build has it); HOSTCUDA_GEMM=own|openblas overrides.
-inline bool& host_gemm_uses_openblas() {
-    static bool use = [] {
+enum class HostGemm { own, openblas, onednn };
+constexpr bool kHostGemmHasOpenBlas =
+#if defined(HOSTCUDA_OPENBLAS)
+    true;
+#else
+    false;
+#endif
+constexpr bool kHostGemmHasOneDnn =
+#if defined(HOSTCUDA_ONEDNN)
+    true;
+#else
+    false;
+#endif
+
+// The host GEMM in use: oneDNN where the build has it, else OpenBLAS, else our own;
+// HOSTCUDA_GEMM=own|openblas|onednn overrides (a library the build lacks is an error).
+inline HostGemm& host_gemm() {
+    static HostGemm use = [] {
         const char* env = getenv("HOSTCUDA_GEMM");
-        if (env == nullptr || env[0] == '\0') { return kHostGemmHasOpenBlas; }
-        if (strcmp(env, "own") == 0) { return false; }
+        if (env == nullptr || env[0] == '\0') {
+            return kHostGemmHasOneDnn ? HostGemm::onednn : kHostGemmHasOpenBlas ? HostGemm::openblas : HostGemm::own;
+        }
+        if (strcmp(env, "own") == 0) { return HostGemm::own; }
         if (strcmp(env, "openblas") == 0) {
             if (!kHostGemmHasOpenBlas) {
                 die("HOSTCUDA_GEMM=openblas: this build has no OpenBLAS (install libopenblas-dev and rebuild)");
             }
-            return true;
+            return HostGemm::openblas;
         }
-        die("HOSTCUDA_GEMM='%s': expected 'own' or 'openblas' (or unset)", env);
+        if (strcmp(env, "onednn") == 0) {
+            if (!kHostGemmHasOneDnn) { die("HOSTCUDA_GEMM=onednn: this build has no oneDNN (install libdnnl-dev and rebuild)"); }
+            return HostGemm::onednn;
+        }
+        die("HOSTCUDA_GEMM='%s': expected 'own', 'openblas' or 'onednn' (or unset)", env);
     }();
     return use;
+}
+
+// The instruction set the GEMM in use runs (own: what the compiler was allowed, -march)
+inline CpuIsa host_gemm_isa() {
+    switch (host_gemm()) {
+#if defined(HOSTCUDA_ONEDNN)
+        case HostGemm::onednn: return onednn_isa();
+#endif
+#if defined(HOSTCUDA_OPENBLAS)
+        case HostGemm::openblas: return openblas_isa();
+#endif
+        default:
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+            return CpuIsa::avx512_core;
+#elif defined(__AVX2__)
+            return CpuIsa::avx2;
+#elif defined(__AVX__)
+            return CpuIsa::avx;
+#else
+            return CpuIsa::sse41;
+#endif
+    }
+}
+
+// What the banner and the bench print, e.g. "oneDNN 2.6.3 sgemm, avx512_core_bf16 kernels
+// (CPU: avx512_core_bf16)"
+inline std::string host_gemm_description() {
+    char text[200];
+    const char* cpu = cpu_isa_name(best_cpu_isa());
+    switch (host_gemm()) {
+#if defined(HOSTCUDA_ONEDNN)
+        case HostGemm::onednn: {
+            const dnnl_version_t* v = dnnl_version();
+            snprintf(text, sizeof(text), "oneDNN %d.%d.%d sgemm, %s kernels (CPU: %s)", v->major, v->minor, v->patch,
+                     cpu_isa_name(onednn_isa()), cpu);
+            break;
+        }
+#endif
+#if defined(HOSTCUDA_OPENBLAS)
+        case HostGemm::openblas:
+            snprintf(text, sizeof(text), "OpenBLAS sgemm, %s kernels (%s; CPU: %s)", openblas_get_corename(),
+                     cpu_isa_name(openblas_isa()), cpu);
+            break;
+#endif
+        default:
+            snprintf(text, sizeof(text), "own GEMM, %s by the compiler (CPU: %s)", cpu_isa_name(host_gemm_isa()), cpu);
+    }
+    return text;
 }
 
 template <typename TIn, typename TOut>
 void host_gemm(TOut* C, const TIn* A, const TIn* B, const GemmShape& shape, float alpha, float beta) {
     KernelProfile* profile = KernelProfile::instance();
     auto start = profile != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-#if defined(HOSTCUDA_OPENBLAS)
-    if (host_gemm_uses_openblas()) {
-        gemm_openblas(C, A, B, shape, alpha, beta);
-    } else
+    HostGemm which = host_gemm();
+    switch (which) {
+#if defined(HOSTCUDA_ONEDNN)
+        case HostGemm::onednn: gemm_library(onednn_sgemm, C, A, B, shape, alpha, beta); break;
 #endif
-    {
-        gemm_own(C, A, B, shape, alpha, beta);
+#if defined(HOSTCUDA_OPENBLAS)
+        case HostGemm::openblas: gemm_library(openblas_sgemm, C, A, B, shape, alpha, beta); break;
+#endif
+        default: gemm_own(C, A, B, shape, alpha, beta);
     }
     if (profile != nullptr) {
         // (one line per transpose case and backend: the profile's rows are the kernels' names)
-        static const char* names[2][2][2] = {
+        static const char* names[3][2][2] = {
             {{"gemm own NN (host)", "gemm own NT (host)"}, {"gemm own TN (host)", "gemm own TT (host)"}},
-            {{"gemm OpenBLAS NN (host)", "gemm OpenBLAS NT (host)"}, {"gemm OpenBLAS TN (host)", "gemm OpenBLAS TT (host)"}}};
-        profile->add(names[host_gemm_uses_openblas()][shape.trans_a][shape.trans_b],
+            {{"gemm OpenBLAS NN (host)", "gemm OpenBLAS NT (host)"}, {"gemm OpenBLAS TN (host)", "gemm OpenBLAS TT (host)"}},
+            {{"gemm oneDNN NN (host)", "gemm oneDNN NT (host)"}, {"gemm oneDNN TN (host)", "gemm oneDNN TT (host)"}}};
+        profile->add(names[(int)which][shape.trans_a][shape.trans_b],
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
 }

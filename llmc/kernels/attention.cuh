@@ -168,12 +168,12 @@ __global__ void __launch_bounds__(kAttnRows)
             if (doc_row != nullptr && doc_tile[j] != my_doc) { continue; }
             float s = attn_dot<HD>(q_row, k_tile + j * HD);
             if (s > running_max) {  // new maximum: rescale what was accumulated so far
-                float correction = expf(running_max - s);
+                float correction = kernel_expf(running_max - s);
                 running_sum *= correction;
                 for (int e = 0; e < HD; e++) { acc[e] *= correction; }
                 running_max = s;
             }
-            float p = expf(s - running_max);
+            float p = kernel_expf(s - running_max);
             running_sum += p;
             const float* v_j = v_tile + j * HD;
             for (int e = 0; e < HD; e++) { acc[e] += p * v_j[e]; }
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kAttnRows)
         for (int j = 0; j < n; j++) {
             if (doc_row != nullptr && doc_tile[j] != my_doc) { continue; }
             const float* k_j = k_tile + j * HD;
-            float p = expf(attn_dot<HD>(q_row, k_j) - row_lse);
+            float p = kernel_expf(attn_dot<HD>(q_row, k_j) - row_lse);
             float ds = p * (attn_dot<HD>(dout_row, v_tile + j * HD) - row_D);
             for (int e = 0; e < HD; e++) { dq_acc[e] += ds * k_j[e]; }
         }
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(kAttnRows)
                 if (doc_row != nullptr && doc_tile[j] != my_doc) { continue; }
                 const float* q_j = q_tile + j * HD;
                 const float* dout_j = dout_tile + j * HD;
-                float p = expf(attn_dot<HD>(q_j, k_row) - lse_tile[j]);
+                float p = kernel_expf(attn_dot<HD>(q_j, k_row) - lse_tile[j]);
                 float ds = p * (attn_dot<HD>(dout_j, v_row) - D_tile[j]);
                 for (int e = 0; e < HD; e++) {
                     dv_acc[e] += p * dout_j[e];

@@ -291,12 +291,12 @@ __global__ void nonapprox_forward_kernel(floatX* out, float* lse, const float* s
         }
         float s = s_row[t];
         if (s > running_max) {  // rescale what was accumulated to the new maximum
-            float correction = expf(running_max - s);
+            float correction = kernel_expf(running_max - s);
             running_sum *= correction;
             acc *= correction;
             running_max = s;
         }
-        float p = expf(s - running_max);
+        float p = kernel_expf(s - running_max);
         running_sum += p;
         acc += p * to_float(v[(((size_t)b * T + t) * Hkv + j) * hd + e]);
         out[(((size_t)b * T + t) * Hq + h) * hd + e] = from_float<floatX>(acc / running_sum);
@@ -333,15 +333,15 @@ __global__ void nonapprox_backward_scan_kernel(float* dvh, float* c, const float
         }
         float l = lse[row + t];
         if (l < ref) {  // a smaller reference: rescale (factor <= 1; exp(-inf) = 0 on the first)
-            float correction = expf(l - ref);
+            float correction = kernel_expf(l - ref);
             sum *= correction;
             sum_D *= correction;
             ref = l;
         }
-        float w = expf(ref - l);
+        float w = kernel_expf(ref - l);
         sum += w * to_float(dout[(((size_t)b * T + t) * Hq + h) * hd + e]);
         sum_D += w * D[row + t];
-        float to_s = expf(scores[row + t] - ref);
+        float to_s = kernel_expf(scores[row + t] - ref);
         dvh[(((size_t)b * T + t) * Hq + h) * hd + e] = to_s * sum;
         if (e == 0) { c[row + t] = to_s * sum_D; }
     }
@@ -430,13 +430,13 @@ __global__ void silu_forward_kernel(floatX* out, const floatX* inp, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) { return; }
     float x = to_float(inp[i]);
-    out[i] = from_float<floatX>(x / (1.0f + expf(-x)));
+    out[i] = from_float<floatX>(x / (1.0f + kernel_expf(-x)));
 }
 __global__ void silu_backward_kernel(floatX* dinp, const floatX* dout, const floatX* inp, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) { return; }
     float x = to_float(inp[i]);
-    float sig = 1.0f / (1.0f + expf(-x));
+    float sig = 1.0f / (1.0f + kernel_expf(-x));
     dinp[i] = from_float<floatX>(to_float(dout[i]) * sig * (1.0f + x * (1.0f - sig)));
 }
 inline void silu_forward(floatX* out, const floatX* inp, size_t N, cudaStream_t stream) {

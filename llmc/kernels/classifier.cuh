@@ -40,13 +40,7 @@ constexpr int kClassifierLanes = HOST_BACKEND ? 1 : 32;
 constexpr int kClassifierRowsPerBlock = HOST_BACKEND ? 16 : 4;
 
 // exp of a logit minus its row's maximum
-__device__ inline float softmax_exp(float x) {
-#if HOST_BACKEND
-    return hostcuda::vector_expf(x);
-#else
-    return expf(x);
-#endif
-}
+__device__ inline float softmax_exp(float x) { return kernel_expf(x); }
 
 // The maximum over the lanes of a row (a no-op with one lane per row).
 __device__ inline float row_lanes_max(float value) {

@@ -23,13 +23,13 @@ loop (the exponential dominates).
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
-// 1 + tanh(u) and 1 - tanh(u) from one expf (several times cheaper than tanhf on the host,
+// 1 + tanh(u) and 1 - tanh(u) from one exp (several times cheaper than tanhf on the host,
 // and branch-free, so the host compiler vectorises it), each without cancellation: with
 // e = exp(2 u), 1 - tanh = 2 / (1 + e) and 1 + tanh = 2 e / (1 + e). u is capped at 20,
 // where 1 + tanh is 2 in fp32 and 1 - tanh < 1e-17 (no inf / inf); e underflows to 0 for
 // very negative u, giving exactly 0 and 2.
 __device__ inline void gelu_tanh_parts(float u, float* one_plus, float* one_minus) {
-    float e = expf(2.0f * fminf(u, 20.0f)), inv = 1.0f / (1.0f + e);
+    float e = kernel_expf(2.0f * fminf(u, 20.0f)), inv = 1.0f / (1.0f + e);
     *one_minus = 2.0f * inv;
     *one_plus = 2.0f * e * inv;
 }

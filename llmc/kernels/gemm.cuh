@@ -14,12 +14,13 @@ beta == 0 means C is not read, so it may hold garbage (NaN included), as in cuBL
 
 GPU: cublasGemmStridedBatchedEx, computing in fp32 (CUBLAS_COMPUTE_32F, no TF32, so fp32
 builds match the reference tightly; bf16 inputs run on tensor cores). Host backend:
-llmc/hostcuda/gemm.h (OpenBLAS where the build has it, else our own packed GEMM, spread over
-the host backend's worker pool). Not safe to call from two host threads at once.
+llmc/hostcuda/gemm.h (oneDNN or OpenBLAS where the build has them, else our own packed GEMM,
+spread over the host backend's worker pool). gemm_backend_name() names the one in use. Not safe to call from two host threads at once.
 */
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -72,6 +73,8 @@ void gemm(TOut* C, const TIn* A, const TIn* B, const GemmShape& s, float alpha =
         CUBLAS_GEMM_DEFAULT));
 }
 
+inline std::string gemm_backend_name() { return "cuBLAS"; }
+
 #else  // host backend
 
 template <typename TIn, typename TOut>
@@ -79,6 +82,9 @@ void gemm(TOut* C, const TIn* A, const TIn* B, const GemmShape& shape, float alp
           cudaStream_t = nullptr) {
     hostcuda::host_gemm(C, A, B, shape, alpha, beta);
 }
+
+// the library and instruction set of the GEMMs, for the banner
+inline std::string gemm_backend_name() { return hostcuda::host_gemm_description(); }
 
 #endif
 

@@ -21,7 +21,7 @@ element for element (out = gate, dgate = gate, dup = up, dgate = dout, ... are a
 #include "llmc/kernels/align.h"
 #include "llmc/cuda_common.h"
 
-__device__ inline float swiglu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ inline float swiglu_sigmoid(float x) { return 1.0f / (1.0f + kernel_expf(-x)); }
 
 template <int V>
 __global__ void swiglu_forward_kernel(floatX* out, const floatX* gate, const floatX* up, size_t N) {

@@ -398,8 +398,8 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (t.print_config) {
         printf("%s", config_text(record.settings, {name + std::string(": the resolved config (--config FILE reads this format)")}).c_str());
     }
-    printf("%s (%s, %s, %s attention kernels)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
-           attention_kernels_name());
+    printf("%s (%s, %s, %s attention kernels; GEMM: %s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
+           attention_kernels_name(), gemm_backend_name().c_str());
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, flops_per_token(c) / 1e6);
