@@ -6,13 +6,20 @@ weights (bf16 builds keep them; fp32 builds update the parameters directly):
 and the global gradient norm with clipping (llmc/kernels/reduce.cuh: deterministic two-pass sum
 of squares; bit-identical when repeated).
 
-version 1: llmc/kernels/adamw.cuh, one thread per element
+version 1: llmc/kernels/adamw.cuh's adamw_kernel, one thread per element (launched here)
+version 2: adamw_update, what the trainers call: the same kernel on a GPU, on the host backend
+           its per-element function as a vectorised loop
 
     ./build/<dir>/adamw
 */
 #include "dev/cuda/common.h"
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/reduce.cuh"
+
+template <typename T>
+static void copy_into_device(T* device, const std::vector<T>& host) {
+    cudaCheck(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
 
 int main() {
     size_t n = HOST_BACKEND ? 50001 : 64 * 1024 * 1024;
@@ -86,13 +93,31 @@ int main() {
         float* d_master = with_master ? copy_to_device(p0) : nullptr;
         float* d_m = copy_to_device(m0);
         float* d_v = copy_to_device(v0);
-        adamw_update(d_p, d_master, d_g, d_m, d_v, n, s, 0);
-        printf("  %s master weights\n", with_master ? "with" : "without");
-        ok &= validate_result(d_m, m_ref.data(), "m", n, 1e-9f, 1e-5f);
-        ok &= validate_result(d_v, v_ref.data(), "v", n, 1e-12f, 1e-5f);
-        // the step is ~lr; fp32 rounding of p (|p| <= 1) is ~6e-8
-        if (with_master) { ok &= validate_result(d_master, p_ref.data(), "master", n, 2e-7f, 1e-6f); }
-        ok &= validate_result(d_p, p_ref.data(), "params", n, 2e-7f, PRECISION_MODE == PrecisionMode::FP32 ? 1e-6f : 1.0f / 256);
+        std::vector<float> version_results[2];
+        for (int version = 1; version <= 2; version++) {
+            copy_into_device(d_p, p_x);
+            if (with_master) { copy_into_device(d_master, p0); }
+            copy_into_device(d_m, m0);
+            copy_into_device(d_v, v0);
+            if (version == 1) {
+                LAUNCH(CEIL_DIV(n, 256), 256, 0, 0, adamw_kernel<floatX>)(d_p, d_master, d_g, d_m, d_v, n, s);
+                cudaCheck(cudaGetLastError());
+            } else {
+                adamw_update(d_p, d_master, d_g, d_m, d_v, n, s, 0);
+            }
+            printf("  version %d, %s master weights\n", version, with_master ? "with" : "without");
+            ok &= validate_result(d_m, m_ref.data(), "m", n, 1e-9f, 1e-5f);
+            ok &= validate_result(d_v, v_ref.data(), "v", n, 1e-12f, 1e-5f);
+            // the step is ~lr; fp32 rounding of p (|p| <= 1) is ~6e-8
+            if (with_master) { ok &= validate_result(d_master, p_ref.data(), "master", n, 2e-7f, 1e-6f); }
+            ok &= validate_result(d_p, p_ref.data(), "params", n, 2e-7f, PRECISION_MODE == PrecisionMode::FP32 ? 1e-6f : 1.0f / 256);
+            std::vector<floatX> got = copy_from_device(d_p, n);
+            for (floatX x : got) { version_results[version - 1].push_back(to_float(x)); }
+        }
+        // one per-element function: the loop and the kernel agree bit for bit
+        bool same = version_results[0] == version_results[1];
+        printf("    versions 1 and 2 bit-identical: %s\n", same ? "yes" : "NO");
+        ok &= same;
         if (kBenchmarksEnabled) {
             float ms = benchmark_kernel(10, adamw_update<floatX>, d_p, d_master, d_g, d_m, d_v, n, s, (cudaStream_t)0);
             print_table_header();

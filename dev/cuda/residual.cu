@@ -4,7 +4,10 @@ backward, against a double reference:
     forward   x_out = skip(x) + coef(g) * h     gated: sigmoid(g), standard: 1, rezero: g, none: no skip
     backward  dh = coef * dx_out,  dg += dcoef/dg * sum(dx_out * h)  (deterministic reduction)
 
-version 1: llmc/kernels/residual.cuh (elementwise kernels; llmc/kernels/reduce.cuh for the gate gradient)
+version 1: llmc/kernels/residual.cuh's residual_forward / residual_backward (on the host backend
+           the elementwise parts run as loops over the kernels' per-element functions;
+           llmc/kernels/reduce.cuh for the gate gradient)
+version 2: the elementwise kernels launched directly: bit-identical to version 1
 
     ./build/<dir>/residual
 */
@@ -50,6 +53,14 @@ int main() {
         ok &= validate_result(d_dh, dh_ref.data(), "dh", N, 1e-6f, eps);
         // the gate sums N products (fp32 accumulation); in bf16 it is also stored in bf16
         ok &= validate_result(d_dgate, &dgate_ref, "dgate", 1, PRECISION_MODE == PrecisionMode::FP32 ? 2e-4f : 2e-2f, eps);
+        std::vector<floatX> out1 = copy_from_device(d_out, N), dh1 = copy_from_device(d_dh, N);
+        LAUNCH(CEIL_DIV(N, 256), 256, 0, 0, residual_forward_kernel)(d_out, d_x, d_h, d_gate, mode, N);
+        LAUNCH(CEIL_DIV(N, 256), 256, 0, 0, residual_branch_grad_kernel)(d_dh, d_dx, d_gate, mode, N);
+        cudaCheck(cudaGetLastError());
+        std::vector<floatX> out2 = copy_from_device(d_out, N), dh2 = copy_from_device(d_dh, N);
+        bool same = memcmp(out1.data(), out2.data(), N * sizeof(floatX)) == 0 && memcmp(dh1.data(), dh2.data(), N * sizeof(floatX)) == 0;
+        printf("    version 2 (the kernels) bit-identical to version 1: %s\n", same ? "yes" : "NO");
+        ok &= same;
     }
     if (!ok) {
         printf("residual: VALIDATION FAILED\n");

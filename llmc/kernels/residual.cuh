@@ -11,7 +11,8 @@ Backward, given dx_out:
     dh = coef * dx_out            with coef = sigmoid(g), 1, g, 1
     dx = dx_out                   (for `none`: 0; the trainer clears its stream gradient)
     dg += dcoef/dg * sum(dx_out * h)       (gated: s(1-s), rezero: 1), deterministic (reduce.cuh)
-Elementwise kernels, one thread per element.
+Elementwise kernels, one thread per element; the host backend runs their per-element
+functions as plain loops (hostcuda::run_elementwise), with the coefficient computed once.
 */
 #pragma once
 
@@ -35,28 +36,45 @@ __device__ inline float residual_coefficient(ResidualMode mode, const floatX* ga
     }
 }
 
+__device__ __forceinline__ void residual_forward_element(size_t i, floatX* x_out, const floatX* x, const floatX* h,
+                                                         float coef, bool skip) {
+    x_out[i] = from_float<floatX>((skip ? to_float(x[i]) : 0.0f) + coef * to_float(h[i]));
+}
+
 __global__ void residual_forward_kernel(floatX* x_out, const floatX* x, const floatX* h, const floatX* gate,
                                         ResidualMode mode, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) { return; }
-    float coef = residual_coefficient(mode, gate);
-    float skip = mode == ResidualMode::None ? 0.0f : to_float(x[i]);
-    x_out[i] = from_float<floatX>(skip + coef * to_float(h[i]));
+    residual_forward_element(i, x_out, x, h, residual_coefficient(mode, gate), mode != ResidualMode::None);
 }
 
 // gate may be null for modes without a gate. x_out may alias x.
 void residual_forward(floatX* x_out, const floatX* x, const floatX* h, const floatX* gate, ResidualMode mode, size_t N,
                       cudaStream_t stream) {
+#if HOST_BACKEND
+    (void)stream;
+    float coef = residual_coefficient(mode, gate);
+    if (mode == ResidualMode::None) {
+        hostcuda::run_elementwise("residual_forward (host loop)", N, [=](size_t i) { residual_forward_element(i, x_out, x, h, coef, false); });
+    } else {
+        hostcuda::run_elementwise("residual_forward (host loop)", N, [=](size_t i) { residual_forward_element(i, x_out, x, h, coef, true); });
+    }
+#else
     const int block = 256;
     LAUNCH(CEIL_DIV(N, block), block, 0, stream, residual_forward_kernel)(x_out, x, h, gate, mode, N);
     cudaCheckLaunch();
+#endif
+}
+
+__device__ __forceinline__ void residual_branch_grad_element(size_t i, floatX* dh, const floatX* dx_out, float coef) {
+    dh[i] = from_float<floatX>(coef * to_float(dx_out[i]));
 }
 
 __global__ void residual_branch_grad_kernel(floatX* dh, const floatX* dx_out, const floatX* gate, ResidualMode mode,
                                             size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) { return; }
-    dh[i] = from_float<floatX>(residual_coefficient(mode, gate) * to_float(dx_out[i]));
+    residual_branch_grad_element(i, dh, dx_out, residual_coefficient(mode, gate));
 }
 
 __global__ void gate_grad_kernel(floatX* dgate, const float* dot, const floatX* gate, ResidualMode mode) {
@@ -73,9 +91,15 @@ __global__ void gate_grad_kernel(floatX* dgate, const float* dot, const floatX* 
 // scratch: kReduceBlocks + 1 floats.
 void residual_backward(floatX* dh, floatX* dgate, float* scratch, const floatX* dx_out, const floatX* h, const floatX* gate,
                        ResidualMode mode, size_t N, cudaStream_t stream) {
+#if HOST_BACKEND
+    float coef = residual_coefficient(mode, gate);
+    hostcuda::run_elementwise("residual_branch_grad (host loop)", N,
+                              [=](size_t i) { residual_branch_grad_element(i, dh, dx_out, coef); });
+#else
     const int block = 256;
     LAUNCH(CEIL_DIV(N, block), block, 0, stream, residual_branch_grad_kernel)(dh, dx_out, gate, mode, N);
     cudaCheckLaunch();
+#endif
     if (residual_has_gate(mode)) {
         float* dot = scratch + kReduceBlocks;
         dot_product(dot, scratch, dx_out, h, N, 1.0f, false, stream);
