@@ -51,8 +51,8 @@ forward spills a little, its backward keeps the row arrays in local memory (corr
 Not measured on a GPU yet. Host backend: one fiber switch per thread per barrier, i.e. two
 per 64 x 64 tile, against ~64 x hd x 4 flops of plain per-thread work per tile; the kernels
 are compiled with O3 there (below); their exp is kernel_expf (llmc/cuda_common.h), inlined,
-where libm's expf had taken a third to a half of their time (the three kernels' share of the
-demo SAN's host profile fell from 37% to 20%). Taking a tile's keys in chunks of 16 (scores,
+where libm's expf had taken about half their time (the three kernels' time in 12 steps of the
+demo SAN, fp32, fell from 1.03 s to 0.44-0.55 s on a 2-core EPYC, 2026-12-05). Taking a tile's keys in chunks of 16 (scores,
 then one vectorised exp over the chunk) was tried and measured slower (dq 1.4x, dk/dv 1.7x).
 */
 #pragma once
