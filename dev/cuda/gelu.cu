@@ -7,7 +7,11 @@ GELU, tanh approximation (llmc/kernels/gelu.cuh), forward and backward:
 x, out, dout, dinp: N elements of floatX; maths in fp32.
 
 version 1: one thread per element, scalar loads (the baseline)
-version 2: llmc/kernels/gelu.cuh: one thread per x128::size elements, 128-bit loads and stores
+version 2: llmc/kernels/gelu.cuh's launchers, what the trainers call: on a GPU one thread per
+           x128::size elements, 128-bit loads and stores; on the host backend a vectorised
+           loop over the same per-element functions
+version 3: the x128 kernels launched directly (what version 2 runs on a GPU), so that the
+           host backend checks them too
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/gelu && ./build/gpu-bf16/gelu [version]
@@ -28,6 +32,9 @@ void forward_version(int version, floatX* out, const floatX* x, size_t N) {
     if (version == 1) {
         LAUNCH((unsigned)CEIL_DIV(N, (size_t)256), 256, 0, 0, gelu_forward_kernel<1>)(out, x, N);
         cudaCheckLaunch();
+    } else if (version == 3) {
+        LAUNCH((unsigned)CEIL_DIV(N, (size_t)256 * x128::size), 256, 0, 0, gelu_forward_kernel<x128::size>)(out, x, N);
+        cudaCheckLaunch();
     } else {
         gelu_forward(out, x, N, 0);
     }
@@ -35,6 +42,9 @@ void forward_version(int version, floatX* out, const floatX* x, size_t N) {
 void backward_version(int version, floatX* dinp, const floatX* dout, const floatX* x, size_t N) {
     if (version == 1) {
         LAUNCH((unsigned)CEIL_DIV(N, (size_t)256), 256, 0, 0, gelu_backward_kernel<1>)(dinp, dout, x, N);
+        cudaCheckLaunch();
+    } else if (version == 3) {
+        LAUNCH((unsigned)CEIL_DIV(N, (size_t)256 * x128::size), 256, 0, 0, gelu_backward_kernel<x128::size>)(dinp, dout, x, N);
         cudaCheckLaunch();
     } else {
         gelu_backward(dinp, dout, x, N, 0);
@@ -44,7 +54,7 @@ void backward_version(int version, floatX* dinp, const floatX* dout, const float
 int main(int argc, char** argv) {
     size_t N = (size_t)8 * 1024 * 3072;  // B*T*4d of GPT-2 124M at B*T = 8k
     if (HOST_BACKEND) { N = 100003; }    // validation only; odd: exercises the tail
-    int first = 1, last = 2;
+    int first = 1, last = 3;
     if (argc > 1) { first = last = atoi(argv[1]); }
     std::vector<float> x = make_random_float(N, 1, -6.0f, 6.0f), dout = make_random_float(N, 2);
     const float extremes[] = {0.0f, 1e-8f, -1e-8f, 15.0f, -15.0f, 30.0f, -30.0f, 100.0f, -100.0f, 1e30f, -1e30f};

@@ -8,7 +8,9 @@ The elementwise part of SwiGLU (llmc/kernels/swiglu.cuh), forward and backward:
 gate, up, out, dout, dgate, dup: N elements of floatX; maths in fp32.
 
 version 1: one thread per element, scalar loads (the baseline)
-version 2: llmc/kernels/swiglu.cuh: one thread per x128::size elements, 128-bit loads and stores
+version 2: llmc/kernels/swiglu.cuh's launchers: on a GPU one thread per x128::size elements,
+           128-bit loads and stores; on the host backend a vectorised per-element loop
+version 3: the x128 kernels launched directly (what version 2 runs on a GPU)
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/swiglu && ./build/gpu-bf16/swiglu [version]
@@ -34,7 +36,9 @@ void swiglu_backward_cpu(float* dgate, float* dup, const float* dout, const floa
 }
 
 // ----------------------------------------------------------------------------------------
-// launchers: version 1 runs the scalar kernels (one element per thread), version 2 the llmc ones
+// launchers: version 1 runs the scalar kernels (one element per thread), version 2 the llmc
+// launchers (on the host backend a vectorised loop over the per-element functions), version 3
+// the x128 kernels directly (what version 2 runs on a GPU)
 
 void swiglu_forward_version(int version, floatX* out, const floatX* gate, const floatX* up, size_t N) {
     switch (version) {
@@ -43,6 +47,10 @@ void swiglu_forward_version(int version, floatX* out, const floatX* gate, const 
             cudaCheckLaunch();
             break;
         case 2: swiglu_forward(out, gate, up, N, 0); break;
+        case 3:
+            LAUNCH((unsigned)CEIL_DIV(N, (size_t)256 * x128::size), 256, 0, 0, swiglu_forward_kernel<x128::size>)(out, gate, up, N);
+            cudaCheckLaunch();
+            break;
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }
 }
@@ -54,6 +62,10 @@ void swiglu_backward_version(int version, floatX* dgate, floatX* dup, const floa
             cudaCheckLaunch();
             break;
         case 2: swiglu_backward(dgate, dup, dout, gate, up, N, 0); break;
+        case 3:
+            LAUNCH((unsigned)CEIL_DIV(N, (size_t)256 * x128::size), 256, 0, 0, swiglu_backward_kernel<x128::size>)(dgate, dup, dout, gate, up, N);
+            cudaCheckLaunch();
+            break;
         default: fprintf(stderr, "unknown version %d\n", version); exit(EXIT_FAILURE);
     }
 }
@@ -61,7 +73,7 @@ void swiglu_backward_version(int version, floatX* dgate, floatX* dup, const floa
 int main(int argc, char** argv) {
     size_t N = (size_t)8 * 2048 * 2048;  // B*T*d_ff of the ffn presets
     if (HOST_BACKEND) { N = 100003; }    // validation only; odd: exercises the tail
-    int first = 1, last = 2;
+    int first = 1, last = 3;
     if (argc > 1) { first = last = atoi(argv[1]); }
 
     std::vector<float> gate = make_random_float(N, 1, -8.0f, 8.0f), up = make_random_float(N, 2, -2.0f, 2.0f),

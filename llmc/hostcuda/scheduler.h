@@ -757,7 +757,8 @@ constexpr int64_t kElementwiseChunk = 1 << 14;
 
 template <typename Body>
 void elementwise_chunk(void* ctx, int64_t chunk) {
-    const auto& [body, n] = *static_cast<const std::pair<Body, size_t>*>(ctx);
+    // (a local copy: the captured pointers stay in registers, and the loop vectorises)
+    auto [body, n] = *static_cast<const std::pair<Body, size_t>*>(ctx);
     size_t end = std::min(n, (size_t)(chunk + 1) * kElementwiseChunk);
     for (size_t i = (size_t)chunk * kElementwiseChunk; i < end; i++) { body(i); }
 }

@@ -12,8 +12,8 @@ one rounding per output.
 Launch layout: one thread per V consecutive elements, V = x128::size when every pointer is
 16-byte aligned (128-bit loads and stores; the last partial chunk element by element), else
 V = 1. Each thread reads its inputs before it writes, so out may alias inp and dinp may
-alias dout or inp element for element. No barriers: on the host backend this is a plain
-loop (the exponential dominates).
+alias dout or inp element for element. The host backend runs the per-element functions as
+plain vectorised loops instead (hostcuda::run_elementwise); dev/cuda/gelu.cu checks both.
 */
 #pragma once
 
@@ -76,6 +76,12 @@ __global__ void gelu_backward_kernel(floatX* dinp, const floatX* dout, const flo
 
 inline void gelu_forward(floatX* out, const floatX* inp, size_t N, cudaStream_t stream) {
     if (N == 0) { return; }
+#if HOST_BACKEND  // the per-element function as a vectorised loop (hostcuda::run_elementwise)
+    (void)stream;
+    hostcuda::run_elementwise("gelu_forward (host loop)", N,
+                              [=](size_t i) { out[i] = from_float<floatX>(gelu_tanh(to_float(inp[i]))); });
+    return;
+#endif
     const int block_size = 256;
     if (aligned16({out, inp})) {
         unsigned grid = (unsigned)CEIL_DIV(N, (size_t)block_size * x128::size);
@@ -88,6 +94,13 @@ inline void gelu_forward(floatX* out, const floatX* inp, size_t N, cudaStream_t 
 
 inline void gelu_backward(floatX* dinp, const floatX* dout, const floatX* inp, size_t N, cudaStream_t stream) {
     if (N == 0) { return; }
+#if HOST_BACKEND
+    (void)stream;
+    hostcuda::run_elementwise("gelu_backward (host loop)", N, [=](size_t i) {
+        dinp[i] = from_float<floatX>(to_float(dout[i]) * gelu_tanh_grad(to_float(inp[i])));
+    });
+    return;
+#endif
     const int block_size = 256;
     if (aligned16({dinp, dout, inp})) {
         unsigned grid = (unsigned)CEIL_DIV(N, (size_t)block_size * x128::size);
