@@ -47,6 +47,24 @@ __device__ __forceinline__ float kernel_expf(float x) {
 #endif
 }
 
+// fminf(x, bound) and fmaxf(x, bound) for a bound that is not NaN (a NaN x gives the bound, as
+// fminf / fmaxf do): the GPU's min / max instructions; on the host a compare and select, which
+// the vectoriser takes where fminf stops it (it must keep fminf's signalling behaviour).
+__device__ __forceinline__ float kernel_fminf_bound(float x, float bound) {
+#if HOST_BACKEND
+    return x < bound ? x : bound;
+#else
+    return fminf(x, bound);
+#endif
+}
+__device__ __forceinline__ float kernel_fmaxf_bound(float x, float bound) {
+#if HOST_BACKEND
+    return x > bound ? x : bound;
+#else
+    return fmaxf(x, bound);
+#endif
+}
+
 // ----------------------------------------------------------------------------------------
 // error checking
 

@@ -7,9 +7,12 @@ inp, out, dout: (N, C) floatX; bias, dbias: (C) floatX.
 
 version 1: forward one thread per element; backward one thread per column summing all N
            rows (the baseline: C threads only)
-version 2: llmc/kernels/bias.cuh: forward one thread per x128::size elements; backward over row
-           chunks (grid columns x chunks), then a fixed-order sum of the chunk partials
-           (deterministic, no atomics, no barriers)
+version 2: llmc/kernels/bias.cuh: forward one thread per x128::size elements (on the host
+           backend a vectorised loop per row instead); backward over row chunks (grid
+           columns x chunks), then a fixed-order sum of the chunk partials (deterministic,
+           no atomics, no barriers)
+version 3: forward: the x128 kernel launched directly (what version 2 runs on a GPU);
+           backward as version 2
 
 Build and run (validation on any executor, timing on a GPU):
     make build/gpu-bf16/bias && ./build/gpu-bf16/bias [version]
@@ -39,6 +42,10 @@ __global__ void bias_backward_kernel1(floatX* dbias, const floatX* dout, int N, 
 void forward_version(int version, floatX* out, const floatX* inp, const floatX* bias, int N, int C) {
     if (version == 1) {
         LAUNCH((unsigned)CEIL_DIV((size_t)N * C, (size_t)256), 256, 0, 0, bias_forward_kernel<1>)(out, inp, bias, N, C);
+        cudaCheckLaunch();
+    } else if (version == 3 && C % x128::size == 0) {
+        unsigned grid = (unsigned)CEIL_DIV((size_t)N * C, (size_t)256 * x128::size);
+        LAUNCH(grid, 256, 0, 0, bias_forward_kernel<x128::size>)(out, inp, bias, N, C);
         cudaCheckLaunch();
     } else {
         bias_forward(out, inp, bias, N, C, 0);
@@ -101,7 +108,7 @@ bool run_case(int N, int C, int first, int last, bool bench) {
 }
 
 int main(int argc, char** argv) {
-    int first = 1, last = 2;
+    int first = 1, last = 3;
     if (argc > 1) { first = last = atoi(argv[1]); }
     bool ok = true;
     if (HOST_BACKEND) {  // validation only; 100 and 7: no 128-bit path; 1001 rows: a partial chunk

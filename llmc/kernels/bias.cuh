@@ -58,6 +58,15 @@ __global__ void bias_backward_final_kernel(floatX* dbias, const float* scratch, 
 
 inline void bias_forward(floatX* out, const floatX* inp, const floatX* bias, int N, int C, cudaStream_t stream) {
     if (N <= 0 || C <= 0) { return; }
+#if HOST_BACKEND  // a vectorised loop per row (hostcuda::run_elementwise), the kernel's sum per element
+    (void)stream;
+    hostcuda::run_elementwise("bias_forward (host loop)", (size_t)N, [=](size_t n) {
+        for (int c = 0; c < C; c++) {
+            out[n * C + c] = from_float<floatX>(to_float(inp[n * C + c]) + to_float(bias[c]));
+        }
+    });
+    return;
+#endif
     const int block_size = 256;
     size_t total = (size_t)N * C;
     if (C % x128::size == 0 && aligned16({out, inp, bias})) {

@@ -29,7 +29,7 @@ constexpr float kGeluCubic = 0.044715f;
 // where 1 + tanh is 2 in fp32 and 1 - tanh < 1e-17 (no inf / inf); e underflows to 0 for
 // very negative u, giving exactly 0 and 2.
 __device__ inline void gelu_tanh_parts(float u, float* one_plus, float* one_minus) {
-    float e = kernel_expf(2.0f * fminf(u, 20.0f)), inv = 1.0f / (1.0f + e);
+    float e = kernel_expf(2.0f * kernel_fminf_bound(u, 20.0f)), inv = 1.0f / (1.0f + e);
     *one_minus = 2.0f * inv;
     *one_plus = 2.0f * e * inv;
 }
@@ -40,7 +40,7 @@ __device__ inline float gelu_tanh(float x) {
     return 0.5f * x * one_plus;
 }
 __device__ inline float gelu_tanh_grad(float x) {
-    x = fminf(fmaxf(x, -10.0f), 10.0f);  // beyond, gelu' is 0 or 1 in fp32; keeps x^3 finite (no 0 * inf)
+    x = kernel_fminf_bound(kernel_fmaxf_bound(x, -10.0f), 10.0f);  // beyond, gelu' is 0 or 1 in fp32; keeps x^3 finite (no 0 * inf)
     float x2 = x * x, one_plus, one_minus;
     gelu_tanh_parts(kGeluScale * (x + kGeluCubic * x2 * x), &one_plus, &one_minus);
     return 0.5f * one_plus + 0.5f * x * (one_plus * one_minus) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x2);
