@@ -47,7 +47,7 @@ its CRC.
 The last line counts the kinds of file, the mutants, those that crashed or hung and the
 changed checksummed files read (both must be 0).
 A failing mutant is kept in the temporary directory and named in the output.
-Cost: about 5,400 fuzzed and 4,900 flipped files, ~5 s of CPU (plain build; 2026-12-05).
+Cost: about 5,400 fuzzed and 4,200 flipped files, ~4 s of CPU, 5 s on 2 cores (plain build; 2026-12-05).
 */
 #include <signal.h>
 #include <sys/resource.h>
@@ -520,13 +520,13 @@ static Bytes tensor_file_with_unused_shape_slot(const Bytes& seed, bool version2
 // rest; 7 so the flipped bit moves through all eight). A third of the files of every byte.
 static std::vector<size_t> flip_positions(const Target& t) {
     const Bytes& b = t.seed;
-    if (t.file_crc_slot >= 0) {  // tokenizer, eval set: the header's fields, one byte per zero int, a sample of the rest
-        std::vector<size_t> out;
+    if (t.file_crc_slot >= 0) {  // tokenizer, eval set: the header's fields, a byte of every 8th zero int
+        std::vector<size_t> out;  // (one loop checks them all), a sample of the rest
         const size_t fields = 4 * (size_t)(t.file_crc_slot + 1);
         for (size_t i = 0; i < b.size(); i++) {
-            bool zero_int = i >= fields && i < (size_t)DATA_HEADER_BYTES;
+            bool zero_int = i >= fields && i < (size_t)DATA_HEADER_BYTES && (i / 4) % 8 == 0;
             bool body = i >= (size_t)DATA_HEADER_BYTES;
-            if (i < fields || (zero_int && i % 4 == (i / 4) % 4) ||
+            if (i < fields || (zero_int && i % 4 == (i / 32) % 4) ||
                 (body && ((i - DATA_HEADER_BYTES) % 7 == 0 || i + 8 >= b.size()))) {
                 out.push_back(i);
             }

@@ -567,8 +567,9 @@ def test_the_stop_hint_continues_the_run_to_its_outputs(trainer, offline, tmp_pa
 def test_a_corrupt_shard_is_refused_unless_verify_data_0(data, tmp_path):
     """A token of a shard changed to another valid id (the shard's CRC no longer matches):
     the run refuses it before its first step, naming the shard and both CRCs; --verify-data 0
-    (for corpora too large to read at start) trains on it; a shard written before the
-    checksums (CRC slot 0) trains."""
+    (for corpora too large to read at start) trains on it; its CRC slot set to 0 is refused like
+    any other wrong CRC (the flag after it says the shard has one); a shard written before the
+    checksums (CRC slot and flag 0) trains, with a note that it is not verified."""
     import shards  # (dev/data, on the path through trainer_cli)
     good = shards.read_shard(data / "toy_train_000000.bin")
     raw = bytearray((data / "toy_train_000000.bin").read_bytes())
@@ -585,7 +586,12 @@ def test_a_corrupt_shard_is_refused_unless_verify_data_0(data, tmp_path):
     run("san", args + ["--verify-data", 0])
     with pytest.raises(ValueError, match="checksum mismatch in the tokens"):
         shards.read_shard(bad)
-    raw[12:16] = bytes(4)  # no CRC: as written before the checksums
+    raw[12:16] = bytes(4)  # the CRC slot zeroed, its flag kept
     bad.write_bytes(bytes(raw))
-    run("san", args)
+    proc = run("san", args, check=False)
+    assert proc.returncode == 1 and "checksum mismatch in the tokens: stored CRC32 00000000" in proc.stderr, proc.stderr
+    raw[16:20] = bytes(4)  # no CRC and no flag: as written before the checksums
+    bad.write_bytes(bytes(raw))
+    proc = run("san", args)
+    assert f"note: 1 file of data '{bad}' carries no checksum" in proc.stderr, proc.stderr
     assert np.count_nonzero(shards.read_shard(bad) != good) == 1
