@@ -392,16 +392,23 @@ LlmcModel load_llmc(const std::string& path, int bos_id) {
     }
     c.resolve_and_check();
     const int64_t d = c.n_embd, L = c.n_layer;
+    if ((__int128)d * d * L > size) {  // every layer holds a (3d, d) matrix: the products below stay far from 2^63
+        fatal("llm.c model file '%s': its header (L %d, C %d) announces more parameters than its %ld bytes hold",
+              path.c_str(), c.n_layer, c.n_embd, size);
+    }
     // sizes of the file's tensors in its order: wte, wpe, the stacked layer fields, ln_f
     std::vector<int64_t> field_numel;
     for (const LayerField& f : kLayerFields) { field_numel.push_back(f.rows * d * (f.cols == 0 ? 1 : f.cols * d)); }
-    int64_t total = Vp_file * d + (int64_t)c.seq_len * d + 2 * d;
-    for (int64_t n : field_numel) { total += L * n; }
+    // (in 128 bits: header sizes up to 2^31 make products that wrap 64 bits, and a wrapped total
+    // could match the file's size)
+    __int128 total128 = (__int128)Vp_file * d + (__int128)c.seq_len * d + 2 * d;
+    for (int64_t n : field_numel) { total128 += (__int128)L * n; }
     size_t item = h[1] == 3 ? 4 : 2;
-    if ((uint64_t)size != 1024 + (uint64_t)total * item) {
-        fatal("llm.c model file '%s': %ld bytes, expected %llu for its header (version %d)", path.c_str(), size,
-              (unsigned long long)(1024 + (uint64_t)total * item), h[1]);
+    if (total128 * item != (__int128)size - 1024) {
+        fatal("llm.c model file '%s': %ld bytes, expected %.0Lf for its header (version %d)", path.c_str(), size,
+              (long double)(1024 + total128 * item), h[1]);
     }
+    const int64_t total = (int64_t)total128;
     std::vector<float> raw(total);
     if (item == 4) {
         file.read(raw.data(), (size_t)total * sizeof(float), "the fp32 parameters");

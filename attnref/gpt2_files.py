@@ -57,6 +57,9 @@ def read_llmc(path, bos_id=None):
     if header[1] not in (LLMC_VERSION_FP32, LLMC_VERSION_BF16):
         raise ContainerError(f"{path}: llm.c model version {header[1]} (this reader knows 3 = fp32, 5 = bf16)")
     maxT, V, L, H, C, Vp = (int(x) for x in header[2:8])
+    if min(maxT, V, L, H, C, Vp) <= 0:
+        raise ContainerError(f"{path}: header sizes must be positive (T {maxT}, V {V}, L {L}, heads {H}, d {C}, "
+                             f"Vp {Vp})")
     if Vp < V:
         raise ContainerError(f"{path}: padded vocab {Vp} < vocab {V}")
     cfg = GPT2Config(vocab_size=V, seq_len=maxT, n_layer=L, n_embd=C, n_head=H,
@@ -94,9 +97,14 @@ HF_TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", 
 
 def read_safetensors(path):
     """{name: fp32 array} from a .safetensors file (8-byte header length, JSON header,
-    raw little-endian data), without the safetensors package."""
+    raw little-endian data), without the safetensors package. Every length and offset is
+    checked against the file's size before it is read."""
+    size = os.path.getsize(path)
     with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if not 0 <= n <= size - 8:
+            raise ContainerError(f"{path}: header length {n} does not fit the file's {size} bytes")
         header = json.loads(f.read(n))
         base = 8 + n
     dtypes = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
@@ -107,6 +115,10 @@ def read_safetensors(path):
         if info["dtype"] not in dtypes:
             continue  # e.g. the boolean attention-mask buffers of old exports
         begin, end = info["data_offsets"]
+        itemsize = np.dtype(dtypes[info["dtype"]]).itemsize
+        if not 0 <= begin <= end <= size - base or end - begin != math.prod(info["shape"]) * itemsize:
+            raise ContainerError(f"{path}: tensor {name}: data [{begin}, {end}) do not fit the file or its shape "
+                                 f"{info['shape']}")
         a = np.fromfile(path, dtype=dtypes[info["dtype"]], count=(end - begin) // np.dtype(dtypes[info["dtype"]]).itemsize,
                         offset=base + begin).reshape(info["shape"])
         out[name] = bf16_bits_to_fp32(a) if info["dtype"] == "BF16" else a.astype(np.float32)

@@ -821,6 +821,16 @@ def cmd_run(args):
     return 1 if failed or evals_failed else 0
 
 
+def _script_value(study, what, value):
+    """`value` as one shell word for study.sbatch (shlex.quote), refusing control characters: a
+    newline in a path or name would end an #SBATCH line or start a shell command of its own."""
+    bad = [c for c in str(value) if ord(c) < 32 or 127 <= ord(c) < 160]
+    if bad:
+        raise StudyError(f"{study.path}: {what} {str(value)!r} holds a control character ({bad[0]!r}); "
+                         f"study.py slurm writes it into a shell script, so it must have none")
+    return shlex.quote(str(value))
+
+
 def cmd_slurm(args):
     study = load_study(args.study, args.binary)
     known = binary_flags(study.binary)
@@ -828,33 +838,43 @@ def cmd_slurm(args):
     indices = [r.index for r in study.runs if why[r.arm.name] is None]
     if not indices:
         raise StudyError(f"{study.path}: no run can be scheduled")
-    os.makedirs(os.path.join(study.out, "slurm"), exist_ok=True)
-    script = os.path.join(study.out, "slurm", "study.sbatch")
+    # every value from the study file or the command line goes into the script through q(), and is
+    # checked before anything is written
+    q = lambda what, value: _script_value(study, what, value)  # noqa: E731
+    python = args.python or sys.executable
+    script_dir = os.path.join(study.out, "slurm")
     lines = ["#!/bin/bash",
-             f"# {study.name}: one array task per run ({len(indices)} runs); written by scripts/study.py slurm.",
+             f"# {q('study.name', study.name)}: one array task per run ({len(indices)} runs); written by "
+             "scripts/study.py slurm.",
              "# Each task runs `study.py run --only <its run>`, which skips a finished run and resumes an",
              "# interrupted one, so resubmitting the script after a time-out continues the study.",
-             f"#SBATCH --job-name={study.name}",
+             f"#SBATCH --job-name={q('study.name', study.name)}",
              f"#SBATCH --array={_ranges(indices)}" + (f"%{args.max_parallel}" if args.max_parallel else ""),
              # one node per run; a task slot per GPU, so that the run's `mpirun -np gpus` fits
              "#SBATCH --nodes=1",
              f"#SBATCH --ntasks={study.gpus}",
              f"#SBATCH --gpus={study.gpus}",
              f"#SBATCH --cpus-per-task={args.cpus_per_task}",
-             f"#SBATCH --time={args.time}",
-             f"#SBATCH --output={os.path.abspath(os.path.join(study.out, 'slurm', '%A_%a.out'))}"]
+             f"#SBATCH --time={q('--time', args.time)}",
+             f"#SBATCH --output={q('study.out', os.path.abspath(os.path.join(script_dir, '%A_%a.out')))}"]
     if args.partition:
-        lines.append(f"#SBATCH --partition={args.partition}")
+        lines.append(f"#SBATCH --partition={q('--partition', args.partition)}")
     if args.account:
-        lines.append(f"#SBATCH --account={args.account}")
-    lines += [f"#SBATCH {x}" for x in args.sbatch]
-    python = args.python or sys.executable
-    lines += ["set -euo pipefail", f"cd {shlex.quote(os.getcwd())}",
-              f"{shlex.quote(python)} {shlex.quote(os.path.relpath(os.path.abspath(__file__)))} run "
-              f"{shlex.quote(study.path)} --binary {shlex.quote(study.binary)} --only \"$SLURM_ARRAY_TASK_ID\""]
-    with open(script, "w") as f:
+        lines.append(f"#SBATCH --account={q('--account', args.account)}")
+    for x in args.sbatch:  # a whole directive as the user wrote it: checked, not quoted
+        _script_value(study, "--sbatch", x)
+        lines.append(f"#SBATCH {x}")
+    lines += ["set -euo pipefail", f"cd {q('the working directory', os.getcwd())}",
+              f"{q('--python', python)} {q('the path of study.py', os.path.relpath(os.path.abspath(__file__)))} run "
+              f"{q('the study file', study.path)} --binary {q('the trainer', study.binary)} "
+              "--only \"$SLURM_ARRAY_TASK_ID\""]
+    os.makedirs(script_dir, exist_ok=True)
+    script = os.path.join(script_dir, "study.sbatch")
+    with open(script + ".tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"wrote {script}: submit it with `sbatch {script}`; then `python scripts/study.py report {study.path}`")
+    os.replace(script + ".tmp", script)
+    print(f"wrote {script}: submit it with `sbatch {shlex.quote(script)}`; then "
+          f"`python scripts/study.py report {shlex.quote(study.path)}`")
     return 0
 
 

@@ -32,8 +32,9 @@ from synth_generator import World, generate  # noqa: E402
 from tokenizer import export_tokenizer_bin, train_sentencepiece  # noqa: E402
 
 # Bump when the files a build writes change, so that older builds are rebuilt (scripts/demo.sh
-# asks --is-current). 2: paper region convention by default, .exercises sidecars.
-BUILD_FORMAT = 2
+# asks --is-current). 2: paper region convention by default, .exercises sidecars. 3: tokenizer
+# and eval sets of version 2 (with a CRC), shards and sidecars with their CRC flag.
+BUILD_FORMAT = 3
 MARKER = ".complete"
 
 

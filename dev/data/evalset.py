@@ -3,11 +3,12 @@ Eval sets: the .bin format read by llmc/data/evalset.h (doc/formats.md, "Eval se
 lm-eval-style encoding of (context, continuation) pairs.
 
 File: header 256 x int32
-  [0] EVAL_MAGIC  [1] version 1  [2] number of items  [3] kind (0 multiple choice, 1 cloze,
+  [0] EVAL_MAGIC  [1] version 2  [2] number of items  [3] kind (0 multiple choice, 1 cloze,
   2 rolling)
   [4] vocab size of the tokenizer  [5] most choices in an item  [6] most tokens in an item
   (context + longest continuation)  [7] 1 if every context starts with BOS  [8] byte length
-  of the description; rest 0
+  of the description  [9] CRC-32 (zlib.crc32, as the int32 with its bits) of the whole file
+  but this int; rest 0 (version 1, still read with a note: the same without the CRC)
 then the description (UTF-8, e.g. "SANITY SET ..."), then per item, all int32:
   n_choices, gold, n_ctx, ctx[n_ctx], and per choice: n_tok, n_chars, tok[n_tok]
 n_chars is the length the metric normalises by: for multiple choice the characters of the
@@ -21,12 +22,17 @@ conditions on; the scorer cuts the document into the model's windows (rolling_re
 from __future__ import annotations
 
 import os
+import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 EVAL_MAGIC = 20260313
-EVAL_VERSION = 1
+EVAL_VERSION = 2         # written: with a CRC
+EVAL_VERSION_NO_CRC = 1  # still read, with a note
+EVAL_CRC_SLOT = 9
+ITEM_MIN_INTS = 7        # the smallest item: three counts, a context token, a choice's two counts and a token
 KIND_MC, KIND_CLOZE, KIND_ROLLING = 0, 1, 2
 KIND_NAMES = {KIND_MC: "multiple choice", KIND_CLOZE: "cloze", KIND_ROLLING: "rolling"}
 
@@ -133,6 +139,10 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
                 raise ValueError(f"item {i}: empty continuation")
             rec += [len(c), int(n)] + list(c)
         body.append(np.asarray(rec, dtype="<i4"))
+    crc = file_crc(h.tobytes() + desc)
+    for b in body:
+        crc = zlib.crc32(b.data, crc)
+    h[EVAL_CRC_SLOT] = np.array([crc], dtype="<u4").view("<i4")[0]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -144,46 +154,88 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
     os.replace(tmp, path)
 
 
+def file_crc(data, slot: int = EVAL_CRC_SLOT) -> int:
+    """The CRC-32 (zlib.crc32) of a file's bytes but the four of header int `slot`, which holds
+    it (llmc/data/crc32.h crc32_without_slot)."""
+    view = memoryview(data)
+    return zlib.crc32(view[4 * slot + 4:], zlib.crc32(view[:4 * slot]))
+
+
 def read_evalset(path) -> dict:
-    """Reads an eval .bin back (for tests and tools), validating it like llmc/data/evalset.h."""
+    """Reads an eval .bin back (for tests and tools), validating it as llmc/data/evalset.h does:
+    header fields, the CRC (version 2), every count against its range and the ints left before
+    anything is taken, token ids against the vocabulary, nothing after the last item."""
     data = Path(path).read_bytes()
     if len(data) < 1024:
         raise ValueError(f"{path}: truncated header")
-    h = np.frombuffer(data[:1024], dtype="<i4")
+    h = [int(x) for x in np.frombuffer(data[:1024], dtype="<i4")]
     if h[0] != EVAL_MAGIC:
         raise ValueError(f"{path}: bad magic {h[0]}")
-    if h[1] != EVAL_VERSION:
-        raise ValueError(f"{path}: unsupported version {h[1]}")
-    if int(h[3]) not in KIND_NAMES:
-        raise ValueError(f"{path}: unknown kind {h[3]}")
-    pos = 1024 + int(h[8])
-    if pos > len(data):
-        raise ValueError(f"{path}: truncated description")
+    if h[1] not in (EVAL_VERSION_NO_CRC, EVAL_VERSION):
+        raise ValueError(f"{path}: unsupported version {h[1]} (this reader knows {EVAL_VERSION_NO_CRC} and {EVAL_VERSION})")
+    n_items, kind, vocab, max_choices, max_tokens, desc_len = h[2], h[3], h[4], h[5], h[6], h[8]
+    if kind not in KIND_NAMES:
+        raise ValueError(f"{path}: unknown kind {kind}")
+    if min(n_items, max_choices, max_tokens, desc_len) < 0 or vocab <= 0:
+        raise ValueError(f"{path}: bad header (items {n_items}, vocab {vocab}, choices {max_choices}, "
+                         f"tokens {max_tokens}, description {desc_len})")
+    tail = EVAL_CRC_SLOT + 1 if h[1] == EVAL_VERSION else EVAL_CRC_SLOT
+    if any(h[tail:]):
+        raise ValueError(f"{path}: header ints [{tail}..255] are not all 0 (corrupt header)")
+    if h[1] == EVAL_VERSION:
+        stored, computed = h[EVAL_CRC_SLOT] & 0xFFFFFFFF, file_crc(data)
+        if stored != computed:
+            raise ValueError(f"{path}: checksum mismatch: stored CRC32 {stored:08x}, computed {computed:08x} "
+                             f"(the file is corrupt)")
+    else:
+        sys.stderr.write(f"note: eval set {path} is of version 1, without a checksum: its contents are not verified "
+                         f"(write_evalset writes version 2)\n")
+    pos = 1024 + desc_len
+    if pos > len(data) or (len(data) - pos) % 4 or n_items * ITEM_MIN_INTS > (len(data) - pos) // 4:
+        raise ValueError(f"{path}: truncated or corrupt: the header announces {n_items} items and a "
+                         f"{desc_len}-byte description, the file has {len(data) - 1024} bytes after its header")
     desc = data[1024:pos].decode("utf-8")
-    rest = len(data) - pos
-    if rest % 4:
-        raise ValueError(f"{path}: item data is not a whole number of int32")
     v = np.frombuffer(data[pos:], dtype="<i4")
     j, items = 0, []
 
-    def take(n):
+    def count(what, lo, hi):
+        nonlocal j
+        if j >= len(v):
+            raise ValueError(f"{path}: truncated in item {len(items)}")
+        x = int(v[j])
+        j += 1
+        if not lo <= x <= hi:
+            raise ValueError(f"{path}: item {len(items)}: {what} is {x}, outside {lo}..{hi}")
+        return x
+
+    def tokens(n, what):
         nonlocal j
         if j + n > len(v):
-            raise ValueError(f"{path}: truncated in item {len(items)}")
+            raise ValueError(f"{path}: truncated in item {len(items)}: {n} tokens of {what} announced, "
+                             f"{len(v) - j} ints left")
         out = v[j:j + n]
         j += n
-        return out
+        if n and (out.min() < 0 or out.max() >= vocab):
+            raise ValueError(f"{path}: item {len(items)}: a token in its {what} is outside the vocabulary ({vocab})")
+        return out.tolist()
 
-    for _ in range(int(h[2])):
-        nc, gold, nctx = (int(x) for x in take(3))
-        ctx = take(nctx).tolist()
+    for _ in range(n_items):
+        nc = count("number of choices", 1, max_choices)
+        if kind != KIND_MC and nc != 1:
+            raise ValueError(f"{path}: {KIND_NAMES[kind]} item {len(items)} has {nc} continuations")
+        if nc * 3 > len(v) - j:
+            raise ValueError(f"{path}: truncated or corrupt in item {len(items)}: {nc} choices announced, "
+                             f"{len(v) - j} ints left")
+        gold = count("gold index", 0, nc - 1)
+        nctx = count("context length", 1, 1 if kind == KIND_ROLLING else max_tokens)
+        ctx = tokens(nctx, "context")
         choices, chars = [], []
         for _c in range(nc):
-            nt, nch = (int(x) for x in take(2))
-            choices.append(take(nt).tolist())
-            chars.append(nch)
+            nt = count("continuation length", 1, max_tokens - nctx)
+            chars.append(count("continuation characters", 0, 1 << 30))
+            choices.append(tokens(nt, "continuation"))
         items.append({"context": ctx, "choices": choices, "choice_chars": chars, "gold": gold})
     if j != len(v):
         raise ValueError(f"{path}: {len(v) - j} trailing int32 after the last item")
-    return {"kind": int(h[3]), "vocab_size": int(h[4]), "max_choices": int(h[5]), "max_tokens": int(h[6]),
+    return {"kind": kind, "vocab_size": vocab, "max_choices": max_choices, "max_tokens": max_tokens,
             "bos": bool(h[7]), "description": desc, "items": items}

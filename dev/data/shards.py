@@ -4,20 +4,22 @@ reads. Formats (documented in doc/formats.md):
 
   token shard  <name>.bin      header 256 x int32: [0] 20240520, [1] version (1 = uint16
                                tokens, 2 = uint32 tokens), [2] number of tokens, [3] CRC-32
-                               of the token bytes (zlib.crc32; 0 = none, as in older shards),
+                               of the token bytes (zlib.crc32), [4] 1 (the CRC is present),
                                rest 0; then the tokens, little-endian.
   region file  <name>.regions  header 256 x int32: [0] REGIONS_MAGIC, [1] 1, [2] number of
-                               tokens (equal to its shard's), [3] CRC-32 of the labels (0 =
-                               none), rest 0; then one uint8 per token: 0 other, 1 query,
+                               tokens (equal to its shard's), [3] CRC-32 of the labels, [4] 1,
+                               rest 0; then one uint8 per token: 0 other, 1 query,
                                2 trace, 3 answer.
   exercise file <name>.exercises  header 256 x int32: [0] EXERCISES_MAGIC, [1] 1, [2] number
                                of tokens, [3] number of names K, [4] bytes S of the name
-                               table, [5] CRC-32 of the name table and the ids (0 = none),
+                               table, [5] CRC-32 of the name table and the ids, [6] 1,
                                rest 0; then the names (UTF-8, each ended by a NUL;
                                name 0 is "none"); then one uint8 per token: the index of the
                                exercise (task kind) of the document the token belongs to.
-The CRCs are stored as the int32 with the same bits. Readers check every header slot that
-has no field is 0 and, where a CRC is given, that the data match it.
+The CRCs are stored as the int32 with the same bits. The int after a CRC is its flag: 1 = the
+CRC is present (every writer here sets it), so a CRC slot of 0 is checked like any other value;
+0 = a file from before the flag, whose slot holds its CRC, or 0 for none (older shards, llm.c's),
+read unchecked with a note on stderr. Readers check every header slot that has no field is 0.
 
 A ShardWriter takes documents (token ids, optional region labels, optional exercise name)
 and cuts them into shards of a fixed number of tokens named <prefix>_<split>_<index:06d>.bin,
@@ -27,6 +29,7 @@ Documents are packed back to back; a document may continue in the next shard.
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 from pathlib import Path
 
@@ -70,7 +73,7 @@ def exercises_path(shard_path: str | os.PathLike) -> Path:
     return p.with_suffix(EXERCISES_SUFFIX)
 
 
-# the header slot of each file's CRC-32 (doc/formats.md)
+# the header slot of each file's CRC-32 (doc/formats.md); the slot after it is its flag
 SHARD_CRC_SLOT = 3
 REGIONS_CRC_SLOT = 3
 EXERCISES_CRC_SLOT = 5
@@ -129,7 +132,7 @@ def write_shard(path, tokens, version: int | None = None) -> None:
         payload = toks.astype("<u4")
     else:
         raise ValueError(f"unknown shard version {version}")
-    _write_atomic(Path(path), _header(SHARD_MAGIC, version, toks.size, crc_slot_value(payload)), payload)
+    _write_atomic(Path(path), _header(SHARD_MAGIC, version, toks.size, crc_slot_value(payload), 1), payload)
 
 
 def write_regions(path, regions) -> None:
@@ -140,7 +143,7 @@ def write_regions(path, regions) -> None:
     if r.size and (r.min() < 0 or r.max() > ANSWER):
         raise ValueError("region labels must be in 0..3")
     labels = r.astype(np.uint8)
-    _write_atomic(Path(path), _header(REGIONS_MAGIC, REGIONS_VERSION, r.size, crc_slot_value(labels)), labels)
+    _write_atomic(Path(path), _header(REGIONS_MAGIC, REGIONS_VERSION, r.size, crc_slot_value(labels), 1), labels)
 
 
 def _check_exercise_names(names) -> bytes:
@@ -167,7 +170,7 @@ def write_exercises(path, ids, names) -> None:
     if e.size and (e.min() < 0 or e.max() >= len(names)):
         raise ValueError(f"exercise ids must be in 0..{len(names) - 1}")
     ids = e.astype(np.uint8)
-    h = _header(EXERCISES_MAGIC, EXERCISES_VERSION, e.size, len(names), len(table), crc_slot_value(table, ids))
+    h = _header(EXERCISES_MAGIC, EXERCISES_VERSION, e.size, len(names), len(table), crc_slot_value(table, ids), 1)
     _write_atomic(Path(path), h, table, ids)
 
 
@@ -189,9 +192,19 @@ def _read_header(path: Path, data: bytes, magic: int, versions: tuple, fields: i
     return h
 
 
-def _check_crc(path: Path, what: str, stored: int, body) -> None:
-    """A header's CRC slot against the data (0: the file has none)."""
-    if stored == 0:
+_NOTED_UNCHECKED: set[str] = set()
+
+
+def _check_crc(path: Path, what: str, header: np.ndarray, slot: int, body) -> None:
+    """A header's CRC slot against the data; the slot after it is its flag (module docstring)."""
+    stored, flag = int(header[slot]), int(header[slot + 1])
+    if flag not in (0, 1):
+        raise ValueError(f"{path}: header int [{slot + 1}] (checksum flag) is {flag}, must be 0 or 1 (corrupt header)")
+    if flag == 0 and stored == 0:
+        if str(path) not in _NOTED_UNCHECKED:
+            _NOTED_UNCHECKED.add(str(path))
+            sys.stderr.write(f"note: {path} carries no checksum (written before there were any, or by llm.c): "
+                             f"its {what} are not verified\n")
         return
     computed = crc_slot_value(body)
     if computed != stored:
@@ -203,24 +216,24 @@ def read_shard(path) -> np.ndarray:
     """Reads a token shard, checking magic, version and size; returns uint16 or uint32 array."""
     path = Path(path)
     data = path.read_bytes()
-    h = _read_header(path, data, SHARD_MAGIC, (SHARD_VERSION_U16, SHARD_VERSION_U32), SHARD_CRC_SLOT + 1)
+    h = _read_header(path, data, SHARD_MAGIC, (SHARD_VERSION_U16, SHARD_VERSION_U32), SHARD_CRC_SLOT + 2)
     dtype = "<u2" if h[1] == SHARD_VERSION_U16 else "<u4"
     width = np.dtype(dtype).itemsize
     expect = HEADER_BYTES + int(h[2]) * width
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {h[2]} tokens ({expect} bytes)")
-    _check_crc(path, "tokens", int(h[SHARD_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
+    _check_crc(path, "tokens", h, SHARD_CRC_SLOT, memoryview(data)[HEADER_BYTES:])
     return np.frombuffer(data[HEADER_BYTES:], dtype=dtype)
 
 
 def read_regions(path) -> np.ndarray:
     path = Path(path)
     data = path.read_bytes()
-    h = _read_header(path, data, REGIONS_MAGIC, (REGIONS_VERSION,), REGIONS_CRC_SLOT + 1)
+    h = _read_header(path, data, REGIONS_MAGIC, (REGIONS_VERSION,), REGIONS_CRC_SLOT + 2)
     expect = HEADER_BYTES + int(h[2])
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {h[2]} labels ({expect} bytes)")
-    _check_crc(path, "region labels", int(h[REGIONS_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
+    _check_crc(path, "region labels", h, REGIONS_CRC_SLOT, memoryview(data)[HEADER_BYTES:])
     return np.frombuffer(data[HEADER_BYTES:], dtype=np.uint8)
 
 
@@ -228,14 +241,14 @@ def read_exercises(path) -> tuple[np.ndarray, list[str]]:
     """Reads an exercise sidecar: (uint8 id per token, names), checking header, table and sizes."""
     path = Path(path)
     data = path.read_bytes()
-    h = _read_header(path, data, EXERCISES_MAGIC, (EXERCISES_VERSION,), EXERCISES_CRC_SLOT + 1)
+    h = _read_header(path, data, EXERCISES_MAGIC, (EXERCISES_VERSION,), EXERCISES_CRC_SLOT + 2)
     k, nbytes = int(h[3]), int(h[4])
     if not 1 <= k <= MAX_EXERCISES or nbytes < 0:
         raise ValueError(f"{path}: bad name table: {k} names in {nbytes} bytes")
     expect = HEADER_BYTES + nbytes + int(h[2])
     if len(data) != expect:
         raise ValueError(f"{path}: size {len(data)} bytes but the header says {expect}")
-    _check_crc(path, "exercise names and ids", int(h[EXERCISES_CRC_SLOT]), memoryview(data)[HEADER_BYTES:])
+    _check_crc(path, "exercise names and ids", h, EXERCISES_CRC_SLOT, memoryview(data)[HEADER_BYTES:])
     raw = data[HEADER_BYTES:HEADER_BYTES + nbytes]
     if not raw.endswith(b"\0") or raw.count(b"\0") != k:
         raise ValueError(f"{path}: the name table does not hold {k} NUL-ended names")

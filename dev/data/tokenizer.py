@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,9 @@ PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
 IM_START_ID, IM_END_ID, THINK_ID, END_THINK_ID = 4, 5, 6, 7
 
 TOKENIZER_MAGIC = 20260312
-TOKENIZER_VERSION = 1
+TOKENIZER_VERSION = 2         # written: header int [9] is the CRC-32 of the whole file but that int
+TOKENIZER_VERSION_NO_CRC = 1  # still read, with a note
+TOKENIZER_CRC_SLOT = 9
 KIND_SENTENCEPIECE, KIND_TIKTOKEN = 1, 2
 # piece types in the .bin
 T_NORMAL, T_CONTROL, T_BYTE, T_USER, T_UNKNOWN, T_UNUSED = 0, 1, 2, 3, 4, 5
@@ -157,7 +161,8 @@ def load_tokenizer(spec: str):
 
 
 def export_tokenizer_bin(tok, path) -> None:
-    """Writes the tokenizer .bin: 256-int32 header, then per id: uint8 type, uint16 length, bytes."""
+    """Writes the tokenizer .bin: 256-int32 header (with the file's CRC-32), then per id:
+    uint8 type, uint16 length, bytes."""
     entries = [tok.piece_bytes(i) for i in range(tok.vocab_size)]
     maxlen = max(len(b) for _, b in entries)
     if maxlen > 65535:
@@ -166,30 +171,61 @@ def export_tokenizer_bin(tok, path) -> None:
     h[0], h[1], h[2], h[3] = TOKENIZER_MAGIC, TOKENIZER_VERSION, tok.vocab_size, tok.kind
     h[4], h[5], h[6], h[7] = tok.bos_id, tok.eos_id, tok.pad_id, tok.unk_id
     h[8] = maxlen
+    body = b"".join(struct.pack("<BH", t, len(b)) + b for t, b in entries)
+    h[TOKENIZER_CRC_SLOT] = np.array([file_crc(h.tobytes() + body)], dtype="<u4").view("<i4")[0]
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(h.tobytes())
-        for t, b in entries:
-            f.write(struct.pack("<BH", t, len(b)))
-            f.write(b)
+        f.write(body)
     os.replace(tmp, path)
 
 
+def file_crc(data, slot: int = TOKENIZER_CRC_SLOT) -> int:
+    """The CRC-32 (zlib.crc32) of a file's bytes but the four of header int `slot`, which holds
+    it (the tokenizer and eval-set files; llmc/data/crc32.h crc32_without_slot)."""
+    view = memoryview(data)
+    return zlib.crc32(view[4 * slot + 4:], zlib.crc32(view[:4 * slot]))
+
+
 def read_tokenizer_bin(path) -> dict:
-    """Reads a tokenizer .bin back (for tests and tools): header fields and (type, bytes) per id."""
+    """Reads a tokenizer .bin back (for tests and tools): header fields and (type, bytes) per id,
+    checked as llmc/data/tokenizer.h checks them (the CRC of version 2, the piece count against
+    the file's size, the special ids, the piece types and lengths)."""
     data = Path(path).read_bytes()
     if len(data) < 1024:
         raise ValueError(f"{path}: truncated header")
-    h = np.frombuffer(data[:1024], dtype="<i4")
-    if h[0] != TOKENIZER_MAGIC or h[1] != TOKENIZER_VERSION:
+    h = [int(x) for x in np.frombuffer(data[:1024], dtype="<i4")]
+    if h[0] != TOKENIZER_MAGIC or h[1] not in (TOKENIZER_VERSION_NO_CRC, TOKENIZER_VERSION):
         raise ValueError(f"{path}: bad magic/version {h[0]}/{h[1]}")
+    tail = TOKENIZER_CRC_SLOT + 1 if h[1] == TOKENIZER_VERSION else TOKENIZER_CRC_SLOT
+    if any(h[tail:]):
+        raise ValueError(f"{path}: header ints [{tail}..255] are not all 0 (corrupt header)")
+    if h[1] == TOKENIZER_VERSION:
+        stored, computed = h[TOKENIZER_CRC_SLOT] & 0xFFFFFFFF, file_crc(data)
+        if stored != computed:
+            raise ValueError(f"{path}: checksum mismatch: stored CRC32 {stored:08x}, computed {computed:08x} "
+                             f"(the file is corrupt)")
+    else:
+        sys.stderr.write(f"note: tokenizer {path} is of version 1, without a checksum: its contents are not "
+                         f"verified (export_tokenizer_bin writes version 2)\n")
+    vocab = h[2]
+    if not 0 < vocab <= (len(data) - 1024) // 3:  # each piece takes at least 3 bytes
+        raise ValueError(f"{path}: {vocab} pieces announced, the {len(data) - 1024} bytes after the header hold at "
+                         f"most {(len(data) - 1024) // 3}")
+    if h[3] not in (KIND_SENTENCEPIECE, KIND_TIKTOKEN):
+        raise ValueError(f"{path}: unknown kind {h[3]}")
+    if any(not -1 <= i < vocab for i in h[4:8]):
+        raise ValueError(f"{path}: special ids {h[4:8]} outside the vocabulary of {vocab}")
     pos, pieces = 1024, []
-    for _ in range(int(h[2])):
+    for _ in range(vocab):
         if pos + 3 > len(data):
             raise ValueError(f"{path}: truncated")
         t, n = struct.unpack_from("<BH", data, pos)
         pos += 3
+        if t > T_UNUSED or n > h[8]:
+            raise ValueError(f"{path}: piece {len(pieces)}: type {t} / length {n} (types 0..{T_UNUSED}, "
+                             f"longest {h[8]})")
         if pos + n > len(data):
             raise ValueError(f"{path}: truncated")
         pieces.append((t, data[pos:pos + n]))

@@ -1,7 +1,7 @@
 /*
 Small helpers for the data-side C++ tests (test_dataloader.cpp, test_tokenizer.cpp,
 test_evalset.cpp): CHECK (dev/test/testing.h), a fresh temporary directory for
-fixture files, raw file writing, and expect_fatal(), which runs code that should stop with
+fixture files, raw file writing, a file's CRC filled in (sealed), and expect_fatal(), which runs code that should stop with
 fatal() in a forked child and checks its exit status and its error message.
 */
 #pragma once
@@ -12,11 +12,13 @@ fatal() in a forked child and checks its exit status and its error message.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "dev/test/testing.h"  // CHECK
+#include "llmc/data/crc32.h"    // defines: crc32, crc32_update
 
 
 inline std::string make_temp_dir(const char* tag) {
@@ -54,6 +56,16 @@ inline std::vector<uint8_t> header_bytes(std::vector<int32_t> first) {
     first.resize(256, 0);
     for (int32_t v : first) { append_le<uint32_t>(out, (uint32_t)v); }
     return out;
+}
+
+// The bytes with header int `slot` set to the CRC-32 of all the other bytes, as a version-2
+// tokenizer or eval-set file holds it (llmc/data/crc32.h crc32_without_slot); a test that changes
+// a file's structure seals it again, so the structural check is reached, not the checksum.
+inline std::vector<uint8_t> sealed(std::vector<uint8_t> b, int slot) {
+    if (b.size() < 1024) { return b; }
+    uint32_t c = crc32_update(crc32(b.data(), 4 * (size_t)slot), b.data() + 4 * slot + 4, b.size() - 4 * (size_t)slot - 4);
+    memcpy(&b[4 * (size_t)slot], &c, 4);
+    return b;
 }
 
 // Runs fn in a forked child process, its stdout and stderr captured into *output; returns

@@ -8,7 +8,8 @@ truncation, out-of-range gold/tokens, a cloze item with two continuations, trail
 #include "dev/test/data_test_util.h"
 
 static std::vector<uint8_t> evalset_bytes(const std::vector<EvalItem>& items, int kind, int vocab,
-                                          const std::string& desc, int magic = EVAL_MAGIC) {
+                                          const std::string& desc, int magic = EVAL_MAGIC,
+                                          int version = EVAL_VERSION) {
     int max_choices = 0, max_tokens = 0;
     for (auto& it : items) {
         max_choices = std::max(max_choices, (int)it.choices.size());
@@ -16,7 +17,7 @@ static std::vector<uint8_t> evalset_bytes(const std::vector<EvalItem>& items, in
         for (auto& c : it.choices) { longest = std::max(longest, c.size()); }
         max_tokens = std::max(max_tokens, (int)(it.context.size() + longest));
     }
-    std::vector<uint8_t> b = header_bytes({magic, EVAL_VERSION, (int32_t)items.size(), kind, vocab, max_choices,
+    std::vector<uint8_t> b = header_bytes({magic, version, (int32_t)items.size(), kind, vocab, max_choices,
                                            max_tokens, 1, (int32_t)desc.size()});
     b.insert(b.end(), desc.begin(), desc.end());
     for (auto& it : items) {
@@ -30,7 +31,7 @@ static std::vector<uint8_t> evalset_bytes(const std::vector<EvalItem>& items, in
             for (int t : it.choices[c]) { append_le<int32_t>(b, t); }
         }
     }
-    return b;
+    return version == EVAL_VERSION ? sealed(b, EVAL_CRC_SLOT) : b;
 }
 
 static bool same_items(const std::vector<EvalItem>& a, const std::vector<EvalItem>& b) {
@@ -78,11 +79,11 @@ int main() {
     };
     std::vector<uint8_t> good = evalset_bytes(mc, EVAL_MULTIPLE_CHOICE, 64, "d");
     CHECK(fails(evalset_bytes(mc, EVAL_MULTIPLE_CHOICE, 64, "d", 20240520), "magic.bin", {"not an eval set"}));
-    CHECK(fails(std::vector<uint8_t>(good.begin(), good.end() - 4), "cut.bin", {"truncated"}));
+    CHECK(fails(sealed(std::vector<uint8_t>(good.begin(), good.end() - 4), EVAL_CRC_SLOT), "cut.bin", {"truncated"}));
     CHECK(fails(std::vector<uint8_t>(good.begin(), good.begin() + 100), "header.bin", {"truncated"}));
     std::vector<uint8_t> extra = good;
     append_le<int32_t>(extra, 0);
-    CHECK(fails(extra, "extra.bin", {"4 bytes after the last item"}));
+    CHECK(fails(sealed(extra, EVAL_CRC_SLOT), "extra.bin", {"4 bytes after the last item"}));
     std::vector<EvalItem> badgold = mc;
     badgold[1].gold = 2;
     CHECK(fails(evalset_bytes(badgold, EVAL_MULTIPLE_CHOICE, 64, ""), "gold.bin", {"item 1", "gold index is 2"}));
@@ -95,7 +96,37 @@ int main() {
     std::vector<uint8_t> huge = good;
     size_t ctx_len_at = 1024 + 1 + 8;  // header, description "d", then n_choices, gold, n_ctx
     huge[ctx_len_at] = 0xFF; huge[ctx_len_at + 1] = 0xFF; huge[ctx_len_at + 2] = 0xFF; huge[ctx_len_at + 3] = 0x0F;
-    CHECK(fails(huge, "huge.bin", {"context length"}));
+    CHECK(fails(sealed(huge, EVAL_CRC_SLOT), "huge.bin", {"context length"}));
+    // 2^31 - 1 choices, announced by the header and the first item: refused from the file's
+    // size before anything is allocated (it was std::bad_alloc, SIGABRT: expect_fatal wants an
+    // exit with the message); 5e7 choices, which took 1.39 GB for a 5.6 KB file, likewise
+    for (int32_t n : {INT32_MAX, 50000000}) {
+        std::vector<uint8_t> many = good;
+        memcpy(&many[4 * 5], &n, 4);        // header [5]: most choices in an item
+        memcpy(&many[1024 + 1], &n, 4);     // item 0: n_choices
+        CHECK(fails(sealed(many, EVAL_CRC_SLOT), "choices.bin", {"item 0", "choices announced", "bytes left"}));
+    }
+    // version 2's CRC covers the header and the items: a changed token or header field, or the
+    // CRC field set to 0, is refused; the header ints past the fields must be 0
+    std::vector<uint8_t> token = good;
+    token[1024 + 1 + 4 * 4] ^= 1;  // item 0's second context token 10 -> 11, still a valid id
+    CHECK(fails(token, "token.bin", {"checksum mismatch: stored CRC32"}));
+    std::vector<uint8_t> nobos = good;
+    nobos[4 * 7] = 0;
+    CHECK(fails(nobos, "nobos.bin", {"checksum mismatch"}));
+    std::vector<uint8_t> zeroed = good;
+    memset(&zeroed[4 * EVAL_CRC_SLOT], 0, 4);
+    CHECK(fails(zeroed, "zeroed.bin", {"checksum mismatch: stored CRC32 00000000"}));
+    std::vector<uint8_t> tail = good;
+    tail[4 * 100] = 1;
+    CHECK(fails(sealed(tail, EVAL_CRC_SLOT), "tail.bin", {"header int [100] is 1, must be 0"}));
+    // version 1 (no CRC) still loads, with a note
+    std::string v1 = dir + "/v1.bin";
+    write_bytes(v1, evalset_bytes(mc, EVAL_MULTIPLE_CHOICE, 64, "d", EVAL_MAGIC, EVAL_VERSION_NO_CRC));
+    std::string out;
+    int status = run_in_child([v1, mc] { if (!same_items(load_evalset(v1).items, mc)) { exit(3); } }, &out);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(out.find("note: eval set '" + v1 + "' is of version 1, without a checksum") != std::string::npos);
     remove_dir(dir);
     return report("test_evalset");
 }

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -426,6 +427,50 @@ def test_slurm_script(toy_data, tmp_path):
     script = (tmp_path / "out" / "slurm" / "study.sbatch").read_text()
     assert "#SBATCH --array=0-1%2" in script and "#SBATCH --partition=gpu" in script
     assert '--only "$SLURM_ARRAY_TASK_ID"' in script and "run " + path in script
+
+
+def test_slurm_script_quotes_what_it_writes(toy_data, tmp_path):
+    """Values from the study file and the command line reach the script as single shell words: a
+    space, a quote and a $(...) in `out` and --partition stay inside their #SBATCH values, and the script's command (run
+    with --python standing in: a script that prints one argument a line) gets the study's path
+    and the trainer's as one argument each."""
+    out = tmp_path / "it's $(touch INJECTED) x"
+    path = write_study(tmp_path / "toy study.toml", out, toy_data)
+    args = tmp_path / "print args"
+    args.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    args.chmod(0o755)
+    proc = study_cmd("slurm", path, "--binary", "/nonexistent/train san", "--python", args,
+                     "--partition", "gpu $(touch INJECTED)")
+    assert proc.returncode == 0, proc.stderr
+    script = out / "slurm" / "study.sbatch"
+    directives = dict(line[len("#SBATCH --"):].split("=", 1) for line in script.read_text().splitlines()
+                      if line.startswith("#SBATCH --") and "=" in line)
+    assert shlex.split(directives["output"]) == [os.path.join(str(out), "slurm", "%A_%a.out")]
+    assert shlex.split(directives["partition"]) == ["gpu $(touch INJECTED)"]
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path,
+                         env=dict(os.environ, SLURM_ARRAY_TASK_ID="1"), timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[1:] == ["run", path, "--binary", "/nonexistent/train san", "--only", "1"]
+    assert not list(tmp_path.rglob("INJECTED")) and not os.path.exists(os.path.join(ROOT, "INJECTED"))
+
+
+@pytest.mark.parametrize("field", ["study.out", "--partition"])
+def test_slurm_refuses_a_newline(toy_data, tmp_path, field):
+    """A newline in a value would end its #SBATCH line and make the rest a shell command:
+    refused, naming the study file and the value, before anything is written."""
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data)
+    partition = "gpu"
+    if field == "study.out":
+        text = open(path).read()
+        old = f'out = "{tmp_path / "out"}"'
+        assert old in text
+        open(path, "w").write(text.replace(old, old[:-1] + '\\ntouch INJECTED"', 1))
+    else:
+        partition = "gpu\ntouch INJECTED"
+    proc = study_cmd("slurm", path, "--binary", "/nonexistent/train_san", "--partition", partition)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert path in proc.stderr and field in proc.stderr and "control character" in proc.stderr, proc.stderr
+    assert not list(tmp_path.rglob("study.sbatch"))
 
 
 # ----------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ static std::vector<uint8_t> tokenizer_bytes(const std::vector<Piece>& pieces, in
         append_le<uint16_t>(b, (uint16_t)p.bytes.size());
         b.insert(b.end(), p.bytes.begin(), p.bytes.end());
     }
-    return b;
+    return version == TOKENIZER_VERSION ? sealed(b, TOKENIZER_CRC_SLOT) : b;
 }
 
 static std::vector<Piece> fixture_pieces() {
@@ -90,11 +90,32 @@ int main() {
     std::vector<uint8_t> good = tokenizer_bytes(fixture_pieces(), 2, 1);
     CHECK(expect_load_fails(tokenizer_bytes(fixture_pieces(), 2, 1, -1, 20240520), "magic.bin", {"not a tokenizer", "20240520"}));
     CHECK(expect_load_fails(tokenizer_bytes(fixture_pieces(), 2, 1, -1, TOKENIZER_MAGIC, 9), "version.bin", {"unsupported version 9"}));
-    CHECK(expect_load_fails(std::vector<uint8_t>(good.begin(), good.end() - 4), "cut.bin", {"truncated"}));
+    CHECK(expect_load_fails(sealed(std::vector<uint8_t>(good.begin(), good.end() - 4), TOKENIZER_CRC_SLOT), "cut.bin",
+                            {"truncated"}));
     CHECK(expect_load_fails(std::vector<uint8_t>(good.begin(), good.begin() + 500), "header.bin", {"truncated"}));
     std::vector<uint8_t> extra = good;
     extra.push_back(0);
-    CHECK(expect_load_fails(extra, "extra.bin", {"1 bytes after the last piece"}));
+    CHECK(expect_load_fails(sealed(extra, TOKENIZER_CRC_SLOT), "extra.bin", {"1 bytes after the last piece"}));
+    // version 2's CRC covers the header too: a bos id changed from 2 to 1 (a valid id: it would
+    // change training silently), a changed piece, a CRC field set to 0: each refused
+    std::vector<uint8_t> bos = good;
+    bos[16] = 1;
+    CHECK(expect_load_fails(bos, "bos.bin", {"checksum mismatch: stored CRC32"}));
+    std::vector<uint8_t> piece = good;
+    piece[1024 + 3 + 1] ^= 1;  // a byte of piece 0's name
+    CHECK(expect_load_fails(piece, "piece.bin", {"checksum mismatch"}));
+    std::vector<uint8_t> zeroed = good;
+    memset(&zeroed[4 * TOKENIZER_CRC_SLOT], 0, 4);
+    CHECK(expect_load_fails(zeroed, "zeroed.bin", {"checksum mismatch: stored CRC32 00000000"}));
+    std::vector<uint8_t> tail = sealed([&] { auto b = good; b[4 * 200] = 1; return b; }(), TOKENIZER_CRC_SLOT);
+    CHECK(expect_load_fails(tail, "tail.bin", {"header int [200] is 1, must be 0"}));
+    // version 1 (no CRC) still loads, with a note
+    std::string v1 = dir + "/v1.bin";
+    write_bytes(v1, tokenizer_bytes(fixture_pieces(), 2, 1, -1, TOKENIZER_MAGIC, TOKENIZER_VERSION_NO_CRC));
+    std::string out;
+    int status = run_in_child([v1] { Tokenizer t(v1); if (t.decode(9) != "In") { exit(3); } }, &out);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(out.find("note: tokenizer '" + v1 + "' is of version 1, without a checksum") != std::string::npos);
     CHECK(expect_load_fails(tokenizer_bytes(fixture_pieces(), 2, 1, 3), "maxlen.bin", {"longer than the header's maximum 3"}));
     CHECK(expect_load_fails(tokenizer_bytes(fixture_pieces(), 2, 99), "special.bin", {"special id 99"}));
     std::vector<Piece> badtype = fixture_pieces();

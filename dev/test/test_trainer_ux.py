@@ -200,6 +200,22 @@ def test_file_errors_name_the_flag_before_the_model(trainer, data, tmp_path):
         assert proc.returncode != 0 and "--init-from-llmc: no such file" in proc.stderr, proc.stderr
 
 
+def test_llmc_header_whose_sizes_wrap_64_bits_is_refused(tmp_path):
+    """An llm.c model file whose header sizes make a parameter count that wraps around 2^64 to
+    the file's own size (d = 180000001, L = 1565392063, Vp = 121589334, T = 1: 1024 bytes of
+    "parameters", found by solving the count modulo 2^64) is refused by name: the count was
+    taken modulo 2^64, matched the file, and the loader aborted (std::length_error, SIGABRT)."""
+    d, L, Vp, T = 180000001, 1565392063, 121589334, 1
+    numel = Vp * d + T * d + 2 * d + L * (12 * d * d + 13 * d)  # wte, wpe, ln_f, the layers (doc/formats.md)
+    assert numel * 4 % 2**64 == 1024  # what the 64-bit sum made of it
+    header = np.zeros(256, np.int32)
+    header[:8] = [20240326, 3, T, 1000, L, d, d, Vp]  # head_dim 1
+    path = tmp_path / "wrapped.llmc"
+    path.write_bytes(header.tobytes() + bytes(1024))
+    proc = run("gpt2", ["--init-from-llmc", path, "--steps", 0], check=False)
+    assert proc.returncode == 1 and f"llm.c model file '{path}'" in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+
+
 def test_missing_saved_data_is_named_on_resume(tmp_path):
     """A resume reads the data of the saved run: a pattern that no longer matches names the
     flag and the checkpoint it came from, before the model is printed."""
@@ -551,8 +567,9 @@ def test_the_stop_hint_continues_the_run_to_its_outputs(trainer, offline, tmp_pa
 def test_a_corrupt_shard_is_refused_unless_verify_data_0(data, tmp_path):
     """A token of a shard changed to another valid id (the shard's CRC no longer matches):
     the run refuses it before its first step, naming the shard and both CRCs; --verify-data 0
-    (for corpora too large to read at start) trains on it; a shard written before the
-    checksums (CRC slot 0) trains."""
+    (for corpora too large to read at start) trains on it; its CRC slot set to 0 is refused like
+    any other wrong CRC (the flag after it says the shard has one); a shard written before the
+    checksums (CRC slot and flag 0) trains, with a note that it is not verified."""
     import shards  # (dev/data, on the path through trainer_cli)
     good = shards.read_shard(data / "toy_train_000000.bin")
     raw = bytearray((data / "toy_train_000000.bin").read_bytes())
@@ -569,7 +586,12 @@ def test_a_corrupt_shard_is_refused_unless_verify_data_0(data, tmp_path):
     run("san", args + ["--verify-data", 0])
     with pytest.raises(ValueError, match="checksum mismatch in the tokens"):
         shards.read_shard(bad)
-    raw[12:16] = bytes(4)  # no CRC: as written before the checksums
+    raw[12:16] = bytes(4)  # the CRC slot zeroed, its flag kept
     bad.write_bytes(bytes(raw))
-    run("san", args)
+    proc = run("san", args, check=False)
+    assert proc.returncode == 1 and "checksum mismatch in the tokens: stored CRC32 00000000" in proc.stderr, proc.stderr
+    raw[16:20] = bytes(4)  # no CRC and no flag: as written before the checksums
+    bad.write_bytes(bytes(raw))
+    proc = run("san", args)
+    assert f"note: 1 file of data '{bad}' carries no checksum" in proc.stderr, proc.stderr
     assert np.count_nonzero(shards.read_shard(bad) != good) == 1

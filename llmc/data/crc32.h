@@ -1,8 +1,9 @@
 /*
 CRC-32 as zlib computes it (ISO-HDLC: reflected polynomial 0xEDB88320, initial value and
 final xor 0xFFFFFFFF), so that Python checks our files with zlib.crc32 and no package:
-crc32("123456789") = 0xCBF43926. It protects the tensor containers (llmc/data/tensor_file.h)
-and the token shards and their sidecars (llmc/data/dataloader.h); doc/formats.md says what
+crc32("123456789") = 0xCBF43926. It protects the tensor containers (llmc/data/tensor_file.h),
+the token shards and their sidecars (llmc/data/dataloader.h), the tokenizer and eval-set files
+(llmc/data/tokenizer.h, llmc/data/evalset.h); doc/formats.md says what
 each checksum covers.
 
 How: "slicing by 16". kCrc32Tables.t[0] is the classic byte-at-a-time table (the CRC of each
@@ -12,15 +13,18 @@ dependent byte steps (test_crc32 prints the speed: ~4x the one-table loop here).
 of tables are computed at compile time. Little-endian hosts only (the 16-byte blocks are read
 as four little-endian words), as are all the file formats here.
 
+crc32_of_file_range reads a range of a file for its CRC (the eval-set and tokenizer readers).
 crc32_update(crc, data, n) continues a CRC over more bytes exactly as zlib.crc32(data, crc)
 does: crc32_update(crc32_update(0, a), b) == crc32 of a followed by b.
 Host-only C++17.
 */
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "llmc/data/crc32.h reads 8-byte words as little-endian"
@@ -60,3 +64,30 @@ inline uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 }
 
 inline uint32_t crc32(const void* data, size_t n) { return crc32_update(0, data, n); }
+
+// The CRC-32 of bytes [from, to) of an open file (anything with seek(offset) and read(dst, n,
+// what), as CheckedFile in llmc/utils.h), continuing `crc` (0 to start), read in 1 MiB pieces so
+// that a file of any size costs no memory. Leaves the file at `to`.
+template <typename File>
+inline uint32_t crc32_of_file_range(File& f, long from, long to, const char* what, uint32_t crc = 0) {
+    f.seek(from);
+    std::vector<unsigned char> buf((size_t)std::min<long>(std::max<long>(to - from, 0), 1l << 20));
+    uint32_t c = crc;
+    for (long left = to - from; left > 0;) {
+        size_t n = (size_t)std::min<long>(left, (long)buf.size());
+        f.read(buf.data(), n, what);
+        c = crc32_update(c, buf.data(), n);
+        left -= (long)n;
+    }
+    return c;
+}
+
+// The CRC-32 of a file with a 1024-byte header of int32s whose int `slot` holds the CRC: every
+// byte but that int's four (the tokenizer and eval-set files: their header fields are covered
+// too, so a changed bos id is caught like a changed piece). `header` is the file's first 1024 bytes.
+template <typename File>
+inline uint32_t crc32_without_slot(File& f, const int32_t* header, int slot, long size, const char* what) {
+    const unsigned char* h = reinterpret_cast<const unsigned char*>(header);
+    uint32_t c = crc32_update(crc32(h, 4 * (size_t)slot), h + 4 * slot + 4, 1024 - 4 * (size_t)slot - 4);
+    return crc32_of_file_range(f, 1024, size, what, c);
+}

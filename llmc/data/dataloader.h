@@ -9,8 +9,11 @@ region sidecar "x.regions" (uint8 per token: 0 other, 1 query, 2 trace, 3 answer
 exercise sidecar "x.exercises" (a table of exercise names, then a uint8 index into it per
 token). Headers, versions, tables and sizes are checked when the loader opens; errors
 name the file and what is wrong. Header int [3] of a shard and of a region sidecar, [5] of an
-exercise sidecar, is the CRC-32 (llmc/data/crc32.h, zlib's) of the data after the header (0 =
-none, as in shards written before there were checksums); with cfg.verify_data (the default;
+exercise sidecar, is the CRC-32 (llmc/data/crc32.h, zlib's) of the data after the header, and the
+int after it a flag: 1 = the CRC is there (every writer sets it), so a CRC slot that reads 0 is
+checked like any other value; 0 = a file from before the flag, whose CRC slot holds the CRC or 0
+for none (shards from before checksums, llm.c's): such files are read unchecked, and the loader
+says so once per pattern. With cfg.verify_data (the default;
 --verify-data 0 turns it off for huge corpora) the loader reads each file once when it opens
 and checks it, once per process: a file verified by an earlier loader (the validation data of
 the measurement slice) is not read again unless it changed. Exercise ids are remapped to one table for all shards,
@@ -74,7 +77,7 @@ there (the fingerprint checks that data, T, global batch B*P, shuffle and seed m
 #include <utility>
 #include <vector>
 
-#include "llmc/data/crc32.h"  // defines: crc32_update
+#include "llmc/data/crc32.h"  // defines: crc32_update, crc32_of_file_range
 #include "llmc/utils.h"
 
 constexpr int SHARD_MAGIC = 20240520;
@@ -87,6 +90,7 @@ constexpr int EXERCISES_VERSION = 1;
 constexpr int MAX_EXERCISES = 256;  // ids are uint8
 constexpr const char* EXERCISE_NONE = "none";
 constexpr int SHARD_CRC_SLOT = 3, REGIONS_CRC_SLOT = 3, EXERCISES_CRC_SLOT = 5;  // header ints holding CRCs
+// (the int after each is its flag: 1 = the CRC is present; see the top)
 constexpr int DATA_HEADER_INTS = 256;
 constexpr long DATA_HEADER_BYTES = DATA_HEADER_INTS * 4;
 enum Region : uint8_t { REGION_OTHER = 0, REGION_QUERY = 1, REGION_TRACE = 2, REGION_ANSWER = 3 };
@@ -209,30 +213,35 @@ private:
     std::set<std::string> keys_;
 };
 
-// Fails unless `computed` is the CRC a header holds (0: the file has none).
-inline void check_data_crc(const std::string& path, const char* kind, const char* what, uint32_t stored, uint32_t computed) {
-    if (stored != 0 && stored != computed) {
+// A data header's checksum: its CRC slot and whether the file has one (the flag after the slot
+// is 1, or, in a file from before the flag, the slot is not 0).
+struct DataCrc {
+    uint32_t stored = 0;
+    bool present = false;
+};
+inline DataCrc read_data_crc(const std::string& path, const char* kind, const std::vector<int32_t>& h, int slot) {
+    const int flag = h[slot + 1];
+    if (flag != 0 && flag != 1) {
+        fatal("file '%s': %s header int [%d] (checksum flag) is %d, must be 0 or 1 (corrupt header)", path.c_str(),
+              kind, slot + 1, flag);
+    }
+    return {(uint32_t)h[slot], flag == 1 || h[slot] != 0};
+}
+
+// Fails unless `computed` is the CRC a header holds (none: nothing to check).
+inline void check_data_crc(const std::string& path, const char* kind, const char* what, DataCrc crc, uint32_t computed) {
+    if (crc.present && crc.stored != computed) {
         fatal("%s '%s': checksum mismatch in the %s: stored CRC32 %08x, computed %08x (the file is corrupt)", kind,
-              path.c_str(), what, stored, computed);
+              path.c_str(), what, crc.stored, computed);
     }
 }
 
-// Checks the CRC of bytes [from, end) of a file against `stored` (0: none; nothing read),
-// once per process (VerifiedFiles). Reads in 4 MiB pieces, so a shard of any size costs no memory.
-inline void verify_data_crc(const std::string& path, const char* kind, const char* what, long from, uint32_t stored) {
-    if (stored == 0 || VerifiedFiles::contains(path)) { return; }
+// Checks the CRC of bytes [from, end) of a file (none: nothing read), once per process
+// (VerifiedFiles), reading it in pieces.
+inline void verify_data_crc(const std::string& path, const char* kind, const char* what, long from, DataCrc stored) {
+    if (!stored.present || VerifiedFiles::contains(path)) { return; }
     CheckedFile f(path, "rb");
-    long left = f.size() - from;
-    f.seek(from);
-    std::vector<unsigned char> buf((size_t)std::min<long>(std::max<long>(left, 0), 4l << 20));
-    uint32_t c = 0;
-    while (left > 0) {
-        size_t n = (size_t)std::min<long>(left, (long)buf.size());
-        f.read(buf.data(), n, what);
-        c = crc32_update(c, buf.data(), n);
-        left -= (long)n;
-    }
-    check_data_crc(path, kind, what, stored, c);
+    check_data_crc(path, kind, what, stored, crc32_of_file_range(f, from, f.size(), what));
     VerifiedFiles::add(path);
 }
 
@@ -241,7 +250,7 @@ struct ShardInfo {
     std::string exercises_path;      // empty when there is no exercise sidecar
     std::vector<std::string> exercise_names;  // the sidecar's table (name 0 is "none")
     long exercise_ids_offset = 0;    // byte offset of the per-token ids in the sidecar
-    uint32_t crc = 0, regions_crc = 0, exercises_crc = 0;  // the headers' CRC-32s (0: none)
+    DataCrc crc, regions_crc, exercises_crc;  // the headers' CRC-32s
     int version = 0;
     int width = 0;        // bytes per token
     int64_t ntok = 0;
@@ -253,8 +262,8 @@ inline ShardInfo inspect_shard(const std::string& path) {
     ShardInfo s;
     s.path = path;
     CheckedFile f(path, "rb");
-    std::vector<int32_t> h = read_data_header(f, SHARD_MAGIC, "token shard", SHARD_CRC_SLOT + 1);
-    s.crc = (uint32_t)h[SHARD_CRC_SLOT];
+    std::vector<int32_t> h = read_data_header(f, SHARD_MAGIC, "token shard", SHARD_CRC_SLOT + 2);
+    s.crc = read_data_crc(path, "token shard", h, SHARD_CRC_SLOT);
     s.version = h[1];
     if (s.version == SHARD_VERSION_U16) { s.width = 2; }
     else if (s.version == SHARD_VERSION_U32) { s.width = 4; }
@@ -273,8 +282,8 @@ inline ShardInfo inspect_shard(const std::string& path) {
     std::string rp = regions_path_for(path);
     if (file_exists(rp)) {
         CheckedFile r(rp, "rb");
-        std::vector<int32_t> rh = read_data_header(r, REGIONS_MAGIC, "region sidecar", REGIONS_CRC_SLOT + 1);
-        s.regions_crc = (uint32_t)rh[REGIONS_CRC_SLOT];
+        std::vector<int32_t> rh = read_data_header(r, REGIONS_MAGIC, "region sidecar", REGIONS_CRC_SLOT + 2);
+        s.regions_crc = read_data_crc(rp, "region sidecar", rh, REGIONS_CRC_SLOT);
         if (rh[1] != REGIONS_VERSION) { fatal("region sidecar '%s': unsupported version %d", rp.c_str(), rh[1]); }
         if (rh[2] != s.ntok) {
             fatal("region sidecar '%s' has %d labels but its shard '%s' has %lld tokens", rp.c_str(), rh[2],
@@ -291,8 +300,8 @@ inline ShardInfo inspect_shard(const std::string& path) {
     std::string ep = exercises_path_for(path);
     if (file_exists(ep)) {
         CheckedFile e(ep, "rb");
-        std::vector<int32_t> eh = read_data_header(e, EXERCISES_MAGIC, "exercise sidecar", EXERCISES_CRC_SLOT + 1);
-        s.exercises_crc = (uint32_t)eh[EXERCISES_CRC_SLOT];
+        std::vector<int32_t> eh = read_data_header(e, EXERCISES_MAGIC, "exercise sidecar", EXERCISES_CRC_SLOT + 2);
+        s.exercises_crc = read_data_crc(ep, "exercise sidecar", eh, EXERCISES_CRC_SLOT);
         if (eh[1] != EXERCISES_VERSION) { fatal("exercise sidecar '%s': unsupported version %d", ep.c_str(), eh[1]); }
         if (eh[2] != s.ntok) {
             fatal("exercise sidecar '%s' has %d ids but its shard '%s' has %lld tokens", ep.c_str(), eh[2],
@@ -352,6 +361,18 @@ inline void verify_shard(const ShardInfo& s) {
     }
 }
 
+// Says, once per process and pattern, that files of the data carry no checksum (written before
+// there were any, or by llm.c), so their contents are not verified: never silently.
+inline void note_unchecked_files(const std::string& pattern, int64_t files) {
+    static std::mutex mutex;
+    static std::set<std::string> noted;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!noted.insert(pattern).second) { return; }
+    fprintf(stderr, "note: %lld file%s of data '%s' carr%s no checksum (written before there were any, or by llm.c): "
+            "%s not verified\n", (long long)files, files == 1 ? "" : "s", pattern.c_str(), files == 1 ? "ies" : "y",
+            files == 1 ? "its contents are" : "their contents are");
+}
+
 // Reads a whole shard into int32 (whole-document packing, fixedseqqk, tools and tests);
 // `verify`: check its CRC on the bytes read (unless this process has already).
 inline std::vector<int32_t> read_token_shard(const std::string& path, bool verify = true) {
@@ -359,7 +380,7 @@ inline std::vector<int32_t> read_token_shard(const std::string& path, bool verif
     CheckedFile f(path, "rb");
     f.seek(DATA_HEADER_BYTES);
     std::vector<int32_t> out(s.ntok);
-    const bool check = verify && s.crc != 0 && !VerifiedFiles::contains(path);
+    const bool check = verify && s.crc.present && !VerifiedFiles::contains(path);
     uint32_t c = 0;
     if (s.width == 2) {
         std::vector<uint16_t> t;
@@ -444,9 +465,12 @@ public:
         }
         exercise_names.push_back(EXERCISE_NONE);
         int64_t offset = 0;
+        int64_t unchecked = 0;  // files without a checksum (from before there were any)
         for (const std::string& f : glob_shards(cfg.pattern)) {
             ShardInfo s = inspect_shard(f);
             if (cfg.verify_data) { verify_shard(s); }
+            unchecked += !s.crc.present + (!s.regions_path.empty() && !s.regions_crc.present) +
+                         (!s.exercises_path.empty() && !s.exercises_crc.present);
             s.nwin = s.ntok >= 1 ? (s.ntok - 1) / T : 0;
             has_regions = has_regions || !s.regions_path.empty();
             has_exercises = has_exercises || !s.exercises_path.empty();
@@ -456,6 +480,7 @@ public:
             offset += s.ntok;
             shards_.push_back(s);
         }
+        if (unchecked > 0 && cfg.verify_data && cfg.rank == 0) { note_unchecked_files(cfg.pattern, unchecked); }
         shard_start_.push_back(offset);
         int64_t global = (int64_t)B * cfg.nproc;
         if (cfg.whole_documents) {

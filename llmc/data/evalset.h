@@ -6,6 +6,12 @@ rolling items (a whole document as the one continuation after a one-token prefix
 word count; scored in the model's windows, lm-eval's loglikelihood_rolling). The scorer
 (llmc/train/eval_scoring.h) scores continuation tokens given context + preceding continuation
 tokens, lm-eval style. Host-only C++17; every check names the file and the item.
+
+Version 2 (what dev/data/evalset.py writes) holds in header int [9] the CRC-32 (llmc/data/crc32.h,
+zlib's) of the whole file but that int; it is checked before the items are parsed, and a 0 there
+is a mismatch like any other value (a version-2 file always has its CRC). Version 1 (no CRC)
+still loads, with a note. Every count is checked against the bytes left in the file before
+anything is allocated for it, so a corrupt count is refused, never taken on trust.
 */
 #pragma once
 
@@ -13,10 +19,13 @@ tokens, lm-eval style. Host-only C++17; every check names the file and the item.
 #include <string>
 #include <vector>
 
+#include "llmc/data/crc32.h"  // defines: crc32_without_slot
 #include "llmc/utils.h"
 
 constexpr int EVAL_MAGIC = 20260313;
-constexpr int EVAL_VERSION = 1;
+constexpr int EVAL_VERSION = 2;         // what the writer writes: with a CRC
+constexpr int EVAL_VERSION_NO_CRC = 1;  // still read, with a note
+constexpr int EVAL_CRC_SLOT = 9;        // header int holding the CRC (version 2)
 enum EvalKind { EVAL_MULTIPLE_CHOICE = 0, EVAL_CLOZE = 1, EVAL_ROLLING = 2 };
 
 struct EvalItem {
@@ -41,7 +50,25 @@ inline EvalSet load_evalset(const std::string& path) {
     std::vector<int32_t> h;
     f.read_vector(h, 256, "header");
     if (h[0] != EVAL_MAGIC) { fatal("file '%s' is not an eval set: magic number %d, expected %d", path.c_str(), h[0], EVAL_MAGIC); }
-    if (h[1] != EVAL_VERSION) { fatal("eval set '%s': unsupported version %d", path.c_str(), h[1]); }
+    if (h[1] != EVAL_VERSION && h[1] != EVAL_VERSION_NO_CRC) {
+        fatal("eval set '%s': unsupported version %d (this build reads %d and %d)", path.c_str(), h[1],
+              EVAL_VERSION_NO_CRC, EVAL_VERSION);
+    }
+    const bool checksum = h[1] == EVAL_VERSION;
+    for (int k = checksum ? EVAL_CRC_SLOT + 1 : EVAL_CRC_SLOT; k < 256; k++) {
+        if (h[k] != 0) { fatal("eval set '%s': header int [%d] is %d, must be 0 (corrupt header)", path.c_str(), k, h[k]); }
+    }
+    if (checksum) {
+        uint32_t stored = (uint32_t)h[EVAL_CRC_SLOT], computed = crc32_without_slot(f, h.data(), EVAL_CRC_SLOT, size, "items");
+        if (stored != computed) {
+            fatal("eval set '%s': checksum mismatch: stored CRC32 %08x, computed %08x (the file is corrupt)",
+                  path.c_str(), stored, computed);
+        }
+        f.seek(1024);
+    } else {
+        fprintf(stderr, "note: eval set '%s' is of version 1, without a checksum: its contents are not verified "
+                "(dev/data/evalset.py writes version 2)\n", path.c_str());
+    }
     EvalSet es;
     es.path = path;
     int n_items = h[2];
@@ -91,6 +118,11 @@ inline EvalSet load_evalset(const std::string& path) {
     for (int i = 0; i < n_items; i++) {
         EvalItem& it = es.items[i];
         int nc = count("number of choices", i, 1, es.max_choices);
+        // each choice takes at least 12 bytes (its two counts and a token)
+        if ((long)nc * 12 > size - f.tell()) {
+            fatal("eval set '%s' is truncated or corrupt in item %d: %d choices announced, %ld bytes left", path.c_str(),
+                  i, nc, size - f.tell());
+        }
         if (es.kind != EVAL_MULTIPLE_CHOICE && nc != 1) {
             fatal("eval set '%s': %s item %d has %d continuations", path.c_str(),
                   es.kind == EVAL_CLOZE ? "cloze" : "rolling", i, nc);

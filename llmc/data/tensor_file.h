@@ -142,6 +142,7 @@ public:
                 overflow = overflow || dim > (uint64_t)INT64_MAX || __builtin_mul_overflow(shape_bytes, dim, &shape_bytes);
                 entry.shape.push_back((int64_t)dim);
             }
+            check_unused_shape_slots(entry.name, e, ndim);
             if (overflow || nbytes != shape_bytes) {
                 fail("tensor '%s': %" PRIu64 " bytes do not match its shape and dtype", entry.name.c_str(), nbytes);
             }
@@ -266,6 +267,17 @@ private:
         return kind == TENSOR_FILE_CHECKPOINT ? "model checkpoint (kind 1)"
                : kind == TENSOR_FILE_DEBUG_STATE ? "debug state (kind 2)"
                                                  : "file of unknown kind";
+    }
+    // A table entry's shape slots past its ndim are 0 (doc/formats.md): a value there means the
+    // entry is corrupt, or a writer meant more dimensions than it said.
+    void check_unused_shape_slots(const std::string& name, const unsigned char* entry, uint32_t ndim) const {
+        for (uint32_t d = ndim; d < 4; d++) {
+            uint64_t slot = get<uint64_t>(entry + 72 + 8 * d);
+            if (slot != 0) {
+                fail("tensor '%s': shape slot %u is %" PRIu64 " but the tensor has %u dimensions (slots past them must "
+                     "be 0)", name.c_str(), d, slot, ndim);
+            }
+        }
     }
     void check_numel(const TensorEntry& t, int64_t expected) const {
         if (expected >= 0 && t.numel() != expected) {

@@ -1,7 +1,10 @@
 /*
 Tokenizer decoder: reads the tokenizer .bin written by dev/data/tokenizer.py (SentencePiece
 or tiktoken GPT-2; doc/formats.md, "Tokenizer") and turns token ids back into text, e.g.
-to print samples. Host-only C++17.
+to print samples. Host-only C++17. Version 2 (what dev/data/tokenizer.py writes) holds in header
+int [9] the CRC-32 (llmc/data/crc32.h, zlib's) of the whole file but that int, checked before the
+pieces are parsed: a bos id flipped from 2 to 1 would otherwise change training silently. A 0
+there is a mismatch like any other value. Version 1 (no CRC) still loads, with a note.
 
 The file stores, for every id, its type and the bytes it decodes to: SentencePiece's "▁"
 is already a space and byte-fallback pieces (<0x0A>) are already the raw byte, so decoding
@@ -29,10 +32,13 @@ heap of candidate pairs over a linked list of symbols.
 
 #include <algorithm>
 
+#include "llmc/data/crc32.h"  // defines: crc32_without_slot
 #include "llmc/utils.h"
 
 constexpr int TOKENIZER_MAGIC = 20260312;
-constexpr int TOKENIZER_VERSION = 1;
+constexpr int TOKENIZER_VERSION = 2;         // what the writer writes: with a CRC
+constexpr int TOKENIZER_VERSION_NO_CRC = 1;  // still read, with a note
+constexpr int TOKENIZER_CRC_SLOT = 9;        // header int holding the CRC (version 2)
 enum TokenizerKind { TOKENIZER_SENTENCEPIECE = 1, TOKENIZER_TIKTOKEN = 2 };
 enum PieceType : uint8_t { PIECE_NORMAL = 0, PIECE_CONTROL = 1, PIECE_BYTE = 2, PIECE_USER = 3,
                            PIECE_UNKNOWN = 4, PIECE_UNUSED = 5 };
@@ -51,7 +57,11 @@ public:
         if (h[0] != TOKENIZER_MAGIC) {
             fatal("file '%s' is not a tokenizer .bin: magic number %d, expected %d", path.c_str(), h[0], TOKENIZER_MAGIC);
         }
-        if (h[1] != TOKENIZER_VERSION) { fatal("tokenizer '%s': unsupported version %d", path.c_str(), h[1]); }
+        if (h[1] != TOKENIZER_VERSION && h[1] != TOKENIZER_VERSION_NO_CRC) {
+            fatal("tokenizer '%s': unsupported version %d (this build reads %d and %d)", path.c_str(), h[1],
+                  TOKENIZER_VERSION_NO_CRC, TOKENIZER_VERSION);
+        }
+        check_header_tail(path, f, h, size);
         vocab_size = h[2];
         kind = h[3];
         bos_id = h[4]; eos_id = h[5]; pad_id = h[6]; unk_id = h[7];
@@ -185,6 +195,25 @@ public:
     int bos_id = -1, eos_id = -1, pad_id = -1, unk_id = -1;
 
 private:
+    // The header ints past the fields are 0; version 2: the CRC over everything after the
+    // header matches (the file is left just after the header).
+    static void check_header_tail(const std::string& path, CheckedFile& f, const std::vector<int32_t>& h, long size) {
+        const bool checksum = h[1] == TOKENIZER_VERSION;
+        for (int k = checksum ? TOKENIZER_CRC_SLOT + 1 : TOKENIZER_CRC_SLOT; k < 256; k++) {
+            if (h[k] != 0) { fatal("tokenizer '%s': header int [%d] is %d, must be 0 (corrupt header)", path.c_str(), k, h[k]); }
+        }
+        if (!checksum) {
+            fprintf(stderr, "note: tokenizer '%s' is of version 1, without a checksum: its contents are not verified "
+                    "(dev/data/tokenizer.py writes version 2)\n", path.c_str());
+            return;
+        }
+        uint32_t stored = (uint32_t)h[TOKENIZER_CRC_SLOT], computed = crc32_without_slot(f, h.data(), TOKENIZER_CRC_SLOT, size, "pieces");
+        if (stored != computed) {
+            fatal("tokenizer '%s': checksum mismatch: stored CRC32 %08x, computed %08x (the file is corrupt)",
+                  path.c_str(), stored, computed);
+        }
+        f.seek(1024);
+    }
     static size_t utf8_length(unsigned char lead) {
         return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
     }

@@ -25,7 +25,7 @@ def test_shard_round_trip_and_layout(tmp_path, version, maxval):
     head, body = parse_raw(p)
     assert head[:3] == (20240520, version, 1234)
     assert head[3] & 0xFFFFFFFF == zlib.crc32(body)  # the tokens' CRC-32, as the int32 of its bits
-    assert all(v == 0 for v in head[4:])
+    assert head[4] == 1 and all(v == 0 for v in head[5:])  # the flag: the CRC is present
     fmt = "<%d%s" % (1234, "H" if version == 1 else "I")
     assert list(struct.unpack(fmt, body)) == toks.tolist()
     assert read_shard(p).tolist() == toks.tolist()
@@ -48,7 +48,7 @@ def test_regions_round_trip(tmp_path):
     write_regions(p, labels)
     head, body = parse_raw(p)
     assert head[:3] == (shards.REGIONS_MAGIC, 1, 1000)
-    assert head[3] & 0xFFFFFFFF == zlib.crc32(body) and all(v == 0 for v in head[4:])
+    assert head[3] & 0xFFFFFFFF == zlib.crc32(body) and head[4] == 1 and all(v == 0 for v in head[5:])
     assert list(body) == labels.tolist()
     assert read_regions(p).tolist() == labels.tolist()
     with pytest.raises(ValueError):
@@ -107,7 +107,7 @@ def test_exercises_round_trip_and_layout(tmp_path):
     table = b"none\0math\0rag\0" + "mémorisation".encode() + b"\0"
     assert head[:5] == (shards.EXERCISES_MAGIC, 1, 500, 4, len(table))
     assert head[5] & 0xFFFFFFFF == zlib.crc32(body)  # over the name table and the ids
-    assert all(v == 0 for v in head[6:])
+    assert head[6] == 1 and all(v == 0 for v in head[7:])
     assert body[:len(table)] == table and list(body[len(table):]) == ids.tolist()
     got, got_names = shards.read_exercises(p)
     assert got.tolist() == ids.tolist() and got_names == names
@@ -155,10 +155,11 @@ def test_shard_writer_exercise_tables(tmp_path):
         w.add([1, 2], exercise="none")
 
 
-def test_readers_refuse_a_changed_byte_and_read_crc_0(tmp_path):
+def test_readers_refuse_a_changed_byte_and_read_crc_0(tmp_path, capsys):
     """A byte changed in the data of a shard, region or exercise sidecar is refused naming the
-    file and both CRCs; in a header int without a field too; with the CRC slot 0 (files written
-    before the checksums) the same file reads."""
+    file and both CRCs; in a header int without a field too; a CRC slot set to 0 is refused like
+    any other wrong CRC (the flag after it says the file has one), a flag other than 0/1 too;
+    with both 0 (a file from before the checksums) the same file reads, with a note."""
     shard, reg, ex = tmp_path / "s.bin", tmp_path / "s.regions", tmp_path / "s.exercises"
     write_shard(shard, list(range(100)))
     write_regions(reg, np.arange(100) % 4)
@@ -171,9 +172,23 @@ def test_readers_refuse_a_changed_byte_and_read_crc_0(tmp_path):
         path.write_bytes(bytes(bad))
         with pytest.raises(ValueError, match=f"{path}: checksum mismatch in the {what}: stored CRC32 "):
             read(path)
-        bad[4 * slot:4 * slot + 4] = bytes(4)
+        good_crc = raw[4 * slot:4 * slot + 4]
+        zeroed = bytearray(raw)
+        zeroed[4 * slot:4 * slot + 4] = bytes(4)
+        path.write_bytes(bytes(zeroed))
+        with pytest.raises(ValueError, match=f"{path}: checksum mismatch in the {what}: stored CRC32 00000000"):
+            read(path)
+        flag = bytearray(raw)
+        flag[4 * slot + 4] = 2
+        path.write_bytes(bytes(flag))
+        with pytest.raises(ValueError, match=rf"{path}: header int \[{slot + 1}\] \(checksum flag\) is 2"):
+            read(path)
+        bad[4 * slot:4 * slot + 8] = bytes(8)
         path.write_bytes(bytes(bad))
+        capsys.readouterr()
         read(path)
+        assert f"note: {path} carries no checksum" in capsys.readouterr().err
+        assert good_crc != bytes(4)
         bad = bytearray(raw)
         bad[4 * 200] = 1
         path.write_bytes(bytes(bad))

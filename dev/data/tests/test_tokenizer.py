@@ -1,5 +1,8 @@
 """The paper's SentencePiece settings: special ids, atomic markers, lossless round trips on
 the offline corpora, and the tokenizer .bin export (SentencePiece and tiktoken)."""
+import struct
+import zlib
+
 import numpy as np
 import pytest
 
@@ -84,10 +87,43 @@ def test_bin_reader_rejects_truncation(small_tok, tmp_path):
     export_tokenizer_bin(small_tok, p)
     data = p.read_bytes()
     (tmp_path / "cut.bin").write_bytes(data[:-1])
-    with pytest.raises(ValueError, match="truncated"):
+    with pytest.raises(ValueError, match="cut.bin: checksum mismatch"):
         read_tokenizer_bin(tmp_path / "cut.bin")
+    (tmp_path / "cut1.bin").write_bytes(as_version1(data)[:-1])
+    with pytest.raises(ValueError, match="truncated"):
+        read_tokenizer_bin(tmp_path / "cut1.bin")
     bad = np.frombuffer(data, dtype=np.uint8).copy()
     bad[0] ^= 1
     (tmp_path / "magic.bin").write_bytes(bad.tobytes())
     with pytest.raises(ValueError, match="magic"):
         read_tokenizer_bin(tmp_path / "magic.bin")
+
+
+def as_version1(data):
+    """The same tokenizer .bin as version 1: no CRC."""
+    return data[:4] + struct.pack("<i", 1) + data[8:36] + bytes(4) + data[40:]
+
+
+def test_bin_checksum_and_version_1(small_tok, tmp_path, capsys):
+    """Version 2 carries the CRC-32 of everything after the header: a bos id flipped from 2 to 1
+    (which would change training silently) or a zeroed CRC field is refused naming the file; a
+    changed piece too; the same file as version 1 reads, with a note."""
+    p = tmp_path / "tok.bin"
+    export_tokenizer_bin(small_tok, p)
+    data = p.read_bytes()
+    h = struct.unpack("<256i", data[:1024])
+    assert h[1] == 2 and h[9] & 0xFFFFFFFF == zlib.crc32(data[40:], zlib.crc32(data[:36])) and not any(h[10:])
+    assert h[4] == 2  # bos
+    for name, at, value in [("bos.bin", 16, 1), ("zeroed.bin", 36, 0), ("piece.bin", 1024 + 3 + 2, None)]:
+        bad = bytearray(data)
+        if value is None:
+            bad[at] ^= 1  # a byte of the first piece's name
+        else:
+            bad[at:at + 4] = struct.pack("<i", value)
+        (tmp_path / name).write_bytes(bytes(bad))
+        with pytest.raises(ValueError, match=f"{name}: checksum mismatch: stored CRC32"):
+            read_tokenizer_bin(tmp_path / name)
+    (tmp_path / "v1.bin").write_bytes(as_version1(data))
+    capsys.readouterr()
+    assert read_tokenizer_bin(tmp_path / "v1.bin")["pieces"] == read_tokenizer_bin(p)["pieces"]
+    assert "v1.bin is of version 1, without a checksum" in capsys.readouterr().err
