@@ -33,6 +33,7 @@ doc/formats.md "Resume state" lists the keys.
 #include "llmc/cuda_common.h"  // defines: PRECISION_NAME
 #include "llmc/data/dataloader.h"
 #include "llmc/number_text.h"
+#include "llmc/parallel/grad_groups.h"  // defines: grad_groups_fit
 #include "llmc/data/tensor_file.h"
 #include "llmc/train/train_options.h"
 #include "llmc/utils.h"
@@ -168,6 +169,10 @@ inline std::vector<RunSetting> run_settings() {
     integer("run.grad_accum", {"--grad-accum", "--global-batch", "--batch-size"},
             [](const TrainOptions& o) { return (long long)o.grad_accum; },
             [](TrainOptions& o, long long v) { o.grad_accum = (int)v; });
+    // (absent in files from before 2026-12-05: 0, the rank count)
+    integer("run.grad_groups", {"--grad-groups"}, [](const TrainOptions& o) { return (long long)o.grad_groups; },
+            [](TrainOptions& o, long long v) { o.grad_groups = (int)v; });
+    out.back().absent = "0";
     integer("run.seq_len", {"--seq-len"}, [](const TrainOptions& o) { return (long long)o.seq_len; },
             [](TrainOptions& o, long long v) { o.seq_len = (int)v; });
     integer("run.grad_fp32", {"--grad-fp32"}, [](const TrainOptions& o) { return (long long)o.grad_fp32; },
@@ -443,4 +448,12 @@ inline void continue_on_ranks(TrainOptions& o, const TensorFileReader& ckpt) {
     printf("resume: %d ranks now, %lld when saved: --batch-size %lld per rank keeps the %lld rows per micro-batch\n",
            o.world, saved_ranks, rows / o.world, rows);
     o.batch_size = (int)(rows / o.world);
+    // the gradient groups carry over where the new count splits them (the same bits); else
+    // one group per rank, and the sums' order changes
+    if (o.grad_groups != 0 && !grad_groups_fit(o.grad_groups, o.world)) {
+        printf("resume: %d gradient groups when saved do not split over %d ranks: %d groups from now on (the sums' order "
+               "changes: the run continues to rounding, not bit for bit; --grad-groups in the first run keeps the bits)\n",
+               o.grad_groups, o.world, o.world);
+        o.grad_groups = o.world;
+    }
 }
