@@ -11,8 +11,9 @@ computed (a row's forward pass does not depend on the other rows in its batch; t
 sums over rows do, hence whole groups). The groups are then added pairwise by index
 (llmc/parallel/sum_order.h): a rank's L groups here (combine), the ranks' results by the sum over
 ranks (llmc/parallel/comm.h). With L a power of two, a rank's result is a node of the pairwise tree
-over all G groups, so 1 rank with G groups, G ranks with one each and every count in between give
-the same bits. The loss of the step is summed the same way (per group, then in group order).
+over all G groups, so 1 rank with G groups, G ranks with one each and every count in between
+that gives each rank a power of two of them give the same bits (G = 6: 1, 3 and 6 ranks; G = 4:
+1, 2 and 4). The loss of the step is summed the same way (per group, then in group order).
 
     GradientGroups groups(G, comm)    comm null: one rank
     groups.local()                    L: groups on this rank; rows per group = B / L
@@ -43,15 +44,15 @@ __global__ void add_into_kernel(T* into, const T* from, size_t n) {
     into[i] = from_float<T>(to_float(into[i]) + to_float(from[i]));
 }
 
-// G for `ranks` ranks of `batch_size` rows (0: the rank count), checked: the ranks split the
-// groups into a power of two each, and each rank's rows into its groups.
+// G for `ranks` ranks of `batch_size` rows (0: the rank count), checked: over several ranks
+// each gets a power of two of the groups, and each rank's rows split into its groups.
 inline int checked_grad_groups(int groups, int ranks, int batch_size) {
     if (groups == 0) { return ranks; }
     if (groups < 0 || groups % ranks != 0) {
         fatal("--grad-groups %d: must be a positive multiple of the %d ranks (0: the rank count)", groups, ranks);
     }
     const int local = groups / ranks;
-    if ((local & (local - 1)) != 0) {
+    if (ranks > 1 && (local & (local - 1)) != 0) {
         fatal("--grad-groups %d over %d ranks: %d groups per rank; it must be a power of two (the ranks' sums are then "
               "nodes of the groups' pairwise sum)", groups, ranks, local);
     }
@@ -62,11 +63,12 @@ inline int checked_grad_groups(int groups, int ranks, int batch_size) {
     return groups;
 }
 
-// Whether a run of G groups can go on over `ranks` ranks with the same bits.
+// Whether a run of G groups can go on over `ranks` ranks with the same bits: one rank sums the
+// whole tree; over several, each rank's groups must be a node of it (a power of two of them).
 inline bool grad_groups_fit(int groups, int ranks) {
     if (groups <= 0 || groups % ranks != 0) { return false; }
     const int local = groups / ranks;
-    return (local & (local - 1)) == 0;
+    return ranks == 1 || (local & (local - 1)) == 0;
 }
 
 class GradientGroups {

@@ -17,7 +17,6 @@ its 64 squares in order (a pass over the gradients, like the dot product it repl
 */
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 
 #include "llmc/cuda_common.h"
@@ -28,7 +27,8 @@ constexpr size_t kNormUnit = 64;  // elements per unit: the layout's tensor alig
 template <typename T>
 __global__ void unit_squares_kernel(float* units, const T* g, size_t begin, size_t end) {
     const size_t u = begin / kNormUnit + blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    const size_t first = std::max(u * kNormUnit, begin), last = std::min((u + 1) * kNormUnit, end);
+    const size_t first = u * kNormUnit > begin ? u * kNormUnit : begin;
+    const size_t last = (u + 1) * kNormUnit < end ? (u + 1) * kNormUnit : end;
     if (first >= last) { return; }
     float sum = 0.0f;
     for (size_t i = first; i < last; i++) {
