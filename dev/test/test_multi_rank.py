@@ -27,7 +27,7 @@ which `make test` sets) started by scripts/mpirun.sh, where MPI stands in for NC
 - --overlap-reduce 1 (each layer's gradients reduced as the last micro-batch's backward
   finishes it) writes the same final checkpoint, byte for byte, as --overlap-reduce 0, and
   reports one bucket per layer per step.
-Cost: 32 runs of the tiny model (7 of them refused at start), 25-45 s on 2 cores shared with other jobs."""
+Cost: 33 runs of the tiny model (4 of them refused at start), 25-45 s on 2 cores shared with other jobs."""
 import json
 import os
 import shutil
