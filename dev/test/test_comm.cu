@@ -7,9 +7,10 @@ plain: one rank, where the collectives are identities and only that is checked).
                    (multiples of 1/16 below 2^4: at most 8 significant bits), against the
                    exact sum computed here from every rank's data (each rank can regenerate
                    any rank's inputs); sizes that do not divide by N, 1 and 0 elements;
-  order_*          random fp32 data: the host stand-in's result is bit for bit the rank-order
-                   fp32 sum (the property that makes a 2-rank run repeat exactly), and every
-                   rank holds the same bits;
+  order_*          random data: the host stand-in's result is bit for bit the fp32 sum
+                   pairwise by rank (inner sums rounded into T), written out here (the
+                   property that makes a run repeat exactly and equal its gradient groups on
+                   1 rank: llmc/parallel/grad_groups.h), and every rank holds the same bits;
   reduce_scatter_*, all_gather_*, broadcast_*, scalars_*   the same for the other collectives;
   reduce_*         reduce to each root, grouped: the root gets the all-reduce's bits, the
                    other ranks' buffers stay as they were;
@@ -112,8 +113,22 @@ TEST_CASE(avg_bf16) {
     for (size_t n : {size_t(1001), size_t(7)}) { check_exact_all_reduce<__nv_bfloat16>(n, ReduceOp::Avg, 4); }
 }
 
-// The host stand-in's sum is the fp32 sum in rank order, rounded once into T; NCCL's order
-// is its own, so on NCCL builds only the rounding is bounded.
+// The host stand-in's sum: pairwise by rank in fp32, (x0 + x1) + (x2 + x3), (x0 + x1) + x2 for
+// three, the inner sums rounded into T and the root once (the mean: the root times 1/N, rounded
+// once); NCCL's order is its own, so on NCCL builds only the rounding is bounded.
+template <typename T>
+static float pairwise_root(std::vector<float> level) {
+    while (level.size() > 1) {
+        std::vector<float> next;
+        for (size_t i = 0; i < level.size(); i += 2) {
+            const bool root = level.size() == 2;
+            const float sum = i + 1 < level.size() ? level[i] + level[i + 1] : level[i];
+            next.push_back(root || i + 1 >= level.size() ? sum : to_float(from_float<T>(sum)));
+        }
+        level = next;
+    }
+    return level[0];
+}
 template <typename T>
 static void check_rank_order(size_t n, ReduceOp op) {
     const int N = g_comm->world;
@@ -122,13 +137,14 @@ static void check_rank_order(size_t n, ReduceOp op) {
     std::vector<std::vector<T>> inputs;
     for (int r = 0; r < N; r++) { inputs.push_back(make_input<T>(r, n, 9, false)); }
     for (size_t i = 0; i < n; i++) {
-        float total = 0.0f;
-        for (int r = 0; r < N; r++) { total += to_float(inputs[r][i]); }
+        std::vector<float> parts(N);
+        for (int r = 0; r < N; r++) { parts[r] = to_float(inputs[r][i]); }
+        const float total = pairwise_root<T>(parts);
         expected[i] = to_float(from_float<T>(op == ReduceOp::Avg ? total * (1.0f / (float)N) : total));
         got_f[i] = to_float(got[i]);
     }
     const bool exact = !COMM_NCCL;
-    CHECK_CLOSE("rank-order sum", got_f.data(), expected.data(), n, 0.0,
+    CHECK_CLOSE("pairwise sum", got_f.data(), expected.data(), n, 0.0,
                 exact ? 0.0 : (std::is_same<T, float>::value ? 1e-6 : 2e-2));
     CHECK(same_on_every_rank(got));
 }

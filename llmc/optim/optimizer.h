@@ -18,8 +18,8 @@ The state is saved and loaded by name (doc/formats.md, "Model checkpoints"): fp3
 opt.m.<param> and opt.v.<param> for every AdamW tensor, fp32 opt.mom.<param> for every
 Muon matrix. All state buffers share the parameters' layout (offsets).
 
-Over N ranks (distribute(); llmc/parallel/data_parallel.h): the gradients are averaged over ranks
-first (under ZeRO-1 each rank gets the mean only of what it updates), the norm is global,
+Over N ranks (distribute(); llmc/parallel/data_parallel.h): the gradients are summed over ranks
+first (under ZeRO-1 each rank gets the sum only of what it updates), the norm is global,
 Muon matrices are updated by their owners, and ZeRO-1 keeps on each rank only the state it
 updates: m, v of its chunk (AdamW) or its pieces (Muon), the momentum of its matrices,
 and (bf16 builds) the fp32 master weights of both, which this class then holds in place of
@@ -263,7 +263,7 @@ public:
     float update(double lr_matrix, double lr_other, cudaStream_t stream) {
         const OptimizerConfig& opt = config_;
         allocate_state(opt.optimizer);
-        // the mean over ranks, reduced in the precision the gradients were accumulated in
+        // the sum over ranks, reduced in the precision the gradients were accumulated in
         float norm;
         if (grads_fp32_ != nullptr) {
             dp_->reduce_gradients(const_cast<float*>(grads_fp32_), stream);

@@ -27,8 +27,10 @@ Executors:
   host backend (and any build without NCCL) with MPI (USE_MPI): the stand-in. "Device"
       memory is host memory there, so MPI moves it directly. Reductions are exact
       functions of the inputs: each rank's share is gathered with MPI_Alltoallv and summed
-      in fp32 in rank order 0, 1, ..., N-1 (mean: the sum times 1/N, rounded once into T),
-      so every rank gets the same bits and a run repeats bit for bit. NCCL sums in its own
+      in fp32 pairwise by rank (llmc/parallel/sum_order.h: (r0 + r1) + (r2 + r3); inner sums
+      rounded into T, the root once; mean: the root times 1/N, rounded once), so every rank
+      gets the same bits, a run repeats bit for bit, and a rank's result may itself be a
+      pairwise sum of gradient groups (the same bits on any rank count). NCCL sums in its own
       order (ring or tree), bf16 rounded per hop; the results agree to rounding.
   a build without MPI: one rank; asking for more is refused.
 
@@ -51,6 +53,7 @@ forgotten division by the world size would be. The multi-rank tests must fail wi
 #include <vector>
 
 #include "llmc/cuda_common.h"
+#include "llmc/parallel/sum_order.h"  // defines: pairwise_plan, pairwise_sum (the order of the sums)
 #include "llmc/utils.h"
 
 #if defined(USE_MPI)
@@ -345,7 +348,7 @@ private:
 #else
     // out[i] = the sum (or mean) over ranks q of in_q[begin[rank] + i], i < begin[rank+1] -
     // begin[rank]: every rank sends part r of its input to rank r (MPI_Alltoallv), which
-    // adds the world copies in rank order in fp32 and rounds once. in and out may overlap.
+    // adds the world copies pairwise by rank (pairwise_sum) in fp32. in and out may overlap.
     template <typename T>
     void reduce_parts(T* out, const T* in, const std::vector<size_t>& begin, ReduceOp op) const {
 #if defined(USE_MPI)
@@ -355,6 +358,8 @@ private:
         for (int r = 0; r < world; r++) { longest = std::max(longest, begin[r + 1] - begin[r]); }
         const size_t step = std::max<size_t>(1, kMaxMessage / ((size_t)world * sizeof(T)));
         std::vector<T> received;
+        const std::vector<std::pair<int, int>> plan = pairwise_plan(world);
+        std::vector<float> work(world);
         std::vector<int> send_counts(world), send_displs(world), recv_counts(world), recv_displs(world);
         for (size_t from = 0; from < longest; from += step) {
             size_t recv_each = from < mine ? std::min(step, mine - from) : 0;
@@ -373,9 +378,7 @@ private:
             mpiCheck(MPI_Alltoallv(outgoing.data(), send_counts.data(), send_displs.data(), MPI_BYTE, received.data(),
                                    recv_counts.data(), recv_displs.data(), MPI_BYTE, MPI_COMM_WORLD));
             for (size_t i = 0; i < recv_each; i++) {
-                float total = 0.0f;
-                for (int r = 0; r < world; r++) { total += to_float(received[r * recv_each + i]); }
-                out[from + i] = finish_sum<T>(total, op);
+                out[from + i] = finish_sum<T>(pairwise_sum(received.data() + i, recv_each, plan, work.data(), world), op);
             }
         }
 #else
@@ -386,13 +389,15 @@ private:
 #endif
     }
 
-    // root's x[i] = the sum (or mean) over ranks in rank order, as reduce_parts sums: every
+    // root's x[i] = the sum (or mean) over ranks pairwise by rank, as reduce_parts sums: every
     // rank's copy is gathered at the root (MPI_Gather, in slices for int counts).
     template <typename T>
     void reduce_to_root(T* x, size_t n, int root, ReduceOp op) const {
 #if defined(USE_MPI)
         const size_t step = std::max<size_t>(1, kMaxMessage / ((size_t)world * sizeof(T)));
         std::vector<T> received;
+        const std::vector<std::pair<int, int>> plan = pairwise_plan(world);
+        std::vector<float> work(world);
         for (size_t from = 0; from < n; from += step) {
             const size_t count = std::min(step, n - from);
             if (rank == root) { received.assign(count * world, T()); }
@@ -400,9 +405,7 @@ private:
                                 (int)(count * sizeof(T)), MPI_BYTE, root, MPI_COMM_WORLD));
             if (rank != root) { continue; }
             for (size_t i = 0; i < count; i++) {
-                float total = 0.0f;
-                for (int r = 0; r < world; r++) { total += to_float(received[r * count + i]); }
-                x[from + i] = finish_sum<T>(total, op);
+                x[from + i] = finish_sum<T>(pairwise_sum(received.data() + i, count, plan, work.data(), world), op);
             }
         }
 #else
@@ -412,7 +415,7 @@ private:
         (void)op;
 #endif
     }
-    // A rank-order fp32 sum into T: the mean is the sum times 1/N, rounded once.
+    // The fp32 root of the sum into T: the mean is the root times 1/N, rounded once.
     template <typename T>
     T finish_sum(float total, ReduceOp op) const {
 #if defined(COMM_MUTATION_NO_AVERAGE)

@@ -1,7 +1,9 @@
 /*
 Data parallelism around the optimizer step (doc/multi-gpu.md): what each rank reduces,
-updates, keeps and shares so that N ranks take the step one rank would take on the mean of
-their gradients. Used by ParamOptimizer (llmc/optim/optimizer.h); one rank (no Comm) is the same
+updates, keeps and shares so that N ranks take the step one rank would take on the sum of
+their gradients (each rank's is of the loss over all ranks' rows, so the sum is the batch's
+gradient; a sum, not a mean, so no 1/N rounds into it and the step is the same bits on any
+rank count: doc/multi-gpu.md). Used by ParamOptimizer (llmc/optim/optimizer.h); one rank (no Comm) is the same
 code with identity collectives.
 
 Buffers: parameters and gradients share one layout of E elements, tensors on 64-element
@@ -10,11 +12,11 @@ tensor, updated by AdamW or (a whole matrix) by Muon, by its owner rank (or by e
 owner -1), whose state (AdamW m and v, Muon momentum, bf16 builds' fp32 master weights)
 holds it at index `state`.
 
-  zero 0: gradients all-reduced (mean); every rank holds all AdamW state in the full layout
+  zero 0: gradients all-reduced (sum); every rank holds all AdamW state in the full layout
           (state = the element's offset) and updates every AdamW tensor (the same inputs and
           kernels give the same bits on every rank). Muon (below): owners in the full layout.
   zero 1, AdamW: ZeRO-1. [0, N*C) is cut into N equal chunks of C elements, C a multiple of
-          64 (llmc/parallel/sharding.h): gradients reduce-scattered so rank r gets the mean of chunk
+          64 (llmc/parallel/sharding.h): gradients reduce-scattered so rank r gets the sum of chunk
           r, rank r holds the state of chunk r only and updates those elements, then the
           chunks are all-gathered. The tail [N*C, E) (under N*64 elements: it keeps chunks
           equal and aligned without padding the model's buffers) is all-reduced and updated
@@ -35,9 +37,10 @@ them, ModelParameters asks for them); under zero 0 they keep the full layout, cu
 a rank updated them. A checkpoint gathers everything (gather_full), so a file never
 depends on the rank count or the zero mode.
 
-Gradient norm: zero 0 (or one rank): of the all-reduced buffer, the same on every rank; zero 1: each
-rank's sum of squares over what it owns (AdamW: its chunk; Muon mode: its pieces; rank 0
-adds the shared tail), summed in rank order.
+Gradient norm (llmc/parallel/grad_norm.cuh): the squares summed per 64-element unit, each unit by
+the rank that holds its reduced gradient (zero 0, one rank: every rank all units; zero 1: its
+chunk or pieces, rank 0 the shared tail), the units shared by a sum over ranks (zero 1) and
+added in one order fixed by the buffer's size: the same bits for any rank count and zero mode.
 
 DATA_PARALLEL_MUTATION_SKIP_MUON (tests only): the last rank does not update the matrices
 it owns, the bug of a rank that skips its share; the multi-rank tests must fail with it.
@@ -53,7 +56,7 @@ next rank instead of its owner, the bug of a reduce sent to the wrong rank.
 
 #include "llmc/parallel/comm.h"
 #include "llmc/cuda_common.h"
-#include "llmc/kernels/reduce.cuh"
+#include "llmc/parallel/grad_norm.cuh"  // defines: unit_squares, sum_units
 #include "llmc/parallel/sharding.h"
 
 class DataParallel {
@@ -79,8 +82,15 @@ public:
                  size_t elements, size_t align)
         : comm_(comm), zero_(zero), offsets_(offsets), sizes_(sizes), elements_(elements), align_(align) {
         if (zero != 0 && zero != 1) { fatal("--zero must be 0 or 1, got %d", zero); }
+        if (align % kNormUnit != 0) { fatal("DataParallel: alignment %zu is not a multiple of %zu", align, kNormUnit); }
         plan({});
     }
+    ~DataParallel() {
+        cudaFree(units_);
+        cudaFree(ones_);
+    }
+    DataParallel(const DataParallel&) = delete;
+    DataParallel& operator=(const DataParallel&) = delete;
 
     int world() const { return comm_ != nullptr ? comm_->world : 1; }
     int rank() const { return comm_ != nullptr ? comm_->rank : 0; }
@@ -192,13 +202,13 @@ public:
         return out;
     }
 
-    // Gradients -> their mean over ranks, where this rank needs it: everywhere (zero 0), its
+    // Gradients -> their sum over ranks, where this rank needs it: everywhere (zero 0), its
     // chunk and the tail (zero 1, AdamW), or the pieces it owns (zero 1, Muon).
     template <typename T>
     void reduce_gradients(T* grads, cudaStream_t stream) {
         if (world() == 1) { return; }
         if (zero_ == 0) {
-            comm_->all_reduce(grads, elements_, ReduceOp::Avg, stream);
+            comm_->all_reduce(grads, elements_, ReduceOp::Sum, stream);
             return;
         }
         if (by_owner()) {
@@ -208,13 +218,13 @@ public:
 #if defined(DATA_PARALLEL_MUTATION_REDUCE_ROOT)
                 root = (root + 1) % world();
 #endif
-                comm_->reduce(grads + p.begin, p.end - p.begin, root, ReduceOp::Avg, stream);
+                comm_->reduce(grads + p.begin, p.end - p.begin, root, ReduceOp::Sum, stream);
             }
             comm_->group_end();
             return;
         }
-        if (chunk_ > 0) { comm_->reduce_scatter(grads + (size_t)rank() * chunk_, grads, chunk_, ReduceOp::Avg, stream); }
-        if (tail_ < elements_) { comm_->all_reduce(grads + tail_, elements_ - tail_, ReduceOp::Avg, stream); }
+        if (chunk_ > 0) { comm_->reduce_scatter(grads + (size_t)rank() * chunk_, grads, chunk_, ReduceOp::Sum, stream); }
+        if (tail_ < elements_) { comm_->all_reduce(grads + tail_, elements_ - tail_, ReduceOp::Sum, stream); }
     }
 
     // The same for the gradients of [begin, end) only, a range of whole tensors (a layer's
@@ -225,7 +235,7 @@ public:
     void reduce_range(T* grads, size_t begin, size_t end, cudaStream_t stream) {
         if (world() == 1 || begin >= end) { return; }
         if (zero_ == 0) {
-            comm_->all_reduce(grads + begin, end - begin, ReduceOp::Avg, stream);
+            comm_->all_reduce(grads + begin, end - begin, ReduceOp::Sum, stream);
             return;
         }
         comm_->group_start();
@@ -236,46 +246,42 @@ public:
 #if defined(DATA_PARALLEL_MUTATION_REDUCE_ROOT)
                 root = (root + 1) % world();
 #endif
-                comm_->reduce(grads + p.begin, p.end - p.begin, root, ReduceOp::Avg, stream);
+                comm_->reduce(grads + p.begin, p.end - p.begin, root, ReduceOp::Sum, stream);
             }
         } else {
             for (int r = 0; r < world() && chunk_ > 0; r++) {
                 size_t b = std::max(begin, (size_t)r * chunk_), e = std::min(end, (size_t)(r + 1) * chunk_);
-                if (b < e) { comm_->reduce(grads + b, e - b, r, ReduceOp::Avg, stream); }
+                if (b < e) { comm_->reduce(grads + b, e - b, r, ReduceOp::Sum, stream); }
             }
             size_t b = std::max(begin, tail_);
-            if (b < end) { comm_->all_reduce(grads + b, end - b, ReduceOp::Avg, stream); }
+            if (b < end) { comm_->all_reduce(grads + b, end - b, ReduceOp::Sum, stream); }
         }
         comm_->group_end();
     }
 
-    // The global gradient norm of the reduced gradients (see the top of the file).
-    // norm_sq: one device float; scratch: kReduceBlocks floats.
+    // The global gradient norm of the reduced gradients (see the top of the file): the same
+    // bits on every rank, for any rank count and zero mode. norm_sq: one device float;
+    // scratch: kReduceBlocks floats.
     template <typename T>
     float grad_norm(const T* grads, float* norm_sq, float* scratch, cudaStream_t stream) {
-        if (zero_ == 0 || world() == 1) { return std::sqrt(sum_of_squares(grads, 0, elements_, norm_sq, scratch, stream)); }
-        double local = 0.0;
-        if (by_owner()) {  // the owned pieces, summed on the device in piece order
-            bool any = false;
-            for (const Piece& p : pieces_) {
-                if (p.owner != rank()) { continue; }
-                dot_product(norm_sq, scratch, grads + p.begin, grads + p.begin, p.end - p.begin, 1.0f, any, stream);
-                any = true;
-            }
-            if (any) {
-                float value = 0.0f;
-                cudaCheck(cudaMemcpy(&value, norm_sq, sizeof(float), cudaMemcpyDeviceToHost));
-                local = value;
-            }
-        } else {
-            if (chunk_ > 0) {
-                local += sum_of_squares(grads, (size_t)rank() * chunk_, (size_t)(rank() + 1) * chunk_, norm_sq, scratch,
-                                        stream);
-            }
-            if (rank() == 0 && tail_ < elements_) { local += sum_of_squares(grads, tail_, elements_, norm_sq, scratch, stream); }
+        const size_t n_units = CEIL_DIV(elements_, kNormUnit);
+        if (units_ == nullptr) {
+            units_ = cudaMallocElements(float, std::max<size_t>(n_units, 1));
+            ones_ = copy_to_device(std::vector<float>(std::max<size_t>(n_units, 1), 1.0f));
         }
-        double total = comm_ != nullptr ? comm_->sum(local) : local;
-        return (float)std::sqrt(total);
+        if (zero_ == 0 || world() == 1) {  // every rank holds every reduced gradient
+            unit_squares(units_, grads, 0, elements_, stream);
+        } else {  // each unit from the rank that holds it reduced (the shared tail: rank 0), 0 elsewhere
+            cudaCheck(cudaMemsetAsync(units_, 0, n_units * sizeof(float), stream));
+            for (const Piece& p : pieces_) {
+                if (p.owner == rank() || (p.owner < 0 && rank() == 0)) { unit_squares(units_, grads, p.begin, p.end, stream); }
+            }
+            comm_->all_reduce(units_, n_units, ReduceOp::Sum, stream);
+        }
+        sum_units(norm_sq, scratch, units_, ones_, n_units, stream);
+        float value = 0.0f;
+        cudaCheck(cudaMemcpy(&value, norm_sq, sizeof(float), cudaMemcpyDeviceToHost));
+        return std::sqrt(value);
     }
 
     // After this rank's updates: every rank gets every updated parameter.
@@ -368,14 +374,6 @@ private:
         return which == State::Master && p.muon ? adamw_elements_ + p.state : p.state;
     }
 
-    template <typename T>
-    double sum_of_squares(const T* x, size_t begin, size_t end, float* norm_sq, float* scratch, cudaStream_t stream) {
-        dot_product(norm_sq, scratch, x + begin, x + begin, end - begin, 1.0f, false, stream);
-        float value = 0.0f;
-        cudaCheck(cudaMemcpy(&value, norm_sq, sizeof(float), cudaMemcpyDeviceToHost));
-        return value;
-    }
-
     Comm* comm_;
     int zero_;
     std::vector<size_t> offsets_, sizes_;
@@ -384,4 +382,5 @@ private:
     std::vector<Piece> pieces_;
     std::vector<int> owner_;
     bool muon_ = false;
+    float *units_ = nullptr, *ones_ = nullptr;  // grad_norm: the units' squares, and ones to sum them
 };

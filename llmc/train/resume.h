@@ -33,6 +33,7 @@ doc/formats.md "Resume state" lists the keys.
 #include "llmc/cuda_common.h"  // defines: PRECISION_NAME
 #include "llmc/data/dataloader.h"
 #include "llmc/number_text.h"
+#include "llmc/parallel/grad_groups.h"  // defines: grad_groups_fit
 #include "llmc/data/tensor_file.h"
 #include "llmc/train/train_options.h"
 #include "llmc/utils.h"
@@ -168,6 +169,11 @@ inline std::vector<RunSetting> run_settings() {
     integer("run.grad_accum", {"--grad-accum", "--global-batch", "--batch-size"},
             [](const TrainOptions& o) { return (long long)o.grad_accum; },
             [](TrainOptions& o, long long v) { o.grad_accum = (int)v; });
+    // written only when it is not the rank count (run_setting_keys); absent: 0, which a resume
+    // reads as the saved run's rank count (continue_on_ranks)
+    integer("run.grad_groups", {"--grad-groups"}, [](const TrainOptions& o) { return (long long)o.grad_groups; },
+            [](TrainOptions& o, long long v) { o.grad_groups = (int)v; });
+    out.back().absent = "0";
     integer("run.seq_len", {"--seq-len"}, [](const TrainOptions& o) { return (long long)o.seq_len; },
             [](TrainOptions& o, long long v) { o.seq_len = (int)v; });
     integer("run.grad_fp32", {"--grad-fp32"}, [](const TrainOptions& o) { return (long long)o.grad_fp32; },
@@ -227,11 +233,12 @@ inline std::vector<RunSetting> run_settings() {
 }
 
 // The run.* keys a checkpoint of this run holds (the opt.* keys come from OptimizerConfig);
-// the --train-doc-eval ones only when it is on.
+// the --train-doc-eval ones only when it is on, run.grad_groups only when not the rank count.
 inline std::vector<std::pair<std::string, std::string>> run_setting_keys(const TrainOptions& o) {
     std::vector<std::pair<std::string, std::string>> out;
     for (const RunSetting& s : run_settings()) {
         if (s.key.rfind("run.train_doc_", 0) == 0 && o.train_doc_eval == 0) { continue; }
+        if (s.key == "run.grad_groups" && o.grad_groups == o.world) { continue; }
         if (s.key.rfind("run.", 0) == 0) { out.push_back({s.key, s.get(o)}); }
     }
     return out;
@@ -433,6 +440,7 @@ inline std::string data_difference(const TensorFileReader& ckpt, const DataLoade
 // saved rows / o.world (printed). A rank count that does not divide them is refused.
 inline void continue_on_ranks(TrainOptions& o, const TensorFileReader& ckpt) {
     const long long saved_ranks = saved_rank_count(ckpt);
+    if (o.grad_groups == 0) { o.grad_groups = (int)saved_ranks; }  // (the saved run's default)
     if (saved_ranks == o.world) { return; }
     const long long rows = (long long)o.batch_size * saved_ranks;
     if (rows % o.world != 0) {
@@ -443,4 +451,12 @@ inline void continue_on_ranks(TrainOptions& o, const TensorFileReader& ckpt) {
     printf("resume: %d ranks now, %lld when saved: --batch-size %lld per rank keeps the %lld rows per micro-batch\n",
            o.world, saved_ranks, rows / o.world, rows);
     o.batch_size = (int)(rows / o.world);
+    // the gradient groups carry over where the new count splits them (the same bits); else
+    // one group per rank, and the sums' order changes
+    if (!grad_groups_fit(o.grad_groups, o.world)) {
+        printf("resume: %d gradient groups when saved do not split over %d ranks: %d groups from now on (the sums' order "
+               "changes: the run continues to rounding, not bit for bit; --grad-groups in the first run keeps the bits)\n",
+               o.grad_groups, o.world, o.world);
+        o.grad_groups = o.world;
+    }
 }

@@ -33,6 +33,7 @@ struct TrainOptions {
     int lr_scale_gpus = 1;
     int zero = 0;   // ZeRO stage over the ranks (llmc/parallel/data_parallel.h)
     int overlap_reduce = 0;  // reduce each layer's gradients during the last backward pass
+    int grad_groups = 0;     // G: the step's gradient as a sum of G row groups (0: the rank count; llmc/parallel/grad_groups.h)
     int world = 1;  // ranks of this run (trainer_main sets it from its Comm; no flag)
     std::string train_data, val_data, tokenizer_path, log_path, checkpoint_dir, resume_path, init_from;
     int batch_size = 8, seq_len = 0;
@@ -145,6 +146,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--sync-check", &o.sync_check, "debug a GPU fault: wait after every kernel launch and name the kernel that failed, with its launch shape and call site (slow; also ATTN_SYNC_CHECK=1) 0|1"),
         make_flag("--zero", &o.zero, "over several ranks (mpirun): 0 every rank holds all optimizer state | 1 ZeRO-1: optimizer state and master weights sharded over the ranks"),
         make_flag("--overlap-reduce", &o.overlap_reduce, "over several ranks: reduce each layer's gradients on a second stream as soon as the last micro-batch's backward has them (not with --grad-fp32 1) 0|1"),
+        make_flag("--grad-groups", &o.grad_groups, "the step's gradient as a fixed sum of this many row groups, the same bits on any rank count that gives each rank a power of two of them (0: the rank count; e.g. 2 on 1 rank = 2 ranks bit for bit)"),
     };
     if (with_muon) {
         std::vector<Flag> muon = {
@@ -191,9 +193,11 @@ inline void print_optimizer(const TrainOptions& o) {
     }
     printf("batch: %d rows per step = %d micro-batches x %d rows", o.global_batch, o.grad_accum, o.batch_size);
     if (o.world > 1) { printf(" x %d ranks", o.world); }
-    printf(" of %d tokens; gradients accumulated in %s\n", o.seq_len, gradient_precision(o));
+    printf(" of %d tokens; gradients accumulated in %s", o.seq_len, gradient_precision(o));
+    if (o.grad_groups != o.world) { printf(", in %d groups (%d per rank)", o.grad_groups, o.grad_groups / o.world); }
+    printf("\n");
     if (o.world > 1) {
-        printf("ranks: %d; gradients averaged over them in %s; zero %d%s\n", o.world, gradient_precision(o), o.zero,
+        printf("ranks: %d; gradients summed over them in %s; zero %d%s\n", o.world, gradient_precision(o), o.zero,
                o.overlap_reduce == 0 ? ""
                : o.grad_fp32 != 0 && PRECISION_MODE != PrecisionMode::FP32
                    ? "; --overlap-reduce ignored: the fp32 accumulator is filled after the backward pass"

@@ -103,6 +103,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
                   model_seq_len);
         }
     }
+    o.grad_groups = checked_grad_groups(o.grad_groups, o.world, o.batch_size);
     o.global_batch = o.grad_accum * o.batch_size * o.world;
     if (o.steps < 0) { fatal("--steps must be >= 0"); }
     if (o.steps == 0 && o.init_from.empty() && !o.model_loaded) {

@@ -10,7 +10,8 @@ rules are llmc/train/train_options.h and llmc/train/resume.h; main's sequence is
 
 Over several ranks (doc/multi-gpu.md; comm): each rank reads its rows of every global
 batch (and of every validation batch), a micro-batch's loss is the mean over the counted
-targets of all ranks' rows, the optimizer averages the gradients (llmc/parallel/data_parallel.h),
+targets of all ranks' rows, the optimizer sums the ranks' gradients of it (llmc/parallel/data_parallel.h),
+in gradient groups that give the same bits on any rank count (llmc/parallel/grad_groups.h),
 and every logged number is over all ranks. Every rank runs the same steps and validations
 (collectives: each takes its rows); samples and eval-set scoring run on rank 0 alone (no
 collective inside them: the model's forward pass only), while the other ranks go on to the
@@ -58,6 +59,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/train/stop_signal.h"  // defines: install_stop_signal_handlers, stop_signal
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
+#include "llmc/parallel/grad_groups.h"  // defines: GradientGroups
 #include "llmc/train/train_options.h"
 #include "llmc/utils.h"
 
@@ -82,7 +84,7 @@ public:
                 const Comm* comm)
         : model(model), o(o), tokenizer(tokenizer), checkpoint(checkpoint), comm(comm),
           rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1),
-          spikes(o.spike_window, o.spike_z) {
+          spikes(o.spike_window, o.spike_z), groups(o.grad_groups, comm) {
         if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
         {
             // (on --resume the data settings come from the checkpoint: errors until training starts name it)
@@ -128,9 +130,10 @@ public:
         for (long step = first_step; step < o.steps; step++) {
             Timer timer;
             model.zero_grad();
-            double loss = 0.0;
-            for (int micro = 0; micro < o.grad_accum; micro++) { loss += micro_batch(micro) / o.grad_accum; }
-            if (world > 1) { loss = comm->sum(loss); }  // the ranks' shares of the mean
+            std::vector<double> group_loss(groups.local(), 0.0);  // each group's share of the mean loss
+            for (int micro = 0; micro < o.grad_accum; micro++) { micro_batch(micro, group_loss); }
+            groups.combine(model);
+            const double loss = groups.total(group_loss);
             if (!std::isfinite(loss)) { diverged(step + 1, "the loss", loss); }
             double lr_multiplier = o.opt.schedule.multiplier(step, o.steps);
             float grad_norm = model.update(o.opt.lr * lr_multiplier, o.opt.lr_other * lr_multiplier);
@@ -177,6 +180,7 @@ private:
     double total_ms = 0.0;                         // the time of this run's steps so far
     double tokens_per_step = 0.0, peak = 0.0, flops = 0.0;
     SpikeDetector spikes;
+    GradientGroups groups;                         // --grad-groups: this rank's share of the step's sum
 
     // The training data's rows for this rank; the validation data and the measurement
     // slice start from it.
@@ -532,25 +536,33 @@ private:
         install_stop_signal_handlers();
     }
 
-    // One micro-batch's forward and backward passes; returns its loss (over several ranks,
-    // this rank's share of the mean over all ranks' counted targets).
-    double micro_batch(int micro) {
+    // One micro-batch's forward and backward passes, group by group (llmc/parallel/grad_groups.h);
+    // adds each group's share of the step's mean loss into group_loss.
+    void micro_batch(int micro, std::vector<double>& group_loss) {
         DataLoader& train = *train_loader;
         train.next_batch();
         // each micro-batch's loss is a mean over its own counted targets (as llm.c); over
-        // several ranks, over the targets of all ranks' rows: the optimizer's mean over
-        // ranks of world x this gradient is then one rank's gradient of world x B rows
+        // several ranks, over the targets of all ranks' rows: the optimizer's sum over ranks of
+        // this gradient is then one rank's gradient of world x B rows
         int64_t count = count_loss_targets(model, train.targets.data(), o.batch_size * o.seq_len);
-        int64_t count_all = world > 1 ? (int64_t)comm->sum((double)count) : count;
-        float scale = (float)world / (float)(std::max<int64_t>(count_all, 1) * o.grad_accum);
-        LossStats s = model.forward(train.inputs.data(), train.targets.data(), o.batch_size, o.seq_len, scale, nullptr);
-        // the last micro-batch's backward may start reducing each layer (--overlap-reduce)
-        model.overlap_reduction(o.overlap_reduce != 0 && micro == o.grad_accum - 1);
-        model.backward();
-        model.overlap_reduction(false);
-        model.end_micro_batch();
-        return world > 1 ? model.loss_value(s) * (double)count / (double)std::max<int64_t>(count_all, 1)
-                         : model.loss_value(s);
+        const int64_t count_all = std::max<int64_t>(world > 1 ? (int64_t)comm->sum((double)count) : count, 1);
+        float scale = 1.0f / (float)(count_all * o.grad_accum);
+        const int rows = o.batch_size / groups.local(), n = rows * o.seq_len;
+        for (int g = 0; g < groups.local(); g++) {
+            const int* inputs = train.inputs.data() + (size_t)g * n;
+            const int* targets = train.targets.data() + (size_t)g * n;
+            const int64_t counted = count_loss_targets(model, targets, n);
+            groups.begin(model, g, micro);
+            LossStats s = model.forward(inputs, targets, rows, o.seq_len, scale, nullptr);
+            // the last micro-batch's backward may start reducing each layer (--overlap-reduce;
+            // with one group per rank: more are added up first)
+            model.overlap_reduction(o.overlap_reduce != 0 && micro == o.grad_accum - 1 && groups.local() == 1);
+            model.backward();
+            model.overlap_reduction(false);
+            model.end_micro_batch();
+            groups.end(model, g);
+            group_loss[g] += model.loss_value(s) * (double)counted / (double)count_all / o.grad_accum;
+        }
     }
 
     // Stops the run, naming the first tensor that is not finite.

@@ -1,0 +1,160 @@
+/*
+Gradient groups: the gradient of a step as a fixed sum of G group gradients, so that it has the
+same bits on every rank count that splits the groups evenly (doc/multi-gpu.md "The same bits on
+any rank count"; --grad-groups, default: the rank count).
+
+Every micro-batch's rows over all ranks (ranks x --batch-size, rank r's rows after rank r-1's)
+are cut into G groups of consecutive rows; rank r holds L = G / ranks of them. Each group has
+its own accumulator: its forward and backward passes over the micro-batches add into it exactly
+as a rank's own gradient buffer would, so a group's gradient has the same bits wherever it is
+computed (a row's forward pass does not depend on the other rows in its batch; the backward's
+sums over rows do, hence whole groups). The groups are then added pairwise by index
+(llmc/parallel/sum_order.h): a rank's L groups here (combine), the ranks' results by the sum over
+ranks (llmc/parallel/comm.h). With L a power of two, a rank's result is a node of the pairwise tree
+over all G groups, so 1 rank with G groups, G ranks with one each and every count in between
+that gives each rank a power of two of them give the same bits (G = 6: 1, 3 and 6 ranks; G = 4:
+1, 2 and 4). The loss of the step is summed the same way (per group, then in group order).
+
+    GradientGroups groups(G, comm)    comm null: one rank
+    groups.local()                    L: groups on this rank; rows per group = B / L
+    groups.begin(model, g, micro)     the model's gradient buffer holds group g's sum so far
+    groups.end(model, g)              ... and is saved as group g's (L > 1 only: with one group
+                                      the buffer is the group's and nothing moves)
+    groups.combine(model)             the buffer = the pairwise sum of this rank's groups
+    groups.total(losses)              the step's loss: the groups' losses (local[L]) in group order
+
+Cost with L > 1: L gradient buffers more, two copies of the gradients per group and micro-batch,
+and smaller GEMMs (B / L rows); with L = 1 nothing. `model` is a ModelParameters (its gradient
+buffer: grads_fp32 when it accumulates in fp32, else grads).
+*/
+#pragma once
+
+#include <vector>
+
+#include "llmc/cuda_common.h"
+#include "llmc/parallel/comm.h"
+#include "llmc/parallel/sum_order.h"  // defines: pairwise_plan
+#include "llmc/utils.h"
+
+// into[i] = T(float(into[i]) + float(from[i])), one thread per element.
+template <typename T>
+__global__ void add_into_kernel(T* into, const T* from, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    into[i] = from_float<T>(to_float(into[i]) + to_float(from[i]));
+}
+
+// G for `ranks` ranks of `batch_size` rows (0: the rank count), checked: over several ranks
+// each gets a power of two of the groups, and each rank's rows split into its groups.
+inline int checked_grad_groups(int groups, int ranks, int batch_size) {
+    if (groups == 0) { return ranks; }
+    if (groups < 0 || groups % ranks != 0) {
+        fatal("--grad-groups %d: must be a positive multiple of the %d ranks (0: the rank count)", groups, ranks);
+    }
+    const int local = groups / ranks;
+    if (ranks > 1 && (local & (local - 1)) != 0) {
+        fatal("--grad-groups %d over %d ranks: %d groups per rank; it must be a power of two (the ranks' sums are then "
+              "nodes of the groups' pairwise sum)", groups, ranks, local);
+    }
+    if (batch_size % local != 0) {
+        fatal("--grad-groups %d over %d ranks: %d groups per rank do not split --batch-size %d", groups, ranks, local,
+              batch_size);
+    }
+    return groups;
+}
+
+// Whether a run of G groups can go on over `ranks` ranks with the same bits: one rank sums the
+// whole tree; over several, each rank's groups must be a node of it (a power of two of them).
+inline bool grad_groups_fit(int groups, int ranks) {
+    if (groups <= 0 || groups % ranks != 0) { return false; }
+    const int local = groups / ranks;
+    return ranks == 1 || (local & (local - 1)) == 0;
+}
+
+class GradientGroups {
+public:
+    GradientGroups(int groups, const Comm* comm)
+        : comm_(comm), world_(comm != nullptr ? comm->world : 1), rank_(comm != nullptr ? comm->rank : 0),
+          groups_(groups), local_(groups / world_) {
+        if (!grad_groups_fit(groups, world_)) { fatal("GradientGroups: %d groups over %d ranks", groups, world_); }
+    }
+    ~GradientGroups() {
+        for (void* p : saved_) { cudaFree(p); }
+    }
+    GradientGroups(const GradientGroups&) = delete;
+    GradientGroups& operator=(const GradientGroups&) = delete;
+
+    int local() const { return local_; }
+    int groups() const { return groups_; }
+
+    template <typename Model>
+    void begin(Model& m, int g, int micro) {
+        if (local_ == 1) { return; }
+        if (micro == 0) {
+            if (g > 0) { m.zero_grad(); }  // (group 0's: the step's zero_grad)
+            return;
+        }
+        if (m.grads_fp32 != nullptr) {
+            copy(m.grads_fp32, saved<float>(m, g), m.device_elements, m.stream);
+        } else {
+            copy(m.grads, saved<floatX>(m, g), m.device_elements, m.stream);
+        }
+    }
+    template <typename Model>
+    void end(Model& m, int g) {
+        if (local_ == 1) { return; }
+        if (m.grads_fp32 != nullptr) {
+            copy(saved<float>(m, g), m.grads_fp32, m.device_elements, m.stream);
+        } else {
+            copy(saved<floatX>(m, g), m.grads, m.device_elements, m.stream);
+        }
+    }
+    template <typename Model>
+    void combine(Model& m) {
+        if (local_ == 1) { return; }
+        if (m.grads_fp32 != nullptr) {
+            combine_into(m, m.grads_fp32);
+        } else {
+            combine_into(m, m.grads);
+        }
+    }
+
+    // The step's loss from this rank's groups' (local_ values): every group's value in group
+    // order over all ranks (the others' are 0 here: x + 0 is exact), added in that order.
+    double total(const std::vector<double>& local) const {
+        std::vector<double> all(groups_, 0.0);
+        for (int g = 0; g < local_; g++) { all[(size_t)rank_ * local_ + g] = local[g]; }
+        if (comm_ != nullptr) { comm_->sum(all); }
+        double sum = 0.0;
+        for (double v : all) { sum += v; }
+        return sum;
+    }
+
+private:
+    template <typename T, typename Model>
+    T* saved(const Model& m, int g) {
+        if (saved_.empty()) {
+            for (int i = 0; i < local_; i++) { saved_.push_back(cudaMallocElements(T, m.device_elements)); }
+        }
+        return static_cast<T*>(saved_[g]);
+    }
+    template <typename T>
+    static void copy(T* to, const T* from, size_t n, cudaStream_t stream) {
+        cudaCheck(cudaMemcpyAsync(to, from, n * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+    }
+    template <typename Model, typename T>
+    void combine_into(Model& m, T* grads) {
+        const size_t n = m.device_elements;
+        const int threads = 256;
+        for (const auto& sum : pairwise_plan(local_)) {
+            LAUNCH((unsigned)CEIL_DIV(n, (size_t)threads), threads, 0, m.stream, add_into_kernel<T>)(
+                saved<T>(m, sum.first), saved<T>(m, sum.second), n);
+            cudaCheckLaunch();
+        }
+        copy(grads, saved<T>(m, 0), n, m.stream);
+    }
+
+    const Comm* comm_;
+    int world_, rank_, groups_, local_;
+    std::vector<void*> saved_;  // L buffers of the gradient type, allocated at the first use
+};
