@@ -428,6 +428,6 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     }
     configure_model_if_any<Trainer>(model, o, 0);  // (may add to t.record: train_san's skipped layers)
     from_checkpoint.reset();
-    run_training(model, t, tokenizer, resume, &comm);
-    return 0;
+    // (returned, not exit(): the ranks leave MPI together, in ~Comm, after a stop's checkpoint)
+    return run_training(model, t, tokenizer, resume, &comm);
 }

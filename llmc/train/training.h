@@ -117,12 +117,12 @@ public:
     // The main loop: each step zeroes the gradients, runs the micro-batches' forward and
     // backward passes, updates, logs, and now and then validates, scores the eval sets,
     // samples and saves; a stop signal saves and ends the run. Then the final validation,
-    // eval scores, sample and checkpoint.
-    void run() {
+    // eval scores, sample and checkpoint. Returns the exit status: 0, or 128 + the stop signal.
+    int run() {
         if (o.steps == 0) {  // evaluate the model given with --init-from, logged at the steps it was trained for
             evaluate_and_sample(o.record.evaluated_step);
             print_run_dir();
-            return;
+            return 0;
         }
         begin_steps();
         for (long step = first_step; step < o.steps; step++) {
@@ -144,7 +144,7 @@ public:
             if (due(o.sample_every, done)) { print_sample(done); }
             if (due(o.save_every, done)) { save("step_" + std::to_string(done) + ".bin"); }
             save_milestones(done);
-            stop_if_signalled(done);
+            if (int status = stop_if_signalled(done)) { return status; }
         }
         if (o.overlap_reduce != 0 && world > 1) {
             printf("gradient reduction: %ld layer buckets started during the backward pass\n", model.optimizer->early_total());
@@ -152,6 +152,7 @@ public:
         evaluate_and_sample(o.steps);
         save("final.bin");
         print_run_dir();
+        return 0;
     }
 
 private:
@@ -529,7 +530,7 @@ private:
         first_step = (long)model.steps_done();
         if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
         if (first_step == 0) { save_milestones(0); }
-        install_stop_signal_handlers();
+        install_stop_signal_handlers(world > 1);
     }
 
     // One micro-batch's forward and backward passes; returns its loss (over several ranks,
@@ -582,27 +583,32 @@ private:
         fflush(log);
     }
 
-    // On SIGINT/SIGTERM before the last step: checkpoint here and exit. Over several ranks
-    // all stop at the same step (the checkpoint is a collective): a signal any rank has seen
-    // counts for all.
-    void stop_if_signalled(long done) {
+    // On SIGINT/SIGTERM before the last step: checkpoint here; returns the exit status, 128 +
+    // the signal (0: go on). Over several ranks all stop after the same step (the checkpoint is
+    // a collective): a signal any rank has seen counts for all. Every rank returns only once rank
+    // 0 has renamed the file into place: a launcher ends the whole job when its first rank exits
+    // with a non-zero status, and would kill rank 0 in the middle of the write.
+    int stop_if_signalled(long done) {
         const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
-        if (stop == 0 || done >= o.steps) { return; }
+        if (stop == 0 || done >= o.steps) { return 0; }
         if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
         // the command continues the run to its outputs as it stands: a resume restores them
         // (llmc/train/resume.h RunSetting::output)
+        const std::string launcher = world > 1 ? "mpirun -np " + std::to_string(world) + " " : "";
         printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
                o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
-                                        : ("continue with: " + shell_word(o.program) + " --resume " +
+                                        : ("continue with: " + launcher + shell_word(o.program) + " --resume " +
                                            shell_word(last_saved)).c_str());
         close_log();
-        exit(128 + stop);
+        if (world > 1) { comm->barrier(); }
+        return 128 + stop;
     }
 };
 
-// Trains `model` as the options say (TrainingRun above).
+// Trains `model` as the options say (TrainingRun above); returns the exit status (0, or 128 +
+// the signal that stopped the run).
 template <typename Model>
-void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
+int run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
                   const Comm* comm = nullptr) {
-    TrainingRun<Model>(model, o, tokenizer, checkpoint, comm).run();
+    return TrainingRun<Model>(model, o, tokenizer, checkpoint, comm).run();
 }
