@@ -47,6 +47,7 @@ struct TrainOptions {
     uint64_t train_doc_seed = 0;  // the seed of that sample
     int spike_window = 128;
     double spike_z = 5.0;
+    double spike_guard = 3.0;  // stop when a loss is more than K x the recent median (0: off)
     float temperature = 1.0f;
     uint64_t seed = 42;
     int shuffle = 1;
@@ -126,6 +127,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--log-every", &o.log_every, "print a progress line every N steps"),
         make_flag("--spike-window", &o.spike_window, "loss-spike detection: steps in the running window"),
         make_flag("--spike-z", &o.spike_z, "loss-spike detection: z-score above which a step is logged as a spike (0: off)"),
+        make_flag("--spike-guard", &o.spike_guard, "divergence guard: stop (before saving) when the training loss is more than K x the median of the last --spike-window steps, or a validation loss K x that of the last 8 validations, or either is not finite (0: off; the run then stops only on a non-finite training loss)"),
         make_flag("--config", &o.config_path, "a file of `key = value` lines (flag names without --) read before the flags, which win; RUN/config repeats a run"),
         make_flag("--print-config", &o.print_config, "print the resolved config, the rates per group, the sizes, FLOPs/token and the data files, and exit 0|1"),
         make_flag("--run-dir", &o.run_dir, "the run's directory: config, log.jsonl, checkpoints, samples.txt (auto: runs/<preset>-<arm>-<UTC time>, unless --checkpoint-dir or --log is given; empty: none)"),

@@ -117,6 +117,9 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
         fatal("--milestones 1 needs --checkpoint-dir (--paper-setup 1 turns milestones on; --milestones 0 turns them off)");
     }
     if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
+    if (!(o.spike_guard == 0.0 || o.spike_guard > 1.0)) {
+        fatal("--spike-guard must be 0 (off) or a factor > 1, got %g", o.spike_guard);
+    }
     if (o.steps > 0) { o.opt.schedule.check(o.steps); }
     o.eval_contexts = parse_eval_contexts(o.eval_context, o.seq_len);  // (after a resume has set --seq-len)
     if (!o.eval_contexts.empty() && o.eval_sets.empty()) { fatal("--eval-context %s: no --eval-sets to score", o.eval_context.c_str()); }

@@ -82,7 +82,7 @@ public:
                 const Comm* comm)
         : model(model), o(o), tokenizer(tokenizer), checkpoint(checkpoint), comm(comm),
           rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1),
-          spikes(o.spike_window, o.spike_z) {
+          spikes(o.spike_window, o.spike_z), loss_guard(o.spike_guard, o.spike_window), val_guard(o.spike_guard, 8) {
         if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
         {
             // (on --resume the data settings come from the checkpoint: errors until training starts name it)
@@ -132,6 +132,7 @@ public:
             for (int micro = 0; micro < o.grad_accum; micro++) { loss += micro_batch(micro) / o.grad_accum; }
             if (world > 1) { loss = comm->sum(loss); }  // the ranks' shares of the mean
             if (!std::isfinite(loss)) { diverged(step + 1, "the loss", loss); }
+            guard(loss_guard, step + 1, "the training loss", loss, "steps");
             double lr_multiplier = o.opt.schedule.multiplier(step, o.steps);
             float grad_norm = model.update(o.opt.lr * lr_multiplier, o.opt.lr_other * lr_multiplier);
             if (!std::isfinite(grad_norm)) { diverged(step + 1, "the gradient norm", grad_norm); }
@@ -166,7 +167,7 @@ private:
     std::unique_ptr<DataLoader> val;               // none without --val-data
     std::unique_ptr<DataLoader> val_docs;          // --val-whole-docs 2: whole documents beside the windows
     std::unique_ptr<DataLoader> train_docs;        // --train-doc-eval: the sample of whole training documents
-    FILE* log = nullptr;                           // rank 0's --log file
+    LogFile log;                                   // rank 0's --log file (llmc/train/run_log.h)
     std::string last_saved;                        // path of the checkpoint written last,
     long last_saved_step = -1;                     // and after how many steps
     std::vector<int> sample_start;                 // BOS, then the --prompt's tokens
@@ -178,6 +179,10 @@ private:
     double total_ms = 0.0;                         // the time of this run's steps so far
     double tokens_per_step = 0.0, peak = 0.0, flops = 0.0;
     SpikeDetector spikes;
+    DivergenceGuard loss_guard, val_guard;         // --spike-guard, on the training and the validation loss
+    double last_val_loss = 0.0;                    // the last validation's loss (a checkpoint's run.val_loss)
+    long last_val_step = -1;                       // and after how many steps (-1: none in this run yet)
+    std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
 
     // The training data's rows for this rank; the validation data and the measurement
     // slice start from it.
@@ -348,31 +353,41 @@ private:
                          checkpoint->uint64("resume.data_fingerprint")};
         train_loader->set_position(pos);
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
+        // the last validation goes on into the checkpoints (as in the run that went on), and a
+        // step file of this directory with a finite one is the one --keep-last keeps
+        if (checkpoint->has_key("run.val_loss") && checkpoint->has_key("run.val_step")) {
+            const std::string v = checkpoint->str("run.val_loss");
+            double loss = NAN;
+            last_val_loss = parse_finite_real(v.c_str(), &loss) ? loss : NAN;
+            last_val_step = (long)checkpoint->integer("run.val_step");
+            const std::string& path = checkpoint->path();
+            const std::string base = path.substr(path.find_last_of('/') + 1);
+            const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
+            if (std::isfinite(last_val_loss) && base.rfind("step_", 0) == 0 && !o.checkpoint_dir.empty() &&
+                same_file(dir, o.checkpoint_dir)) {
+                good_checkpoint = base;
+            }
+        }
     }
 
     // Rank 0 opens --log: appended to when the run continues one, else written anew.
     void open_log() {
         if (o.log_path.empty() || rank != 0) { return; }
         const bool resumed = checkpoint != nullptr && model.steps_done() > 0;
-        log = fopen(o.log_path.c_str(), resumed ? "a" : "w");
-        if (log == nullptr) { fatal("--log: cannot open '%s' for writing: %s", o.log_path.c_str(), strerror(errno)); }
+        log.open(o.log_path, resumed);
         // what ran, with which settings, rates, commit and build (no "step": the step-record
         // readers skip it); a resumed run appends its own
-        fprintf(log, "{\"run\": %s}\n", o.record.json(HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
-                                                      attention_kernels_name()).c_str());
+        log.record("{\"run\": " + o.record.json(HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
+                                                attention_kernels_name()) + "}");
         // the records after this step that the log already holds (written after the checkpoint, before
         // the run stopped) are superseded by what follows: readers drop them (doc/formats.md)
         if (resumed) {
-            fprintf(log, "{\"step\": %ld, \"resume\": %s}\n", (long)model.steps_done(),
-                    json_string(checkpoint->path()).c_str());
-            fflush(log);
+            log.record("{\"step\": " + std::to_string(model.steps_done()) + ", \"resume\": " +
+                       json_string(checkpoint->path()) + "}");
         }
     }
 
-    void close_log() {
-        if (log != nullptr) { fclose(log); }
-        log = nullptr;
-    }
+    void close_log() { log.close(); }
 
     // The sample's start: BOS, then the --prompt encoded with the tokenizer.
     void encode_prompt() {
@@ -424,12 +439,19 @@ private:
         std::vector<std::pair<std::string, std::string>> record =
             o.record.checkpoint_keys(HOST_BACKEND ? "host backend" : "GPU", attention_kernels_name());
         extra.insert(extra.end(), record.begin(), record.end());
+        if (last_val_step >= 0) {  // (what --keep-last and --resume DIR go by)
+            extra.insert(extra.end(), {{"run.val_loss", std::isfinite(last_val_loss) ? shortest_real_text(last_val_loss) : "nan"},
+                                       {"run.val_step", std::to_string(last_val_step)}});
+        }
         save_checkpoint(model, path, extra);
         printf("saved %s\n", path.c_str());
         last_saved = path;
         last_saved_step = (long)model.steps_done();
-        if (o.keep_last > 0 && rank == 0 && name.rfind("step_", 0) == 0) {
-            for (const std::string& gone : prune_step_checkpoints(o.checkpoint_dir, o.keep_last)) {
+        if (name.rfind("step_", 0) != 0) { return; }
+        if (last_val_step >= 0 && std::isfinite(last_val_loss)) { good_checkpoint = name; }
+        if (o.keep_last > 0 && rank == 0) {
+            // (the newest with a finite validation loss stays, however many newer ones have none)
+            for (const std::string& gone : prune_step_checkpoints(o.checkpoint_dir, o.keep_last, good_checkpoint)) {
                 printf("removed %s/%s (--keep-last %d)\n", o.checkpoint_dir.c_str(), gone.c_str(), o.keep_last);
             }
         }
@@ -460,16 +482,13 @@ private:
             for (int t : out) { text += std::to_string(t) + " "; }
         }
         printf("sample: %s\n", text.c_str());
-        if (log != nullptr) {
-            fprintf(log, "{\"step\": %ld, \"sample\": %s}\n", step, json_string(text).c_str());
-            fflush(log);
-        }
+        if (log.is_open()) { log.record("{\"step\": " + std::to_string(step) + ", \"sample\": " + json_string(text) + "}"); }
         if (!o.run_dir.empty()) {
             const std::string path = o.run_dir + "/samples.txt";
             FILE* f = fopen(path.c_str(), "a");
             if (f == nullptr) { fatal("--run-dir: cannot append to %s: %s", path.c_str(), strerror(errno)); }
-            fprintf(f, "step %ld: %s\n", step, text.c_str());
-            if (fclose(f) != 0) { fatal("--run-dir: cannot write %s: %s", path.c_str(), strerror(errno)); }
+            const bool written = fprintf(f, "step %ld: %s\n", step, text.c_str()) >= 0;
+            if (fclose(f) != 0 || !written) { fatal("--run-dir: cannot write %s: %s", path.c_str(), strerror(errno)); }
         }
     }
 
@@ -493,10 +512,12 @@ private:
         }
         LayerMeasurements m;
         if constexpr (has_measure<Model>::value) { m = model.measure(measure_inputs.data(), measure_B, measure_T); }
-        if (log == nullptr) { return; }
-        fprintf(log, "%s\n", validation_json(step, r, m, val_docs != nullptr ? &docs : nullptr,
-                                             train_docs != nullptr ? &seen : nullptr).c_str());
-        fflush(log);
+        if (log.is_open()) {
+            log.record(validation_json(step, r, m, val_docs != nullptr ? &docs : nullptr, train_docs != nullptr ? &seen : nullptr));
+        }
+        last_val_loss = r.loss;
+        last_val_step = step;
+        if (o.steps > 0) { guard(val_guard, step, "the validation loss", r.loss, "validations"); }
     }
 
     // Scores the eval sets (llmc/train/eval_scoring.h) into one {"step", "eval"} record; rank 0
@@ -505,9 +526,7 @@ private:
         if (evals.empty() || rank != 0) { return; }
         std::string results = evals.score(model, step, o.batch_size, o.seq_len, model.cfg.vocab_size,
                                           model.cfg.padded_vocab());
-        if (log == nullptr) { return; }
-        fprintf(log, "{\"step\": %ld, \"eval\": %s}\n", step, results.c_str());
-        fflush(log);
+        if (log.is_open()) { log.record("{\"step\": " + std::to_string(step) + ", \"eval\": " + results + "}"); }
     }
 
     // What the run does after its last step (and, with --steps 0, instead of steps).
@@ -554,6 +573,21 @@ private:
                          : model.loss_value(s);
     }
 
+    // --spike-guard: stops the run (before anything of this step is saved) when `value` is a
+    // divergence (DivergenceGuard), naming the step and the checkpoint to go back to. Every rank
+    // sees the same value (the losses are over all ranks), so all stop here.
+    void guard(DivergenceGuard& g, long step, const char* what, double value, const char* window) {
+        const std::string why = g.check(value);
+        if (why.empty()) { return; }
+        std::string tensor = std::isfinite(value) ? "" : model.first_nonfinite_tensor();
+        const std::string detail = std::isfinite(value) ? why + " " + window : why;
+        fatal("step %ld: %s is %g (%s; --spike-guard %g): the run diverged; stopped before saving%s%s%s",
+              step, what, value, detail.c_str(), o.spike_guard,
+              tensor.empty() ? "" : (" (first non-finite: " + tensor + ")").c_str(),
+              last_saved.empty() ? "" : "; the last checkpoint written is ",
+              last_saved.empty() ? "" : (last_saved + " (step " + std::to_string(last_saved_step) + ")").c_str());
+    }
+
     // Stops the run, naming the first tensor that is not finite.
     [[noreturn]] void diverged(long step, const char* what, double value) {
         std::string tensor = model.first_nonfinite_tensor();
@@ -575,12 +609,16 @@ private:
         }
         double spike_z = spikes.observe(loss);
         if (spike_z > 0.0) { printf("step %ld: loss spike (%.4f, z-score %.1f over the last %d steps)\n", done, loss, spike_z, o.spike_window); }
-        if (log == nullptr) { return; }
-        fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f", done, loss, lr,
-                grad_norm, ms);
-        if (spike_z > 0.0) { fprintf(log, ", \"loss_spike_z\": %.3f", spike_z); }
-        fprintf(log, "}\n");
-        fflush(log);
+        if (!log.is_open()) { return; }
+        char record[256];
+        snprintf(record, sizeof(record), "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f",
+                 done, loss, lr, grad_norm, ms);
+        std::string line = record;
+        if (spike_z > 0.0) {
+            snprintf(record, sizeof(record), ", \"loss_spike_z\": %.3f", spike_z);
+            line += record;
+        }
+        log.record(line + "}");
     }
 
     // On SIGINT/SIGTERM before the last step: checkpoint here; returns the exit status, 128 +
