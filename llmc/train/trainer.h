@@ -116,6 +116,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (o.milestones != 0 && o.steps > 0 && o.checkpoint_dir.empty()) {
         fatal("--milestones 1 needs --checkpoint-dir (--paper-setup 1 turns milestones on; --milestones 0 turns them off)");
     }
+    if (o.overwrite != 0 && o.overwrite != 1) { fatal("--overwrite must be 0 or 1, got %d", o.overwrite); }
     if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
     if (!(o.spike_guard == 0.0 || o.spike_guard > 1.0)) {
         fatal("--spike-guard must be 0 (off) or a factor > 1, got %g", o.spike_guard);

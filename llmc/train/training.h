@@ -53,6 +53,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/model/model.h"
 #include "llmc/train/resume.h"
 #include "llmc/config_file.h"  // defines: config_text
+#include "llmc/train/output_lock.h"  // defines: OutputLocks
 #include "llmc/train/run_log.h"
 #include "llmc/train/run_record.h"
 #include "llmc/train/stop_signal.h"  // defines: install_stop_signal_handlers, stop_signal
@@ -105,8 +106,10 @@ public:
             if (checkpoint != nullptr) {
                 resuming = std::make_unique<FatalContext>("resuming " + checkpoint->path(), checkpoint->path());
             }
+            lock_outputs();
             prepare_run_dir();
             check_checkpoint_dir();
+            check_final_not_replaced();
         }
         open_log();
     }
@@ -299,11 +302,44 @@ private:
                o.checkpoint_dir == o.run_dir ? "checkpoints, samples.txt" : "samples.txt");
     }
 
+    // Rank 0 (which alone writes) takes the lock of each place it writes (llmc/train/output_lock.h),
+    // before it writes there: a second run into any of them is refused, naming this one.
+    void lock_outputs() const {
+        if (rank != 0) { return; }
+        const std::string holder = "pid " + std::to_string(getpid()) + " on " + o.record.host + ", started " +
+                                   o.record.started + ": " + o.record.command + "\n";
+        if (!o.run_dir.empty()) {
+            make_directories(o.run_dir, "--run-dir");
+            OutputLocks::take(o.run_dir + "/.lock", "--run-dir " + o.run_dir, holder);
+        }
+        if (!o.checkpoint_dir.empty() && !(is_directory(o.run_dir) && same_file(o.checkpoint_dir, o.run_dir))) {
+            make_directories(o.checkpoint_dir, "--checkpoint-dir");
+            OutputLocks::take(o.checkpoint_dir + "/.lock", "--checkpoint-dir " + o.checkpoint_dir, holder);
+        }
+        struct stat st;  // (a log that is a device or a pipe, e.g. /dev/null, is nobody's file)
+        if (!o.log_path.empty() && (stat(o.log_path.c_str(), &st) != 0 || S_ISREG(st.st_mode))) {
+            OutputLocks::take(o.log_path + ".lock", "--log " + o.log_path, holder);
+        }
+    }
+
+    // A fresh run does not write its final.bin over one that is there (another run's, or an
+    // earlier run's with these settings) unless --overwrite 1: a checkpoint is hours of work.
+    void check_final_not_replaced() const {
+        if (checkpoint != nullptr || o.steps == 0 || o.checkpoint_dir.empty() || o.overwrite != 0 || rank != 0) { return; }
+        const std::string final_path = o.checkpoint_dir + "/final.bin";
+        if (is_file(final_path)) {
+            fatal("--checkpoint-dir %s holds a final.bin already (an earlier run's): this run would replace it. Give "
+                  "another --checkpoint-dir, or --overwrite 1 to replace it", o.checkpoint_dir.c_str());
+        }
+    }
+
     // At the end: what the run directory holds.
     void print_run_dir() const {
         if (o.run_dir.empty() || rank != 0) { return; }
         std::string names;
-        for (const std::string& n : directory_names(o.run_dir)) { names += (names.empty() ? "" : ", ") + n; }
+        for (const std::string& n : directory_names(o.run_dir)) {
+            if (n[0] != '.') { names += (names.empty() ? "" : ", ") + n; }  // (not the lock file)
+        }
         printf("run directory: %s: %s\n", o.run_dir.c_str(), names.c_str());
     }
 
