@@ -65,7 +65,7 @@ def test_a_second_run_into_the_same_checkpoint_dir_or_log_is_refused(data, tmp_p
         out, err = first.communicate(timeout=60)
     assert first.returncode == 143, err  # the first run saved and stopped as a signalled run does
     assert [p.name for p in first_dir.iterdir() if p.name.startswith(".")] == []  # its lock is gone
-    assert not os.path.exists(str(first_log) + ".lock")
+    assert not (tmp_path / ".first.jsonl.lock").exists()
 
 
 def test_a_fresh_run_does_not_replace_a_final_checkpoint(data, tmp_path):

@@ -202,7 +202,8 @@ def test_full_disk_stops_and_keeps_the_previous_checkpoint(data, tmp_path, mount
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     (d / "final.bin").write_bytes(previous)
-    proc = run(args(data, d, steps=2), check=False, preexec_fn=preexec)
+    # (--overwrite 1: a fresh run is refused a directory that holds a final.bin otherwise)
+    proc = run(args(data, d, steps=2) + ["--overwrite", "1"], check=False, preexec_fn=preexec)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert f"file '{d}/final.bin.tmp': failed to" in proc.stderr
     assert "No space left on device" in proc.stderr or "File too large" in proc.stderr, proc.stderr

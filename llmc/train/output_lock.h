@@ -1,14 +1,14 @@
 /*
 One writer per output (host-only C++17): a run holds an exclusive flock on a lock file for
-each place it writes (its checkpoint directory and run directory: DIR/.lock; its log:
-LOG.lock) from before it writes anything there until it exits. A second run that would write
-there is refused at its start, naming the holder (the pid, host, start time and command the
-lock file holds), instead of two runs interleaving their checkpoints and log lines (two saves
-of step_6.bin at once left a corrupt file under its final name).
+each place it writes (its checkpoint directory and run directory: DIR/.lock; its log DIR/NAME:
+DIR/.NAME.lock) from before it writes anything there until it exits. A second run that would
+write there is refused at its start, naming the holder (the pid, host, start time and command
+the lock file holds), instead of two runs interleaving their checkpoints and log lines (two
+saves of step_6.bin at once left a corrupt file under its final name).
 The lock is the kernel's: it goes with the process, however the process ends (kill -9
 included), so a lock file left behind by a crash holds no lock and the next run takes it.
 The files are removed when the run exits (atexit: also after fatal()); one that a killed run
-left stays until then, harmless. After taking the lock the file is checked to still be the
+left stays, harmless, until the next run there takes and removes it. After taking the lock the file is checked to still be the
 one under the name (a run exiting removes it): otherwise the lock is taken again.
 */
 #pragma once
@@ -66,6 +66,17 @@ public:
         fatal("%s: cannot take the lock %s: it keeps being replaced", what.c_str(), lock_path.c_str());
     }
 
+    // Removes the lock files while still holding them (a run that opened one meanwhile sees it
+    // gone once it has the lock, and takes a new one), then lets go. Run at exit, and by
+    // trainer_main once the run is over (before leaving MPI: a launcher may kill a rank there).
+    static void release() {
+        for (const Held& h : instance().held_) {
+            unlink(h.path.c_str());
+            close(h.fd);
+        }
+        instance().held_.clear();
+    }
+
 private:
     struct Held {
         std::string path;
@@ -80,14 +91,5 @@ private:
             return locks;
         }();
         return *all;
-    }
-    // Removes the lock files while still holding them (a run that opened one meanwhile sees it
-    // gone once it has the lock, and takes a new one), then lets go.
-    static void release() {
-        for (const Held& h : instance().held_) {
-            unlink(h.path.c_str());
-            close(h.fd);
-        }
-        instance().held_.clear();
     }
 };

@@ -433,5 +433,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     configure_model_if_any<Trainer>(model, o, 0);  // (may add to t.record: train_san's skipped layers)
     from_checkpoint.reset();
     // (returned, not exit(): the ranks leave MPI together, in ~Comm, after a stop's checkpoint)
-    return run_training(model, t, tokenizer, resume, &comm);
+    const int status = run_training(model, t, tokenizer, resume, &comm);
+    OutputLocks::release();  // (the run has written its last: another may write there now)
+    return status;
 }

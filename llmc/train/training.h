@@ -106,9 +106,9 @@ public:
             if (checkpoint != nullptr) {
                 resuming = std::make_unique<FatalContext>("resuming " + checkpoint->path(), checkpoint->path());
             }
+            check_checkpoint_dir();
             lock_outputs();
             prepare_run_dir();
-            check_checkpoint_dir();
             check_final_not_replaced();
         }
         open_log();
@@ -318,7 +318,10 @@ private:
         }
         struct stat st;  // (a log that is a device or a pipe, e.g. /dev/null, is nobody's file)
         if (!o.log_path.empty() && (stat(o.log_path.c_str(), &st) != 0 || S_ISREG(st.st_mode))) {
-            OutputLocks::take(o.log_path + ".lock", "--log " + o.log_path, holder);
+            const size_t slash = o.log_path.find_last_of('/');  // (DIR/.NAME.lock: hidden, as DIR/.lock)
+            const std::string lock = slash == std::string::npos ? "." + o.log_path + ".lock"
+                                                                : o.log_path.substr(0, slash + 1) + "." + o.log_path.substr(slash + 1) + ".lock";
+            OutputLocks::take(lock, "--log " + o.log_path, holder);
         }
     }
 
