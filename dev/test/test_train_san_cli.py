@@ -162,7 +162,8 @@ def test_grad_accumulation_matches_the_larger_batch(data, tmp_path):
     counted (no document mask) each micro-batch's mean and the accumulation by 1/2 give the
     same gradient, so the first step's loss and gradient norm agree up to rounding (a
     missing 1/grad_accum would double the norm; Adam itself would hide it in the loss)."""
-    base = common(data, tmp_path) + ["--doc-mask", "0", "--steps", "2", "--shuffle", "0", "--val-data", ""]
+    base = common(data, tmp_path) + ["--doc-mask", "0", "--steps", "2", "--shuffle", "0", "--val-data", "",
+                                     "--overwrite", "1"]  # (both runs write final.bin into tmp_path)
     one = progress(run(base + ["--batch-size", "8", "--grad-accum", "1"]).stdout)
     two = progress(run(base + ["--batch-size", "4", "--grad-accum", "2"]).stdout)
     assert len(one) == len(two) == 2

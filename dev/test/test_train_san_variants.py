@@ -46,7 +46,8 @@ def data(tmp_path_factory):
 def common(data, tmp):
     return ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", "",
             "--batch-size", "4", "--sample-tokens", "0", "--checkpoint-dir", str(tmp),
-            "--optimizer", "adamw", "--lr", "3e-3", "--schedule", "constant", "--warmup-frac", "0"]
+            "--optimizer", "adamw", "--lr", "3e-3", "--schedule", "constant", "--warmup-frac", "0",
+            "--overwrite", "1"]  # (a test's runs share its directory: each replaces the last's final.bin)
 
 
 losses = step_losses
@@ -284,7 +285,7 @@ def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
     from attnref.optim import group_lrs, lr_multiplier, round_steps
     args = ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--sample-tokens",
             "0", "--checkpoint-dir", str(tmp_path), "--deconstructing-setup", "1", "--steps", "2", "--batch-size", "4",
-            "--global-batch", "8"]
+            "--global-batch", "8", "--overwrite", "1"]  # (its runs share the directory)
     out = run(args + ["--log", str(tmp_path / "log.jsonl")]).stdout
     # 2 steps: a horizon of round(8.39) = 8 steps, warmup 2 x 2000 / 28611 = 0.14 steps (as 0.14 / 8 of them)
     assert "optimizer: adamw lr 0.0004 (other 0.0004); wd 0.1 (embeddings too) clip 1, schedule cosine (warmup 0.0174758, " \

@@ -6,6 +6,12 @@ train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, ll
   saved nothing on the way) and prints the same samples after step K (scripts/ckpt_diff.py
   compares the final states too). SIGTERM: the same, exit 143. Without --checkpoint-dir: a
   clean exit that says nothing was saved.
+- Over 2 ranks (scripts/mpirun.sh; skipped without MPI): SIGTERM to mpirun and to every rank
+  at once (what pkill, Slurm's time limit and a Ctrl-C to the process group do: each rank gets
+  the signal twice, once from the launcher) saves step_K.bin with no .tmp left, the hint names
+  `mpirun -np 2`, and the resumed run ends where the uninterrupted 2-rank run ends; SIGINT to
+  rank 1 alone stops both ranks after the same step (exit 130, one checkpoint); kill -9 of one
+  rank ends the job within seconds, naming the killed rank.
 - A save has no side effect: with --save-every the samples and the final state are those
   of the run without it.
 - A checkpoint directory that cannot be written is refused before training starts.
@@ -13,7 +19,7 @@ train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, ll
   mount one, else a file-size limit, RLIMIT_FSIZE) stops the run with the file and the
   reason named, leaves no partial file behind, and the checkpoint that was already under
   the final name is untouched.
-Cost: ~10 runs of a few tiny-preset steps each, ~10 s on 2 cores."""
+Cost: ~16 runs of a few tiny-preset steps each, ~20 s on 2 cores."""
 import json
 import os
 import resource
@@ -25,13 +31,16 @@ import subprocess
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, ROOT, VOCAB, run_binary, state_differences
+from trainer_cli import BOS, MPIRUN, ROOT, VOCAB, run_binary, state_differences
 from shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
 
 import ckpt_diff  # noqa: E402  (scripts/, on the path through trainer_cli)
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
+# make sets HAS_MPIRUN=0 when mpirun or the MPI build is missing
+HAS_MPI = os.environ.get("HAS_MPIRUN", "1" if shutil.which("mpirun") else "0") == "1"
+needs_mpi = pytest.mark.skipif(not HAS_MPI, reason="mpirun or an MPI build missing")
 
 STEPS = 12
 
@@ -193,7 +202,8 @@ def test_full_disk_stops_and_keeps_the_previous_checkpoint(data, tmp_path, mount
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     (d / "final.bin").write_bytes(previous)
-    proc = run(args(data, d, steps=2), check=False, preexec_fn=preexec)
+    # (--overwrite 1: a fresh run is refused a directory that holds a final.bin otherwise)
+    proc = run(args(data, d, steps=2) + ["--overwrite", "1"], check=False, preexec_fn=preexec)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert f"file '{d}/final.bin.tmp': failed to" in proc.stderr
     assert "No space left on device" in proc.stderr or "File too large" in proc.stderr, proc.stderr
@@ -228,3 +238,74 @@ def test_a_resumed_log_reads_as_the_straight_runs(data, tmp_path):
                                   for r in recs if "resume" not in r]
     assert without_clock(run_files.step_records(tmp_path / "cut.jsonl")) == \
         without_clock(run_files.step_records(tmp_path / "straight.jsonl"))         # ... read once
+
+
+# ---- stops over 2 ranks ---------------------------------------------------------------------
+MPI_STEPS = 40  # (a stop lands after the first few steps: the signal goes out with step 1's line)
+
+
+def rank_pids(launcher):
+    """{rank: pid} of the ranks mpirun started (its children, each with OMPI_COMM_WORLD_RANK)."""
+    for _ in range(100):
+        kids = open(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read().split()
+        ranks = {}
+        for pid in kids:
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            rank = [e.split(b"=", 1)[1] for e in env if e.startswith(b"OMPI_COMM_WORLD_RANK=")]
+            if rank:
+                ranks[int(rank[0])] = int(pid)
+        if len(ranks) == 2:
+            return ranks
+    raise AssertionError(f"mpirun {launcher.pid}: ranks not found")
+
+
+def interrupted_ranks(a, interrupt):
+    """Starts a 2-rank run, calls interrupt(launcher, {rank: pid}) once step 1's progress line is
+    out; returns (exit status, stdout, stderr)."""
+    proc = subprocess.Popen([MPIRUN, "-np", "2", os.path.join(ROOT, BIN)] + [str(x) for x in a] + ["--run-dir="],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("step ") and "/" in line.split("|")[0]:
+            interrupt(proc, rank_pids(proc))
+            break
+    rest, err = proc.communicate(timeout=60)  # (a hang fails here)
+    return proc.returncode, "".join(out) + rest, err
+
+
+@needs_mpi
+def test_sigterm_to_mpirun_and_every_rank_saves_and_resumes_exactly(data, tmp_path):
+    stopped, straight, resumed = tmp_path / "stopped", tmp_path / "straight", tmp_path / "resumed"
+
+    def everyone(launcher, ranks):
+        for pid in [launcher.pid] + list(ranks.values()):
+            os.kill(pid, signal.SIGTERM)
+    rc, out, err = interrupted_ranks(args(data, stopped, MPI_STEPS), everyone)
+    assert rc != 0, (rc, out, err)  # (mpirun, itself signalled, exits 1; an unfinished run in any case)
+    k = saved_step(out)
+    assert 1 <= k < MPI_STEPS, out
+    assert f"continue with: mpirun -np 2 {os.path.join(ROOT, BIN)} --resume {stopped}/step_{k}.bin" in out
+    assert sorted(p.name for p in stopped.iterdir()) == [f"step_{k}.bin"]  # complete, no .tmp
+    run(args(data, straight, MPI_STEPS), ranks=2)
+    run(args(data, resumed, MPI_STEPS) + ["--resume", stopped / f"step_{k}.bin"], ranks=2)
+    assert state_differences(straight / "final.bin", resumed / "final.bin") == []
+
+
+@needs_mpi
+def test_sigint_to_one_rank_stops_both_after_the_same_step(data, tmp_path):
+    rc, out, err = interrupted_ranks(args(data, tmp_path, MPI_STEPS), lambda _, ranks: os.kill(ranks[1], signal.SIGINT))
+    assert rc == 130, (rc, out, err)
+    k = saved_step(out)
+    assert f"Interrupt: stopped after step {k} of {MPI_STEPS}; continue with: mpirun -np 2 " in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"step_{k}.bin"]
+    assert "error" not in err
+
+
+@needs_mpi
+def test_kill_9_of_one_rank_ends_the_job_with_an_error(data, tmp_path):
+    rc, out, err = interrupted_ranks(args(data, tmp_path, MPI_STEPS), lambda _, ranks: os.kill(ranks[1], signal.SIGKILL))
+    assert rc != 0
+    assert "rank 1" in out + err and "signal 9" in out + err, (out, err)
+    # (no checkpoint was due: nothing half-written either; rank 0's lock file may stay, holding no lock)
+    assert [p.name for p in tmp_path.iterdir() if p.name != ".lock"] == []

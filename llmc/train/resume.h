@@ -244,6 +244,50 @@ inline std::vector<std::pair<std::string, std::string>> run_setting_keys(const T
     return out;
 }
 
+// Whether a path has a ".." component.
+inline bool has_parent_step(const std::string& path) {
+    for (size_t at = 0; at <= path.size();) {
+        size_t end = path.find('/', at);
+        if (end == std::string::npos) { end = path.size(); }
+        if (path.compare(at, end - at, "..") == 0 && end - at == 2) { return true; }
+        at = end + 1;
+    }
+    return false;
+}
+
+// The places a resume would write to because the checkpoint names them (`written`: {flag, path}
+// of the run directory, checkpoint directory and log taken from the file) are the saved run's
+// own only when the checkpoint lies there: a copy of a colleague's checkpoint, or a file moved
+// since, must not write over (and --keep-last prune) the run that happens to be at that path
+// now. So they are followed only when the checkpoint's directory is the saved checkpoint or run
+// directory, and never when they have a ".." component (text from a file must not lead out of
+// the tree); otherwise the resume is refused, saying what to give.
+inline void check_saved_output_places(const TensorFileReader& ckpt, const std::vector<std::pair<std::string, std::string>>& written) {
+    if (written.empty()) { return; }
+    const std::string& path = ckpt.path();
+    const std::string home = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
+    bool at_home = false;
+    for (const char* key : {"run.checkpoint_dir", "run.run_dir"}) {
+        if (ckpt.has_key(key) && !ckpt.str(key).empty()) { at_home = at_home || same_file(unescape_setting(ckpt.str(key)), home); }
+    }
+    std::string list;
+    bool parent = false;
+    for (const auto& [flag, place] : written) {
+        list += (list.empty() ? "" : ", ") + flag + " " + place;
+        parent = parent || has_parent_step(place);
+    }
+    if (parent) {
+        fatal("--resume %s: the file names its outputs with '..' (%s), which a resume does not follow: give this run's "
+              "outputs with --run-dir DIR (or --checkpoint-dir and --log)", path.c_str(), list.c_str());
+    }
+    if (!at_home) {
+        fatal("--resume %s: the saved run wrote to %s, which does not hold this checkpoint (a copy, or a directory "
+              "moved since): resumed there it would write over whatever run is there now. Give this run's outputs "
+              "with --run-dir DIR (e.g. --run-dir %s-resumed), or --checkpoint-dir and --log", path.c_str(),
+              list.c_str(), shell_word(home).c_str());
+    }
+}
+
 // --resume: the saved run's settings replace the options (resolved from the flags); a flag
 // given that changes one fails, or with --resume-override 1 wins and is printed. Keys the
 // file lacks (files from before they were saved) keep the flags' values.
@@ -254,6 +298,7 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     bool scale_changed = o.given.count("--lr-scale-gpus") && ckpt.has_key("run.lr_scale_gpus") &&
                          ckpt.integer("run.lr_scale_gpus") != o.lr_scale_gpus;
     std::vector<std::string> restored;  // the outputs taken from the file
+    std::vector<std::pair<std::string, std::string>> written;  // of them, where the run writes: {flag, path}
     for (const RunSetting& s : run_settings()) {
         if (!ckpt.has_key(s.key) && s.absent.empty()) { continue; }
         s.set(saved, ckpt.has_key(s.key) ? ckpt.str(s.key) : s.absent);
@@ -264,6 +309,9 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
                 s.set(saved, from_flags);
             } else {
                 restored.push_back(s.flags[0] + " " + (from_file.empty() ? "''" : from_file));
+                if (s.key == "run.run_dir" || s.key == "run.checkpoint_dir" || s.key == "run.log") {
+                    written.push_back({s.flags[0], unescape_setting(ckpt.str(s.key))});
+                }
             }
             continue;
         }
@@ -284,6 +332,7 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
               "run further (new total, new schedule); --init-from starts a new run from the model.",
               ckpt.path().c_str(), list.c_str());
     }
+    check_saved_output_places(ckpt, written);
     std::set<std::string> given = o.given;
     long extend_to = o.extend_to;
     int override_ = o.resume_override;

@@ -1,20 +1,103 @@
 /*
-What a run writes besides validation (host-only C++17): JSON-lines pieces (json_string,
-append_json_array), loss-spike detection (SpikeDetector), the GPU peak rates behind the
-MFU figure (peak_flops_for), and the one-line summary of the data a loader matched
-(describe_data).
+What a run writes besides validation (host-only C++17): the --log file (LogFile: every record
+checked, non-finite numbers as JSON null), JSON-lines pieces (json_string, append_json_array),
+loss-spike detection (SpikeDetector) and the divergence guard (DivergenceGuard), the GPU peak
+rates behind the MFU figure (peak_flops_for), and the one-line summary of the data a loader
+matched (describe_data).
 */
 #pragma once
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "llmc/cuda_common.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/train/run_record.h"  // defines: json_string
+
+// A JSON record as printf wrote it, with every non-finite number (printf's nan, -nan, inf,
+// -inf outside strings) made JSON's null, and "nonfinite": true added to the record when there
+// was one: the log stays valid JSON (a reader that parses it keeps the record) and says so.
+inline std::string json_with_null_for_nonfinite(const std::string& record) {
+    std::string out;
+    bool in_string = false, replaced = false;
+    for (size_t i = 0; i < record.size(); i++) {
+        const char c = record[i];
+        if (in_string) {
+            out += c;
+            if (c == '\\' && i + 1 < record.size()) {
+                out += record[++i];
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        if (c == '"') { in_string = true; }
+        size_t sign = c == '-' ? 1 : 0;
+        if (record.compare(i + sign, 3, "nan") == 0 || record.compare(i + sign, 3, "inf") == 0) {
+            size_t end = i + sign + 3;  // (glibc prints "nan", "inf"; "infinity" and "nan(...)" too)
+            while (end < record.size() && (isalnum((unsigned char)record[end]) || record[end] == '(' || record[end] == ')' || record[end] == '_')) { end++; }
+            out += "null";
+            replaced = true;
+            i = end - 1;
+            continue;
+        }
+        out += c;
+    }
+    if (replaced && !out.empty() && out.back() == '}') { out.insert(out.size() - 1, ", \"nonfinite\": true"); }
+    return out;
+}
+
+// The --log file of a run (rank 0's): each record written as one line and flushed at once, so
+// a run that stops leaves whole records; a record that cannot be written (a full disk, a
+// broken pipe) stops the run naming the file, rather than leaving a log cut short behind a
+// run that seems to have succeeded.
+class LogFile {
+public:
+    LogFile() = default;
+    LogFile(const LogFile&) = delete;
+    LogFile& operator=(const LogFile&) = delete;
+    ~LogFile() {
+        if (file_ != nullptr) { fclose(file_); }
+    }
+    // `append`: a resumed run continues the log; else it is written anew.
+    void open(const std::string& path, bool append) {
+        path_ = path;
+        file_ = fopen(path.c_str(), append ? "a" : "w");
+        if (file_ == nullptr) { fatal("--log: cannot open '%s' for writing: %s", path.c_str(), strerror(errno)); }
+    }
+    bool is_open() const { return file_ != nullptr; }
+    // One JSON record (without the newline).
+    void record(const std::string& json) {
+        const std::string line = json_with_null_for_nonfinite(json) + "\n";
+        if (fwrite(line.data(), 1, line.size(), file_) != line.size() || fflush(file_) != 0) { failed("write to"); }
+    }
+    // Closes the file; the data on disk (fsync), or the run stops naming the file.
+    void close() {
+        if (file_ == nullptr) { return; }
+        FILE* f = file_;
+        file_ = nullptr;
+        bool ok = fflush(f) == 0;
+        ok = (fsync(fileno(f)) == 0 || errno == EINVAL || errno == EROFS) && ok;  // (a pipe or /dev/null has no fsync)
+        ok = fclose(f) == 0 && ok;
+        if (!ok) { failed("close"); }
+    }
+
+private:
+    [[noreturn]] void failed(const char* what) {
+        const int err = errno;
+        if (file_ != nullptr) { fclose(file_); }
+        file_ = nullptr;
+        fatal("--log %s: cannot %s the log: %s; the run stops (its log would be incomplete)", path_.c_str(), what, strerror(err));
+    }
+    std::string path_;
+    FILE* file_ = nullptr;
+};
 
 inline void append_json_array(std::string& out, const char* key, const std::vector<double>& values) {
     if (values.empty()) { return; }
@@ -57,6 +140,45 @@ public:
 private:
     int window_;
     double threshold_;
+    std::vector<double> recent_;
+};
+
+// The divergence guard (--spike-guard K): a value (the training loss of a step, or a validation
+// loss) more than K times the median of the recent ones, or not finite, means the run has
+// diverged, and it stops before saving (so no checkpoint of the diverged model is written and
+// none of the good ones is pruned for it). A loss that falls leaves the median above the latest
+// values, so the guard is lenient where losses move fast; healthy runs' spikes stay well under 2x
+// (the loss is a cross-entropy: a model that has learnt anything is far from K times worse).
+// The median of the last `window` values; the first value has none and passes. K = 0: off.
+class DivergenceGuard {
+public:
+    DivergenceGuard(double factor, int window) : factor_(factor), window_(window) {}
+    bool on() const { return factor_ > 0.0; }
+    // "" when `value` is fine, else why it is a divergence; then adds it to the window.
+    std::string check(double value) {
+        std::string why;
+        if (!on()) { return why; }
+        char text[160];
+        if (!std::isfinite(value)) {
+            why = "not finite";
+        } else if (!recent_.empty()) {
+            std::vector<double> sorted = recent_;
+            std::sort(sorted.begin(), sorted.end());
+            const size_t n = sorted.size();
+            const double median = n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+            if (value > factor_ * median) {
+                snprintf(text, sizeof(text), "%.4g x the median %.4g of the last %zu", value / median, median, n);
+                why = text;
+            }
+        }
+        recent_.push_back(value);
+        if ((int)recent_.size() > window_) { recent_.erase(recent_.begin()); }
+        return why;
+    }
+
+private:
+    double factor_;
+    int window_;
     std::vector<double> recent_;
 };
 

@@ -27,6 +27,7 @@ to tracked files, or "unknown" outside git); a binary built without it (nvcc by 
 #include <utility>
 #include <vector>
 
+#include "llmc/number_text.h"  // defines: parse_finite_real
 #include "llmc/utils.h"
 
 // `text` (UTF-8) as a JSON string literal; `ascii`: characters outside ASCII as \\u escapes
@@ -212,22 +213,68 @@ inline long numbered_name(const std::string& name, const std::string& prefix) {
     return std::stol(digits);
 }
 
-// The checkpoint a run in `dir` wrote last, by name: final.bin, else the step_N.bin of the most
-// steps, else the milestone_P.bin of the highest percentage; "" when there is none.
-inline std::string newest_checkpoint(const std::string& dir) {
-    if (is_file(dir + "/final.bin")) { return dir + "/final.bin"; }
-    std::pair<long, std::string> step{-1, ""}, milestone{-1, ""};
+// The checkpoints a run in `dir` wrote, newest first by name: final.bin, the step_N.bin by steps,
+// then the milestone_P.bin by percentage.
+inline std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+    std::vector<std::pair<long, std::string>> steps, milestones;
     for (const std::string& n : directory_names(dir)) {
-        step = std::max(step, {numbered_name(n, "step_"), n});
-        milestone = std::max(milestone, {numbered_name(n, "milestone_"), n});
+        if (numbered_name(n, "step_") >= 0) { steps.push_back({numbered_name(n, "step_"), n}); }
+        if (numbered_name(n, "milestone_") >= 0) { milestones.push_back({numbered_name(n, "milestone_"), n}); }
     }
-    const std::string& best = step.first >= 0 ? step.second : milestone.first >= 0 ? milestone.second : "";
-    return best.empty() ? "" : dir + "/" + best;
+    std::sort(steps.rbegin(), steps.rend());
+    std::sort(milestones.rbegin(), milestones.rend());
+    std::vector<std::string> out;
+    if (is_file(dir + "/final.bin")) { out.push_back(dir + "/final.bin"); }
+    for (const auto& s : steps) { out.push_back(dir + "/" + s.second); }
+    for (const auto& m : milestones) { out.push_back(dir + "/" + m.second); }
+    return out;
+}
+
+// The checkpoint a run in `dir` wrote last (checkpoints_newest_first); "" when there is none.
+inline std::string newest_checkpoint(const std::string& dir) {
+    std::vector<std::string> all = checkpoints_newest_first(dir);
+    return all.empty() ? "" : all.front();
+}
+
+// The value of `key` in the config text of the tensor file at `path` (doc/formats.md "Model
+// checkpoints": the text follows the 64-byte header, its length at byte 16), or "" when the file
+// or the key is not there. Reads the header and the text only (at most 1 MiB of it): a quick look
+// to choose among files, each of which is read and checked in full when it is used.
+inline std::string checkpoint_text_value(const std::string& path, const std::string& key) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (f == nullptr) { return ""; }
+    unsigned char header[64];
+    std::string text;
+    if (fread(header, 1, 64, f) == 64 && memcmp(header, "ATTNFILE", 8) == 0) {
+        uint64_t meta_bytes;
+        memcpy(&meta_bytes, header + 16, 8);
+        text.resize((size_t)std::min<uint64_t>(meta_bytes, 1 << 20));
+        text.resize(fread(&text[0], 1, text.size(), f));
+    }
+    fclose(f);
+    const std::string start = key + "=";
+    for (size_t at = 0; at < text.size();) {
+        size_t end = text.find('\n', at);
+        if (end == std::string::npos) { end = text.size(); }
+        if (text.compare(at, start.size(), start) == 0) { return text.substr(at + start.size(), end - at - start.size()); }
+        at = end + 1;
+    }
+    return "";
+}
+
+// Whether a checkpoint was saved after a validation whose loss was not finite (run.val_loss;
+// files without the key: no).
+inline bool saved_after_nonfinite_validation(const std::string& path) {
+    const std::string v = checkpoint_text_value(path, "run.val_loss");
+    double x;
+    return !v.empty() && !parse_finite_real(v.c_str(), &x);
 }
 
 // --resume DIR: the newest checkpoint there; --resume auto: the newest of the run directory
 // `run_dir` (given with --run-dir), else of the run directory under runs/ changed last that
-// holds one. Prints what it took; a path to a file is returned as it is.
+// holds one. A checkpoint saved after a non-finite validation loss (run.val_loss: a run with
+// --spike-guard 0 that diverged) is passed over, saying so, for the newest good one. Prints
+// what it took; a path to a file is returned as it is.
 inline std::string resolve_resume_path(const std::string& resume, const std::string& run_dir) {
     if (resume != "auto" && !is_directory(resume)) { return resume; }
     std::string dir = resume, why;
@@ -254,9 +301,20 @@ inline std::string resolve_resume_path(const std::string& resume, const std::str
         why = "the newest checkpoint of " + dir;
     }
     if (!is_directory(dir)) { fatal("--resume auto: --run-dir %s is not a directory", dir.c_str()); }
-    std::string path = newest_checkpoint(dir);
-    if (path.empty()) {
+    const std::vector<std::string> all = checkpoints_newest_first(dir);
+    if (all.empty()) {
         fatal("--resume %s: %s holds no checkpoint (final.bin, step_N.bin or milestone_P.bin)", resume.c_str(), dir.c_str());
+    }
+    // not one saved after a non-finite validation loss, while an older one is good
+    std::string path = all.front();
+    for (const std::string& p : all) {
+        if (saved_after_nonfinite_validation(p)) { continue; }
+        if (p != path) {
+            printf("resume: passing over %s: saved after a validation loss that is not finite (a diverged run); %s is "
+                   "the newest with a finite one\n", path.c_str(), p.c_str());
+        }
+        path = p;
+        break;
     }
     printf("resume: %s (%s)\n", path.c_str(), why.c_str());
     return path;
@@ -282,9 +340,10 @@ inline void make_directories(const std::string& dir, const char* flag) {
     if (!is_directory(dir)) { fatal("%s '%s' is not a directory", flag, dir.c_str()); }
 }
 
-// --keep-last N: deletes the step_K.bin files in `dir` but the N of the most steps (milestones
-// and final.bin stay); returns the names deleted.
-inline std::vector<std::string> prune_step_checkpoints(const std::string& dir, int keep_last) {
+// --keep-last N: deletes the step_K.bin files in `dir` but the N of the most steps and `keep`
+// (the newest with a finite validation loss; milestones and final.bin stay); returns the names
+// deleted.
+inline std::vector<std::string> prune_step_checkpoints(const std::string& dir, int keep_last, const std::string& keep = "") {
     std::vector<std::pair<long, std::string>> steps;
     for (const std::string& n : directory_names(dir)) {
         long s = numbered_name(n, "step_");
@@ -294,7 +353,7 @@ inline std::vector<std::string> prune_step_checkpoints(const std::string& dir, i
     std::vector<std::string> deleted;
     for (size_t i = 0; keep_last > 0 && i + keep_last < steps.size(); i++) {
         const std::string path = dir + "/" + steps[i].second;
-        if (unlink(path.c_str()) == 0) { deleted.push_back(steps[i].second); }
+        if (steps[i].second != keep && unlink(path.c_str()) == 0) { deleted.push_back(steps[i].second); }
     }
     return deleted;
 }

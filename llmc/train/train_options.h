@@ -48,6 +48,7 @@ struct TrainOptions {
     uint64_t train_doc_seed = 0;  // the seed of that sample
     int spike_window = 128;
     double spike_z = 5.0;
+    double spike_guard = 3.0;  // stop when a loss is more than K x the recent median (0: off)
     float temperature = 1.0f;
     uint64_t seed = 42;
     int shuffle = 1;
@@ -66,6 +67,7 @@ struct TrainOptions {
     std::string run_dir = "auto";  // the run's directory (llmc/train/run_record.h); auto: a fresh one under runs/ unless outputs are given
     std::set<std::string> outputs_from_run_dir;  // --checkpoint-dir, --log: those the run directory set
     int keep_last = 0;       // keep only the N newest step_K.bin checkpoints (0: all)
+    int overwrite = 0;       // a fresh run may replace the final.bin in its --checkpoint-dir
     int print_config = 0;    // print the resolved config, rates, sizes and data, and exit
     std::string config_path; // --config FILE (llmc/config_file.h: read before the other flags)
     RunRecord record;        // what the run says about itself (trainer_main fills it)
@@ -127,10 +129,12 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--log-every", &o.log_every, "print a progress line every N steps"),
         make_flag("--spike-window", &o.spike_window, "loss-spike detection: steps in the running window"),
         make_flag("--spike-z", &o.spike_z, "loss-spike detection: z-score above which a step is logged as a spike (0: off)"),
+        make_flag("--spike-guard", &o.spike_guard, "divergence guard: stop (before saving) when the training loss is more than K x the median of the last --spike-window steps, or a validation loss K x that of the last 8 validations, or either is not finite (0: off; the run then stops only on a non-finite training loss)"),
         make_flag("--config", &o.config_path, "a file of `key = value` lines (flag names without --) read before the flags, which win; RUN/config repeats a run"),
         make_flag("--print-config", &o.print_config, "print the resolved config, the rates per group, the sizes, FLOPs/token and the data files, and exit 0|1"),
         make_flag("--run-dir", &o.run_dir, "the run's directory: config, log.jsonl, checkpoints, samples.txt (auto: runs/<preset>-<arm>-<UTC time>, unless --checkpoint-dir or --log is given; empty: none)"),
         make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none; default: the run directory)"),
+        make_flag("--overwrite", &o.overwrite, "a fresh run may write its final.bin over one in --checkpoint-dir (0: refused; another run writing there is refused always) 0|1"),
         make_flag("--keep-last", &o.keep_last, "keep only the N newest step_K.bin checkpoints of --save-every (milestones and final.bin stay; 0: all)"),
         make_flag("--milestones", &o.milestones, "also checkpoint at 0/25/50/75/100% of the steps (milestone_NNN.bin) 0|1"),
         make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),

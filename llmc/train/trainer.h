@@ -117,7 +117,11 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     if (o.milestones != 0 && o.steps > 0 && o.checkpoint_dir.empty()) {
         fatal("--milestones 1 needs --checkpoint-dir (--paper-setup 1 turns milestones on; --milestones 0 turns them off)");
     }
+    if (o.overwrite != 0 && o.overwrite != 1) { fatal("--overwrite must be 0 or 1, got %d", o.overwrite); }
     if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
+    if (!(o.spike_guard == 0.0 || o.spike_guard > 1.0)) {
+        fatal("--spike-guard must be 0 (off) or a factor > 1, got %g", o.spike_guard);
+    }
     if (o.steps > 0) { o.opt.schedule.check(o.steps); }
     o.eval_contexts = parse_eval_contexts(o.eval_context, o.seq_len);  // (after a resume has set --seq-len)
     if (!o.eval_contexts.empty() && o.eval_sets.empty()) { fatal("--eval-context %s: no --eval-sets to score", o.eval_context.c_str()); }
@@ -429,6 +433,8 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     }
     configure_model_if_any<Trainer>(model, o, 0);  // (may add to t.record: train_san's skipped layers)
     from_checkpoint.reset();
-    run_training(model, t, tokenizer, resume, &comm);
-    return 0;
+    // (returned, not exit(): the ranks leave MPI together, in ~Comm, after a stop's checkpoint)
+    const int status = run_training(model, t, tokenizer, resume, &comm);
+    OutputLocks::release();  // (the run has written its last: another may write there now)
+    return status;
 }

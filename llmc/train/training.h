@@ -54,6 +54,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/model/model.h"
 #include "llmc/train/resume.h"
 #include "llmc/config_file.h"  // defines: config_text
+#include "llmc/train/output_lock.h"  // defines: OutputLocks
 #include "llmc/train/run_log.h"
 #include "llmc/train/run_record.h"
 #include "llmc/train/stop_signal.h"  // defines: install_stop_signal_handlers, stop_signal
@@ -84,7 +85,8 @@ public:
                 const Comm* comm)
         : model(model), o(o), tokenizer(tokenizer), checkpoint(checkpoint), comm(comm),
           rank(comm != nullptr ? comm->rank : 0), world(comm != nullptr ? comm->world : 1),
-          spikes(o.spike_window, o.spike_z), groups(o.grad_groups, comm) {
+          spikes(o.spike_window, o.spike_z), groups(o.grad_groups, comm), loss_guard(o.spike_guard, o.spike_window),
+          val_guard(o.spike_guard, 8) {
         if (world != o.world) { fatal("run_training: %d ranks, but the options were checked for %d", world, o.world); }
         {
             // (on --resume the data settings come from the checkpoint: errors until training starts name it)
@@ -107,8 +109,10 @@ public:
             if (checkpoint != nullptr) {
                 resuming = std::make_unique<FatalContext>("resuming " + checkpoint->path(), checkpoint->path());
             }
-            prepare_run_dir();
             check_checkpoint_dir();
+            lock_outputs();
+            prepare_run_dir();
+            check_final_not_replaced();
         }
         open_log();
     }
@@ -119,12 +123,12 @@ public:
     // The main loop: each step zeroes the gradients, runs the micro-batches' forward and
     // backward passes, updates, logs, and now and then validates, scores the eval sets,
     // samples and saves; a stop signal saves and ends the run. Then the final validation,
-    // eval scores, sample and checkpoint.
-    void run() {
+    // eval scores, sample and checkpoint. Returns the exit status: 0, or 128 + the stop signal.
+    int run() {
         if (o.steps == 0) {  // evaluate the model given with --init-from, logged at the steps it was trained for
             evaluate_and_sample(o.record.evaluated_step);
             print_run_dir();
-            return;
+            return 0;
         }
         begin_steps();
         for (long step = first_step; step < o.steps; step++) {
@@ -135,6 +139,7 @@ public:
             groups.combine(model);
             const double loss = groups.total(group_loss);
             if (!std::isfinite(loss)) { diverged(step + 1, "the loss", loss); }
+            guard(loss_guard, step + 1, "the training loss", loss, "steps");
             double lr_multiplier = o.opt.schedule.multiplier(step, o.steps);
             float grad_norm = model.update(o.opt.lr * lr_multiplier, o.opt.lr_other * lr_multiplier);
             if (!std::isfinite(grad_norm)) { diverged(step + 1, "the gradient norm", grad_norm); }
@@ -147,7 +152,7 @@ public:
             if (due(o.sample_every, done)) { print_sample(done); }
             if (due(o.save_every, done)) { save("step_" + std::to_string(done) + ".bin"); }
             save_milestones(done);
-            stop_if_signalled(done);
+            if (int status = stop_if_signalled(done)) { return status; }
         }
         if (o.overlap_reduce != 0 && world > 1) {
             printf("gradient reduction: %ld layer buckets started during the backward pass\n", model.optimizer->early_total());
@@ -155,6 +160,7 @@ public:
         evaluate_and_sample(o.steps);
         save("final.bin");
         print_run_dir();
+        return 0;
     }
 
 private:
@@ -168,7 +174,7 @@ private:
     std::unique_ptr<DataLoader> val;               // none without --val-data
     std::unique_ptr<DataLoader> val_docs;          // --val-whole-docs 2: whole documents beside the windows
     std::unique_ptr<DataLoader> train_docs;        // --train-doc-eval: the sample of whole training documents
-    FILE* log = nullptr;                           // rank 0's --log file
+    LogFile log;                                   // rank 0's --log file (llmc/train/run_log.h)
     std::string last_saved;                        // path of the checkpoint written last,
     long last_saved_step = -1;                     // and after how many steps
     std::vector<int> sample_start;                 // BOS, then the --prompt's tokens
@@ -181,6 +187,10 @@ private:
     double tokens_per_step = 0.0, peak = 0.0, flops = 0.0;
     SpikeDetector spikes;
     GradientGroups groups;                         // --grad-groups: this rank's share of the step's sum
+    DivergenceGuard loss_guard, val_guard;         // --spike-guard, on the training and the validation loss
+    double last_val_loss = 0.0;                    // the last validation's loss (a checkpoint's run.val_loss)
+    long last_val_step = -1;                       // and after how many steps (-1: none in this run yet)
+    std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
 
     // The training data's rows for this rank; the validation data and the measurement
     // slice start from it.
@@ -297,11 +307,47 @@ private:
                o.checkpoint_dir == o.run_dir ? "checkpoints, samples.txt" : "samples.txt");
     }
 
+    // Rank 0 (which alone writes) takes the lock of each place it writes (llmc/train/output_lock.h),
+    // before it writes there: a second run into any of them is refused, naming this one.
+    void lock_outputs() const {
+        if (rank != 0) { return; }
+        const std::string holder = "pid " + std::to_string(getpid()) + " on " + o.record.host + ", started " +
+                                   o.record.started + ": " + o.record.command + "\n";
+        if (!o.run_dir.empty()) {
+            make_directories(o.run_dir, "--run-dir");
+            OutputLocks::take(o.run_dir + "/.lock", "--run-dir " + o.run_dir, holder);
+        }
+        if (!o.checkpoint_dir.empty() && !(is_directory(o.run_dir) && same_file(o.checkpoint_dir, o.run_dir))) {
+            make_directories(o.checkpoint_dir, "--checkpoint-dir");
+            OutputLocks::take(o.checkpoint_dir + "/.lock", "--checkpoint-dir " + o.checkpoint_dir, holder);
+        }
+        struct stat st;  // (a log that is a device or a pipe, e.g. /dev/null, is nobody's file)
+        if (!o.log_path.empty() && (stat(o.log_path.c_str(), &st) != 0 || S_ISREG(st.st_mode))) {
+            const size_t slash = o.log_path.find_last_of('/');  // (DIR/.NAME.lock: hidden, as DIR/.lock)
+            const std::string lock = slash == std::string::npos ? "." + o.log_path + ".lock"
+                                                                : o.log_path.substr(0, slash + 1) + "." + o.log_path.substr(slash + 1) + ".lock";
+            OutputLocks::take(lock, "--log " + o.log_path, holder);
+        }
+    }
+
+    // A fresh run does not write its final.bin over one that is there (another run's, or an
+    // earlier run's with these settings) unless --overwrite 1: a checkpoint is hours of work.
+    void check_final_not_replaced() const {
+        if (checkpoint != nullptr || o.steps == 0 || o.checkpoint_dir.empty() || o.overwrite != 0 || rank != 0) { return; }
+        const std::string final_path = o.checkpoint_dir + "/final.bin";
+        if (is_file(final_path)) {
+            fatal("--checkpoint-dir %s holds a final.bin already (an earlier run's): this run would replace it. Give "
+                  "another --checkpoint-dir, or --overwrite 1 to replace it", o.checkpoint_dir.c_str());
+        }
+    }
+
     // At the end: what the run directory holds.
     void print_run_dir() const {
         if (o.run_dir.empty() || rank != 0) { return; }
         std::string names;
-        for (const std::string& n : directory_names(o.run_dir)) { names += (names.empty() ? "" : ", ") + n; }
+        for (const std::string& n : directory_names(o.run_dir)) {
+            if (n[0] != '.') { names += (names.empty() ? "" : ", ") + n; }  // (not the lock file)
+        }
         printf("run directory: %s: %s\n", o.run_dir.c_str(), names.c_str());
     }
 
@@ -351,31 +397,41 @@ private:
                          checkpoint->uint64("resume.data_fingerprint")};
         train_loader->set_position(pos);
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
+        // the last validation goes on into the checkpoints (as in the run that went on), and a
+        // step file of this directory with a finite one is the one --keep-last keeps
+        if (checkpoint->has_key("run.val_loss") && checkpoint->has_key("run.val_step")) {
+            const std::string v = checkpoint->str("run.val_loss");
+            double loss = NAN;
+            last_val_loss = parse_finite_real(v.c_str(), &loss) ? loss : NAN;
+            last_val_step = (long)checkpoint->integer("run.val_step");
+            const std::string& path = checkpoint->path();
+            const std::string base = path.substr(path.find_last_of('/') + 1);
+            const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
+            if (std::isfinite(last_val_loss) && base.rfind("step_", 0) == 0 && !o.checkpoint_dir.empty() &&
+                same_file(dir, o.checkpoint_dir)) {
+                good_checkpoint = base;
+            }
+        }
     }
 
     // Rank 0 opens --log: appended to when the run continues one, else written anew.
     void open_log() {
         if (o.log_path.empty() || rank != 0) { return; }
         const bool resumed = checkpoint != nullptr && model.steps_done() > 0;
-        log = fopen(o.log_path.c_str(), resumed ? "a" : "w");
-        if (log == nullptr) { fatal("--log: cannot open '%s' for writing: %s", o.log_path.c_str(), strerror(errno)); }
+        log.open(o.log_path, resumed);
         // what ran, with which settings, rates, commit and build (no "step": the step-record
         // readers skip it); a resumed run appends its own
-        fprintf(log, "{\"run\": %s}\n", o.record.json(HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
-                                                      attention_kernels_name()).c_str());
+        log.record("{\"run\": " + o.record.json(HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
+                                                attention_kernels_name()) + "}");
         // the records after this step that the log already holds (written after the checkpoint, before
         // the run stopped) are superseded by what follows: readers drop them (doc/formats.md)
         if (resumed) {
-            fprintf(log, "{\"step\": %ld, \"resume\": %s}\n", (long)model.steps_done(),
-                    json_string(checkpoint->path()).c_str());
-            fflush(log);
+            log.record("{\"step\": " + std::to_string(model.steps_done()) + ", \"resume\": " +
+                       json_string(checkpoint->path()) + "}");
         }
     }
 
-    void close_log() {
-        if (log != nullptr) { fclose(log); }
-        log = nullptr;
-    }
+    void close_log() { log.close(); }
 
     // The sample's start: BOS, then the --prompt encoded with the tokenizer.
     void encode_prompt() {
@@ -427,12 +483,19 @@ private:
         std::vector<std::pair<std::string, std::string>> record =
             o.record.checkpoint_keys(HOST_BACKEND ? "host backend" : "GPU", attention_kernels_name());
         extra.insert(extra.end(), record.begin(), record.end());
+        if (last_val_step >= 0) {  // (what --keep-last and --resume DIR go by)
+            extra.insert(extra.end(), {{"run.val_loss", std::isfinite(last_val_loss) ? shortest_real_text(last_val_loss) : "nan"},
+                                       {"run.val_step", std::to_string(last_val_step)}});
+        }
         save_checkpoint(model, path, extra);
         printf("saved %s\n", path.c_str());
         last_saved = path;
         last_saved_step = (long)model.steps_done();
-        if (o.keep_last > 0 && rank == 0 && name.rfind("step_", 0) == 0) {
-            for (const std::string& gone : prune_step_checkpoints(o.checkpoint_dir, o.keep_last)) {
+        if (name.rfind("step_", 0) != 0) { return; }
+        if (last_val_step >= 0 && std::isfinite(last_val_loss)) { good_checkpoint = name; }
+        if (o.keep_last > 0 && rank == 0) {
+            // (the newest with a finite validation loss stays, however many newer ones have none)
+            for (const std::string& gone : prune_step_checkpoints(o.checkpoint_dir, o.keep_last, good_checkpoint)) {
                 printf("removed %s/%s (--keep-last %d)\n", o.checkpoint_dir.c_str(), gone.c_str(), o.keep_last);
             }
         }
@@ -463,16 +526,13 @@ private:
             for (int t : out) { text += std::to_string(t) + " "; }
         }
         printf("sample: %s\n", text.c_str());
-        if (log != nullptr) {
-            fprintf(log, "{\"step\": %ld, \"sample\": %s}\n", step, json_string(text).c_str());
-            fflush(log);
-        }
+        if (log.is_open()) { log.record("{\"step\": " + std::to_string(step) + ", \"sample\": " + json_string(text) + "}"); }
         if (!o.run_dir.empty()) {
             const std::string path = o.run_dir + "/samples.txt";
             FILE* f = fopen(path.c_str(), "a");
             if (f == nullptr) { fatal("--run-dir: cannot append to %s: %s", path.c_str(), strerror(errno)); }
-            fprintf(f, "step %ld: %s\n", step, text.c_str());
-            if (fclose(f) != 0) { fatal("--run-dir: cannot write %s: %s", path.c_str(), strerror(errno)); }
+            const bool written = fprintf(f, "step %ld: %s\n", step, text.c_str()) >= 0;
+            if (fclose(f) != 0 || !written) { fatal("--run-dir: cannot write %s: %s", path.c_str(), strerror(errno)); }
         }
     }
 
@@ -496,10 +556,12 @@ private:
         }
         LayerMeasurements m;
         if constexpr (has_measure<Model>::value) { m = model.measure(measure_inputs.data(), measure_B, measure_T); }
-        if (log == nullptr) { return; }
-        fprintf(log, "%s\n", validation_json(step, r, m, val_docs != nullptr ? &docs : nullptr,
-                                             train_docs != nullptr ? &seen : nullptr).c_str());
-        fflush(log);
+        if (log.is_open()) {
+            log.record(validation_json(step, r, m, val_docs != nullptr ? &docs : nullptr, train_docs != nullptr ? &seen : nullptr));
+        }
+        last_val_loss = r.loss;
+        last_val_step = step;
+        if (o.steps > 0) { guard(val_guard, step, "the validation loss", r.loss, "validations"); }
     }
 
     // Scores the eval sets (llmc/train/eval_scoring.h) into one {"step", "eval"} record; rank 0
@@ -508,9 +570,7 @@ private:
         if (evals.empty() || rank != 0) { return; }
         std::string results = evals.score(model, step, o.batch_size, o.seq_len, model.cfg.vocab_size,
                                           model.cfg.padded_vocab());
-        if (log == nullptr) { return; }
-        fprintf(log, "{\"step\": %ld, \"eval\": %s}\n", step, results.c_str());
-        fflush(log);
+        if (log.is_open()) { log.record("{\"step\": " + std::to_string(step) + ", \"eval\": " + results + "}"); }
     }
 
     // What the run does after its last step (and, with --steps 0, instead of steps).
@@ -533,7 +593,7 @@ private:
         first_step = (long)model.steps_done();
         if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
         if (first_step == 0) { save_milestones(0); }
-        install_stop_signal_handlers();
+        install_stop_signal_handlers(world > 1);
     }
 
     // One micro-batch's forward and backward passes, group by group (llmc/parallel/grad_groups.h);
@@ -565,6 +625,21 @@ private:
         }
     }
 
+    // --spike-guard: stops the run (before anything of this step is saved) when `value` is a
+    // divergence (DivergenceGuard), naming the step and the checkpoint to go back to. Every rank
+    // sees the same value (the losses are over all ranks), so all stop here.
+    void guard(DivergenceGuard& g, long step, const char* what, double value, const char* window) {
+        const std::string why = g.check(value);
+        if (why.empty()) { return; }
+        std::string tensor = std::isfinite(value) ? "" : model.first_nonfinite_tensor();
+        const std::string detail = std::isfinite(value) ? why + " " + window : why;
+        fatal("step %ld: %s is %g (%s; --spike-guard %g): the run diverged; stopped before saving%s%s%s",
+              step, what, value, detail.c_str(), o.spike_guard,
+              tensor.empty() ? "" : (" (first non-finite: " + tensor + ")").c_str(),
+              last_saved.empty() ? "" : "; the last checkpoint written is ",
+              last_saved.empty() ? "" : (last_saved + " (step " + std::to_string(last_saved_step) + ")").c_str());
+    }
+
     // Stops the run, naming the first tensor that is not finite.
     [[noreturn]] void diverged(long step, const char* what, double value) {
         std::string tensor = model.first_nonfinite_tensor();
@@ -586,35 +661,44 @@ private:
         }
         double spike_z = spikes.observe(loss);
         if (spike_z > 0.0) { printf("step %ld: loss spike (%.4f, z-score %.1f over the last %d steps)\n", done, loss, spike_z, o.spike_window); }
-        if (log == nullptr) { return; }
-        fprintf(log, "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f", done, loss, lr,
-                grad_norm, ms);
-        if (spike_z > 0.0) { fprintf(log, ", \"loss_spike_z\": %.3f", spike_z); }
-        fprintf(log, "}\n");
-        fflush(log);
+        if (!log.is_open()) { return; }
+        char record[256];
+        snprintf(record, sizeof(record), "{\"step\": %ld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.2f",
+                 done, loss, lr, grad_norm, ms);
+        std::string line = record;
+        if (spike_z > 0.0) {
+            snprintf(record, sizeof(record), ", \"loss_spike_z\": %.3f", spike_z);
+            line += record;
+        }
+        log.record(line + "}");
     }
 
-    // On SIGINT/SIGTERM before the last step: checkpoint here and exit. Over several ranks
-    // all stop at the same step (the checkpoint is a collective): a signal any rank has seen
-    // counts for all.
-    void stop_if_signalled(long done) {
+    // On SIGINT/SIGTERM before the last step: checkpoint here; returns the exit status, 128 +
+    // the signal (0: go on). Over several ranks all stop after the same step (the checkpoint is
+    // a collective): a signal any rank has seen counts for all. Every rank returns only once rank
+    // 0 has renamed the file into place: a launcher ends the whole job when its first rank exits
+    // with a non-zero status, and would kill rank 0 in the middle of the write.
+    int stop_if_signalled(long done) {
         const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
-        if (stop == 0 || done >= o.steps) { return; }
+        if (stop == 0 || done >= o.steps) { return 0; }
         if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
         // the command continues the run to its outputs as it stands: a resume restores them
         // (llmc/train/resume.h RunSetting::output)
+        const std::string launcher = world > 1 ? "mpirun -np " + std::to_string(world) + " " : "";
         printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
                o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
-                                        : ("continue with: " + shell_word(o.program) + " --resume " +
+                                        : ("continue with: " + launcher + shell_word(o.program) + " --resume " +
                                            shell_word(last_saved)).c_str());
         close_log();
-        exit(128 + stop);
+        if (world > 1) { comm->barrier(); }
+        return 128 + stop;
     }
 };
 
-// Trains `model` as the options say (TrainingRun above).
+// Trains `model` as the options say (TrainingRun above); returns the exit status (0, or 128 +
+// the signal that stopped the run).
 template <typename Model>
-void run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
+int run_training(Model& model, const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* checkpoint,
                   const Comm* comm = nullptr) {
-    TrainingRun<Model>(model, o, tokenizer, checkpoint, comm).run();
+    return TrainingRun<Model>(model, o, tokenizer, checkpoint, comm).run();
 }

@@ -1,0 +1,119 @@
+"""Where a run writes (issue 41; the fp32 host train_san of TRAIN_SAN_FP32_BIN, which `make test`
+sets; llmc/train/output_lock.h, llmc/train/resume.h check_saved_output_places).
+
+- One writer per place: while a run trains, a second run into its --checkpoint-dir, or into
+  another checkpoint directory but with its --log, is refused before writing anything, naming
+  the first run's pid; the first run goes on and ends as it would have. Its lock files are gone
+  once it has ended.
+- A fresh run into a --checkpoint-dir that holds a final.bin is refused and leaves the file as
+  it was; with --overwrite 1 it replaces it.
+- A resume from a copy of another run's checkpoint, whose saved run directory names a directory
+  that holds some other run here, is refused (naming --run-dir) and leaves that run's files as
+  they were (it used to overwrite its final.bin and prune its step files); given --run-dir it
+  resumes there. A resume whose saved outputs have a '..' component is refused, even from its
+  own directory.
+Cost: 9 runs of a few tiny-preset steps, ~5 s on 2 cores."""
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from trainer_cli import ROOT, run_binary, write_pattern_corpus
+
+BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
+pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_pattern_corpus(tmp_path_factory.mktemp("data"), {"toy_train_000000": 400})
+
+
+def args(data, steps=4):
+    return ["--preset", "tiny", "--train-data", data / "toy_train_*.bin", "--sample-tokens", "0", "--steps", steps]
+
+
+def run(a, check=False, cwd=ROOT):
+    return run_binary(BIN, a, check, cwd=cwd)
+
+
+def snapshot(directory):
+    """{name: bytes} of the files in a directory."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_a_second_run_into_the_same_checkpoint_dir_or_log_is_refused(data, tmp_path):
+    first_dir, first_log = tmp_path / "first", tmp_path / "first.jsonl"
+    a = [str(x) for x in args(data, steps=100000) + ["--checkpoint-dir", first_dir, "--log", first_log, "--run-dir="]]
+    first = subprocess.Popen([os.path.join(ROOT, BIN)] + a, cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        for line in first.stdout:
+            if line.startswith("step "):
+                break
+        same_dir = run(args(data) + ["--checkpoint-dir", first_dir, "--log", tmp_path / "second.jsonl"])
+        assert same_dir.returncode == 1
+        assert f"--checkpoint-dir {first_dir} is in use by another run (pid {first.pid} on " in same_dir.stderr
+        assert not (tmp_path / "second.jsonl").exists()  # refused before writing anything
+        same_log = run(args(data) + ["--checkpoint-dir", tmp_path / "second", "--log", first_log])
+        assert same_log.returncode == 1
+        assert f"--log {first_log} is in use by another run (pid {first.pid} on " in same_log.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 143, err  # the first run saved and stopped as a signalled run does
+    assert [p.name for p in first_dir.iterdir() if p.name.startswith(".")] == []  # its lock is gone
+    assert not (tmp_path / ".first.jsonl.lock").exists()
+
+
+def test_a_fresh_run_does_not_replace_a_final_checkpoint(data, tmp_path):
+    assert run(args(data) + ["--checkpoint-dir", tmp_path]).returncode == 0
+    before = snapshot(tmp_path)
+    proc = run(args(data, steps=3) + ["--checkpoint-dir", tmp_path])
+    assert proc.returncode == 1
+    assert f"--checkpoint-dir {tmp_path} holds a final.bin already" in proc.stderr and "--overwrite 1" in proc.stderr
+    assert snapshot(tmp_path) == before
+    assert run(args(data, steps=3) + ["--checkpoint-dir", tmp_path, "--overwrite", "1"]).returncode == 0
+    assert snapshot(tmp_path)["final.bin"] != before["final.bin"]
+
+
+def test_a_resume_does_not_write_into_a_directory_that_does_not_hold_its_checkpoint(data, tmp_path):
+    elsewhere, here = tmp_path / "elsewhere", tmp_path / "here"
+    elsewhere.mkdir()
+    here.mkdir()
+    keep = ["--save-every", "2", "--keep-last", "1"]
+    # a colleague's run, saved with run.run_dir = runs/exp1 in their tree, and a copy of its step 2
+    assert run(args(data, steps=6) + keep + ["--run-dir", "runs/exp1"], cwd=elsewhere).returncode == 0
+    (here / "colleague").mkdir()
+    shutil.copy(elsewhere / "runs" / "exp1" / "step_4.bin", here / "colleague" / "step_4.bin")
+    # another run here, in a directory of the same name
+    assert run(args(data, steps=6) + keep + ["--seed", "7", "--run-dir", "runs/exp1"], cwd=here).returncode == 0
+    before = snapshot(here / "runs" / "exp1")
+    proc = run(["--resume", "colleague/step_4.bin"], cwd=here)
+    assert proc.returncode == 1
+    assert ("--resume colleague/step_4.bin: the saved run wrote to --checkpoint-dir runs/exp1, --log runs/exp1/log.jsonl"
+            in proc.stderr), proc.stderr
+    assert "does not hold this checkpoint" in proc.stderr and "--run-dir colleague-resumed" in proc.stderr
+    assert snapshot(here / "runs" / "exp1") == before
+    proc = run(["--resume", "colleague/step_4.bin", "--run-dir", "colleague-resumed"], cwd=here)
+    assert proc.returncode == 0, proc.stderr
+    assert (here / "colleague-resumed" / "final.bin").exists() and snapshot(here / "runs" / "exp1") == before
+    # from its own directory a resume goes on there
+    (elsewhere / "runs" / "exp1" / "final.bin").unlink()
+    proc = run(["--resume", "runs/exp1"], cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert (elsewhere / "runs" / "exp1" / "final.bin").exists()
+
+
+def test_a_resume_does_not_follow_saved_parent_steps(data, tmp_path):
+    cwd = tmp_path / "a" / "b"
+    cwd.mkdir(parents=True)
+    assert run(args(data) + ["--save-every", "2", "--run-dir", "../x"], cwd=cwd).returncode == 0
+    (tmp_path / "a" / "x" / "final.bin").unlink()
+    before = snapshot(tmp_path / "a" / "x")
+    proc = run(["--resume", "../x/step_2.bin"], cwd=cwd)
+    assert proc.returncode == 1
+    assert "the file names its outputs with '..' (--checkpoint-dir ../x, --log ../x/log.jsonl)" in proc.stderr, proc.stderr
+    assert snapshot(tmp_path / "a" / "x") == before
