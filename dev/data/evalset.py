@@ -22,11 +22,12 @@ conditions on; the scorer cuts the document into the model's windows (rolling_re
 from __future__ import annotations
 
 import os
-import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
+
+from header_crc import check_header_crc, file_crc
 
 EVAL_MAGIC = 20260313
 EVAL_VERSION = 2         # written: with a CRC
@@ -139,7 +140,7 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
                 raise ValueError(f"item {i}: empty continuation")
             rec += [len(c), int(n)] + list(c)
         body.append(np.asarray(rec, dtype="<i4"))
-    crc = file_crc(h.tobytes() + desc)
+    crc = file_crc(h.tobytes() + desc, EVAL_CRC_SLOT)
     for b in body:
         crc = zlib.crc32(b.data, crc)
     h[EVAL_CRC_SLOT] = np.array([crc], dtype="<u4").view("<i4")[0]
@@ -153,12 +154,6 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
             f.write(b.tobytes())
     os.replace(tmp, path)
 
-
-def file_crc(data, slot: int = EVAL_CRC_SLOT) -> int:
-    """The CRC-32 (zlib.crc32) of a file's bytes but the four of header int `slot`, which holds
-    it (llmc/data/crc32.h crc32_without_slot)."""
-    view = memoryview(data)
-    return zlib.crc32(view[4 * slot + 4:], zlib.crc32(view[:4 * slot]))
 
 
 def read_evalset(path) -> dict:
@@ -179,17 +174,7 @@ def read_evalset(path) -> dict:
     if min(n_items, max_choices, max_tokens, desc_len) < 0 or vocab <= 0:
         raise ValueError(f"{path}: bad header (items {n_items}, vocab {vocab}, choices {max_choices}, "
                          f"tokens {max_tokens}, description {desc_len})")
-    tail = EVAL_CRC_SLOT + 1 if h[1] == EVAL_VERSION else EVAL_CRC_SLOT
-    if any(h[tail:]):
-        raise ValueError(f"{path}: header ints [{tail}..255] are not all 0 (corrupt header)")
-    if h[1] == EVAL_VERSION:
-        stored, computed = h[EVAL_CRC_SLOT] & 0xFFFFFFFF, file_crc(data)
-        if stored != computed:
-            raise ValueError(f"{path}: checksum mismatch: stored CRC32 {stored:08x}, computed {computed:08x} "
-                             f"(the file is corrupt)")
-    else:
-        sys.stderr.write(f"note: eval set {path} is of version 1, without a checksum: its contents are not verified "
-                         f"(write_evalset writes version 2)\n")
+    check_header_crc(path, data, h, EVAL_CRC_SLOT, h[1] == EVAL_VERSION, "eval set", "write_evalset")
     pos = 1024 + desc_len
     if pos > len(data) or (len(data) - pos) % 4 or n_items * ITEM_MIN_INTS > (len(data) - pos) // 4:
         raise ValueError(f"{path}: truncated or corrupt: the header announces {n_items} items and a "

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
+
+from header_crc import check_header_crc, file_crc
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<think>", "</think>"]  # ids 4, 5, 6, 7
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
@@ -172,7 +172,7 @@ def export_tokenizer_bin(tok, path) -> None:
     h[4], h[5], h[6], h[7] = tok.bos_id, tok.eos_id, tok.pad_id, tok.unk_id
     h[8] = maxlen
     body = b"".join(struct.pack("<BH", t, len(b)) + b for t, b in entries)
-    h[TOKENIZER_CRC_SLOT] = np.array([file_crc(h.tobytes() + body)], dtype="<u4").view("<i4")[0]
+    h[TOKENIZER_CRC_SLOT] = np.array([file_crc(h.tobytes() + body, TOKENIZER_CRC_SLOT)], dtype="<u4").view("<i4")[0]
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -180,12 +180,6 @@ def export_tokenizer_bin(tok, path) -> None:
         f.write(body)
     os.replace(tmp, path)
 
-
-def file_crc(data, slot: int = TOKENIZER_CRC_SLOT) -> int:
-    """The CRC-32 (zlib.crc32) of a file's bytes but the four of header int `slot`, which holds
-    it (the tokenizer and eval-set files; llmc/data/crc32.h crc32_without_slot)."""
-    view = memoryview(data)
-    return zlib.crc32(view[4 * slot + 4:], zlib.crc32(view[:4 * slot]))
 
 
 def read_tokenizer_bin(path) -> dict:
@@ -198,17 +192,7 @@ def read_tokenizer_bin(path) -> dict:
     h = [int(x) for x in np.frombuffer(data[:1024], dtype="<i4")]
     if h[0] != TOKENIZER_MAGIC or h[1] not in (TOKENIZER_VERSION_NO_CRC, TOKENIZER_VERSION):
         raise ValueError(f"{path}: bad magic/version {h[0]}/{h[1]}")
-    tail = TOKENIZER_CRC_SLOT + 1 if h[1] == TOKENIZER_VERSION else TOKENIZER_CRC_SLOT
-    if any(h[tail:]):
-        raise ValueError(f"{path}: header ints [{tail}..255] are not all 0 (corrupt header)")
-    if h[1] == TOKENIZER_VERSION:
-        stored, computed = h[TOKENIZER_CRC_SLOT] & 0xFFFFFFFF, file_crc(data)
-        if stored != computed:
-            raise ValueError(f"{path}: checksum mismatch: stored CRC32 {stored:08x}, computed {computed:08x} "
-                             f"(the file is corrupt)")
-    else:
-        sys.stderr.write(f"note: tokenizer {path} is of version 1, without a checksum: its contents are not "
-                         f"verified (export_tokenizer_bin writes version 2)\n")
+    check_header_crc(path, data, h, TOKENIZER_CRC_SLOT, h[1] == TOKENIZER_VERSION, "tokenizer", "export_tokenizer_bin")
     vocab = h[2]
     if not 0 < vocab <= (len(data) - 1024) // 3:  # each piece takes at least 3 bytes
         raise ValueError(f"{path}: {vocab} pieces announced, the {len(data) - 1024} bytes after the header hold at "
