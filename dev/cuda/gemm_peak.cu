@@ -46,10 +46,7 @@ int main(int argc, char** argv) {
     HostGemm preferred = hostcuda::host_gemm();
     std::vector<HostGemm> gemms = {preferred};
     for (HostGemm which : {HostGemm::onednn, HostGemm::openblas, HostGemm::own}) {
-        bool built = which == HostGemm::onednn     ? hostcuda::kHostGemmHasOneDnn
-                     : which == HostGemm::openblas ? hostcuda::kHostGemmHasOpenBlas
-                                                   : true;
-        if (built && which != preferred) { gemms.push_back(which); }
+        if (hostcuda::host_gemm_built(which) && which != preferred) { gemms.push_back(which); }
     }
     for (HostGemm which : gemms) {
         hostcuda::host_gemm() = which;

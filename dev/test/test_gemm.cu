@@ -123,8 +123,7 @@ static void for_each_gemm(F check) {
     using hostcuda::HostGemm;
     HostGemm saved = hostcuda::host_gemm();
     for (HostGemm which : {HostGemm::own, HostGemm::openblas, HostGemm::onednn}) {
-        if (which == HostGemm::openblas && !hostcuda::kHostGemmHasOpenBlas) { continue; }
-        if (which == HostGemm::onednn && !hostcuda::kHostGemmHasOneDnn) { continue; }
+        if (!hostcuda::host_gemm_built(which)) { continue; }
         hostcuda::host_gemm() = which;
         check();
     }
@@ -172,8 +171,7 @@ TEST_CASE(gemm_kernels_match_the_cpu) {
     CpuIsa cpu = hostcuda::best_cpu_isa();
     HostGemm saved = hostcuda::host_gemm();
     for (HostGemm which : {HostGemm::onednn, HostGemm::openblas}) {
-        bool built = which == HostGemm::onednn ? hostcuda::kHostGemmHasOneDnn : hostcuda::kHostGemmHasOpenBlas;
-        if (!built) { continue; }
+        if (!hostcuda::host_gemm_built(which)) { continue; }
         hostcuda::host_gemm() = which;
         CpuIsa got = hostcuda::host_gemm_isa();
         // OpenBLAS 0.3.21 has no kernels past avx512_core_bf16 (Cooper Lake), none with AMX

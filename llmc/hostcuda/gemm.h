@@ -314,6 +314,11 @@ constexpr bool kHostGemmHasOneDnn =
     false;
 #endif
 
+// whether this build has `which` (our own it always has)
+constexpr bool host_gemm_built(HostGemm which) {
+    return which == HostGemm::onednn ? kHostGemmHasOneDnn : which == HostGemm::openblas ? kHostGemmHasOpenBlas : true;
+}
+
 // The host GEMM in use: oneDNN where the build has it, else OpenBLAS, else our own;
 // HOSTCUDA_GEMM=own|openblas|onednn overrides (a library the build lacks is an error).
 inline HostGemm& host_gemm() {

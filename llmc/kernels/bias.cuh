@@ -24,6 +24,11 @@ result depends only on the inputs. Scratch: bias_backward_scratch_floats(N, C).
 constexpr int kBiasMinRowsPerChunk = 32;
 constexpr int kBiasMaxChunks = 256;
 
+// out[i] = inp[i] + bias[c], the column c of element i: the kernels' scalar path and the host loop
+__device__ __forceinline__ void bias_forward_element(size_t i, int c, floatX* out, const floatX* inp, const floatX* bias) {
+    out[i] = from_float<floatX>(to_float(inp[i]) + to_float(bias[c]));
+}
+
 template <int V>
 __global__ void bias_forward_kernel(floatX* out, const floatX* inp, const floatX* bias, int N, int C) {
     size_t start = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;  // C % V == 0: a chunk never straddles rows
@@ -34,7 +39,7 @@ __global__ void bias_forward_kernel(floatX* out, const floatX* inp, const floatX
         for (int k = 0; k < V; k++) { y[k] = from_float<floatX>(to_float(x[k]) + to_float(b[k])); }
         store128(out + start, y);
     } else {
-        out[start] = from_float<floatX>(to_float(inp[start]) + to_float(bias[c]));
+        bias_forward_element(start, c, out, inp, bias);
     }
 }
 
@@ -61,9 +66,7 @@ inline void bias_forward(floatX* out, const floatX* inp, const floatX* bias, int
 #if HOST_BACKEND  // a vectorised loop per row (hostcuda::run_elementwise), the kernel's sum per element
     (void)stream;
     hostcuda::run_elementwise("bias_forward (host loop)", (size_t)N, [=](size_t n) {
-        for (int c = 0; c < C; c++) {
-            out[n * C + c] = from_float<floatX>(to_float(inp[n * C + c]) + to_float(bias[c]));
-        }
+        for (int c = 0; c < C; c++) { bias_forward_element(n * C + c, c, out, inp, bias); }
     });
     return;
 #endif

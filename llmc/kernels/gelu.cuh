@@ -46,6 +46,14 @@ __device__ inline float gelu_tanh_grad(float x) {
     return 0.5f * one_plus + 0.5f * x * (one_plus * one_minus) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x2);
 }
 
+// one element of each direction: the kernels' scalar path and the host backend's loops
+__device__ __forceinline__ void gelu_forward_element(size_t i, floatX* out, const floatX* inp) {
+    out[i] = from_float<floatX>(gelu_tanh(to_float(inp[i])));
+}
+__device__ __forceinline__ void gelu_backward_element(size_t i, floatX* dinp, const floatX* dout, const floatX* inp) {
+    dinp[i] = from_float<floatX>(to_float(dout[i]) * gelu_tanh_grad(to_float(inp[i])));
+}
+
 template <int V>
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t N) {
     size_t start = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
@@ -55,7 +63,7 @@ __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t N) {
         for (int k = 0; k < V; k++) { y[k] = from_float<floatX>(gelu_tanh(to_float(x[k]))); }
         store128(out + start, y);
     } else {
-        for (size_t i = start; i < N && i < start + V; i++) { out[i] = from_float<floatX>(gelu_tanh(to_float(inp[i]))); }
+        for (size_t i = start; i < N && i < start + V; i++) { gelu_forward_element(i, out, inp); }
     }
 }
 
@@ -68,9 +76,7 @@ __global__ void gelu_backward_kernel(floatX* dinp, const floatX* dout, const flo
         for (int k = 0; k < V; k++) { g[k] = from_float<floatX>(to_float(d[k]) * gelu_tanh_grad(to_float(x[k]))); }
         store128(dinp + start, g);
     } else {
-        for (size_t i = start; i < N && i < start + V; i++) {
-            dinp[i] = from_float<floatX>(to_float(dout[i]) * gelu_tanh_grad(to_float(inp[i])));
-        }
+        for (size_t i = start; i < N && i < start + V; i++) { gelu_backward_element(i, dinp, dout, inp); }
     }
 }
 
@@ -78,8 +84,7 @@ inline void gelu_forward(floatX* out, const floatX* inp, size_t N, cudaStream_t 
     if (N == 0) { return; }
 #if HOST_BACKEND  // the per-element function as a vectorised loop (hostcuda::run_elementwise)
     (void)stream;
-    hostcuda::run_elementwise("gelu_forward (host loop)", N,
-                              [=](size_t i) { out[i] = from_float<floatX>(gelu_tanh(to_float(inp[i]))); });
+    hostcuda::run_elementwise("gelu_forward (host loop)", N, [=](size_t i) { gelu_forward_element(i, out, inp); });
     return;
 #endif
     const int block_size = 256;
@@ -96,9 +101,7 @@ inline void gelu_backward(floatX* dinp, const floatX* dout, const floatX* inp, s
     if (N == 0) { return; }
 #if HOST_BACKEND
     (void)stream;
-    hostcuda::run_elementwise("gelu_backward (host loop)", N, [=](size_t i) {
-        dinp[i] = from_float<floatX>(to_float(dout[i]) * gelu_tanh_grad(to_float(inp[i])));
-    });
+    hostcuda::run_elementwise("gelu_backward (host loop)", N, [=](size_t i) { gelu_backward_element(i, dinp, dout, inp); });
     return;
 #endif
     const int block_size = 256;

@@ -33,6 +33,10 @@ __device__ __forceinline__ void swiglu_grads(float x, float u, float dy, float* 
     *du = dy * x * sig;
 }
 
+__device__ __forceinline__ void swiglu_forward_element(size_t i, floatX* out, const floatX* gate, const floatX* up) {
+    out[i] = from_float<floatX>(swiglu_value(to_float(gate[i]), to_float(up[i])));
+}
+
 template <int V>
 __global__ void swiglu_forward_kernel(floatX* out, const floatX* gate, const floatX* up, size_t N) {
     size_t start = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
@@ -42,9 +46,7 @@ __global__ void swiglu_forward_kernel(floatX* out, const floatX* gate, const flo
         for (int k = 0; k < V; k++) { o[k] = from_float<floatX>(swiglu_value(to_float(g[k]), to_float(u[k]))); }
         store128(out + start, o);
     } else {
-        for (size_t i = start; i < N && i < start + V; i++) {
-            out[i] = from_float<floatX>(swiglu_value(to_float(gate[i]), to_float(up[i])));
-        }
+        for (size_t i = start; i < N && i < start + V; i++) { swiglu_forward_element(i, out, gate, up); }
     }
 }
 
@@ -81,7 +83,7 @@ inline void swiglu_forward(floatX* out, const floatX* gate, const floatX* up, si
 #if HOST_BACKEND  // the per-element function as a vectorised loop (hostcuda::run_elementwise)
     (void)stream;
     hostcuda::run_elementwise("swiglu_forward (host loop)", N,
-                              [=](size_t i) { out[i] = from_float<floatX>(swiglu_value(to_float(gate[i]), to_float(up[i]))); });
+                              [=](size_t i) { swiglu_forward_element(i, out, gate, up); });
     return;
 #endif
     const int block_size = 256;
