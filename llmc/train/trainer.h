@@ -284,13 +284,11 @@ auto configure_model_if_any(Model& model, Options& o, int) -> decltype(Trainer::
 template <typename Trainer, typename Model, typename Options>
 void configure_model_if_any(Model&, Options&, long) {}
 
+// Step 1 of trainer_main: the flags, over the --config file's settings and a preset's model
+// config (llmc/cli.h parse_with_preset), with the checks that need no file.
 template <typename Trainer, typename Options, typename Config>
-int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
-                 std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
-    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
-    Comm comm(&argc, &argv);  // the ranks, when started by mpirun or srun (llmc/parallel/comm.h)
-    // rank 0 prints; every rank's errors reach stderr
-    if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
+Options parse_trainer_options(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
+                              std::vector<Flag> (*make_flags)(Options&)) {
     // --config FILE: its settings go before the command line's flags, which win (llmc/config_file.h)
     CommandLine args = with_config_file(argc, argv);
     bool has_muon = false;  // the trainer offers Muon (-h's preset table shows its rate)
@@ -313,36 +311,52 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     if (!t.resume_path.empty()) {  // --resume DIR, --resume auto: the newest checkpoint there
         t.resume_path = resolve_resume_path(t.resume_path, t.given.count("--run-dir") && t.run_dir != "auto" ? t.run_dir : "");
     }
-    const std::string start = start_checkpoint(t);
-    check_start_files(t);  // every path is checked before the model is printed (and check_run_files)
+    return o;
+}
+
+// What a run starts from: the tokenizer and the checkpoint of --resume or --init-from.
+struct StartFiles {
+    std::string checkpoint_path;  // empty: a fresh model
+    std::unique_ptr<TensorFileReader> checkpoint;
     Tokenizer tokenizer;
+    // until training starts, an error names the checkpoint the run starts from (a value read
+    // from it may fail a check written for the flag that sets it)
+    std::unique_ptr<FatalContext> context;
+    const TensorFileReader* resume(const TrainOptions& t) const { return t.resume_path.empty() ? nullptr : checkpoint.get(); }
+};
+
+// Step 2: open the start files and settle the model config: a checkpoint's (model flags that
+// contradict it are refused), else the flags' with the tokenizer's vocabulary and BOS id.
+template <typename Trainer, typename Options, typename Config>
+void open_start_files(Options& o, StartFiles& start, std::vector<Flag> (*make_flags)(Options&),
+                      Config (*read_config)(const TensorFileReader&)) {
+    TrainOptions& t = o.train;
+    start.checkpoint_path = start_checkpoint(t);
+    check_start_files(t);  // every path is checked before the model is printed (and check_run_files)
+    Tokenizer& tokenizer = start.tokenizer;
     if (!t.tokenizer_path.empty()) {
         FatalContext reading("--tokenizer", "--tokenizer");
         tokenizer.load(t.tokenizer_path);
     }
     const bool bos_given = t.given.count("--bos-id") != 0;
     const bool elsewhere = Trainer::start_elsewhere(o, bos_given);
-    std::unique_ptr<TensorFileReader> checkpoint;
-    // until training starts, an error names the checkpoint the run starts from (a value read
-    // from it may fail a check written for the flag that sets it)
-    std::unique_ptr<FatalContext> from_checkpoint;
-    if (!start.empty()) {
-        from_checkpoint = std::make_unique<FatalContext>(
-            (t.resume_path.empty() ? "the model of " : "resuming ") + start, start);
+    const std::string& path = start.checkpoint_path;
+    if (!path.empty()) {
+        start.context = std::make_unique<FatalContext>((t.resume_path.empty() ? "the model of " : "resuming ") + path, path);
         {
             const char* flag = t.resume_path.empty() ? "--init-from" : "--resume";
             FatalContext reading(flag, flag);
-            checkpoint = std::make_unique<TensorFileReader>(start, TENSOR_FILE_CHECKPOINT);
+            start.checkpoint = std::make_unique<TensorFileReader>(path, TENSOR_FILE_CHECKPOINT);
         }
-        Config from_file = read_config(*checkpoint);
+        Config from_file = read_config(*start.checkpoint);
         Options from_flags = o;  // what the flags say, where the tokenizer would have set nothing
         if (tokenizer.loaded() && !t.given.count("--vocab-size")) { from_flags.model.vocab_size = from_file.vocab_size; }
         if (tokenizer.loaded() && !bos_given) { from_flags.model.bos_id = from_file.bos_id; }
         from_flags.model.resolve_and_check();
-        check_model_flags(from_flags, from_file, make_flags, start);
+        check_model_flags(from_flags, from_file, make_flags, path);
         if (tokenizer.loaded() && tokenizer.vocab_size != from_file.vocab_size) {
             fatal("--tokenizer %s has a vocabulary of %d; the model in %s has %d", t.tokenizer_path.c_str(),
-                  tokenizer.vocab_size, start.c_str(), from_file.vocab_size);
+                  tokenizer.vocab_size, path.c_str(), from_file.vocab_size);
         }
         o.model = from_file;
     } else if (!elsewhere && tokenizer.loaded()) {
@@ -350,24 +364,23 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
         if (tokenizer.bos_id >= 0 && !bos_given) { o.model.bos_id = tokenizer.bos_id; }
     }
     o.model.resolve_and_check();
-    const Config& c = o.model;
-    const TensorFileReader* resume = t.resume_path.empty() ? nullptr : checkpoint.get();
-    t.world = comm.world;
-    choose_run_dir(t, o.preset, Trainer::arm_name(c), resume != nullptr, comm);
-    OptimizerConfig unscaled = t.opt;  // the rates as the config file writes them (before --lr-scale-gpus)
-    const DefaultRates rates = Trainer::default_rates(c);
-    unscaled.resolve_rates(rates, 1);
-    check_training_options(t, c.seq_len, rates, resume);
-    if (!t.tokenizer_path.empty() && !tokenizer.loaded()) {  // a resume's, restored from the checkpoint
-        const std::string saved = "--tokenizer (saved in " + start + ")";
-        check_input_file(saved, t.tokenizer_path);
-        FatalContext reading(saved, start);
-        tokenizer.load(t.tokenizer_path);
-        if (tokenizer.vocab_size != c.vocab_size) {
-            fatal("--tokenizer %s (the saved run's) has a vocabulary of %d; the model has %d", t.tokenizer_path.c_str(),
-                  tokenizer.vocab_size, c.vocab_size);
-        }
+}
+
+// A resume without --tokenizer loads the saved run's.
+inline void load_saved_tokenizer(const TrainOptions& t, StartFiles& start, int model_vocab_size) {
+    if (t.tokenizer_path.empty() || start.tokenizer.loaded()) { return; }
+    const std::string saved = "--tokenizer (saved in " + start.checkpoint_path + ")";
+    check_input_file(saved, t.tokenizer_path);
+    FatalContext reading(saved, start.checkpoint_path);
+    start.tokenizer.load(t.tokenizer_path);
+    if (start.tokenizer.vocab_size != model_vocab_size) {
+        fatal("--tokenizer %s (the saved run's) has a vocabulary of %d; the model has %d", t.tokenizer_path.c_str(),
+              start.tokenizer.vocab_size, model_vocab_size);
     }
+}
+
+// --cudnn, --attention-kernels and --sync-check: the process-wide kernel switches.
+inline void set_kernel_switches(const TrainOptions& t) {
     if (t.cudnn != 0 && !kAttentionHasCudnn) {
         fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
     }
@@ -381,24 +394,21 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     }
     if (t.sync_check != 0) { sync_check() = true; }
     if (sync_check()) { printf("sync check: on (every kernel launch waits and reports a fault by kernel name)\n"); }
-    check_run_files(t);
-    if (!t.init_from.empty()) {
-        if (t.steps > 0) {
-            printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
-                   "fresh\n", t.init_from.c_str(), checkpoint->integer("step"));
-        }
-        check_build_precision(*checkpoint, false, 0);
-    }
+}
 
-    ParameterCounts counts = count_parameters(c);
-    describe_run(t, make_flags(o), unscaled, resume != nullptr, name, argc, argv, comm);
-    RunRecord& record = t.record;
+// Step 4: the start-of-run summary: the build, the model, its size and the training (or the
+// evaluation) to come. Fills the run record's model facts on the way.
+template <typename Trainer, typename Options>
+void print_run_summary(Options& o, const char* name, const StartFiles& start) {
+    const TrainOptions& t = o.train;
+    const ParameterCounts counts = count_parameters(o.model);
+    RunRecord& record = o.train.record;
     record.parameters = counts.total;
     record.non_embedding = counts.non_embedding;
-    record.flops_per_token = flops_per_token(c);
+    record.flops_per_token = flops_per_token(o.model);
     if (t.steps == 0 && !t.init_from.empty()) {
         record.evaluated = t.init_from;
-        record.evaluated_step = (long)checkpoint->integer("step");
+        record.evaluated_step = (long)start.checkpoint->integer("step");
     }
     if (t.print_config) {
         printf("%s", config_text(record.settings, {name + std::string(": the resolved config (--config FILE reads this format)")}).c_str());
@@ -407,7 +417,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
            attention_kernels_name(), gemm_backend_name().c_str());
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
-           counts.non_embedding, flops_per_token(c) / 1e6);
+           counts.non_embedding, record.flops_per_token / 1e6);
     if (t.steps > 0) {
         printf("training: %ld steps of %d x %d tokens\n", t.steps, t.global_batch, t.seq_len);
         print_optimizer(t);
@@ -415,26 +425,64 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
         printf("evaluation: %s%s; no training\n", record.evaluated.empty() ? "the model given" : ("the model of " + record.evaluated).c_str(),
                record.evaluated.empty() ? "" : (" after " + std::to_string(record.evaluated_step) + " steps").c_str());
     }
+}
+
+// A trainer's main, steps 1-5 of the header's list.
+template <typename Trainer, typename Options, typename Config>
+int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
+                 std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
+    Comm comm(&argc, &argv);  // the ranks, when started by mpirun or srun (llmc/parallel/comm.h)
+    // rank 0 prints; every rank's errors reach stderr
+    if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }
+    Options o = parse_trainer_options<Trainer>(argc, argv, name, presets, make_flags);
+    TrainOptions& t = o.train;
+    StartFiles start;
+    open_start_files<Trainer>(o, start, make_flags, read_config);
+    const Config& c = o.model;
+    const TensorFileReader* resume = start.resume(t);
+
+    // Step 3: the training options against the model, the run directory, the other input files
+    t.world = comm.world;
+    choose_run_dir(t, o.preset, Trainer::arm_name(c), resume != nullptr, comm);
+    OptimizerConfig unscaled = t.opt;  // the rates as the config file writes them (before --lr-scale-gpus)
+    const DefaultRates rates = Trainer::default_rates(c);
+    unscaled.resolve_rates(rates, 1);
+    check_training_options(t, c.seq_len, rates, resume);
+    load_saved_tokenizer(t, start, c.vocab_size);
+    set_kernel_switches(t);
+    check_run_files(t);
+    if (!t.init_from.empty()) {
+        if (t.steps > 0) {
+            printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
+                   "fresh\n", t.init_from.c_str(), start.checkpoint->integer("step"));
+        }
+        check_build_precision(*start.checkpoint, false, 0);
+    }
+
+    describe_run(t, make_flags(o), unscaled, resume != nullptr, name, argc, argv, comm);
+    print_run_summary<Trainer>(o, name, start);
     if (t.print_config) {
         print_rates_and_data(t);
         return 0;
     }
 
+    // Step 5: the model, its optimizer and parameters, and the training
     typename Trainer::Model model(c, t.batch_size, t.seq_len);
     model.distribute(comm, t.zero);
     model.build_optimizer(t.opt);
     // rank 0's share (ZeRO-1 splits the state by pieces and whole matrices: ranks differ a little)
     if (t.steps > 0) printf("optimizer state per rank: %.3f MiB (%zu bytes: AdamW moments, Muon momentum, fp32 master weights)\n",
            (double)model.optimizer->state_bytes() / (1 << 20), model.optimizer->state_bytes());
-    if (checkpoint != nullptr) {
-        model.load_parameters(*checkpoint, resume != nullptr);
+    if (start.checkpoint != nullptr) {
+        model.load_parameters(*start.checkpoint, resume != nullptr);
     } else {
         Trainer::init_parameters(model, o);
     }
     configure_model_if_any<Trainer>(model, o, 0);  // (may add to t.record: train_san's skipped layers)
-    from_checkpoint.reset();
+    start.context.reset();
     // (returned, not exit(): the ranks leave MPI together, in ~Comm, after a stop's checkpoint)
-    const int status = run_training(model, t, tokenizer, resume, &comm);
+    const int status = run_training(model, t, start.tokenizer, resume, &comm);
     OutputLocks::release();  // (the run has written its last: another may write there now)
     return status;
 }
