@@ -17,6 +17,8 @@
 #   HAS_GPU=0|1                  override GPU detection (nvidia-smi)
 #   HOST_GEMM=onednn|openblas|own  host GEMM (default: oneDNN where libdnnl-dev is installed, else OpenBLAS)
 #   DEBUG_INFO=-g1|-g            debug information of host builds (default: line tables only)
+#   HOST_MARCH=native|x86-64-v3  instruction set of host builds (default: this CPU's); another
+#                                value builds in build/host-<precision>-<march> (the bench's --isa)
 #   NVCC=path  HOST_CXX=g++      compilers
 
 .DEFAULT_GOAL := all
@@ -44,7 +46,8 @@ else
   $(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
 endif
 precision := $(shell echo $(PRECISION) | tr A-Z a-z)
-HOST_DIR := build/host-$(precision)
+HOST_MARCH ?= native
+HOST_DIR := build/host-$(precision)$(if $(filter-out native,$(HOST_MARCH)),-$(HOST_MARCH))
 # (cuDNN builds get their own directory: make does not see a changed flag)
 GPU_DIR := build/gpu-$(precision)$(if $(filter 1,$(USE_CUDNN)),-cudnn)
 
@@ -65,11 +68,13 @@ endif
 # ---- host backend build ------------------------------------------------------------------
 # -O3: the vectoriser makes the host-backend kernels' inner loops several times faster.
 # -fno-math-errno: sqrtf and friends become instructions the vectoriser can use (kernels never
-# read errno, and the values are the same).
+# read errno, and the values are the same). -fno-trapping-math: a loop with a select between
+# float results (x == x ? expf(x) : x) vectorises without AVX-512's masked instructions, i.e.
+# also on AVX2 (nothing here reads floating-point exception flags).
 # DEBUG_INFO=-g1: line tables (backtraces, addr2line of the race checker's reports, perf)
 # at ~70% of the compile time of full -g (test_san: 42 s against 58 s); DEBUG_INFO=-g for gdb.
 DEBUG_INFO ?= -g1
-HOST_CXXFLAGS := -std=c++17 -O3 -march=native -fno-math-errno $(DEBUG_INFO) -fdebug-prefix-map=$(CURDIR)=. -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
+HOST_CXXFLAGS := -std=c++17 -O3 -march=$(HOST_MARCH) -fno-math-errno -fno-trapping-math $(DEBUG_INFO) -fdebug-prefix-map=$(CURDIR)=. -Wall -Wno-unknown-pragmas -I. -pthread -MMD -MP $(PRECISION_FLAGS)
 HOST_LDFLAGS := -pthread
 
 # The host GEMM (llmc/hostcuda/gemm.h): oneDNN where libdnnl-dev is installed (its kernels are

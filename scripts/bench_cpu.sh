@@ -11,22 +11,25 @@
 # figure is the median over its rounds, so a change in the machine's load hits every arm.
 # Printed first: the machine (CPU model, the best instruction set its cpuid reports, the GEMM
 # kernels each side runs) and its limit, a 2048^3 fp32 GEMM through the host backend's GEMMs
-# (dev/cuda/gemm_peak.cu) and through torch.mm; then per config tok/s per arm and round, each
-# arm's ratio to the reference, and its training GFLOP/s (tok/s x the trainer's MFLOPs/token)
-# as a share of the faster of the two limits.
+# (dev/cuda/gemm_peak.cu) and through torch.mm, the fastest of which is the limit; then per
+# config tok/s per arm and round, each arm's ratio to the reference, and its training GFLOP/s
+# (tok/s x the trainer's MFLOPs/token) as a share of the limit.
 #
 #   scripts/bench_cpu.sh                 # the gating config: the demo SAN (V 8192, L 4, d 128,
 #                                        # 4q/2kv heads, T 128, B 8, AdamW), 2 threads, 3 rounds
 #   scripts/bench_cpu.sh --all           # and the FFN arm (--ffn swiglu) and GPT-2 (reported)
 #   options: --rounds N (3)  --steps N (50)  --threads N (HOSTCUDA_THREADS, else nproc)
 #            --compiled (also torch --compile 1)  --no-build (use the binaries as they are)
+#            --isa avx2 (what a CPU without AVX-512 gets, on this one: the host builds with
+#              -march=x86-64-v3 in build/host-<precision>-x86-64-v3, and every library capped at
+#              AVX2: oneDNN, OpenBLAS, MKL and PyTorch's own kernels)
 # Needs the full venv (PyTorch: bash scripts/setup.sh) and builds what it lacks (the offline
 # dataset, the two host builds, gemm_peak). Takes ~2 minutes for the gating config on 2 cores, ~10 with
 # --all --compiled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 steps=50 threads=${HOSTCUDA_THREADS:-$(nproc)} all=0 compiled=0 build=1
+rounds=3 steps=50 threads=${HOSTCUDA_THREADS:-$(nproc)} all=0 compiled=0 build=1 isa=native
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
     --all) all=1; shift ;;
     --compiled) compiled=1; shift ;;
     --no-build) build=0; shift ;;
+    --isa) isa=$2; shift 2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_cpu: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -43,6 +47,14 @@ for v in rounds steps threads; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench_cpu: --$v must be a positive integer, not '${!v}'" >&2; exit 2; }
 done
 [ "$steps" -ge 12 ] || { echo "bench_cpu: --steps must be at least 12 (the figure is the median of steps 10..)" >&2; exit 2; }
+case $isa in
+  native) march=native ;;
+  avx2) march=x86-64-v3
+    export ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ;;
+  *) echo "bench_cpu: --isa must be native or avx2, not '$isa'" >&2; exit 2 ;;
+esac
+suffix=$([ "$march" = native ] || echo "-$march")
+bf16_dir=build/host-bf16$suffix fp32_dir=build/host-fp32$suffix
 python=.venv/bin/python
 "$python" -c "import torch" 2>/dev/null ||
   { echo "bench_cpu: no PyTorch in .venv; run: bash scripts/setup.sh" >&2; exit 1; }
@@ -55,10 +67,10 @@ trainers=(train_san)
 [ "$all" = 1 ] && trainers+=(train_gpt2)
 if [ "$build" = 1 ]; then
   for t in "${trainers[@]}"; do
-    make -s --no-print-directory "build/host-bf16/$t" PRECISION=BF16
-    make -s --no-print-directory "build/host-fp32/$t" PRECISION=FP32
+    make -s --no-print-directory "$bf16_dir/$t" PRECISION=BF16 HOST_MARCH=$march
+    make -s --no-print-directory "$fp32_dir/$t" PRECISION=FP32 HOST_MARCH=$march
   done
-  make -s --no-print-directory build/host-fp32/gemm_peak PRECISION=FP32
+  make -s --no-print-directory "$fp32_dir/gemm_peak" PRECISION=FP32 HOST_MARCH=$march
 fi
 
 export HOSTCUDA_THREADS=$threads OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
@@ -84,8 +96,8 @@ bench() {
   for round in $(seq "$rounds"); do
     for arm in "${arms[@]}"; do
       case $arm in
-        host-bf16) out=$("build/host-bf16/$trainer" "${common[@]}" "${host_only[@]}" "$@" 2>&1) ;;
-        host-fp32) out=$("build/host-fp32/$trainer" "${common[@]}" "${host_only[@]}" "$@" 2>&1) ;;
+        host-bf16) out=$("$bf16_dir/$trainer" "${common[@]}" "${host_only[@]}" "$@" 2>&1) ;;
+        host-fp32) out=$("$fp32_dir/$trainer" "${common[@]}" "${host_only[@]}" "$@" 2>&1) ;;
         torch) out=$("$python" "$trainer.py" "${common[@]}" $([ "$trainer" = train_san ] && echo --compile 0) "$@" 2>&1) ;;
         torch-compiled) out=$("$python" "$trainer.py" "${common[@]}" --compile 1 "$@" 2>&1) ;;
       esac || { echo "$out" | tail -5; echo "bench_cpu: the $arm run of $name failed" >&2; exit 1; }
@@ -96,7 +108,7 @@ bench() {
   done
   local ref mflops banner
   ref=$(median_of ${rates[torch]})
-  banner=$("build/host-fp32/$trainer" "${common[@]}" "${host_only[@]}" "$@" --steps 1 2>&1)
+  banner=$("$fp32_dir/$trainer" "${common[@]}" "${host_only[@]}" "$@" --steps 1 2>&1)
   mflops=$(echo "$banner" | sed -n 's/.*; \([0-9.]*\) MFLOPs\/token.*/\1/p' | head -1)
   echo "  host GEMM: $(echo "$banner" | sed -n 's/.*; GEMM: \(.*\))$/\1/p' | head -1); $mflops MFLOPs/token"
   for arm in "${arms[@]}"; do
@@ -111,11 +123,12 @@ bench() {
 }
 
 # The machine, and its limit: the best GFLOP/s of a large fp32 GEMM on the same threads
-cpu_isa() { build/host-fp32/gemm_peak 1 | head -1 | sed -n 's/.*(CPU: \([a-z0-9_]*\)).*/\1/p'; }
+cpu_isa() { "$fp32_dir/gemm_peak" 1 | head -1 | sed -n 's/.*(CPU: \([a-z0-9_]*\)).*/\1/p'; }
 echo "bench_cpu: $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, best ISA $(cpu_isa), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "$isa" = native ] || echo "  (--isa $isa: host builds -march=$march; ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY)"
 [ -n "${OPENBLAS_CORETYPE:-}" ] && echo "  (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is set in this environment)"
 echo "== the limit: a 2048 x 2048 x 2048 fp32 GEMM, best of 5, $threads threads"
-peaks=$(build/host-fp32/gemm_peak 2048)
+peaks=$("$fp32_dir/gemm_peak" 2048)
 echo "$peaks" | sed 's/^gemm_peak /  host   /'
 torch_peak=$("$python" - "$threads" <<'PY'
 import sys, time, torch
@@ -128,7 +141,7 @@ print(f"torch {torch.__version__} mm ({blas}, {torch.backends.cpu.get_cpu_capabi
 PY
 )
 echo "  $torch_peak"
-limit=$(printf '%s\n%s\n' "$(echo "$peaks" | head -1)" "$torch_peak" | sed -n 's/.*| *\([0-9.]*\) GFLOP\/s/\1/p' | sort -g | tail -1)
+limit=$(printf '%s\n%s\n' "$peaks" "$torch_peak" | sed -n 's/.*| *\([0-9.]*\) GFLOP\/s/\1/p' | sort -g | tail -1)
 echo "  the limit: $limit GFLOP/s"
 
 bench "SAN demo (gating)" train_san --optimizer adamw

@@ -104,6 +104,22 @@ __global__ void classifier_kernel(TGrad* dlogits, float* losses, float* lse_sq, 
     if (dlogits == nullptr) { return; }
     TGrad* drow = dlogits + (size_t)n * Vp;
     float inv_sum = 1.0f / sum;
+#if HOST_BACKEND
+    // the same values, with the target's column and the padding out of the loop, which then
+    // vectorises (with the conversion to TGrad)
+    const float zloss_factor = z_loss * 2.0f * lse;
+    const int counted = target >= 0 ? V : 0;
+    for (int j = 0; j < counted; j++) {
+        float p = softmax_exp(row[j] - max_value) * inv_sum;
+        drow[j] = from_float<TGrad>(dloss_scale * (p + zloss_factor * p));
+    }
+    if (target >= 0) {
+        float p = softmax_exp(row[target] - max_value) * inv_sum;
+        drow[target] = from_float<TGrad>(dloss_scale * (p - 1.0f + zloss_factor * p));
+    }
+    for (int j = counted; j < Vp; j++) { drow[j] = from_float<TGrad>(0.0f); }
+    return;
+#endif
     for (int j = lane; j < Vp; j += kClassifierLanes) {
         float grad = 0.0f;
         if (target >= 0 && j < V) {
