@@ -12,14 +12,15 @@ A line starting with `#` is a comment. A value in double quotes keeps its spaces
 \" \\ \n as escapes; the writer quotes a value only where it must (empty, spaces at its
 ends, a quote first, a line break). The file's settings come before the command line's
 flags, so a flag given on the command line wins. A run directory's `config` is written in
-this format with every flag's resolved value (config_text), so `--config RUN/config` repeats
-the run. Host-only C++17.
+this format with every flag's resolved value (config_text), so `--config RUN/config` (or
+`--config RUN`) repeats the run. Host-only C++17.
 
     CommandLine args = with_config_file(argc, argv);   // argv with the file's settings first
     check_config_keys(args, flags);                     // an unknown key names its file and line
 */
 #pragma once
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -106,6 +107,19 @@ inline std::vector<ConfigEntry> read_config_file(const std::string& path) {
     return out;
 }
 
+// --config's file: PATH, or PATH/config where PATH is a directory (a run directory keeps the
+// run's settings there); a directory without one is refused, not read as an empty file.
+inline std::string config_file_in(const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) { return path; }
+    const std::string inside = path + (path.back() == '/' ? "" : "/") + "config";
+    if (stat(inside.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fatal("--config %s is a directory with no file `config` in it: give a config file (a run directory's "
+              "`config`, or one of `key = value` lines)", path.c_str());
+    }
+    return inside;
+}
+
 // The command line with --config FILE replaced by the file's settings, placed before the other
 // flags (so that those win). `words` starts with the program name.
 struct CommandLine {
@@ -138,7 +152,7 @@ inline CommandLine with_config_file(int argc, char** argv) {
             w.value = argv[++i];
         }
         if (w.value.empty()) { fatal("option --config: empty file name"); }
-        c.config_path = w.value;
+        c.config_path = config_file_in(w.value);
     }
     c.words.push_back(argv[0]);
     if (!c.config_path.empty()) {

@@ -125,6 +125,10 @@ def test_the_config_of_a_run_repeats_it(data, tmp_path, trainer):
     third = [d for d in run_dirs(tmp_path) if d not in (first, second)][0]
     expected = dict(config_settings(first / "config"), steps="3")
     assert config_settings(third / "config") == expected
+    # --config RUN (the directory): its config file, not an empty list of settings
+    run_in(tmp_path, trainer, ["--config", first])
+    fourth = [d for d in run_dirs(tmp_path) if d not in (first, second, third)][0]
+    assert config_settings(fourth / "config") == config_settings(first / "config")
 
 
 def test_config_file_errors_name_the_file_and_line(data, tmp_path):
@@ -141,6 +145,9 @@ def test_config_file_errors_name_the_file_and_line(data, tmp_path):
     assert proc.returncode == 1 and "has no closing quote" in proc.stderr
     proc = run_in(tmp_path, "san", ["--config", tmp_path / "missing.conf"], check=False)
     assert proc.returncode == 1 and "missing.conf: cannot read it" in proc.stderr
+    (tmp_path / "empty_dir").mkdir()
+    proc = run_in(tmp_path, "san", ["--config", tmp_path / "empty_dir"], check=False)
+    assert proc.returncode == 1 and f"--config {tmp_path / 'empty_dir'} is a directory with no file `config`" in proc.stderr
     assert run_dirs(tmp_path) == []
 
 
@@ -180,7 +187,8 @@ def test_resume_a_run_directory_and_auto(data, tmp_path):
     assert [i for i, r in enumerate(records) if "run" in r][1:] == [i - 1 for i, r in enumerate(records) if "resume" in r]
     proc = run_in(tmp_path, "san", flags(data, "--run-dir", run), check=False)
     assert proc.returncode == 1
-    assert f"--run-dir {run} holds a run already (log.jsonl, final.bin): continue it with --resume {run}" in proc.stderr
+    assert (f"--run-dir {run} holds a run already (log.jsonl, final.bin): continue it with: "
+            f"{binary('san')} --resume {run};") in proc.stderr
 
 
 def test_an_evaluation_logs_the_checkpoints_step_and_no_optimizer(data, tmp_path):

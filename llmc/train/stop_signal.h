@@ -1,38 +1,134 @@
 /*
-Graceful stop on SIGINT and SIGTERM (Ctrl-C, `kill`, a cluster's time limit): the handler
-only records which signal came (all a signal handler may safely do); the training loop asks
-stop_signal() at each step boundary, writes a resumable checkpoint there and exits with
-128 + the signal number, the shell's code for "ended by that signal", so a script (e.g.
-scripts/study.py) sees an interrupted run as unfinished. SA_RESTART keeps the data loader's
-reads from failing with EINTR.
-One process: the handlers are installed with SA_RESETHAND, so a second Ctrl-C while the
-checkpoint is being written kills at once, and the atomic write (utils.h) leaves the
-previous file under the final name.
-Several ranks (mpirun, srun): each rank may see the signal at a different step, or only one
-rank sees it, so the ranks agree before acting (a max all-reduce of stop_signal() at the step
-boundary: llmc/train/training.h) and all stop after the same step. A repeated signal is only
-recorded there: a launcher passes the signal it received on to every rank, which the user or
-the cluster has often signalled already (pkill, Ctrl-C to the process group, Slurm), and that
-second copy must not kill a rank in the middle of the save. The launcher's own SIGKILL after
-its grace period (Open MPI's odls_base_sigkill_timeout, Slurm's KillWait) is the hard stop.
+Graceful stop on SIGINT and SIGTERM (Ctrl-C, `kill`, a cluster's time limit): the training
+loop asks stop_signal() at each step boundary, writes a resumable checkpoint there and exits
+with 128 + the signal number, the shell's code for "ended by that signal", so a script (e.g.
+scripts/study.py) sees an interrupted run as unfinished.
+
+The signals are taken by one thread that waits for them (sigwait), with both blocked in every
+other thread: a trainer calls start_stop_signal_thread() first thing, before any thread
+exists, so every thread it starts inherits the mask. A handler running on a compute thread
+is not safe here: interrupted inside oneDNN's JIT GEMM kernels, runs lost a gradient to NaN or
+corrupted the heap (about 1 run in 7 with SIGINT at a random step, none with OpenBLAS or the
+own GEMM). The waiting thread also may print, so the user hears at once what will happen:
+  - before training starts (and in an evaluation): the signal ends the process, as by default;
+  - the first during training: "stopping after step N ..." with what the stop will save;
+  - a second, one process: what is lost (the steps since the newest checkpoint) and the
+    command that continues from there, then the signal's default action;
+  - over several ranks (mpirun, srun) a repeated signal is only recorded: a launcher passes the
+    signal it received on to every rank, which the user or the cluster has often signalled
+    already (pkill, Ctrl-C to the process group, Slurm), and that second copy must not kill a
+    rank in the middle of the save. The launcher's own SIGKILL after its grace period (Open
+    MPI's odls_base_sigkill_timeout, Slurm's KillWait) is the hard stop. Each rank may see the
+    signal at a different step, or only one rank sees it, so the ranks agree before acting (a
+    max all-reduce of stop_signal() at the step boundary: llmc/train/training.h).
 */
 #pragma once
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
 
-inline volatile sig_atomic_t g_stop_signal = 0;
+// What a stop signal does now; the training loop keeps it current (set_stop_notes).
+struct StopSignalState {
+    std::mutex mutex;
+    std::atomic<int> signal{0};  // the first signal during training, or 0
+    bool armed = false;          // training: a signal stops at the step boundary
+    bool several_ranks = false;
+    std::string first_note;      // printed on the first signal
+    std::string second_note;     // printed on a second one (one process), before it ends the process
+};
 
-inline void record_stop_signal(int sig) { g_stop_signal = sig; }
+inline StopSignalState& stop_signal_state() {
+    static StopSignalState state;
+    return state;
+}
 
-// `several_ranks`: a repeated signal is recorded, not fatal (above).
-inline void install_stop_signal_handlers(bool several_ranks = false) {
+// The signal's default action for the whole process (SIGINT and SIGTERM: end it).
+[[noreturn]] inline void end_by_signal(int sig) {
+    fflush(stdout);
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    raise(sig);
+    _exit(128 + sig);  // (not reached: the default action ends the process)
+}
+
+inline void on_stop_signal(int sig) {
+    StopSignalState& s = stop_signal_state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.armed) { end_by_signal(sig); }
+    if (s.signal.load() == 0) {
+        s.signal = sig;
+        printf("\n%s: %s\n", strsignal(sig), s.first_note.c_str());
+        fflush(stdout);
+        return;
+    }
+    if (s.several_ranks) { return; }
+    printf("\n%s again: %s\n", strsignal(sig), s.second_note.c_str());
+    end_by_signal(sig);
+}
+
+inline std::atomic<bool>& stop_signal_thread_started() {
+    static std::atomic<bool> started{false};
+    return started;
+}
+
+inline pthread_t g_stop_signal_thread;
+
+// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it starts after this)
+// and starts the thread that takes them. Call before any other thread exists where possible;
+// threads started earlier (OpenBLAS starts its pool when the library loads) pass a signal on.
+inline void start_stop_signal_thread() {
+    if (stop_signal_thread_started().exchange(true)) { return; }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread taker([set] {
+        for (;;) {
+            int sig = 0;
+            if (sigwait(&set, &sig) == 0) { on_stop_signal(sig); }
+        }
+    });
+    g_stop_signal_thread = taker.native_handle();
+    taker.detach();
+    // A thread that does not block them runs this handler, which passes the signal on. (It also
+    // undoes an ignored disposition: a shell starts background jobs with SIGINT ignored, and an
+    // ignored signal is discarded before sigwait could see it.)
     struct sigaction sa = {};
-    sa.sa_handler = record_stop_signal;
+    sa.sa_handler = [](int sig) { pthread_kill(g_stop_signal_thread, sig); };
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART | (several_ranks ? 0 : SA_RESETHAND);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
 }
 
+// From here on a signal stops the run at a step boundary. (A program that did not start the
+// thread first, e.g. a test, starts it now: its earlier threads may still take a signal.)
+inline void arm_stop_signals(bool several_ranks) {
+    start_stop_signal_thread();
+    StopSignalState& s = stop_signal_state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.several_ranks = several_ranks;
+    s.armed = true;
+}
+
+// What the next signal will say: `first` for the first one, `second` for a repeated one.
+inline void set_stop_notes(std::string first, std::string second) {
+    StopSignalState& s = stop_signal_state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.first_note = std::move(first);
+    s.second_note = std::move(second);
+}
+
 // The signal that asked the run to stop, or 0.
-inline int stop_signal() { return g_stop_signal; }
+inline int stop_signal() { return stop_signal_state().signal.load(); }

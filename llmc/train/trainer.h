@@ -432,6 +432,7 @@ template <typename Trainer, typename Options, typename Config>
 int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
                  std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
     setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear at once, also through pipes
+    start_stop_signal_thread();  // before any other thread (llmc/train/stop_signal.h)
     Comm comm(&argc, &argv);  // the ranks, when started by mpirun or srun (llmc/parallel/comm.h)
     // rank 0 prints; every rank's errors reach stderr
     if (!comm.is_main() && freopen("/dev/null", "w", stdout) == nullptr) { fatal("rank %d: cannot silence stdout", comm.rank); }

@@ -57,7 +57,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/train/output_lock.h"  // defines: OutputLocks
 #include "llmc/train/run_log.h"
 #include "llmc/train/run_record.h"
-#include "llmc/train/stop_signal.h"  // defines: install_stop_signal_handlers, stop_signal
+#include "llmc/train/stop_signal.h"  // defines: arm_stop_signals, set_stop_notes, stop_signal
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
 #include "llmc/parallel/grad_groups.h"  // defines: GradientGroups
@@ -132,6 +132,7 @@ public:
         }
         begin_steps();
         for (long step = first_step; step < o.steps; step++) {
+            update_stop_notes(step + 1);
             Timer timer;
             model.zero_grad();
             std::vector<double> group_loss(groups.local(), 0.0);  // each group's share of the mean loss
@@ -157,6 +158,8 @@ public:
         if (o.overlap_reduce != 0 && world > 1) {
             printf("gradient reduction: %ld layer buckets started during the backward pass\n", model.optimizer->early_total());
         }
+        set_stop_notes("the training is done; the final evaluation and final.bin come first (again: stop at once, "
+                       "without final.bin)", "stopped before final.bin; " + lost_since_last_save(o.steps));
         evaluate_and_sample(o.steps);
         save("final.bin");
         print_run_dir();
@@ -285,9 +288,14 @@ private:
             std::string held = is_file(o.log_path) && o.log_path == o.run_dir + "/log.jsonl" ? "log.jsonl" : "";
             const std::string newest = o.checkpoint_dir == o.run_dir ? newest_checkpoint(o.run_dir) : "";
             if (!newest.empty()) { held += (held.empty() ? "" : ", ") + newest.substr(o.run_dir.size() + 1); }
-            if (!held.empty()) {
-                fatal("--run-dir %s holds a run already (%s): continue it with --resume %s, or give another --run-dir",
-                      o.run_dir.c_str(), held.c_str(), o.run_dir.c_str());
+            if (!newest.empty()) {
+                fatal("--run-dir %s holds a run already (%s): continue it with: %s --resume %s; or give another --run-dir",
+                      o.run_dir.c_str(), held.c_str(), shell_word(o.program).c_str(), shell_word(o.run_dir).c_str());
+            }
+            if (!held.empty()) {  // (stopped before its first checkpoint: nothing to resume)
+                fatal("--run-dir %s holds a run that saved no checkpoint (%s), so there is nothing to continue: give "
+                      "another --run-dir, or remove %s to start there again", o.run_dir.c_str(), held.c_str(),
+                      o.run_dir.c_str());
             }
         }
         make_directories(o.run_dir, "--run-dir");
@@ -593,7 +601,7 @@ private:
         first_step = (long)model.steps_done();
         if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
         if (first_step == 0) { save_milestones(0); }
-        install_stop_signal_handlers(world > 1);
+        arm_stop_signals(world > 1);
     }
 
     // One micro-batch's forward and backward passes, group by group (llmc/parallel/grad_groups.h);
@@ -673,6 +681,40 @@ private:
         log.record(line + "}");
     }
 
+    // The command that continues this run from its newest checkpoint: --resume with the run
+    // directory where the checkpoint lies in it (as the refusal of a second fresh run says).
+    // (the checkpoint written last, else the one this run resumed from; "" for neither)
+    std::string newest_checkpoint_path() const {
+        return !last_saved.empty() ? last_saved : checkpoint != nullptr ? checkpoint->path() : "";
+    }
+    std::string continue_command() const {
+        const std::string launcher = world > 1 ? "mpirun -np " + std::to_string(world) + " " : "";
+        const std::string newest = newest_checkpoint_path();
+        const bool in_run_dir = !o.run_dir.empty() && newest.rfind(o.run_dir + "/", 0) == 0;
+        return launcher + shell_word(o.program) + " --resume " + shell_word(in_run_dir ? o.run_dir : newest);
+    }
+    // What a stop without saving loses during step `step` (or once it is done).
+    std::string lost_since_last_save(long step) const {
+        const long from = last_saved.empty() ? first_step + 1 : last_saved_step + 1;
+        const std::string steps = from == step ? "step " + std::to_string(step)
+                                               : "steps " + std::to_string(from) + ".." + std::to_string(step);
+        const std::string lost = steps + (from == step ? " is lost" : " are lost");
+        if (newest_checkpoint_path().empty()) { return lost + " (the run saved no checkpoint)"; }
+        return lost + "; continue from step " + std::to_string(from - 1) + " with: " + continue_command();
+    }
+    // What Ctrl-C (or SIGTERM) says during step `done` (llmc/train/stop_signal.h prints it).
+    void update_stop_notes(long done) {
+        const std::string step = "step " + std::to_string(done) + " of " + std::to_string(o.steps);
+        std::string first;
+        if (o.checkpoint_dir.empty()) {
+            first = "stopping after " + step + " (no --checkpoint-dir: nothing will be saved)";
+        } else {
+            first = "stopping after " + step + ", saving " + o.checkpoint_dir + "/step_" + std::to_string(done) + ".bin";
+        }
+        first += world > 1 ? " (every rank stops there; a repeated signal is ignored)" : " (again: stop at once, without saving)";
+        set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
+    }
+
     // On SIGINT/SIGTERM before the last step: checkpoint here; returns the exit status, 128 +
     // the signal (0: go on). Over several ranks all stop after the same step (the checkpoint is
     // a collective): a signal any rank has seen counts for all. Every rank returns only once rank
@@ -684,11 +726,9 @@ private:
         if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
         // the command continues the run to its outputs as it stands: a resume restores them
         // (llmc/train/resume.h RunSetting::output)
-        const std::string launcher = world > 1 ? "mpirun -np " + std::to_string(world) + " " : "";
         printf("%s: stopped after step %ld of %ld; %s\n", strsignal(stop), done, o.steps,
                o.checkpoint_dir.empty() ? "no --checkpoint-dir, so nothing was saved"
-                                        : ("continue with: " + launcher + shell_word(o.program) + " --resume " +
-                                           shell_word(last_saved)).c_str());
+                                        : ("continue with: " + continue_command()).c_str());
         close_log();
         if (world > 1) { comm->barrier(); }
         return 128 + stop;
