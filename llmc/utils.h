@@ -195,6 +195,20 @@ private:
 
 inline bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
+// Copies the file `from` to `to` atomically (AtomicFileWriter); `what` names the cause in errors.
+inline void copy_file(const std::string& from, const std::string& to, const char* what) {
+    FILE* in = fopen(from.c_str(), "rb");
+    if (in == nullptr) { fatal("%s: cannot read %s: %s", what, from.c_str(), strerror(errno)); }
+    AtomicFileWriter out(to);
+    char buffer[1 << 16];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof(buffer), in)) > 0) { out.file().write(buffer, n, from.c_str()); }
+    const bool failed = ferror(in) != 0;
+    fclose(in);
+    if (failed) { fatal("%s: cannot read %s", what, from.c_str()); }
+    out.commit();
+}
+
 // Wall-clock milliseconds since construction.
 struct Timer {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();

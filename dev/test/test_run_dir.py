@@ -202,3 +202,29 @@ def test_an_evaluation_logs_the_checkpoints_step_and_no_optimizer(data, tmp_path
     header, *rest = log_records(tmp_path / "eval.jsonl")
     assert header["run"]["evaluation"] == {"checkpoint": str(ckpt), "step": 4} and "rates" not in header["run"]
     assert [r["step"] for r in rest if "val_loss" in r] == [4]
+
+
+def test_extend_to_continues_as_a_run_directory_beside_the_saved_run(data, tmp_path):
+    """--resume RUN --extend-to N: RUN-to-N holds the whole extended run (config, checkpoints, a
+    log and samples that start as RUN's), the final lines name it, RUN stays byte for byte as it
+    was, and a later --resume RUN points to the extension."""
+    run_in(tmp_path, "san", flags(data, "--run-dir", "runs/r"))
+    run = tmp_path / "runs" / "r"
+    before = {p.name: p.read_bytes() for p in run.iterdir() if not p.name.startswith(".")}
+    # (as a user types it: no --run-dir, which run_in and run_binary would add)
+    proc = subprocess.run([binary("san"), "--resume", "runs/r", "--extend-to", "8"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    extended = tmp_path / "runs" / "r-to-8"
+    assert {p.name: p.read_bytes() for p in run.iterdir() if not p.name.startswith(".")} == before
+    assert {"config", "final.bin", "log.jsonl", "samples.txt"} <= {p.name for p in extended.iterdir()}
+    assert proc.stdout.splitlines()[-1].startswith("run directory: runs/r-to-8: config, final.bin, log.jsonl")
+    # the log: the saved run's records, then the extension's header, its resume record and steps 5..8
+    records = log_records(extended / "log.jsonl")
+    assert records[:len(log_records(run / "log.jsonl"))] == log_records(run / "log.jsonl")
+    steps = [r["step"] for r in records if "loss" in r and "val_loss" not in r]
+    assert steps == list(range(1, 9)), steps
+    samples = (extended / "samples.txt").read_text()
+    assert samples.startswith((run / "samples.txt").read_text()) and "step 8: " in samples
+    refused = run_in(tmp_path, "san", ["--resume", "runs/r"], check=False)
+    assert refused.returncode == 1 and "It was extended in runs/r-to-8 (--resume runs/r-to-8)" in refused.stderr

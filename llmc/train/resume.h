@@ -288,6 +288,50 @@ inline void check_saved_output_places(const TensorFileReader& ckpt, const std::v
     }
 }
 
+// --extend-to of a finished run in its own directory would write final.bin over the file it
+// starts from, and its milestones over the saved run's: it goes beside it, DIR-to-N. A run in
+// its run directory continues as a run directory of its own there (its config, checkpoints,
+// and a log and samples.txt that start as copies of the saved run's, so its curves and a later
+// --resume DIR-to-N see the whole run); the saved run's directory stays as it was.
+inline void extend_beside(TrainOptions& o, const TensorFileReader& ckpt, std::vector<std::string>& restored) {
+    if (o.extend_to == 0 || o.given.count("--checkpoint-dir") || o.checkpoint_dir.empty() ||
+        !same_file(o.checkpoint_dir + "/final.bin", ckpt.path())) {
+        return;
+    }
+    const std::string beside = o.checkpoint_dir + "-to-" + std::to_string(o.extend_to);
+    const bool whole_run = !o.run_dir.empty() && !o.given.count("--run-dir") && same_file(o.run_dir, o.checkpoint_dir);
+    if (!newest_checkpoint(beside).empty()) {
+        fatal("--extend-to %ld: %s holds this extension already (%s): continue it with --resume %s", o.extend_to,
+              beside.c_str(), newest_checkpoint(beside).c_str(), shell_word(beside).c_str());
+    }
+    if (whole_run) {
+        o.extended_from = o.run_dir;
+        if (!o.given.count("--log") && o.log_path == o.run_dir + "/log.jsonl") { o.log_path = beside + "/log.jsonl"; }
+        o.run_dir = beside;
+    }
+    o.checkpoint_dir = beside;
+    for (std::string& r : restored) {
+        if (r.rfind("--checkpoint-dir ", 0) == 0) { r = "--checkpoint-dir " + beside + " (beside the saved run's)"; }
+        if (whole_run && r.rfind("--run-dir ", 0) == 0) {
+            r = "--run-dir " + beside + " (beside the saved run's: its log and samples continue there)";
+        }
+        if (whole_run && r.rfind("--log ", 0) == 0) { r = "--log " + o.log_path; }
+    }
+}
+
+// The directories DIR-to-N beside `dir` that hold a checkpoint (the extensions of its run).
+inline std::vector<std::string> extensions_of(const std::string& dir) {
+    const size_t slash = dir.find_last_of('/');
+    const std::string parent = slash == std::string::npos ? "." : dir.substr(0, slash);
+    const std::string base = (slash == std::string::npos ? dir : dir.substr(slash + 1)) + "-to-";
+    std::vector<std::string> out;
+    for (const std::string& n : directory_names(parent)) {
+        const std::string d = (slash == std::string::npos ? "" : parent + "/") + n;
+        if (n.rfind(base, 0) == 0 && !newest_checkpoint(d).empty()) { out.push_back(d); }
+    }
+    return out;
+}
+
 // --resume: the saved run's settings replace the options (resolved from the flags); a flag
 // given that changes one fails, or with --resume-override 1 wins and is printed. Keys the
 // file lacks (files from before they were saved) keep the flags' values.
@@ -345,15 +389,7 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     printf("resume: continuing the run saved in %s at step %ld of %ld (optimizer, schedule, steps and data settings "
            "from the file)\n", ckpt.path().c_str(), done, o.steps);
     for (const std::string& c : changes) { printf("resume: --resume-override 1: %s\n", c.c_str()); }
-    // --extend-to in the saved run's own directory would write final.bin over the file it starts
-    // from: a directory beside it
-    if (o.extend_to != 0 && !o.given.count("--checkpoint-dir") && !o.checkpoint_dir.empty() &&
-        same_file(o.checkpoint_dir + "/final.bin", ckpt.path())) {
-        o.checkpoint_dir += "-to-" + std::to_string(o.extend_to);
-        for (std::string& r : restored) {
-            if (r.rfind("--checkpoint-dir ", 0) == 0) { r = "--checkpoint-dir " + o.checkpoint_dir + " (beside the saved run's)"; }
-        }
-    }
+    extend_beside(o, ckpt, restored);
     if (!restored.empty()) {
         std::string list;
         for (const std::string& r : restored) { list += (list.empty() ? "" : ", ") + r; }
@@ -384,9 +420,14 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
         }
         o.steps = o.extend_to;
     } else if (done >= o.steps) {
-        fatal("--resume %s: that run finished (%ld of %ld steps). --extend-to N trains it on to N steps with the "
-              "schedule recomputed over N; --steps 0 --init-from %s evaluates it", ckpt.path().c_str(), done, o.steps,
-              ckpt.path().c_str());
+        const std::string& path = ckpt.path();
+        std::string extended;
+        for (const std::string& d : extensions_of(path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/')))) {
+            extended += (extended.empty() ? " It was extended in " : ", ") + d + " (--resume " + shell_word(d) + ")";
+        }
+        fatal("--resume %s: that run finished (%ld of %ld steps).%s%s --extend-to N trains it on to N steps with the "
+              "schedule recomputed over N; --steps 0 --init-from %s evaluates it", path.c_str(), done, o.steps,
+              extended.c_str(), extended.empty() ? "" : ".", path.c_str());
     }
 }
 

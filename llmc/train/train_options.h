@@ -54,6 +54,7 @@ struct TrainOptions {
     int shuffle = 1;
     int verify_data = 1;     // check the CRC-32 of every data file once, as the loaders open them
     long extend_to = 0;      // --resume a run and train it on to this many steps (a new schedule)
+    std::string extended_from;  // --extend-to of a run in its run directory: that directory (llmc/train/resume.h)
     int resume_override = 0; // --resume: let the flags given change the saved run's settings
     std::string prompt;      // text to continue in the samples (encoded with --tokenizer)
     int kv_cache = 1;        // sample with a KV cache (llmc/kernels/kv_cache.cuh)

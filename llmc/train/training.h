@@ -299,6 +299,12 @@ private:
             }
         }
         make_directories(o.run_dir, "--run-dir");
+        if (!o.extended_from.empty()) {  // (an extension beside its run: llmc/train/resume.h extend_beside)
+            for (const char* name : {"log.jsonl", "samples.txt"}) {
+                const std::string from = o.extended_from + "/" + name, to = o.run_dir + "/" + name;
+                if ((name[0] == 's' || o.log_path == to) && is_file(from) && !is_file(to)) { copy_file(from, to, "--extend-to"); }
+            }
+        }
         if (checkpoint == nullptr || !is_file(config)) {  // (a resumed run's directory has its config)
             const BuildCommit b = build_commit();
             std::string text = config_text(o.record.settings, {
