@@ -29,7 +29,7 @@ from chatml import DocTokenizer  # noqa: E402
 from sanity_evals import build_all  # noqa: E402
 from shards import ShardWriter  # noqa: E402
 from synth_generator import World, generate  # noqa: E402
-from tokenizer import export_tokenizer_bin, train_sentencepiece  # noqa: E402
+from tokenizer import export_tokenizer_bin, tokenizer_fingerprint, train_sentencepiece  # noqa: E402
 
 # Bump when the files a build writes change, so that older builds are rebuilt (scripts/demo.sh
 # asks --is-current). 2: paper region convention by default, .exercises sidecars. 3: tokenizer
@@ -108,10 +108,11 @@ def main():
     export_tokenizer_bin(tok, os.path.join(out, "tokenizer.bin"))
     print(f"[{time.time() - t0:5.1f}s] tokenizer: vocab {tok.vocab_size}")
 
+    fingerprint = tokenizer_fingerprint(tok)  # (every shard and eval set records it)
     kjv_dir = clear_corpus(out, "kjv")
     manifest = {"vocab_size": tok.vocab_size, "bos_id": tok.bos_id, "eos_id": tok.eos_id, "corpora": {}}
     for split, chs in (("train", kjv_train), ("val", kjv_val)):
-        w = ShardWriter(kjv_dir, "kjv", split, args.shard_tokens, tok.vocab_size)
+        w = ShardWriter(kjv_dir, "kjv", split, args.shard_tokens, tok.vocab_size, tokenizer=fingerprint)
         for ids in tok.encode_batch([c["text"] for c in chs], num_threads=args.threads):
             w.add([tok.bos_id] + ids + [tok.eos_id])
         w.close()
@@ -120,7 +121,7 @@ def main():
     synth_dir = clear_corpus(out, "synth")
     for split, docs in (("train", synth_train), ("val", synth_val)):
         w = ShardWriter(synth_dir, "synth", split, args.shard_tokens, tok.vocab_size, with_regions=True,
-                        with_exercises=True)
+                        with_exercises=True, tokenizer=fingerprint)
         for d in docs:
             w.add(*dt.encode(d["query"], d["synthetic_reasoning"], d["synthetic_answer"]), d["exercise"])
         w.close()

@@ -49,6 +49,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from evalset import (KIND_CLOZE, KIND_MC, KIND_ROLLING, make_item, make_rolling_item,  # noqa: E402
                      write_evalset)
+from tokenizer import tokenizer_fingerprint  # noqa: E402
 
 # (repo, file patterns) per task; the first pattern that matches files decides
 SOURCES = {
@@ -185,7 +186,8 @@ def build(task: str, rows, tok, path, limit: int = 0) -> int:
             break
     how = {KIND_MC: "0-shot multiple choice", KIND_CLOZE: "0-shot cloze",
            KIND_ROLLING: "rolling log-likelihood, word perplexity"}[kind]
-    write_evalset(path, items, kind, tok.vocab_size, f"{task}: lm-eval-style {how}, BOS prepended; {len(items)} items")
+    write_evalset(path, items, kind, tok.vocab_size, f"{task}: lm-eval-style {how}, BOS prepended; {len(items)} items",
+                  tokenizer=tokenizer_fingerprint(tok))
     return len(items)
 
 

@@ -8,7 +8,9 @@ File: header 256 x int32
   [4] vocab size of the tokenizer  [5] most choices in an item  [6] most tokens in an item
   (context + longest continuation)  [7] 1 if every context starts with BOS  [8] byte length
   of the description  [9] CRC-32 (zlib.crc32, as the int32 with its bits) of the whole file
-  but this int; rest 0 (version 1, still read with a note: the same without the CRC)
+  but this int  [10] the fingerprint of the tokenizer that made the tokens
+  (tokenizer.tokenizer_fingerprint)  [11] 1 when [10] holds one; rest 0 (version 1, still read
+  with a note: the same without [9..11])
 then the description (UTF-8, e.g. "SANITY SET ..."), then per item, all int32:
   n_choices, gold, n_ctx, ctx[n_ctx], and per choice: n_tok, n_chars, tok[n_tok]
 n_chars is the length the metric normalises by: for multiple choice the characters of the
@@ -28,11 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from header_crc import check_header_crc, file_crc
+from shards import tokenizer_record
 
 EVAL_MAGIC = 20260313
 EVAL_VERSION = 2         # written: with a CRC
 EVAL_VERSION_NO_CRC = 1  # still read, with a note
 EVAL_CRC_SLOT = 9
+EVAL_TOKENIZER_SLOT = 10  # the tokenizer's fingerprint; [11] its flag (1 = recorded)
 ITEM_MIN_INTS = 7        # the smallest item: three counts, a context token, a choice's two counts and a token
 KIND_MC, KIND_CLOZE, KIND_ROLLING = 0, 1, 2
 KIND_NAMES = {KIND_MC: "multiple choice", KIND_CLOZE: "cloze", KIND_ROLLING: "rolling"}
@@ -111,7 +115,9 @@ def rolling_requests(prefix: int, tokens: list[int], max_len: int) -> list[tuple
 
 
 def write_evalset(path, items: list[dict], kind: int, vocab_size: int, description: str,
-                  bos: bool = True) -> None:
+                  bos: bool = True, tokenizer: int | None = None) -> None:
+    """`tokenizer`: the fingerprint of the tokenizer that made the tokens
+    (tokenizer.tokenizer_fingerprint), which the trainer compares with its --tokenizer."""
     if kind not in KIND_NAMES:
         raise ValueError("kind must be KIND_MC, KIND_CLOZE or KIND_ROLLING")
     desc = description.encode("utf-8")
@@ -120,6 +126,8 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
     h[5] = max((len(it["choices"]) for it in items), default=0)
     h[6] = max((len(it["context"]) + max(len(c) for c in it["choices"]) for it in items), default=0)
     h[7], h[8] = int(bos), len(desc)
+    if tokenizer is not None:
+        h[EVAL_TOKENIZER_SLOT], h[EVAL_TOKENIZER_SLOT + 1] = tokenizer, 1
     body = []
     for i, it in enumerate(items):
         nc = len(it["choices"])
@@ -174,7 +182,8 @@ def read_evalset(path) -> dict:
     if min(n_items, max_choices, max_tokens, desc_len) < 0 or vocab <= 0:
         raise ValueError(f"{path}: bad header (items {n_items}, vocab {vocab}, choices {max_choices}, "
                          f"tokens {max_tokens}, description {desc_len})")
-    check_header_crc(path, data, h, EVAL_CRC_SLOT, h[1] == EVAL_VERSION, "eval set", "write_evalset")
+    check_header_crc(path, data, h, EVAL_CRC_SLOT, h[1] == EVAL_VERSION, "eval set", "write_evalset", fields_after=2)
+    tokenizer = tokenizer_record(path, h, EVAL_TOKENIZER_SLOT) if h[1] == EVAL_VERSION else None
     pos = 1024 + desc_len
     if pos > len(data) or (len(data) - pos) % 4 or n_items * ITEM_MIN_INTS > (len(data) - pos) // 4:
         raise ValueError(f"{path}: truncated or corrupt: the header announces {n_items} items and a "
@@ -223,4 +232,4 @@ def read_evalset(path) -> dict:
     if j != len(v):
         raise ValueError(f"{path}: {len(v) - j} trailing int32 after the last item")
     return {"kind": kind, "vocab_size": vocab, "max_choices": max_choices, "max_tokens": max_tokens,
-            "bos": bool(h[7]), "description": desc, "items": items}
+            "bos": bool(h[7]), "description": desc, "items": items, "tokenizer": tokenizer}

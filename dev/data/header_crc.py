@@ -12,11 +12,13 @@ def file_crc(data, slot: int) -> int:
     return zlib.crc32(view[4 * slot + 4:], zlib.crc32(view[:4 * slot]))
 
 
-def check_header_crc(path, data, header: list[int], slot: int, checksummed: bool, what: str, writer: str) -> None:
-    """Checks a header read from `data`: the ints past the fields (and past the CRC slot, when the
-    version has one) are 0, and a checksummed file's CRC matches; a version without one is read
-    with a note that names `what` and the `writer` that writes the checksummed version."""
-    tail = slot + 1 if checksummed else slot
+def check_header_crc(path, data, header: list[int], slot: int, checksummed: bool, what: str, writer: str,
+                     fields_after: int = 0) -> None:
+    """Checks a header read from `data`: the ints past the fields (and past the CRC slot and the
+    `fields_after` it, when the version has one) are 0, and a checksummed file's CRC matches; a
+    version without one is read with a note that names `what` and the `writer` that writes the
+    checksummed version."""
+    tail = slot + 1 + fields_after if checksummed else slot
     if any(header[tail:]):
         raise ValueError(f"{path}: header ints [{tail}..255] are not all 0 (corrupt header)")
     if checksummed:

@@ -19,6 +19,7 @@ import random
 from chatml import format_text
 from evalset import KIND_CLOZE, KIND_MC, make_item, write_evalset
 from synth_generator import (ATTR_QUESTION, ATTRS, World, gen_math, gen_rag, short_answer)
+from tokenizer import tokenizer_fingerprint
 
 
 def _chat_prefix(query: str) -> str:
@@ -102,6 +103,7 @@ def build_all(tok, outdir, val_chapters, world: World, n: int = 200, seed: int =
     for name, items, kind, what in sets:
         path = f"{outdir}/{name}.bin"
         write_evalset(path, items, kind, tok.vocab_size,
-                      f"SANITY SET (not a benchmark): {name}: {what}; {len(items)} items")
+                      f"SANITY SET (not a benchmark): {name}: {what}; {len(items)} items",
+                      tokenizer=tokenizer_fingerprint(tok))
         paths.append(path)
     return paths

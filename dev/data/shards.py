@@ -5,6 +5,8 @@ reads. Formats (documented in doc/formats.md):
   token shard  <name>.bin      header 256 x int32: [0] 20240520, [1] version (1 = uint16
                                tokens, 2 = uint32 tokens), [2] number of tokens, [3] CRC-32
                                of the token bytes (zlib.crc32), [4] 1 (the CRC is present),
+                               [5] the fingerprint of the tokenizer that made the tokens
+                               (tokenizer.tokenizer_fingerprint), [6] 1 when [5] holds one,
                                rest 0; then the tokens, little-endian.
   region file  <name>.regions  header 256 x int32: [0] REGIONS_MAGIC, [1] 1, [2] number of
                                tokens (equal to its shard's), [3] CRC-32 of the labels, [4] 1,
@@ -75,6 +77,7 @@ def exercises_path(shard_path: str | os.PathLike) -> Path:
 
 # the header slot of each file's CRC-32 (doc/formats.md); the slot after it is its flag
 SHARD_CRC_SLOT = 3
+SHARD_TOKENIZER_SLOT = 5  # the tokenizer's fingerprint; the slot after it is its flag (1 = recorded)
 REGIONS_CRC_SLOT = 3
 EXERCISES_CRC_SLOT = 5
 
@@ -112,8 +115,10 @@ def shard_version_for_vocab(vocab_size: int) -> int:
     return SHARD_VERSION_U16 if vocab_size <= 65536 else SHARD_VERSION_U32
 
 
-def write_shard(path, tokens, version: int | None = None) -> None:
-    """Writes one token shard. version None picks uint16 when every token fits."""
+def write_shard(path, tokens, version: int | None = None, tokenizer: int | None = None) -> None:
+    """Writes one token shard. version None picks uint16 when every token fits; `tokenizer`: the
+    fingerprint of the tokenizer that made the tokens (tokenizer.tokenizer_fingerprint), which
+    the trainer compares with its --tokenizer (None: not recorded)."""
     toks = np.asarray(tokens)
     if toks.ndim != 1:
         raise ValueError("tokens must be one-dimensional")
@@ -132,7 +137,8 @@ def write_shard(path, tokens, version: int | None = None) -> None:
         payload = toks.astype("<u4")
     else:
         raise ValueError(f"unknown shard version {version}")
-    _write_atomic(Path(path), _header(SHARD_MAGIC, version, toks.size, crc_slot_value(payload), 1), payload)
+    recorded = (tokenizer, 1) if tokenizer is not None else (0, 0)
+    _write_atomic(Path(path), _header(SHARD_MAGIC, version, toks.size, crc_slot_value(payload), 1, *recorded), payload)
 
 
 def write_regions(path, regions) -> None:
@@ -212,11 +218,33 @@ def _check_crc(path: Path, what: str, header: np.ndarray, slot: int, body) -> No
                          f"computed {computed & 0xFFFFFFFF:08x} (the file is corrupt)")
 
 
+def tokenizer_record(path, header, slot: int) -> int | None:
+    """The tokenizer fingerprint a header records at `slot` (its flag after it), or None for a
+    file from before the field (both 0)."""
+    value, flag = int(header[slot]), int(header[slot + 1])
+    if flag not in (0, 1):
+        raise ValueError(f"{path}: header int [{slot + 1}] (tokenizer flag) is {flag}, must be 0 or 1 (corrupt header)")
+    if flag == 0 and value != 0:
+        raise ValueError(f"{path}: header int [{slot}] is {value} with no tokenizer recorded ([{slot + 1}] 0): must be 0 "
+                         f"(corrupt header)")
+    return value if flag else None
+
+
+def shard_tokenizer(path) -> int | None:
+    """The fingerprint of the tokenizer a shard records (header only), or None."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        data = f.read(HEADER_BYTES)
+    h = _read_header(path, data, SHARD_MAGIC, (SHARD_VERSION_U16, SHARD_VERSION_U32), SHARD_TOKENIZER_SLOT + 2)
+    return tokenizer_record(path, h, SHARD_TOKENIZER_SLOT)
+
+
 def read_shard(path) -> np.ndarray:
     """Reads a token shard, checking magic, version and size; returns uint16 or uint32 array."""
     path = Path(path)
     data = path.read_bytes()
-    h = _read_header(path, data, SHARD_MAGIC, (SHARD_VERSION_U16, SHARD_VERSION_U32), SHARD_CRC_SLOT + 2)
+    h = _read_header(path, data, SHARD_MAGIC, (SHARD_VERSION_U16, SHARD_VERSION_U32), SHARD_TOKENIZER_SLOT + 2)
+    tokenizer_record(path, h, SHARD_TOKENIZER_SLOT)
     dtype = "<u2" if h[1] == SHARD_VERSION_U16 else "<u4"
     width = np.dtype(dtype).itemsize
     expect = HEADER_BYTES + int(h[2]) * width
@@ -267,11 +295,12 @@ class ShardWriter:
     with labels). with_exercises: also write a .exercises sidecar per shard (every document
     must then name its exercise); each shard's table holds the names seen so far, in order of
     first appearance after "none", so a name keeps its id in all later shards.
-    vocab_size picks the token width (uint16 up to 65536 ids).
+    vocab_size picks the token width (uint16 up to 65536 ids); tokenizer: the fingerprint every
+    shard records (write_shard).
     """
 
     def __init__(self, outdir, prefix: str, split: str, shard_tokens: int, vocab_size: int,
-                 with_regions: bool = False, with_exercises: bool = False):
+                 with_regions: bool = False, with_exercises: bool = False, tokenizer: int | None = None):
         if split not in ("train", "val"):
             raise ValueError("split must be 'train' or 'val'")
         self.outdir = Path(outdir)
@@ -280,6 +309,7 @@ class ShardWriter:
         self.shard_tokens = int(shard_tokens)
         self.version = shard_version_for_vocab(vocab_size)
         self.vocab_size = vocab_size
+        self.tokenizer = tokenizer
         self.with_regions = with_regions
         self.dtype = np.uint16 if self.version == SHARD_VERSION_U16 else np.uint32
         self.buf = np.empty(self.shard_tokens, dtype=self.dtype)
@@ -336,7 +366,7 @@ class ShardWriter:
         if self.fill == 0:
             return
         path = self.outdir / f"{self.prefix}_{self.split}_{self.index:06d}.bin"
-        write_shard(path, self.buf[:self.fill], version=self.version)
+        write_shard(path, self.buf[:self.fill], version=self.version, tokenizer=self.tokenizer)
         if self.with_regions:
             write_regions(regions_path(path), self.rbuf[:self.fill])
         if self.with_exercises:

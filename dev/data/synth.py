@@ -116,7 +116,7 @@ def main(argv=None):
 
     from tqdm import tqdm
 
-    from tokenizer import SPTokenizer
+    from tokenizer import SPTokenizer, tokenizer_fingerprint
     tok = SPTokenizer(args.tokenizer)
     tok.check_specials()
     if args.parquet is not None:
@@ -131,7 +131,7 @@ def main(argv=None):
         random.Random(args.seed).shuffle(files)
         open_file = lambda f: download(args.repo, f)  # noqa: E731
     writers = {s: ShardWriter(args.out, "synth", s, args.shard_tokens, tok.vocab_size, with_regions=True,
-                              with_exercises=True)
+                              with_exercises=True, tokenizer=tokenizer_fingerprint(tok))
                for s in ("train", "val")}
     rows = iter_documents(files, args.language, open_file)
     dropped = {"empty": 0}

@@ -46,9 +46,10 @@ def write_corpus(texts, tokenizer_spec: str, outdir, prefix: str, shard_tokens: 
     the rest to <prefix>_train_*. Stops after max_tokens (0 = all)."""
     from tqdm import tqdm
 
-    from tokenizer import load_tokenizer
+    from tokenizer import load_tokenizer, tokenizer_fingerprint
     tok = load_tokenizer(tokenizer_spec)
-    w = {s: ShardWriter(outdir, prefix, s, shard_tokens, tok.vocab_size) for s in ("train", "val")}
+    w = {s: ShardWriter(outdir, prefix, s, shard_tokens, tok.vocab_size, tokenizer=tokenizer_fingerprint(tok))
+         for s in ("train", "val")}
     bar = tqdm(total=max_tokens or None, unit="tok", unit_scale=True, desc=prefix)
     done = 0
     with Pool(workers, initializer=_init, initargs=(tokenizer_spec,)) as pool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -160,9 +161,9 @@ def load_tokenizer(spec: str):
     return SPTokenizer(spec)
 
 
-def export_tokenizer_bin(tok, path) -> None:
-    """Writes the tokenizer .bin: 256-int32 header (with the file's CRC-32), then per id:
-    uint8 type, uint16 length, bytes."""
+def _tokenizer_header_and_body(tok) -> tuple[np.ndarray, bytes]:
+    """The tokenizer .bin's header (without its CRC) and its pieces: per id uint8 type, uint16
+    length, bytes."""
     entries = [tok.piece_bytes(i) for i in range(tok.vocab_size)]
     maxlen = max(len(b) for _, b in entries)
     if maxlen > 65535:
@@ -171,7 +172,24 @@ def export_tokenizer_bin(tok, path) -> None:
     h[0], h[1], h[2], h[3] = TOKENIZER_MAGIC, TOKENIZER_VERSION, tok.vocab_size, tok.kind
     h[4], h[5], h[6], h[7] = tok.bos_id, tok.eos_id, tok.pad_id, tok.unk_id
     h[8] = maxlen
-    body = b"".join(struct.pack("<BH", t, len(b)) + b for t, b in entries)
+    return h, b"".join(struct.pack("<BH", t, len(b)) + b for t, b in entries)
+
+
+def tokenizer_fingerprint(tok) -> int:
+    """What the data made with `tok` records (shards, eval sets: doc/formats.md), as
+    llmc/data/tokenizer.h Tokenizer::fingerprint() computes it from the .bin: the CRC-32 of
+    header ints [2..8] (vocabulary, kind, special ids, longest piece) and the pieces, so that the
+    file's version and checksum do not change it. An int32 with the CRC's bits, as a header
+    slot holds it."""
+    h, body = _tokenizer_header_and_body(tok)
+    crc = zlib.crc32(body, zlib.crc32(h[2:9].tobytes()))
+    return int(np.array([crc], dtype="<u4").view("<i4")[0])
+
+
+def export_tokenizer_bin(tok, path) -> None:
+    """Writes the tokenizer .bin: 256-int32 header (with the file's CRC-32), then per id:
+    uint8 type, uint16 length, bytes."""
+    h, body = _tokenizer_header_and_body(tok)
     h[TOKENIZER_CRC_SLOT] = np.array([file_crc(h.tobytes() + body, TOKENIZER_CRC_SLOT)], dtype="<u4").view("<i4")[0]
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")

@@ -575,7 +575,8 @@ static std::vector<size_t> flip_positions(const Target& t) {
 static std::function<std::string(size_t)> flip_expectations(const Target& t) {
     const Bytes& b = t.seed;
     if (t.file_crc_slot >= 0) {  // tokenizer, eval set: magic and version, then the zero ints, then the CRC
-        const size_t fields = 4 * (size_t)(t.file_crc_slot + 1);
+        // (an eval set's tokenizer record, two ints after its CRC, is a field the CRC covers)
+        const size_t fields = 4 * (size_t)(t.file_crc_slot + 1 + (t.name.rfind("evalset", 0) == 0 ? 2 : 0));
         return [fields](size_t i) -> std::string {
             if (i < 8) { return "error: "; }
             if (i >= fields && i < (size_t)DATA_HEADER_BYTES) { return "must be 0 (corrupt header)"; }
@@ -591,10 +592,17 @@ static std::function<std::string(size_t)> flip_expectations(const Target& t) {
         // before its CRC: those errors say what is wrong with the table
         int32_t table_bytes = 0;
         if (t.name.rfind("exercises", 0) == 0) { memcpy(&table_bytes, &b[16], 4); }
-        return [part, slot, table_bytes](size_t i) -> std::string {
+        // a shard's tokenizer record (none in the seeds): a fingerprint without its flag is refused;
+        // the flag's lowest bit makes it "recorded 0", which reads
+        const int tokenizer_slot = t.name.rfind("shard", 0) == 0 ? SHARD_TOKENIZER_SLOT : -1;
+        return [part, slot, table_bytes, tokenizer_slot](size_t i) -> std::string {
             if (i >= (size_t)DATA_HEADER_BYTES && i < (size_t)(DATA_HEADER_BYTES + table_bytes)) { return "error: "; }
             if (i >= (size_t)DATA_HEADER_BYTES || i / 4 == (size_t)slot) { return part; }
             if (i / 4 == (size_t)slot + 1) { return i % 4 == 0 && i % 8 == 0 ? "" : "(checksum flag) is"; }
+            if (tokenizer_slot >= 0 && i / 4 == (size_t)tokenizer_slot) { return "with no tokenizer recorded"; }
+            if (tokenizer_slot >= 0 && i / 4 == (size_t)tokenizer_slot + 1) {
+                return i % 4 == 0 && i % 8 == 0 ? "" : "(tokenizer flag) is";
+            }
             if (i / 4 > (size_t)slot + 1) { return "must be 0 (corrupt header)"; }
             return "error: ";
         };

@@ -78,6 +78,7 @@ there (the fingerprint checks that data, T, global batch B*P, shuffle and seed m
 #include <vector>
 
 #include "llmc/data/crc32.h"  // defines: crc32_update, crc32_of_file_range
+#include "llmc/data/tokenizer_record.h"
 #include "llmc/utils.h"
 
 constexpr int SHARD_MAGIC = 20240520;
@@ -91,6 +92,7 @@ constexpr int MAX_EXERCISES = 256;  // ids are uint8
 constexpr const char* EXERCISE_NONE = "none";
 constexpr int SHARD_CRC_SLOT = 3, REGIONS_CRC_SLOT = 3, EXERCISES_CRC_SLOT = 5;  // header ints holding CRCs
 // (the int after each is its flag: 1 = the CRC is present; see the top)
+constexpr int SHARD_TOKENIZER_SLOT = 5;  // the tokenizer's fingerprint; [6] its flag (1 = recorded)
 constexpr int DATA_HEADER_INTS = 256;
 constexpr long DATA_HEADER_BYTES = DATA_HEADER_INTS * 4;
 enum Region : uint8_t { REGION_OTHER = 0, REGION_QUERY = 1, REGION_TRACE = 2, REGION_ANSWER = 3 };
@@ -251,6 +253,7 @@ struct ShardInfo {
     std::vector<std::string> exercise_names;  // the sidecar's table (name 0 is "none")
     long exercise_ids_offset = 0;    // byte offset of the per-token ids in the sidecar
     DataCrc crc, regions_crc, exercises_crc;  // the headers' CRC-32s
+    TokenizerRecord tokenizer;       // what the shard was tokenized with
     int version = 0;
     int width = 0;        // bytes per token
     int64_t ntok = 0;
@@ -262,8 +265,9 @@ inline ShardInfo inspect_shard(const std::string& path) {
     ShardInfo s;
     s.path = path;
     CheckedFile f(path, "rb");
-    std::vector<int32_t> h = read_data_header(f, SHARD_MAGIC, "token shard", SHARD_CRC_SLOT + 2);
+    std::vector<int32_t> h = read_data_header(f, SHARD_MAGIC, "token shard", SHARD_TOKENIZER_SLOT + 2);
     s.crc = read_data_crc(path, "token shard", h, SHARD_CRC_SLOT);
+    s.tokenizer = read_tokenizer_record(path, "token shard", h, SHARD_TOKENIZER_SLOT);
     s.version = h[1];
     if (s.version == SHARD_VERSION_U16) { s.width = 2; }
     else if (s.version == SHARD_VERSION_U32) { s.width = 4; }

@@ -20,12 +20,14 @@ anything is allocated for it, so a corrupt count is refused, never taken on trus
 #include <vector>
 
 #include "llmc/data/crc32.h"  // defines: crc32_without_slot
+#include "llmc/data/tokenizer_record.h"
 #include "llmc/utils.h"
 
 constexpr int EVAL_MAGIC = 20260313;
 constexpr int EVAL_VERSION = 2;         // what the writer writes: with a CRC
 constexpr int EVAL_VERSION_NO_CRC = 1;  // still read, with a note
 constexpr int EVAL_CRC_SLOT = 9;        // header int holding the CRC (version 2)
+constexpr int EVAL_TOKENIZER_SLOT = 10; // the tokenizer's fingerprint; [11] its flag (version 2)
 enum EvalKind { EVAL_MULTIPLE_CHOICE = 0, EVAL_CLOZE = 1, EVAL_ROLLING = 2 };
 
 struct EvalItem {
@@ -40,8 +42,19 @@ struct EvalSet {
     std::string path, description;
     int kind = 0, vocab_size = 0, max_choices = 0, max_tokens = 0;
     bool bos = false;
+    TokenizerRecord tokenizer;  // what its tokens were made with
     std::vector<EvalItem> items;
 };
+
+// The tokenizer an eval set records (header only; version 1 files record none).
+inline TokenizerRecord evalset_tokenizer(const std::string& path) {
+    CheckedFile f(path, "rb");
+    if (f.size() < 1024) { fatal("eval set '%s' is truncated: %ld bytes, shorter than its 1024-byte header", path.c_str(), f.size()); }
+    std::vector<int32_t> h;
+    f.read_vector(h, 256, "header");
+    if (h[0] != EVAL_MAGIC) { fatal("file '%s' is not an eval set: magic number %d, expected %d", path.c_str(), h[0], EVAL_MAGIC); }
+    return h[1] == EVAL_VERSION ? read_tokenizer_record(path, "eval set", h, EVAL_TOKENIZER_SLOT) : TokenizerRecord{};
+}
 
 inline EvalSet load_evalset(const std::string& path) {
     CheckedFile f(path, "rb");
@@ -55,7 +68,7 @@ inline EvalSet load_evalset(const std::string& path) {
               EVAL_VERSION_NO_CRC, EVAL_VERSION);
     }
     const bool checksum = h[1] == EVAL_VERSION;
-    for (int k = checksum ? EVAL_CRC_SLOT + 1 : EVAL_CRC_SLOT; k < 256; k++) {
+    for (int k = checksum ? EVAL_TOKENIZER_SLOT + 2 : EVAL_CRC_SLOT; k < 256; k++) {
         if (h[k] != 0) { fatal("eval set '%s': header int [%d] is %d, must be 0 (corrupt header)", path.c_str(), k, h[k]); }
     }
     if (checksum) {
@@ -71,6 +84,7 @@ inline EvalSet load_evalset(const std::string& path) {
     }
     EvalSet es;
     es.path = path;
+    if (checksum) { es.tokenizer = read_tokenizer_record(path, "eval set", h, EVAL_TOKENIZER_SLOT); }
     int n_items = h[2];
     es.kind = h[3];
     es.vocab_size = h[4];

@@ -79,6 +79,7 @@ public:
         }
         types_.resize(vocab_size);
         pieces_.resize(vocab_size);
+        uint32_t fingerprint = crc32(&h[2], 7 * sizeof(int32_t));  // (fingerprint() below)
         for (int i = 0; i < vocab_size; i++) {
             uint8_t type = f.read_value<uint8_t>("piece type");
             uint16_t len = f.read_value<uint16_t>("piece length");
@@ -90,11 +91,22 @@ public:
             types_[i] = type;
             pieces_[i].resize(len);
             if (len > 0) { f.read(&pieces_[i][0], len, "piece bytes"); }
+            fingerprint = crc32_update(fingerprint, &type, 1);
+            fingerprint = crc32_update(fingerprint, &len, 2);  // (little-endian, as stored)
+            fingerprint = crc32_update(fingerprint, pieces_[i].data(), len);
         }
         long pos = f.tell();
         if (pos != size) { fatal("tokenizer '%s': %ld bytes after the last piece", path.c_str(), size - pos); }
         path_ = path;
+        fingerprint_ = fingerprint;
     }
+
+    // What data made with this tokenizer records (doc/formats.md "Token shards"): the CRC-32 of
+    // header ints [2..8] (vocabulary, kind, special ids, longest piece) and the pieces as stored,
+    // so that the file's version and checksum do not change it (dev/data/tokenizer.py
+    // tokenizer_fingerprint computes the same).
+    uint32_t fingerprint() const { return fingerprint_; }
+    const std::string& path() const { return path_; }
 
     bool loaded() const { return vocab_size > 0; }
     PieceType type(int id) const { check(id); return (PieceType)types_[id]; }
@@ -236,6 +248,7 @@ private:
         }
     }
     std::string path_;
+    uint32_t fingerprint_ = 0;
     std::vector<uint8_t> types_;
     std::vector<std::string> pieces_;
 };

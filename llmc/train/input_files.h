@@ -5,7 +5,9 @@ wrong path fails at once, naming the flag that gave it ("--tokenizer: no such fi
   - check_start_files: --tokenizer, --resume, --init-from, before any of them is read;
   - check_run_files: once the options are resolved (a resume takes its data from the
     checkpoint), the shards of --train-data and --val-data (each header: llmc/data/dataloader.h
-    inspect_shard), the --eval-sets files, the directory of --log, and --prompt's tokenizer.
+    inspect_shard), the --eval-sets files, the directory of --log, and --prompt's tokenizer;
+  - check_data_tokenizers: the tokenizer each data file records, against --tokenizer and the
+    other files.
 The readers check the contents again as they read (their errors name the file). Host-only C++17.
 */
 #pragma once
@@ -18,6 +20,8 @@ The readers check the contents again as they read (their errors name the file). 
 #include <string>
 
 #include "llmc/data/dataloader.h"  // defines: glob_shards, inspect_shard
+#include "llmc/data/evalset.h"     // defines: evalset_tokenizer
+#include "llmc/data/tokenizer.h"
 #include "llmc/train/train_options.h"
 #include "llmc/utils.h"
 
@@ -85,4 +89,53 @@ inline void check_run_files(const TrainOptions& o) {
         }
     }
     if (!o.prompt.empty() && o.tokenizer_path.empty()) { fatal("--prompt needs --tokenizer (the file that encodes it)"); }
+}
+
+// Every data file (shards, eval sets) that records its tokenizer (llmc/data/tokenizer_record.h)
+// records --tokenizer's, or without one, the first such file's: token ids of another tokenizer
+// mean other pieces, and would train and score without a complaint. A mismatch names both
+// files; files from before the field are said in one note per flag. --check-tokenizer 0 skips
+// the comparison.
+inline void check_data_tokenizers(const TrainOptions& o, const Tokenizer& tokenizer) {
+    if (o.check_tokenizer == 0) { return; }
+    std::string reference;  // what the others are compared with: "--tokenizer FILE" or "FLAG FILE"
+    uint32_t expected = 0;
+    if (tokenizer.loaded()) {
+        reference = "--tokenizer " + tokenizer.path();
+        expected = tokenizer.fingerprint();
+    }
+    auto compare = [&](const std::string& flag, const std::string& file, TokenizerRecord r) {
+        if (!r.present) { return false; }
+        if (reference.empty()) {
+            reference = flag + " " + file;
+            expected = r.fingerprint;
+        } else if (r.fingerprint != expected) {
+            fatal("%s %s was made with another tokenizer (fingerprint %08x) than %s (%08x): its token ids stand for "
+                  "other pieces. Give data and a tokenizer of one build, or --check-tokenizer 0 if the pieces are the "
+                  "same", flag.c_str(), file.c_str(), r.fingerprint, reference.c_str(), expected);
+        }
+        return true;
+    };
+    auto note_unrecorded = [&](const std::string& flag, int unrecorded, int total) {
+        if (unrecorded == 0 || reference.empty()) { return; }
+        fprintf(stderr, "note: %d of %d files of %s record no tokenizer (written before the field, 2026-12-05): not "
+                "compared with %s\n", unrecorded, total, flag.c_str(), reference.c_str());
+    };
+    for (const auto& [flag, patterns] : {std::make_pair(std::string("--train-data"), o.steps > 0 ? o.train_data : ""),
+                                         std::make_pair(std::string("--val-data"), o.val_data)}) {
+        if (patterns.empty()) { continue; }
+        const std::vector<std::string> files = glob_shards(patterns, flag);
+        int unrecorded = 0;
+        for (const std::string& f : files) { unrecorded += !compare(flag, f, inspect_shard(f).tokenizer); }
+        note_unrecorded(flag, unrecorded, (int)files.size());
+    }
+    int unrecorded = 0, total = 0;
+    for (size_t pos = 0; pos < o.eval_sets.size();) {
+        size_t comma = std::min(o.eval_sets.find(',', pos), o.eval_sets.size());
+        const std::string path = o.eval_sets.substr(pos, comma - pos);
+        pos = comma + 1;
+        total++;
+        unrecorded += !compare("--eval-sets", path, evalset_tokenizer(path));
+    }
+    note_unrecorded("--eval-sets", unrecorded, total);
 }

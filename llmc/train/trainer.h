@@ -118,6 +118,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
         fatal("--milestones 1 needs --checkpoint-dir (--paper-setup 1 turns milestones on; --milestones 0 turns them off)");
     }
     if (o.overwrite != 0 && o.overwrite != 1) { fatal("--overwrite must be 0 or 1, got %d", o.overwrite); }
+    if (o.check_tokenizer != 0 && o.check_tokenizer != 1) { fatal("--check-tokenizer must be 0 or 1, got %d", o.check_tokenizer); }
     if (o.spike_window < 2) { fatal("--spike-window must be >= 2, got %d", o.spike_window); }
     if (!(o.spike_guard == 0.0 || o.spike_guard > 1.0)) {
         fatal("--spike-guard must be 0 (off) or a factor > 1, got %g", o.spike_guard);
@@ -453,6 +454,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     load_saved_tokenizer(t, start, c.vocab_size);
     set_kernel_switches(t);
     check_run_files(t);
+    check_data_tokenizers(t, start.tokenizer);
     if (!t.init_from.empty()) {
         if (t.steps > 0) {
             printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
