@@ -204,19 +204,20 @@ def gcide_facts(word: str, lines: list[str], key: str, index: int) -> list[Fact]
         return []
     facts = [Fact("gcide", "pos", word, f"'{word}' in Webster's dictionary", pos, key, index)]
     after = rest[next(len(a) for a, n in GCIDE_POS if n == pos):].lstrip()
-    while after.startswith("["):
+    etymology = None
+    while after.startswith("["):  # the head's brackets: inflections, etymology, usage labels
         got = _bracket_after(after, 0)
         if got is None:
             break
         inner, end = got
-        if "?" in inner:  # a character the conversion lost: no fact to state
-            after = after[end:].lstrip()
-            continue
-        if not _NOT_ETYMOLOGY.match(inner) and re.search(r"[A-Z][A-Za-z]*\.|\bfr\.|\+", inner):
-            facts.append(Fact("gcide", "etymology", word, f"the {pos} '{word}' in Webster's dictionary",
-                              _clip(inner), key, index))
-            break
         after = after[end:].lstrip()
+        # ("?" is a character the conversion lost: no fact to state)
+        if (etymology is None and "?" not in inner and not _NOT_ETYMOLOGY.match(inner)
+                and re.search(r"[A-Z][A-Za-z]*\.|\bfr\.|\+", inner)):
+            etymology = inner
+    if etymology is not None:
+        facts.append(Fact("gcide", "etymology", word, f"the {pos} '{word}' in Webster's dictionary",
+                          _clip(etymology), key, index))
     # the definition: what follows the head's brackets, or else the first line that is not a
     # note, a synonym list or a quotation ("... --Shak.")
     candidates = [after] + [ln for ln in lines[1:] if not ln.startswith(("Note:", "Syn.", "Syn:", '"'))]
@@ -284,7 +285,7 @@ def load(directory: str, databases=DATABASES, val_every: int = VAL_EVERY) -> Cor
     for name in databases:
         for entry in read_database(directory, name):
             lines = logical_lines(entry.text, entry.headwords)
-            if len(lines) < 2:
+            if not lines or (len(lines) == 1 and lines[0].lower() in entry.headwords):
                 continue  # a headword without a definition
             word, key = display_word(entry), headword_key(entry.headwords[0])
             index = len(documents)
