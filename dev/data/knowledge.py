@@ -369,6 +369,21 @@ def fact_split(fact: Fact, val_every: int = VAL_EVERY) -> str:
 
 MAX_LOOKUP_CHARS = 1200  # entries longer than this are not quoted in a query
 LOOKUP_SHARE, MCQ_SHARE = 0.25, 0.1
+# which kind of fact a question asks (then a fact of that kind, uniformly): by the facts' counts
+# a third would be parts of speech, mostly "noun"
+KIND_WEIGHTS = {"define": 0.4, "synonym": 0.2, "pos": 0.12, "etymology": 0.12, "category": 0.08, "antonym": 0.08}
+
+
+def _by_kind(facts: list[Fact]) -> dict[str, list[Fact]]:
+    pools: dict[str, list[Fact]] = {}
+    for f in facts:
+        pools.setdefault(f.kind, []).append(f)
+    return pools
+
+
+def _pick(pools: dict[str, list[Fact]], rng: random.Random) -> Fact:
+    kinds = sorted(pools)
+    return rng.choice(pools[rng.choices(kinds, [KIND_WEIGHTS[k] for k in kinds])[0]])
 
 
 def exercises(corpus: Corpus, split: str, num_docs: int, seed: int, val_every: int = VAL_EVERY):
@@ -376,30 +391,32 @@ def exercises(corpus: Corpus, split: str, num_docs: int, seed: int, val_every: i
 
     train: questions about the training facts (parametric, mcq) and lookups of training entries;
     val: parametric questions about the held-out facts of training entries, lookups of held-out entries.
+    Shares: LOOKUP_SHARE lookups, MCQ_SHARE four-way WordNet definitions, the rest bare questions.
     """
     rng = random.Random(seed)
-    asked = [f for f in corpus.facts if fact_split(f, val_every) == split]
-    quoted = [f for f in corpus.facts if fact_split(f, val_every) == ("context" if split == "val" else "train")
-              and len(corpus.documents[f.entry]["text"]) <= MAX_LOOKUP_CHARS]
+    asked = _by_kind([f for f in corpus.facts if fact_split(f, val_every) == split])
+    quoted = _by_kind([f for f in corpus.facts if fact_split(f, val_every) == ("context" if split == "val" else "train")
+                       and len(corpus.documents[f.entry]["text"]) <= MAX_LOOKUP_CHARS])
+    mcq = [f for f in asked.get("define", []) if f.source == "wn"]
     glosses = [f.answer for f in corpus.facts if f.source == "wn" and f.kind == "define"]
     if not asked or not quoted:
         raise ValueError(f"no {split} facts to ask (facts: {len(corpus.facts)}); the dictionaries are too small")
     for i in range(num_docs):
         mode = rng.random()
         if mode < LOOKUP_SHARE:
-            fact = rng.choice(quoted)
+            fact = _pick(quoted, rng)
             ex, q, r, a = lookup_exercise(fact, corpus.documents[fact.entry]["text"], rng)
+        elif mode < LOOKUP_SHARE + MCQ_SHARE and mcq and len(set(glosses)) > 3:
+            fact = rng.choice(mcq)
+            distractors = set()
+            while len(distractors) < 3:
+                g = rng.choice(glosses)
+                if g != fact.answer:
+                    distractors.add(g)
+            ex, q, r, a = mcq_exercise(fact, sorted(distractors), rng)
         else:
-            fact = rng.choice(asked)
-            if mode < LOOKUP_SHARE + MCQ_SHARE and fact.source == "wn" and fact.kind == "define" and len(glosses) > 20:
-                distractors = set()
-                while len(distractors) < 3:
-                    g = rng.choice(glosses)
-                    if g != fact.answer:
-                        distractors.add(g)
-                ex, q, r, a = mcq_exercise(fact, sorted(distractors), rng)
-            else:
-                ex, q, r, a = parametric_exercise(fact, rng)
+            fact = _pick(asked, rng)
+            ex, q, r, a = parametric_exercise(fact, rng)
         yield {"synth_id": f"dict_{split}_{seed}_{i}", "language": "en", "exercise": ex, "query": q,
                "synthetic_reasoning": r, "synthetic_answer": a,
                "meta": {"source": fact.source, "kind": fact.kind, "key": fact.key, "answer": fact.answer}}
