@@ -207,6 +207,7 @@ def test_exercises(dictd_dir):
     for split, ds in docs.items():
         names = {d["exercise"] for d in ds}
         assert {"dict_lookup", "dict_define", "dict_pos", "dict_synonym", "dict_mcq"} <= names
+        assert names <= set(knowledge.PARAMETRIC + knowledge.CONTEXT)
         for d in ds:
             held_out = d["meta"]["key"] in val_keys
             if d["exercise"] == "dict_lookup":
