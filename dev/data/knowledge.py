@@ -139,12 +139,6 @@ def _braced(text: str) -> list[str]:
     return [w.strip() for w in re.findall(r"\{([^{}]*)\}", text)]
 
 
-def _display_word(entry: Entry, lines: list[str]) -> str:
-    """The headword as the block's first line writes it (the index lower-cases it)."""
-    first = lines[0].split("\\")[0].strip() if lines else ""
-    return first if first and first.lower() == entry.headwords[0] else entry.headwords[0]
-
-
 WN_POS = {"n": "noun", "v": "verb", "adj": "adjective", "adv": "adverb"}
 _WN_SENSE = re.compile(r"^(?:(n|v|adj|adv) )?(\d+): (.*)$")
 
@@ -167,7 +161,7 @@ def wordnet_facts(word: str, lines: list[str], key: str, index: int) -> list[Fac
             facts.append(Fact("wn", "define", word, f"{where} '{word}' in WordNet", _clip(gloss), key, index))
         for kind, tag in (("synonym", "syn"), ("antonym", "ant")):
             m2 = re.search(r"\[" + tag + r": ((?:\{[^{}]*\}(?:, )?)+)\]", body)
-            words = [w for w in _braced(m2.group(1))] if m2 else []
+            words = _braced(m2.group(1)) if m2 else []
             words = [w for w in words if w.lower() != key]
             if words:
                 facts.append(Fact("wn", kind, word, f"{where} '{word}' in WordNet", ", ".join(words), key, index))
@@ -265,7 +259,8 @@ def jargon_facts(word: str, lines: list[str], key: str, index: int) -> list[Fact
         text = re.sub(r"^(?:\[[^\]]*\] )?(?:\d+\. )?(?:(?:n|adj|v|vt|vi|adv|interj)\. )?(?:\[[^\]]*\] )?", "", body[0])
         first = re.split(_SENTENCE_END, text)[0].rstrip(".")
         if len(first) > 8:
-            facts.append(Fact("jargon", "define", word, f"'{word}' in the Jargon File", _stop(_clip(first)), key, index))
+            facts.append(Fact("jargon", "define", word, f"'{word}' in the Jargon File", _stop(_clip(first)), key,
+                              index))
     return facts
 
 

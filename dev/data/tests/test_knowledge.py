@@ -166,7 +166,8 @@ def test_facts(dictd_dir):
     assert facts[("wn", "synonym", "sense 2 of the noun 'dog' in WordNet")] == "andiron, firedog, dog-iron"
     assert facts[("wn", "antonym", "sense 1 of the adjective 'hot' in WordNet")] == "cold"
     assert facts[("gcide", "pos", "'Dog' in Webster's dictionary")] == "noun"
-    assert facts[("gcide", "etymology", "the noun 'Dog' in Webster's dictionary")] == "AS. docga; akin to D. dog mastiff."
+    assert facts[("gcide", "etymology", "the noun 'Dog' in Webster's dictionary")] == \
+        "AS. docga; akin to D. dog mastiff."
     assert facts[("gcide", "define", "the noun 'Dog' in Webster's dictionary")] == \
         "A quadruped of the genus Canis, esp. the domestic dog."
     assert facts[("gcide", "define", "the noun 'Spade' in Webster's dictionary")].startswith("An implement for digging")
