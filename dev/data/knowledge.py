@@ -397,7 +397,7 @@ def exercises(corpus: Corpus, split: str, num_docs: int, seed: int, val_every: i
     quoted = _by_kind([f for f in corpus.facts if fact_split(f, val_every) == ("context" if split == "val" else "train")
                        and len(corpus.documents[f.entry]["text"]) <= MAX_LOOKUP_CHARS])
     mcq = [f for f in asked.get("define", []) if f.source == "wn"]
-    glosses = [f.answer for f in corpus.facts if f.source == "wn" and f.kind == "define"]
+    glosses = sorted({f.answer for f in corpus.facts if f.source == "wn" and f.kind == "define"})
     if not asked or not quoted:
         raise ValueError(f"no {split} facts to ask (facts: {len(corpus.facts)}); the dictionaries are too small")
     for i in range(num_docs):
@@ -405,7 +405,7 @@ def exercises(corpus: Corpus, split: str, num_docs: int, seed: int, val_every: i
         if mode < LOOKUP_SHARE:
             fact = _pick(quoted, rng)
             ex, q, r, a = lookup_exercise(fact, corpus.documents[fact.entry]["text"], rng)
-        elif mode < LOOKUP_SHARE + MCQ_SHARE and mcq and len(set(glosses)) > 3:
+        elif mode < LOOKUP_SHARE + MCQ_SHARE and mcq and len(glosses) > 3:
             fact = rng.choice(mcq)
             distractors = set()
             while len(distractors) < 3:
