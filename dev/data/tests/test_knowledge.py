@@ -278,3 +278,18 @@ def test_build_knowledge_missing_dictionaries(tmp_path, kjv_chapters):
            "--knowledge", "--dictd-dir", str(tmp_path / "none")]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode != 0 and "--knowledge" in r.stderr and "gcide" in r.stderr
+
+
+def test_default_build_over_a_knowledge_build(built, tmp_path, kjv_chapters):
+    """A default build into a --knowledge build's folder leaves no dictionary shards of the old tokenizer."""
+    import shutil
+    out = tmp_path / "o"
+    shutil.copytree(built, out)
+    assert list((out / "dict").glob("dict_*.bin")) and list((out / "knowledge").glob("knowledge_*"))
+    cmd = [sys.executable, os.path.join(REPO, "dev/data/build_offline.py"), "--out", str(out), "--vocab-size", "1000",
+           "--synth-train-docs", "300", "--synth-val-docs", "50", "--eval-items", "10"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    assert not list((out / "dict").glob("dict_*")) and not list((out / "knowledge").glob("knowledge_*"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "knowledge_facts" not in manifest and "knowledge" not in manifest["args"]
+    assert not any(k.startswith(("dict_", "knowledge_")) for k in manifest["corpora"])
