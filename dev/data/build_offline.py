@@ -163,6 +163,7 @@ def main():
     synth_val = list(generate(args.synth_val_docs, args.seed + 1000003, world, "val", cover_world=False))
     print(f"[{time.time() - t0:5.1f}s] corpora: KJV {len(kjv_train)}+{len(kjv_val)} chapters, "
           f"synth {len(synth_train)}+{len(synth_val)} documents")
+
     lines = tokenizer_lines(kjv_train, synth_train)
     if args.knowledge:
         know = load_knowledge(args)
