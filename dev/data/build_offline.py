@@ -8,6 +8,11 @@ Builds the default OFFLINE dataset (no network needed; 35 s measured on 2 shared
   <out>/kjv/kjv_{train,val}_NNNNNN.bin     King James Bible chapters (Debian bible-kjv)
   <out>/synth/synth_{train,val}_NNNNNN.bin + .regions + .exercises   generated SYNTH-format documents
   <out>/eval/sanity_*.bin                  small SANITY eval sets (not benchmarks)
+  with --knowledge (opt-in; the default build is unchanged), also, and the tokenizer trained on them too:
+  <out>/dict/dict_{train,val}_NNNNNN.bin   dictionary entries (Debian dict-gcide, dict-wn, dict-foldoc,
+                                           dict-jargon), one document per entry, val = held-out headwords
+  <out>/knowledge/knowledge_{train,val}_NNNNNN.bin + .regions + .exercises   SYNTH-format exercises
+                                           whose answers are dictionary facts (dev/data/knowledge.py)
   <out>/manifest.json                      what was built, with token counts
   <out>/.complete                          written last: the build format and region convention
 
@@ -18,6 +23,7 @@ train, val and the sanity sets (parametric recall needs that); the documents dif
                                                                      # of this format is there
 """
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -25,6 +31,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kjv  # noqa: E402
+import knowledge  # noqa: E402
+from dictd import DEFAULT_DIR as DICTD_DIR  # noqa: E402
 from chatml import DocTokenizer  # noqa: E402
 from sanity_evals import build_all  # noqa: E402
 from shards import ShardWriter  # noqa: E402
@@ -38,8 +46,14 @@ BUILD_FORMAT = 3
 MARKER = ".complete"
 
 
+KNOWLEDGE_ARGS = ("knowledge", "dictd_dir", "knowledge_train_docs", "knowledge_val_docs")
+
+
 def marker_text(args) -> str:
-    return json.dumps({"build_format": BUILD_FORMAT, "region_convention": args.region_convention}) + "\n"
+    fields = {"build_format": BUILD_FORMAT, "region_convention": args.region_convention}
+    if args.knowledge:  # only then: a default build's marker stays what it was
+        fields["knowledge"] = True
+    return json.dumps(fields) + "\n"
 
 
 def is_current(args) -> bool:
@@ -61,6 +75,14 @@ def tokenizer_lines(kjv_train, synth_docs):
                     yield line
 
 
+def knowledge_lines(entries, exercise_docs):
+    for e in entries:
+        yield from (line for line in e["text"].split("\n") if line)
+    for d in exercise_docs:
+        for field in ("query", "synthetic_reasoning", "synthetic_answer"):
+            yield from (line for line in d[field].split("\n") if line)
+
+
 def clear_corpus(out: str, corpus: str) -> str:
     """<out>/<corpus>, emptied of an older build's shards (which could outnumber this build's)."""
     d = os.path.join(out, corpus)
@@ -69,6 +91,39 @@ def clear_corpus(out: str, corpus: str) -> str:
             if f.startswith(corpus + "_"):
                 os.remove(os.path.join(d, f))
     return d
+
+
+def load_knowledge(args) -> dict:
+    """The knowledge corpus: entries per split, exercises per split, fact counts."""
+    try:
+        corpus = knowledge.load(args.dictd_dir)
+    except (OSError, ValueError) as e:
+        sys.exit(f"build_offline.py --knowledge: {e}")
+    entries = {split: [d for d in corpus.documents if d["split"] == split] for split in ("train", "val")}
+    exercises = {"train": list(knowledge.exercises(corpus, "train", args.knowledge_train_docs, args.seed)),
+                 "val": list(knowledge.exercises(corpus, "val", args.knowledge_val_docs, args.seed + 1000003))}
+    return {"entries": entries, "exercises": exercises, "facts": knowledge.fact_counts(corpus)}
+
+
+def write_knowledge(know: dict, tok, dt, args, manifest: dict) -> None:
+    """dict/ (entries, no regions) and knowledge/ (exercises with regions and exercises) shards."""
+    dict_dir = clear_corpus(args.out, "dict")
+    for split, entries in know["entries"].items():
+        w = ShardWriter(dict_dir, "dict", split, args.shard_tokens, tok.vocab_size)
+        for ids in tok.encode_batch([e["text"] for e in entries], num_threads=args.threads):
+            w.add([tok.bos_id] + ids + [tok.eos_id])
+        w.close()
+        manifest["corpora"][f"dict_{split}"] = {"docs": w.total_docs, "tokens": w.total_tokens, "shards": len(w.paths)}
+    know_dir = clear_corpus(args.out, "knowledge")
+    for split, docs in know["exercises"].items():
+        w = ShardWriter(know_dir, "knowledge", split, args.shard_tokens, tok.vocab_size, with_regions=True,
+                        with_exercises=True)
+        for d in docs:
+            w.add(*dt.encode(d["query"], d["synthetic_reasoning"], d["synthetic_answer"]), d["exercise"])
+        w.close()
+        manifest["corpora"][f"knowledge_{split}"] = {"docs": w.total_docs, "tokens": w.total_tokens,
+                                                     "shards": len(w.paths), "exercises": w.exercise_docs}
+    manifest["knowledge_facts"] = know["facts"]
 
 
 def main():
@@ -84,6 +139,12 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--region-convention", default="paper", choices=["paper", "legacy"],
                     help="how layout tokens of the SYNTH documents are labelled (doc/data.md)")
+    ap.add_argument("--knowledge", action="store_true",
+                    help="also build the knowledge corpus from the dictd dictionaries (dict/, knowledge/; doc/data.md)")
+    ap.add_argument("--dictd-dir", default=DICTD_DIR,
+                    help=f"where the dictd databases are (default {DICTD_DIR}, where the Debian packages put them)")
+    ap.add_argument("--knowledge-train-docs", type=int, default=100000, help="dictionary exercises for training")
+    ap.add_argument("--knowledge-val-docs", type=int, default=4000, help="dictionary exercises for validation")
     ap.add_argument("--is-current", action="store_true",
                     help="build nothing; exit 0 if --out holds a complete build of this format, else 1")
     args = ap.parse_args()
@@ -103,7 +164,15 @@ def main():
     print(f"[{time.time() - t0:5.1f}s] corpora: KJV {len(kjv_train)}+{len(kjv_val)} chapters, "
           f"synth {len(synth_train)}+{len(synth_val)} documents")
 
-    tok = train_sentencepiece(tokenizer_lines(kjv_train, synth_train), os.path.join(out, "tokenizer"),
+    lines = tokenizer_lines(kjv_train, synth_train)
+    if args.knowledge:
+        know = load_knowledge(args)
+        print(f"[{time.time() - t0:5.1f}s] knowledge: {len(know['entries']['train'])}+{len(know['entries']['val'])} "
+              f"entries, {know['facts']['total']:,} distinct facts, {len(know['exercises']['train'])}+"
+              f"{len(know['exercises']['val'])} exercises")
+        lines = itertools.chain(lines, knowledge_lines(know["entries"]["train"], know["exercises"]["train"]))
+
+    tok = train_sentencepiece(lines, os.path.join(out, "tokenizer"),
                               vocab_size=args.vocab_size, num_threads=args.threads)
     export_tokenizer_bin(tok, os.path.join(out, "tokenizer.bin"))
     print(f"[{time.time() - t0:5.1f}s] tokenizer: vocab {tok.vocab_size}")
@@ -127,12 +196,19 @@ def main():
         w.close()
         manifest["corpora"][f"synth_{split}"] = {"docs": w.total_docs, "tokens": w.total_tokens, "shards": len(w.paths),
                                                  "exercises": w.exercise_docs}
+    if args.knowledge:
+        write_knowledge(know, tok, dt, args, manifest)
+    else:  # an earlier --knowledge build's shards would not match this tokenizer
+        for corpus in ("dict", "knowledge"):
+            if os.path.isdir(os.path.join(out, corpus)):
+                clear_corpus(out, corpus)
     print(f"[{time.time() - t0:5.1f}s] shards: " + ", ".join(f"{k} {v['tokens']:,} tokens"
                                                          for k, v in manifest["corpora"].items()))
 
     paths = build_all(tok, os.path.join(out, "eval"), kjv_val, world, n=args.eval_items, seed=args.seed + 7)
     manifest["sanity_evals"] = [os.path.basename(p) for p in paths]
-    manifest["args"] = vars(args)
+    # a default build's manifest stays what it was: the knowledge options only when used
+    manifest["args"] = {k: v for k, v in vars(args).items() if args.knowledge or k not in KNOWLEDGE_ARGS}
     manifest["build_format"] = BUILD_FORMAT
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)
