@@ -109,7 +109,8 @@ def write_knowledge(know: dict, tok, dt, args, manifest: dict) -> None:
     """dict/ (entries, no regions) and knowledge/ (exercises with regions and exercises) shards."""
     dict_dir = clear_corpus(args.out, "dict")
     for split, entries in know["entries"].items():
-        w = ShardWriter(dict_dir, "dict", split, args.shard_tokens, tok.vocab_size)
+        w = ShardWriter(dict_dir, "dict", split, args.shard_tokens, tok.vocab_size,
+                        tokenizer=tokenizer_fingerprint(tok))
         for ids in tok.encode_batch([e["text"] for e in entries], num_threads=args.threads):
             w.add([tok.bos_id] + ids + [tok.eos_id])
         w.close()
@@ -117,7 +118,7 @@ def write_knowledge(know: dict, tok, dt, args, manifest: dict) -> None:
     know_dir = clear_corpus(args.out, "knowledge")
     for split, docs in know["exercises"].items():
         w = ShardWriter(know_dir, "knowledge", split, args.shard_tokens, tok.vocab_size, with_regions=True,
-                        with_exercises=True)
+                        with_exercises=True, tokenizer=tokenizer_fingerprint(tok))
         for d in docs:
             w.add(*dt.encode(d["query"], d["synthetic_reasoning"], d["synthetic_answer"]), d["exercise"])
         w.close()
