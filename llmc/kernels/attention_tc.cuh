@@ -63,6 +63,7 @@ the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host
 */
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -713,6 +714,18 @@ void flash_allow_shared(Kernel* kernel, size_t bytes) {
 }
 
 inline bool flash_supports(int hd) { return hd % 16 == 0 && hd >= 16 && hd <= 128; }
+
+// The most shared memory a block of the three kernels needs at head dim hd (flash_supports):
+// what the device must allow (cudaDevAttrMaxSharedMemoryPerBlockOptin) for them to run.
+// HD 128: 105,984 B (the dk/dv kernel), over the 101,376 of sm_86, sm_89 and sm_120.
+inline size_t flash_shared_bytes(int hd) {
+    size_t bytes = 0;
+    flash_dispatch_head_dim(hd, [&](auto head_dim) {
+        constexpr int HD = decltype(head_dim)::value;
+        bytes = std::max({FlashForwardSmem<HD>::bytes, FlashDqSmem<HD>::bytes, FlashDkdvSmem<HD>::bytes});
+    });
+    return bytes;
+}
 
 // The tensors and shapes of llmc/kernels/attention.cuh's entry points (t.stats: the lse).
 inline void attention_forward_tc(const AttnShape& s, const AttnTensorsOf<flash_bf16>& t, cudaStream_t stream) {

@@ -368,6 +368,14 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
                   tokenizer.vocab_size, c.vocab_size);
         }
     }
+    // (a run whose every attention call would run our kernels must not be logged as a cuDNN run)
+    if (t.cudnn != 0 && config_doc_mask(c)) {
+        fatal("--cudnn 1: cuDNN attention has no same-document mask, and this model has --doc-mask 1 (every "
+              "attention call would run our kernels): pass --doc-mask 0 to train on cuDNN, or leave out --cudnn");
+    }
+    if (t.cudnn != 0 && c.head_dim() % 8 != 0) {
+        fatal("--cudnn 1: cuDNN attention takes head dims that are multiples of 8; this model's is %d", c.head_dim());
+    }
     if (t.cudnn != 0 && !kAttentionHasCudnn) {
         fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
     }
@@ -404,7 +412,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
         printf("%s", config_text(record.settings, {name + std::string(": the resolved config (--config FILE reads this format)")}).c_str());
     }
     printf("%s (%s, %s, %s attention kernels; GEMM: %s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
-           attention_kernels_name(), gemm_backend_name().c_str());
+           attention_kernels_of(c), gemm_backend_name().c_str());
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, flops_per_token(c) / 1e6);
