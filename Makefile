@@ -226,7 +226,6 @@ BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 all: report
 host: $(HOST_BINS)
 gpu: $(GPU_BINS)
-gpu-arch-check: $(GPU_ARCH_CHECKS)
 
 report: host gpu $(TOP_LEVEL)
 	@for s in $(SKIPPED); do echo "make: skipped: $$s"; done
@@ -285,6 +284,7 @@ $(GPU_ARCH_CHECK_DIR)/$(1)-sm$(2).cubin: $(1).cu | $(GPU_ARCH_CHECK_DIR)
 	$$(CCACHE) $$(NVCC) $$(NVCC_COMMON_FLAGS) -MT $$@ -arch=sm_$(2) -cubin $$< -o $$@
 endef
 $(foreach a,80 90,$(foreach t,$(TRAINERS),$(eval $(call GPU_ARCH_CHECK_RULE,$(t),$(a)))))
+gpu-arch-check: $(GPU_ARCH_CHECKS)
 $(TOP_LEVEL): %: $(BEST_DIR)/%
 	cp $< $@
 $(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR) $(GPU_ARCH_CHECK_DIR):
