@@ -58,6 +58,9 @@ CUDA 13.0), registers per thread, no spills anywhere:
     forward       77    83   103   133
     dq kernel    122   131   166   170
     dk/dv kernel 128   152   176   254
+sm_80 / sm_86 (2026-12-05): forward 79/73, 93/86, 124/101, 158/134; dq 112/102, 128, 166, 171;
+dk/dv 128, 144/137, 180, 255 with 12 B spilled at HD 128 (both). The launchers refuse a device
+that lacks sm_80 or the shared memory (attention.cuh, attention_tc_device_refusal).
 On the host backend every mma/ldmatrix is a warp collective (~10x the scalar kernels' time for
 the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host backend only.
 */
