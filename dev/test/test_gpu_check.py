@@ -127,7 +127,7 @@ def test_quick_check_keeps_to_its_budget(tree):
     """A stage that hangs is cut off at what is left of the budget, the stages after it are
     skipped, the run ends inside its budget and still packs its logs."""
     root, env, tmp = tree
-    budget, reserve = 20, 4
+    budget, reserve = 24, 4
     env = {**env, "GPU_CHECK_BUDGET": str(budget), "GPU_CHECK_RESERVE": str(reserve), "FAKE_SLOW": "train_san"}
     proc, seconds = run_check(root, env)
     assert proc.returncode == 1, proc.stdout
