@@ -305,7 +305,8 @@ $(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR) $(GPU_ARCH_CHECK_DIR):
 # (2-core CI machine, idle), phase by phase with ccache holding an earlier run's compiles:
 # test-host BF16 57 s, FP32 15 s, racecheck 35 s, asan 31 s, mutation-check 6 s, Python tests
 # and nvcc builds 178 s: 323 s. With an empty compiler cache (a new machine) the same took
-# 1,013 s, most of it compiling (27 min of CPU).
+# 1,013 s, most of it compiling (27 min of CPU). gpu-build's sm_80 check of the trainers' device
+# code (gpu-arch-check) adds ~30 s of CPU to a cold run (train_san 17 s, train_gpt2 13 s; 2026-12-05).
 GPU_FP32_COMPILE_CHECK := $(addprefix build/gpu-fp32/,test_san test_gpt2)
 test: setup
 	$(MAKE) --no-print-directory test-host PRECISION=BF16
