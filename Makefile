@@ -2,7 +2,7 @@
 #
 # Every .cu file is built twice from the same source:
 #   build/host-<precision>/NAME  with the host C++ compiler and the host backend (llmc/hostcuda.h): always
-#   build/gpu-<precision>/NAME   with nvcc for sm_$(GPU_COMPUTE_CAPABILITY): when nvcc is found (no GPU needed)
+#   build/gpu-<precision>/NAME   with nvcc for the GPU_ARCHS: when nvcc is found (no GPU needed)
 # and, on request (make test-racecheck, or make build/racecheck-<precision>/NAME), a third time:
 #   build/racecheck-<precision>/NAME  the host build with shared-memory race checking (slow)
 #   build/asan-<precision>/NAME       the host build under AddressSanitizer + UBSan (make test-asan)
@@ -11,7 +11,9 @@
 #
 # Switches (make VAR=value):
 #   PRECISION=BF16|FP32          type of parameters/activations (floatX); default BF16
-#   GPU_COMPUTE_CAPABILITY=90    nvcc target architecture
+#   GPU_ARCHS="80 86 89 90"      nvcc targets: machine code for each, PTX of the last (a fat binary);
+#                                default: the first GPU's compute capability (nvidia-smi), 90 without one
+#   GPU_COMPUTE_CAPABILITY=NN    the same for one target (the older switch)
 #   USE_CUDNN=0|1                cuDNN attention (GPU only; needs the cudnn-frontend headers)
 #   NO_MULTI_GPU=1               build without MPI and NCCL;  NO_USE_MPI=1: without MPI only
 #   HAS_GPU=0|1                  override GPU detection (nvidia-smi)
@@ -29,7 +31,12 @@ ifeq ($(MAKELEVEL),0)
 endif
 
 PRECISION ?= BF16
-GPU_COMPUTE_CAPABILITY ?= 90
+# The card this machine has (the first GPU's compute capability, 8.6 -> 86); 90 where nvidia-smi
+# does not answer with one.
+GPU_DETECTED_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .\r' | grep -E '^[0-9]+$$')
+GPU_COMPUTE_CAPABILITY ?= $(or $(GPU_DETECTED_ARCH),90)
+GPU_ARCHS ?= $(GPU_COMPUTE_CAPABILITY)
+export GPU_ARCHS
 USE_CUDNN ?= 0
 NO_MULTI_GPU ?= 0
 NO_USE_MPI ?= 0
@@ -145,9 +152,16 @@ ASAN_TEST_NAMES = test_fuzz_readers test_dataloader test_tokenizer test_evalset 
   test_attention test_norm_rope_swiglu
 
 # ---- GPU build ---------------------------------------------------------------------------
-NVCC_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo -Xcompiler -fdebug-prefix-map=$(CURDIR)=. \
-  --generate-code arch=compute_$(GPU_COMPUTE_CAPABILITY),code=[compute_$(GPU_COMPUTE_CAPABILITY),sm_$(GPU_COMPUTE_CAPABILITY)] \
-  $(PRECISION_FLAGS)
+# Machine code for every arch of GPU_ARCHS and the PTX of the newest, which the driver compiles
+# at start on a card newer than all of them. The flags are stamped into the build folder
+# ($(GPU_DIR)/nvcc-flags), so that another GPU_ARCHS (or any other nvcc flag) rebuilds.
+$(foreach a,$(GPU_ARCHS),$(if $(shell echo '$(a)' | grep -E '^[0-9]{2,3}a?$$'),,\
+  $(error GPU_ARCHS: '$(a)' is not a compute capability like 80, 86, 90 or 90a (GPU_ARCHS="$(GPU_ARCHS)"))))
+GPU_ARCH_NEWEST := $(shell printf '%s\n' $(GPU_ARCHS) | sort -n | tail -n 1)
+NVCC_ARCH_FLAGS := $(foreach a,$(GPU_ARCHS),--generate-code arch=compute_$(a),code=sm_$(a)) \
+  --generate-code arch=compute_$(GPU_ARCH_NEWEST),code=compute_$(GPU_ARCH_NEWEST)
+NVCC_COMMON_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo -Xcompiler -fdebug-prefix-map=$(CURDIR)=. $(PRECISION_FLAGS)
+NVCC_FLAGS = $(NVCC_COMMON_FLAGS) $(NVCC_ARCH_FLAGS)
 NVCC_LDFLAGS := -lcublas -lcublasLt
 
 ifeq ($(NVCC),)
@@ -163,13 +177,13 @@ else
     ifeq ($(CUDNN_FRONTEND),)
       SKIPPED += "cuDNN attention: USE_CUDNN=1 but cudnn_frontend.h not found (run scripts/setup.sh or set CUDNN_FRONTEND=dir)"
     else
-      NVCC_FLAGS += -DENABLE_CUDNN -I$(CUDNN_FRONTEND)
+      NVCC_COMMON_FLAGS += -DENABLE_CUDNN -I$(CUDNN_FRONTEND)
       NVCC_LDFLAGS += -lcudnn -lnvrtc  # nvrtc: the frontend's runtime-compiled engines
     endif
   endif
   ifneq ($(NO_MULTI_GPU),1)
     ifneq ($(wildcard $(CUDA_ROOT)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h),)
-      NVCC_FLAGS += -DMULTI_GPU
+      NVCC_COMMON_FLAGS += -DMULTI_GPU
       NVCC_LDFLAGS += -lnccl
     else
       SKIPPED += "NCCL: nccl.h not found (GPU binaries are single-GPU)"
@@ -185,7 +199,7 @@ ifneq ($(NO_USE_MPI),1)
   ifneq ($(MPI_LIBS),)
     HOST_CXXFLAGS += -DUSE_MPI $(MPI_CFLAGS)
     HOST_LDFLAGS += $(MPI_LIBS)
-    NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(MPI_CFLAGS))
+    NVCC_COMMON_FLAGS += -DUSE_MPI $(filter -I%,$(MPI_CFLAGS))
     NVCC_LDFLAGS += $(filter -L% -l%,$(MPI_LIBS))
   else
     SKIPPED += "MPI: mpicxx not found (no multi-process runs; apt-get install libopenmpi-dev)"
@@ -197,6 +211,7 @@ endif
 CU_SOURCES := $(wildcard dev/test/test_*.cu dev/cuda/*.cu train_*.cu test_*.cu)
 CPP_TESTS := $(wildcard dev/test/test_*.cpp)
 TOP_LEVEL := $(basename $(wildcard train_*.cu test_*.cu))
+TRAINERS := $(basename $(wildcard train_*.cu))
 
 HOST_BINS := $(addprefix $(HOST_DIR)/,$(notdir $(basename $(CU_SOURCES) $(CPP_TESTS))))
 GPU_BINS := $(if $(NVCC),$(addprefix $(GPU_DIR)/,$(notdir $(basename $(CU_SOURCES)))))
@@ -212,14 +227,14 @@ TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY) $(MPI_TEST_NAMES),$(notdir 
 GPU_TEST_NAMES := $(filter-out train_% $(BENCHMARK_ONLY),$(notdir $(basename $(CU_SOURCES))))
 BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 
-.PHONY: all host gpu test test-host test-mpi test-racecheck test-asan test-gpu test-python test-python-and-gpu-build gpu-build mutation-check setup setup-demo clean report demo
+.PHONY: all host gpu gpu-arch-check test test-host test-mpi test-racecheck test-asan test-gpu test-python test-python-and-gpu-build gpu-build mutation-check setup setup-demo clean report demo
 all: report
 host: $(HOST_BINS)
 gpu: $(GPU_BINS)
 
 report: host gpu $(TOP_LEVEL)
 	@for s in $(SKIPPED); do echo "make: skipped: $$s"; done
-	@echo "make: built host-backend binaries in $(HOST_DIR)$(if $(NVCC),; GPU binaries (sm_$(GPU_COMPUTE_CAPABILITY)) in $(GPU_DIR))$(if $(TOP_LEVEL),; ./$(TOP_LEVEL) from $(BEST_DIR))"
+	@echo "make: built host-backend binaries in $(HOST_DIR)$(if $(NVCC),; GPU binaries (sm $(GPU_ARCHS) + PTX $(GPU_ARCH_NEWEST)) in $(GPU_DIR))$(if $(TOP_LEVEL),; ./$(TOP_LEVEL) from $(BEST_DIR))"
 
 vpath %.cu dev/test dev/cuda .
 vpath %.cpp dev/test
@@ -254,15 +269,33 @@ $(ASAN_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(ASAN_DIR)
 $(ASAN_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(ASAN_DIR)
 	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
-$(GPU_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(GPU_DIR)
+# rewritten only when the flags change, so that only then do the GPU binaries rebuild
+GPU_FLAGS_STAMP := $(GPU_DIR)/nvcc-flags
+$(GPU_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(GPU_FLAGS_STAMP) | $(GPU_DIR)
 	$(CCACHE) $(NVCC) $(NVCC_FLAGS) -MT $@ -c $< -o $@.o
 	$(NVCC) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(NVCC_LDFLAGS) && rm -f $@.o
+$(GPU_FLAGS_STAMP): FORCE | $(GPU_DIR)
+	@printf '%s\n' '$(NVCC_FLAGS) $(NVCC_LDFLAGS)' > $@.new
+	@if [ -f $@ ] && cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+# The trainers' device code for sm_80 and sm_90 where GPU_ARCHS lacks them (make test), so that
+# a construct one of them does not have (an sm_90-only instruction, an sm_80 resource limit)
+# cannot slip in: -cubin runs the front end and ptxas but no host compile, ~17 s of CPU a trainer
+# and arch (train_san, 2-core EPYC, 2026-12-05) where a whole build takes ~40 s.
+GPU_ARCH_CHECK_DIR := build/gpu-$(precision)-arch-check
+GPU_ARCH_CHECKS := $(if $(NVCC),$(foreach a,$(filter-out $(GPU_ARCHS),80 90),\
+  $(foreach t,$(TRAINERS),$(GPU_ARCH_CHECK_DIR)/$(t)-sm$(a).cubin)))
+define GPU_ARCH_CHECK_RULE
+$(GPU_ARCH_CHECK_DIR)/$(1)-sm$(2).cubin: $(1).cu | $(GPU_ARCH_CHECK_DIR)
+	$$(CCACHE) $$(NVCC) $$(NVCC_COMMON_FLAGS) -MT $$@ -arch=sm_$(2) -cubin $$< -o $$@
+endef
+$(foreach a,80 90,$(foreach t,$(TRAINERS),$(eval $(call GPU_ARCH_CHECK_RULE,$(t),$(a)))))
+gpu-arch-check: $(GPU_ARCH_CHECKS)
 $(TOP_LEVEL): %: $(BEST_DIR)/%
 	cp $< $@
-$(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR):
+$(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR) $(GPU_ARCH_CHECK_DIR):
 	mkdir -p $@
 
--include $(wildcard $(HOST_DIR)/*.d $(GPU_DIR)/*.d $(RACECHECK_DIR)/*.d $(ASAN_DIR)/*.d)
+-include $(wildcard $(HOST_DIR)/*.d $(GPU_DIR)/*.d $(RACECHECK_DIR)/*.d $(ASAN_DIR)/*.d $(GPU_ARCH_CHECK_DIR)/*.d)
 
 # ---- tests -------------------------------------------------------------------------------
 # `make test`: set up what is missing (venv, Debian packages), then every check this machine
@@ -277,7 +310,8 @@ $(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR):
 # (2-core CI machine, idle), phase by phase with ccache holding an earlier run's compiles:
 # test-host BF16 57 s, FP32 15 s, racecheck 35 s, asan 31 s, mutation-check 6 s, Python tests
 # and nvcc builds 178 s: 323 s. With an empty compiler cache (a new machine) the same took
-# 1,013 s, most of it compiling (27 min of CPU).
+# 1,013 s, most of it compiling (27 min of CPU). gpu-build's sm_80 check of the trainers' device
+# code (gpu-arch-check) adds ~30 s of CPU to a cold run (train_san 17 s, train_gpt2 13 s; 2026-12-05).
 GPU_FP32_COMPILE_CHECK := $(addprefix build/gpu-fp32/,test_san test_gpt2)
 test: setup
 	$(MAKE) --no-print-directory test-host PRECISION=BF16
@@ -299,7 +333,7 @@ endif
 # cost ~2 more minutes of a cold make test.
 test-python-and-gpu-build: test-python $(if $(NVCC),gpu-build)
 gpu-build:
-	$(MAKE) --no-print-directory gpu PRECISION=BF16
+	$(MAKE) --no-print-directory gpu gpu-arch-check PRECISION=BF16
 ifeq ($(HAS_GPU),1)
 	$(MAKE) --no-print-directory gpu PRECISION=FP32
 else

@@ -10,6 +10,7 @@ on the CPU, so that `make test` runs the real kernels on machines without a GPU
   hostcuda/device_functions.h  threadIdx & co, __syncthreads, shuffles, votes, atomics, intrinsics
   hostcuda/mma.h               tensor-core mma.sync and ldmatrix as warp collectives (for llmc/kernels/mma.cuh)
   hostcuda/runtime.h           cudaMalloc, cudaMemcpy, streams, events, errors, device properties
+  hostcuda/emulated_device.h   which GPU's limits it reports (HOSTCUDA_DEVICE=sm_86, ...; default sm_90)
   hostcuda/device_memory.h     which memory is "device": copies, frees and kernel pointers checked against it
   hostcuda/racecheck.h         shared-memory race and bounds checking (racecheck builds)
   hostcuda/async_copy.h        cp.async: per-thread groups of copies that land at their wait
@@ -37,6 +38,7 @@ benchmarks on a GPU for that).
 #include "hostcuda/async_copy.h"
 #include "hostcuda/bf16.h"
 #include "hostcuda/device_functions.h"
+#include "hostcuda/emulated_device.h"
 #include "hostcuda/mma.h"
 #include "hostcuda/racecheck.h"
 #include "hostcuda/runtime.h"
@@ -48,6 +50,7 @@ namespace hostcuda {
 // Checks a launch configuration the way the GPU would; returns an error (and says why on
 // stderr) instead of running an impossible launch.
 inline cudaError_t check_launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes) {
+    emulated_device();  // (a HOSTCUDA_DEVICE it does not know stops the first launch)
     uint64_t threads = static_cast<uint64_t>(block.x) * block.y * block.z;
     const char* problem = nullptr;
     if (threads == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0) {

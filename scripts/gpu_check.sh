@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# The one command to run on a machine with an NVIDIA GPU. Builds for sm_$GPU_COMPUTE_CAPABILITY
-# (default 90), runs the GPU tests, compute-sanitizer (when installed) and the benchmarks,
-# writes every log into LOG_DIR and prints a summary table last. Exits 1 if any step failed.
+# The one command to run on a machine with an NVIDIA GPU. Builds for the card it finds (the
+# Makefile's GPU_ARCHS), runs the GPU tests, compute-sanitizer and the benchmarks, writes every
+# log into LOG_DIR and prints a summary table last. Exits 1 if any stage failed.
 #
 #   scripts/gpu_check.sh --quick [LOG_DIR]          default LOG_DIR: doc/gpu-runs/<date>-quick
 #   scripts/gpu_check.sh --stage NAME [LOG_DIR]     default LOG_DIR: logs/gpu-check-<date-time>-NAME
 #   scripts/gpu_check.sh [LOG_DIR]                  every stage in turn (the full check)
 #
-# --quick fits a short lease (8 minutes on an H200 from a clean tree, by the estimate it
-# prints first), cheapest proof first, so that a run cut short still says what works:
-#   1. test_mma: the tensor-core fragment layouts the host backend emulates, against the hardware
-#   2. test_attention, then the dev/cuda attention harnesses (every kernel version against the
-#      CPU reference), then compute-sanitizer racecheck and synccheck on one small
-#      tensor-core test_attention case (when compute-sanitizer is installed)
-#   3. two train_san steps with the sync check (--sync-check 1: a fault names its kernel),
-#      on the tensor-core attention and again on the scalar one
-#   4. the rest of the GPU tests: test_backend, test_backend_misuse, test_san, test_gpt2,
-#      test_comm and test_data_parallel (one rank: NCCL is not started)
-# The benchmarks are not in --quick (scripts/bench_gpu.sh, or --stage bench). Its logs go
-# under doc/gpu-runs/ to be committed.
-# The full check is cut into stages that each build what they run and finish in 9 minutes
-# on an H200 from a clean tree, so a lease with a per-command limit runs it stage by stage:
+# --quick is one command for one lease: a total budget of GPU_CHECK_BUDGET seconds (default 540,
+# under the 10 minutes one device command may run), stages in this order, each one's timeout
+# the smaller of its own cap and what is left of the budget (less GPU_CHECK_RESERVE, default 20 s,
+# kept for packing), a stage with under 10 s left skipped; so a run cut short still says what
+# works and still returns its logs:
+#   machine      nvidia-smi, nvcc --version (cap 20 s)
+#   build        ONE make -j of every binary the later stages run (the cuDNN attention playgrounds
+#                too where the cudnn-frontend headers are at hand), with the PyTorch debug states
+#                written beside it (cap 300 s)
+#   kernel-tests test_mma, test_attention, test_backend, then compute-sanitizer racecheck and
+#                initcheck on test_attention's hd 64 cases (tensor-core kernels) (cap 150 s)
+#   debug-states test_san and test_gpt2 against the PyTorch debug states (cap 90 s)
+#   train        20 steps of train_san san20 (B 4 x T 2048, document mask) with --sync-check 1 (cap 90 s)
+#   bench        scripts/bench_gpu.sh 10 (cap: what is left)
+# With OUT set (the device tool's folder of returned files), LOG_DIR is also packed into at most
+# two files there: $OUT/summary.txt and $OUT/gpu-check-logs.tar.gz (every stage's log, the
+# per-test logs, the training log), since at most 8 files come back from a lease.
+# The full check is cut into stages that each build what they run, for leases with a
+# per-command limit:
 #   bf16        every .cu file built in bf16, every GPU test
 #   fp32        the same in fp32
 #   sanitizer   compute-sanitizer memcheck on the bf16 tests, racecheck/synccheck on the backend
@@ -64,14 +69,14 @@ step() {
   local name=$1 limit=$2
   shift 2
   local start=$(date +%s.%N)
-  echo "=== $name: $*"
-  timeout "$limit" "$@" >"$log_dir/$name.log" 2>&1
+  echo "=== $name (timeout ${limit}s): $*"
+  timeout --kill-after=5 "$limit" "$@" >"$log_dir/$name.log" 2>&1
   local rc=$?
   local secs=$(echo "$(date +%s.%N) - $start" | bc)
   local status=ok
   if [ $rc -ne 0 ]; then
     status="FAIL($rc)"
-    [ $rc -eq 124 ] && status="TIMEOUT"
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && status="TIMEOUT"
     failed=1
     tail -n 30 "$log_dir/$name.log"
   fi
@@ -88,37 +93,49 @@ print_summary() {
 }
 
 if [ $quick = 1 ]; then
-  # seconds each step is expected to take on an H200 with 16 cores from a clean tree (guesses
-  # until a first run replaces them: nvcc compiles of the attention tests ~1.5 min, of the
-  # trainer binaries ~2.5 min, built in parallel); the timeouts are 2x
-  estimates=(machine:5 build-kernels:90 test_mma:5 test_attention:15 attention-harnesses:20
-             sanitizer-attention:60 debug-states:45 build-trainers:150 trainer-step-sync-check:30 tests-rest:60)
-  total=0
-  for e in "${estimates[@]}"; do total=$(( total + ${e#*:} )); done
-  echo "gpu_check --quick: $(( ${#estimates[@]} )) steps, estimated $(( total / 60 )) min $(( total % 60 )) s (H200, clean tree)"
-  limit() { local e; for e in "${estimates[@]}"; do [ "${e%%:*}" = "$1" ] && echo $(( 2 * ${e#*:} )); done; }
-  rest_tests="test_backend test_backend_misuse test_san test_gpt2 test_comm test_data_parallel"
-  step machine "$(limit machine)" bash -c 'nvidia-smi; nvcc --version; echo; uname -a; nproc'
-  # 1-2: the tensor-core primitives, then the attention kernels built on them
-  step build-kernels "$(limit build-kernels)" make --no-print-directory -j"$jobs" PRECISION=BF16 \
-    build/gpu-bf16/test_mma build/gpu-bf16/test_attention build/gpu-bf16/attention_forward build/gpu-bf16/attention_backward
-  step test_mma "$(limit test_mma)" build/gpu-bf16/test_mma
-  step test_attention "$(limit test_attention)" build/gpu-bf16/test_attention
-  step attention-harnesses "$(limit attention-harnesses)" bash -c 'build/gpu-bf16/attention_forward && build/gpu-bf16/attention_backward'
-  if command -v compute-sanitizer >/dev/null 2>&1; then
-    # one small case on the tensor-core kernels (hd 16, T 150: two tiles, a partial one)
-    step sanitizer-attention "$(limit sanitizer-attention)" bash -c '
-      compute-sanitizer --tool racecheck --error-exitcode 1 build/gpu-bf16/test_attention mha_hd16_T_not_multiple &&
-      compute-sanitizer --tool synccheck --error-exitcode 1 build/gpu-bf16/test_attention mha_hd16_T_not_multiple'
-  else
-    summary+=("$(printf '%-40s %-10s %8s' sanitizer-attention "skipped" "-") (compute-sanitizer not installed)")
+  budget=${GPU_CHECK_BUDGET:-540}
+  reserve=${GPU_CHECK_RESERVE:-20}
+  deadline=$(( check_start + budget ))
+  # staged NAME CAP COMMAND...: step with the timeout drawn from what is left of the budget
+  staged() {
+    local name=$1 cap=$2 left
+    shift 2
+    left=$(( deadline - reserve - $(date +%s) ))
+    if [ "$left" -lt 10 ]; then
+      summary+=("$(printf '%-40s %-10s %8s' "$name" "skipped" "-") (budget spent)")
+      failed=1
+      return
+    fi
+    step "$name" "$(( cap < left ? cap : left ))" "$@"
+  }
+  # everything the stages run, in one make -j; the cuDNN attention playgrounds where the
+  # cudnn-frontend headers are at hand (bench_gpu.sh then finds them built)
+  targets="test_mma test_attention test_backend test_san test_gpt2 train_san train_gpt2 attention_forward attention_backward"
+  build_list=$(for t in $targets; do echo build/gpu-bf16/$t; done)
+  if [ -n "$(make -s print-CUDNN_FRONTEND USE_CUDNN=1 2>/dev/null)" ]; then
+    build_list="$build_list build/gpu-bf16-cudnn/attention_forward build/gpu-bf16-cudnn/attention_backward"
   fi
-  # 3: one trainer, a few launches of every kernel it uses, each waited for
-  step debug-states "$(limit debug-states)" bash -c "$PYTHON dev/test/make_debug_states.py build/debug-states && touch build/debug-states/.complete &&
-    $PYTHON dev/test/make_gpt2_debug_states.py build/debug-states-gpt2 && touch build/debug-states-gpt2/.complete"
-  step build-trainers "$(limit build-trainers)" make --no-print-directory -j"$jobs" PRECISION=BF16 \
-    build/gpu-bf16/train_san $(for t in $rest_tests; do echo build/gpu-bf16/$t; done)
-  step trainer-step-sync-check "$(limit trainer-step-sync-check)" bash -c '
+  echo "gpu_check --quick: budget ${budget}s (stages machine, build, kernel-tests, debug-states, train, bench)"
+  staged machine 20 bash -c 'nvidia-smi; nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv; nvcc --version; echo; uname -a; nproc'
+  staged build 300 bash -c '
+    mkdir -p build/debug-states build/debug-states-gpt2
+    ('"$PYTHON"' dev/test/make_debug_states.py build/debug-states && touch build/debug-states/.complete &&
+     '"$PYTHON"' dev/test/make_gpt2_debug_states.py build/debug-states-gpt2 && touch build/debug-states-gpt2/.complete
+    ) > '"$log_dir"'/debug-states-written.log 2>&1 &
+    writer=$!
+    make --no-print-directory -j'"$jobs"' PRECISION=BF16 '"$(echo $build_list)"'
+    built=$?
+    wait $writer || { echo "gpu_check: writing the debug states failed (debug-states-written.log)"; exit 1; }
+    exit $built'
+  staged kernel-tests 150 bash -c '
+    bash scripts/run_tests.sh build/gpu-bf16 test_mma test_attention test_backend || exit 1
+    if ! command -v compute-sanitizer >/dev/null 2>&1; then echo "compute-sanitizer: not installed, skipped"; exit 0; fi
+    for tool in racecheck initcheck; do
+      echo "--- compute-sanitizer --tool $tool test_attention hd64"
+      compute-sanitizer --tool $tool --error-exitcode 1 build/gpu-bf16/test_attention hd64 || exit 1
+    done'
+  staged debug-states 90 bash scripts/run_tests.sh build/gpu-bf16 test_san test_gpt2
+  staged train 90 bash -c '
     set -e
     mkdir -p build/gpu-check-data
     '"$PYTHON"' - <<PY
@@ -127,18 +144,22 @@ import numpy as np
 sys.path.insert(0, "dev/data")
 from shards import write_shard
 rng = np.random.default_rng(0)
-tokens = rng.integers(3, 16384, size=4 * 2049 * 4)
+tokens = rng.integers(3, 16384, size=4 * 2049 * 20)
 tokens[::1024] = 2  # a document start every 1024 tokens
 write_shard("build/gpu-check-data/san_000000.bin", tokens)
 PY
-    for kernels in tensor-cores scalar; do
-      echo "--- train_san san20, 2 steps, --sync-check 1 --attention-kernels $kernels"
-      build/gpu-bf16/train_san --preset san20 --train-data "build/gpu-check-data/san_*.bin" --batch-size 4 \
-        --steps 2 --val-every 0 --sample-tokens 0 --log-every 1 --sync-check 1 --attention-kernels $kernels \
-        --log "'"$log_dir"'/trainer-step-$kernels.jsonl"
-    done'
-  step tests-rest "$(limit tests-rest)" bash scripts/run_tests.sh build/gpu-bf16 $rest_tests
+    build/gpu-bf16/train_san --preset san20 --train-data "build/gpu-check-data/san_*.bin" --batch-size 4 \
+      --steps 20 --val-every 0 --sample-tokens 0 --log-every 1 --sync-check 1 --run-dir "" \
+      --log "'"$log_dir"'/train.jsonl"'
+  staged bench 600 bash scripts/bench_gpu.sh 10
+  [ -d build/gpu-bf16/logs ] && cp -r build/gpu-bf16/logs "$log_dir/test-logs"
   print_summary | tee "$log_dir/summary.txt"
+  if [ -n "${OUT:-}" ]; then  # at most 8 files come back from a lease: two
+    mkdir -p "$OUT"
+    cp "$log_dir/summary.txt" "$OUT/summary.txt"
+    tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$(dirname "$log_dir")" "$(basename "$log_dir")"
+    echo "gpu_check: packed into $OUT: summary.txt, gpu-check-logs.tar.gz"
+  fi
   exit $failed
 fi
 

@@ -47,7 +47,11 @@ def test_help_lists_every_option_with_defaults():
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--n-embd", "60", "--n-head", "8", "--train-data", "x"], "multiple of --n-head"),
     (["--train-data", "/nonexistent/*.bin"], "/nonexistent/*.bin"),
-    (["--cudnn", "1", "--train-data", "x"], "--cudnn 1: this build has no cuDNN attention"),  # host builds never do
+    (["--cudnn", "1", "--doc-mask", "0", "--train-data", "x"], "--cudnn 1: this build has no cuDNN attention"),  # host builds never do
+    # cuDNN has no same-document mask: refused at start whatever the build, never logged as a cuDNN run
+    (["--cudnn", "1", "--train-data", "x"], "--cudnn 1: cuDNN attention has no same-document mask, and this model has --doc-mask 1"),
+    (["--cudnn", "1", "--doc-mask", "0", "--n-embd", "60", "--n-head", "6", "--train-data", "x"],
+     "--cudnn 1: cuDNN attention takes head dims that are multiples of 8; this model's is 10"),
     (["--beta1", "1.5", "--train-data", "x"], "--beta1 must be in [0, 1), got 1.5"),
     (["--beta2", "1", "--train-data", "x"], "--beta2 must be in [0, 1), got 1"),
     (["--eps", "0", "--train-data", "x"], "--eps must be > 0, got 0"),
@@ -348,6 +352,12 @@ def test_a_checkpoint_of_the_other_precision_is_no_resume(data, tmp_path):
     assert "precision" not in same.stdout
 
 
+def profiled_kernels(stderr):
+    """The kernels of the host backend's profile (HOSTCUDA_PROFILE=1: seconds, share, launches,
+    kernel), as launched (`attention_forward_kernel<HD, Tile>`)."""
+    return {line.split(None, 3)[3] for line in stderr.splitlines() if "%" in line and len(line.split(None, 3)) == 4}
+
+
 @pytest.mark.parametrize("kernels, banner, kernel_name", [
     ("tensor-cores", "tensor-cores attention kernels", "attention_forward_tc_kernel"),
     ("scalar", "scalar attention kernels", "attention_forward_kernel"),
@@ -363,12 +373,81 @@ def test_attention_kernels_switch_takes_the_path_it_names(data, tmp_path, kernel
     if "(host backend, bf16," not in proc.stdout:
         pytest.skip("a bf16 build decides between the two")
     assert banner in proc.stdout, proc.stdout
-    profiled = {line.split()[-1].split("<")[0] for line in proc.stderr.splitlines() if "%" in line}
+    profiled = {kernel.split("<")[0] for kernel in profiled_kernels(proc.stderr)}
     assert kernel_name in profiled, proc.stderr
     other = "attention_forward_kernel" if kernels == "tensor-cores" else "attention_forward_tc_kernel"
     assert other not in profiled, proc.stderr
     run_record = json.loads(log.read_text().splitlines()[0])
     assert run_record["run"]["attention_kernels"] == kernels and run_record["run"]["precision"] == "bf16"
+
+
+
+
+HEAD_DIM_128 = ["--n-embd", "256", "--n-head", "2", "--n-kv-head", "1", "--steps", "1", "--val-every", "0"]
+
+
+@pytest.mark.parametrize("device, why", [
+    # 99 KiB a block: the tensor-core backward's 64-row tiles at hd 128 do not fit
+    ("sm_86", r"the tensor-core kernels need (\d+) B of shared memory per block; the device \(sm_86\) allows 101376"),
+    # no bf16 mma.sync (and 64 KiB a block: the scalar kernels take 32-row tiles at hd 128)
+    ("sm_75", r"the device is sm_75; the tensor-core kernels need sm_80 or newer \(bf16 mma.sync\)"),
+])
+def test_attention_kernels_follow_the_devices_limits(data, tmp_path, device, why):
+    """On a device that cannot run the tensor-core attention (HOSTCUDA_DEVICE: the host backend
+    reports that GPU's compute capability and shared memory), a run that asks for it runs the
+    scalar kernels, says why once, names them in the banner and the log, and trains exactly as
+    a run on the scalar kernels does. Without the check the tensor-core kernels' launch fails
+    (sm_86: cudaFuncSetAttribute above the device's limit) or their mma.sync stops (sm_75)."""
+    import json
+    import re
+    log = tmp_path / "log.jsonl"
+    (tmp_path / "device").mkdir()
+    (tmp_path / "scalar").mkdir()
+    env = {**os.environ, "HOSTCUDA_PROFILE": "1", "HOSTCUDA_DEVICE": device}
+    proc = run_binary(BIN, common(data, tmp_path / "device") + HEAD_DIM_128 + [
+        "--attention-kernels", "tensor-cores", "--log", str(log)], check=False, env=env)
+    if "--attention-kernels tensor-cores: the tensor-core attention needs a bf16 build" in proc.stderr:
+        pytest.skip("a bf16 build decides between the two")
+    assert proc.returncode == 0, proc.stderr
+    note = re.search(r"attention: falling back to the scalar kernels \((.*); hd 128\)", proc.stderr)
+    assert note and re.fullmatch(why, note.group(1)), proc.stderr
+    if device == "sm_86":
+        assert int(re.fullmatch(why, note.group(1)).group(1)) > 101376
+    assert proc.stderr.count("falling back to the scalar kernels") == 1, proc.stderr
+    assert "scalar attention kernels" in proc.stdout, proc.stdout
+    assert json.loads(log.read_text().splitlines()[0])["run"]["attention_kernels"] == "scalar"
+    # (on sm_75 the scalar dk/dv kernel's 64-row tiles would need 66,304 B at hd 128, over the 64 KiB
+    # a block may have there: it runs 32-row tiles, and the comparison below says they are exact)
+    kernels = {k.split("<")[0] for k in profiled_kernels(proc.stderr)}
+    assert not any("_tc_kernel" in k for k in kernels), kernels
+    assert {"attention_forward_kernel", "attention_backward_dq_kernel", "attention_backward_dkdv_kernel"} <= kernels
+    reference = run_binary(BIN, common(data, tmp_path / "scalar") + HEAD_DIM_128 + ["--attention-kernels", "scalar"])
+    assert "falling back" not in reference.stderr
+    assert state_differences(tmp_path / "device" / "final.bin", tmp_path / "scalar" / "final.bin") == []
+
+
+def test_attention_kernels_at_head_dim_128_on_an_sm_90(data, tmp_path):
+    """The control of the test above: the default device (an sm_90's limits) runs the tensor-core
+    kernels at hd 128, without a note, and they train differently from the scalar ones (bf16
+    rounding of P and dS), so the bit-for-bit comparison above can tell the two apart."""
+    (tmp_path / "tc").mkdir()
+    (tmp_path / "scalar").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "HOSTCUDA_DEVICE"}
+    proc = run_binary(BIN, common(data, tmp_path / "tc") + HEAD_DIM_128 + ["--attention-kernels", "tensor-cores"],
+                      check=False, env={**env, "HOSTCUDA_PROFILE": "1"})
+    if "--attention-kernels tensor-cores: the tensor-core attention needs a bf16 build" in proc.stderr:
+        pytest.skip("a bf16 build decides between the two")
+    assert proc.returncode == 0, proc.stderr
+    assert "falling back" not in proc.stderr and "tensor-cores attention kernels" in proc.stdout
+    assert "attention_backward_dkdv_tc_kernel<HD>" in profiled_kernels(proc.stderr), proc.stderr
+    run_binary(BIN, common(data, tmp_path / "scalar") + HEAD_DIM_128 + ["--attention-kernels", "scalar"], env=env)
+    assert state_differences(tmp_path / "tc" / "final.bin", tmp_path / "scalar" / "final.bin") != []
+
+
+def test_an_unknown_emulated_device_is_refused(data, tmp_path):
+    proc = run_binary(BIN, common(data, tmp_path) + ["--steps", "1"], check=False,
+                      env={**os.environ, "HOSTCUDA_DEVICE": "sm_99"})
+    assert proc.returncode != 0 and "HOSTCUDA_DEVICE='sm_99': expected one of sm_75, sm_80" in proc.stderr, proc.stderr
 
 
 def test_sync_check_is_announced(data, tmp_path):

@@ -38,6 +38,7 @@ Compile-time mutations (scripts/mutation_check.sh requires dev/test/test_mma to 
 #include <cstring>
 
 #include "bf16.h"
+#include "emulated_device.h"
 #include "scheduler.h"
 
 namespace hostcuda {
@@ -110,6 +111,7 @@ inline void mma_m16n8k16_exchange(const uint64_t* lane_values, uint32_t) {
 
 inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
     require_full_warp("mma.sync.m16n8k16");
+    require_sm80(tls.worker->kernel_name, "bf16 mma.sync.m16n8k16");
     MmaLane mine{a, b, c, d};
     warp_collective(CollectiveKind::Exchange, 0xffffffffu, reinterpret_cast<uint64_t>(&mine), 0,
                     "mma.sync.m16n8k16", mma_m16n8k16_exchange);

@@ -18,6 +18,7 @@ API calls return them, launch errors are kept for cudaGetLastError().
 #include <unordered_map>
 
 #include "device_memory.h"
+#include "emulated_device.h"
 #include "scheduler.h"
 
 enum cudaError_t {
@@ -36,6 +37,14 @@ enum cudaMemcpyKind {
     cudaMemcpyDeviceToHost = 2,
     cudaMemcpyDeviceToDevice = 3,
     cudaMemcpyDefault = 4,
+};
+
+enum cudaDeviceAttr {  // (the values are the CUDA runtime's)
+    cudaDevAttrMaxSharedMemoryPerBlock = 8,
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
 };
 
 enum cudaFuncAttribute {
@@ -78,7 +87,6 @@ struct cudaDeviceProp {
 namespace hostcuda {
 
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
-constexpr size_t kMaxSharedBytesOptin = 227 * 1024;  // what an sm_90 block can opt in to
 
 inline thread_local cudaError_t last_error = cudaSuccess;
 
@@ -128,14 +136,15 @@ inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     if (device != 0) { return hostcuda::set_error(cudaErrorInvalidDevice); }
+    const hostcuda::EmulatedDevice& emulated = hostcuda::emulated_device();
     memset(prop, 0, sizeof(*prop));
-    snprintf(prop->name, sizeof(prop->name), "host backend (%d CPU workers)",
-             hostcuda::Pool::instance().num_workers());
+    snprintf(prop->name, sizeof(prop->name), "host backend (%d CPU workers, %s limits)",
+             hostcuda::Pool::instance().num_workers(), emulated.name);
     long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
     prop->totalGlobalMem = static_cast<size_t>(pages) * static_cast<size_t>(page_size);
     prop->sharedMemPerBlock = hostcuda::kDefaultSharedBytes;
-    prop->sharedMemPerBlockOptin = hostcuda::kMaxSharedBytesOptin;
-    prop->sharedMemPerMultiprocessor = hostcuda::kMaxSharedBytesOptin + 1024;
+    prop->sharedMemPerBlockOptin = emulated.shared_per_block_optin;
+    prop->sharedMemPerMultiprocessor = emulated.shared_per_multiprocessor;
     prop->regsPerBlock = 65536;
     prop->warpSize = hostcuda::kWarpSize;
     prop->maxThreadsPerBlock = hostcuda::kMaxThreadsPerBlock;
@@ -144,9 +153,21 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     prop->maxThreadsPerMultiProcessor = 2048;
     prop->multiProcessorCount = hostcuda::Pool::instance().num_workers();
     prop->l2CacheSize = 4 * 1024 * 1024;
-    prop->major = 0;  // not a GPU: code that branches on compute capability sees "none"
-    prop->minor = 0;
+    prop->major = emulated.major;  // the emulated device's (emulated_device.h)
+    prop->minor = emulated.minor;
     return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+    if (device != 0) { return hostcuda::set_error(cudaErrorInvalidDevice); }
+    const hostcuda::EmulatedDevice& emulated = hostcuda::emulated_device();
+    switch (attribute) {
+        case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)hostcuda::kDefaultSharedBytes; return cudaSuccess;
+        case cudaDevAttrMultiProcessorCount: *value = hostcuda::Pool::instance().num_workers(); return cudaSuccess;
+        case cudaDevAttrComputeCapabilityMajor: *value = emulated.major; return cudaSuccess;
+        case cudaDevAttrComputeCapabilityMinor: *value = emulated.minor; return cudaSuccess;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)emulated.shared_per_block_optin; return cudaSuccess;
+    }
+    return hostcuda::set_error(cudaErrorInvalidValue);
 }
 inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     long total = sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE);
@@ -158,7 +179,7 @@ inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 template <typename Kernel>
 cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, int value) {
     if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || static_cast<size_t>(value) > hostcuda::kMaxSharedBytesOptin) {
+        if (value < 0 || static_cast<size_t>(value) > hostcuda::emulated_device().shared_per_block_optin) {
             return hostcuda::set_error(cudaErrorInvalidValue);
         }
         std::lock_guard<std::mutex> lock(hostcuda::attribute_mutex());

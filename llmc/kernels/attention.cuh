@@ -58,6 +58,8 @@ then one vectorised exp over the chunk) was tried and measured slower (dq 1.4x, 
 #pragma once
 
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <type_traits>
 
 #include "llmc/kernels/align.h"
@@ -97,12 +99,12 @@ __device__ __forceinline__ void attn_load_row(float* dst, const floatX* src, int
     for (int e = 0; e < HD; e++) { dst[e] = e < hd ? to_float(p[e]) * scale : 0.0f; }
 }
 
-// Cooperative load of rows [start, start + kAttnTile) of head `head` of a (B, T, H, hd)
-// tensor into a [kAttnTile][HD] float tile; rows past T and lanes past hd are zero.
-template <int HD>
+// Cooperative load of rows [start, start + Tile) of head `head` of a (B, T, H, hd)
+// tensor into a [Tile][HD] float tile; rows past T and lanes past hd are zero.
+template <int HD, int Tile>
 __device__ __forceinline__ void attn_load_tile(float* tile, const floatX* src, int b, int start, int head, int T,
                                                int H, int hd, float scale = 1.0f) {
-    for (int i = threadIdx.x; i < kAttnTile * HD; i += blockDim.x) {
+    for (int i = threadIdx.x; i < Tile * HD; i += blockDim.x) {
         int r = i / HD, e = i % HD;
         int row = start + r;
         tile[i] = (row < T && e < hd) ? to_float(src[(((size_t)b * T + row) * H + head) * hd + e]) * scale : 0.0f;
@@ -110,23 +112,23 @@ __device__ __forceinline__ void attn_load_tile(float* tile, const floatX* src, i
 }
 
 // The query-side kernels' key tile: K, V (float) and the document ids of keys
-// start .. start + kAttnTile - 1 into shared memory, between two block barriers (the first
+// start .. start + Tile - 1 into shared memory, between two block barriers (the first
 // one also means the previous tile is consumed). Returns false, after the first barrier
 // only, when no row of the block sees any key of the tile (other documents): the block
 // skips it. Every thread of the block calls it, so the result is the same for all.
-template <int HD>
+template <int HD, int Tile>
 __device__ inline bool attn_load_key_tile(float* k_tile, float* v_tile, int* doc_tile, const floatX* k, const floatX* v,
                                           const int* doc_row, int b, int start, int kv_head, int T, int Hkv, int hd,
                                           bool active, int t, int my_doc) {
     if (doc_row != nullptr) {
-        bool sees = active && query_sees_key_tile(doc_row, start, kAttnTile, t, T, my_doc);
+        bool sees = active && query_sees_key_tile(doc_row, start, Tile, t, T, my_doc);
         if (!__syncthreads_or(sees)) { return false; }
     } else {
         __syncthreads();
     }
-    attn_load_tile<HD>(k_tile, k, b, start, kv_head, T, Hkv, hd);
-    attn_load_tile<HD>(v_tile, v, b, start, kv_head, T, Hkv, hd);
-    if (threadIdx.x < kAttnTile) {
+    attn_load_tile<HD, Tile>(k_tile, k, b, start, kv_head, T, Hkv, hd);
+    attn_load_tile<HD, Tile>(v_tile, v, b, start, kv_head, T, Hkv, hd);
+    if (threadIdx.x < Tile) {
         int tau = start + threadIdx.x;
         doc_tile[threadIdx.x] = (doc_row != nullptr && tau < T) ? doc_row[tau] : 0;
     }
@@ -137,13 +139,13 @@ __device__ inline bool attn_load_key_tile(float* k_tile, float* v_tile, int* doc
 // ----------------------------------------------------------------------------------------
 // forward
 
-template <int HD>
+template <int HD, int Tile>
 __global__ void __launch_bounds__(kAttnRows)
     attention_forward_kernel(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
                              const int* doc_ids, int T, int Hq, int Hkv, int hd) {
-    float* k_tile = dynamic_shared_memory<float>();  // [kAttnTile][HD]
-    float* v_tile = k_tile + kAttnTile * HD;         // [kAttnTile][HD]
-    int* doc_tile = reinterpret_cast<int*>(v_tile + kAttnTile * HD);
+    float* k_tile = dynamic_shared_memory<float>();  // [Tile][HD]
+    float* v_tile = k_tile + Tile * HD;              // [Tile][HD]
+    int* doc_tile = reinterpret_cast<int*>(v_tile + Tile * HD);
 
     int row_block = gridDim.x - 1 - blockIdx.x;  // the longest rows (latest queries) first
     int h = blockIdx.y, b = blockIdx.z;
@@ -160,13 +162,13 @@ __global__ void __launch_bounds__(kAttnRows)
     float running_max = -INFINITY, running_sum = 0.0f;
 
     int last_row = min(T, (row_block + 1) * kAttnRows) - 1;
-    for (int start = 0; start <= last_row; start += kAttnTile) {
-        if (!attn_load_key_tile<HD>(k_tile, v_tile, doc_tile, k, v, doc_row, b, start, kv_head, T, Hkv, hd, active, t,
+    for (int start = 0; start <= last_row; start += Tile) {
+        if (!attn_load_key_tile<HD, Tile>(k_tile, v_tile, doc_tile, k, v, doc_row, b, start, kv_head, T, Hkv, hd, active, t,
                                     my_doc)) {
             continue;
         }
         if (!active) { continue; }
-        int n = min(kAttnTile, t - start + 1);  // causal: keys start .. t
+        int n = min(Tile, t - start + 1);  // causal: keys start .. t
         for (int j = 0; j < n; j++) {
             if (doc_row != nullptr && doc_tile[j] != my_doc) { continue; }
             float s = attn_dot<HD>(q_row, k_tile + j * HD);
@@ -194,14 +196,14 @@ __global__ void __launch_bounds__(kAttnRows)
 // ----------------------------------------------------------------------------------------
 // backward, kernel 1: D = rowsum(dout * out) and dq, one thread per query row
 
-template <int HD>
+template <int HD, int Tile>
 __global__ void __launch_bounds__(kAttnRows)
     attention_backward_dq_kernel(floatX* dq, float* D, const floatX* dout, const floatX* out, const floatX* q,
                                  const floatX* k, const floatX* v, const float* lse, const int* doc_ids, int T,
                                  int Hq, int Hkv, int hd) {
-    float* k_tile = dynamic_shared_memory<float>();  // [kAttnTile][HD]
-    float* v_tile = k_tile + kAttnTile * HD;         // [kAttnTile][HD]
-    int* doc_tile = reinterpret_cast<int*>(v_tile + kAttnTile * HD);
+    float* k_tile = dynamic_shared_memory<float>();  // [Tile][HD]
+    float* v_tile = k_tile + Tile * HD;              // [Tile][HD]
+    int* doc_tile = reinterpret_cast<int*>(v_tile + Tile * HD);
 
     int row_block = gridDim.x - 1 - blockIdx.x;
     int h = blockIdx.y, b = blockIdx.z;
@@ -223,13 +225,13 @@ __global__ void __launch_bounds__(kAttnRows)
     float row_lse = lse[stat_index];
 
     int last_row = min(T, (row_block + 1) * kAttnRows) - 1;
-    for (int start = 0; start <= last_row; start += kAttnTile) {
-        if (!attn_load_key_tile<HD>(k_tile, v_tile, doc_tile, k, v, doc_row, b, start, kv_head, T, Hkv, hd, active, t,
+    for (int start = 0; start <= last_row; start += Tile) {
+        if (!attn_load_key_tile<HD, Tile>(k_tile, v_tile, doc_tile, k, v, doc_row, b, start, kv_head, T, Hkv, hd, active, t,
                                     my_doc)) {
             continue;
         }
         if (!active) { continue; }
-        int n = min(kAttnTile, t - start + 1);
+        int n = min(Tile, t - start + 1);
         for (int j = 0; j < n; j++) {
             if (doc_row != nullptr && doc_tile[j] != my_doc) { continue; }
             const float* k_j = k_tile + j * HD;
@@ -249,16 +251,16 @@ __global__ void __launch_bounds__(kAttnRows)
 // ----------------------------------------------------------------------------------------
 // backward, kernel 2: dk and dv, one thread per key row of a kv head
 
-template <int HD>
+template <int HD, int Tile>
 __global__ void __launch_bounds__(kAttnRows)
     attention_backward_dkdv_kernel(floatX* dk, floatX* dv, const float* D, const floatX* dout, const floatX* q,
                                    const floatX* k, const floatX* v, const float* lse, const int* doc_ids, int T,
                                    int Hq, int Hkv, int hd) {
-    float* q_tile = dynamic_shared_memory<float>();  // [kAttnTile][HD], scaled by 1/sqrt(hd)
-    float* dout_tile = q_tile + kAttnTile * HD;      // [kAttnTile][HD]
-    float* lse_tile = dout_tile + kAttnTile * HD;    // [kAttnTile]
-    float* D_tile = lse_tile + kAttnTile;            // [kAttnTile]
-    int* doc_tile = reinterpret_cast<int*>(D_tile + kAttnTile);
+    float* q_tile = dynamic_shared_memory<float>();  // [Tile][HD], scaled by 1/sqrt(hd)
+    float* dout_tile = q_tile + Tile * HD;           // [Tile][HD]
+    float* lse_tile = dout_tile + Tile * HD;         // [Tile]
+    float* D_tile = lse_tile + Tile;                 // [Tile]
+    int* doc_tile = reinterpret_cast<int*>(D_tile + Tile);
 
     int kv_head = blockIdx.y, b = blockIdx.z;
     int group = Hq / Hkv;
@@ -278,16 +280,16 @@ __global__ void __launch_bounds__(kAttnRows)
     for (int h = kv_head * group; h < (kv_head + 1) * group; h++) {
         const float* lse_head = lse + ((size_t)b * Hq + h) * T;
         const float* D_head = D + ((size_t)b * Hq + h) * T;
-        for (int start = first_row; start < T; start += kAttnTile) {
+        for (int start = first_row; start < T; start += Tile) {
             if (doc_row != nullptr) {
-                bool seen = active && key_seen_by_query_tile(doc_row, start, kAttnTile, tau, T, my_doc);
+                bool seen = active && key_seen_by_query_tile(doc_row, start, Tile, tau, T, my_doc);
                 if (!__syncthreads_or(seen)) { continue; }
             } else {
                 __syncthreads();
             }
-            attn_load_tile<HD>(q_tile, q, b, start, h, T, Hq, hd, scale);
-            attn_load_tile<HD>(dout_tile, dout, b, start, h, T, Hq, hd);
-            if (threadIdx.x < kAttnTile) {
+            attn_load_tile<HD, Tile>(q_tile, q, b, start, h, T, Hq, hd, scale);
+            attn_load_tile<HD, Tile>(dout_tile, dout, b, start, h, T, Hq, hd);
+            if (threadIdx.x < Tile) {
                 int t = start + threadIdx.x;
                 bool in_range = t < T;
                 lse_tile[threadIdx.x] = in_range ? lse_head[t] : 0.0f;
@@ -296,7 +298,7 @@ __global__ void __launch_bounds__(kAttnRows)
             }
             __syncthreads();
             if (!active) { continue; }
-            int j_end = min(kAttnTile, T - start);
+            int j_end = min(Tile, T - start);
             for (int j = max(0, tau - start); j < j_end; j++) {  // causal: queries t >= tau
                 if (doc_row != nullptr && doc_tile[j] != my_doc) { continue; }
                 const float* q_j = q_tile + j * HD;
@@ -348,16 +350,60 @@ void attention_allow_shared(Kernel* kernel, size_t bytes) {
     }
 }
 
+// The device's limits that decide which attention kernels can run on it, read once: its compute
+// capability (the tensor-core kernels' bf16 mma.sync needs sm_80) and the shared memory a block
+// may opt in to (99 KiB on sm_86, sm_89 and sm_120, 64 KiB on sm_75). The host backend reports
+// those of the device HOSTCUDA_DEVICE names (llmc/hostcuda/emulated_device.h; default sm_90).
+struct AttentionDevice {
+    int arch;             // 10 x major + minor
+    size_t shared_optin;  // bytes per block
+};
+inline const AttentionDevice& attention_device() {
+    static const AttentionDevice device = [] {
+        int id = 0, major = 0, minor = 0, optin = 0;
+        cudaCheck(cudaGetDevice(&id));
+        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, id));
+        cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, id));
+        cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, id));
+        return AttentionDevice{10 * major + minor, (size_t)optin};
+    }();
+    return device;
+}
+
+// Shared memory of the scalar kernels with tiles of `tile` rows: the query-side kernels
+// (forward, dq: K and V tiles, document ids) and the key-side one (dk/dv: q and dout tiles,
+// lse, D, document ids).
+constexpr size_t attn_query_side_shared(int hd, int tile) { return (2 * (size_t)tile * hd + tile) * sizeof(float); }
+constexpr size_t attn_key_side_shared(int hd, int tile) { return (2 * (size_t)tile * hd + 3 * tile) * sizeof(float); }
+
+// Calls f(std::integral_constant<int, Tile>): kAttnTile rows where the device allows the
+// kernels' shared memory, else half as many (HD 128 on sm_75, whose 64 KiB per block are 768 B
+// short of the 64-row dk/dv kernel's need). Same results bit for bit (each thread still visits
+// its keys or queries in order), twice the barriers.
+template <int HD, typename F>
+void attention_dispatch_tile(F f) {
+    if constexpr (attn_key_side_shared(HD, kAttnTile) > 48 * 1024) {
+        if (attn_key_side_shared(HD, kAttnTile) > attention_device().shared_optin) {
+            f(std::integral_constant<int, kAttnTile / 2>{});
+            return;
+        }
+    }
+    f(std::integral_constant<int, kAttnTile>{});
+}
+
 // The scalar kernels (the exact reference; the tensors of AttnShape / AttnTensors).
 inline void attention_forward_scalar(const AttnShape& s, const AttnTensors& t, cudaStream_t stream) {
     attention_check_shapes("attention_forward", s);
     attention_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        size_t shared = 2 * kAttnTile * HD * sizeof(float) + kAttnTile * sizeof(int);
-        attention_allow_shared(attention_forward_kernel<HD>, shared);
-        dim3 grid(CEIL_DIV(s.T, kAttnRows), s.Hq, s.B);
-        LAUNCH(grid, kAttnRows, shared, stream, attention_forward_kernel<HD>)(t.out, t.stats, t.q, t.k, t.v, s.doc_ids,
-                                                                             s.T, s.Hq, s.Hkv, s.hd);
+        attention_dispatch_tile<HD>([&](auto tile) {
+            constexpr int Tile = decltype(tile)::value;
+            constexpr size_t shared = attn_query_side_shared(HD, Tile);
+            attention_allow_shared(attention_forward_kernel<HD, Tile>, shared);
+            dim3 grid(CEIL_DIV(s.T, kAttnRows), s.Hq, s.B);
+            LAUNCH(grid, kAttnRows, shared, stream, attention_forward_kernel<HD, Tile>)(
+                t.out, t.stats, t.q, t.k, t.v, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
+        });
     });
     cudaCheckLaunch();
 }
@@ -369,17 +415,20 @@ inline void attention_backward_scalar(const AttnShape& s, const AttnTensors& t, 
     attention_check_shapes("attention_backward", s);
     attention_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        size_t shared_dq = 2 * kAttnTile * HD * sizeof(float) + kAttnTile * sizeof(int);
-        attention_allow_shared(attention_backward_dq_kernel<HD>, shared_dq);
-        dim3 grid_dq(CEIL_DIV(s.T, kAttnRows), s.Hq, s.B);
-        LAUNCH(grid_dq, kAttnRows, shared_dq, stream, attention_backward_dq_kernel<HD>)(
-            g.dq, g.scratch, g.dout, t.out, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
-        cudaCheckLaunch();
-        size_t shared_dkdv = 2 * kAttnTile * HD * sizeof(float) + 2 * kAttnTile * sizeof(float) + kAttnTile * sizeof(int);
-        attention_allow_shared(attention_backward_dkdv_kernel<HD>, shared_dkdv);
-        dim3 grid_dkdv(CEIL_DIV(s.T, kAttnRows), s.Hkv, s.B);
-        LAUNCH(grid_dkdv, kAttnRows, shared_dkdv, stream, attention_backward_dkdv_kernel<HD>)(
-            g.dk, g.dv, g.scratch, g.dout, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
+        attention_dispatch_tile<HD>([&](auto tile) {
+            constexpr int Tile = decltype(tile)::value;
+            constexpr size_t shared_dq = attn_query_side_shared(HD, Tile);
+            attention_allow_shared(attention_backward_dq_kernel<HD, Tile>, shared_dq);
+            dim3 grid_dq(CEIL_DIV(s.T, kAttnRows), s.Hq, s.B);
+            LAUNCH(grid_dq, kAttnRows, shared_dq, stream, attention_backward_dq_kernel<HD, Tile>)(
+                g.dq, g.scratch, g.dout, t.out, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
+            cudaCheckLaunch();
+            constexpr size_t shared_dkdv = attn_key_side_shared(HD, Tile);
+            attention_allow_shared(attention_backward_dkdv_kernel<HD, Tile>, shared_dkdv);
+            dim3 grid_dkdv(CEIL_DIV(s.T, kAttnRows), s.Hkv, s.B);
+            LAUNCH(grid_dkdv, kAttnRows, shared_dkdv, stream, attention_backward_dkdv_kernel<HD, Tile>)(
+                g.dk, g.dv, g.scratch, g.dout, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
+        });
     });
     cudaCheckLaunch();
 }
@@ -387,10 +436,11 @@ inline void attention_backward_scalar(const AttnShape& s, const AttnTensors& t, 
 // ----------------------------------------------------------------------------------------
 // which kernel runs: cuDNN's fused attention when the build has it (USE_CUDNN=1), the trainer
 // asked for it (--cudnn 1: attention_prefer_cudnn() = true) and the call is one cuDNN takes
-// (bf16, no document mask); else the tensor-core kernels (llmc/kernels/attention_tc.cuh) in bf16 builds when
-// attention_tensor_cores() allows them, hd is a multiple of 16 and every pointer is 16-byte
-// aligned (their 16-byte copies); otherwise the scalar kernels above (always in fp32 builds:
-// they are the exact reference).
+// (bf16, no document mask); else the tensor-core kernels (llmc/kernels/attention_tc.cuh) in bf16
+// builds when attention_tensor_cores() allows them, hd is a multiple of 16, every pointer is
+// 16-byte aligned (their 16-byte copies) and the device has their instructions (sm_80) and
+// their shared memory (attention_device()); otherwise the scalar kernels above (always in fp32
+// builds: they are the exact reference).
 
 constexpr bool kAttentionHasCudnn =
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)
@@ -414,9 +464,33 @@ inline bool& attention_tensor_cores() {
     return use;
 }
 
+// Why this device cannot run the tensor-core kernels at head dim hd (one flash_supports takes);
+// nullptr: it can. Worked out once per head dim.
+inline const char* attention_tc_device_refusal(int hd) {
+    static std::string reasons[129];
+    static bool known[129] = {};
+    if (!known[hd]) {
+        known[hd] = true;
+        const AttentionDevice& d = attention_device();
+        const size_t needed = flash_shared_bytes(hd);
+        char why[200] = "";
+        if (d.arch < 80) {
+            snprintf(why, sizeof(why), "the device is sm_%d; the tensor-core kernels need sm_80 or newer (bf16 mma.sync)",
+                     d.arch);
+        } else if (needed > d.shared_optin) {
+            snprintf(why, sizeof(why),
+                     "the tensor-core kernels need %zu B of shared memory per block; the device (sm_%d) allows %zu",
+                     needed, d.arch, d.shared_optin);
+        }
+        reasons[hd] = why;
+    }
+    return reasons[hd].empty() ? nullptr : reasons[hd].c_str();
+}
+
 // Why a bf16 call the tensor-core kernels were asked for cannot take them; nullptr: it can.
 inline const char* attention_tc_refusal(int hd, std::initializer_list<const void*> pointers) {
     if (!flash_supports(hd)) { return "the head dimension is not a multiple of 16 in [16, 128]"; }
+    if (const char* why = attention_tc_device_refusal(hd)) { return why; }
     if (!aligned16(pointers)) { return "a tensor is not 16-byte aligned"; }
     return nullptr;
 }
@@ -443,11 +517,16 @@ inline bool attention_uses_tensor_cores(int hd, std::initializer_list<const void
     return why == nullptr;
 }
 
-// The kernels the trainer's calls take, for the banner and the log: "cudnn" (cuDNN asked for
-// and built; calls it cannot take use ours), "tensor-cores" or "scalar".
-inline const char* attention_kernels_name() {
-    if (kAttentionHasCudnn && attention_prefer_cudnn()) { return "cudnn"; }
-    return PRECISION_MODE == PrecisionMode::BF16 && attention_tensor_cores() ? "tensor-cores" : "scalar";
+// The kernels a trainer's calls of head dim hd take, for the banner and the log: "cudnn"
+// (asked for, built, and a call cuDNN takes: no document mask), "tensor-cores" or "scalar".
+// When the tensor-core kernels were asked for and this device or head dim refuses them, the
+// fallback's note is given here, at start. (The trainers refuse --cudnn 1 with a document mask.)
+inline const char* attention_kernels_for(int hd, bool doc_mask) {
+    if (kAttentionHasCudnn && attention_prefer_cudnn() && !doc_mask && hd % 8 == 0) { return "cudnn"; }
+    if (PRECISION_MODE != PrecisionMode::BF16 || !attention_tensor_cores()) { return "scalar"; }
+    const char* why = attention_tc_refusal(hd, {});
+    if (why != nullptr) { attention_note_fallback(why, hd); }
+    return why == nullptr ? "tensor-cores" : "scalar";
 }
 
 // Run the tensor-core kernels when they apply; false: the caller runs the scalar ones. Templates,

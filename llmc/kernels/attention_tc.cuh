@@ -58,11 +58,15 @@ CUDA 13.0), registers per thread, no spills anywhere:
     forward       77    83   103   133
     dq kernel    122   131   166   170
     dk/dv kernel 128   152   176   254
+sm_80 / sm_86 (2026-12-05): forward 79/73, 93/86, 124/101, 158/134; dq 112/102, 128, 166, 171;
+dk/dv 128, 144/137, 180, 255 with 12 B spilled at HD 128 (both). The launchers refuse a device
+that lacks sm_80 or the shared memory (attention.cuh, attention_tc_device_refusal).
 On the host backend every mma/ldmatrix is a warp collective (~10x the scalar kernels' time for
 the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host backend only.
 */
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -713,6 +717,18 @@ void flash_allow_shared(Kernel* kernel, size_t bytes) {
 }
 
 inline bool flash_supports(int hd) { return hd % 16 == 0 && hd >= 16 && hd <= 128; }
+
+// The most shared memory a block of the three kernels needs at head dim hd (flash_supports):
+// what the device must allow (cudaDevAttrMaxSharedMemoryPerBlockOptin) for them to run.
+// HD 128: 105,984 B (the dk/dv kernel), over the 101,376 of sm_86, sm_89 and sm_120.
+inline size_t flash_shared_bytes(int hd) {
+    size_t bytes = 0;
+    flash_dispatch_head_dim(hd, [&](auto head_dim) {
+        constexpr int HD = decltype(head_dim)::value;
+        bytes = std::max({FlashForwardSmem<HD>::bytes, FlashDqSmem<HD>::bytes, FlashDkdvSmem<HD>::bytes});
+    });
+    return bytes;
+}
 
 // The tensors and shapes of llmc/kernels/attention.cuh's entry points (t.stats: the lse).
 inline void attention_forward_tc(const AttnShape& s, const AttnTensorsOf<flash_bf16>& t, cudaStream_t stream) {

@@ -147,7 +147,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--init-from", &o.init_from, "checkpoint to take the model config and parameters from (with --steps 0: evaluate it)"),
         make_flag("--prompt", &o.prompt, "text the samples continue (encoded with --tokenizer; empty: start at BOS)"),
         make_flag("--kv-cache", &o.kv_cache, "sample with a KV cache (one position per token) 0|1"),
-        make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; calls with the document mask keep our kernels) 0|1"),
+        make_flag("--cudnn", &o.cudnn, "cuDNN attention (USE_CUDNN=1 GPU builds; refused with a document mask, which cuDNN lacks) 0|1"),
         make_flag("--attention-kernels", &o.attention_kernels, kAttentionKernels,
                   "our attention kernels in bf16 builds: auto = tensor-cores on a GPU, scalar on the host backend (faster there)"),
         make_flag("--sync-check", &o.sync_check, "debug a GPU fault: wait after every kernel launch and name the kernel that failed, with its launch shape and call site (slow; also ATTN_SYNC_CHECK=1) 0|1"),

@@ -381,7 +381,16 @@ inline void load_saved_tokenizer(const TrainOptions& t, StartFiles& start, int m
 }
 
 // --cudnn, --attention-kernels and --sync-check: the process-wide kernel switches.
-inline void set_kernel_switches(const TrainOptions& t) {
+template <typename Config>
+void set_kernel_switches(const TrainOptions& t, const Config& c) {
+    // (a run whose every attention call would run our kernels must not be logged as a cuDNN run)
+    if (t.cudnn != 0 && config_doc_mask(c)) {
+        fatal("--cudnn 1: cuDNN attention has no same-document mask, and this model has --doc-mask 1 (every "
+              "attention call would run our kernels): pass --doc-mask 0 to train on cuDNN, or leave out --cudnn");
+    }
+    if (t.cudnn != 0 && c.head_dim() % 8 != 0) {
+        fatal("--cudnn 1: cuDNN attention takes head dims that are multiples of 8; this model's is %d", c.head_dim());
+    }
     if (t.cudnn != 0 && !kAttentionHasCudnn) {
         fatal("--cudnn 1: this build has no cuDNN attention (it needs a bf16 GPU build with USE_CUDNN=1)");
     }
@@ -415,7 +424,7 @@ void print_run_summary(Options& o, const char* name, const StartFiles& start) {
         printf("%s", config_text(record.settings, {name + std::string(": the resolved config (--config FILE reads this format)")}).c_str());
     }
     printf("%s (%s, %s, %s attention kernels; GEMM: %s)\n", name, HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
-           attention_kernels_name(), gemm_backend_name().c_str());
+           attention_kernels_of(o.model), gemm_backend_name().c_str());
     Trainer::print_model(o);
     printf("parameters: %" PRId64 " total, %" PRId64 " non-embedding; %.2f MFLOPs/token\n", counts.total,
            counts.non_embedding, record.flops_per_token / 1e6);
@@ -452,7 +461,7 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     unscaled.resolve_rates(rates, 1);
     check_training_options(t, c.seq_len, rates, resume);
     load_saved_tokenizer(t, start, c.vocab_size);
-    set_kernel_switches(t);
+    set_kernel_switches(t, c);
     check_run_files(t);
     check_data_tokenizers(t, start.tokenizer);
     if (!t.init_from.empty()) {

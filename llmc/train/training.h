@@ -43,12 +43,14 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "llmc/parallel/comm.h"
 #include "llmc/cuda_common.h"
 #include "llmc/data/dataloader.h"
+#include "llmc/kernels/attention.cuh"  // defines: attention_kernels_for
 #include "llmc/train/eval_scoring.h"
 #include "llmc/train/evaluation.h"
 #include "llmc/model/model.h"
@@ -70,6 +72,23 @@ inline std::vector<std::pair<int, long>> milestone_steps(long steps) {
     std::vector<std::pair<int, long>> out;
     for (int p : {0, 25, 50, 75, 100}) { out.push_back({p, (long)std::floor(p * (double)steps / 100.0 + 0.5)}); }
     return out;
+}
+
+// The attention kernels a model's calls take (attention_kernels_for), by its head dim and, where
+// its config has one (the SAN's), its document mask: what the banner, the log and the checkpoints
+// record.
+template <typename Config, typename = void>
+struct ConfigHasDocMask : std::false_type {};
+template <typename Config>
+struct ConfigHasDocMask<Config, std::void_t<decltype(Config::doc_mask)>> : std::true_type {};
+template <typename Config>
+bool config_doc_mask(const Config& c) {
+    if constexpr (ConfigHasDocMask<Config>::value) { return c.doc_mask != 0; }
+    return false;
+}
+template <typename Config>
+const char* attention_kernels_of(const Config& c) {
+    return attention_kernels_for(c.head_dim(), config_doc_mask(c));
 }
 
 // One training run of `model` as the options say: the data, the log, the sampling RNG and
@@ -436,7 +455,7 @@ private:
         // what ran, with which settings, rates, commit and build (no "step": the step-record
         // readers skip it); a resumed run appends its own
         log.record("{\"run\": " + o.record.json(HOST_BACKEND ? "host backend" : "GPU", PRECISION_NAME,
-                                                attention_kernels_name()) + "}");
+                                                attention_kernels_of(model.cfg)) + "}");
         // the records after this step that the log already holds (written after the checkpoint, before
         // the run stopped) are superseded by what follows: readers drop them (doc/formats.md)
         if (resumed) {
@@ -495,7 +514,7 @@ private:
                                    {"run.ranks", std::to_string(world)},
                                    {"run.precision", PRECISION_NAME}});
         std::vector<std::pair<std::string, std::string>> record =
-            o.record.checkpoint_keys(HOST_BACKEND ? "host backend" : "GPU", attention_kernels_name());
+            o.record.checkpoint_keys(HOST_BACKEND ? "host backend" : "GPU", attention_kernels_of(model.cfg));
         extra.insert(extra.end(), record.begin(), record.end());
         if (last_val_step >= 0) {  // (what --keep-last and --resume DIR go by)
             extra.insert(extra.end(), {{"run.val_loss", std::isfinite(last_val_loss) ? shortest_real_text(last_val_loss) : "nan"},

@@ -1,0 +1,110 @@
+"""The Makefile's GPU targets without a GPU: the Makefile runs in a scratch tree with one trainer
+source and fake nvcc and nvidia-smi, so that what is checked is the Makefile itself: the arch
+it detects (the first GPU's compute capability, 90 without one), the machine code for each arch
+of GPU_ARCHS plus the newest's PTX, a rebuild exactly when the arch changes (the flags stamp),
+and the sm_80/sm_90 device-code checks of `make gpu-build`."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# nvcc: records its command line, creates what -o names
+FAKE_NVCC = """#!/usr/bin/env bash
+echo "$*" >> "$FAKE_CALLS"
+while [ $# -gt 0 ]; do
+  if [ "$1" = -o ]; then touch "$2"; fi
+  shift
+done
+"""
+
+
+def write_program(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "tree"
+    root.mkdir()
+    shutil.copy(os.path.join(ROOT, "Makefile"), root / "Makefile")
+    (root / "train_x.cu").write_text("int main() { return 0; }\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_program(bin_dir / "nvcc", FAKE_NVCC)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_", "MAKE"))}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_CALLS=str(tmp_path / "calls"))
+    return root, env, tmp_path
+
+
+def set_card(tmp, answer):
+    """nvidia-smi answers the compute-capability query with `answer`, or fails (None)."""
+    body = f"echo '{answer}'" if answer is not None else "exit 9"
+    write_program(tmp / "bin" / "nvidia-smi", f"#!/bin/sh\n{body}\n")
+
+
+def make(root, env, *args, check=True):
+    proc = subprocess.run(["make", "--no-print-directory", "NVCC=" + str(root.parent / "bin" / "nvcc"), "CCACHE=",
+                           "HAS_GPU=0", *args], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def nvcc_calls(tmp):
+    path = tmp / "calls"
+    calls = path.read_text().splitlines() if path.exists() else []
+    path.unlink(missing_ok=True)
+    return calls
+
+
+def archs_of(compile_line):
+    """The (virtual arch, code) pairs of a compile's --generate-code flags."""
+    return re.findall(r"--generate-code arch=compute_(\w+),code=(\w+)", compile_line)
+
+
+@pytest.mark.parametrize("answer, arch", [("8.6", "86"), ("9.0", "90"), ("12.0", "120"), (None, "90"), ("N/A", "90")])
+def test_the_arch_is_the_first_gpus(tree, answer, arch):
+    root, env, tmp = tree
+    set_card(tmp, answer)
+    assert make(root, env, "-s", "print-GPU_ARCHS").stdout.strip() == arch
+
+
+def test_a_changed_arch_rebuilds_and_nothing_else_does(tree):
+    root, env, tmp = tree
+    set_card(tmp, "8.6")
+    make(root, env, "build/gpu-bf16/train_x")
+    compile_line = [c for c in nvcc_calls(tmp) if " -c train_x.cu" in c][0]
+    assert archs_of(compile_line) == [("86", "sm_86"), ("86", "compute_86")]
+    make(root, env, "build/gpu-bf16/train_x")
+    assert nvcc_calls(tmp) == []  # the same flags: nothing to do
+    make(root, env, "build/gpu-bf16/train_x", "GPU_ARCHS=80 86 89 90")
+    compile_line = [c for c in nvcc_calls(tmp) if " -c train_x.cu" in c][0]
+    assert archs_of(compile_line) == [("80", "sm_80"), ("86", "sm_86"), ("89", "sm_89"), ("90", "sm_90"),
+                                      ("90", "compute_90")]  # a fat binary: each arch's code, the newest's PTX
+    make(root, env, "build/gpu-bf16/train_x", "GPU_ARCHS=80 86 89 90")
+    assert nvcc_calls(tmp) == []
+    make(root, env, "build/gpu-bf16/train_x")  # back to the card's
+    assert any(" -c train_x.cu" in c for c in nvcc_calls(tmp))
+
+
+def test_gpu_build_checks_the_trainers_for_sm_80_and_sm_90(tree):
+    root, env, tmp = tree
+    set_card(tmp, "8.6")
+    make(root, env, "gpu-arch-check")
+    checks = sorted(re.search(r"-arch=(sm_\d+) -cubin train_x.cu", c).group(1) for c in nvcc_calls(tmp))
+    assert checks == ["sm_80", "sm_90"]
+    make(root, env, "gpu-arch-check", "GPU_ARCHS=80 90")  # built by the build itself: nothing more
+    assert nvcc_calls(tmp) == []
+
+
+def test_a_bad_arch_is_refused(tree):
+    root, env, tmp = tree
+    set_card(tmp, None)
+    proc = make(root, env, "-s", "print-GPU_ARCHS", "GPU_ARCHS=8.6", check=False)
+    assert proc.returncode != 0 and "GPU_ARCHS: '8.6' is not a compute capability" in proc.stderr
