@@ -101,6 +101,7 @@ struct SANConfig : ModelDims {
         m.gain_offset = gain_offset(), m.gain_init = norm == NormKind::ZCN ? 0.0f : 1.0f, m.norm_eps = kNormEps;
         m.init_std = kInitStd;
         m.out_std = out_init == OutInit::Scaled ? kInitStd / std::sqrt(2.0f * n_layer) : kInitStd;
+        m.fixed_input_std = kInitStd * embed_multiplier();  // the embedding's N(0, 0.02) times its multiplier
         return m;
     }
     std::unique_ptr<TokenMixer> mixer(int layer) const { return make_token_mixer(kinds[layer], mixer_dims()); }
@@ -559,7 +560,7 @@ struct SAN : LanguageModel<SANConfig> {
     void init_fixed_input(uint64_t seed, const std::string& train_data) {
         if (!has_fixed_row) { return; }
         if (fixed.random) {
-            fixed.draw(seed, kInitStd * cfg.embed_multiplier());
+            fixed.draw(seed, cfg.mixer_dims().fixed_input_std);
             upload_fixed_input();
         } else {
             fixed.take_first_tokens(train_data);

@@ -395,7 +395,7 @@ def read_checkpoint(path):
 @needs_bin
 @pytest.mark.parametrize("kind", ["rndembqk", "fixedseqqk"])
 def test_fixed_input_is_model_state(data, tmp_path, kind):
-    """The fixed QK input sits in the checkpoint (rndembqk: eps of seq_len x d with std 0.02 sqrt(d);
+    """The fixed QK input sits in the checkpoint (rndembqk: eps of seq_len x d with std 0.02 sqrt(d) at tiny's sqrt-d embedding scale;
     fixedseqqk: the first seq_len tokens of the training shard), is not counted as a parameter,
     and neither training nor a resume changes it; validation logs a max_logit per layer (the
     fixed q . k the real rows used) and sampling (no KV cache for these kinds) works."""
@@ -428,6 +428,22 @@ def test_fixed_input_is_model_state(data, tmp_path, kind):
     key = "fixed_qk.input" if kind == "rndembqk" else "fixed_qk.tokens"
     assert again[key].tobytes() == state.tobytes()
     assert not np.array_equal(again["layers.0.attn.wq"], tensors["layers.0.attn.wq"])  # (training went on)
+
+
+@needs_bin
+@pytest.mark.parametrize("embed_scale, sigma", [("sqrt-d", 0.02 * 8), ("1", 0.02)])
+def test_rndembqk_sigma_as_printed_is_as_drawn(data, tmp_path, embed_scale, sigma):
+    """The start-up line's sigma of rndembqk's eps (doc/deconstructing.md "Decision (sigma)": 0.02
+    times the embedding multiplier, sqrt(d) = 8 for tiny or 1) is the std of the eps in a fresh
+    checkpoint (the 0% milestone, before any step): 4,096 draws, so the sample std is within 5% of
+    sigma (its relative sd is 1/sqrt(2 x 4096) = 1.1%)."""
+    import re
+    out = run(common(data, tmp_path) + ["--attention", "rndembqk", "--embed-scale", embed_scale, "--steps", "1",
+                                        "--milestones", "1"]).stdout
+    printed = float(re.search(r"eps ~ N\(0, ([0-9.e+-]+)\^2\)", out).group(1))
+    eps = read_checkpoint(tmp_path / "milestone_000.bin")[1]["fixed_qk.input"]
+    assert abs(printed - sigma) <= 1e-6 * sigma, (printed, sigma)
+    assert abs(eps.std() - printed) <= 0.05 * printed, (eps.std(), printed)
 
 
 @needs_bin
