@@ -870,7 +870,8 @@ struct Options {
 // --paper-setup 1: the SAN paper's reference recipe (its code, run on 8 devices at 64 rows
 // each) as defaults that explicit flags override: a global batch of 512 rows, rates scaled
 // as for 8 devices (AdamW x 8, Muon x sqrt(8)), Muon in the paper's order, Newton-Schulz and
-// gradient accumulation in fp32, WSD 5% / 15% / 0.05, milestone checkpoints.
+// gradient accumulation in fp32, WSD 5% / 15% / 0.05, milestone checkpoints, and the
+// paper's draw of training documents for --train-doc-eval.
 void apply_paper_setup(TrainOptions& t) {
     t.global_batch = 512;
     t.lr_scale_gpus = 8;
@@ -883,6 +884,10 @@ void apply_paper_setup(TrainOptions& t) {
     t.opt.schedule.decay_frac = 0.15;
     t.opt.schedule.final_frac = 0.05;
     t.milestones = 1;
+    // --train-doc-eval's sample as the paper's eval code draws it (DocDraw::PaperHead; not in
+    // kPaperSetupFlags: a resume takes them from the checkpoint, where they are written with it)
+    t.train_doc_draw = DocDraw::PaperHead;
+    t.train_doc_seed = 3407;
 }
 // A SAN-paper preset trained without --paper-setup runs Muon in the Keller order at the
 // paper's locked rates, which its paper-order Muon (and batch) were tuned for: one line says so.

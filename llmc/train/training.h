@@ -266,13 +266,22 @@ private:
         cfg.doc_start_token = model.cfg.bos_id;
         cfg.sample_documents = o.train_doc_eval;
         cfg.sample_seed = o.train_doc_seed;
+        cfg.sample_draw = o.train_doc_draw;
         FatalContext context("--train-doc-eval " + std::to_string(o.train_doc_eval), "--train-doc-eval");
         train_docs = std::make_unique<DataLoader>(cfg);
+        const DataLoader& s = *train_docs;
+        const long long packed = s.num_documents(), skipped = s.num_skipped_documents();
+        if (o.train_doc_draw == DocDraw::PaperHead) {  // (the SAN paper code's rule: DocDraw::PaperHead)
+            printf("training documents (--train-doc-eval %d, --train-doc-draw paper, seed %llu): 1 in %d of the first %lld "
+                   "documents: %lld sampled, %lld longer than %d tokens skipped, %lld packed into %lld rows%s\n",
+                   o.train_doc_eval, (unsigned long long)o.train_doc_seed, kPaperSampleEvery,
+                   (long long)s.num_documents_visited(), packed + skipped, skipped, o.seq_len + 1, packed,
+                   (long long)s.num_rows(), packed < o.train_doc_eval ? " (the data ends before that many are kept)" : "");
+            return;
+        }
         printf("training documents (--train-doc-eval %d, seed %llu): %lld drawn, %lld longer than %d tokens skipped, "
-               "%lld packed into %lld rows\n", o.train_doc_eval, (unsigned long long)o.train_doc_seed,
-               (long long)(train_docs->num_documents() + train_docs->num_skipped_documents()),
-               (long long)train_docs->num_skipped_documents(), o.seq_len + 1, (long long)train_docs->num_documents(),
-               (long long)train_docs->num_rows());
+               "%lld packed into %lld rows\n", o.train_doc_eval, (unsigned long long)o.train_doc_seed, packed + skipped,
+               skipped, o.seq_len + 1, packed, (long long)s.num_rows());
     }
 
     // The run directory (--run-dir, llmc/train/run_record.h): made by rank 0 with the resolved
