@@ -510,16 +510,21 @@ private:
         }
     }
 
-    // The milestone checkpoints (--milestones) due after `done` steps.
+    // The milestone checkpoints (--milestones) due after `done` steps, and the eval sets scored
+    // there (--milestone-evals; once a step: not again where --eval-every or the end scores them).
     void save_milestones(long done) {
         if (o.milestones == 0) { return; }
+        bool saved = false;
         for (const auto& [percent, at] : milestone_steps(o.steps)) {
             if (at == done) {
                 char name[32];
                 snprintf(name, sizeof(name), "milestone_%03d.bin", percent);
                 save(name);
+                saved = true;
             }
         }
+        const bool scored = done == o.steps || (done > 0 && due(o.eval_every, done));
+        if (saved && o.milestone_evals != 0 && !scored) { score_evals(done); }
     }
 
     // Prints a sample and logs it; rank 0 alone samples (llmc/model/sampling.h sample_rng: the
