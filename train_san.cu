@@ -916,7 +916,8 @@ constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus",
 // 15B tokens (28,611 steps) scaled to --steps by those ratios: a horizon of steps x 120,000 /
 // 28,611 (unless --schedule-steps is given: `horizon` > 0) and steps x 2,000 / 28,611 warmup
 // steps (at most the horizon), as a fraction of the horizon. (The paper states no final rate:
-// 0.1x is this project's choice, doc/deconstructing.md.)
+// 0.1x is this project's choice, doc/deconstructing.md.) The attention-pattern indicators are
+// measured over the training context (--indicator-context 0).
 constexpr double kDeconstructingMaxSteps = 120000, kDeconstructingWarmupSteps = 2000, kDeconstructingRunSteps = 28611;
 void apply_deconstructing_setup(TrainOptions& t, const std::string& preset, long steps, long horizon = 0) {
     t.global_batch = 256;
@@ -933,6 +934,7 @@ void apply_deconstructing_setup(TrainOptions& t, const std::string& preset, long
     s.kind = ScheduleKind::Cosine;
     s.warmup_frac = std::min(1.0, warmup_steps / (double)s.horizon);
     s.final_frac = 0.1;
+    t.indicator_context = 0;  // the indicators over the training context, as the paper's full-context attention matrices
 }
 constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimizer", "--beta2", "--lr", "--weight-decay",
                                                      "--decay-embedding", "--grad-clip", "--schedule", "--schedule-steps",

@@ -64,6 +64,7 @@ struct TrainOptions {
     std::string eval_sets;   // eval .bin files scored by llmc/train/eval_scoring.h (comma list)
     int eval_every = 0;      // score them every N steps (and at the end)
     int milestone_evals = 1; // score them at the milestone checkpoints too (--milestones)
+    int indicator_context = 257;  // tokens per window of the attention-pattern indicators (0: seq_len)
     std::string eval_context;        // windows to score the rolling sets in besides --seq-len (comma list)
     std::vector<int> eval_contexts;  // eval_context parsed (check_training_options)
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/kernels/attention_cudnn.cuh)
@@ -127,6 +128,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--train-doc-draw", &o.train_doc_draw, kDocDraws, "how --train-doc-eval draws: uniform over all training documents, or paper: the SAN paper code's 1 in 10 of the training data's head in file order (Python's random with --train-doc-seed) until N are kept (--paper-setup 1 sets it)"),
         make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
         make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
+        make_flag("--indicator-context", &o.indicator_context, "tokens per window of the attention-pattern indicators and logit distribution at validation: 4 windows of min(N, --seq-len) (0: --seq-len, the training context; --deconstructing-setup 1 sets 0; 257: the SAN paper code's measurement slice, which the effective ranks and max_logit keep)"),
         make_flag("--milestone-evals", &o.milestone_evals, "also score the eval sets at each milestone checkpoint of --milestones (0/25/50/75%: the SAN paper reports LAMBADA and SciQ at an intermediate checkpoint) 0|1"),
         make_flag("--eval-context", &o.eval_context, "also score the rolling eval sets (WikiText) in windows of N tokens, each N <= --seq-len (comma list, e.g. 128,256,512; logged as word_perplexity@N)"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
