@@ -104,7 +104,7 @@ def scale_text(records, reference=None):
     extra = [label for label in (reference or {}) if label not in records]
     if not extra:
         return (f"Entropy, Conc, HeadDiv min-max per layer over the {len(records)} runs drawn"
-                + (" (so each is 0 or 1)" if len(records) == 2 else ""))
+                + (" (so each is 0 or 1, 0.5 where they agree)" if len(records) == 2 else ""))
     return f"Entropy, Conc, HeadDiv min-max per layer over the {len(records)} runs drawn and {len(extra)} more"
 
 

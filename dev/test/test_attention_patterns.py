@@ -133,7 +133,7 @@ def test_radar_normalisation_over_a_study_or_a_reference_set(tmp_path, monkeypat
     assert set(wide) == set(pair)  # the reference's own run is not drawn
     np.testing.assert_allclose([wide[k][:3] for k in pair], [[0, 0, 0], [0.5, 0.5, 0]])
     assert [wide[k][3:] for k in pair] == [alone[k][3:] for k in pair]  # Sink, LocFoc absolute
-    assert "over the 2 runs drawn (so each is 0 or 1)" in ap.scale_text(pair)
+    assert "over the 2 runs drawn (so each is 0 or 1, 0.5 where they agree)" in ap.scale_text(pair)
     assert "over the 2 runs drawn and 1 more" in ap.scale_text(pair, RUNS)
     # the report: over="study" draws each group on the scale of every run of the section
     seen = {}
