@@ -101,6 +101,7 @@ struct SANConfig : ModelDims {
         m.gain_offset = gain_offset(), m.gain_init = norm == NormKind::ZCN ? 0.0f : 1.0f, m.norm_eps = kNormEps;
         m.init_std = kInitStd;
         m.out_std = out_init == OutInit::Scaled ? kInitStd / std::sqrt(2.0f * n_layer) : kInitStd;
+        m.fixed_input_std = kInitStd * embed_multiplier();  // the embedding's N(0, 0.02) times its multiplier
         return m;
     }
     std::unique_ptr<TokenMixer> mixer(int layer) const { return make_token_mixer(kinds[layer], mixer_dims()); }
@@ -559,7 +560,7 @@ struct SAN : LanguageModel<SANConfig> {
     void init_fixed_input(uint64_t seed, const std::string& train_data) {
         if (!has_fixed_row) { return; }
         if (fixed.random) {
-            fixed.draw(seed, kInitStd * cfg.embed_multiplier());
+            fixed.draw(seed, cfg.mixer_dims().fixed_input_std);
             upload_fixed_input();
         } else {
             fixed.take_first_tokens(train_data);
@@ -869,7 +870,8 @@ struct Options {
 // --paper-setup 1: the SAN paper's reference recipe (its code, run on 8 devices at 64 rows
 // each) as defaults that explicit flags override: a global batch of 512 rows, rates scaled
 // as for 8 devices (AdamW x 8, Muon x sqrt(8)), Muon in the paper's order, Newton-Schulz and
-// gradient accumulation in fp32, WSD 5% / 15% / 0.05, milestone checkpoints.
+// gradient accumulation in fp32, WSD 5% / 15% / 0.05, milestone checkpoints, and the
+// paper's draw of training documents for --train-doc-eval.
 void apply_paper_setup(TrainOptions& t) {
     t.global_batch = 512;
     t.lr_scale_gpus = 8;
@@ -882,6 +884,10 @@ void apply_paper_setup(TrainOptions& t) {
     t.opt.schedule.decay_frac = 0.15;
     t.opt.schedule.final_frac = 0.05;
     t.milestones = 1;
+    // --train-doc-eval's sample as the paper's eval code draws it (DocDraw::PaperHead; not in
+    // kPaperSetupFlags: a resume takes them from the checkpoint, where they are written with it)
+    t.train_doc_draw = DocDraw::PaperHead;
+    t.train_doc_seed = 3407;
 }
 // A SAN-paper preset trained without --paper-setup runs Muon in the Keller order at the
 // paper's locked rates, which its paper-order Muon (and batch) were tuned for: one line says so.
@@ -910,7 +916,8 @@ constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus",
 // 15B tokens (28,611 steps) scaled to --steps by those ratios: a horizon of steps x 120,000 /
 // 28,611 (unless --schedule-steps is given: `horizon` > 0) and steps x 2,000 / 28,611 warmup
 // steps (at most the horizon), as a fraction of the horizon. (The paper states no final rate:
-// 0.1x is this project's choice, doc/deconstructing.md.)
+// 0.1x is this project's choice, doc/deconstructing.md.) The attention-pattern indicators are
+// measured over the training context (--indicator-context 0).
 constexpr double kDeconstructingMaxSteps = 120000, kDeconstructingWarmupSteps = 2000, kDeconstructingRunSteps = 28611;
 void apply_deconstructing_setup(TrainOptions& t, const std::string& preset, long steps, long horizon = 0) {
     t.global_batch = 256;
@@ -927,6 +934,7 @@ void apply_deconstructing_setup(TrainOptions& t, const std::string& preset, long
     s.kind = ScheduleKind::Cosine;
     s.warmup_frac = std::min(1.0, warmup_steps / (double)s.horizon);
     s.final_frac = 0.1;
+    t.indicator_context = 0;  // the indicators over the training context, as the paper's full-context attention matrices
 }
 constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimizer", "--beta2", "--lr", "--weight-decay",
                                                      "--decay-embedding", "--grad-clip", "--schedule", "--schedule-steps",

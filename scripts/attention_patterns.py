@@ -4,18 +4,22 @@ section 4.4; radar plots as its figures 1 and 8) and the pre-softmax logit distr
 (its figures 2 and 6), drawn from the validation records train_san logs (keys attn_*,
 logit_abs_*: doc/formats.md, definitions in doc/deconstructing.md "Attention-pattern indicators").
 
-  radar_values(records, layer)     per run: the radar's axes for one layer (the paper's scaling)
-  plot_radars(records, out, name)  one radar per layer, every run a polygon
+  radar_values(records, layer, reference)  per run: the radar's axes for one layer (the paper's scaling)
+  plot_radars(records, out, name, title, reference)  one radar per layer, every run a polygon
   plot_logits(records, out, name)  one panel per layer: each run's |logit| distribution
   indicator_rows(records)          a table's rows: per layer and run, the raw head means
   groups_of_arms(arms)             a study's arms by attention kind, with the standard arms
-  report_section(groups, out)      the study report's section (scripts/study_report.py)
+  report_section(groups, out, over)  the study report's section (scripts/study_report.py)
 
 `records` maps a run's label to its validation record (a dict of the JSONL line). As the paper:
-Entropy, Conc and HeadDiv are min-max normalised across the runs drawn together (per layer;
-where they are all equal, 0.5), Sink and LocFoc are absolute, LocFoc x 2 for visibility.
+Entropy, Conc and HeadDiv are min-max normalised (per layer; where they are all equal, 0.5),
+Sink and LocFoc are absolute, LocFoc x 2 for visibility. The paper does not say over what set
+the min-max is taken; by default it is the runs drawn together (so with two runs every
+normalised axis is exactly 0 or 1); with `reference` (more records: all the runs of a study, or
+a fixed reference set) it is over the drawn runs and those together, so a plot of two runs keeps
+the scale of the larger set. Each figure's title says which.
 
-    python scripts/attention_patterns.py --out DIR LABEL=LOG.jsonl ...
+    python scripts/attention_patterns.py --out DIR LABEL=LOG.jsonl ... [--reference LABEL=LOG.jsonl ...]
 prints the table of each run's last validation record and writes DIR/attention_radar.png and
 DIR/logit_distribution.png (scripts/deconstructing_demo.sh calls it).
 """
@@ -53,14 +57,16 @@ def n_layers(records):
     return max((len(r.get("attn_entropy") or []) for r in records.values()), default=0)
 
 
-def radar_values(records, layer):
+def radar_values(records, layer, reference=None):
     """{label: [value per AXES]} for the runs with a matrix at `layer`: Entropy, Conc, HeadDiv
-    min-max normalised across these runs, Sink as logged, LocFoc x 2."""
+    min-max normalised across these runs (and the records of `reference`, {label: record}, when
+    given), Sink as logged, LocFoc x 2."""
     raw = {label: layer_raw(r, layer) for label, r in records.items()}
     raw = {label: v for label, v in raw.items() if v is not None}
+    scale = [v for v in (layer_raw(r, layer) for r in (reference or {}).values()) if v is not None]
     values = {label: [] for label in raw}
     for axis in AXES:
-        column = [v[axis] for v in raw.values()]
+        column = [v[axis] for v in list(raw.values()) + scale]
         lo, hi = (min(column), max(column)) if column else (0.0, 0.0)
         for label, v in raw.items():
             if axis in NORMALISED:
@@ -93,17 +99,28 @@ def _legend(fig, axes):
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8)
 
 
-def plot_radars(records, out, name="attention_radar.png", title="attention-pattern indicators per layer"):
-    """One radar per layer; returns the file name, or None when no run has indicators."""
+def scale_text(records, reference=None):
+    """What the normalised axes are normalised over, as a figure and the report say it."""
+    extra = [label for label in (reference or {}) if label not in records]
+    if not extra:
+        return (f"Entropy, Conc, HeadDiv min-max per layer over the {len(records)} runs drawn"
+                + (" (so each is 0 or 1, 0.5 where they agree)" if len(records) == 2 else ""))
+    return f"Entropy, Conc, HeadDiv min-max per layer over the {len(records)} runs drawn and {len(extra)} more"
+
+
+def plot_radars(records, out, name="attention_radar.png", title="attention-pattern indicators per layer",
+                reference=None):
+    """One radar per layer, the normalised axes over `records` and `reference` (radar_values);
+    returns the file name, or None when no run has indicators."""
     L = n_layers(records)
     if L == 0 or not any(radar_values(records, l) for l in range(L)):
         return None
     fig, axes = _grid(L, polar=True)
     angles = [2 * math.pi * i / len(AXES) for i in range(len(AXES))]
-    top = max([1.0] + [x for l in range(L) for vals in radar_values(records, l).values() for x in vals])
+    top = max([1.0] + [x for l in range(L) for vals in radar_values(records, l, reference).values() for x in vals])
     color = {label: f"C{i % 10}" for i, label in enumerate(records)}  # a run keeps its colour in every layer
     for l, ax in enumerate(axes):
-        for label, vals in radar_values(records, l).items():
+        for label, vals in radar_values(records, l, reference).items():
             ax.plot(angles + angles[:1], vals + vals[:1], label=label, color=color[label])
             ax.fill(angles + angles[:1], vals + vals[:1], alpha=0.08, color=color[label])
         ax.set_xticks(angles)
@@ -112,7 +129,7 @@ def plot_radars(records, out, name="attention_radar.png", title="attention-patte
         ax.set_ylim(0, top)
         ax.set_title(f"layer {l + 1}", fontsize=9)
     _legend(fig, axes)
-    fig.suptitle(f"{title} (Entropy, Conc, HeadDiv min-max across runs; LocFoc x {LOCFOC_SCALE:g})", fontsize=9)
+    fig.suptitle(f"{title}\n({scale_text(records, reference)}; Sink absolute; LocFoc x {LOCFOC_SCALE:g})", fontsize=9)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     fig.savefig(os.path.join(out, name), dpi=110)
     plt.close(fig)
@@ -186,13 +203,19 @@ def groups_of_arms(arms):
     return groups
 
 
-def report_section(groups, out):
+def report_section(groups, out, over="group"):
     """The study report's markdown lines: `groups` maps a title (a kind) to its {label: record}
-    (standard, the kind uniform, the kind hybrid); one radar and one logit plot per group."""
+    (standard, the kind uniform, the kind hybrid); one radar and one logit plot per group.
+    `over`: the set the radars' min-max is taken over: "group" (each plot's runs) or "study"
+    (every run of every group, so the plots share one scale)."""
+    if over not in ("group", "study"):
+        raise ValueError(f"attention_patterns.report_section: over must be 'group' or 'study', not {over!r}")
+    study = {label: r for records in groups.values() for label, r in records.items()} if over == "study" else None
     sections = []
     for title, records in groups.items():
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in title)
-        radar = plot_radars(records, out, f"attention_radar_{safe}.png", f"{title}: attention-pattern indicators")
+        radar = plot_radars(records, out, f"attention_radar_{safe}.png", f"{title}: attention-pattern indicators",
+                            reference=study)
         logits = plot_logits(records, out, f"logit_distribution_{safe}.png")
         if radar is None and logits is None:
             continue
@@ -204,7 +227,9 @@ def report_section(groups, out):
     return ["## Attention patterns", "",
           "The indicators of \"Deconstructing Attention\" (section 4.4) of each arm's representative run at the last "
           "validation, from the first 4 rows of the validation data (doc/deconstructing.md \"Attention-pattern "
-          "indicators\"): Entropy, Conc and HeadDiv min-max normalised across the runs of a plot, Sink and LocFoc "
+          "indicators\"): Entropy, Conc and HeadDiv min-max normalised per layer across "
+          + ("the runs of a plot (the paper does not say over which set; with two runs each is 0 or 1)" if over == "group"
+             else "every run of this section (one scale for all plots)") + ", Sink and LocFoc "
           f"absolute, LocFoc x {LOCFOC_SCALE:g}; a layer without an attention matrix (mlp, Taylor separate) is left "
           "out of its radar.", ""] + sections
 
@@ -226,16 +251,23 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", metavar="LABEL=LOG", help="a run's label and its JSONL log")
     p.add_argument("--out", required=True, help="folder for the PNGs")
+    p.add_argument("--reference", nargs="+", default=[], metavar="LABEL=LOG",
+                   help="more runs the radar's min-max is taken over, not drawn (e.g. all the runs of a study)")
     args = p.parse_args()
-    records = {}
-    for item in args.runs:
-        label, sep, path = item.partition("=")
-        if not sep or not label or not path:
-            raise SystemExit(f"attention_patterns: '{item}' is not LABEL=LOG")
-        records[label] = last_validation(path)
+
+    def read(items):
+        records = {}
+        for item in items:
+            label, sep, path = item.partition("=")
+            if not sep or not label or not path:
+                raise SystemExit(f"attention_patterns: '{item}' is not LABEL=LOG")
+            records[label] = last_validation(path)
+        return records
+    records, reference = read(args.runs), read(args.reference)
     os.makedirs(args.out, exist_ok=True)
     print(_table(HEADER, indicator_rows(records)))
-    for name in (plot_radars(records, args.out), plot_logits(records, args.out)):
+    print(scale_text(records, reference))
+    for name in (plot_radars(records, args.out, reference=reference), plot_logits(records, args.out)):
         if name:
             print(f"wrote {os.path.join(args.out, name)}")
 

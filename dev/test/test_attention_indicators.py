@@ -148,3 +148,44 @@ def test_reference_indicators_of_known_matrices():
     # the std of two values is half their distance: over the L (L + 1) / 2 causal entries
     diff = (eye[0, 0] - eye[0, 1]).abs()[mask[0, 0, 0]]
     np.testing.assert_allclose(got["headdiv"], (diff / 2).sum() * 2 / (L * (L + 1)))
+
+
+def reference_over(data, ckpt, window):
+    """The reference's indicators over the first ROWS validation windows of `window` tokens."""
+    model, _, _, _ = san.load_checkpoint(str(ckpt))
+    tokens = read_shard(data / "toy_val_000000.bin").astype(np.int64)
+    return ref.measure(model, torch.from_numpy(np.stack([tokens[r * window:(r + 1) * window] for r in range(ROWS)])))
+
+
+def test_indicator_context(tmp_path):
+    """--indicator-context L: the indicators and logit distribution over 4 windows of L tokens
+    (the reference's over the same windows), the effective ranks and max_logit still over the
+    257-token slice; --deconstructing-setup 1 measures over the training context (here 300 > 257)
+    and prints what that costs; without either, min(257, T) as before."""
+    (tmp_path / "data").mkdir()
+    data = write_pattern_corpus(tmp_path / "data", {"toy_train_000000": 200, "toy_val_000000": 80})
+    common = ["--preset", "tiny", "--max-seq-len", 300, "--train-data", str(data / "toy_train_*.bin"),
+              "--val-data", str(data / "toy_val_*.bin"), "--batch-size", 4, "--val-batches", 1, "--sample-tokens", 0]
+    runs = {}
+    for name, more in (("default", []), ("setup", ["--deconstructing-setup", "1"]), ("24", ["--indicator-context", 24])):
+        d = tmp_path / name
+        out = run_binary(BIN, common + ["--steps", 1, "--checkpoint-dir", d, "--log", d / "log.jsonl"] + more).stdout
+        runs[name] = (validation_records(d / "log.jsonl")[-1], d / "final.bin", out)
+    for name, window in (("default", 257), ("setup", 300), ("24", 24)):
+        record, ckpt, out = runs[name]
+        compare(record, reference_over(data, ckpt, window))
+        printed = f"attention-pattern indicators: {ROWS} windows of {window} tokens" in out
+        assert printed == (window != 257), out
+    assert "(--indicator-context 0: the training context; the effective ranks and max_logit stay on 2 of 257)" in runs["setup"][2]
+    # the same model evaluated at L = 24 and at the default: other indicators, the same effective ranks
+    logs = {}
+    for name, more in (("default", []), ("24", ["--indicator-context", 24])):
+        logs[name] = tmp_path / f"eval{name}.jsonl"
+        run_binary(BIN, ["--steps", 0, "--init-from", runs["default"][1], "--val-data", str(data / "toy_val_*.bin"),
+                         "--val-batches", 1, "--batch-size", 4, "--sample-tokens", 0, "--log", logs[name]] + more)
+    (at_24,), (at_257,) = validation_records(logs["24"]), validation_records(logs["default"])
+    assert at_24["erank"] == at_257["erank"] and at_24["max_logit"] == at_257["max_logit"]
+    assert at_24["attn_entropy"] != at_257["attn_entropy"]
+    compare(at_24, reference_over(data, runs["default"][1], 24))
+    bad = run_binary(BIN, common + ["--steps", 1, "--indicator-context", -1], check=False)
+    assert bad.returncode != 0 and "option --indicator-context: must be >= 0" in bad.stderr, bad.stderr

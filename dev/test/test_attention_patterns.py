@@ -118,3 +118,47 @@ def test_a_kind_is_compared_with_standard_arms_of_its_depth(tmp_path):
     # radar per layer of the deepest, the shallower run on its own layers only
     assert ap.plot_radars({"san": deeper, "standard": RUNS["standard"]}, str(tmp_path), "r.png") == "r.png"
     assert list(ap.radar_values({"san": deeper, "standard": RUNS["standard"]}, n)) == ["san"]
+
+
+def test_radar_normalisation_over_a_study_or_a_reference_set(tmp_path, monkeypatch):
+    """The min-max set (the paper does not name one): by default the runs drawn, so two runs sit
+    at exactly 0 and 1; with a reference (a study's other runs, a fixed set) over the drawn runs
+    and the reference together, so the two keep the larger set's scale; the figure's title and
+    the report say which."""
+    pair = {k: RUNS[k] for k in ("standard", "approximate-uniform")}
+    alone = ap.radar_values(pair, 1)
+    assert [alone[k][:3] for k in pair] == [[0, 0, 0.5], [1, 1, 0.5]]  # HeadDiv 0.3 = 0.3: 0.5
+    # over all three runs (layer 2: Entropy 4, 6, 5; Conc 2, 4, 3; HeadDiv 0.3, 0.5, 0.3)
+    wide = ap.radar_values(pair, 1, reference=RUNS)
+    assert set(wide) == set(pair)  # the reference's own run is not drawn
+    np.testing.assert_allclose([wide[k][:3] for k in pair], [[0, 0, 0], [0.5, 0.5, 0]])
+    assert [wide[k][3:] for k in pair] == [alone[k][3:] for k in pair]  # Sink, LocFoc absolute
+    assert "over the 2 runs drawn (so each is 0 or 1, 0.5 where they agree)" in ap.scale_text(pair)
+    assert "over the 2 runs drawn and 1 more" in ap.scale_text(pair, RUNS)
+    # the report: over="study" draws each group on the scale of every run of the section
+    seen = {}
+    real = ap.plot_radars
+
+    def spy(records, out, name, title, reference=None):
+        seen[name] = reference
+        return real(records, out, name, title, reference=reference)
+    monkeypatch.setattr(ap, "plot_radars", spy)
+    groups = {"mlp": {"standard": RUNS["standard"], "mlp-hybrid": RUNS["mlp-hybrid"]},
+              "approximate": {"standard": RUNS["standard"], "approximate-uniform": RUNS["approximate-uniform"]}}
+    md = "\n".join(ap.report_section(groups, str(tmp_path), over="study"))
+    assert all(sorted(r) == sorted(RUNS) for r in seen.values()) and len(seen) == 2
+    assert "every run of this section" in md
+    md = "\n".join(ap.report_section(groups, str(tmp_path)))
+    assert all(r is None for r in seen.values()) and "with two runs each is 0 or 1" in md
+    with pytest.raises(ValueError, match="over must be 'group' or 'study'"):
+        ap.report_section(groups, str(tmp_path), over="all")
+    # the command line: --reference runs widen the scale, are not drawn
+    logs = {}
+    for label, r in RUNS.items():
+        logs[label] = tmp_path / f"{label}.jsonl"
+        logs[label].write_text(json.dumps(r) + "\n")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "attention_patterns.py"), "--out",
+                          str(tmp_path / "plots")] + [f"{k}={logs[k]}" for k in pair]
+                         + ["--reference", f"mlp-hybrid={logs['mlp-hybrid']}"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "over the 2 runs drawn and 1 more" in out and (tmp_path / "plots" / "attention_radar.png").exists()

@@ -249,3 +249,30 @@ def test_eval_context_needs_a_rolling_set(trained, toy):
     p = subprocess.run(base + ["--eval-sets", f"{toy / 'mc.bin'},{toy / 'cloze.bin'}"], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode != 0 and "--eval-context: none of the --eval-sets is a rolling set" in p.stderr, p.stderr
+
+
+def test_eval_sets_are_scored_at_the_milestones(toy, tmp_path):
+    """--milestones 1 (what --paper-setup 1 turns on): the eval sets are scored at each milestone
+    checkpoint too (0/25/50/75% of 20 steps: 0, 5, 10, 15; the SAN paper reports LAMBADA and SciQ
+    at an intermediate checkpoint), once a step where --eval-every scores them already (10), and
+    at the end; each milestone's scores are those of its checkpoint (the reference scoring
+    milestone_NNN.bin; the multiple-choice and cloze sets at 25% and 75%).
+    --milestone-evals 0: only --eval-every's and the end's."""
+    base = ["--preset", "tiny", "--train-data", toy / "toy_train_*.bin", "--val-data", toy / "toy_val_*.bin",
+            "--batch-size", 3, "--seq-len", WINDOW, "--steps", 20, "--val-every", 0, "--val-batches", 1,
+            "--optimizer", "adamw", "--lr", "3e-3", "--sample-tokens", 0, "--milestones", 1,
+            "--eval-sets", eval_sets(toy), "--eval-every", 10]
+    on, off = tmp_path / "on", tmp_path / "off"
+    run("san", base + ["--checkpoint-dir", on, "--log", on / "log.jsonl"])
+    run("san", base + ["--checkpoint-dir", off, "--log", off / "log.jsonl", "--milestone-evals", 0])
+    records = eval_records(on / "log.jsonl")
+    steps = [r["step"] for r in map(json.loads, open(on / "log.jsonl")) if "eval" in r]
+    assert steps == [0, 5, 10, 15, 20]  # (each once)
+    assert sorted(eval_records(off / "log.jsonl")) == [10, 20]
+    for step, percent in ((5, 25), (15, 75)):
+        for name in ("mc", "cloze"):
+            _, ref = reference_scores(on / f"milestone_{percent:03d}.bin", toy / f"{name}.bin")
+            for key in ("acc", "acc_norm", "perplexity", "word_perplexity"):
+                if key in ref:
+                    assert records[step][name][key] == pytest.approx(ref[key], rel=RTOL, abs=1e-9), (step, name, key)
+    assert records[5] != records[15]

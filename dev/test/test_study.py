@@ -342,7 +342,9 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     assert re.search(r"Noise floor \(pooled seed-to-seed sd\): ([\d.]+) nats", report).group(1) == f"{san_sd:.4f}"
     # eval sets: the seed means of the runs' last eval records at each arm's rate
     evals = {run: study.read_evals(out / "runs" / run / "log.jsonl") for run in TOY_RUNS}
-    assert all(sorted(e) == [6] for e in evals.values())  # scored once, at the end
+    # scored at the milestones of 6 steps (0/25/50/75%: 0, 2, 3, 5; --milestone-evals) and at the end; the report
+    # reads the end's
+    assert all(sorted(e) == [0, 2, 3, 5, 6] for e in evals.values())
     eval_rows = {r["arm"]: r for r in md_table(report[report.index("## Eval sets"):], "arm")}
     for arm, runs in (("san", ("san_s7", "san_s8")), ("ffn", (f"ffn_lr{best_lr}_s7",))):
         for name, metric in (("toy_mc", "acc"), ("toy_mc", "acc_norm"), ("toy_cloze", "acc"),

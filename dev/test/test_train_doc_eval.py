@@ -16,10 +16,16 @@ build (three training shards, so documents cross shard ends):
   (same numbers at the same step, without giving the flag again) and the run exactly (every
   tensor and setting of the final checkpoint but where it was written);
 - 2 ranks log the same decomposition as 1 (each rank its rows, the sums added);
-- bad values fail naming the flag.
+- bad values fail naming the flag;
+- --train-doc-draw paper (the SAN paper code's rule, which --paper-setup 1 sets with seed 3407)
+  logs the decomposition of the documents a Python rendering of that rule with CPython's own
+  `random` module picks (1 in 10 of the documents in file order, `random.Random(seed).random()
+  < 0.1` once per document, those longer than T+1 skipped, until N are kept): the same counts
+  printed and the same numbers logged; when the data ends first, every sampled one.
 Runs the fp32 host build (TRAIN_SAN_FP32_BIN; `make test-python` sets it). About 15 s."""
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -120,6 +126,22 @@ def draw(tokens, bos, n, seed):
         elif (j := rng.below(i + 1)) < n:
             drawn[j] = (a, b - a)
     return sorted(drawn)
+
+
+def paper_draw(tokens, bos, n, seed, longest):
+    """The SAN paper code's rule, written again: (documents visited, sampled, kept), the kept as
+    (start, length) in file order."""
+    starts = list(np.flatnonzero(tokens == bos)) + [len(tokens)]
+    rng, visited, sampled, kept = random.Random(seed), 0, 0, []
+    for a, b in zip(starts[:-1], starts[1:]):
+        if len(kept) == n:
+            break
+        visited += 1
+        if rng.random() < 0.1:
+            sampled += 1
+            if b - a <= longest:
+                kept.append((a, b - a))
+    return visited, sampled, kept
 
 
 def reference_decomposition(model, data, docs):
@@ -263,3 +285,31 @@ def test_two_ranks_log_the_same_decomposition(data, runs, tmp_path):
 def test_bad_values_name_the_flag(data, more, message):
     proc = run(flags(data, "--steps", 1) + more, check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_paper_draw_equals_a_python_rendering_of_the_rule(data, runs, tmp_path):
+    d, _, _ = runs["with"]
+    model, _, _, _ = san.load_checkpoint(str(d / "final.bin"))
+    model = model.double().eval()
+    tokens, _, _ = training_tokens(data)
+    bos, n = model.cfg.bos_id, 16
+    for seed, more in ((3407, ["--train-doc-draw", "paper", "--train-doc-seed", 3407]), (3407, ["--paper-setup", "1"]),
+                       (2 ** 40 + 5, ["--train-doc-draw", "paper", "--train-doc-seed", 2 ** 40 + 5])):
+        visited, sampled, kept = paper_draw(tokens, bos, n, seed, T + 1)
+        assert len(kept) == n and sampled > n and visited < 300  # the head, and the skip matters
+        path = tmp_path / f"paper{seed}{more[0]}.jsonl"
+        out = run(flags(data, "--steps", 0, "--init-from", d / "final.bin", "--train-doc-eval", n, "--log", path,
+                        *more)).stdout
+        assert (f"(--train-doc-eval {n}, --train-doc-draw paper, seed {seed}): 1 in 10 of the first {visited} documents: "
+                f"{sampled} sampled, {sampled - n} longer than {T + 1} tokens skipped, {n} packed") in out, out
+        assert_close(read_log(path)[-1]["train_docs"], reference_decomposition(model, data, kept))
+    # not the uniform draw's documents
+    assert kept != [(a, m) for a, m in draw(tokens, bos, n, seed) if m <= T + 1][:n]
+    # more than the data holds: every sampled document of at most T+1 tokens
+    visited, sampled, kept = paper_draw(tokens, bos, 10 ** 6, 3407, T + 1)
+    path = tmp_path / "paper_all.jsonl"
+    out = run(flags(data, "--steps", 0, "--init-from", d / "final.bin", "--train-doc-eval", 10 ** 6, "--log", path,
+                    "--train-doc-draw", "paper", "--train-doc-seed", 3407)).stdout
+    assert (f"1 in 10 of the first {visited} documents: {sampled} sampled, {sampled - len(kept)} longer than {T + 1} "
+            f"tokens skipped, {len(kept)} packed") in out and "(the data ends before that many are kept)" in out, out
+    assert read_log(path)[-1]["train_docs"]["val_tokens"] == sum(m - 1 for _, m in kept)

@@ -395,7 +395,7 @@ def read_checkpoint(path):
 @needs_bin
 @pytest.mark.parametrize("kind", ["rndembqk", "fixedseqqk"])
 def test_fixed_input_is_model_state(data, tmp_path, kind):
-    """The fixed QK input sits in the checkpoint (rndembqk: eps of seq_len x d with std 0.02 sqrt(d);
+    """The fixed QK input sits in the checkpoint (rndembqk: eps of seq_len x d with std 0.02 sqrt(d) at tiny's sqrt-d embedding scale;
     fixedseqqk: the first seq_len tokens of the training shard), is not counted as a parameter,
     and neither training nor a resume changes it; validation logs a max_logit per layer (the
     fixed q . k the real rows used) and sampling (no KV cache for these kinds) works."""
@@ -428,6 +428,22 @@ def test_fixed_input_is_model_state(data, tmp_path, kind):
     key = "fixed_qk.input" if kind == "rndembqk" else "fixed_qk.tokens"
     assert again[key].tobytes() == state.tobytes()
     assert not np.array_equal(again["layers.0.attn.wq"], tensors["layers.0.attn.wq"])  # (training went on)
+
+
+@needs_bin
+@pytest.mark.parametrize("embed_scale, sigma", [("sqrt-d", 0.02 * 8), ("1", 0.02)])
+def test_rndembqk_sigma_as_printed_is_as_drawn(data, tmp_path, embed_scale, sigma):
+    """The start-up line's sigma of rndembqk's eps (doc/deconstructing.md "Decision (sigma)": 0.02
+    times the embedding multiplier, sqrt(d) = 8 for tiny or 1) is the std of the eps in a fresh
+    checkpoint (the 0% milestone, before any step): 4,096 draws, so the sample std is within 5% of
+    sigma (its relative sd is 1/sqrt(2 x 4096) = 1.1%)."""
+    import re
+    out = run(common(data, tmp_path) + ["--attention", "rndembqk", "--embed-scale", embed_scale, "--steps", "1",
+                                        "--milestones", "1"]).stdout
+    printed = float(re.search(r"eps ~ N\(0, ([0-9.e+-]+)\^2\)", out).group(1))
+    eps = read_checkpoint(tmp_path / "milestone_000.bin")[1]["fixed_qk.input"]
+    assert abs(printed - sigma) <= 1e-6 * sigma, (printed, sigma)
+    assert abs(eps.std() - printed) <= 0.05 * printed, (eps.std(), printed)
 
 
 @needs_bin
@@ -511,3 +527,36 @@ def test_fixed_qk_resume_is_exact(data, tmp_path, kind):
     run(common(data, straight) + args + ["--save-every", "3"])
     run(common(data, resumed) + args + ["--resume", str(straight / "step_3.bin")])
     assert state_differences((straight / "final.bin"), (resumed / "final.bin")) == []
+
+
+def test_taylor_separate_has_a_pole_not_a_precision_problem():
+    """doc/deconstructing.md "approximate": the paper's separate form (Eq. 14-17) is evaluated
+    accurately in float64 (the reference's output equals exact rational arithmetic on the same
+    float64 inputs to 1e-9 relative at the worst-conditioned row, kappa > 1e3; measured 2.6e-13
+    at kappa 7.0e3), and still fails: its first-order normaliser Z_1 = sum_tau x is negative in
+    about half the rows of zero-mean q, k (measured 51%), and where it nears 0 the output leaves
+    the range of the values by orders of magnitude (a pole; measured |o| 2,591 with |v| <= 2.7),
+    which no arithmetic removes. hd = 4, so the scale 1/sqrt(hd) = 1/2 is exact."""
+    from fractions import Fraction
+    import torch
+    from attnref.variants import taylor_attention
+    g = torch.Generator().manual_seed(0)
+    B, H, T, hd = 4, 2, 64, 4
+    q, k, v = (torch.randn(B, H, T, hd, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    out = taylor_attention(q, k, v, mask, norm="separate")
+    x = torch.where(mask, torch.einsum("bhtd,bhsd->bhts", q, k) / 2.0, torch.zeros((), dtype=torch.float64))
+    z1 = x.sum(-1)
+    assert 0.3 < float((z1[..., 1:] < 0).double().mean()) < 0.7  # (row 0 sees itself only: x >= 0 there)
+    kappa = x.abs().sum(-1) / z1.abs()
+    b, h, t = np.unravel_index(int(kappa.argmax()), kappa.shape)
+    assert kappa[b, h, t] > 1e3
+    xs = [sum(Fraction(float(q[b, h, t, c])) * Fraction(float(k[b, h, s, c])) for c in range(hd)) / 2 for s in range(t + 1)]
+    exact = []
+    for c in range(hd):
+        vs = [Fraction(float(v[b, h, s, c])) for s in range(t + 1)]
+        terms = ([Fraction(1)] * len(xs), xs, [z * z / 2 for z in xs])  # f_0, f_1, f_2, each normalised alone
+        exact.append(float(sum(sum(w * vv for w, vv in zip(f, vs)) / sum(f) for f in terms)))
+    got = out[b, h, t].tolist()
+    assert max(abs(a - e) for a, e in zip(got, exact)) <= 1e-9 * max(abs(e) for e in exact), (got, exact)
+    assert max(abs(a) for a in got) > 100 * float(v[b, h, : t + 1].abs().max())

@@ -47,6 +47,12 @@ uniformly without replacement from every document of the data by reservoir sampl
 order (SplitMix64 seeded with cfg.sample_seed; document i >= N, counted from 0, takes slot
 j = below(i + 1) when j < N), then put back in file order; of those drawn, the ones longer
 than T+1 are skipped and the rest packed as above. All of them when the data holds <= N.
+With cfg.sample_draw = DocDraw::PaperHead instead (the SAN paper's eval code: a 1-in-10 sample
+of the unshuffled head of the training corpus until N are kept): the documents are visited in
+file order and each takes one number u of PythonRandom(cfg.sample_seed) (CPython's
+random.Random(seed).random(), llmc/data/python_random.h); it is sampled when u < 0.1 (1 in
+kPaperSampleEvery); a sampled document longer than T+1 is skipped; the draw stops when N are
+kept (so N are packed, or every sampled one of at most T+1 when the data ends first).
 
 Per batch (row-major, row b at b*(T+1)):
   tokens  B x (T+1) int32   the windows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]
@@ -78,6 +84,7 @@ there (the fingerprint checks that data, T, global batch B*P, shuffle and seed m
 #include <vector>
 
 #include "llmc/data/crc32.h"  // defines: crc32_update, crc32_of_file_range
+#include "llmc/data/python_random.h"  // defines: PythonRandom
 #include "llmc/data/tokenizer_record.h"
 #include "llmc/utils.h"
 
@@ -425,6 +432,12 @@ inline void seeded_permutation(std::vector<int64_t>& p, int64_t n, uint64_t seed
     for (int64_t i = n - 1; i > 0; i--) { std::swap(p[i], p[(int64_t)rng.below(i + 1)]); }
 }
 
+// How whole-document mode draws sample_documents: uniformly over the data (reservoir), or as
+// the SAN paper's eval code, 1 in kPaperSampleEvery of the head of the data until N are kept
+// (the top of this file).
+enum class DocDraw { Uniform, PaperHead };
+constexpr int kPaperSampleEvery = 10;
+
 struct DataLoaderConfig {
     std::string pattern;       // glob(s), comma-separated
     int B = 1, T = 1;          // rows per process, tokens per row (windows are T+1)
@@ -442,6 +455,7 @@ struct DataLoaderConfig {
     // of this file); the same files, T, N and seed give the same sample on every machine.
     int64_t sample_documents = 0;
     uint64_t sample_seed = 0;
+    DocDraw sample_draw = DocDraw::Uniform;
     bool verify_data = true;   // check each file's CRC-32 once when opening (--verify-data)
 };
 
@@ -508,6 +522,7 @@ public:
         fp = SplitMix64(fp ^ (cfg.shuffle ? cfg.seed * 2 + 1 : 0)).next();
         if (cfg.whole_documents) { fp = SplitMix64(fp ^ 0x5EEDull).next(); }  // window mode keeps its old value
         if (cfg.sample_documents > 0) { fp = SplitMix64(fp ^ cfg.sample_seed ^ (uint64_t)cfg.sample_documents).next(); }
+        if (cfg.sample_documents > 0 && cfg.sample_draw == DocDraw::PaperHead) { fp = SplitMix64(fp ^ 0x4EADull).next(); }
         for (const ShardInfo& s : shards_) { fp = SplitMix64(fp ^ (uint64_t)s.ntok).next(); }
         fingerprint_ = fp;
         tokens.resize((size_t)B * (T + 1));
@@ -536,6 +551,9 @@ public:
     // (with sample_documents: of the documents drawn)
     int64_t num_documents() const { return (int64_t)doc_start_.size(); }
     int64_t num_skipped_documents() const { return num_skipped_documents_; }
+    // with sample_documents: the documents the draw went through (DocDraw::PaperHead: the head
+    // of the data up to the N-th kept; DocDraw::Uniform: all of them)
+    int64_t num_documents_visited() const { return num_documents_visited_; }
     size_t num_shards() const { return shards_.size(); }
     const std::vector<ShardInfo>& shards() const { return shards_; }
 
@@ -758,10 +776,18 @@ private:
         const int64_t n = cfg_.sample_documents;
         std::vector<std::pair<int64_t, int64_t>> drawn;  // reservoir of (start, length)
         SplitMix64 rng(cfg_.sample_seed);
-        int64_t index = 0;  // of the document visited, from 0
+        PythonRandom head_rng(cfg_.sample_seed);
+        const bool head = n > 0 && cfg_.sample_draw == DocDraw::PaperHead;
+        int64_t index = 0, kept = 0;  // the document visited, from 0; PaperHead: those packed
         const int64_t seen = for_each_document([&](int64_t start, int64_t len) {
             const int64_t i = index++;
-            if (n <= 0) {
+            if (head) {  // (for_each_document visits every document: past the N-th kept, none is drawn)
+                if (kept == n) { return; }
+                num_documents_visited_ = i + 1;
+                if (head_rng.random() >= 1.0 / kPaperSampleEvery) { return; }
+                if (len <= T + 1) { kept++; }
+                pack(start, len);
+            } else if (n <= 0) {
                 pack(start, len);
             } else if (i < n) {
                 drawn.push_back({start, len});
@@ -773,6 +799,7 @@ private:
             fatal("data '%s' has no document-start token %d, so whole_documents finds no document",
                   cfg_.pattern.c_str(), cfg_.doc_start_token);
         }
+        if (n > 0 && !head) { num_documents_visited_ = seen; }
         std::sort(drawn.begin(), drawn.end());
         for (const auto& [start, len] : drawn) { pack(start, len); }
         num_rows_ = (int64_t)row_begin_.size();
@@ -810,6 +837,7 @@ private:
     std::vector<int32_t> doc_len_;
     std::vector<uint8_t> row_scored_;
     int64_t num_skipped_documents_ = 0;
+    int64_t num_documents_visited_ = 0;
     uint64_t fingerprint_ = 0;
     int64_t epoch_ = -1, step_ = 0;
     std::vector<int64_t> order_, cum_, perm_;

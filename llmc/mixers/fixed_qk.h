@@ -28,8 +28,9 @@ public:
         const int T = D.context, d = D.d;
         char buf[512];
         if (random_) {
+            // (sigma as drawn: 0.02 x the embedding multiplier, sqrt(d) or 1; SANConfig::mixer_dims)
             snprintf(buf, sizeof(buf), "\nfixed QK input (rndembqk): eps ~ N(0, %g^2) of %d x %d = %lld values",
-                     0.02 * std::sqrt((double)d), T, d, (long long)T * d);
+                     (double)D.fixed_input_std, T, d, (long long)T * d);
         } else {
             snprintf(buf, sizeof(buf), "\nfixed QK input (fixedseqqk): the embedding of %d fixed tokens = %d values", T, T);
         }

@@ -51,6 +51,7 @@ struct MixerDims {
     float norm_eps = 1e-6f;
     float init_std = 0.02f;           // input projections: N(0, init_std)
     float out_std = 0.02f;            // output projections: N(0, out_std)
+    float fixed_input_std = 0.02f;    // rndembqk's eps ~ N(0, this^2): the real stream's scale at init
     int qd() const { return Hq * hd; }
     int kvd() const { return Hkv * hd; }
     GainNorm head_norm(Weight gain) const { return {gain, hd, gain_offset, norm_eps}; }

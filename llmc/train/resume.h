@@ -197,6 +197,8 @@ inline std::vector<RunSetting> run_settings() {
     integer("run.train_doc_seed", {"--train-doc-seed"}, [](const TrainOptions& o) { return (long long)o.train_doc_seed; },
             [](TrainOptions& o, long long v) { o.train_doc_seed = (uint64_t)v; }, true);
     out.back().absent = "0";
+    choice("run.train_doc_draw", {"--train-doc-draw"}, [](TrainOptions& o) -> DocDraw& { return o.train_doc_draw; }, kDocDraws);
+    out.back().absent = "uniform";  // (files from before issue 47 drew uniformly)
     integer("run.save_every", {"--save-every"}, [](const TrainOptions& o) { return (long long)o.save_every; },
             [](TrainOptions& o, long long v) { o.save_every = (int)v; });
     integer("run.milestones", {"--milestones"}, [](const TrainOptions& o) { return (long long)o.milestones; },

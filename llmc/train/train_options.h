@@ -15,6 +15,7 @@ resume keeps of them, in llmc/train/resume.h. Host-only C++17.
 #include "llmc/choices.h"
 #include "llmc/cli.h"
 #include "llmc/cuda_common.h"
+#include "llmc/data/dataloader.h"  // defines: DocDraw
 #include "llmc/optim/optimizer.h"
 #include "llmc/train/run_record.h"
 #include "llmc/utils.h"
@@ -23,6 +24,8 @@ resume keeps of them, in llmc/train/resume.h. Host-only C++17.
 // ones on a GPU, the scalar ones on the host backend (where they are several times faster).
 enum class AttentionKernels { Auto, TensorCores, Scalar };
 inline const Choices<AttentionKernels> kAttentionKernels{{"auto", "tensor-cores", "scalar"}};
+// --train-doc-draw: how --train-doc-eval draws its documents (DataLoaderConfig::sample_draw)
+inline const Choices<DocDraw> kDocDraws{{"uniform", "paper"}};
 
 struct TrainOptions {
     OptimizerConfig opt = [] {
@@ -46,6 +49,7 @@ struct TrainOptions {
     int val_whole_docs = 0;  // validate on rows of whole documents (DataLoaderConfig::whole_documents); 2: also, beside windows
     int train_doc_eval = 0;  // also validate on a seeded sample of this many whole training documents (DataLoaderConfig::sample_documents)
     uint64_t train_doc_seed = 0;  // the seed of that sample
+    DocDraw train_doc_draw = DocDraw::Uniform;  // how it is drawn (--paper-setup 1: the paper's rule, seed 3407)
     int spike_window = 128;
     double spike_z = 5.0;
     double spike_guard = 3.0;  // stop when a loss is more than K x the recent median (0: off)
@@ -60,6 +64,8 @@ struct TrainOptions {
     int kv_cache = 1;        // sample with a KV cache (llmc/kernels/kv_cache.cuh)
     std::string eval_sets;   // eval .bin files scored by llmc/train/eval_scoring.h (comma list)
     int eval_every = 0;      // score them every N steps (and at the end)
+    int milestone_evals = 1; // score them at the milestone checkpoints too (--milestones)
+    int indicator_context = 257;  // tokens per window of the attention-pattern indicators (0: seq_len)
     std::string eval_context;        // windows to score the rolling sets in besides --seq-len (comma list)
     std::vector<int> eval_contexts;  // eval_context parsed (check_training_options)
     int cudnn = 0;           // cuDNN attention where the build has it (llmc/kernels/attention_cudnn.cuh)
@@ -120,9 +126,12 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--val-batches", &o.val_batches, "validation micro-batches (0: the whole validation set once)"),
         make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1, or 2: on windows and also on whole documents (logged as whole_docs)"),
         make_flag("--train-doc-eval", &o.train_doc_eval, "at each validation, also the loss per region and exercise over a seeded sample of N whole documents of --train-data (those longer than --seq-len + 1 tokens skipped; logged as train_docs; 0: none)"),
-        make_flag("--train-doc-seed", &o.train_doc_seed, "seed of the --train-doc-eval sample (the same documents at every validation, on resume, and for every run with the same data and seed)"),
+        make_flag("--train-doc-seed", &o.train_doc_seed, "seed of the --train-doc-eval sample (the same documents at every validation, on resume, and for every run with the same data and seed; --paper-setup 1: 3407, the SAN paper code's)"),
+        make_flag("--train-doc-draw", &o.train_doc_draw, kDocDraws, "how --train-doc-eval draws: uniform over all training documents, or paper: the SAN paper code's 1 in 10 of the training data's head in file order (Python's random with --train-doc-seed) until N are kept (--paper-setup 1 sets it)"),
         make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
         make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
+        make_flag("--indicator-context", &o.indicator_context, "tokens per window of the attention-pattern indicators and logit distribution at validation: 4 windows of min(N, --seq-len) (0: --seq-len, the training context; --deconstructing-setup 1 sets 0; 257: the SAN paper code's measurement slice, which the effective ranks and max_logit keep)"),
+        make_flag("--milestone-evals", &o.milestone_evals, "also score the eval sets at each milestone checkpoint of --milestones (0/25/50/75%: the SAN paper reports LAMBADA and SciQ at an intermediate checkpoint) 0|1"),
         make_flag("--eval-context", &o.eval_context, "also score the rolling eval sets (WikiText) in windows of N tokens, each N <= --seq-len (comma list, e.g. 128,256,512; logged as word_perplexity@N)"),
         make_flag("--sample-every", &o.sample_every, "sample every N steps (0: only at the end)"),
         make_flag("--sample-tokens", &o.sample_tokens, "tokens per sample (0: no samples)"),

@@ -88,6 +88,7 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
     }
     if (o.grad_accum == 0) { o.grad_accum = 1; }
     if (o.eval_every < 0) { fatal("option --eval-every: must be >= 0, not %d", o.eval_every); }
+    if (o.indicator_context < 0) { fatal("option --indicator-context: must be >= 0 (0: the training context --seq-len), not %d", o.indicator_context); }
     if (o.eval_every > 0 && o.eval_sets.empty()) { fatal("--eval-every %d: no --eval-sets to score", o.eval_every); }
     if (o.extend_to != 0 && resume == nullptr) { fatal("--extend-to needs --resume CKPT (the run to extend)"); }
     if (o.resume_override != 0 && resume == nullptr) { fatal("--resume-override needs --resume CKPT"); }

@@ -202,6 +202,8 @@ private:
     std::vector<int> sample_start;                 // BOS, then the --prompt's tokens
     std::vector<int> measure_inputs;               // the per-layer measurements' slice
     int measure_B = 0, measure_T = 0;
+    std::vector<int> indicator_inputs;             // --indicator-context: the indicators' own slice (empty: measure_inputs)
+    int indicator_B = 0, indicator_T = 0;
     EvalSuite evals;                               // the --eval-sets
     // the steps' running state (begin_steps)
     long first_step = 0;                           // the steps done before this run
@@ -288,13 +290,22 @@ private:
         cfg.doc_start_token = model.cfg.bos_id;
         cfg.sample_documents = o.train_doc_eval;
         cfg.sample_seed = o.train_doc_seed;
+        cfg.sample_draw = o.train_doc_draw;
         FatalContext context("--train-doc-eval " + std::to_string(o.train_doc_eval), "--train-doc-eval");
         train_docs = std::make_unique<DataLoader>(cfg);
+        const DataLoader& s = *train_docs;
+        const long long packed = s.num_documents(), skipped = s.num_skipped_documents();
+        if (o.train_doc_draw == DocDraw::PaperHead) {  // (the SAN paper code's rule: DocDraw::PaperHead)
+            printf("training documents (--train-doc-eval %d, --train-doc-draw paper, seed %llu): 1 in %d of the first %lld "
+                   "documents: %lld sampled, %lld longer than %d tokens skipped, %lld packed into %lld rows%s\n",
+                   o.train_doc_eval, (unsigned long long)o.train_doc_seed, kPaperSampleEvery,
+                   (long long)s.num_documents_visited(), packed + skipped, skipped, o.seq_len + 1, packed,
+                   (long long)s.num_rows(), packed < o.train_doc_eval ? " (the data ends before that many are kept)" : "");
+            return;
+        }
         printf("training documents (--train-doc-eval %d, seed %llu): %lld drawn, %lld longer than %d tokens skipped, "
-               "%lld packed into %lld rows\n", o.train_doc_eval, (unsigned long long)o.train_doc_seed,
-               (long long)(train_docs->num_documents() + train_docs->num_skipped_documents()),
-               (long long)train_docs->num_skipped_documents(), o.seq_len + 1, (long long)train_docs->num_documents(),
-               (long long)train_docs->num_rows());
+               "%lld packed into %lld rows\n", o.train_doc_eval, (unsigned long long)o.train_doc_seed, packed + skipped,
+               skipped, o.seq_len + 1, packed, (long long)s.num_rows());
     }
 
     // The run directory (--run-dir, llmc/train/run_record.h): made by rank 0 with the resolved
@@ -479,23 +490,50 @@ private:
     }
 
     // The measurement slice: the first windows of the validation data (SAN paper's code),
-    // the same on every rank; for models with per-layer measurements.
+    // the same on every rank; for models with per-layer measurements. The attention-pattern
+    // indicators take windows of their own when --indicator-context asks for another length.
     void read_measure_slice() {
         if (!has_measure<Model>::value || val == nullptr) { return; }
         measure_T = std::min(kMeasureTokens, o.seq_len);
+        measure_inputs = first_validation_windows(measure_T, measure_B);
+        indicator_T = o.indicator_context == 0 ? o.seq_len : std::min(o.indicator_context, o.seq_len);
+        indicator_inputs.clear();
+        if (indicator_T == measure_T) { return; }
+        indicator_inputs = first_validation_windows(indicator_T, indicator_B);
+        print_indicator_cost();
+    }
+    // the first `rows` (at most kIndicatorRows, fewer where a batch's activations or the data
+    // hold fewer) windows of Tn tokens of the validation data, back to back
+    std::vector<int> first_validation_windows(int Tn, int& rows) const {
         DataLoaderConfig cfg = data_config();
         cfg.pattern = o.val_data;
         cfg.shuffle = false;
         cfg.rank = 0;
         cfg.nproc = 1;
         cfg.B = 1;  // one row at a time: the rows of a batch of kIndicatorRows, however many the data has
-        cfg.T = measure_T;
+        cfg.T = Tn;
         DataLoader slice(cfg);
-        measure_B = (int)std::min<int64_t>({kIndicatorRows, o.batch_size * o.seq_len / measure_T, slice.steps_per_epoch()});
-        measure_inputs.clear();
-        for (int b = 0; b < measure_B; b++) {
+        rows = (int)std::min<int64_t>({kIndicatorRows, o.batch_size * o.seq_len / Tn, slice.steps_per_epoch()});
+        std::vector<int> inputs;
+        for (int b = 0; b < rows; b++) {
             slice.next_batch();
-            measure_inputs.insert(measure_inputs.end(), slice.inputs.begin(), slice.inputs.end());
+            inputs.insert(inputs.end(), slice.inputs.begin(), slice.inputs.end());
+        }
+        return inputs;
+    }
+    // What --indicator-context adds to each validation: a forward pass over its windows, and on
+    // the host, in double, every head's scores of every (query, key) pair of every layer
+    // (2 hd flops a pair; the softmax and indicators are a few more per pair).
+    void print_indicator_cost() const {
+        if constexpr (has_measure<Model>::value) {
+            const auto& c = model.cfg;
+            const double pairs = (double)indicator_T * (indicator_T + 1) / 2.0;
+            const double flops = 2.0 * indicator_B * c.n_head * pairs * c.head_dim() * c.n_layer;
+            printf("attention-pattern indicators: %d windows of %d tokens (--indicator-context %d%s; the effective ranks "
+                   "and max_logit stay on %d of %d): per validation one more forward pass of %d tokens and %.3g "
+                   "(query, key) pairs per head and layer scored on the host in double (~%.3g GFLOP)\n",
+                   indicator_B, indicator_T, o.indicator_context, o.indicator_context == 0 ? ": the training context" : "",
+                   std::min(measure_B, kMeasureRows), measure_T, indicator_B * indicator_T, indicator_B * pairs, flops / 1e9);
         }
     }
 
@@ -534,16 +572,21 @@ private:
         }
     }
 
-    // The milestone checkpoints (--milestones) due after `done` steps.
+    // The milestone checkpoints (--milestones) due after `done` steps, and the eval sets scored
+    // there (--milestone-evals; once a step: not again where --eval-every or the end scores them).
     void save_milestones(long done) {
         if (o.milestones == 0) { return; }
+        bool saved = false;
         for (const auto& [percent, at] : milestone_steps(o.steps)) {
             if (at == done) {
                 char name[32];
                 snprintf(name, sizeof(name), "milestone_%03d.bin", percent);
                 save(name);
+                saved = true;
             }
         }
+        const bool scored = done == o.steps || (done > 0 && due(o.eval_every, done));
+        if (saved && o.milestone_evals != 0 && !scored) { score_evals(done); }
     }
 
     // Prints a sample and logs it; rank 0 alone samples (llmc/model/sampling.h sample_rng: the
@@ -588,7 +631,14 @@ private:
             print_validation(step, seen);
         }
         LayerMeasurements m;
-        if constexpr (has_measure<Model>::value) { m = model.measure(measure_inputs.data(), measure_B, measure_T); }
+        if constexpr (has_measure<Model>::value) {
+            m = model.measure(measure_inputs.data(), measure_B, measure_T);
+            if (!indicator_inputs.empty()) {  // (a second pass: the indicators over windows of --indicator-context)
+                LayerMeasurements wide = model.measure(indicator_inputs.data(), indicator_B, indicator_T);
+                m.indicators = std::move(wide.indicators);
+                m.logits = std::move(wide.logits);
+            }
+        }
         if (log.is_open()) {
             log.record(validation_json(step, r, m, val_docs != nullptr ? &docs : nullptr, train_docs != nullptr ? &seen : nullptr));
         }
