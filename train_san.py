@@ -127,9 +127,11 @@ def opt_from_args(args, cfg):
 
 
 # --paper-setup 1, --deconstructing-setup 1: the recipes presets/recipes/NAME.conf as defaults that
-# explicit flags override (as train_san.cu apply_recipe). Flags this reference does not have
-# (--ns-fp32, --grad-fp32: fp32 here anyway; --milestones: it saves no milestones) are left out.
+# explicit flags override (as train_san.cu apply_recipe). The trainer's flags this reference does
+# not have are left out (REFERENCE_LACKS: --ns-fp32, --grad-fp32, fp32 here anyway; --milestones,
+# it saves none); resume-keeps is the trainer's (this reference does not resume runs).
 RECIPE_OWN_KEYS = ("resume-keeps", "paper-max-steps", "paper-warmup-steps", "paper-run-steps")
+REFERENCE_LACKS = ("ns-fp32", "grad-fp32", "milestones")
 
 
 def recipe_defaults(parser, recipe, steps, schedule_steps=0, preset=None):
@@ -138,10 +140,10 @@ def recipe_defaults(parser, recipe, steps, schedule_steps=0, preset=None):
     steps x max / run (unless --schedule-steps is given) and steps x warmup / run warmup steps as a
     fraction of it (at most 1)."""
     actions = {a.option_strings[0][2:]: a for a in parser._actions if a.option_strings}
-    out, paper, for_preset = {}, {}, []
+    out, own, for_preset = {}, {}, []
     for key, value, line in read_recipe(recipe):
         if key in RECIPE_OWN_KEYS:
-            paper[key] = value
+            own[key] = value
         elif "." in key:
             name, flag = key.rsplit(".", 1)
             if name not in PRESETS:
@@ -150,14 +152,14 @@ def recipe_defaults(parser, recipe, steps, schedule_steps=0, preset=None):
                 for_preset.append((flag, value))
         elif key in actions:
             out[actions[key].dest] = actions[key].type(value) if actions[key].type else value
-        elif key not in ("ns-fp32", "grad-fp32", "milestones"):
+        elif key not in REFERENCE_LACKS:
             raise ValueError(f"presets/recipes/{recipe}.conf line {line}: unknown setting {key!r}")
     for flag, value in for_preset:
         out[actions[flag].dest] = actions[flag].type(value) if actions[flag].type else value
-    if "paper-run-steps" in paper:
-        steps, run = max(1, steps), float(paper["paper-run-steps"])
-        horizon = schedule_steps if schedule_steps > 0 else max(1, round_steps(float(paper["paper-max-steps"]) / run, steps))
-        out.update(schedule_steps=horizon, warmup_frac=min(1.0, steps * float(paper["paper-warmup-steps"]) / run / horizon))
+    if "paper-run-steps" in own:
+        steps, run = max(1, steps), float(own["paper-run-steps"])
+        horizon = schedule_steps if schedule_steps > 0 else max(1, round_steps(float(own["paper-max-steps"]) / run, steps))
+        out.update(schedule_steps=horizon, warmup_frac=min(1.0, steps * float(own["paper-warmup-steps"]) / run / horizon))
     return out
 
 
