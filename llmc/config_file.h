@@ -13,8 +13,8 @@ A line starting with `#` is a comment. A value in double quotes keeps its spaces
 ends, a quote first, a line break). The file's settings come before the command line's
 flags, so a flag given on the command line wins. A run directory's `config` is written in
 this format with every flag's resolved value (config_text), so `--config RUN/config` repeats
-the run. The presets and recipes (presets/NAME.conf, presets/recipes/NAME.conf) are written in it too and compiled in
-(llmc/train/preset_files.h). Host-only C++17.
+the run. The presets and recipes (presets/NAME.conf, presets/recipes/NAME.conf) are written
+in it too, and compiled in (llmc/train/preset_files.h). Host-only C++17.
 
     CommandLine args = with_config_file(argc, argv);   // argv with the file's settings first
     check_config_keys(args, flags);                     // an unknown key names its file and line
