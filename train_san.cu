@@ -46,7 +46,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/model/attention_indicators.h"  // attention_patterns: indicators, logit summary (the per-layer measurements)
 #include "llmc/model/parameters.h"        // ModelParameters: parameters, gradients, optimizer
 #include "llmc/train/trainer.h"           // trainer_main: main's sequence, run_training; model.h: counts, sample
-#include "llmc/train/preset_files.h"      // the presets and recipes (presets/*.conf), compiled in
+#include "llmc/train/preset_files.h"      // compiled_config_files: presets/NAME.conf and presets/recipes/NAME.conf
 
 constexpr float kNormEps = 1e-6f;
 constexpr float kInitStd = 0.02f;
@@ -217,12 +217,12 @@ std::vector<SweptRates> read_swept_rates(const ConfigFile& f, const SANConfig& m
     std::map<std::string, std::map<std::string, double>> arms;  // {"" or "ffn-swiglu-": {muon: rate, ...}}
     for (const auto& [key, e] : keys) {
         if (key == "swept-by" || key == "swept-study" || key == "swept-report" || key == "swept-vocab-size") { continue; }
-        std::string arm = key.substr(6), rate;
-        for (const char* r : {"muon-other", "muon", "adamw"}) {
-            const std::string suffix = r;
-            if (rate.empty() && arm.size() >= suffix.size() && arm.compare(arm.size() - suffix.size(), suffix.size(), suffix) == 0) {
-                rate = suffix;
-                arm.resize(arm.size() - suffix.size());
+        std::string arm = key.substr(strlen("swept-")), rate;  // swept-ARM-RATE
+        for (const std::string r : {"muon-other", "muon", "adamw"}) {
+            const bool ends_with_r = arm.size() >= r.size() && arm.compare(arm.size() - r.size(), r.size(), r) == 0;
+            if (rate.empty() && ends_with_r) {
+                rate = r;
+                arm.resize(arm.size() - r.size());
             }
         }
         FfnKind ffn;
@@ -278,7 +278,7 @@ SANPreset read_preset(const ConfigFile& f) {
     return p;
 }
 
-// Every preset (presets/*.conf), read once.
+// Every preset (presets/NAME.conf), read once.
 const std::map<std::string, SANPreset>& san_presets() {
     static const std::map<std::string, SANPreset> all = [] {
         std::map<std::string, SANPreset> out;
