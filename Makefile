@@ -251,27 +251,41 @@ $(BUILD_COMMIT_OBJ): FORCE
 .PHONY: FORCE
 FORCE:
 
+# The presets and recipes (presets/*.conf, presets/recipes/*.conf) compiled into the trainers
+# (llmc/train/preset_files.h): each file's text as a raw string literal. Written on every make and
+# replaced only when a file was added, removed or changed, so that only then do binaries rebuild
+# (the .d files name it for the binaries that include it).
+PRESET_FILES := $(sort $(wildcard presets/*.conf presets/recipes/*.conf))
+PRESET_INC := build/generated/preset_files.inc
+$(PRESET_INC): FORCE
+	@mkdir -p $(dir $@)
+	@for f in $(PRESET_FILES); do \
+	  if grep -q ')conf"' $$f; then echo "$$f: contains )conf\" (the end of the string it is compiled in as)" >&2; exit 1; fi; \
+	  printf '{"%s", R"conf(' $$f; cat $$f; printf ')conf"},\n'; \
+	done > $@.new
+	@if [ -f $@ ] && cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+
 # Every binary is compiled to NAME.o and linked in a second step, so that a compiler cache
 # can serve the compile (CCACHE, below); -MT names the binary in the .d file, not the object.
 # (racecheck: a one-step -fsanitize=thread link would also pull in ThreadSanitizer's runtime)
-$(HOST_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(HOST_DIR)
+$(HOST_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(HOST_DIR) $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(HOST_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(HOST_DIR)
+$(HOST_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(HOST_DIR) $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS) -MT $@ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(RACECHECK_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(RACECHECK_DIR)
+$(RACECHECK_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(RACECHECK_DIR) $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(RACECHECK_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(ASAN_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(ASAN_DIR)
+$(ASAN_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(ASAN_DIR) $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
-$(ASAN_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(ASAN_DIR)
+$(ASAN_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(ASAN_DIR) $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
 # rewritten only when the flags change, so that only then do the GPU binaries rebuild
 GPU_FLAGS_STAMP := $(GPU_DIR)/nvcc-flags
-$(GPU_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(GPU_FLAGS_STAMP) | $(GPU_DIR)
+$(GPU_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(GPU_FLAGS_STAMP) | $(GPU_DIR) $(PRESET_INC)
 	$(CCACHE) $(NVCC) $(NVCC_FLAGS) -MT $@ -c $< -o $@.o
 	$(NVCC) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(NVCC_LDFLAGS) && rm -f $@.o
 $(GPU_FLAGS_STAMP): FORCE | $(GPU_DIR)

@@ -22,6 +22,8 @@ against the PyTorch reference train_san.py.
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/model/attention_indicators.h"  // attention_patterns: indicators, logit summary (the per-layer measurements)
 #include "llmc/model/parameters.h"        // ModelParameters: parameters, gradients, optimizer
 #include "llmc/train/trainer.h"           // trainer_main: main's sequence, run_training; model.h: counts, sample
+#include "llmc/train/preset_files.h"      // compiled_config_files: presets/NAME.conf and presets/recipes/NAME.conf
 
 constexpr float kNormEps = 1e-6f;
 constexpr float kInitStd = 0.02f;
@@ -158,69 +161,138 @@ struct SANConfig : ModelDims {
     }
 };
 
+// The model's flags (every setting of SANConfig), after --preset: what a preset file sets.
+std::vector<Flag> model_flags(std::string* preset, SANConfig& m) {
+    std::vector<Flag> flags = ModelDims::flags(
+        preset, m, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); Deconstructing Attention's qwen-70m, qwen-160m, qwen-500m, qwen3-1.7b and the CPU-sized qwen-cpu, qwen3-cpu; the flags below override it",
+        "model context T (RoPE table size)", "query heads", "token that starts a document (default: the tokenizer's)");
+    std::vector<Flag> san = {
+        make_flag("--n-kv-head", &m.n_kv_head, "kv heads (GQA; = n-head is MHA)"),
+        make_flag("--ffn", &m.ffn, kFfnKinds, "none: SAN; swiglu: FFN control arm"),
+        make_flag("--d-ff", &m.d_ff, "SwiGLU width (0: 4 d)"),
+        make_flag("--norm", &m.norm, kNormKinds, ""),
+        make_flag("--qk-norm", &m.qk_norm, "per-head QK-norm 0|1"),
+        make_flag("--residual", &m.residual, kResidualModes, ""),
+        make_flag("--sandwich", &m.sandwich, "sandwich norm on sub-layer outputs 0|1"),
+        make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
+        make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
+        make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
+        make_flag("--embed-scale", &m.embed_scale, kEmbedScales, "the embedding's output multiplier (the qwen presets: 1)"),
+        make_flag("--out-init", &m.out_init, kOutInits, "W_o, W_down init: N(0, 0.02/sqrt(2L)) or N(0, 0.02) (the qwen presets: plain)"),
+        make_flag("--attention", &m.attention, kAttnKinds, "kind of the layers the layout does not keep standard (doc/deconstructing.md; rndembqk: q, k from a fixed random input run through the model; fixedseqqk: from the first seq_len tokens of --train-data)"),
+        make_flag("--layout", &m.layout, "layers that keep standard attention: uniform (none), hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, or a list like 1,24"),
+        make_flag("--taylor-norm", &m.taylor_norm, kTaylorNorms, "approximate: Based's joint feature map, or the paper's separately normalised terms"),
+    };
+    flags.insert(flags.end(), san.begin(), san.end());
+    return flags;
+}
+
+// A preset's default peak rates for one arm (the preset with this --ffn), the best of a sweep at
+// one vocabulary (default_rates below).
+struct SweptRates {
+    FfnKind ffn;
+    int vocab_size;
+    double muon, muon_other, adamw;  // Muon's matrix rate and its AdamW side; AdamW's rate
+    std::string source;              // as the optimizer line prints it
+};
+
+// A preset: presets/NAME.conf, compiled in (llmc/train/preset_files.h). The file sets every
+// model flag, so a preset is its file alone (no default of SANConfig's shows through); its other
+// keys are its swept rates (swept-*: the sweep, its report, the vocabulary swept, and per arm
+// swept-[ffn-KIND-]muon, -muon-other, -adamw) and tuned-for (the recipe its default rates were
+// tuned for: print_model warns when a run leaves it out).
+struct SANPreset {
+    SANConfig model;  // unresolved (d_ff 0: 4 d), as the flags read it
+    std::string tuned_for;
+    std::vector<SweptRates> swept;
+};
+
+std::vector<SweptRates> read_swept_rates(const ConfigFile& f, const SANConfig& model,
+                                         const std::map<std::string, const ConfigEntry*>& keys) {
+    auto text = [&](const std::string& key) {
+        auto it = keys.find(key);
+        if (it == keys.end()) { fatal("%s has swept rates but no %s (the sweep that chose them)", f.path.c_str(), key.c_str()); }
+        return it->second;
+    };
+    const ConfigEntry* vocab = text("swept-vocab-size");
+    std::map<std::string, std::map<std::string, double>> arms;  // {"" or "ffn-swiglu-": {muon: rate, ...}}
+    for (const auto& [key, e] : keys) {
+        if (key == "swept-by" || key == "swept-study" || key == "swept-report" || key == "swept-vocab-size") { continue; }
+        std::string arm = key.substr(strlen("swept-")), rate;  // swept-ARM-RATE
+        for (const std::string r : {"muon-other", "muon", "adamw"}) {
+            const bool ends_with_r = arm.size() >= r.size() && arm.compare(arm.size() - r.size(), r.size(), r) == 0;
+            if (rate.empty() && ends_with_r) {
+                rate = r;
+                arm.resize(arm.size() - r.size());
+            }
+        }
+        FfnKind ffn;
+        const bool known_arm = arm.empty() || (arm.rfind("ffn-", 0) == 0 && arm.back() == '-' &&
+                                               kFfnKinds.parse(arm.substr(4, arm.size() - 5).c_str(), &ffn));
+        if (rate.empty() || !known_arm) {
+            fatal("%s line %d: unknown key '%s' (swept rates are swept-[ffn-KIND-]muon, -muon-other, -adamw)",
+                  f.path.c_str(), e->line, key.c_str());
+        }
+        arms[arm][rate] = f.real(*e);
+    }
+    std::vector<SweptRates> out;
+    for (const auto& [arm, rates] : arms) {
+        if (rates.size() != 3) { fatal("%s: the swept rates of swept-%s* need muon, muon-other and adamw", f.path.c_str(), arm.c_str()); }
+        SweptRates s;
+        s.ffn = model.ffn;
+        if (!arm.empty()) { kFfnKinds.parse(arm.substr(4, arm.size() - 5).c_str(), &s.ffn); }
+        s.vocab_size = (int)f.real(*vocab);
+        s.muon = rates.at("muon"), s.muon_other = rates.at("muon-other"), s.adamw = rates.at("adamw");
+        s.source = text("swept-by")->value + " of --preset " + f.name() +
+                   (s.ffn != model.ffn ? std::string(" --ffn ") + kFfnKinds.name(s.ffn) : "") + " at V " +
+                   std::to_string(s.vocab_size) + " (" + text("swept-study")->value + ")";
+        text("swept-report");  // the run doc that chose them (the Python test checks the rates against it)
+        out.push_back(s);
+    }
+    return out;
+}
+
+SANPreset read_preset(const ConfigFile& f) {
+    SANPreset p;
+    std::string unused;
+    std::vector<Flag> flags = model_flags(&unused, p.model);
+    flags.erase(flags.begin());  // --preset: a preset does not name another
+    std::set<std::string> keys, set_here;
+    std::map<std::string, const ConfigEntry*> swept;
+    for (const ConfigEntry& e : f.entries) {
+        if (!keys.insert(e.key).second) { fatal("%s line %d: %s is set twice in the file", f.path.c_str(), e.line, e.key.c_str()); }
+        if (e.key == "tuned-for") {
+            p.tuned_for = e.value;
+            compiled_config_file("presets/recipes/" + e.value + ".conf");  // (fails for a recipe that is not one)
+        } else if (e.key.rfind("swept-", 0) == 0) {
+            swept[e.key] = &e;
+        } else {
+            set_here.insert(apply_setting(f, e, flags));
+        }
+    }
+    for (const Flag& flag : flags) {
+        if (!set_here.count(flag.name)) {
+            fatal("%s sets no %s: a preset sets every model flag (train_san -h lists them)", f.path.c_str(), flag.name.c_str() + 2);
+        }
+    }
+    if (!swept.empty()) { p.swept = read_swept_rates(f, p.model, swept); }
+    return p;
+}
+
+// Every preset (presets/NAME.conf), read once.
+const std::map<std::string, SANPreset>& san_presets() {
+    static const std::map<std::string, SANPreset> all = [] {
+        std::map<std::string, SANPreset> out;
+        for (const ConfigFile* f : compiled_config_files_in("presets/")) { out[f->name()] = read_preset(*f); }
+        return out;
+    }();
+    return all;
+}
+
 std::map<std::string, SANConfig> presets() {
-    SANConfig tiny;  // the defaults above: the PyTorch reference's "tiny"
-    SANConfig tiny_ffn = tiny;
-    tiny_ffn.ffn = FfnKind::SwiGLU;
-    tiny_ffn.d_ff = 128;
-    SANConfig paper;  // d512, 8 query / 4 kv heads, vocab 16384, T 2048
-    paper.set_sizes(16384, 2048, paper.n_layer, 512, 8);
-    paper.n_kv_head = 4;
-    auto arm = [](SANConfig c, int layers, FfnKind ffn) {
-        c.n_layer = layers;
-        c.ffn = ffn;
-        return c;
-    };
-    // a small SAN that learns the offline data on a CPU in minutes (vocab from the tokenizer)
-    SANConfig demo = tiny;
-    demo.set_sizes(8192, 128, 4, 128, 4);
-    demo.n_kv_head = 2;
-    // "Deconstructing Attention"'s Qwen2.5-style decoders at the sizes of its Table 10 (doc/deconstructing.md
-    // "Presets", which lists what differs from Qwen2.5): RMSNorm, SwiGLU, RoPE (theta 1e6), MHA, plain
-    // residuals, no QK-norm, no biases (Qwen2.5's q/k/v biases are left out), the embedding unscaled and
-    // every matrix N(0, 0.02) as Qwen2.5's, GPT-2's vocabulary (its end-of-text token starts documents),
-    // no z-loss.
-    SANConfig qwen = tiny;
-    qwen.vocab_size = 50257;
-    qwen.seq_len = 2048;
-    qwen.ffn = FfnKind::SwiGLU;
-    qwen.norm = NormKind::RMS;
-    qwen.qk_norm = 0;
-    qwen.residual = ResidualMode::Standard;
-    qwen.rope_theta = 1e6;
-    qwen.bos_id = 50256;
-    qwen.z_loss = 0.0;
-    qwen.embed_scale = EmbedScale::One;
-    qwen.out_init = OutInit::Plain;
-    auto qwen_size = [](SANConfig c, int layers, int d, int heads, int d_ff) {  // MHA: kv heads = heads
-        c.n_layer = layers;
-        c.n_embd = d;
-        c.n_head = c.n_kv_head = heads;
-        c.d_ff = d_ff;
-        return c;
-    };
-    SANConfig qwen3 = qwen_size(qwen, 28, 2048, 16, 6144);  // the paper's 1.7B: Qwen3-1.7B's sizes, QK-norm, MHA
-    qwen3.qk_norm = 1;
-    // the 500M's shape at a CPU's size (d_ff from the 500M's 4864 / 896, rounded to a multiple of 128)
-    SANConfig qwen_cpu = qwen_size(qwen, 4, 128, 4, 640);
-    qwen_cpu.vocab_size = 8192;
-    qwen_cpu.seq_len = 128;
-    qwen_cpu.bos_id = 2;
-    SANConfig qwen3_cpu = qwen_size(qwen_cpu, 4, 128, 4, 384);  // ... and the 1.7B's (QK-norm, d_ff 3d)
-    qwen3_cpu.qk_norm = 1;
-    return {{"tiny", tiny},
-            {"tiny-ffn", tiny_ffn},
-            {"demo", demo},
-            {"qwen-70m", qwen_size(qwen, 6, 512, 8, 2048)},     // Table 10's rows
-            {"qwen-160m", qwen_size(qwen, 12, 768, 12, 3072)},
-            {"qwen-500m", qwen_size(qwen, 24, 896, 14, 4864)},  // the paper's main size
-            {"qwen3-1.7b", qwen3},
-            {"qwen-cpu", qwen_cpu},
-            {"qwen3-cpu", qwen3_cpu},
-            {"san20", arm(paper, 20, FfnKind::None)},    // the paper's SAN
-            {"ffn20", arm(paper, 20, FfnKind::SwiGLU)},  // iso-depth partner
-            {"ffn4", arm(paper, 4, FfnKind::SwiGLU)},    // iso-param partner
-            {"ffn9", arm(paper, 9, FfnKind::SwiGLU)}};   // iso-FLOP partner
+    std::map<std::string, SANConfig> out;
+    for (const auto& [name, p] : san_presets()) { out[name] = p.model; }
+    return out;
 }
 
 void write_config(TensorFileWriter& w, const SANConfig& c) {
@@ -331,27 +403,12 @@ std::string describe_attention(const SANConfig& c) {
 
 // Default peak rates (per device, before --lr-scale-gpus; llmc/optim/optimizer.h DefaultRates).
 // Every model takes the SAN paper's locked rates for its arm, except the small presets' models at
-// the vocabulary they were swept at: those take the best rates of the CPU sweep
-// studies/preset_rates_cpu.toml (409,600 tokens of the offline SYNTH data at V 8192; the report
+// the vocabulary they were swept at: those take the best rates of the sweep their preset file
+// names (swept-*: the CPU sweep studies/preset_rates_cpu.toml at V 8192, its report
 // doc/study-runs/2026-12-04-preset-rates-cpu.md, doc/san-model.md "Default rates"). A model is
 // such a preset's when its config is the preset's with that vocabulary, up to the context and BOS
 // id; so tiny at its own V 250, or any preset with its size changed (--n-layer 12), goes back to
 // the paper's rates. --lr and --lr-other override both.
-struct SweptRates {
-    const char* preset;
-    FfnKind ffn;     // the arm swept: the preset with this --ffn
-    int vocab_size;  // the vocabulary it was swept at
-    double muon, muon_other, adamw;  // Muon's matrix rate and its AdamW side; AdamW's rate
-};
-constexpr SweptRates kSmallPresetRates[] = {
-    {"tiny", FfnKind::None, 8192, 0.32, 7.68e-2, 7.68e-2},
-    {"tiny-ffn", FfnKind::SwiGLU, 8192, 0.02, 9.6e-3, 9.6e-3},
-    {"demo", FfnKind::None, 8192, 0.08, 9.6e-3, 9.6e-3},
-    {"demo", FfnKind::SwiGLU, 8192, 0.02, 4.8e-3, 4.8e-3},
-    {"qwen-cpu", FfnKind::SwiGLU, 8192, 0.01, 4.8e-3, 4.8e-3},
-    {"qwen3-cpu", FfnKind::SwiGLU, 8192, 0.01, 4.8e-3, 4.8e-3},
-};
-
 // Whether a and b are one model but for the context and BOS id (which the data set): their
 // checkpoint configs agree on every other key (write_config records every model setting).
 bool same_model_but_context(SANConfig a, const SANConfig& b) {
@@ -370,18 +427,18 @@ DefaultRates default_rates(const SANConfig& c) {
         r.adamw = 2.4e-3;
         r.source = "the SAN paper's FFN arm";
     }
-    const std::map<std::string, SANConfig> all = presets();
-    for (const SweptRates& s : kSmallPresetRates) {
-        if (c.vocab_size != s.vocab_size) { continue; }
-        SANConfig p = all.at(s.preset);
-        p.ffn = s.ffn;
-        p.vocab_size = s.vocab_size;
-        if (!same_model_but_context(p, c)) { continue; }
-        r.muon = s.muon;
-        r.muon_other = s.muon_other;
-        r.adamw = s.adamw;
-        r.source = std::string("a CPU sweep of --preset ") + s.preset + (s.ffn != all.at(s.preset).ffn ? " --ffn swiglu" : "") +
-                   " at V " + std::to_string(s.vocab_size) + " (studies/preset_rates_cpu.toml)";
+    for (const auto& [name, preset] : san_presets()) {
+        for (const SweptRates& s : preset.swept) {
+            if (c.vocab_size != s.vocab_size) { continue; }
+            SANConfig p = preset.model;
+            p.ffn = s.ffn;
+            p.vocab_size = s.vocab_size;
+            if (!same_model_but_context(p, c)) { continue; }
+            r.muon = s.muon;
+            r.muon_other = s.muon_other;
+            r.adamw = s.adamw;
+            r.source = s.source;
+        }
     }
     return r;
 }
@@ -867,100 +924,23 @@ struct Options {
     }();
 };
 
-// --paper-setup 1: the SAN paper's reference recipe (its code, run on 8 devices at 64 rows
-// each) as defaults that explicit flags override: a global batch of 512 rows, rates scaled
-// as for 8 devices (AdamW x 8, Muon x sqrt(8)), Muon in the paper's order, Newton-Schulz and
-// gradient accumulation in fp32, WSD 5% / 15% / 0.05, milestone checkpoints, and the
-// paper's draw of training documents for --train-doc-eval.
-void apply_paper_setup(TrainOptions& t) {
-    t.global_batch = 512;
-    t.lr_scale_gpus = 8;
-    t.opt.optimizer = OptimizerKind::Muon;
-    t.opt.muon_order = MuonOrder::Paper;
-    t.opt.ns_fp32 = 1;
-    t.grad_fp32 = 1;
-    t.opt.schedule.kind = ScheduleKind::WSD;
-    t.opt.schedule.warmup_frac = 0.05;
-    t.opt.schedule.decay_frac = 0.15;
-    t.opt.schedule.final_frac = 0.05;
-    t.milestones = 1;
-    // --train-doc-eval's sample as the paper's eval code draws it (DocDraw::PaperHead; not in
-    // kPaperSetupFlags: a resume takes them from the checkpoint, where they are written with it)
-    t.train_doc_draw = DocDraw::PaperHead;
-    t.train_doc_seed = 3407;
-}
-// A SAN-paper preset trained without --paper-setup runs Muon in the Keller order at the
-// paper's locked rates, which its paper-order Muon (and batch) were tuned for: one line says so.
-bool is_san_paper_preset(const std::string& preset) {
-    return preset == "san20" || preset == "ffn20" || preset == "ffn4" || preset == "ffn9";
-}
+// A preset whose default rates were tuned for a recipe (tuned-for = paper-setup: the SAN paper's
+// presets, at its locked rates, tuned for its paper-order Muon and batch), trained without a
+// recipe and with keller-order Muon: one line says so.
 void warn_paper_preset_without_setup(const std::string& preset, int paper_setup, int deconstructing_setup,
                                      const TrainOptions& t) {
-    if (!is_san_paper_preset(preset) || paper_setup != 0 || deconstructing_setup != 0 || t.steps == 0 ||
-        !t.opt.is_muon() || t.opt.muon_order != MuonOrder::Keller) {
+    auto it = san_presets().find(preset);
+    if (it == san_presets().end() || it->second.tuned_for != "paper-setup" || paper_setup != 0 ||
+        deconstructing_setup != 0 || t.steps == 0 || !t.opt.is_muon() || t.opt.muon_order != MuonOrder::Keller) {
         return;
     }
     printf("warning: --preset %s without --paper-setup 1: keller-order Muon at the SAN paper's rates, which are tuned "
            "for its paper-order Muon; --paper-setup 1 trains the paper's recipe\n", preset.c_str());
 }
-// the settings --paper-setup sets count as given (a resume compares them)
-constexpr const char* kPaperSetupFlags[] = {"--global-batch", "--lr-scale-gpus", "--optimizer", "--muon-order", "--ns-fp32",
-                                            "--grad-fp32", "--schedule", "--warmup-frac", "--decay-frac", "--final-frac"};
-
-// --deconstructing-setup 1: the recipe of "Deconstructing Attention" as defaults that explicit
-// flags override: AdamW (beta2 0.9999, the paper's Table 9) at peak 4e-4 (every group; 3e-4 for
-// the qwen3-1.7b preset, Table 9's rate for Qwen3-1.7B), weight
-// decay 0.1 on every matrix, the tied embedding included (Hugging Face-style, --decay-embedding),
-// clip 1.0, 256 rows per step, and Table 9's cosine
-// ("CosineLRScheduler with 0.5 cycles", 120,000 maximum steps, 2,000 warmup) of runs stopped at
-// 15B tokens (28,611 steps) scaled to --steps by those ratios: a horizon of steps x 120,000 /
-// 28,611 (unless --schedule-steps is given: `horizon` > 0) and steps x 2,000 / 28,611 warmup
-// steps (at most the horizon), as a fraction of the horizon. (The paper states no final rate:
-// 0.1x is this project's choice, doc/deconstructing.md.) The attention-pattern indicators are
-// measured over the training context (--indicator-context 0).
-constexpr double kDeconstructingMaxSteps = 120000, kDeconstructingWarmupSteps = 2000, kDeconstructingRunSteps = 28611;
-void apply_deconstructing_setup(TrainOptions& t, const std::string& preset, long steps, long horizon = 0) {
-    t.global_batch = 256;
-    t.opt.optimizer = OptimizerKind::AdamW;
-    t.opt.beta2 = 0.9999;
-    t.opt.lr = preset == "qwen3-1.7b" ? 3e-4 : 4e-4;
-    t.opt.weight_decay = 0.1;
-    t.opt.decay_embedding = 1;
-    t.opt.grad_clip = 1.0;
-    steps = std::max(1L, steps);
-    const double warmup_steps = (double)steps * kDeconstructingWarmupSteps / kDeconstructingRunSteps;
-    Schedule& s = t.opt.schedule;
-    s.horizon = horizon > 0 ? horizon : std::max(1L, Schedule::round_steps(kDeconstructingMaxSteps / kDeconstructingRunSteps, steps));
-    s.kind = ScheduleKind::Cosine;
-    s.warmup_frac = std::min(1.0, warmup_steps / (double)s.horizon);
-    s.final_frac = 0.1;
-    t.indicator_context = 0;  // the indicators over the training context, as the paper's full-context attention matrices
-}
-constexpr const char* kDeconstructingSetupFlags[] = {"--global-batch", "--optimizer", "--beta2", "--lr", "--weight-decay",
-                                                     "--decay-embedding", "--grad-clip", "--schedule", "--schedule-steps",
-                                                     "--warmup-frac", "--final-frac"};
 
 std::vector<Flag> make_flags(Options& o) {
-    SANConfig& m = o.model;
-    std::vector<Flag> flags = ModelDims::flags(
-        &o.preset, m, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); Deconstructing Attention's qwen-70m, qwen-160m, qwen-500m, qwen3-1.7b and the CPU-sized qwen-cpu, qwen3-cpu; the flags below override it",
-        "model context T (RoPE table size)", "query heads", "token that starts a document (default: the tokenizer's)");
+    std::vector<Flag> flags = model_flags(&o.preset, o.model);
     std::vector<Flag> san = {
-        make_flag("--n-kv-head", &m.n_kv_head, "kv heads (GQA; = n-head is MHA)"),
-        make_flag("--ffn", &m.ffn, kFfnKinds, "none: SAN; swiglu: FFN control arm"),
-        make_flag("--d-ff", &m.d_ff, "SwiGLU width (0: 4 d)"),
-        make_flag("--norm", &m.norm, kNormKinds, ""),
-        make_flag("--qk-norm", &m.qk_norm, "per-head QK-norm 0|1"),
-        make_flag("--residual", &m.residual, kResidualModes, ""),
-        make_flag("--sandwich", &m.sandwich, "sandwich norm on sub-layer outputs 0|1"),
-        make_flag("--rope-theta", &m.rope_theta, "RoPE base"),
-        make_flag("--doc-mask", &m.doc_mask, "same-document attention and boundary-target masking 0|1"),
-        make_flag("--z-loss", &m.z_loss, "z-loss coefficient"),
-        make_flag("--embed-scale", &m.embed_scale, kEmbedScales, "the embedding's output multiplier (the qwen presets: 1)"),
-        make_flag("--out-init", &m.out_init, kOutInits, "W_o, W_down init: N(0, 0.02/sqrt(2L)) or N(0, 0.02) (the qwen presets: plain)"),
-        make_flag("--attention", &m.attention, kAttnKinds, "kind of the layers the layout does not keep standard (doc/deconstructing.md; rndembqk: q, k from a fixed random input run through the model; fixedseqqk: from the first seq_len tokens of --train-data)"),
-        make_flag("--layout", &m.layout, "layers that keep standard attention: uniform (none), hybrid, even, odd, top-simple, middle-simple, bottom-simple, quarter, first, last, bilateral, or a list like 1,24"),
-        make_flag("--taylor-norm", &m.taylor_norm, kTaylorNorms, "approximate: Based's joint feature map, or the paper's separately normalised terms"),
         make_flag("--skip-nonstandard", &o.skip_nonstandard, "evaluation (--steps 0 --init-from CKPT): none | attention (leave out the non-standard attention sub-layers) | block (their whole blocks)"),
         make_flag("--paper-setup", &o.paper_setup, "1: the SAN paper's recipe as defaults (doc/san-model.md \"Paper setup\"); flags given win"),
         make_flag("--deconstructing-setup", &o.deconstructing_setup, "1: Deconstructing Attention's recipe as defaults (doc/deconstructing.md \"Recipe\"); flags given win"),
@@ -968,6 +948,62 @@ std::vector<Flag> make_flags(Options& o) {
     flags.insert(flags.end(), san.begin(), san.end());
     add_training_flags(flags, o.train);
     return flags;
+}
+
+// A recipe's schedule scaled from the paper's runs to --steps (its keys paper-max-steps,
+// paper-warmup-steps of the paper's schedule and paper-run-steps, where the paper's runs stopped):
+// a horizon of steps x max / run (unless --schedule-steps is given) and steps x warmup / run
+// warmup steps (at most the horizon), as a fraction of the horizon. Returns the flags it sets.
+std::vector<std::string> scale_paper_schedule(const ConfigFile& f, const std::map<std::string, double>& paper,
+                                              TrainOptions& t, int argc, char** argv) {
+    for (const char* key : {"paper-max-steps", "paper-warmup-steps", "paper-run-steps"}) {
+        if (!paper.count(key)) { fatal("%s: the paper's schedule needs %s (and the other paper-*-steps)", f.path.c_str(), key); }
+    }
+    // (the flags are checked when parsed; here a bad value only sets defaults they replace)
+    const std::string steps_given = find_flag_value(argc, argv, "--steps"), horizon = find_flag_value(argc, argv, "--schedule-steps");
+    const long steps = std::max(1L, steps_given.empty() ? t.steps : std::strtol(steps_given.c_str(), nullptr, 10));
+    const long horizon_given = horizon.empty() ? 0 : std::strtol(horizon.c_str(), nullptr, 10);
+    const double run = paper.at("paper-run-steps"), warmup_steps = (double)steps * paper.at("paper-warmup-steps") / run;
+    Schedule& s = t.opt.schedule;
+    s.horizon = horizon_given > 0 ? horizon_given : std::max(1L, Schedule::round_steps(paper.at("paper-max-steps") / run, steps));
+    s.warmup_frac = std::min(1.0, warmup_steps / (double)s.horizon);
+    return {"--schedule-steps", "--warmup-frac"};
+}
+
+// --paper-setup 1, --deconstructing-setup 1: the recipe presets/recipes/NAME.conf as defaults
+// that the flags given override. A key that names a flag sets it, and counts as given (a resume
+// compares it) unless resume-keeps lists it; PRESET.flag sets the flag for that preset only; the
+// paper-*-steps keys scale the paper's schedule (scale_paper_schedule).
+void apply_recipe(Options& o, const std::string& recipe, int argc, char** argv) {
+    const ConfigFile& f = compiled_config_file("presets/recipes/" + recipe + ".conf");
+    const std::vector<Flag> flags = make_flags(o);
+    std::set<std::string> given, keeps;
+    std::map<std::string, double> paper;
+    std::vector<ConfigEntry> for_preset;  // PRESET.flag, applied after the others
+    for (const ConfigEntry& e : f.entries) {
+        if (e.key == "resume-keeps") {
+            std::istringstream names(e.value);
+            for (std::string name; names >> name;) { keeps.insert("--" + name); }
+        } else if (e.key == "paper-max-steps" || e.key == "paper-warmup-steps" || e.key == "paper-run-steps") {
+            paper[e.key] = f.real(e);
+        } else if (e.key.find('.') != std::string::npos) {  // (flag names have no dot)
+            const std::string preset = e.key.substr(0, e.key.rfind('.'));
+            if (!san_presets().count(preset)) { fatal("%s line %d: %s names no preset", f.path.c_str(), e.line, e.key.c_str()); }
+            if (preset != o.preset) { continue; }
+            for_preset.push_back(e);
+            for_preset.back().key = e.key.substr(preset.size() + 1);
+        } else {
+            given.insert(apply_setting(f, e, flags));
+        }
+    }
+    for (const ConfigEntry& e : for_preset) { given.insert(apply_setting(f, e, flags)); }
+    if (!paper.empty()) {
+        for (const std::string& flag : scale_paper_schedule(f, paper, o.train, argc, argv)) { given.insert(flag); }
+    }
+    for (const std::string& flag : keeps) {
+        if (!given.erase(flag)) { fatal("%s: resume-keeps names %s, which the recipe does not set", f.path.c_str(), flag.c_str()); }
+    }
+    o.train.given.insert(given.begin(), given.end());
 }
 
 // --skip-nonstandard: checked against what it needs (an evaluation of a model that mixes
@@ -1011,22 +1047,14 @@ struct SANTrainer {
     static void set_defaults(Options& o, int argc, char** argv) {
         std::string paper = find_flag_value(argc, argv, "--paper-setup");
         if (!paper.empty() && paper != "0" && paper != "1") { fatal("option --paper-setup: must be 0 or 1, not '%s'", paper.c_str()); }
-        if (paper == "1") {
-            apply_paper_setup(o.train);
-            o.train.given.insert(std::begin(kPaperSetupFlags), std::end(kPaperSetupFlags));
-        }
+        if (paper == "1") { apply_recipe(o, "paper-setup", argc, argv); }
         std::string recipe = find_flag_value(argc, argv, "--deconstructing-setup");
         if (!recipe.empty() && recipe != "0" && recipe != "1") {
             fatal("option --deconstructing-setup: must be 0 or 1, not '%s'", recipe.c_str());
         }
         if (recipe == "1") {
             if (paper == "1") { fatal("--paper-setup 1 and --deconstructing-setup 1 are two recipes: give one"); }
-            // (the flags are checked when parsed; here a bad value only sets defaults they replace)
-            std::string steps = find_flag_value(argc, argv, "--steps"), horizon = find_flag_value(argc, argv, "--schedule-steps");
-            long n = steps.empty() ? o.train.steps : std::strtol(steps.c_str(), nullptr, 10);
-            apply_deconstructing_setup(o.train, find_flag_value(argc, argv, "--preset"), n,
-                                       horizon.empty() ? 0 : std::strtol(horizon.c_str(), nullptr, 10));
-            o.train.given.insert(std::begin(kDeconstructingSetupFlags), std::end(kDeconstructingSetupFlags));
+            apply_recipe(o, "deconstructing-setup", argc, argv);
         }
     }
     static bool start_elsewhere(Options&, bool) { return false; }

@@ -25,7 +25,8 @@ from attnref import training
 from attnref.container import ContainerError
 from attnref.data import read_shard
 from attnref.optim import OptConfig, Optimizer, round_steps
-from attnref.san import (EMBED_SCALES, OUT_INITS, PRESETS, SAN, SANConfig, count_parameters, flops_per_token,
+from attnref.presets import read_recipe
+from attnref.san import (EMBED_SCALES, OUT_INITS, PRESET_FILES, PRESETS, SAN, SANConfig, count_parameters, flops_per_token,
                          load_checkpoint)
 from attnref.variants import FIXED_QK_KINDS, KINDS, TAYLOR_NORMS, fixed_input_std
 
@@ -96,31 +97,16 @@ def config_from_args(args):
     return SANConfig(**kw)
 
 
-# The small presets' own default rates at the vocabulary they were swept at (V 8192), as
-# train_san.cu's kSmallPresetRates: the sweep studies/preset_rates_cpu.toml at 409,600 tokens
-# (doc/study-runs/2026-12-04-preset-rates-cpu.md). (preset, ffn of the arm swept): (Muon's matrix
-# rate, AdamW's rate, the AdamW side of Muon).
-SWEPT_VOCAB = 8192
-SMALL_PRESET_RATES = {
-    ("tiny", "none"): (0.32, 7.68e-2, 7.68e-2),
-    ("tiny-ffn", "swiglu"): (0.02, 9.6e-3, 9.6e-3),
-    ("demo", "none"): (0.08, 9.6e-3, 9.6e-3),
-    ("demo", "swiglu"): (0.02, 4.8e-3, 4.8e-3),
-    ("qwen-cpu", "swiglu"): (0.01, 4.8e-3, 4.8e-3),
-    ("qwen3-cpu", "swiglu"): (0.01, 4.8e-3, 4.8e-3),
-}
-
-
 def default_rates(cfg):
     """The default per-device peak rates of this model: (Muon, AdamW, AdamW side of Muon). A small
-    preset's model at the swept vocabulary (its config but for the context and BOS id, which the
-    data set) has its own swept rates; every other model the SAN paper's locked rates for its arm
-    (as train_san.cu default_rates)."""
-    if cfg.vocab_size == SWEPT_VOCAB:
-        for (preset, ffn), (muon, adamw, muon_other) in SMALL_PRESET_RATES.items():
-            kw = dict(PRESETS[preset], ffn=ffn, vocab_size=SWEPT_VOCAB, seq_len=cfg.seq_len, bos_id=cfg.bos_id)
-            if SANConfig(**kw) == cfg:
-                return muon, adamw, muon_other
+    preset's model at the vocabulary it was swept at (its config but for the context and BOS id,
+    which the data set) has the swept rates of its preset file (swept-*); every other model the
+    SAN paper's locked rates for its arm (as train_san.cu default_rates)."""
+    for name, preset in PRESET_FILES.items():
+        for s in preset.swept:
+            kw = dict(PRESETS[name], ffn=s.ffn, vocab_size=s.vocab_size, seq_len=cfg.seq_len, bos_id=cfg.bos_id)
+            if cfg.vocab_size == s.vocab_size and SANConfig(**kw) == cfg:
+                return s.muon, s.adamw, s.muon_other
     return (0.04, 2.4e-3, 3e-4) if cfg.ffn != "none" else (0.02, 6e-4, 3e-4)
 
 
@@ -140,28 +126,41 @@ def opt_from_args(args, cfg):
     return oc
 
 
-# --paper-setup 1: the SAN paper's reference recipe as defaults that explicit flags override
-# (as train_san.cu): a global batch of 512 rows (gradient accumulation over --batch-size
-# rows), rates scaled as for 8 devices, Muon in the paper's order, WSD 5% / 15% / 0.05.
-# (Newton-Schulz and gradient accumulation are fp32 here anyway.)
-PAPER_SETUP = dict(global_batch=512, lr_scale_gpus=8, optimizer="muon", muon_order="paper", schedule="wsd",
-                   warmup_frac=0.05, decay_frac=0.15, final_frac=0.05)
+# --paper-setup 1, --deconstructing-setup 1: the recipes presets/recipes/NAME.conf as defaults that
+# explicit flags override (as train_san.cu apply_recipe). The trainer's flags this reference does
+# not have are left out (REFERENCE_LACKS: --ns-fp32, --grad-fp32, fp32 here anyway; --milestones,
+# it saves none); resume-keeps is the trainer's (this reference does not resume runs).
+RECIPE_OWN_KEYS = ("resume-keeps", "paper-max-steps", "paper-warmup-steps", "paper-run-steps")
+REFERENCE_LACKS = ("ns-fp32", "grad-fp32", "milestones")
 
 
-# --deconstructing-setup 1: the recipe of "Deconstructing Attention" (as train_san.cu): AdamW
-# (beta2 0.9999) at peak 4e-4 (3e-4 for the qwen3-1.7b preset, Table 9's rate for Qwen3-1.7B),
-# weight decay 0.1 on every matrix and the embedding, clip 1.0, 256
-# rows per step, and the paper's cosine (120,000 maximum steps, 2,000 warmup, runs stopped at
-# 28,611 steps) scaled to --steps by those ratios: a horizon of steps x 120,000 / 28,611 (unless
-# --schedule-steps is given) and steps x 2,000 / 28,611 warmup steps as a fraction of the horizon
-# (at most 1); cosine to 0.1x.
-def deconstructing_setup(steps, schedule_steps=0, preset=None):
-    steps = max(1, steps)
-    horizon = schedule_steps if schedule_steps > 0 else max(1, round_steps(120000 / 28611, steps))
-    lr = 3e-4 if preset == "qwen3-1.7b" else 4e-4
-    return dict(global_batch=256, optimizer="adamw", beta2=0.9999, lr=lr, weight_decay=0.1, grad_clip=1.0,
-                decay_embedding=1, schedule="cosine", schedule_steps=horizon,
-                warmup_frac=min(1.0, steps * 2000 / 28611 / horizon), final_frac=0.1)
+def recipe_defaults(parser, recipe, steps, schedule_steps=0, preset=None):
+    """{dest: value} of a recipe for the parser: its flags typed as the parser reads them, PRESET.flag
+    for `preset` only, and the paper's schedule (paper-*-steps) scaled to `steps`: a horizon of
+    steps x max / run (unless --schedule-steps is given) and steps x warmup / run warmup steps as a
+    fraction of it (at most 1)."""
+    actions = {a.option_strings[0][2:]: a for a in parser._actions if a.option_strings}
+    out, own, for_preset = {}, {}, []
+    for key, value, line in read_recipe(recipe):
+        if key in RECIPE_OWN_KEYS:
+            own[key] = value
+        elif "." in key:
+            name, flag = key.rsplit(".", 1)
+            if name not in PRESETS:
+                raise ValueError(f"presets/recipes/{recipe}.conf line {line}: {key} names no preset")
+            if name == preset:
+                for_preset.append((flag, value))
+        elif key in actions:
+            out[actions[key].dest] = actions[key].type(value) if actions[key].type else value
+        elif key not in REFERENCE_LACKS:
+            raise ValueError(f"presets/recipes/{recipe}.conf line {line}: unknown setting {key!r}")
+    for flag, value in for_preset:
+        out[actions[flag].dest] = actions[flag].type(value) if actions[flag].type else value
+    if "paper-run-steps" in own:
+        steps, run = max(1, steps), float(own["paper-run-steps"])
+        horizon = schedule_steps if schedule_steps > 0 else max(1, round_steps(float(own["paper-max-steps"]) / run, steps))
+        out.update(schedule_steps=horizon, warmup_frac=min(1.0, steps * float(own["paper-warmup-steps"]) / run / horizon))
+    return out
 
 
 def fixed_input_line(cfg):
@@ -194,13 +193,10 @@ def first_tokens(pattern, cfg):
                      f"of fixedseqqk")
 
 
-SAN_PAPER_PRESETS = ("san20", "ffn20", "ffn4", "ffn9")
-
-
 def paper_preset_warning(args):
     """The line train_san.cu prints when a SAN-paper preset trains keller-order Muon without
     either recipe: the preset's rates are the paper's locks, tuned for its paper-order Muon."""
-    if (args.preset not in SAN_PAPER_PRESETS or args.paper_setup or args.deconstructing_setup or not args.steps
+    if (PRESET_FILES[args.preset].tuned_for != "paper-setup" or args.paper_setup or args.deconstructing_setup or not args.steps
             or args.optimizer != "muon" or args.muon_order != "keller"):
         return None
     return (f"warning: --preset {args.preset} without --paper-setup 1: keller-order Muon at the SAN paper's rates, "
@@ -212,10 +208,9 @@ def parse_args(argv=None):
     early, _ = parser.parse_known_args(argv)
     if early.paper_setup and early.deconstructing_setup:
         parser.error("--paper-setup 1 and --deconstructing-setup 1 are two recipes: give one")
-    if early.paper_setup:
-        parser.set_defaults(**PAPER_SETUP)
-    if early.deconstructing_setup:
-        parser.set_defaults(**deconstructing_setup(early.steps, early.schedule_steps, early.preset))
+    for recipe, on in (("paper-setup", early.paper_setup), ("deconstructing-setup", early.deconstructing_setup)):
+        if on:
+            parser.set_defaults(**recipe_defaults(parser, recipe, early.steps, early.schedule_steps, early.preset))
     args = parser.parse_args(argv)
     if args.global_batch:
         if args.global_batch % args.batch_size:

@@ -10,7 +10,7 @@ norms and RoPE -> the attention sub-layer (Attention) -> the FFN (SwiGLU) -> the
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import numpy as np
@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attnref import presets
 from attnref.container import KIND_CHECKPOINT, ContainerError, load_params_into, read_container
 from attnref.ops import (attention_mask, document_ids, fast_attention, fast_attention_mask, gqa_attention, san_loss,
                          sdpa_attention)
@@ -123,43 +124,37 @@ class SANConfig(ModelConfig):
         return cfg
 
 
-# Presets: the paper's arms (d512, 8 query / 4 kv heads, vocab 16384, T 2048) and tiny ones.
-# iso-depth: same L with FFN; iso-param: L/5... -> 4 layers (one SwiGLU block has 4x the
-# parameters of one GQA block here, so 20 SAN layers ~ 4 FFN layers); iso-FLOP: ~9 layers
-# (see flops_per_token and doc/san-model.md).
-_PAPER = dict(vocab_size=16384, seq_len=2048, n_embd=512, n_head=8, n_kv_head=4,
-              norm="zcn", qk_norm=True, residual="gated", sandwich=False,
-              rope_theta=10000.0, doc_mask=True, bos_id=2, z_loss=1e-4)
-_TINY = dict(vocab_size=250, seq_len=64, n_layer=2, n_embd=64, n_head=4, n_kv_head=2,
-             norm="zcn", qk_norm=True, residual="gated", sandwich=False,
-             rope_theta=10000.0, doc_mask=True, bos_id=2, z_loss=1e-4)
-PRESETS = {
-    "san20": dict(_PAPER, n_layer=20, ffn="none"),     # the paper's SAN
-    "ffn20": dict(_PAPER, n_layer=20, ffn="swiglu"),   # iso-depth partner
-    "ffn4": dict(_PAPER, n_layer=4, ffn="swiglu"),     # iso-param partner
-    "ffn9": dict(_PAPER, n_layer=9, ffn="swiglu"),     # iso-FLOP partner
-    "tiny": dict(_TINY, ffn="none"),
-    "tiny-ffn": dict(_TINY, ffn="swiglu", d_ff=128),
-    # a small SAN that learns the offline data on a CPU in minutes (as train_san.cu's demo)
-    "demo": dict(_TINY, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=2, ffn="none"),
-}
-# "Deconstructing Attention"'s Qwen2.5-style decoders at its Table 10's sizes (as train_san.cu;
-# doc/deconstructing.md "Presets"): RMSNorm, SwiGLU, RoPE theta 1e6, MHA, plain residuals, no
-# QK-norm, no biases, the embedding unscaled and every matrix N(0, 0.02) (Qwen2.5's), GPT-2's
-# vocabulary, no z-loss. The CPU ones: the 500M's shape (d_ff 4864/896 d rounded to a multiple of
-# 128) and the 1.7B's (QK-norm, d_ff 3d) at d 128.
-_QWEN = dict(vocab_size=50257, seq_len=2048, ffn="swiglu", norm="rms", qk_norm=False, residual="standard",
-             sandwich=False, rope_theta=1e6, doc_mask=True, bos_id=50256, z_loss=0.0, embed_scale="1",
-             out_init="plain")
-_QWEN_CPU = dict(_QWEN, vocab_size=8192, seq_len=128, bos_id=2, n_layer=4, n_embd=128, n_head=4, n_kv_head=4)
-PRESETS.update({
-    "qwen-70m": dict(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2048),
-    "qwen-160m": dict(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=3072),
-    "qwen-500m": dict(_QWEN, n_layer=24, n_embd=896, n_head=14, n_kv_head=14, d_ff=4864),
-    "qwen3-1.7b": dict(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=16, d_ff=6144, qk_norm=True),
-    "qwen-cpu": dict(_QWEN_CPU, d_ff=640),
-    "qwen3-cpu": dict(_QWEN_CPU, d_ff=384, qk_norm=True),
-})
+# Presets: presets/NAME.conf, the files train_san compiles in (attnref/presets.py reads them): each
+# sets every model flag, as {SANConfig field: value}. (The paper's arms san20 and its iso-depth,
+# iso-param and iso-FLOP partners ffn20, ffn4, ffn9; the tiny ones; "Deconstructing Attention"'s
+# Qwen2.5-style decoders at its Table 10's sizes and at a CPU's.)
+def preset_config(preset):
+    """{SANConfig field: value} of a presets.Preset: every field from its flag's text (--max-seq-len
+    sets seq_len), typed as the field; a field missing or a key that is no field fails naming the file."""
+    by_flag = {training_flag(f.name): f for f in fields(SANConfig)}
+    unknown = sorted(set(preset.model) - set(by_flag))
+    missing = sorted(set(by_flag) - set(preset.model))
+    if unknown or missing:
+        raise presets.PresetFileError(f"{preset.path}: " + (f"unknown setting {unknown[0]!r}" if unknown else
+                                      f"sets no {missing[0]}: a preset sets every model flag"))
+    out = {}
+    for flag, f in by_flag.items():
+        text = preset.model[flag]
+        kind = {"bool": lambda v: bool(int(v)), "int": int, "float": float}.get(getattr(f.type, "__name__", f.type), str)
+        try:
+            out[f.name] = kind(text)
+        except ValueError:
+            raise presets.PresetFileError(f"{preset.path}: {flag} = {text!r} is not a {f.type}") from None
+    return out
+
+
+def training_flag(field_name):
+    """A model field's flag without the --, as train_san.cu names it (the context is --max-seq-len)."""
+    return "max-seq-len" if field_name == "seq_len" else field_name.replace("_", "-")
+
+
+PRESET_FILES = presets.load_presets()
+PRESETS = {name: preset_config(p) for name, p in PRESET_FILES.items()}
 
 
 # -----------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ A line starting with `#` is a comment. A value in double quotes keeps its spaces
 ends, a quote first, a line break). The file's settings come before the command line's
 flags, so a flag given on the command line wins. A run directory's `config` is written in
 this format with every flag's resolved value (config_text), so `--config RUN/config` (or
-`--config RUN`) repeats the run. Host-only C++17.
+`--config RUN`) repeats the run. The presets and recipes (presets/NAME.conf, presets/recipes/NAME.conf) are written
+in it too, and compiled in (llmc/train/preset_files.h). Host-only C++17.
 
     CommandLine args = with_config_file(argc, argv);   // argv with the file's settings first
     check_config_keys(args, flags);                     // an unknown key names its file and line
@@ -26,6 +27,7 @@ this format with every flag's resolved value (config_text), so `--config RUN/con
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,11 +67,10 @@ inline std::string trim_spaces(const std::string& s) {
     return s.substr(a, b - a);
 }
 
-// The settings of a config file, in order; a line that is not `key = value` (or a value with an
-// unclosed quote) fails, naming the file and the line.
-inline std::vector<ConfigEntry> read_config_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) { fatal("--config %s: cannot read it: %s", path.c_str(), strerror(errno)); }
+// The settings of config text, in order; a line that is not `key = value` (or a value with an
+// unclosed quote) fails, naming `where` (e.g. "--config FILE") and the line.
+inline std::vector<ConfigEntry> parse_config_text(const std::string& all, const std::string& where) {
+    std::istringstream in(all);
     std::vector<ConfigEntry> out;
     std::string text;
     for (int line = 1; std::getline(in, text); line++) {
@@ -77,7 +78,7 @@ inline std::vector<ConfigEntry> read_config_file(const std::string& path) {
         if (s.empty() || s[0] == '#') { continue; }
         size_t eq = s.find('=');
         if (eq == std::string::npos || trim_spaces(s.substr(0, eq)).empty()) {
-            fatal("--config %s line %d: expected `key = value` (a flag's name without --), got '%s'", path.c_str(), line,
+            fatal("%s line %d: expected `key = value` (a flag's name without --), got '%s'", where.c_str(), line,
                   s.c_str());
         }
         ConfigEntry e;
@@ -97,7 +98,7 @@ inline std::vector<ConfigEntry> read_config_file(const std::string& path) {
                 }
             }
             if (i != e.value.size() - 1) {
-                fatal("--config %s line %d: the quoted value of %s %s", path.c_str(), line, e.key.c_str(),
+                fatal("%s line %d: the quoted value of %s %s", where.c_str(), line, e.key.c_str(),
                       i >= e.value.size() ? "has no closing quote" : "has text after its closing quote");
             }
             e.value = v;
@@ -105,6 +106,14 @@ inline std::vector<ConfigEntry> read_config_file(const std::string& path) {
         out.push_back(e);
     }
     return out;
+}
+
+inline std::vector<ConfigEntry> read_config_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) { fatal("--config %s: cannot read it: %s", path.c_str(), strerror(errno)); }
+    std::ostringstream text;
+    text << in.rdbuf();
+    return parse_config_text(text.str(), "--config " + path);
 }
 
 // --config's file: PATH, or PATH/config where PATH is a directory (a run directory keeps the

@@ -29,6 +29,7 @@ halving).
 """
 import argparse
 import dataclasses
+import os
 import sys
 from dataclasses import dataclass
 
@@ -66,30 +67,22 @@ class Arm:
         return self
 
 
-# train_san's presets (train_san.cu presets()); the test checks each against the binary.
-_TINY = Arm()
-_PAPER = Arm(n_embd=512, n_head=8, n_kv_head=4, vocab_size=16384, seq_len=2048)
-PRESETS = {
-    "tiny": _TINY,
-    "tiny-ffn": dataclasses.replace(_TINY, ffn="swiglu", d_ff=128),
-    "demo": dataclasses.replace(_TINY, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=2),
-    "san20": dataclasses.replace(_PAPER, n_layer=20),
-    "ffn20": dataclasses.replace(_PAPER, n_layer=20, ffn="swiglu"),
-    "ffn4": dataclasses.replace(_PAPER, n_layer=4, ffn="swiglu"),
-    "ffn9": dataclasses.replace(_PAPER, n_layer=9, ffn="swiglu"),
-}
-# "Deconstructing Attention"'s Qwen2.5-style decoders at its Table 10's sizes, MHA (RMSNorm, RoPE theta,
-# the embedding scale and the init change no count)
-_QWEN = Arm(ffn="swiglu", vocab_size=50257, seq_len=2048, qk_norm=0, residual="standard")
-_QWEN_CPU = dataclasses.replace(_QWEN, vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, n_kv_head=4)
-PRESETS.update({
-    "qwen-70m": dataclasses.replace(_QWEN, n_layer=6, n_embd=512, n_head=8, n_kv_head=8, d_ff=2048),
-    "qwen-160m": dataclasses.replace(_QWEN, n_layer=12, n_embd=768, n_head=12, n_kv_head=12, d_ff=3072),
-    "qwen-500m": dataclasses.replace(_QWEN, n_layer=24, n_embd=896, n_head=14, n_kv_head=14, d_ff=4864),
-    "qwen3-1.7b": dataclasses.replace(_QWEN, n_layer=28, n_embd=2048, n_head=16, n_kv_head=16, d_ff=6144, qk_norm=1),
-    "qwen-cpu": dataclasses.replace(_QWEN_CPU, d_ff=640),
-    "qwen3-cpu": dataclasses.replace(_QWEN_CPU, d_ff=384, qk_norm=1),
-})
+# train_san's presets: presets/NAME.conf, the files train_san compiles in, read by attnref/presets.py
+# (no torch); an Arm takes the fields that decide counts and FLOPs.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from attnref.presets import load_presets  # noqa: E402
+
+
+def arm_of_preset(preset):
+    """The Arm of an attnref.presets.Preset, from its flags' text (--max-seq-len is seq_len)."""
+    kw = {}
+    for f in dataclasses.fields(Arm):
+        text = preset.model["max-seq-len" if f.name == "seq_len" else f.name.replace("_", "-")]
+        kw[f.name] = text if f.type is str else int(text)
+    return Arm(**kw)
+
+
+PRESETS = {name: arm_of_preset(p) for name, p in load_presets().items()}
 
 # Arm fields <-> train_san flags
 FLAG_OF_FIELD = {"ffn": "--ffn", "n_layer": "--n-layer", "n_embd": "--n-embd", "n_head": "--n-head",

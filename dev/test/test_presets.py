@@ -1,8 +1,16 @@
-"""The model presets against the papers, and every study file's arms against their presets.
+"""The presets and recipes (presets/NAME.conf, presets/recipes/NAME.conf), which the trainer compiles
+in and the reference (attnref/san.py, train_san.py) and scripts/match.py read, against their
+sources and against what the binary resolves.
 
+- Parse check: every file reads (attnref/presets.py); a preset sets every model flag with a value
+  the config takes; a bad file fails naming itself; each swept rate is the best its report names
+  for that sweep arm; each recipe key is a flag of the trainer (and of the reference, but for the
+  ones it lacks) or one of the recipe's own keys.
+- The binary resolves every preset as the reference does (its banner), and its default rates
+  (-h's table) as the reference's.
 - The qwen presets are "Deconstructing Attention"'s Table 10 (appendix L: layers, width, heads,
   FFN width; MHA) with Qwen2.5's RoPE base, unscaled embedding and N(0, 0.02) init, in the
-  trainer binary (its start-up banner), the reference (attnref/san.py) and scripts/match.py.
+  trainer binary (its start-up banner), the reference and scripts/match.py.
 - A fresh model's output projections are drawn as --out-init says (the std of a checkpoint's
   W_o and W_down against 0.02 and 0.02 / sqrt(2L)).
 - Every arm of every studies/*.toml: the model its command line gives (the trainer's banner)
@@ -11,8 +19,10 @@
   Deconstructing Attention studies build on a qwen preset and change nothing of it but the
   attention kind, the layout and (the CPU grid's tokenizer) the vocabulary.
 The banner is read from the binary's first lines and the process stopped there, so even the
-1.7B preset costs no memory. Needs TRAIN_SAN_BIN (make test sets it); skipped without it.
+1.7B preset costs no memory. The binary's tests need TRAIN_SAN_BIN (make test sets it); skipped
+without it.
 """
+import dataclasses
 import glob
 import math
 import os
@@ -29,7 +39,8 @@ sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 sys.path.insert(0, ROOT)
 import match  # noqa: E402
 import study  # noqa: E402
-from attnref import san  # noqa: E402
+import train_san as ts  # noqa: E402
+from attnref import presets, san  # noqa: E402
 from shards import write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN", "")
@@ -87,6 +98,55 @@ def banner(args, shard):
                   bos_id=v.group(3))
     fields.setdefault("d_ff", "-")      # printed only with an FFN
     return fields
+
+
+def test_every_preset_file_reads_and_sets_every_model_flag():
+    names = sorted(os.path.basename(p)[:-len(".conf")] for p in glob.glob(os.path.join(ROOT, "presets", "*.conf")))
+    assert names and sorted(presets.load_presets()) == names == sorted(san.PRESETS) == sorted(match.PRESETS)
+    every_flag = {san.training_flag(f.name) for f in dataclasses.fields(san.SANConfig)}
+    for name, preset in presets.load_presets().items():
+        assert set(preset.model) == every_flag, name
+        san.SANConfig(**san.preset_config(preset))      # every value typed and valid
+        assert preset.tuned_for in ("", "paper-setup"), name
+
+
+with open(os.path.join(ROOT, "presets", "tiny.conf")) as f:   # its model lines
+    FULL_PRESET = "".join(line for line in f if not line.startswith("swept-"))
+SWEPT_HEAD = ("swept-by = a sweep\nswept-study = studies/x.toml\nswept-report = doc/study-runs/x.md\n"
+              "swept-vocab-size = 8192\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("n-layer 4\n", "line 1: expected `key = value`"),
+    (FULL_PRESET + 'layout = "uniform\n', "the quoted value of layout has no closing quote"),
+    (FULL_PRESET + "n-layer = 3\n", "n-layer is set twice"),
+    (FULL_PRESET.replace("n-layer = 2\n", ""), "sets no n-layer: a preset sets every model flag"),
+    (FULL_PRESET + "n-layers = 3\n", "unknown setting 'n-layers'"),
+    (FULL_PRESET.replace("n-layer = 2", "n-layer = two"), "n-layer = 'two' is not a"),
+    (FULL_PRESET + "swept-muon = 0.1\n", "has swept rates but no swept-by"),
+    (FULL_PRESET + SWEPT_HEAD + "swept-muon = 0.1\n", "need muon, muon-other and adamw"),
+    (FULL_PRESET + SWEPT_HEAD + "swept-sgd = 0.1\n", "unknown key 'swept-sgd'"),
+])
+def test_a_bad_preset_file_fails_naming_itself(tmp_path, text, message):
+    path = tmp_path / "bad.conf"
+    path.write_text(text)
+    with pytest.raises(presets.PresetFileError, match=re.escape(message)) as e:
+        san.preset_config(presets.read_preset(str(path)))
+    assert str(path) in str(e.value)
+
+
+@needs_bin
+@pytest.mark.parametrize("preset", sorted(san.PRESETS))
+def test_the_binary_resolves_each_preset_as_the_reference(preset, shard):
+    """The trainer and the reference read the same file: every model setting of its banner is the
+    reference's config of the preset."""
+    c = san.SANConfig(**san.PRESETS[preset])
+    want = dict(n_layer=c.n_layer, n_embd=c.n_embd, n_head=c.n_head, n_kv_head=c.n_kv_head, ffn=c.ffn,
+                d_ff=c.d_ff if c.ffn != "none" else "-", norm=c.norm, qk_norm=int(c.qk_norm), residual=c.residual,
+                sandwich=int(c.sandwich), rope_theta=f"{c.rope_theta:g}", doc_mask=int(c.doc_mask),
+                z_loss=f"{c.z_loss:g}", embed_scale=c.embed_scale, out_init=c.out_init, attention=c.attention,
+                layout=c.layout, vocab_size=c.vocab_size, seq_len=c.seq_len, bos_id=c.bos_id)
+    assert banner(["--preset", preset], shard) == {k: str(v) for k, v in want.items()}
 
 
 @needs_bin
@@ -184,17 +244,18 @@ def test_study_arms_are_their_presets(file, name, arm, preset, args, shard):
 # ---------------------------------------------------------------------------------------------
 # Default rates (issue 31, item 6): each small preset trains by default at the best rates of the
 # committed CPU sweep (studies/preset_rates_cpu.toml, its report under doc/study-runs/), per arm and
-# optimizer; any other model (a paper-size preset, or a small one with its size changed) at the
-# SAN paper's locked rates for its arm. The reference resolves the same rates.
+# optimizer, as its preset file's swept-* lines say; any other model (a paper-size preset, or a
+# small one with its size changed) at the SAN paper's locked rates for its arm. The reference
+# resolves the same rates.
 
 SWEEP_FILE = os.path.join(ROOT, "studies", "preset_rates_cpu.toml")
 SWEEP_REPORT = os.path.join(ROOT, "doc", "study-runs", "2026-12-04-preset-rates-cpu.md")
 PAPER_LOCKS = {("none", "muon"): 0.02, ("none", "adamw"): 6e-4, ("swiglu", "muon"): 0.04, ("swiglu", "adamw"): 2.4e-3}
 
 
-def swept_best():
+def swept_best(report=SWEEP_REPORT):
     """{arm name: best rate} from the report's "- ARM: best RATE (LOSS)" lines."""
-    with open(SWEEP_REPORT) as f:
+    with open(report) as f:
         return {m.group(1): float(m.group(2)) for m in re.finditer(r"^- (\S+): best ([^ ,(]+)", f.read(), re.M)}
 
 
@@ -212,6 +273,51 @@ def sweep_arms():
         args = [a for i, a in enumerate(args) if a not in FILE_FLAGS and (i == 0 or args[i - 1] not in FILE_FLAGS)]
         out.append((arm.name, args, arm.lr_others[0]))
     return out
+
+
+def test_swept_rates_are_their_reports_best():
+    """Each swept rate of a preset file is the best rate of its sweep arm in the report the file
+    names (the "-adamw" arm: AdamW's rate; the "-muon-other" arm: Muon's, with the AdamW side it
+    trained with), at the sweep's vocabulary; and every swept rate has its arm."""
+    files = presets.load_presets()
+    sweep = study.load_study(SWEEP_FILE)
+    vocab = int(sweep.flags[sweep.flags.index("--vocab-size") + 1])
+    checked = set()
+    for arm in sweep.arms:
+        if arm.name.endswith("-muon"):       # the first pass (AdamW side at 3e-4) sets none
+            continue
+        ffn = arm.flags[arm.flags.index("--ffn") + 1] if "--ffn" in arm.flags else files[arm.preset].model["ffn"]
+        rates = [r for r in files[arm.preset].swept if r.ffn == ffn]
+        assert len(rates) == 1, f"presets/{arm.preset}.conf has no swept rates for the arm {arm.name} (--ffn {ffn})"
+        r = rates[0]
+        assert (r.source["swept-study"], r.vocab_size) == (os.path.relpath(SWEEP_FILE, ROOT), vocab), arm.name
+        best = swept_best(os.path.join(ROOT, r.source["swept-report"]))
+        if arm.name.endswith("-adamw"):
+            assert r.adamw == best[arm.name], arm.name
+            checked.add((arm.preset, ffn, "adamw"))
+        else:
+            assert arm.name.endswith("-muon-other") and (r.muon, r.muon_other) == (best[arm.name], arm.lr_others[0])
+            checked.add((arm.preset, ffn, "muon"))
+    assert checked == {(name, r.ffn, k) for name, p in files.items() for r in p.swept for k in ("adamw", "muon")}
+
+
+@needs_bin
+def test_recipe_keys_are_flags_of_the_trainers():
+    """A recipe sets flags of the trainer (-h lists them), for one preset as PRESET.flag, and the
+    reference's flags but for REFERENCE_LACKS; its other keys are the recipe's own."""
+    out = subprocess.run([os.path.join(ROOT, BIN), "-h"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    trainer = set(re.findall(r"^  (--[a-z0-9-]+) ", out, re.M))
+    reference = {s for a in ts.build_parser()._actions for s in a.option_strings}
+    recipes = sorted(glob.glob(os.path.join(ROOT, "presets", "recipes", "*.conf")))
+    assert [os.path.basename(r) for r in recipes] == ["deconstructing-setup.conf", "paper-setup.conf"]
+    for path in recipes:
+        for key, value, line in presets.read_conf(path):
+            if key in ts.RECIPE_OWN_KEYS:
+                continue
+            preset, _, flag = key.rpartition(".")
+            assert not preset or preset in san.PRESETS, (path, line)
+            assert "--" + flag in trainer, (path, line, key)
+            assert "--" + flag in reference or flag in ts.REFERENCE_LACKS, (path, line, key)
 
 
 def resolved_optimizer(args, shard):
@@ -281,6 +387,9 @@ def test_help_lists_each_presets_rates_as_the_trainer_uses_them(shard):
     rows = {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4)), m.group(5))
             for m in re.finditer(r"^  (\S+) +\d+ +\d+ +\d+ +\S+ +(\S+) +(\S+) +(\S+)  (.+)$", out, re.M)}
     assert set(rows) == set(san.PRESETS), sorted(rows)
+    for preset, (muon, other, adamw, source) in rows.items():   # the reference's defaults
+        want = ts.default_rates(san.SANConfig(**san.PRESETS[preset]))
+        assert (muon, adamw, other) == pytest.approx(want, rel=1e-6), preset
     for preset in ("tiny", "demo", "qwen-cpu", "ffn4"):
         muon, other, adamw, source = rows[preset]
         for optimizer, rate in (("muon", muon), ("adamw", adamw)):

@@ -1,0 +1,138 @@
+"""
+The presets and recipes as data, read for the Python side from the files the Makefile compiles into
+train_san (llmc/train/preset_files.h): presets/NAME.conf (a model preset) and presets/recipes/NAME.conf
+(--paper-setup, --deconstructing-setup). The format is --config's (llmc/config_file.h): `key = value`
+lines, `#` comments, a value in double quotes keeps its spaces and reads \\" \\\\ \\n as escapes.
+
+A preset file sets every model flag of train_san (without the --) and may add
+  swept-by, swept-study, swept-report, swept-vocab-size   the sweep that chose its default rates
+  swept-[ffn-KIND-]muon, -muon-other, -adamw               the rates of the preset's arm (or of it with --ffn KIND)
+  tuned-for                                                 the recipe its default rates were tuned for
+A recipe file sets train_san flags, PRESET.flag for one preset only, and its own keys (resume-keeps,
+paper-*-steps; train_san.cu apply_recipe). Model settings stay text here: attnref/san.py types them.
+"""
+import os
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESET_DIR = os.path.join(ROOT, "presets")
+RECIPE_DIR = os.path.join(PRESET_DIR, "recipes")
+SWEPT_SOURCE_KEYS = ("swept-by", "swept-study", "swept-report", "swept-vocab-size")
+RATE_KEYS = ("muon", "muon-other", "adamw")
+
+
+class PresetFileError(ValueError):
+    """A preset or recipe file that does not read: the message names the file and the line."""
+
+
+def read_conf(path):
+    """[(key, value, line)] of a `key = value` file, as llmc/config_file.h parse_config_text reads it."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for number, text in enumerate(lines, 1):
+        s = text.strip()
+        if not s or s.startswith("#"):
+            continue
+        key, eq, value = s.partition("=")
+        if not eq or not key.strip():
+            raise PresetFileError(f"{path} line {number}: expected `key = value` (a flag's name without --), got {s!r}")
+        key, value = key.strip(), value.strip()
+        if key.startswith("--"):
+            key = key[2:]
+        if value.startswith('"'):
+            value = _unquote(value, f"{path} line {number}: the quoted value of {key}")
+        out.append((key, value, number))
+    return out
+
+
+def _unquote(value, where):
+    text, i = "", 1
+    while i < len(value) and value[i] != '"':
+        if value[i] == "\\" and i + 1 < len(value):
+            i += 1
+            text += "\n" if value[i] == "n" else value[i]
+        else:
+            text += value[i]
+        i += 1
+    if i != len(value) - 1:
+        raise PresetFileError(f"{where} {'has no closing quote' if i >= len(value) else 'has text after its closing quote'}")
+    return text
+
+
+@dataclass
+class SweptRates:
+    """A preset arm's default peak rates per device: the best of a sweep at one vocabulary."""
+    ffn: str             # the arm: the preset with this --ffn
+    vocab_size: int      # the vocabulary swept (the rates hold only there)
+    muon: float          # Muon's matrix rate
+    muon_other: float    # Muon's AdamW side
+    adamw: float         # AdamW's rate
+    source: dict         # swept-by, swept-study, swept-report, swept-vocab-size as written
+
+
+@dataclass
+class Preset:
+    name: str
+    path: str
+    model: dict                      # {flag name without --: value text}
+    tuned_for: str = ""              # a recipe, or ""
+    swept: list = field(default_factory=list)   # [SweptRates]
+
+
+def read_preset(path):
+    name = os.path.basename(path)[:-len(".conf")]
+    model, swept, tuned_for, seen = {}, {}, "", set()
+    for key, value, line in read_conf(path):
+        if key in seen:
+            raise PresetFileError(f"{path} line {line}: {key} is set twice in the file")
+        seen.add(key)
+        if key == "tuned-for":
+            tuned_for = value
+        elif key.startswith("swept-"):
+            swept[key] = (value, line)
+        else:
+            model[key] = value
+    preset = Preset(name, path, model, tuned_for)
+    if swept:
+        preset.swept = _swept_rates(path, model.get("ffn"), swept)
+    return preset
+
+
+def _swept_rates(path, own_ffn, keys):
+    missing = [k for k in SWEPT_SOURCE_KEYS if k not in keys]
+    if missing:
+        raise PresetFileError(f"{path} has swept rates but no {missing[0]} (the sweep that chose them)")
+    arms = {}   # {ffn: {rate key: value}}
+    for key, (value, line) in keys.items():
+        if key in SWEPT_SOURCE_KEYS:
+            continue
+        rest = key[len("swept-"):]
+        rate = next((r for r in ("muon-other", "muon", "adamw") if rest.endswith(r)), None)
+        arm = rest[:-len(rate)] if rate else None
+        if rate is None or not (arm == "" or (arm.startswith("ffn-") and arm.endswith("-") and len(arm) > 5)):
+            raise PresetFileError(f"{path} line {line}: unknown key {key!r} (swept rates are "
+                                  f"swept-[ffn-KIND-]muon, -muon-other, -adamw)")
+        try:
+            arms.setdefault(arm[4:-1] if arm else own_ffn, {})[rate] = float(value)
+        except ValueError:
+            raise PresetFileError(f"{path} line {line}: {key} = {value!r} is not a number") from None
+    source = {k: keys[k][0] for k in SWEPT_SOURCE_KEYS}
+    out = []
+    for ffn, rates in arms.items():
+        if set(rates) != set(RATE_KEYS):
+            raise PresetFileError(f"{path}: the swept rates of the {ffn} arm need muon, muon-other and adamw")
+        out.append(SweptRates(ffn, int(source["swept-vocab-size"]), rates["muon"], rates["muon-other"], rates["adamw"],
+                              source))
+    return out
+
+
+def load_presets(directory=PRESET_DIR):
+    """{name: Preset} of every presets/NAME.conf."""
+    names = sorted(f for f in os.listdir(directory) if f.endswith(".conf"))
+    return {n[:-len(".conf")]: read_preset(os.path.join(directory, n)) for n in names}
+
+
+def read_recipe(name, directory=RECIPE_DIR):
+    """[(key, value, line)] of presets/recipes/NAME.conf."""
+    return read_conf(os.path.join(directory, name + ".conf"))

@@ -1,0 +1,100 @@
+/*
+Presets and recipes as data: presets/NAME.conf (a model preset) and presets/recipes/NAME.conf (a
+recipe such as --paper-setup), in the `key = value` format of --config (llmc/config_file.h).
+The Makefile writes their text into build/generated/preset_files.inc, which this header
+compiles in, so a binary reads no file at run time; the Python side reads the same files
+(attnref/presets.py). A key that names a flag sets it; the other keys are the file's own
+(a preset's swept-* rates, a recipe's resume-keeps), read by the trainer. Host-only C++17.
+
+    const ConfigFile& f = compiled_config_file("presets/demo.conf");
+    apply_setting(f, entry, flags);   // parses entry's value into its flag, or fails naming file and line
+*/
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "llmc/cli.h"
+#include "llmc/config_file.h"
+#include "llmc/utils.h"
+
+#if !__has_include("build/generated/preset_files.inc")
+#error "build/generated/preset_files.inc is missing: build with make, which writes it from presets/*.conf"
+#endif
+
+// One compiled-in file: its path in the repository (presets/demo.conf) and its settings.
+struct ConfigFile {
+    std::string path;
+    std::vector<ConfigEntry> entries;
+
+    // "demo" of presets/demo.conf
+    std::string name() const {
+        const size_t slash = path.rfind('/'), dot = path.rfind(".conf");
+        return path.substr(slash + 1, dot - slash - 1);
+    }
+    const ConfigEntry* find(const std::string& key) const {
+        for (const ConfigEntry& e : entries) {
+            if (e.key == key) { return &e; }
+        }
+        return nullptr;
+    }
+    // a number of the file's own (not a flag), e.g. a preset's swept-muon
+    double real(const ConfigEntry& e) const {
+        double x;
+        if (!parse_finite_real(e.value.c_str(), &x)) {
+            fatal("%s line %d: %s = '%s' is not a finite number", path.c_str(), e.line, e.key.c_str(), e.value.c_str());
+        }
+        return x;
+    }
+};
+
+// Every compiled-in file, parsed once (a file that does not parse fails at start, naming its line).
+inline const std::vector<ConfigFile>& compiled_config_files() {
+    struct Text {
+        const char* path;
+        const char* text;
+    };
+    static const Text kTexts[] = {
+#include "build/generated/preset_files.inc"
+    };
+    static const std::vector<ConfigFile> files = [] {
+        std::vector<ConfigFile> out;
+        for (const Text& t : kTexts) { out.push_back({t.path, parse_config_text(t.text, t.path)}); }
+        return out;
+    }();
+    return files;
+}
+
+// The compiled-in files under `folder` ("presets/" for the presets: not its recipes/ folder).
+inline std::vector<const ConfigFile*> compiled_config_files_in(const std::string& folder) {
+    std::vector<const ConfigFile*> out;
+    for (const ConfigFile& f : compiled_config_files()) {
+        const bool inside = f.path.rfind(folder, 0) == 0 && f.path.find('/', folder.size()) == std::string::npos;
+        if (inside) { out.push_back(&f); }
+    }
+    return out;
+}
+
+inline const ConfigFile& compiled_config_file(const std::string& path) {
+    for (const ConfigFile& f : compiled_config_files()) {
+        if (f.path == path) { return f; }
+    }
+    fatal("%s is not compiled into this binary (the Makefile compiles presets/*.conf and presets/recipes/*.conf in)",
+          path.c_str());
+}
+
+// Sets the flag that `e` names to its value; an unknown key or a bad value fails naming the file
+// and the line. Returns the flag's name (--key).
+inline std::string apply_setting(const ConfigFile& f, const ConfigEntry& e, const std::vector<Flag>& flags) {
+    const std::string name = "--" + e.key;
+    auto it = std::find_if(flags.begin(), flags.end(), [&](const Flag& flag) { return flag.name == name; });
+    if (it == flags.end()) {
+        fatal("%s line %d: unknown setting '%s'%s", f.path.c_str(), e.line, e.key.c_str(),
+              nearest_flag_hint(name, flags).c_str());
+    }
+    const std::string where = f.path + " line " + std::to_string(e.line);
+    FatalContext context(where, where);
+    it->parse(e.value.c_str());
+    return name;
+}
