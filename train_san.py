@@ -129,9 +129,10 @@ def opt_from_args(args, cfg):
 # --paper-setup 1, --deconstructing-setup 1: the recipes presets/recipes/NAME.conf as defaults that
 # explicit flags override (as train_san.cu apply_recipe). The trainer's flags this reference does
 # not have are left out (REFERENCE_LACKS: --ns-fp32, --grad-fp32, fp32 here anyway; --milestones,
-# it saves none; --indicator-context, it logs no indicators); resume-keeps is the trainer's (this reference does not resume runs).
+# it saves none; --indicator-context, it logs no indicators; --train-doc-draw and --train-doc-seed,
+# it has no --train-doc-eval); resume-keeps is the trainer's (this reference does not resume runs).
 RECIPE_OWN_KEYS = ("resume-keeps", "paper-max-steps", "paper-warmup-steps", "paper-run-steps")
-REFERENCE_LACKS = ("ns-fp32", "grad-fp32", "milestones", "indicator-context")
+REFERENCE_LACKS = ("ns-fp32", "grad-fp32", "milestones", "indicator-context", "train-doc-draw", "train-doc-seed")
 
 
 def recipe_defaults(parser, recipe, steps, schedule_steps=0, preset=None):
