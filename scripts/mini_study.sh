@@ -51,8 +51,8 @@ done
 
 start=$(date +%s)
 status=0
-$python scripts/study.py run "$study" "$@" || status=$?
-$python scripts/study.py report "$study" "${report_args[@]}"
+$python -m study run "$study" "$@" || status=$?
+$python -m study report "$study" "${report_args[@]}"
 echo "mini_study: $(( ($(date +%s) - start) / 60 )) minutes"
 report=$out/report/report.md
 echo

@@ -1,4 +1,4 @@
-"""Checks of scripts/ladder.py and scripts/ladder_report.py on synthetic run directories (no
+"""Checks of study/ladder.py and study/ladder_report.py on synthetic run directories (no
 trainer): the rung study files, the paired gaps and noise floor against numbers computed here,
 and the verdict rules (shows / trend / does not show) on losses built to meet or miss them.
 Under a second of CPU."""
@@ -9,10 +9,9 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import ladder  # noqa: E402
-import ladder_report  # noqa: E402
-import study  # noqa: E402
+from study import ladder  # noqa: E402
+from study import ladder_report  # noqa: E402
+from study import runner as study  # noqa: E402
 
 LADDER = """
 [study]

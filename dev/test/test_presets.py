@@ -2,7 +2,7 @@
 
 - The qwen presets are "Deconstructing Attention"'s Table 10 (appendix L: layers, width, heads,
   FFN width; MHA) with Qwen2.5's RoPE base, unscaled embedding and N(0, 0.02) init, in the
-  trainer binary (its start-up banner), the reference (attnref/san.py) and scripts/match.py.
+  trainer binary (its start-up banner), the reference (attnref/san.py) and study/match.py.
 - A fresh model's output projections are drawn as --out-init says (the std of a checkpoint's
   W_o and W_down against 0.02 and 0.02 / sqrt(2L)).
 - Every arm of every studies/*.toml: the model its command line gives (the trainer's banner)
@@ -24,13 +24,12 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 sys.path.insert(0, ROOT)
-import match  # noqa: E402
-import study  # noqa: E402
+from study import match  # noqa: E402
+from study import runner as study  # noqa: E402
 from attnref import san  # noqa: E402
-from shards import write_shard  # noqa: E402
+from attnref.shards import write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN", "")
 needs_bin = pytest.mark.skipif(not BIN or not os.path.exists(os.path.join(ROOT, BIN)),

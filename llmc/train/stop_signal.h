@@ -3,7 +3,7 @@ Graceful stop on SIGINT and SIGTERM (Ctrl-C, `kill`, a cluster's time limit): th
 only records which signal came (all a signal handler may safely do); the training loop asks
 stop_signal() at each step boundary, writes a resumable checkpoint there and exits with
 128 + the signal number, the shell's code for "ended by that signal", so a script (e.g.
-scripts/study.py) sees an interrupted run as unfinished. SA_RESTART keeps the data loader's
+study/runner.py) sees an interrupted run as unfinished. SA_RESTART keeps the data loader's
 reads from failing with EINTR.
 One process: the handlers are installed with SA_RESETHAND, so a second Ctrl-C while the
 checkpoint is being written kills at once, and the atomic write (utils.h) leaves the

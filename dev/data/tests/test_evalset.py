@@ -10,8 +10,8 @@ import pytest
 
 from pathlib import Path
 
-import evalset as evalset_module
-from evalset import KIND_CLOZE, KIND_MC, encode_pair, make_item, read_evalset, write_evalset
+from attnref import evalset as evalset_module
+from attnref.evalset import KIND_CLOZE, KIND_MC, encode_pair, make_item, read_evalset, write_evalset
 
 
 def test_round_trip_and_layout(tmp_path):

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """
-ladder_report.py: the findings of a scale ladder (scripts/ladder.py) against tokens, and the
+ladder_report.py: the findings of a scale ladder (study/ladder.py) against tokens, and the
 rate sweep that chose each arm's rate.
 
-    python scripts/ladder_report.py report studies/ladders/cpu.toml [--out DIR]
-    python scripts/ladder_report.py sweep studies/ladder_cpu_lr.toml [--out DIR]
+    python -m study ladder report studies/ladders/cpu.toml [--out DIR]
+    python -m study sweep studies/ladder_cpu_lr.toml [--out DIR]
 
 `report` reads every rung's runs (OUT/rung-TOKENS/runs/*/log.jsonl and status.json, through
-scripts/run_files.py) and writes OUT/report/ladder.md with PNG figures; `sweep` reads one study
+study/runs.py) and writes OUT/report/ladder.md with PNG figures; `sweep` reads one study
 with a rate grid and writes the final loss per arm and rate, and each arm's best rate.
 
 The verdicts are fixed here, before the ladder's runs (issue 31), and are not changed to fit
@@ -61,10 +61,9 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ladder as ladder_files  # noqa: E402
-import run_files  # noqa: E402
-import study as study_runner  # noqa: E402
+from study import ladder as ladder_files  # noqa: E402
+from study import runs as run_files  # noqa: E402
+from study import runner as study_runner  # noqa: E402
 
 REGIONS = ("query", "trace", "answer")
 PAPER_GAPS = {"iso_depth": 0.47, "iso_flop": 0.26, "iso_param": 0.005}
@@ -220,7 +219,7 @@ def localisation(rung, san, ffn, docs, floor):
 
 def _spectra_growth(run_dir):
     """{kind: relative change of the layer-mean stable rank from the 25% milestone to the last}."""
-    import spectra
+    from study import spectra
     paths = sorted(glob.glob(os.path.join(run_dir, "ckpt", "milestone_*.bin")))
     if len(paths) < 3:
         return None
@@ -448,7 +447,7 @@ def write_report(path, out=None):
     os.makedirs(out, exist_ok=True)
     lines = [f"# Scale ladder: {raw['study']['name']}", "", raw["study"].get("note", ""), "",
              f"Ladder file `{path}`; rungs " + ", ".join(f"{r.tokens:,}" for r in rungs)
-             + " tokens per run. Verdict rules: scripts/ladder_report.py (fixed before the runs).", ""]
+             + " tokens per run. Verdict rules: study/ladder_report.py (fixed before the runs).", ""]
     lines += ["## Runs", ""] + runs_table(rungs) + [""]
 
     fg = _finding(raw, "gap_ordering")
@@ -664,7 +663,7 @@ def write_sweep(path, out=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Reports a scale ladder (scripts/ladder.py) or a rate sweep.")
+    ap = argparse.ArgumentParser(description="Reports a scale ladder (study/ladder.py) or a rate sweep.")
     ap.add_argument("command", choices=("report", "sweep"))
     ap.add_argument("file", help="the ladder file (report) or the sweep's study file (sweep)")
     ap.add_argument("--out", help="report directory")

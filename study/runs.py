@@ -1,16 +1,16 @@
 """
 run_files.py: what a study run's directory holds, read (and its status written) for both
-scripts/study.py, which runs studies, and scripts/study_report.py, which reports them (a module
+study/runner.py, which runs studies, and study/report.py, which reports them (a module
 of its own, so that neither imports the other):
 
   status.json   the runner's record of the run: {"state": "done" | "diverged" | "failed", ...}
   log.jsonl     the trainer's JSONL log (doc/formats.md "Training log")
   eval_NAME.jsonl, eval_NAME.json
-                an evaluation of the final checkpoint (scripts/study.py post_evals): its log,
+                an evaluation of the final checkpoint (study/runner.py post_evals): its log,
                 and the runner's record that it finished ({"flags": [...]})
 
-Runs are anything with a `.dir` (scripts/study.py's Run). The readers of one log (run_header,
-rates_used, tokens_per_step, read_log) serve scripts/compare.py and scripts/to_tensorboard.py too.
+Runs are anything with a `.dir` (study/runner.py's Run). The readers of one log (run_header,
+rates_used, tokens_per_step, read_log) serve study/compare.py and study/to_tensorboard.py too.
 """
 import json
 import os
@@ -93,7 +93,7 @@ def read_evals(path):
 
 def read_final_eval(run, name):
     """The validation record of the run's evaluation `name` of its final checkpoint
-    (eval_NAME.jsonl, scripts/study.py post_evals) once it succeeded (its record is written), or None."""
+    (eval_NAME.jsonl, study/runner.py post_evals) once it succeeded (its record is written), or None."""
     if not os.path.exists(post_eval_record(run, name)):
         return None
     _, val = read_log(post_eval_log(run, name))

@@ -1,7 +1,7 @@
 """
-study_report.py: the report of a study (scripts/study.py report): report.md and PNG plots
+study_report.py: the report of a study (python -m study report): report.md and PNG plots
 in OUT/report/, computed from the runs' JSONL logs (doc/formats.md "Training log") and final
-checkpoints (weight spectra, scripts/spectra.py).
+checkpoints (weight spectra, study/spectra.py).
 
 Definitions (doc/study.md says the same for readers of the report):
   final validation loss of a run   val_loss of its last validation record (the end of training)
@@ -24,11 +24,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-import attention_patterns  # noqa: E402
-import curves  # noqa: E402
-import match  # noqa: E402
-import run_files  # noqa: E402
-import spectra  # noqa: E402
+from study import attention_patterns  # noqa: E402
+from study import curves  # noqa: E402
+from study import match  # noqa: E402
+from study import runs as run_files  # noqa: E402
+from study import spectra  # noqa: E402
 
 REGIONS = ("query", "trace", "answer", "other")
 EVAL_METRICS = ("acc", "acc_norm", "perplexity", "word_perplexity")  # the report's columns, per eval set
@@ -160,7 +160,7 @@ def table(header, rows):
 
 
 # ----------------------------------------------------------------------------------------
-# skip: hybrids evaluated without their variant layers (study.skip_eval; scripts/study.py
+# skip: hybrids evaluated without their variant layers (study.skip_eval; study/runner.py
 # post_evals writes eval_skip-attention.jsonl and eval_skip-block.jsonl in each hybrid run)
 
 SKIP_EVALS = (("skip-attention", "skip-attn"), ("skip-block", "skip-block"))
@@ -729,7 +729,7 @@ def plot_spectra(spec, out):
 def context_length_section(study, summaries):
     """The Deconstructing paper's Table 4 ([study.context_eval]): per rolling eval set, the word
     perplexity of each arm (rows) at each context (columns), from the `--steps 0 --init-from
-    final.bin --eval-context ...` evaluation of its runs (scripts/study.py post_evals); seed
+    final.bin --eval-context ...` evaluation of its runs (study/runner.py post_evals); seed
     means at each arm's rate, "—" unless every one of those runs has the number."""
     if not study.context_eval:
         return []
@@ -910,7 +910,7 @@ def write_report(study, why, out=None):
     spec = spectra_of(summaries)
     if spec:
         md += ["## Weight spectra", "", "Stable rank ‖W‖²_F / σ²_max of each matrix, final checkpoint of each arm's "
-               "representative run, mean over layers (per layer in the plot; scripts/spectra.py for milestones).", ""]
+               "representative run, mean over layers (per layer in the plot; study/spectra.py for milestones).", ""]
         kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
         rows = [[arm] + [fmt(mean_stable_rank(sp, k), 2) if k in sp["stable_rank"] else "—"
                          for k in kinds] for arm, sp in spec.items()]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from header_crc import check_header_crc, file_crc
+from attnref.header_crc import check_header_crc, file_crc
 
 EVAL_MAGIC = 20260313
 EVAL_VERSION = 2         # written: with a CRC

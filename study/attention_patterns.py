@@ -9,13 +9,13 @@ logit_abs_*: doc/formats.md, definitions in doc/deconstructing.md "Attention-pat
   plot_logits(records, out, name)  one panel per layer: each run's |logit| distribution
   indicator_rows(records)          a table's rows: per layer and run, the raw head means
   groups_of_arms(arms)             a study's arms by attention kind, with the standard arms
-  report_section(groups, out)      the study report's section (scripts/study_report.py)
+  report_section(groups, out)      the study report's section (study/report.py)
 
 `records` maps a run's label to its validation record (a dict of the JSONL line). As the paper:
 Entropy, Conc and HeadDiv are min-max normalised across the runs drawn together (per layer;
 where they are all equal, 0.5), Sink and LocFoc are absolute, LocFoc x 2 for visibility.
 
-    python scripts/attention_patterns.py --out DIR LABEL=LOG.jsonl ...
+    python -m study patterns --out DIR LABEL=LOG.jsonl ...
 prints the table of each run's last validation record and writes DIR/attention_radar.png and
 DIR/logit_distribution.png (scripts/deconstructing_demo.sh calls it).
 """
@@ -28,7 +28,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-import run_files  # noqa: E402  (scripts/: the JSONL log's records)
+from study import runs as run_files  # noqa: E402  (scripts/: the JSONL log's records)
 
 AXES = ("Entropy", "Conc", "HeadDiv", "Sink", "LocFoc 0", "LocFoc 1", "LocFoc 2", "LocFoc 3")
 NORMALISED = ("Entropy", "Conc", "HeadDiv")
@@ -222,11 +222,11 @@ def last_validation(path):
     return records[-1]
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", metavar="LABEL=LOG", help="a run's label and its JSONL log")
     p.add_argument("--out", required=True, help="folder for the PNGs")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     records = {}
     for item in args.runs:
         label, sep, path = item.partition("=")

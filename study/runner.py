@@ -2,16 +2,16 @@
 """
 study.py: runs a controlled study of train_san arms from one TOML file, and reports on it.
 
-    python scripts/study.py run STUDY.toml [--binary ./train_san] [--only i,j] [--dry-run]
-    python scripts/study.py slurm STUDY.toml [--partition P] [--time 24:00:00] ...
-    python scripts/study.py report STUDY.toml
+    python -m study run STUDY.toml [--binary ./train_san] [--only i,j] [--dry-run]
+    python -m study slurm STUDY.toml [--partition P] [--time 24:00:00] ...
+    python -m study report STUDY.toml
 
 A study is arms (a train_san preset plus flags) x learning rates x seeds, every run with the
 same token budget. `run` trains them one after another (through mpirun when a run asks for
 several GPUs), skips finished runs and resumes interrupted ones from their latest checkpoint;
 `slurm` writes an sbatch job-array script whose task i is `study.py run --only i`; `report`
 reads the runs' JSONL logs (doc/formats.md "Training log") and writes report.md with PNG
-plots (scripts/study_report.py). The file format is in doc/study.md.
+plots (study/report.py). The file format is in doc/study.md.
 
 Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
 log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
@@ -35,9 +35,8 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import match  # noqa: E402
-from run_files import post_eval_log, post_eval_record, read_evals, read_log, read_status, write_status  # noqa: E402,F401
+from study import match  # noqa: E402
+from study.runs import post_eval_log, post_eval_record, read_evals, read_log, read_status, write_status  # noqa: E402,F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -845,8 +844,8 @@ def cmd_slurm(args):
     script_dir = os.path.join(study.out, "slurm")
     lines = ["#!/bin/bash",
              f"# {q('study.name', study.name)}: one array task per run ({len(indices)} runs); written by "
-             "scripts/study.py slurm.",
-             "# Each task runs `study.py run --only <its run>`, which skips a finished run and resumes an",
+             "python -m study slurm.",
+             "# Each task runs `python -m study run --only <its run>`, which skips a finished run and resumes an",
              "# interrupted one, so resubmitting the script after a time-out continues the study.",
              f"#SBATCH --job-name={q('study.name', study.name)}",
              f"#SBATCH --array={_ranges(indices)}" + (f"%{args.max_parallel}" if args.max_parallel else ""),
@@ -865,7 +864,9 @@ def cmd_slurm(args):
         _script_value(study, "--sbatch", x)
         lines.append(f"#SBATCH {x}")
     lines += ["set -euo pipefail", f"cd {q('the working directory', os.getcwd())}",
-              f"{q('--python', python)} {q('the path of study.py', os.path.relpath(os.path.abspath(__file__)))} run "
+              # this checkout's study package, whether or not it is installed on the nodes
+              f"export PYTHONPATH={q('the repository', ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}",
+              f"{q('--python', python)} -m study run "
               f"{q('the study file', study.path)} --binary {q('the trainer', study.binary)} "
               "--only \"$SLURM_ARRAY_TASK_ID\""]
     os.makedirs(script_dir, exist_ok=True)
@@ -874,7 +875,7 @@ def cmd_slurm(args):
         f.write("\n".join(lines) + "\n")
     os.replace(script + ".tmp", script)
     print(f"wrote {script}: submit it with `sbatch {shlex.quote(script)}`; then "
-          f"`python scripts/study.py report {shlex.quote(study.path)}`")
+          f"`python -m study report {shlex.quote(study.path)}`")
     return 0
 
 
@@ -890,7 +891,7 @@ def _ranges(indices):
 
 
 def cmd_report(args):
-    import study_report  # matplotlib is imported only for reports
+    from study import report as study_report  # matplotlib is imported only for reports
     study = load_study(args.study, args.binary)
     known = binary_flags(study.binary)
     why = {a.name: None for a in study.arms}

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """
-ladder.py: one study (scripts/study.py's format) trained at several token budgets, the rungs of
+ladder.py: one study (study/runner.py's format) trained at several token budgets, the rungs of
 a scale ladder, so that a finding can be followed against tokens (issue 31; doc/study.md "Scale
 ladder").
 
-    python scripts/ladder.py run studies/ladders/cpu.toml [--up-to TOKENS] [--dry-run]
-    python scripts/ladder.py files studies/ladders/cpu.toml      # write the rung study files only
+    python -m study ladder run studies/ladders/cpu.toml [--up-to TOKENS] [--dry-run]
+    python -m study ladder files studies/ladders/cpu.toml      # write the rung study files only
 
-Ladder files live in studies/ladders/ (they are not study files: scripts/study.py refuses the
+Ladder files live in studies/ladders/ (they are not study files: study/runner.py refuses the
 [ladder] table). A ladder file is a study file with `tokens` left out of [study] and a [ladder] table:
 
     [ladder]
@@ -15,13 +15,13 @@ Ladder files live in studies/ladders/ (they are not study files: scripts/study.p
     evaluations = 4                          # validations (and checkpoints) per run: val_every =
                                              # save_every = steps // evaluations (and at the end)
     arm_rungs = { san-rms = [1_638_400] }    # an arm trained only at these rungs (default: all)
-    norm_control = { zcn = "san", rms = "san-rms" }          # for scripts/ladder_report.py: the
+    norm_control = { zcn = "san", rms = "san-rms" }          # for study/ladder_report.py: the
     deconstructing = { standard = "standard", kinds = [...] } # noise-floor control, the variant grid
 
 For each rung, `files` writes OUT/rung-TOKENS/study.toml (the study with that budget, out =
 OUT/rung-TOKENS, name NAME-rTOKENS) and `run` runs `study.py run` on each rung in order, smallest
 first; study.py skips finished runs and resumes interrupted ones, so an interrupted ladder
-continues where it stopped. scripts/ladder_report.py reports across the rungs.
+continues where it stopped. python -m study ladder reports across the rungs.
 """
 import argparse
 import os
@@ -158,7 +158,7 @@ def write_rung_files(path, out=None):
         os.makedirs(d, exist_ok=True)
         f = os.path.join(d, "study.toml")
         with open(f, "w") as out:
-            out.write(f"# rung {tokens:,} tokens ({steps} steps) of {path}, written by scripts/ladder.py\n")
+            out.write(f"# rung {tokens:,} tokens ({steps} steps) of {path}, written by study/ladder.py\n")
             out.write(dumps(rung_study(raw, tokens, steps, arm_rungs, evaluations)))
         files.append((tokens, f))
     return files
@@ -167,7 +167,9 @@ def write_rung_files(path, out=None):
 def run_forwarding_signals(cmd):
     """Runs cmd; SIGINT / SIGTERM to the ladder go to study.py, which stops its run so that the
     next call resumes it (exit status 130)."""
-    proc = subprocess.Popen(cmd)
+    # the child imports this checkout's study package, installed or not
+    path = os.pathsep.join([ROOT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=path))
 
     def forward(signum, frame):
         proc.send_signal(signum)
@@ -180,7 +182,7 @@ def run_forwarding_signals(cmd):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Trains a study at each rung of a token-budget ladder (scripts/study.py).")
+    ap = argparse.ArgumentParser(description="Trains a study at each rung of a token-budget ladder (study/runner.py).")
     ap.add_argument("command", choices=("run", "files"))
     ap.add_argument("ladder", help="the ladder file (a study file with [ladder])")
     ap.add_argument("--up-to", type=int, help="run only the rungs of at most this many tokens")
@@ -201,7 +203,7 @@ def main(argv=None):
         if args.up_to is not None and tokens > args.up_to:
             print(f"ladder: rung {tokens:,} left for later (--up-to {args.up_to:,})", flush=True)
             continue
-        cmd = [sys.executable, os.path.join(ROOT, "scripts", "study.py"), "run", f]
+        cmd = [sys.executable, "-m", "study", "run", f]
         cmd += ["--binary", args.binary] if args.binary else []
         cmd += ["--dry-run"] if args.dry_run else []
         print(f"ladder: rung {tokens:,}: {' '.join(cmd)}", flush=True)
