@@ -28,14 +28,10 @@ import os
 import signal
 import subprocess
 import sys
-import tomllib
+
+from study.spec import LadderError, load_ladder  # noqa: F401  (LadderError: what its callers catch)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LADDER_KEYS = {"tokens", "evaluations", "arm_rungs", "norm_control", "deconstructing"}
-
-
-class LadderError(Exception):
-    pass
 
 
 def _toml_value(v):
@@ -71,58 +67,6 @@ def dumps(doc):
             lines.append("")
             _toml_table(lines, f"[[{kind}]]", table)
     return "\n".join(lines) + "\n"
-
-
-def load_ladder(path):
-    """(the study tables without [ladder], the rungs [(tokens, steps)], arm_rungs, evaluations,
-    the [ladder] table)."""
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as e:
-        raise LadderError(f"{path}: cannot read ({e.strerror})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise LadderError(f"{path}: not valid TOML ({e})") from None
-    ladder = raw.pop("ladder", None)
-    if not isinstance(ladder, dict):
-        raise LadderError(f"{path}: needs a [ladder] table (tokens = [...])")
-    unknown = set(ladder) - LADDER_KEYS
-    if unknown:
-        raise LadderError(f"{path}: [ladder]: unknown field(s) {', '.join(sorted(unknown))} "
-                          f"(known: {', '.join(sorted(LADDER_KEYS))})")
-    study = raw.get("study", {})
-    for key in ("tokens", "steps", "val_every", "save_every"):
-        if key in study:
-            raise LadderError(f"{path}: [study].{key} is set per rung by the ladder; leave it out")
-    tokens = ladder.get("tokens")
-    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, int) and t > 0 for t in tokens) \
-            or sorted(set(tokens)) != tokens:
-        raise LadderError(f"{path}: [ladder].tokens must be increasing positive integers")
-    evaluations = ladder.get("evaluations", 4)
-    if not isinstance(evaluations, int) or evaluations <= 0:
-        raise LadderError(f"{path}: [ladder].evaluations must be a positive integer")
-    arm_rungs = ladder.get("arm_rungs", {})
-    names = [a.get("name") for a in raw.get("arm", [])]
-    for arm, rungs in arm_rungs.items():
-        if arm not in names:
-            raise LadderError(f"{path}: [ladder].arm_rungs: '{arm}' is not an arm")
-        if not isinstance(rungs, list) or not all(t in tokens for t in rungs):
-            raise LadderError(f"{path}: [ladder].arm_rungs.{arm} must list rungs of [ladder].tokens")
-    rows = study.get("batch_size", 0) * study.get("grad_accum", 1) * study.get("gpus", 1)
-    if "global_batch" in study:
-        rows = study["global_batch"]
-    per_step = rows * study.get("seq_len", 0)
-    if per_step <= 0:
-        raise LadderError(f"{path}: [study] needs batch_size and seq_len")
-    rungs = []
-    for t in tokens:
-        if t % per_step:
-            raise LadderError(f"{path}: rung {t:,} is not a whole number of {per_step:,}-token steps")
-        steps = t // per_step
-        if steps < evaluations:
-            raise LadderError(f"{path}: rung {t:,} has {steps} steps, fewer than {evaluations} evaluations")
-        rungs.append((t, steps))
-    return raw, rungs, arm_rungs, evaluations, ladder
 
 
 def rung_dir(raw, tokens):

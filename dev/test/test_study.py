@@ -340,7 +340,7 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     # the noise floor: the pooled seed sd, here the SAN's (the only arm with two seeds)
     assert re.search(r"Noise floor \(pooled seed-to-seed sd\): ([\d.]+) nats", report).group(1) == f"{san_sd:.4f}"
     # eval sets: the seed means of the runs' last eval records at each arm's rate
-    evals = {run: study.read_evals(out / "runs" / run / "log.jsonl") for run in TOY_RUNS}
+    evals = {run: run_files.read_evals(out / "runs" / run / "log.jsonl") for run in TOY_RUNS}
     assert all(sorted(e) == [6] for e in evals.values())  # scored once, at the end
     eval_rows = {r["arm"]: r for r in md_table(report[report.index("## Eval sets"):], "arm")}
     for arm, runs in (("san", ("san_s7", "san_s8")), ("ffn", (f"ffn_lr{best_lr}_s7",))):
@@ -449,7 +449,7 @@ def test_slurm_script_quotes_what_it_writes(toy_data, tmp_path):
     run = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path,
                          env=dict(os.environ, SLURM_ARRAY_TASK_ID="1"), timeout=60)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[1:] == ["-m", "study", "run", path, "--binary", "/nonexistent/train san", "--only", "1"]
+    assert run.stdout.splitlines() == ["-m", "study", "run", path, "--binary", "/nonexistent/train san", "--only", "1"]
     assert not list(tmp_path.rglob("INJECTED")) and not os.path.exists(os.path.join(ROOT, "INJECTED"))
 
 
@@ -811,7 +811,7 @@ def test_context_length_table(tmp_path):
     assert proc.stdout.count(": eval context\n") == 2 and "--eval-context 8,16,64" in proc.stdout
     logs = {}
     for run in ("san_s7", "ffn_s7"):
-        evals = study.read_evals(out / "runs" / run / "eval_context.jsonl")
+        evals = run_files.read_evals(out / "runs" / run / "eval_context.jsonl")
         (step,) = evals  # evaluated once, logged at the checkpoint's step
         assert step > 0
         logs[run] = evals[step]["wikitext"]
@@ -838,7 +838,7 @@ def test_context_length_table(tmp_path):
     os.rename(tmp_path / "away.bin", wikitext)
     rerun = study_cmd("run", path, "--binary", BIN, "--only", "0")
     assert rerun.returncode == 0 and "--eval-context 8,32" in rerun.stdout and "ffn_s7" not in rerun.stdout
-    (evals,) = study.read_evals(out / "runs" / "san_s7" / "eval_context.jsonl").values()
+    (evals,) = run_files.read_evals(out / "runs" / "san_s7" / "eval_context.jsonl").values()
     evals = evals["wikitext"]
     assert evals["word_perplexity@8"] == logs["san_s7"]["word_perplexity@8"] and "word_perplexity@16" not in evals
     # a report of a study whose runs are not evaluated yet shows the table empty
@@ -884,7 +884,7 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
         os.makedirs(run.dir)
         with open(os.path.join(run.dir, "log.jsonl"), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in [{"step": 10, "loss": 4.0}] + records))
-        study.write_status(run, "done")
+        run_files.write_status(run, "done")
         data.append(study_report.RunData(run, 100))
     summaries = {a.name: study_report.ArmSummary(a, data) for a in (san_arm, ffn_arm)}
     md = "\n".join(study_report.train_docs_region_table(summaries, summaries["san"]))
@@ -971,7 +971,7 @@ preset = "tiny"
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert study.main(["report", str(path), "--binary", BIN]) == 0
     report = (out / "report" / "report.md").read_text()
-    logged = study.read_evals(out / "runs" / "san_s7" / "log.jsonl")[2]
+    logged = run_files.read_evals(out / "runs" / "san_s7" / "log.jsonl")[2]
     row = md_table(report[report.index("## Eval sets"):], "arm")[0]
     for name, metric in (("lambada", "acc"), ("lambada", "perplexity"), ("lambada_standard", "acc"),
                          ("lambada_standard", "perplexity"), ("sciq", "acc"), ("sciq", "acc_norm")):
