@@ -41,9 +41,9 @@ both twice its own sd over seeds and the noise floor.
 For a finding over the ladder: *shows* when it shows at the largest rung that ran; *trend*
 when not, but its quantity moved the paper's way from the second-largest to the largest rung
 that ran (the smallest of the three gaps and two ordering margins grew; the iso-param gap's
-size, |gap|, fell; the smallest of the query delta and the two localisation margins grew; the
-spectra margin grew; the smallest uniform gap and the hybrids' recovery grew); *does not show*
-otherwise, and *cannot tell* when the runs are missing.
+size, |gap|, fell; the smallest localisation margin grew; the spectra margin grew; the smallest
+uniform gap and the hybrids' recovery grew); *does not show* otherwise, and *cannot tell* when
+the runs are missing.
 
 Each rule is one function of study/findings.py, which study/report.py judges a single study
 with too; how the rules were amended, when and why: doc/study-runs/README.md ("Verdict rules").
@@ -455,10 +455,8 @@ def localisation_section(lad, verdicts):
                     break
             else:
                 reg_points.append((t, {docs: r}))
-        # the trend's quantity: the smallest of the query delta and the two margins (all positive to show)
         v = findings.over_ladder(pts, lambda r: r["shows"],
-                                 lambda r: min(r["deltas"]["query"][0], r["margins"]["trace"][0],
-                                               r["margins"]["answer"][0]))
+                                 lambda r: min(r["margins"]["trace"][0], r["margins"]["answer"][0]))
         verdicts.append((f"Localisation on query tokens ({title.split(' (')[0]})", v))
     if reg_points:
         lines += [f"![regions]({plot_regions(reg_points, lad.floors, lad.out)})", ""]

@@ -179,6 +179,16 @@ def test_localisation(tmp_path):
     _, rungs = ladder_report.load_rungs(path)
     r = ladder_report.localisation(rungs[1], "san", "ffn-iso-param", "held_out", 0.01)
     assert r["margins"]["answer"][0] == pytest.approx(0.25)
+    # the SAN ahead on every region, least on query tokens: resolved margins, but no deficit on
+    # query tokens to place, so it does not show (the study report's sign rule, study/findings.py)
+    ahead = dict(base, san=([3.6, 3.61], [reg(3.99, 3.6, 3.6), reg(4.0, 3.61, 3.61)]),
+                 **{"ffn-iso-param": ([3.9, 3.91], [reg(4.0, 3.9, 3.9), reg(4.01, 3.91, 3.91)])})
+    os.makedirs(tmp_path / "ahead")
+    path = make_ladder(tmp_path / "ahead", {64: small, 256: ahead})
+    _, rungs = ladder_report.load_rungs(path)
+    r = ladder_report.localisation(rungs[1], "san", "ffn-iso-param", "held_out", 0.01)
+    assert r["deltas"]["query"][0] == pytest.approx(-0.01) and r["margins"]["trace"][0] == pytest.approx(0.29)
+    assert r["shows"] is False
 
 
 @pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "studies", "ladders")) if f.endswith(".toml")))
