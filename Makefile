@@ -318,9 +318,8 @@ demo: setup-demo
 	@bash scripts/demo.sh $(ARGS)
 
 # debug states of the PyTorch reference that test_san compares the trainer against
-# (the references are train_*.py over the attnref package, which reads shards and tokenizers
-# through dev/data)
-ATTNREF := $(wildcard attnref/*.py) attnref/shards.py attnref/tokenizer.py
+# (the references are train_*.py over the attnref package, shard and tokenizer formats included)
+ATTNREF := $(wildcard attnref/*.py)
 DEBUG_STATES := build/debug-states/.complete
 $(DEBUG_STATES): train_san.py $(ATTNREF) dev/test/make_debug_states.py
 	$(PYTHON) dev/test/make_debug_states.py $(dir $@)

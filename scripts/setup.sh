@@ -101,7 +101,9 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
   installed=$(cd / && "$venv/bin/python" -c 'import os, study; print(os.path.dirname(os.path.dirname(os.path.realpath(study.__file__))))' 2>/dev/null || true)
   if [ "$installed" != "$here" ]; then
     echo "setup: installing attnref and study from $here into $venv (editable, seconds)"
-    "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >/dev/null ||
+    # (with the venv's setuptools when it can build an editable wheel, >= 70.1; else pip fetches one)
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >/dev/null 2>&1 ||
+      "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e . >/dev/null ||
       echo "setup: could not install them editable (make and its tests put the checkout on PYTHONPATH instead)" >&2
   fi
   if [ "$(readlink .venv 2>/dev/null || true)" != "$venv" ]; then
