@@ -18,6 +18,7 @@
 # extra arguments go to every training run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's attnref and study, installed or not
 python=.venv/bin/python
 data_dir=${DATA_DIR:-data/offline}
 demo_dir=${DEMO_DIR:-logs/deconstructing}

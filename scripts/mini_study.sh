@@ -14,6 +14,7 @@
 # resumes), and writes logs/studies/mini-{cpu,gpu}/report/report.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's attnref and study, installed or not
 python=.venv/bin/python
 [ -x "$python" ] || { echo "mini_study: no .venv; run bash scripts/setup.sh first" >&2; exit 1; }
 

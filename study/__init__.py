@@ -16,3 +16,14 @@ doc/study.md is the manual).
   attention_patterns.py  attention-pattern indicators: tables, radar and logit plots
   compare.py, curves.py, to_tensorboard.py   ad-hoc runs side by side; TensorBoard event files
 """
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout that holds this package
+
+
+def checkout_env():
+    """os.environ with this checkout first on PYTHONPATH, for the Python programs the study layer
+    starts (a rung's `python -m study run`, a data builder under dev/data/): they import this
+    checkout's attnref and study whether or not it is the one installed."""
+    rest = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + rest))

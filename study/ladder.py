@@ -29,9 +29,8 @@ import signal
 import subprocess
 import sys
 
+from study import checkout_env
 from study.spec import LadderError, load_ladder  # noqa: F401  (LadderError: what its callers catch)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _toml_value(v):
@@ -111,9 +110,7 @@ def write_rung_files(path, out=None):
 def run_forwarding_signals(cmd):
     """Runs cmd; SIGINT / SIGTERM to the ladder go to study.py, which stops its run so that the
     next call resumes it (exit status 130)."""
-    # the child imports this checkout's study package, installed or not
-    path = os.pathsep.join([ROOT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=path))
+    proc = subprocess.Popen(cmd, env=checkout_env())
 
     def forward(signum, frame):
         proc.send_signal(signum)

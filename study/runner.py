@@ -32,11 +32,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from study import match
+from study import ROOT, checkout_env, match
 from study.runs import post_eval_log, post_eval_record, read_log, read_status, write_status
 from study.spec import StudyError, load_study
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Interrupted(Exception):
@@ -227,7 +225,7 @@ def check_needs(study, runs, build):
     if missing and build and study.data_build:
         print(f"study {study.name}: {', '.join(missing)} missing; building the data as the study file says "
               f"(study.data_build): {shown(study.data_build)}", flush=True)
-        if subprocess.run(python_command(study.data_build)).returncode != 0:
+        if subprocess.run(python_command(study.data_build), env=checkout_env()).returncode != 0:
             raise StudyError(f"{study.path}: study.data_build `{shown(study.data_build)}` failed (its output is above)")
         missing = missing_inputs(study, runs)
     by_command = {}  # (one line per command: a tier's train and val shards are built together)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus, state_differences
-from attnref.shards import write_shard  # noqa: E402 (dev/data, on the path by trainer_cli)
+from attnref.shards import write_shard  # noqa: E402
 
 sys.path.insert(0, ROOT)
 from attnref.variants import KINDS, layer_kinds, standard_layers  # noqa: E402

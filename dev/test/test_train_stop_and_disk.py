@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, MPIRUN, ROOT, VOCAB, run_binary, state_differences
-from attnref.shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
+from attnref.shards import write_shard  # noqa: E402
 
-from attnref import ckpt_diff  # noqa: E402  (scripts/, on the path through trainer_cli)
+from attnref import ckpt_diff  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, ROOT, run_binary, write_pattern_corpus, state_differences
-from attnref.shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
+from attnref.shards import write_shard  # noqa: E402
 
 SAN = os.environ.get("TRAIN_SAN_BIN")
 GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))
@@ -569,7 +569,7 @@ def test_a_corrupt_shard_is_refused_unless_verify_data_0(data, tmp_path):
     (for corpora too large to read at start) trains on it; its CRC slot set to 0 is refused like
     any other wrong CRC (the flag after it says the shard has one); a shard written before the
     checksums (CRC slot and flag 0) trains, with a note that it is not verified."""
-    from attnref import shards  # (dev/data, on the path through trainer_cli)
+    from attnref import shards
     good = shards.read_shard(data / "toy_train_000000.bin")
     raw = bytearray((data / "toy_train_000000.bin").read_bytes())
     assert int.from_bytes(raw[12:16], "little") != 0, "write_shard fills the CRC slot"
