@@ -19,9 +19,10 @@ Ladder files live in studies/ladders/ (they are not study files: study/runner.py
     deconstructing = { standard = "standard", kinds = [...] } # noise-floor control, the variant grid
 
 For each rung, `files` writes OUT/rung-TOKENS/study.toml (the study with that budget, out =
-OUT/rung-TOKENS, name NAME-rTOKENS) and `run` runs `study.py run` on each rung in order, smallest
-first; study.py skips finished runs and resumes interrupted ones, so an interrupted ladder
-continues where it stopped. python -m study ladder reports across the rungs.
+OUT/rung-TOKENS, name NAME-rTOKENS) and `run` runs `python -m study run` on each rung in
+order, smallest first; that skips finished runs and resumes interrupted ones, so an interrupted
+ladder continues where it stopped. `python -m study ladder report` reports across the rungs
+(study/ladder_report.py).
 """
 import argparse
 import os
@@ -108,7 +109,7 @@ def write_rung_files(path, out=None):
 
 
 def run_forwarding_signals(cmd):
-    """Runs cmd; SIGINT / SIGTERM to the ladder go to study.py, which stops its run so that the
+    """Runs cmd; SIGINT / SIGTERM to the ladder go to the rung's runner, which stops its run so that the
     next call resumes it (exit status 130)."""
     proc = subprocess.Popen(cmd, env=checkout_env())
 
@@ -127,7 +128,7 @@ def main(argv=None):
     ap.add_argument("command", choices=("run", "files"))
     ap.add_argument("ladder", help="the ladder file (a study file with [ladder])")
     ap.add_argument("--up-to", type=int, help="run only the rungs of at most this many tokens")
-    ap.add_argument("--dry-run", action="store_true", help="print each rung's commands (study.py run --dry-run)")
+    ap.add_argument("--dry-run", action="store_true", help="print each rung's commands (python -m study run --dry-run)")
     ap.add_argument("--binary", help="the trainer (default: study.binary)")
     args = ap.parse_args(argv)
     try:
