@@ -30,8 +30,8 @@ CHILD = r'''
 import json, os, random, resource, signal, struct, sys, tempfile
 import numpy as np
 root, cases = sys.argv[1], int(sys.argv[2])
-sys.path[:0] = [root, os.path.join(root, "dev", "data")]
-import evalset, shards, tokenizer
+sys.path[:0] = [root]
+from attnref import evalset, shards, tokenizer
 from attnref import container
 
 # after the imports (torch maps a lot): 1 GiB more address space than they took
