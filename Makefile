@@ -44,6 +44,9 @@ HOST_CXX ?= g++
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 HAS_GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 PYTHON := .venv/bin/python
+# Every Python the Makefile runs imports this checkout's attnref and study packages first (the venv
+# may be shared by several checkouts, and its editable install names only one of them)
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 ifeq ($(PRECISION),BF16)
   PRECISION_FLAGS := -DENABLE_BF16
@@ -368,9 +371,8 @@ demo: setup-demo
 	@bash scripts/demo.sh $(ARGS)
 
 # debug states of the PyTorch reference that test_san compares the trainer against
-# (the references are train_*.py over the attnref package, which reads shards and tokenizers
-# through dev/data)
-ATTNREF := $(wildcard attnref/*.py) dev/data/shards.py dev/data/tokenizer.py
+# (the references are train_*.py over the attnref package, shard and tokenizer formats included)
+ATTNREF := $(wildcard attnref/*.py)
 DEBUG_STATES := build/debug-states/.complete
 $(DEBUG_STATES): train_san.py $(ATTNREF) dev/test/make_debug_states.py
 	$(PYTHON) dev/test/make_debug_states.py $(dir $@)

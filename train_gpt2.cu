@@ -4,11 +4,12 @@ embeddings, pre-LayerNorm blocks (LayerNorm with bias), multi-head causal attent
 fused qkv projection, a tanh-GELU MLP of width 4d, biases on every linear layer, a final
 LayerNorm and the LM head tied to the token embedding.
 
-Reads top to bottom: config -> parameters -> activations -> forward -> backward -> update
--> checkpoint (ours and llm.c's model files) -> main loop. The kernels live in llmc/ and
-are the SAN trainer's where the two models agree (attention, GEMM, embedding, classifier,
-residual add, AdamW); GPT-2's own pieces are llmc/kernels/layernorm.cuh, gelu.cuh, bias.cuh and
-position.cuh. Built by nvcc for the GPU and by g++ for the host backend from this one
+Reads top to bottom: config -> parameters -> activations -> the model (forward, backward)
+-> llm.c's model files -> command line -> main, which hands the run to llmc/train/
+(trainer.h: main's set-up; training.h: the loop, the update, checkpoints). The kernels live
+in llmc/ and are the SAN trainer's where the two models agree (attention, GEMM, embedding,
+classifier, residual add, AdamW); GPT-2's own pieces are llmc/kernels/layernorm.cuh,
+gelu.cuh, bias.cuh and position.cuh. Built by nvcc for the GPU and by g++ for the host backend from this one
 source; `test_gpt2.cu` includes this file with TESTING defined and checks it against the
 PyTorch reference train_gpt2.py.
 

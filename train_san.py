@@ -74,7 +74,7 @@ def build_parser():
                    help="1: Deconstructing Attention's recipe as defaults (doc/deconstructing.md 'Recipe'); flags "
                         "given win")
     r.add_argument("--tokenizer", metavar="PATH",
-                   help="tokenizer .bin (dev/data/tokenizer.py, as the C++ trainers read it): sets the vocabulary "
+                   help="tokenizer .bin (attnref/tokenizer.py, as the C++ trainers read it): sets the vocabulary "
                         "size and decodes the sample")
     r.add_argument("--attn-impl", choices=("explicit", "sdpa", "fast"), default="explicit",
                    help="explicit: the reference maths; sdpa: the cross-check; fast: SDPA flash (is_causal) "

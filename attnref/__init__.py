@@ -10,6 +10,6 @@ train_gpt2.py at the repository root are its two command lines.
   gpt2.py        the GPT-2 baseline
   gpt2_files.py  llm.c GPT-2 model files and Hugging Face weights
   optim.py       AdamW, Muon, grad-norm clipping, LR schedules
-  data.py        token-shard batches (formats: dev/data/shards.py) and the debug batch
+  data.py        token-shard batches (formats: attnref/shards.py) and the debug batch
   training.py    debug states, the training loop, validation, sampling, shared CLI pieces
 """

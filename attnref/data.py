@@ -1,21 +1,19 @@
 """
 Training data of both references: batches from llm.c-format token shards (the formats and
-their one reader live in dev/data/shards.py, the data scripts' module; doc/formats.md
+their one reader live in attnref/shards.py, the data scripts' module; doc/formats.md
 "Token shards"), with the region labels of the shards that have a region sidecar, and the
 deterministic batch of the debug states.
 """
 
 import glob
 import os
-import sys
 
 import numpy as np
 import torch
 
-# dev/data/shards.py holds the token-shard and sidecar formats (magic numbers, readers,
+# attnref/shards.py holds the token-shard and sidecar formats (magic numbers, readers,
 # writers) for the data scripts and for us: one implementation of each.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "data"))
-from shards import REGION_NAMES, read_regions, read_shard, regions_path  # noqa: E402,F401 (REGION_NAMES: for evaluation)
+from attnref.shards import REGION_NAMES, read_regions, read_shard, regions_path  # noqa: E402,F401 (REGION_NAMES: for evaluation)
 
 
 class ShardLoader:

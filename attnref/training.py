@@ -19,7 +19,7 @@ from attnref.container import KIND_DEBUG_STATE, save_checkpoint, write_container
 from attnref.data import REGION_NAMES, ShardLoader, debug_batch
 from attnref.ops import document_ids, loss_mask
 from attnref.optim import clip_grad_norm, group_lrs
-from tokenizer import decode_with_bin, read_tokenizer_bin  # dev/data/tokenizer.py (on the path by attnref.data)
+from attnref.tokenizer import decode_with_bin, read_tokenizer_bin  # attnref/tokenizer.py (on the path by attnref.data)
 
 VAL_BATCHES = 8  # the CUDA trainers' --val-batches default
 
@@ -165,11 +165,11 @@ def model_flag(field):
 
 
 def load_tokenizer_bin(path):
-    """The tokenizer .bin as dev/data/tokenizer.py reads it, or a ValueError naming the file."""
+    """The tokenizer .bin as attnref/tokenizer.py reads it, or a ValueError naming the file."""
     try:
         return read_tokenizer_bin(path)
     except (OSError, ValueError) as e:
-        raise ValueError(f"--tokenizer {path}: not a readable tokenizer .bin ({e}); dev/data/tokenizer.py writes "
+        raise ValueError(f"--tokenizer {path}: not a readable tokenizer .bin ({e}); attnref/tokenizer.py writes "
                          f"them (data/offline/tokenizer.bin)") from None
 
 

@@ -18,13 +18,10 @@ positive terms, f >= 1/2: its kappa is 1.)
 import argparse
 import copy
 import math
-import os
 import sys
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 import attnref.san as san  # noqa: E402
 from attnref.data import ShardLoader  # noqa: E402
 

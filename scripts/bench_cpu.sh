@@ -28,6 +28,7 @@
 # --all --compiled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's attnref and study, installed or not
 
 rounds=3 steps=50 threads=${HOSTCUDA_THREADS:-$(nproc)} all=0 compiled=0 build=1 isa=native
 while [ $# -gt 0 ]; do

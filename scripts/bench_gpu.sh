@@ -19,8 +19,7 @@ mkdir -p "$dir"
 $python - "$dir" <<'PY' || exit 1
 import sys
 import numpy as np
-sys.path.insert(0, "dev/data")
-from shards import write_shard
+from attnref.shards import write_shard
 out = sys.argv[1]
 rng = np.random.default_rng(0)
 for name, vocab in (("san", 16384), ("gpt2", 50257)):

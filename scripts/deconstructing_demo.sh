@@ -5,7 +5,7 @@
 # uniform (every layer) and hybrid (variant in layers 1 and 3, standard in 2 and 4), evaluates
 # each hybrid again without its variant sub-layers and without its variant blocks (the paper's
 # "skip"), and prints a table of validation losses and, per kind, the attention-pattern indicators
-# of standard, uniform and hybrid (a table per layer and radar plots, scripts/attention_patterns.py).
+# of standard, uniform and hybrid (a table per layer and radar plots, study/attention_patterns.py).
 # Same data, seed and steps for every arm.
 #
 #   bash scripts/deconstructing_demo.sh            (13 runs of 100 steps of 4 rows and 12 evaluations:
@@ -18,6 +18,7 @@
 # extra arguments go to every training run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's attnref and study, installed or not
 python=.venv/bin/python
 data_dir=${DATA_DIR:-data/offline}
 demo_dir=${DEMO_DIR:-logs/deconstructing}
@@ -86,6 +87,6 @@ done
 for kind in $kinds; do
   echo
   echo "attention patterns: standard, $kind-uniform, $kind-hybrid (head means; '—': no attention matrix)"
-  $python scripts/attention_patterns.py --out "$demo_dir/patterns-$kind" "standard=$demo_dir/standard/log.jsonl" \
+  $python -m study patterns --out "$demo_dir/patterns-$kind" "standard=$demo_dir/standard/log.jsonl" \
     "$kind-uniform=$demo_dir/$kind-uniform/log.jsonl" "$kind-hybrid=$demo_dir/$kind-hybrid/log.jsonl"
 done | tee "$demo_dir/patterns.txt"

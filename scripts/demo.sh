@@ -8,6 +8,7 @@
 # logs/demo/ffn-swiglu for `--ffn swiglu` (log.jsonl, final.bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's attnref and study, installed or not
 python=.venv/bin/python
 data_dir=${DATA_DIR:-data/offline}
 demo_dir=${DEMO_DIR:-logs/demo}     # where the arms' run directories go

@@ -139,10 +139,8 @@ if [ $quick = 1 ]; then
     set -e
     mkdir -p build/gpu-check-data
     '"$PYTHON"' - <<PY
-import sys
 import numpy as np
-sys.path.insert(0, "dev/data")
-from shards import write_shard
+from attnref.shards import write_shard
 rng = np.random.default_rng(0)
 tokens = rng.integers(3, 16384, size=4 * 2049 * 20)
 tokens[::1024] = 2  # a document start every 1024 tokens

@@ -7,13 +7,14 @@
 #                                  doc/study.md)
 #   scripts/mini_study.sh --gpu    studies/mini_gpu.toml on a GPU build (aimed at about an hour
 #                                  on one H200; not part of gpu_check.sh)
-#   extra arguments go to `study.py run` (e.g. --binary PATH, --only 0,1)
+#   extra arguments go to `python -m study run` (e.g. --binary PATH, --only 0,1)
 #
 # Builds its data once (the offline SYNTH-format corpus: a 2,048-piece tokenizer for --cpu,
 # 600,000 documents for --gpu), runs every unfinished run (an interrupted mini-study
 # resumes), and writes logs/studies/mini-{cpu,gpu}/report/report.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's attnref and study, installed or not
 python=.venv/bin/python
 [ -x "$python" ] || { echo "mini_study: no .venv; run bash scripts/setup.sh first" >&2; exit 1; }
 
@@ -25,7 +26,7 @@ case "${1:-}" in
          trainer=build/host-fp32/train_san make_trainer=(make --no-print-directory build/host-fp32/train_san PRECISION=FP32) ;;
   --gpu) study=studies/mini_gpu.toml out=logs/studies/mini-gpu data=data/offline-gpu
          build_args=(--synth-train-docs 600000 --synth-val-docs 4000) trainer=./train_san make_trainer=() ;;
-  *) echo "usage: scripts/mini_study.sh --cpu|--gpu [study.py run options]" >&2; exit 2 ;;
+  *) echo "usage: scripts/mini_study.sh --cpu|--gpu [python -m study run options]" >&2; exit 2 ;;
 esac
 shift
 
@@ -51,8 +52,8 @@ done
 
 start=$(date +%s)
 status=0
-$python scripts/study.py run "$study" "$@" || status=$?
-$python scripts/study.py report "$study" "${report_args[@]}"
+$python -m study run "$study" "$@" || status=$?
+$python -m study report "$study" "${report_args[@]}"
 echo "mini_study: $(( ($(date +%s) - start) / 60 )) minutes"
 report=$out/report/report.md
 echo

@@ -7,7 +7,7 @@
 # The runs: every attention kind, uniform and hybrid (standard: uniform only), the FFN arm
 # (--ffn swiglu, standard and an mlp hybrid) and one sandwich-norm run, each 20 steps of the
 # demo preset on the offline demo data (Muon, validation at steps 10 and 20, a 16-token
-# sample), in both host precisions. Compared: final.bin (scripts/ckpt_diff.py: every tensor bit
+# sample), in both host precisions. Compared: final.bin (attnref/ckpt_diff.py: every tensor bit
 # for bit and every key but run.*, which name the outputs' places: parameters,
 # optimizer state, data position) and the run log's numbers without its clock readings
 # (losses, gradient norms, validation, per-layer measurements, the sample). Each hybrid's
@@ -108,7 +108,7 @@ for label in "${labels[@]}"; do
   for f in final.bin numbers skip-attention.numbers skip-block.numbers; do
     [ -f "$dir/$label/$f" ] || continue
     if [ "$f" = final.bin ]; then   # the state, bit for bit; not the run.* keys (where each wrote its outputs)
-      same=$(.venv/bin/python scripts/ckpt_diff.py "$dir/$label/$f" "$target/$label/$f" >/dev/null && echo 1 || true)
+      same=$(.venv/bin/python -m attnref.ckpt_diff "$dir/$label/$f" "$target/$label/$f" >/dev/null && echo 1 || true)
     else
       same=$(cmp -s "$dir/$label/$f" "$target/$label/$f" && echo 1 || true)
     fi

@@ -2,7 +2,8 @@
 # Sets up what the build, the tests and the demo need, and is cheap when all is there:
 #   1. Debian packages listed in scripts/apt-packages.txt (installed with apt when root,
 #      otherwise a message naming the missing ones and exit 1);
-#   2. the Python venv built from requirements.txt. It lives outside the checkout, keyed by
+#   2. the Python venv built from requirements.txt, with this checkout's packages (pyproject.toml)
+#      installed editable. It lives outside the checkout, keyed by
 #      the hash of requirements.txt (so fresh clones and CI reuse it), and is linked as .venv;
 #      plus the cudnn-frontend headers in it (for USE_CUDNN=1 GPU builds).
 # Both files are split into tiers ("# tier: NAME" lines); a tier is installed with every tier
@@ -92,6 +93,18 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
       "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "$cudnn_frontend" ||
         echo "setup: could not install $cudnn_frontend (only USE_CUDNN=1 builds need it)" >&2
     fi
+  fi
+  # attnref and study as editable packages (pyproject.toml), so that `import attnref` and
+  # `python -m study` work from any directory; redone only when the venv's install names another
+  # checkout (several may share the venv; the Makefile puts its own checkout first regardless)
+  here=$(pwd -P)
+  installed=$(cd / && "$venv/bin/python" -c 'import os, study; print(os.path.dirname(os.path.dirname(os.path.realpath(study.__file__))))' 2>/dev/null || true)
+  if [ "$installed" != "$here" ]; then
+    echo "setup: installing attnref and study from $here into $venv (editable, seconds)"
+    # (with the venv's setuptools when it can build an editable wheel, >= 70.1; else pip fetches one)
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >/dev/null 2>&1 ||
+      "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e . >/dev/null ||
+      echo "setup: could not install them editable (make and its tests put the checkout on PYTHONPATH instead)" >&2
   fi
   if [ "$(readlink .venv 2>/dev/null || true)" != "$venv" ]; then
     rm -f .venv && ln -s "$venv" .venv

@@ -29,15 +29,14 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kjv  # noqa: E402
 import knowledge  # noqa: E402
 from dictd import DEFAULT_DIR as DICTD_DIR  # noqa: E402
 from chatml import DocTokenizer  # noqa: E402
 from sanity_evals import build_all  # noqa: E402
-from shards import ShardWriter  # noqa: E402
+from attnref.shards import ShardWriter  # noqa: E402
 from synth_generator import World, generate  # noqa: E402
-from tokenizer import export_tokenizer_bin, tokenizer_fingerprint, train_sentencepiece  # noqa: E402
+from attnref.tokenizer import export_tokenizer_bin, tokenizer_fingerprint, train_sentencepiece  # noqa: E402
 
 # Bump when the files a build writes change, so that older builds are rebuilt (scripts/demo.sh
 # asks --is-current). 2: paper region convention by default, .exercises sidecars. 3: tokenizer

@@ -19,7 +19,7 @@ In both, BOS, EOS, the four markers and the newline between the two turns are "o
 """
 from __future__ import annotations
 
-from shards import ANSWER, OTHER, QUERY, TRACE
+from attnref.shards import ANSWER, OTHER, QUERY, TRACE
 
 IM_START, IM_END, THINK, END_THINK = "<|im_start|>", "<|im_end|>", "<think>", "</think>"
 CONVENTIONS = ("paper", "legacy")

@@ -1,5 +1,5 @@
 """
-Benchmark eval sets -> eval .bin (dev/data/evalset.py; doc/formats.md, "Eval sets"),
+Benchmark eval sets -> eval .bin (attnref/evalset.py; doc/formats.md, "Eval sets"),
 following lm-evaluation-harness's 0-shot tasks (the SAN paper, "Evaluation conventions";
 BOS prepended to every context). Reads the datasets' published files from the Hugging Face
 Hub (needs the network) or, with --files, local copies of those files (.parquet, .jsonl,
@@ -44,12 +44,10 @@ import argparse
 import glob
 import os
 import re
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evalset import (KIND_CLOZE, KIND_MC, KIND_ROLLING, make_item, make_rolling_item,  # noqa: E402
+from attnref.evalset import (KIND_CLOZE, KIND_MC, KIND_ROLLING, make_item, make_rolling_item,  # noqa: E402
                      write_evalset)
-from tokenizer import tokenizer_fingerprint  # noqa: E402
+from attnref.tokenizer import tokenizer_fingerprint  # noqa: E402
 
 # (repo, file patterns) per task; the first pattern that matches files decides
 SOURCES = {
@@ -227,7 +225,7 @@ def main(argv=None):
                     help="read TASK from local files (the dataset's own format) instead of the Hub")
     args = ap.parse_args(argv)
     local = parse_files(args.files)
-    from tokenizer import load_tokenizer
+    from attnref.tokenizer import load_tokenizer
     try:
         tok = load_tokenizer(args.tokenizer)
     except RuntimeError as e:

@@ -9,9 +9,7 @@ The first --val-tokens tokens' documents form the validation split (fineweb_val_
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def texts(repo, files):
@@ -33,7 +31,7 @@ def main():
     ap.add_argument("--shard-tokens", type=int, default=100_000_000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
-    from tokenizer import load_tokenizer
+    from attnref.tokenizer import load_tokenizer
     try:  # here, not first in the worker processes, so that a missing network is said once and plainly
         load_tokenizer(args.tokenizer)
     except RuntimeError as e:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import random
 
 from chatml import format_text
-from evalset import KIND_CLOZE, KIND_MC, make_item, write_evalset
+from attnref.evalset import KIND_CLOZE, KIND_MC, make_item, write_evalset
 from synth_generator import (ATTR_QUESTION, ATTRS, World, gen_math, gen_rag, short_answer)
-from tokenizer import tokenizer_fingerprint
+from attnref.tokenizer import tokenizer_fingerprint
 
 
 def _chat_prefix(query: str) -> str:

@@ -16,9 +16,7 @@ import argparse
 import glob
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 SOURCE_SETS = ["RedPajamaCommonCrawl", "RedPajamaC4", "RedPajamaGithub", "RedPajamaBook", "RedPajamaArXiv",
                "RedPajamaWikipedia", "RedPajamaStackExchange"]
@@ -76,7 +74,7 @@ def main(argv=None):
     unknown = [s for s in sets if s not in SOURCE_SETS]
     if unknown:
         raise SystemExit(f"--sets: unknown source {', '.join(unknown)}; SlimPajama's are {', '.join(SOURCE_SETS)}")
-    from tokenizer import load_tokenizer
+    from attnref.tokenizer import load_tokenizer
     try:  # here, not first in the worker processes, so that a missing network is said once and plainly
         load_tokenizer(args.tokenizer)
     except RuntimeError as e:

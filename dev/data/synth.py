@@ -21,11 +21,9 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 from multiprocessing import Pool
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shards import ShardWriter  # noqa: E402
+from attnref.shards import ShardWriter  # noqa: E402
 
 COLUMNS = ["synth_id", "language", "exercise", "query", "synthetic_reasoning", "synthetic_answer"]
 
@@ -34,7 +32,7 @@ _worker = {}
 
 def _init_worker(model_file: str, convention: str) -> None:
     from chatml import DocTokenizer
-    from tokenizer import SPTokenizer
+    from attnref.tokenizer import SPTokenizer
     tok = SPTokenizer(model_file)
     tok.check_specials()
     _worker["dt"] = DocTokenizer(tok, convention)
@@ -116,7 +114,7 @@ def main(argv=None):
 
     from tqdm import tqdm
 
-    from tokenizer import SPTokenizer, tokenizer_fingerprint
+    from attnref.tokenizer import SPTokenizer, tokenizer_fingerprint
     tok = SPTokenizer(args.tokenizer)
     tok.check_specials()
     if args.parquet is not None:

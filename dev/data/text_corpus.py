@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from multiprocessing import Pool
 
-from shards import ShardWriter
+from attnref.shards import ShardWriter
 
 _worker = {}
 
@@ -20,7 +20,7 @@ def wrap(tok, ids: list[int]) -> list[int]:
 
 
 def _init(spec: str) -> None:
-    from tokenizer import load_tokenizer
+    from attnref.tokenizer import load_tokenizer
     _worker["tok"] = load_tokenizer(spec)
 
 
@@ -46,7 +46,7 @@ def write_corpus(texts, tokenizer_spec: str, outdir, prefix: str, shard_tokens: 
     the rest to <prefix>_train_*. Stops after max_tokens (0 = all)."""
     from tqdm import tqdm
 
-    from tokenizer import load_tokenizer, tokenizer_fingerprint
+    from attnref.tokenizer import load_tokenizer, tokenizer_fingerprint
     tok = load_tokenizer(tokenizer_spec)
     w = {s: ShardWriter(outdir, prefix, s, shard_tokens, tok.vocab_size, tokenizer=tokenizer_fingerprint(tok))
          for s in ("train", "val")}

@@ -8,10 +8,8 @@ blank-line-separated speech is a document; the first 10% of the text is validati
 import argparse
 import json
 import os
-import sys
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 
@@ -35,7 +33,7 @@ def main():
     docs = [d for d in text.split("\n\n") if d.strip()]
     n_val_chars = len(text) // 10
     from text_corpus import write_corpus
-    from tokenizer import load_tokenizer
+    from attnref.tokenizer import load_tokenizer
     tok = load_tokenizer(args.tokenizer)
     # the token count of the first 10% of the documents decides the split
     chars = 0

@@ -11,10 +11,8 @@ writes <out>.model, <out>.vocab and <out>.bin (only <out>.bin with --gpt2).
 """
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tokenizer import TiktokenTokenizer, export_tokenizer_bin, train_sentencepiece  # noqa: E402
+from attnref.tokenizer import TiktokenTokenizer, export_tokenizer_bin, train_sentencepiece  # noqa: E402
 
 
 def iter_lines(paths, max_bytes):

@@ -2,7 +2,7 @@
 Scores an eval set (.bin, doc/formats.md "Eval sets") with the PyTorch reference model of a
 checkpoint: the trainer's own evaluation of a multiple-choice or cloze set, following
 lm-evaluation-harness so that its numbers and lm-eval's on an exported model
-(scripts/export_hf.py) can be compared item for item.
+(attnref/export_hf.py) can be compared item for item.
 
   python dev/eval/reference_eval.py CKPT EVALSET.bin [--limit N] [--max-len T]
 
@@ -10,7 +10,7 @@ Per continuation: the model reads context + continuation minus its last token (l
 to the model's context, as lm-eval does) and the log-likelihood is the sum of the
 continuation tokens' log-probabilities, softmax over the real vocabulary; "greedy" when every
 continuation token is the argmax. The contexts in the file start with BOS already (header
-field [7]), which is where lm-eval's tokenizer puts it (scripts/hf_tokenizer.py).
+field [7]), which is where lm-eval's tokenizer puts it (attnref/hf_tokenizer.py).
   multiple choice: acc = argmax log-likelihood is gold; acc_norm = argmax of
                    log-likelihood / the file's length of the choice (lm-eval's: its
                    characters without the target delimiter; first index on ties);
@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(REPO, "dev", "data"))
-from evalset import KIND_CLOZE, KIND_ROLLING, read_evalset, rolling_requests  # noqa: E402
+from attnref.evalset import KIND_CLOZE, KIND_ROLLING, read_evalset, rolling_requests  # noqa: E402
 
 
 @torch.no_grad()

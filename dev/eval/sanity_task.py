@@ -1,6 +1,6 @@
 """
 lm-evaluation-harness tasks over our eval sets (.bin, doc/formats.md "Eval sets"), for
-models exported with scripts/export_hf.py: attn_sanity_mc (multiple choice: acc, acc_norm)
+models exported with attnref/export_hf.py: attn_sanity_mc (multiple choice: acc, acc_norm)
 and attn_sanity_cloze (cloze: acc = greedy, perplexity), defined by the YAML files beside
 this one. The set and its SentencePiece model are given as lm-eval metadata:
 
@@ -18,13 +18,9 @@ add_special_tokens=True, and the exported tokenizer's post-processor puts <s> fi
 """
 from __future__ import annotations
 
-import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "dev", "data"))
-from evalset import KIND_CLOZE, KIND_MC, read_evalset  # noqa: E402
-from tokenizer import SPTokenizer  # noqa: E402
+from attnref.evalset import KIND_CLOZE, KIND_MC, read_evalset  # noqa: E402
+from attnref.tokenizer import SPTokenizer  # noqa: E402
 
 
 def lm_eval_split(tok, context, continuation):

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from trainer_cli import ROOT, run_binary, write_pattern_corpus
-from shards import read_shard  # noqa: E402 (dev/data, on the path by trainer_cli)
+from attnref.shards import read_shard  # noqa: E402
 
 sys.path.insert(0, ROOT)
 from attnref import indicators as ref  # noqa: E402

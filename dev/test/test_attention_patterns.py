@@ -1,4 +1,4 @@
-"""The radar plots and logit-distribution plots of scripts/attention_patterns.py (the study
+"""The radar plots and logit-distribution plots of study/attention_patterns.py (the study
 report's "Attention patterns" section and scripts/deconstructing_demo.sh's table) over toy
 validation records written here: the radar's values are the logged numbers as the paper scales
 them (head means; Entropy, Conc, HeadDiv min-max normalised across the plotted runs, per layer;
@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import attention_patterns as ap  # noqa: E402
+from study import attention_patterns as ap  # noqa: E402
 
 EDGES = [10.0 ** (i / 4) for i in range(-12, 17)]
 
@@ -81,7 +80,7 @@ def test_report_section_and_command_line(tmp_path):
         path = tmp_path / f"{label}.jsonl"
         path.write_text(json.dumps({"step": 1, "loss": 6.0}) + "\n" + json.dumps(r) + "\n")
         logs.append(f"{label}={path}")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "attention_patterns.py"), "--out",
+    out = subprocess.run([sys.executable, "-m", "study", "patterns", "--out",
                           str(tmp_path / "plots")] + logs, capture_output=True, text=True, check=True).stdout
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])]
     by = {(r[0], r[1]): r[2:] for r in rows}
@@ -89,7 +88,7 @@ def test_report_section_and_command_line(tmp_path):
     assert by[("2", "approximate-uniform")][:4] == ["5", "3", "0.3", "0.05"]  # raw head means
     assert (tmp_path / "plots" / "attention_radar.png").exists()
     assert (tmp_path / "plots" / "logit_distribution.png").exists()
-    bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "attention_patterns.py"), "--out",
+    bad = subprocess.run([sys.executable, "-m", "study", "patterns", "--out",
                           str(tmp_path), "no-equals-sign"], capture_output=True, text=True)
     assert bad.returncode != 0 and "is not LABEL=LOG" in bad.stderr
 

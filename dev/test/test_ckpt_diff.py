@@ -1,4 +1,4 @@
-"""scripts/ckpt_diff.py on files written here (attnref/container.py): the same state compares
+"""attnref/ckpt_diff.py on files written here (attnref/container.py): the same state compares
 equal (NaNs included, bit for bit), and each kind of difference is named: a value (one bit of
 one float), a key outside run.* (those only with --all-keys), a tensor missing, a shape; the
 command's exit status is 0 / 1 / 2 (the same, different, unreadable)."""
@@ -9,9 +9,8 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, ROOT)
-import ckpt_diff  # noqa: E402
+from attnref import ckpt_diff  # noqa: E402
 from attnref.container import KIND_CHECKPOINT, write_container  # noqa: E402
 
 META = [("model", "san"), ("n_layer", "2"), ("run.save_every", "0"), ("resume.data_step", "7")]
@@ -55,7 +54,7 @@ def test_each_difference_is_named(tmp_path):
 def test_exit_status(tmp_path):
     a, b = write(tmp_path / "a.bin"), write(tmp_path / "b.bin", META[:1] + [("n_layer", "3")] + META[2:])
     (tmp_path / "junk.bin").write_bytes(b"not a checkpoint")
-    cmd = [sys.executable, os.path.join(ROOT, "scripts", "ckpt_diff.py")]
+    cmd = [sys.executable, "-m", "attnref.ckpt_diff"]
     same = subprocess.run(cmd + [str(a), str(a)], capture_output=True, text=True)
     assert same.returncode == 0 and "hold the same state" in same.stdout
     other = subprocess.run(cmd + [str(a), str(b)], capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""Checks of scripts/compare.py and scripts/to_tensorboard.py, the tools that read ad-hoc runs.
+"""Checks of study/compare.py and study/to_tensorboard.py, the tools that read ad-hoc runs.
 
 - Two real train_san runs (tiny, 12 steps, AdamW at two rates, region sidecars and a sample of
   training documents): compare.py's table holds each log's last validation record (overall, per
@@ -24,16 +24,15 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-from shards import ShardWriter  # noqa: E402
+from attnref.shards import ShardWriter  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 PYTHON = sys.executable
-COMPARE = os.path.join(ROOT, "scripts", "compare.py")
-TO_TENSORBOARD = os.path.join(ROOT, "scripts", "to_tensorboard.py")
+COMPARE = ["-m", "study", "compare"]
+TO_TENSORBOARD = ["-m", "study", "tensorboard"]
 VOCAB, BOS, EOS = 250, 2, 1
 RATES = (0.002, 0.0005)
 
@@ -95,7 +94,7 @@ def two_runs(tmp_path_factory):
 def test_compare_table_holds_the_logs_last_validation(two_runs, tmp_path):
     a, b = two_runs
     out = tmp_path / "curves.png"
-    proc = subprocess.run([PYTHON, COMPARE, str(a), str(b / "log.jsonl"), "--out", str(out)],
+    proc = subprocess.run([PYTHON, *COMPARE, str(a), str(b / "log.jsonl"), "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = table_of(proc.stdout)
@@ -114,7 +113,7 @@ def test_compare_table_holds_the_logs_last_validation(two_runs, tmp_path):
     assert rows[a.name]["val loss"] != rows[b.name]["val loss"]
     assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     # without --out: beside the first run's log
-    proc = subprocess.run([PYTHON, COMPARE, str(a), str(b)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run([PYTHON, *COMPARE, str(a), str(b)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0 and f"wrote {a / 'compare.png'}" in proc.stdout
     assert open(a / "compare.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -122,7 +121,7 @@ def test_compare_table_holds_the_logs_last_validation(two_runs, tmp_path):
 def test_compare_reads_the_header_record(tmp_path, capsys):
     """Rates, tokens per step and what made the run come from the header record; two runs in
     folders of the same name are named by their parents; a RUN without a log is named."""
-    import compare
+    from study import compare
     for parent, lr, batch in (("a", 6e-4, 8), ("b", 2.4e-3, 4)):
         run = tmp_path / parent / "tiny-san"
         run.mkdir(parents=True)
@@ -163,7 +162,7 @@ def scalars(logdir, tag):
 def test_tensorboard_events_hold_the_logs_scalars(two_runs, tmp_path):
     pytest.importorskip("tensorboard", reason="the tensorboard package (requirements.txt; bash scripts/setup.sh)")
     out = tmp_path / "tb"
-    proc = subprocess.run([PYTHON, TO_TENSORBOARD] + [str(r) for r in two_runs] + ["--out", str(out)],
+    proc = subprocess.run([PYTHON, *TO_TENSORBOARD] + [str(r) for r in two_runs] + ["--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for run in two_runs:
@@ -186,7 +185,7 @@ def test_follow_picks_up_appended_records_and_drops_superseded_steps(tmp_path):
     pytest.importorskip("tensorboard", reason="the tensorboard package (requirements.txt; bash scripts/setup.sh)")
     import types
 
-    import to_tensorboard
+    from study import to_tensorboard
     log = tmp_path / "run" / "log.jsonl"
     log.parent.mkdir()
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from trainer_cli import run_binary
-from shards import read_shard, shard_tokenizer, write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
-from evalset import KIND_MC, read_evalset, write_evalset  # noqa: E402
+from attnref.shards import read_shard, shard_tokenizer, write_shard  # noqa: E402
+from attnref.evalset import KIND_MC, read_evalset, write_evalset  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
@@ -26,7 +26,7 @@ needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test
 
 def train_tokenizer(directory, name, chapters):
     """A 400-piece tokenizer trained on `chapters` (two of them differ in their pieces only)."""
-    from tokenizer import export_tokenizer_bin, train_sentencepiece
+    from attnref.tokenizer import export_tokenizer_bin, train_sentencepiece
     lines = [line for c in chapters for line in c["text"].split("\n") if line]
     tok = train_sentencepiece(lines, directory / name, vocab_size=400, num_threads=2)
     export_tokenizer_bin(tok, directory / f"{name}.bin")
@@ -48,7 +48,7 @@ def fingerprint_of_bin(path):
 
 
 def test_the_fingerprint_is_the_pieces_not_the_file(tokenizers, tmp_path):
-    from tokenizer import tokenizer_fingerprint
+    from attnref.tokenizer import tokenizer_fingerprint
     (tok, path), (other, other_path) = tokenizers
     assert tokenizer_fingerprint(tok) == fingerprint_of_bin(path)
     assert tokenizer_fingerprint(other) == fingerprint_of_bin(other_path) != tokenizer_fingerprint(tok)
@@ -80,7 +80,7 @@ def test_shards_and_eval_sets_keep_what_they_were_given(tmp_path):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory, tokenizers, kjv_chapters):
     """Shards of KJV chapters tokenized by each tokenizer (train and val), and an eval set."""
-    from tokenizer import tokenizer_fingerprint
+    from attnref.tokenizer import tokenizer_fingerprint
     d = tmp_path_factory.mktemp("data")
     for tok, path in tokenizers:
         name = path.stem

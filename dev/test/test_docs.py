@@ -1,7 +1,7 @@
 """The docs name only what exists: every repository path, make target and flag that README.md
 and doc/*.md mention (the dated records under doc/*-runs/ aside: they say what was run then).
 
-- Paths: the repository files and folders named (llmc/..., dev/..., scripts/..., doc/...,
+- Paths: the repository files and folders named (llmc/..., dev/..., scripts/..., doc/..., study/...,
   studies/..., attnref/..., the top-level sources); a glob must match something; placeholders
   (`<op>`, `NAME`, `YYYY`) are not paths.
 - make targets: every `make TARGET` inside code (backticks or a fenced block) is a target the
@@ -37,7 +37,7 @@ OUTSIDE_FLAGS = {
 # headers of the toolkits the docs name
 OUTSIDE_FILES = {"nccl.h", "mpi.h", "cudnn.h", "cublas_v2.h", "cublasLt.h", "cuda_runtime.h", "cuda_bf16.h",
                  "cudnn_frontend.h", "cblas.h"}
-PATH_ROOTS = ("llmc/", "dev/", "scripts/", "doc/", "studies/", "attnref/", ".ci/")
+PATH_ROOTS = ("llmc/", "dev/", "scripts/", "doc/", "studies/", "attnref/", "study/", "presets/", ".ci/")
 TOP_LEVEL = {f for f in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, f)) and not f.startswith(".")}
 PLACEHOLDER = re.compile(r"<|>|\bNAME\b|\bYYYY|\bTOPIC\b|\bN\b|\.\.\.|\{|\}|\bX\b")
 

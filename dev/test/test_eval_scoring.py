@@ -20,8 +20,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 sys.path.insert(0, os.path.join(ROOT, "dev", "eval"))
-from evalset import KIND_CLOZE, KIND_MC, KIND_ROLLING, read_evalset, write_evalset  # noqa: E402
-from shards import write_shard  # noqa: E402
+from attnref.evalset import KIND_CLOZE, KIND_MC, KIND_ROLLING, read_evalset, write_evalset  # noqa: E402
+from attnref.shards import write_shard  # noqa: E402
 
 SAN = os.environ.get("TRAIN_SAN_FP32_BIN")
 pytestmark = pytest.mark.skipif(not SAN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")

@@ -1,5 +1,5 @@
-"""Tests of the export to Hugging Face transformers (scripts/export_hf.py), the import back
-(scripts/import_hf.py), the exported tokenizer (scripts/hf_tokenizer.py) and lm-eval on an
+"""Tests of the export to Hugging Face transformers (attnref/export_hf.py), the import back
+(attnref/import_hf.py), the exported tokenizer (attnref/hf_tokenizer.py) and lm-eval on an
 exported model (dev/eval/). Offline: nothing is downloaded (HF_HUB_OFFLINE=1).
 
 References are independent of the code under test: logits come from the PyTorch references
@@ -25,10 +25,10 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[2]
-for sub in ("", "scripts", "dev/data", "dev/eval"):
+for sub in ("", "dev/data", "dev/eval"):
     sys.path.insert(0, str(ROOT / sub))
-import export_hf  # noqa: E402
-import import_hf  # noqa: E402
+from attnref import export_hf  # noqa: E402
+from attnref import import_hf  # noqa: E402
 from attnref import container, gpt2, optim, san  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
@@ -46,9 +46,9 @@ def quiet(*_):
 
 @pytest.fixture(scope="module")
 def spm_model(tmp_path_factory, kjv_chapters):
-    """The paper's SentencePiece settings (dev/data/tokenizer.py), small vocab, little text."""
+    """The paper's SentencePiece settings (attnref/tokenizer.py), small vocab, little text."""
     from synth_generator import generate
-    from tokenizer import train_sentencepiece
+    from attnref.tokenizer import train_sentencepiece
     lines = [line for c in kjv_chapters[:150] for line in c["text"].split("\n")]
     for d in generate(600, 11):
         for f in ("query", "synthetic_reasoning", "synthetic_answer"):
@@ -60,7 +60,7 @@ def spm_model(tmp_path_factory, kjv_chapters):
 
 @pytest.fixture(scope="module")
 def sp(spm_model):
-    from tokenizer import SPTokenizer
+    from attnref.tokenizer import SPTokenizer
     return SPTokenizer(spm_model)
 
 
@@ -261,7 +261,7 @@ def test_checkpoint_of_the_cuda_trainer_exports(tmp_path):
     resume state: it exports, transformers' logits equal the reference's on it, and the
     import gives back its parameters exactly."""
     import subprocess
-    from shards import write_shard
+    from attnref.shards import write_shard
     rng = np.random.default_rng(0)
     toks = []
     for _ in range(60):
@@ -349,7 +349,7 @@ def test_tokenizer_must_fit_the_model(spm_model, tmp_path):
 
 @pytest.fixture(scope="module")
 def hf_tok(spm_model, tmp_path_factory):
-    from hf_tokenizer import sentencepiece_to_hf
+    from attnref.hf_tokenizer import sentencepiece_to_hf
     d = tmp_path_factory.mktemp("hftok")
     sentencepiece_to_hf(spm_model, 64).save_pretrained(d)
     return transformers.AutoTokenizer.from_pretrained(str(d))
@@ -438,7 +438,7 @@ def trained_san(sp, kjv_chapters, tmp_path_factory):
 def sanity_sets(sp, kjv_chapters, tmp_path_factory):
     """The KJV sanity sets of dev/data/sanity_evals.py, a few items each."""
     import kjv
-    from evalset import KIND_CLOZE, KIND_MC, write_evalset
+    from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset
     from sanity_evals import kjv_items
     _, val = kjv.split(kjv_chapters)
     cloze, mc = kjv_items(sp, val, 12, 3)
@@ -451,7 +451,7 @@ def sanity_sets(sp, kjv_chapters, tmp_path_factory):
 def test_lm_eval_equals_reference_evaluation(trained_san, sanity_sets, spm_model, tmp_path):
     lm_eval = pytest.importorskip("lm_eval")
     from lm_eval.tasks import TaskManager
-    from evalset import read_evalset
+    from attnref.evalset import read_evalset
     import reference_eval
     out = tmp_path / "hf"
     export_hf.export(str(trained_san), str(out), spm_model, log=quiet)

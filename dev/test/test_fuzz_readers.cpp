@@ -98,7 +98,7 @@ static Bytes shard_bytes(const std::vector<int>& toks, int version) {
 }
 
 // a shard or sidecar with its CRC slot filled and the flag after it set (doc/formats.md), as
-// dev/data/shards.py writes them
+// attnref/shards.py writes them
 static Bytes with_crc(Bytes b, int slot) {
     uint32_t c = crc32(b.data() + DATA_HEADER_BYTES, b.size() - DATA_HEADER_BYTES), flag = 1;
     memcpy(&b[4 * slot], &c, 4);

@@ -1,7 +1,7 @@
 """A bounded, deterministic fuzz of the Python file readers, the counterpart of
 dev/test/test_fuzz_readers.cpp: token shards and their region and exercise sidecars
-(dev/data/shards.py), tokenizer files (dev/data/tokenizer.py read_tokenizer_bin), eval sets
-(dev/data/evalset.py read_evalset) and tensor containers (attnref/container.py
+(attnref/shards.py), tokenizer files (attnref/tokenizer.py read_tokenizer_bin), eval sets
+(attnref/evalset.py read_evalset) and tensor containers (attnref/container.py
 read_container), each checksummed kind also as the version (or CRC-less shard) from before
 the checksums.
 
@@ -30,8 +30,8 @@ CHILD = r'''
 import json, os, random, resource, signal, struct, sys, tempfile
 import numpy as np
 root, cases = sys.argv[1], int(sys.argv[2])
-sys.path[:0] = [root, os.path.join(root, "dev", "data")]
-import evalset, shards, tokenizer
+sys.path[:0] = [root]
+from attnref import evalset, shards, tokenizer
 from attnref import container
 
 # after the imports (torch maps a lot): 1 GiB more address space than they took

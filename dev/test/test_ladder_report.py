@@ -1,4 +1,4 @@
-"""Checks of scripts/ladder.py and scripts/ladder_report.py on synthetic run directories (no
+"""Checks of study/ladder.py and study/ladder_report.py on synthetic run directories (no
 trainer): the rung study files, the paired gaps and noise floor against numbers computed here,
 and the verdict rules (shows / trend / does not show) on losses built to meet or miss them.
 Under a second of CPU."""
@@ -9,10 +9,9 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import ladder  # noqa: E402
-import ladder_report  # noqa: E402
-import study  # noqa: E402
+from study import ladder  # noqa: E402
+from study import ladder_report  # noqa: E402
+from study import runner as study  # noqa: E402
 
 LADDER = """
 [study]
@@ -180,6 +179,16 @@ def test_localisation(tmp_path):
     _, rungs = ladder_report.load_rungs(path)
     r = ladder_report.localisation(rungs[1], "san", "ffn-iso-param", "held_out", 0.01)
     assert r["margins"]["answer"][0] == pytest.approx(0.25)
+    # the SAN ahead on every region, least on query tokens: resolved margins, but no deficit on
+    # query tokens to place, so it does not show (the study report's sign rule, study/findings.py)
+    ahead = dict(base, san=([3.6, 3.61], [reg(3.99, 3.6, 3.6), reg(4.0, 3.61, 3.61)]),
+                 **{"ffn-iso-param": ([3.9, 3.91], [reg(4.0, 3.9, 3.9), reg(4.01, 3.91, 3.91)])})
+    os.makedirs(tmp_path / "ahead")
+    path = make_ladder(tmp_path / "ahead", {64: small, 256: ahead})
+    _, rungs = ladder_report.load_rungs(path)
+    r = ladder_report.localisation(rungs[1], "san", "ffn-iso-param", "held_out", 0.01)
+    assert r["deltas"]["query"][0] == pytest.approx(-0.01) and r["margins"]["trace"][0] == pytest.approx(0.29)
+    assert r["shows"] is False
 
 
 @pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "studies", "ladders")) if f.endswith(".toml")))

@@ -40,7 +40,7 @@ from trainer_cli import BOS, ROOT, VOCAB, run_binary, write_pattern_corpus, stat
 
 sys.path.insert(0, ROOT)
 from attnref.container import read_container  # noqa: E402
-from evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402  (dev/data: on the path via trainer_cli)
+from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
 # make sets HAS_MPIRUN=0 when mpirun or the MPI build is missing

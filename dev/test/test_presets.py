@@ -10,7 +10,7 @@ sources and against what the binary resolves.
   (-h's table) as the reference's.
 - The qwen presets are "Deconstructing Attention"'s Table 10 (appendix L: layers, width, heads,
   FFN width; MHA) with Qwen2.5's RoPE base, unscaled embedding and N(0, 0.02) init, in the
-  trainer binary (its start-up banner), the reference and scripts/match.py.
+  trainer binary (its start-up banner), the reference (attnref/san.py) and study/match.py.
 - A fresh model's output projections are drawn as --out-init says (the std of a checkpoint's
   W_o and W_down against 0.02 and 0.02 / sqrt(2L)).
 - Every arm of every studies/*.toml: the model its command line gives (the trainer's banner)
@@ -34,14 +34,13 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 sys.path.insert(0, ROOT)
-import match  # noqa: E402
-import study  # noqa: E402
+from study import match  # noqa: E402
+from study import runner as study  # noqa: E402
 import train_san as ts  # noqa: E402
 from attnref import presets, san  # noqa: E402
-from shards import write_shard  # noqa: E402
+from attnref.shards import write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN", "")
 needs_bin = pytest.mark.skipif(not BIN or not os.path.exists(os.path.join(ROOT, BIN)),

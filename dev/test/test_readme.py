@@ -1,13 +1,14 @@
-"""README's commands run as pasted. Every ```bash block of README.md is preceded by a marker
-comment saying how it is checked:
+"""The README's commands run as pasted, and so do those of the docs its tour moved to
+(TESTED_DOCS: doc/trainer.md, doc/testing.md). Every ```bash block of these files is preceded
+by a marker comment saying how it is checked:
 
     <!-- readme-test: cpu -->                         run here, as written
     <!-- readme-test: cpu (300 -> 6, 100 -> 2) -->    run here with those numbers scaled down
     <!-- readme-test: gpu ... --> / <!-- readme-test: skip (why) -->   not run here
 
 A block without a marker fails this test, so a new command cannot slip in unchecked. The cpu
-blocks run one after another with bash -e in one scratch directory that stands in for the
-repository root (so a later block can use an earlier block's checkpoints): links to every
+blocks run one after another (TESTED_DOCS in order, each top to bottom) with bash -e in one
+scratch directory that stands in for the repository root (so a later block can use an earlier block's checkpoints): links to every
 top-level entry of the repository, ./train_san and ./train_gpt2 (the builds under test, as
 `make` copies them there) and data/offline (a small offline build: SentencePiece vocab 1000,
 a few hundred documents).
@@ -26,18 +27,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SAN = os.environ.get("TRAIN_SAN_BIN")
 GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))
 MARKER = re.compile(r"<!-- readme-test: (cpu|gpu|skip)(?: \((.*?)\))? -->")
+TESTED_DOCS = ("README.md", "doc/trainer.md", "doc/testing.md")
 
 
 def readme_blocks():
-    """[(kind, substitutions, code)] of README.md's bash blocks, in order."""
-    text = open(os.path.join(ROOT, "README.md")).read()
+    """[(kind, substitutions, code, where)] of the bash blocks of TESTED_DOCS, in order."""
+    blocks = []
+    for name in TESTED_DOCS:
+        blocks += doc_blocks(name)
+    return blocks
+
+
+def doc_blocks(name):
+    text = open(os.path.join(ROOT, name)).read()
     blocks, pos = [], 0
     for m in re.finditer(r"```bash\n(.*?)```", text, re.S):
         before = text[pos:m.start()].rstrip().splitlines()
         marker = MARKER.fullmatch(before[-1].strip()) if before else None
-        line = text[:m.start()].count("\n") + 1
+        lineno = text[:m.start()].count("\n") + 1
+        line = f"{name} line {lineno}"
         if marker is None:
-            raise AssertionError(f"README.md line {line}: bash block without a <!-- readme-test: ... --> marker")
+            raise AssertionError(f"{line}: bash block without a <!-- readme-test: ... --> marker")
         subs = []
         if marker.group(1) == "cpu" and marker.group(2):
             for pair in marker.group(2).split(","):
@@ -74,4 +84,4 @@ def test_cpu_blocks_run_as_pasted(tmp_path):
         for a, b in subs:
             code = re.sub(rf"(?<![0-9.]){re.escape(a)}(?![0-9])", b, code)
         proc = subprocess.run(["bash", "-e", "-c", code], cwd=work, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"README.md block at line {line} failed:\n{code}\n{proc.stdout[-3000:]}\n{proc.stderr}"
+        assert proc.returncode == 0, f"the block at {line} failed:\n{code}\n{proc.stdout[-3000:]}\n{proc.stderr}"

@@ -1,4 +1,4 @@
-"""Checks of the study layer (scripts/match.py, study.py, study_report.py, spectra.py).
+"""Checks of the study layer (study/match.py, study.py, study_report.py, spectra.py).
 
 - match.py: the SAN paper's Table 1 (non-embedding counts of the partners, and that the
   calculator names ffn20 / ffn4 / ffn9); its closed-form counts and FLOPs equal train_san.py's
@@ -32,22 +32,21 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 sys.path.insert(0, ROOT)
-import match  # noqa: E402
-import run_files  # noqa: E402
-import spectra  # noqa: E402
-import study  # noqa: E402
+from study import match  # noqa: E402
+from study import runs as run_files  # noqa: E402
+from study import spectra  # noqa: E402
+from study import runner as study  # noqa: E402
 from attnref import container, san  # noqa: E402
-from evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
-from shards import ShardWriter, write_shard  # noqa: E402
+from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
+from attnref.shards import ShardWriter, write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 PYTHON = sys.executable
-STUDY = os.path.join(ROOT, "scripts", "study.py")
+STUDY = ["-m", "study"]  # the study layer's command line, run from the repository root
 
 
 # ----------------------------------------------------------------------------------------
@@ -65,7 +64,7 @@ def test_table1_partners_of_the_paper_san():
     total, nonemb = match.parameter_counts(match.PRESETS["san20"])
     assert round(nonemb / 1e6, 2) == 15.74 and round(total / 1e6, 2) == 24.13
     # the printed report names the presets and their flags
-    out = subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "match.py"), "--preset", "san20"],
+    out = subprocess.run([PYTHON, "-m", "study", "match", "--preset", "san20"],
                          capture_output=True, text=True, check=True).stdout
     for name in ("ffn20", "ffn4", "ffn9"):
         assert f"[preset {name}]" in out and f"flags: --preset {name}" in out
@@ -226,7 +225,7 @@ flags = ["--train-data", "{data}/toy_train_*.bin", "--val-data", "{data}/toy_val
 
 def study_cmd(*args):
     env = dict(os.environ)
-    return subprocess.run([PYTHON, STUDY] + [str(a) for a in args], capture_output=True, text=True, cwd=ROOT, env=env,
+    return subprocess.run([PYTHON, *STUDY] + [str(a) for a in args], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=300)
 
 
@@ -341,7 +340,7 @@ def test_toy_study_report_tables_match_the_logs(toy_study):
     # the noise floor: the pooled seed sd, here the SAN's (the only arm with two seeds)
     assert re.search(r"Noise floor \(pooled seed-to-seed sd\): ([\d.]+) nats", report).group(1) == f"{san_sd:.4f}"
     # eval sets: the seed means of the runs' last eval records at each arm's rate
-    evals = {run: study.read_evals(out / "runs" / run / "log.jsonl") for run in TOY_RUNS}
+    evals = {run: run_files.read_evals(out / "runs" / run / "log.jsonl") for run in TOY_RUNS}
     # scored at the milestones of 6 steps (0/25/50/75%: 0, 2, 3, 5; --milestone-evals) and at the end; the report
     # reads the end's
     assert all(sorted(e) == [0, 2, 3, 5, 6] for e in evals.values())
@@ -452,7 +451,7 @@ def test_slurm_script_quotes_what_it_writes(toy_data, tmp_path):
     run = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path,
                          env=dict(os.environ, SLURM_ARRAY_TASK_ID="1"), timeout=60)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[1:] == ["run", path, "--binary", "/nonexistent/train san", "--only", "1"]
+    assert run.stdout.splitlines() == ["-m", "study", "run", path, "--binary", "/nonexistent/train san", "--only", "1"]
     assert not list(tmp_path.rglob("INJECTED")) and not os.path.exists(os.path.join(ROOT, "INJECTED"))
 
 
@@ -599,7 +598,7 @@ def test_spectra_of_trainer_milestones(toy_study, tmp_path):
 @needs_bin
 def test_interrupted_study_stops_cleanly_and_resumes(toy_data, tmp_path):
     path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data)
-    proc = subprocess.Popen([PYTHON, STUDY, "run", path, "--binary", BIN], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen([PYTHON, *STUDY, "run", path, "--binary", BIN], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     for line in proc.stdout:
         if "] step" in line:  # a trainer is running
             proc.terminate()
@@ -663,7 +662,7 @@ def test_qk_norm_finding_without_a_divergence_judges_instability():
     QK-norm trained unstably (validation loss back up by more than the noise floor, or the
     gradient norm up more than tenfold), and 'does not show' otherwise; the figures in its
     text are recomputed here from stand-in summaries."""
-    import study_report
+    from study import report as study_report
 
     def arm(name, loss, logits, grad_norms, val_losses):
         run = types.SimpleNamespace(run=types.SimpleNamespace(id=name), final={"max_logit": logits},
@@ -749,7 +748,7 @@ def wikitext_fixture(d):
     dataset's schema) with a small SentencePiece tokenizer trained on the same pages, and
     training shards of those pages: (eval set path, tokenizer)."""
     import evals
-    from tokenizer import train_sentencepiece
+    from attnref.tokenizer import train_sentencepiece
     rng = np.random.default_rng(3)
     words = ["the", "game", "battle", "river", "king", "song", "was", "is", "a", "of", "in", "1 @,@ 000", "@-@"]
     pages = []
@@ -805,7 +804,7 @@ def test_context_length_table(tmp_path):
     """After each run, `--steps 0 --init-from final.bin --eval-context` scores the WikiText set at
     each context (eval_context.jsonl); the report's table is those numbers; a second `run`
     evaluates nothing, new contexts evaluate again, a missing set is skipped and said so."""
-    import study_report
+    from study import report as study_report
     wikitext, tok = wikitext_fixture(tmp_path)
     out = tmp_path / "out"
     path = context_study(tmp_path / "ctx.toml", out, tmp_path, tok, wikitext, [8, 16, 64])  # tiny's context: 64
@@ -814,7 +813,7 @@ def test_context_length_table(tmp_path):
     assert proc.stdout.count(": eval context\n") == 2 and "--eval-context 8,16,64" in proc.stdout
     logs = {}
     for run in ("san_s7", "ffn_s7"):
-        evals = study.read_evals(out / "runs" / run / "eval_context.jsonl")
+        evals = run_files.read_evals(out / "runs" / run / "eval_context.jsonl")
         (step,) = evals  # evaluated once, logged at the checkpoint's step
         assert step > 0
         logs[run] = evals[step]["wikitext"]
@@ -841,7 +840,7 @@ def test_context_length_table(tmp_path):
     os.rename(tmp_path / "away.bin", wikitext)
     rerun = study_cmd("run", path, "--binary", BIN, "--only", "0")
     assert rerun.returncode == 0 and "--eval-context 8,32" in rerun.stdout and "ffn_s7" not in rerun.stdout
-    (evals,) = study.read_evals(out / "runs" / "san_s7" / "eval_context.jsonl").values()
+    (evals,) = run_files.read_evals(out / "runs" / "san_s7" / "eval_context.jsonl").values()
     evals = evals["wikitext"]
     assert evals["word_perplexity@8"] == logs["san_s7"]["word_perplexity@8"] and "word_perplexity@16" not in evals
     # a report of a study whose runs are not evaluated yet shows the table empty
@@ -867,7 +866,7 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
     region table beside the held-out one, and the localisation finding states it and the
     LAMBADA / SciQ differences; every figure is recomputed here from toy logs (two SAN seeds,
     one FFN run) read by the report's own RunData / ArmSummary."""
-    import study_report
+    from study import report as study_report
 
     def val(seed_shift, query, trace, answer, lambada_acc, sciq_acc, held_out_query=5.0):
         docs = {"val_loss": 3.0 + seed_shift, "val_tokens": 900, "val_loss_query": query + seed_shift,
@@ -887,7 +886,7 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
         os.makedirs(run.dir)
         with open(os.path.join(run.dir, "log.jsonl"), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in [{"step": 10, "loss": 4.0}] + records))
-        study.write_status(run, "done")
+        run_files.write_status(run, "done")
         data.append(study_report.RunData(run, 100))
     summaries = {a.name: study_report.ArmSummary(a, data) for a in (san_arm, ffn_arm)}
     md = "\n".join(study_report.train_docs_region_table(summaries, summaries["san"]))
@@ -922,7 +921,7 @@ def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
     --eval-sets list taken from the shipped file's run command), whose report shows LAMBADA's
     acc and perplexity and SciQ's acc and acc_norm, equal to the run's logged eval record."""
     import evals
-    from tokenizer import train_sentencepiece
+    from attnref.tokenizer import train_sentencepiece
     paper = study.load_study(os.path.join(ROOT, "studies", "san_paper.toml"))
     lists = {tuple(c[c.index("--eval-sets") + 1].split(",")) for c in (study.run_command(paper, r) for r in paper.runs)}
     assert len(lists) == 1  # every run scores the same sets
@@ -974,7 +973,7 @@ preset = "tiny"
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert study.main(["report", str(path), "--binary", BIN]) == 0
     report = (out / "report" / "report.md").read_text()
-    logged = study.read_evals(out / "runs" / "san_s7" / "log.jsonl")[2]
+    logged = run_files.read_evals(out / "runs" / "san_s7" / "log.jsonl")[2]
     row = md_table(report[report.index("## Eval sets"):], "arm")[0]
     for name, metric in (("lambada", "acc"), ("lambada", "perplexity"), ("lambada_standard", "acc"),
                          ("lambada_standard", "perplexity"), ("sciq", "acc"), ("sciq", "acc_norm")):
@@ -1095,7 +1094,7 @@ ffn = "ffn"
 def test_final_loss_figure_is_readable(tmp_path):
     """final_loss.png: bars from 0 or a broken axis whose lower panel starts at 0; the seeds
     drawn above the error bars; the legend and the title inside the figure, off the data."""
-    import study_report
+    from study import report as study_report
     from matplotlib.transforms import Bbox
 
     def summary(name, losses):
@@ -1231,7 +1230,7 @@ def test_findings_need_the_san_behind():
     """The gap ordering and the localisation are findings about a SAN behind its partners: gaps
     in the paper's order but negative (the SAN ahead, as the tuned CPU mini-study has it), or a
     query delta that is no deficit, do not show them."""
-    import study_report
+    from study import report as study_report
 
     def arm(loss, regions=None):
         regions = regions or {}

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, ROOT, VOCAB, run_binary
-from shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
+from attnref.shards import write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = [pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)"),

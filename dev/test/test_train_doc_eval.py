@@ -39,7 +39,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 from attnref import ops, san  # noqa: E402
 from attnref.container import read_container  # noqa: E402
-from shards import read_exercises, read_regions, read_shard  # noqa: E402
+from attnref.shards import read_exercises, read_regions, read_shard  # noqa: E402
 from trainer_cli import run_binary  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")

@@ -9,7 +9,7 @@ TRAIN_SAN_FP32_BIN, which `make test` sets: the diverging runs below need its ex
   training loss stays finite but the validation loss at step 4 is NaN: the run stops at
   step 4 before saving step_4.bin.
 - With the guard off (--spike-guard 0) the same NaN validation is logged as JSON null with
-  "nonfinite": true (every line parses as strict JSON, and scripts/run_files.py reads the
+  "nonfinite": true (every line parses as strict JSON, and study/runs.py reads the
   record), --keep-last 1 keeps step_2.bin (the newest with a finite validation loss) beside
   step_4.bin, and --resume DIR passes over step_4.bin for step_2.bin, saying so.
 Cost: 6 runs of a few tiny-preset steps, ~2 s."""
@@ -20,9 +20,7 @@ import sys
 import pytest
 
 from trainer_cli import ROOT, run_binary, write_pattern_corpus
-
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import run_files  # noqa: E402
+from study import runs as run_files  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus, state_differences
-from shards import write_shard  # noqa: E402 (dev/data, on the path by trainer_cli)
+from attnref.shards import write_shard  # noqa: E402
 
 sys.path.insert(0, ROOT)
 from attnref.variants import KINDS, layer_kinds, standard_layers  # noqa: E402
@@ -399,7 +399,7 @@ def test_fixed_input_is_model_state(data, tmp_path, kind):
     fixedseqqk: the first seq_len tokens of the training shard), is not counted as a parameter,
     and neither training nor a resume changes it; validation logs a max_logit per layer (the
     fixed q . k the real rows used) and sampling (no KV cache for these kinds) works."""
-    from shards import read_shard
+    from attnref.shards import read_shard
     log = tmp_path / "log.jsonl"
     out = run(common(data, tmp_path) + ["--attention", kind, "--steps", "2", "--val-data", str(data / "toy_val_*.bin"),
                                         "--val-batches", "1", "--log", str(log), "--sample-tokens", "8"]).stdout

@@ -3,7 +3,7 @@ train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, ll
 
 - SIGINT after the first steps: the run finishes its step, writes step_K.bin, exits with
   130; resumed from that file it ends byte for byte where an uninterrupted run ends (which
-  saved nothing on the way) and prints the same samples after step K (scripts/ckpt_diff.py
+  saved nothing on the way) and prints the same samples after step K (attnref/ckpt_diff.py
   compares the final states too). SIGTERM: the same, exit 143. Without --checkpoint-dir: a
   clean exit that says nothing was saved.
 - Over 2 ranks (scripts/mpirun.sh; skipped without MPI): SIGTERM to mpirun and to every rank
@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, MPIRUN, ROOT, VOCAB, run_binary, state_differences
-from shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
+from attnref.shards import write_shard  # noqa: E402
 
-import ckpt_diff  # noqa: E402  (scripts/, on the path through trainer_cli)
+from attnref import ckpt_diff  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
@@ -214,9 +214,8 @@ def test_full_disk_stops_and_keeps_the_previous_checkpoint(data, tmp_path, mount
 def test_a_resumed_log_reads_as_the_straight_runs(data, tmp_path):
     """A run killed (SIGKILL: no save) after step 7 of 12, having saved at step 4, resumed from
     step_4.bin with the same --log: the log holds steps 5-7 twice, and the resume record makes
-    scripts/run_files.py read it as the straight run's log (losses, validations, samples)."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import run_files
+    study/runs.py read it as the straight run's log (losses, validations, samples)."""
+    from study import runs as run_files
     a = args(data, tmp_path / "ckpt") + SAMPLING + ["--save-every", 4, "--val-every", 3, "--val-data",
                                                      str(data / "toy_train_*.bin"), "--val-batches", 1]
     proc = subprocess.Popen([os.path.join(ROOT, BIN)] + [str(x) for x in a + ["--log", tmp_path / "cut.jsonl"]],

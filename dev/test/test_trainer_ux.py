@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, ROOT, run_binary, write_pattern_corpus, state_differences
-from shards import write_shard  # noqa: E402  (dev/data, on the path through trainer_cli)
+from attnref.shards import write_shard  # noqa: E402
 
 SAN = os.environ.get("TRAIN_SAN_BIN")
 GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))
@@ -352,7 +352,7 @@ def test_prompt_encoding_matches_sentencepiece(offline, offline_models):
     corpus (SYNTH with its markers and newlines, and the KJV text)."""
     spm = pytest.importorskip("sentencepiece")
     sp = spm.SentencePieceProcessor(model_file=str(offline / "tokenizer.model"))
-    from shards import read_shard  # noqa: E402
+    from attnref.shards import read_shard  # noqa: E402
     texts = []
     for shard in (offline / "synth" / "synth_val_000000.bin", offline / "kjv" / "kjv_val_000000.bin"):
         tokens = np.asarray(read_shard(shard))
@@ -512,7 +512,7 @@ def test_reference_and_trainer_have_the_same_presets(trainer):
 
 
 def test_resume_in_the_run_directory(data, finished, tmp_path):
-    """A killed run resumed in its own checkpoint directory (as scripts/study.py does, with
+    """A killed run resumed in its own checkpoint directory (as study/runner.py does, with
     the whole command line repeated) writes the later checkpoints next to the one it started
     from and ends where the uninterrupted run ended."""
     d, _ = finished["san"]
@@ -525,13 +525,12 @@ def test_resume_in_the_run_directory(data, finished, tmp_path):
 def test_the_stop_hint_continues_the_run_to_its_outputs(trainer, offline, tmp_path):
     """Ctrl-C prints a command; pasted verbatim (its words alone, from the same directory), it
     continues the run to the outputs of the run that went straight through: the checkpoints in
-    the run's directory, the same log (read as the straight run's: scripts/run_files.py), the
+    the run's directory, the same log (read as the straight run's: study/runs.py), the
     samples decoded by the run's tokenizer, the eval set scored."""
     import shlex
     import signal
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import ckpt_diff
-    import run_files
+    from attnref import ckpt_diff
+    from study import runs as run_files
 
     def flags(out):
         return ["--preset", "tiny", "--train-data", str(offline / "synth" / "synth_train_*.bin"),
@@ -570,7 +569,7 @@ def test_a_corrupt_shard_is_refused_unless_verify_data_0(data, tmp_path):
     (for corpora too large to read at start) trains on it; its CRC slot set to 0 is refused like
     any other wrong CRC (the flag after it says the shard has one); a shard written before the
     checksums (CRC slot and flag 0) trains, with a note that it is not verified."""
-    import shards  # (dev/data, on the path through trainer_cli)
+    from attnref import shards
     good = shards.read_shard(data / "toy_train_000000.bin")
     raw = bytearray((data / "toy_train_000000.bin").read_bytes())
     assert int.from_bytes(raw[12:16], "little") != 0, "write_shard fills the CRC slot"

@@ -12,14 +12,12 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-from shards import write_shard  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import ckpt_diff  # noqa: E402
+from attnref.shards import write_shard  # noqa: E402
+from attnref import ckpt_diff  # noqa: E402
 
 
 def state_differences(a, b):
-    """How two checkpoints' states differ (scripts/ckpt_diff.py: tensors bit for bit, keys but
+    """How two checkpoints' states differ (attnref/ckpt_diff.py: tensors bit for bit, keys but
     run.*, which hold where each run wrote its outputs); [] for the same state."""
     return ckpt_diff.differences(a, b)
 

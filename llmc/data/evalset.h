@@ -1,5 +1,5 @@
 /*
-Eval-set loader: reads an eval .bin written by dev/data/evalset.py (doc/formats.md, "Eval
+Eval-set loader: reads an eval .bin written by attnref/evalset.py (doc/formats.md, "Eval
 sets"): multiple-choice items (context tokens + several continuations, gold index, each
 choice's character length for acc_norm), cloze items (one continuation, the target) or
 rolling items (a whole document as the one continuation after a one-token prefix, and its
@@ -7,7 +7,7 @@ word count; scored in the model's windows, lm-eval's loglikelihood_rolling). The
 (llmc/train/eval_scoring.h) scores continuation tokens given context + preceding continuation
 tokens, lm-eval style. Host-only C++17; every check names the file and the item.
 
-Version 2 (what dev/data/evalset.py writes) holds in header int [9] the CRC-32 (llmc/data/crc32.h,
+Version 2 (what attnref/evalset.py writes) holds in header int [9] the CRC-32 (llmc/data/crc32.h,
 zlib's) of the whole file but that int; it is checked before the items are parsed, and a 0 there
 is a mismatch like any other value (a version-2 file always has its CRC). Version 1 (no CRC)
 still loads, with a note. Every count is checked against the bytes left in the file before
@@ -80,7 +80,7 @@ inline EvalSet load_evalset(const std::string& path) {
         f.seek(1024);
     } else {
         fprintf(stderr, "note: eval set '%s' is of version 1, without a checksum: its contents are not verified "
-                "(dev/data/evalset.py writes version 2)\n", path.c_str());
+                "(attnref/evalset.py writes version 2)\n", path.c_str());
     }
     EvalSet es;
     es.path = path;

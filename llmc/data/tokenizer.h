@@ -1,7 +1,7 @@
 /*
-Tokenizer decoder: reads the tokenizer .bin written by dev/data/tokenizer.py (SentencePiece
+Tokenizer decoder: reads the tokenizer .bin written by attnref/tokenizer.py (SentencePiece
 or tiktoken GPT-2; doc/formats.md, "Tokenizer") and turns token ids back into text, e.g.
-to print samples. Host-only C++17. Version 2 (what dev/data/tokenizer.py writes) holds in header
+to print samples. Host-only C++17. Version 2 (what attnref/tokenizer.py writes) holds in header
 int [9] the CRC-32 (llmc/data/crc32.h, zlib's) of the whole file but that int, checked before the
 pieces are parsed: a bos id flipped from 2 to 1 would otherwise change training silently. A 0
 there is a mismatch like any other value. Version 1 (no CRC) still loads, with a note.
@@ -13,7 +13,7 @@ unless asked for (then their name, e.g. "<s>"); <unk> decodes to " ⁇ " as Sent
 A byte-fallback token alone may be part of a UTF-8 character: decode sequences, not ids,
 when the text matters; complete_utf8() makes printed text valid UTF-8.
 
-Encoding (SentencePiece kind; the model dev/data/tokenizer.py trains: identity
+Encoding (SentencePiece kind; the model attnref/tokenizer.py trains: identity
 normalisation, no dummy prefix, byte fallback) as SentencePiece's BPE does it: the text is
 split into characters, the user-defined pieces (the SYNTH markers) matched first, longest
 first, as single symbols; then, repeatedly, the adjacent pair whose concatenation is a piece
@@ -216,7 +216,7 @@ private:
         }
         if (!checksum) {
             fprintf(stderr, "note: tokenizer '%s' is of version 1, without a checksum: its contents are not verified "
-                    "(dev/data/tokenizer.py writes version 2)\n", path.c_str());
+                    "(attnref/tokenizer.py writes version 2)\n", path.c_str());
             return;
         }
         uint32_t stored = (uint32_t)h[TOKENIZER_CRC_SLOT], computed = crc32_without_slot(f, h.data(), TOKENIZER_CRC_SLOT, size, "pieces");

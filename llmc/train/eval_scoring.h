@@ -52,7 +52,7 @@ struct EvalRequest {
 };
 
 // lm-eval's loglikelihood_rolling as (context, continuation) pairs for a window of max_len
-// tokens (its rolling windows with context_len 1, made disjoint; dev/data/evalset.py
+// tokens (its rolling windows with context_len 1, made disjoint; attnref/evalset.py
 // rolling_requests is the same rule): the first pair predicts the first min(max_len, n)
 // tokens after the prefix token; each later pair predicts the next max_len tokens (fewer at
 // the end) from the max_len tokens before its last one. Every token is predicted once.

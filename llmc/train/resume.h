@@ -82,7 +82,7 @@ inline bool same_file(const std::string& a, const std::string& b) {
 // the samples, the eval sets): a resume restores them from the file so that `--resume CKPT`
 // alone continues the run to the same outputs, and a flag given sets them without a refusal
 // (they change no number of the run). Two ways to the same state may differ in them, as in
-// every run.* key: scripts/ckpt_diff.py leaves those out.
+// every run.* key: attnref/ckpt_diff.py leaves those out.
 struct RunSetting {
     std::string key;
     std::vector<std::string> flags;

@@ -2,7 +2,7 @@
 Graceful stop on SIGINT and SIGTERM (Ctrl-C, `kill`, a cluster's time limit): the training
 loop asks stop_signal() at each step boundary, writes a resumable checkpoint there and exits
 with 128 + the signal number, the shell's code for "ended by that signal", so a script (e.g.
-scripts/study.py) sees an interrupted run as unfinished.
+study/runner.py) sees an interrupted run as unfinished.
 
 The signals are taken by one thread that waits for them (sigwait), with both blocked in every
 other thread: a trainer calls start_stop_signal_thread() first thing, before any thread

@@ -13,7 +13,7 @@ sys.path.insert(0, DATA_DIR)
 def small_tok(tmp_path_factory, kjv_chapters):
     """A SentencePiece tokenizer with the paper's settings, small vocab, trained on little text."""
     from synth_generator import generate
-    from tokenizer import train_sentencepiece
+    from attnref.tokenizer import train_sentencepiece
     lines = []
     for c in kjv_chapters[:150]:
         lines += c["text"].split("\n")

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import evals
-from evalset import KIND_MC, KIND_ROLLING, read_evalset, rolling_requests
-from shards import read_shard
+from attnref.evalset import KIND_MC, KIND_ROLLING, read_evalset, rolling_requests
+from attnref.shards import read_shard
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402

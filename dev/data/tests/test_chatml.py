@@ -5,9 +5,9 @@ and the think block's newlines; the legacy labels are the fields alone)."""
 import pytest
 
 from chatml import DocTokenizer, char_regions, format_text
-from shards import ANSWER, OTHER, QUERY, TRACE
+from attnref.shards import ANSWER, OTHER, QUERY, TRACE
 from synth_generator import generate
-from tokenizer import read_tokenizer_bin, export_tokenizer_bin
+from attnref.tokenizer import read_tokenizer_bin, export_tokenizer_bin
 
 
 def test_layout_matches_paper():

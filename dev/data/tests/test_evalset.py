@@ -10,8 +10,8 @@ import pytest
 
 from pathlib import Path
 
-import evalset as evalset_module
-from evalset import KIND_CLOZE, KIND_MC, encode_pair, make_item, read_evalset, write_evalset
+from attnref import evalset as evalset_module
+from attnref.evalset import KIND_CLOZE, KIND_MC, encode_pair, make_item, read_evalset, write_evalset
 
 
 def test_round_trip_and_layout(tmp_path):
@@ -100,10 +100,10 @@ def test_reader_refuses_counts_beyond_the_file(tmp_path, where):
     negative continuation length ran past 60 s at 2.5 GB)."""
     p = tmp_path / f"huge_{where}.bin"
     huge_count_file(p, where)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import evalset\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from attnref import evalset\n"
             "try:\n    evalset.read_evalset(sys.argv[2])\nexcept ValueError as e:\n    print('refused:', e)\n")
     limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # noqa: E731
-    proc = subprocess.run([sys.executable, "-c", code, str(Path(evalset_module.__file__).parent), str(p)],
+    proc = subprocess.run([sys.executable, "-c", code, str(Path(evalset_module.__file__).parent.parent), str(p)],
                           capture_output=True, text=True, timeout=20, preexec_fn=limit)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(f"refused: {p}:") and ("truncated" in proc.stdout or "outside" in proc.stdout)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from evalset import read_evalset
-from shards import exercises_path, read_exercises, read_regions, read_shard, regions_path
-from tokenizer import SPTokenizer
+from attnref.evalset import read_evalset
+from attnref.shards import exercises_path, read_exercises, read_regions, read_shard, regions_path
+from attnref.tokenizer import SPTokenizer
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ corpus writer used by fineweb.py / tinyshakespeare.py."""
 import numpy as np
 
 import evals
-from evalset import read_evalset
-from shards import read_shard
+from attnref.evalset import read_evalset
+from attnref.shards import read_shard
 from text_corpus import write_corpus
 
 

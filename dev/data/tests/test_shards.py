@@ -5,8 +5,8 @@ import zlib
 import numpy as np
 import pytest
 
-import shards
-from shards import ShardWriter, read_regions, read_shard, regions_path, write_regions, write_shard
+from attnref import shards
+from attnref.shards import ShardWriter, read_regions, read_shard, regions_path, write_regions, write_shard
 
 
 def parse_raw(path, width_by_version={1: 2, 2: 4}):

@@ -8,7 +8,7 @@ import pytest
 
 import synth
 from chatml import DocTokenizer
-from shards import exercises_path, read_exercises, read_regions, read_shard, regions_path
+from attnref.shards import exercises_path, read_exercises, read_regions, read_shard, regions_path
 from synth_generator import generate
 
 

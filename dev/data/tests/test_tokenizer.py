@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from synth_generator import generate
-from tokenizer import (SPECIALS, T_BYTE, T_CONTROL, T_USER, TiktokenTokenizer, decode_with_bin, export_tokenizer_bin,
+from attnref.tokenizer import (SPECIALS, T_BYTE, T_CONTROL, T_USER, TiktokenTokenizer, decode_with_bin, export_tokenizer_bin,
                        read_tokenizer_bin)
 
 ODD_TEXTS = ["  two leading spaces and trailing  ", "tabs\there\n\nblank lines\n", "naïve café – ☕ 日本語 🙂",

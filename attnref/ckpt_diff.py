@@ -4,17 +4,15 @@ same state: every tensor bit for bit (names, order, shapes, values) and every ke
 text except the run.* ones, which say how a run was set up (cadence, data patterns, ranks) and
 may differ between two ways to the same state (straight, or interrupted and resumed).
 
-  python scripts/ckpt_diff.py A.bin B.bin [--all-keys]
+  python -m attnref.ckpt_diff A.bin B.bin [--all-keys]
 
 Exit status: 0 the same, 1 different (each difference printed), 2 a file cannot be read.
 """
 import argparse
-import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from attnref.container import ContainerError, read_container  # noqa: E402
 
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """
-ladder_report.py: the findings of a scale ladder (scripts/ladder.py) against tokens, and the
+ladder_report.py: the findings of a scale ladder (study/ladder.py) against tokens, and the
 rate sweep that chose each arm's rate.
 
-    python scripts/ladder_report.py report studies/ladders/cpu.toml [--out DIR]
-    python scripts/ladder_report.py sweep studies/ladder_cpu_lr.toml [--out DIR]
+    python -m study ladder report studies/ladders/cpu.toml [--out DIR]
+    python -m study sweep studies/ladder_cpu_lr.toml [--out DIR]
 
 `report` reads every rung's runs (OUT/rung-TOKENS/runs/*/log.jsonl and status.json, through
-scripts/run_files.py) and writes OUT/report/ladder.md with PNG figures; `sweep` reads one study
+study/runs.py) and writes OUT/report/ladder.md with PNG figures; `sweep` reads one study
 with a rate grid and writes the final loss per arm and rate, and each arm's best rate.
 
 The verdicts are fixed here, before the ladder's runs (issue 31), and are not changed to fit
@@ -26,7 +26,8 @@ both twice its own sd over seeds and the noise floor.
     twice the larger of the two rungs' sds and the larger floor.
   Localisation (finding 2: the SAN's deficit against its iso-param partner sits on query
     tokens), on held-out and, separately, training documents. At a rung it *shows* when the
-    query delta exceeds the trace and the answer deltas, both margins resolved.
+    query delta is positive (the SAN behind on query tokens: the study report's rule too) and
+    exceeds the trace and the answer deltas, both margins resolved.
   Spectra (finding 3: routing matrices W_q, W_k freeze early, content matrices keep gaining
     stable rank, in the SAN most on W_o). Per run, the relative change of the layer-mean stable
     rank from the 25% milestone to the end; the margin = max(W_v, W_o) - max(W_q, W_k). At a
@@ -44,12 +45,8 @@ size, |gap|, fell; the smallest localisation margin grew; the spectra margin gre
 uniform gap and the hybrids' recovery grew); *does not show* otherwise, and *cannot tell* when
 the runs are missing.
 
-Amended 2026-12-04, when the tuned CPU ladder gave the first negative gaps (the SAN ahead of
-its partners): the rules above had been written for a SAN behind. The gap ordering's trend
-quantity was the smaller ordering margin alone, which grows while every gap stays negative; the
-iso-param gap's trend was "fell", which a negative gap moving away from zero also does, and its
-*shows* did not ask for positive gaps. Both amendments only make a verdict harder to reach, and
-the first ladder's verdicts (doc/study-runs/2026-12-03-ladder-cpu.md) are the same under them.
+Each rule is one function of study/findings.py, which study/report.py judges a single study
+with too; how the rules were amended, when and why: doc/study-runs/README.md ("Verdict rules").
 
 Gates and hidden-state effective ranks are reported against tokens without a verdict (the paper
 gives them as diagnostics; "neutral for loss" needs a residual-ablation arm this ladder does not
@@ -57,14 +54,17 @@ have).
 """
 import argparse
 import glob
-import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ladder as ladder_files  # noqa: E402
-import run_files  # noqa: E402
-import study as study_runner  # noqa: E402
+from study import findings
+from study import ladder as ladder_files
+from study import runs as run_files
+from study import runner as study_runner
+from study.findings import Diff, paired
+from study.plots import plt, save
+from study.runs import RunData
+from study.tables import fmt, mean_sd, pm, table
 
 REGIONS = ("query", "trace", "answer")
 PAPER_GAPS = {"iso_depth": 0.47, "iso_flop": 0.26, "iso_param": 0.005}
@@ -74,45 +74,11 @@ ROLES = {"iso_depth": "iso-depth", "iso_flop": "iso-FLOP", "iso_param": "iso-par
 # ----------------------------------------------------------------------------------------
 # numbers
 
-def mean_sd(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None, None
-    n = len(values)
-    mean = sum(values) / n
-    return mean, (math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None)
-
-
-def resolved(mean, sd, floor):
-    """Larger than twice its sd over seeds and than the noise floor; never with one seed (no sd)
-    or without a floor."""
-    return mean is not None and sd is not None and floor is not None and mean > 2 * sd and mean > floor
-
-
-class RunData:
-    """One run's final validation record (None unless it finished), read through run_files."""
-
-    def __init__(self, run, steps):
-        self.run = run
-        started = os.path.exists(os.path.join(run.dir, "log.jsonl"))
-        self.state = (run_files.read_status(run) or {}).get("state", "unfinished" if started else "not run")
-        train, self.val = run_files.read_log(os.path.join(run.dir, "log.jsonl"))
-        self.train = train
-        self.final = self.val[-1] if self.val and self.state == "done" and self.val[-1]["step"] == steps else None
-        self.ms = [r["ms"] for r in train[1:] if "ms" in r]
-
-    def value(self, key, docs="held_out"):
-        if self.final is None:
-            return None
-        rec = self.final if docs == "held_out" else self.final.get("train_docs", {})
-        return rec.get(key)
-
-
 class Rung:
     def __init__(self, tokens, path):
         self.tokens = tokens
         self.study = study_runner.load_study(path)
-        self.runs = [RunData(r, self.study.steps) for r in self.study.runs]
+        self.runs = [RunData(r, final_step=self.study.steps) for r in self.study.runs]
 
     def arm_runs(self, name):
         """{seed: RunData} of the arm's finished runs (the ladder trains each arm at one rate)."""
@@ -124,23 +90,16 @@ class Rung:
     def arm_mean(self, name, key="val_loss", docs="held_out"):
         return mean_sd([d.value(key, docs) for d in self.arm_runs(name).values()])
 
+    def values(self, name, key="val_loss", docs="held_out"):
+        """{seed: a key of the arm's final validation} (findings.paired pairs them by seed)."""
+        return {seed: d.value(key, docs) for seed, d in self.arm_runs(name).items()}
+
     def paired(self, a, b, key="val_loss", docs="held_out"):
-        """(mean, sd, n) over seeds of a - b, paired by seed."""
-        ra, rb = self.arm_runs(a), self.arm_runs(b)
-        diffs = [ra[s].value(key, docs) - rb[s].value(key, docs) for s in sorted(set(ra) & set(rb))
-                 if ra[s].value(key, docs) is not None and rb[s].value(key, docs) is not None]
-        m, sd = mean_sd(diffs)
-        return m, sd, len(diffs)
+        """Diff (mean, sd, n) over seeds of a - b, paired by seed."""
+        return paired(self.values(a, key, docs), self.values(b, key, docs))
 
     def pooled_sd(self, names):
-        num = den = 0.0
-        for name in names:
-            values = [d.final["val_loss"] for d in self.arm_runs(name).values()]
-            if len(values) > 1:
-                _, sd = mean_sd(values)
-                num += (len(values) - 1) * sd ** 2
-                den += len(values) - 1
-        return math.sqrt(num / den) if den else None
+        return findings.pooled_sd([[d.final["val_loss"] for d in self.arm_runs(name).values()] for name in names])
 
 
 def noise_floor(rung, names, control=None):
@@ -154,38 +113,6 @@ def noise_floor(rung, names, control=None):
     return (max(parts) if parts else None), pooled, ctl
 
 
-def verdict_over_ladder(per_rung, shows, quantity):
-    """per_rung: [(tokens, value)] of the rungs that could be judged; shows(value) -> bool;
-    quantity(value) -> the number that moves the paper's way when it grows."""
-    if not per_rung:
-        return "cannot tell"
-    if shows(per_rung[-1][1]):
-        return "shows"
-    if len(per_rung) >= 2:
-        a, b = quantity(per_rung[-2][1]), quantity(per_rung[-1][1])
-        if a is not None and b is not None and b > a:
-            return "trend"
-    return "does not show"
-
-
-def fmt(x, digits=4, signed=True):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
-def pm(m, sd, digits=4):
-    if m is None:
-        return "—"
-    return fmt(m, digits) + (f" ± {sd:.{digits}f}" if sd is not None else "")
-
-
-def table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return lines
-
-
 # ----------------------------------------------------------------------------------------
 # the findings
 
@@ -196,7 +123,7 @@ def gap_ordering(rung, f, floor):
         return None
     m1 = rung.paired(f["iso_flop"], f["iso_depth"])  # iso-depth gap - iso-FLOP gap = FLOP arm - depth arm
     m2 = rung.paired(f["iso_param"], f["iso_flop"])   # iso-FLOP gap - iso-param gap
-    ok = all(resolved(v[0], v[1], floor) for v in g.values()) and all(resolved(m[0], m[1], floor) for m in (m1, m2))
+    ok = findings.gap_ordering(g, (m1, m2), findings.resolved_against(floor)).shows
     return {"gaps": g, "margins": (m1, m2), "shows": ok, "floor": floor}
 
 
@@ -213,25 +140,20 @@ def localisation(rung, san, ffn, docs, floor):
             dr = ra[s].value(f"val_loss_{r}", docs) - rb[s].value(f"val_loss_{r}", docs)
             diffs.append(dq - dr)
         margins[r] = mean_sd(diffs)
-    ok = all(resolved(m, sd, floor) for m, sd in margins.values())
+    _, ok = findings.localisation(d["query"], {r: Diff(m, sd, None) for r, (m, sd) in margins.items()},
+                                  findings.resolved_against(floor))
     overall = rung.paired(san, ffn, "val_loss", docs)
     return {"deltas": d, "margins": margins, "shows": ok, "overall": overall}
 
 
 def _spectra_growth(run_dir):
     """{kind: relative change of the layer-mean stable rank from the 25% milestone to the last}."""
-    import spectra
+    from study import spectra
     paths = sorted(glob.glob(os.path.join(run_dir, "ckpt", "milestone_*.bin")))
     if len(paths) < 3:
         return None
     series = sorted((spectra.checkpoint_spectra(p) for p in paths), key=lambda r: r["step"])
-    out = {}
-    for kind in ("attn.wq", "attn.wk", "attn.wv", "attn.wo"):
-        if kind in series[1]["stable_rank"]:
-            a = spectra.layer_mean(series[1]["stable_rank"][kind])
-            b = spectra.layer_mean(series[-1]["stable_rank"][kind])
-            out[kind] = (b - a) / a
-    return out
+    return findings.stable_rank_growth(series, spectra.layer_mean)
 
 
 def spectra_finding(rung, san, ffn):
@@ -242,11 +164,11 @@ def spectra_finding(rung, san, ffn):
         gf = _spectra_growth(partner.run.dir) if partner else None
         if g is None:
             continue
-        margin = max(g["attn.wv"], g["attn.wo"]) - max(g["attn.wq"], g["attn.wk"])
-        rows.append({"seed": seed, "growth": g, "margin": margin, "ffn_wo": gf["attn.wo"] if gf else None})
+        rows.append({"seed": seed, "growth": g, "margin": findings.spectra_margin(g),
+                     "ffn_wo": gf["attn.wo"] if gf else None})
     if not rows:
         return None
-    ok = all(r["margin"] > 0 and r["ffn_wo"] is not None and r["growth"]["attn.wo"] > r["ffn_wo"] for r in rows)
+    ok = all(findings.spectra_shows(r["growth"], r["ffn_wo"], partner_needed=True) for r in rows)
     return {"rows": rows, "shows": ok, "margin": mean_sd([r["margin"] for r in rows])}
 
 
@@ -261,13 +183,9 @@ def deconstructing(rung, standard, kinds, floor):
         h, _ = rung.arm_mean(f"{kind}-hybrid")
         d[kind] = (u - std if u is not None else None, h - std if h is not None else None)
     have = {k: v for k, v in d.items() if v[0] is not None and v[1] is not None}
-    if "mlp" not in have:
+    if "mlp" not in have or floor is None:
         return {"deltas": d, "shows": None, "standard": std}
-    if floor is None:
-        return {"deltas": d, "shows": None, "standard": std}
-    fl = floor
-    ok = (all(u > fl for u, _ in have.values()) and all(have["mlp"][0] >= u for u, _ in have.values())
-          and all(h <= 0.5 * u for u, h in have.values()))
+    ok = findings.variants_behind(have, lambda u: u > floor)
     recovery = min((u - h) / u for u, h in have.values() if u > 0) if any(u > 0 for u, _ in have.values()) else None
     return {"deltas": d, "shows": ok, "standard": std, "min_uniform": min(u for u, _ in have.values()),
             "recovery": recovery}
@@ -290,15 +208,7 @@ def indicator_mean(per_layer, locfoc=False):
 # ----------------------------------------------------------------------------------------
 # plots
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def plot_gaps(points, floors, out):
-    plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, role in enumerate(ROLES):
         xs = [t for t, r in points]
@@ -314,11 +224,10 @@ def plot_gaps(points, floors, out):
     ax.set(xscale="log", xlabel="training tokens per run", ylabel="final val loss gap (nats)",
            title="SAN − partner (dotted: the paper at 105B tokens)")
     ax.legend(fontsize=8)
-    return _save(fig, out, "gaps_vs_tokens.png")
+    return save(fig, out, "gaps_vs_tokens.png")
 
 
 def plot_regions(points, floors, out):
-    plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, docs in zip(axes, ("held_out", "train_docs")):
         pts = [(t, r[docs]) for t, r in points if r.get(docs)]
@@ -335,11 +244,10 @@ def plot_regions(points, floors, out):
                title="held-out documents" if docs == "held_out" else "training documents")
     axes[0].set_ylabel("SAN − iso-param, per region (nats)")
     axes[0].legend(fontsize=8)
-    return _save(fig, out, "regions_vs_tokens.png")
+    return save(fig, out, "regions_vs_tokens.png")
 
 
 def plot_measurements(rungs, arms, out):
-    plt = _plt()
     keys = [("gate_attn_mean", "attention gate (mean over layers)"), ("gate_ffn_mean", "FFN gate (mean over layers)"),
             ("erank_mean", "hidden-state effective rank (mean)")]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
@@ -356,11 +264,10 @@ def plot_measurements(rungs, arms, out):
                 ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=f"C{i}", label=arm)
         ax.set(xscale="log", xlabel="training tokens per run", title=title)
     axes[0].legend(fontsize=8)
-    return _save(fig, out, "measurements_vs_tokens.png")
+    return save(fig, out, "measurements_vs_tokens.png")
 
 
 def plot_deconstructing(points, out):
-    plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     kinds = list(points[0][1]["deltas"]) if points else []
     for ax, which, title in ((axes[0], 0, "uniform − standard"), (axes[1], 1, "hybrid − standard")):
@@ -372,13 +279,12 @@ def plot_deconstructing(points, out):
         ax.set(xscale="log", xlabel="training tokens per run", title=title)
     axes[0].set_ylabel("final val loss Δ (nats)")
     axes[0].legend(fontsize=8)
-    return _save(fig, out, "deconstructing_vs_tokens.png")
+    return save(fig, out, "deconstructing_vs_tokens.png")
 
 
 def plot_sweep(study, data, out, axis):
     """Final loss against the swept rate (`axis`: "lr" or "lr_other"), a line per arm (and per
     value of the other rate, for a 2-D grid)."""
-    plt = _plt()
     many = len(study.arms) > 10   # past the default cycle's 10 colours: tab20, the legend beside the axes
     fig, ax = plt.subplots(figsize=(9.6, 4.8) if many else (6.4, 4.2))
     for i, arm in enumerate(study.arms):
@@ -398,19 +304,11 @@ def plot_sweep(study, data, out, axis):
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         ax.legend(fontsize=8)
-    return _save(fig, out, "sweep.png")
+    return save(fig, out, "sweep.png")
 
 
 SWEEP_AXIS_LABEL = {"lr": "peak rate of the matrices (--lr)",
                     "lr_other": "Muon's AdamW side: embedding, gains, gates (--lr-other)"}
-
-
-def _save(fig, out, name):
-    os.makedirs(out, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, name), dpi=110)
-    _plt().close(fig)
-    return name
 
 
 # ----------------------------------------------------------------------------------------
@@ -439,177 +337,215 @@ def runs_table(rungs):
                          f"{d.train[-1]['step'] if d.train else 0}/{rung.study.steps}",
                          fmt(d.final["val_loss"], signed=False) if d.final else "—",
                          f"{ms:.0f}" if ms else "—"])
-    return table(["rung (tokens)", "run", "state", "steps", "final val loss", "ms/step"], rows)
+    return [table(["rung (tokens)", "run", "state", "steps", "final val loss", "ms/step"], rows)]
+
+
+class Ladder:
+    """What every section of the ladder report reads: the ladder file's tables, its rungs, the
+    output directory and each rung's noise floor (floors: [(tokens, floor)], floor_of by tokens)."""
+
+    def __init__(self, path, out):
+        self.path = path
+        self.raw, self.rungs = load_rungs(path)
+        self.out = out or os.path.join(self.raw["study"].get("out", "logs"), "report")
+        self.control = self.raw["ladder"].get("norm_control")
+        gaps = _finding(self.raw, "gap_ordering")
+        self.quartet = [gaps[r] for r in ("san", "iso_depth", "iso_flop", "iso_param")] if gaps else []
+        self.floors, self.floor_rows = [], []
+        for rung in self.rungs:
+            fl, pooled, ctl = noise_floor(rung, self.quartet, (self.control["zcn"], self.control["rms"])
+                                          if self.control else None)
+            self.floors.append((rung.tokens, fl))
+            self.floor_rows.append([f"{rung.tokens:,}", fmt(pooled), fmt(ctl), fmt(fl)])
+        self.floor_of = dict(self.floors)
 
 
 def write_report(path, out=None):
-    raw, rungs = load_rungs(path)
-    out = out or os.path.join(raw["study"].get("out", "logs"), "report")
-    os.makedirs(out, exist_ok=True)
-    lines = [f"# Scale ladder: {raw['study']['name']}", "", raw["study"].get("note", ""), "",
-             f"Ladder file `{path}`; rungs " + ", ".join(f"{r.tokens:,}" for r in rungs)
-             + " tokens per run. Verdict rules: scripts/ladder_report.py (fixed before the runs).", ""]
-    lines += ["## Runs", ""] + runs_table(rungs) + [""]
-
-    fg = _finding(raw, "gap_ordering")
-    fc = raw["ladder"].get("norm_control")
-    quartet = [fg[r] for r in ("san", "iso_depth", "iso_flop", "iso_param")] if fg else []
-    floors, gap_points = [], []
+    """ladder.md and its figures in `out` (default OUT/report); returns (its path, [(finding, verdict)])."""
+    lad = Ladder(path, out)
+    os.makedirs(lad.out, exist_ok=True)
+    lines = [f"# Scale ladder: {lad.raw['study']['name']}", "", lad.raw["study"].get("note", ""), "",
+             f"Ladder file `{path}`; rungs " + ", ".join(f"{r.tokens:,}" for r in lad.rungs)
+             + " tokens per run. Verdict rules: study/ladder_report.py (fixed before the runs).", ""]
+    lines += ["## Runs", ""] + runs_table(lad.rungs) + [""]
     lines += ["## Noise floor", "",
               "Pooled seed-to-seed sd of the four arms' final losses, and |SAN − SAN-RMSNorm| (ZCN vs RMSNorm, "
               "no decay on gains: the paper's optimizer-equivalence control, 0.0015 nats there) where the rung has it; "
               "the floor is the larger.", ""]
-    rows = []
-    for rung in rungs:
-        fl, pooled, ctl = noise_floor(rung, quartet, (fc["zcn"], fc["rms"]) if fc else None)
-        floors.append((rung.tokens, fl))
-        rows.append([f"{rung.tokens:,}", fmt(pooled, signed=False), fmt(ctl, signed=False), fmt(fl, signed=False)])
-    lines += table(["rung", "pooled seed sd", "|ZCN − RMSNorm|", "floor"], rows) + [""]
-    floor_of = dict(floors)
-
+    lines += [table(["rung", "pooled seed sd", "|ZCN − RMSNorm|", "floor"], lad.floor_rows), ""]
     verdicts = []
-    if fg:
-        lines += ["## Gap ordering (SAN paper finding 1)", "",
-                  "SAN − partner, final validation loss, mean ± sd over seeds (paired by seed); paper at 105B tokens: "
-                  "iso-depth +0.47, iso-FLOP +0.26, iso-param +0.005 (0.046 at 5B, 0.019 at 30B).", ""]
-        rows = []
-        for rung in rungs:
-            r = gap_ordering(rung, fg, floor_of[rung.tokens])
-            if r is None:
-                continue
-            gap_points.append((rung.tokens, r))
-            g, (m1, m2) = r["gaps"], r["margins"]
-            rows.append([f"{rung.tokens:,}", *(pm(g[k][0], g[k][1]) for k in ROLES), pm(m1[0], m1[1]), pm(m2[0], m2[1]),
-                         str(g["iso_param"][2]), "shows" if r["shows"] else "no"])
-        lines += table(["rung", "iso-depth", "iso-FLOP", "iso-param", "depth − FLOP", "FLOP − param", "seeds",
-                        "shows at rung"], rows) + [""]
-        if gap_points:
-            lines += [f"![gaps]({plot_gaps(gap_points, floors, out)})", ""]
-        # the trend's quantity: the smallest of the five numbers that must all be positive to show
-        v = verdict_over_ladder(gap_points, lambda r: r["shows"],
-                                lambda r: min([r["margins"][0][0], r["margins"][1][0]]
-                                              + [r["gaps"][k][0] for k in ("iso_depth", "iso_flop", "iso_param")]))
-        verdicts.append(("Gap ordering iso-depth > iso-FLOP > iso-param", v))
-        # the iso-param gap falls with tokens, from above zero (the SAN behind its partner)
-        pts = [(t, r["gaps"]["iso_param"]) for t, r in gap_points]
-        falls = len(pts) >= 2 and all(b[0] > 0 for _, b in pts) and all(
-            a[0] - b[0] > max(2 * max(a[1] or 0, b[1] or 0), floor_of[ta] or 0, floor_of[tb] or 0)
-            for (ta, a), (tb, b) in zip(pts, pts[1:]))
-        if len(pts) < 2:
-            v2 = "cannot tell"
-        elif falls:
-            v2 = "shows"
-        elif abs(pts[-1][1][0]) < abs(pts[-2][1][0]):
-            v2 = "trend"
-        else:
-            v2 = "does not show"
-        verdicts.append(("iso-param gap shrinks with tokens", v2))
-
-    fl_ = _finding(raw, "localisation")
-    if fl_:
-        lines += ["## Localisation (SAN paper finding 2)", "",
-                  f"SAN − {fl_['ffn']} per region (mean ± sd over seeds), and the query margins (query delta minus "
-                  "the trace / answer delta).", ""]
-        reg_points = []
-        for docs, title in (("held_out", "held-out documents"), ("train_docs", "training documents (--train-doc-eval)")):
-            rows, pts = [], []
-            for rung in rungs:
-                r = localisation(rung, fl_["san"], fl_["ffn"], docs, floor_of[rung.tokens])
-                if r is None:
-                    continue
-                pts.append((rung.tokens, r))
-                rows.append([f"{rung.tokens:,}", pm(*r["overall"][:2]), *(pm(*r["deltas"][k][:2]) for k in REGIONS),
-                             pm(*r["margins"]["trace"]), pm(*r["margins"]["answer"]), "shows" if r["shows"] else "no"])
-            lines += [f"{title}:", ""] + table(["rung", "overall", "query", "trace", "answer", "query − trace",
-                                                "query − answer", "shows at rung"], rows) + [""]
-            for t, r in pts:
-                for p in reg_points:
-                    if p[0] == t:
-                        p[1][docs] = r
-                        break
-                else:
-                    reg_points.append((t, {docs: r}))
-            v = verdict_over_ladder(pts, lambda r: r["shows"],
-                                    lambda r: min(r["margins"]["trace"][0], r["margins"]["answer"][0]))
-            verdicts.append((f"Localisation on query tokens ({title.split(' (')[0]})", v))
-        if reg_points:
-            lines += [f"![regions]({plot_regions(reg_points, floors, out)})", ""]
-
-    fs = _finding(raw, "spectra")
-    if fs:
-        lines += ["## Spectra (SAN paper finding 3)", "",
-                  f"Relative change of the layer-mean stable rank from the 25% milestone to the end, per seed of "
-                  f"{fs['san']}; margin = max(W_v, W_o) − max(W_q, W_k); W_o of {fs['ffn']} beside it.", ""]
-        rows, pts = [], []
-        for rung in rungs:
-            r = spectra_finding(rung, fs["san"], fs["ffn"])
-            if r is None:
-                continue
-            pts.append((rung.tokens, r))
-            for row in r["rows"]:
-                g = row["growth"]
-                rows.append([f"{rung.tokens:,}", row["seed"], *(f"{g[k]:+.1%}" for k in ("attn.wq", "attn.wk", "attn.wv", "attn.wo")),
-                             f"{row['margin']:+.1%}", f"{row['ffn_wo']:+.1%}" if row["ffn_wo"] is not None else "—",
-                             "shows" if r["shows"] else "no"])
-        lines += table(["rung", "seed", "W_q", "W_k", "W_v", "W_o", "margin", "FFN W_o", "shows at rung"], rows) + [""]
-        verdicts.append(("Spectra: routing freezes, content (W_o) keeps gaining",
-                         verdict_over_ladder(pts, lambda r: r["shows"], lambda r: r["margin"][0])))
-
-    meas_arms = quartet + ([fc["rms"]] if fc else [])
-    if quartet:
-        lines += ["## Gates and effective rank", "",
-                  "At the final validation, mean over layers, mean ± sd over seeds (no verdict: diagnostics).", ""]
-        rows = []
-        for rung in rungs:
-            for arm in meas_arms:
-                if not rung.has_arm(arm) or not rung.arm_runs(arm):
-                    continue
-                rows.append([f"{rung.tokens:,}", arm, *(pm(*rung.arm_mean(arm, k), digits=3).lstrip("+")
-                                                        for k in ("gate_attn_mean", "gate_ffn_mean", "erank_mean"))])
-        lines += table(["rung", "arm", "attn gate", "ffn gate", "effective rank"], rows) + [""]
-        lines += [f"![measurements]({plot_measurements(rungs, meas_arms, out)})", ""]
-
-    fd = raw["ladder"].get("deconstructing")
-    if fd:
-        kinds = fd["kinds"]
-        lines += ["## Deconstructing Attention: each kind, uniform and hybrid, against standard", "",
-                  "Final validation loss Δ vs the standard arm (seed means).", ""]
-        rows, pts = [], []
-        for rung in rungs:
-            # one seed: the floor is the ladder file's stated one (or this rung's, with seeds)
-            r = deconstructing(rung, fd["standard"], kinds, fd.get("floor", floor_of.get(rung.tokens)))
-            if r is None:
-                continue
-            pts.append((rung.tokens, r))
-            for k in kinds:
-                u, h = r["deltas"][k]
-                rows.append([f"{rung.tokens:,}", k, fmt(u), fmt(h)])
-        lines += table(["rung", "kind", "uniform − standard", "hybrid − standard"], rows) + [""]
-        if pts:
-            lines += [f"![deconstructing]({plot_deconstructing(pts, out)})", ""]
-        lines += ["Attention-pattern indicators at the final validation (doc/deconstructing.md \"Attention-pattern "
-                  "indicators\"), the mean over the layers that have an attention matrix and their heads; local focus "
-                  "at distance 0 (the diagonal).", ""]
-        rows = []
-        for rung in rungs:
-            for arm in [fd["standard"]] + [f"{k}-{l}" for k in kinds for l in ("uniform", "hybrid")]:
-                runs = rung.arm_runs(arm)
-                if not runs:
-                    continue
-                rec = runs[min(runs)].final
-                rows.append([f"{rung.tokens:,}", arm] + [fmt(indicator_mean(rec.get(k), k == "attn_locfoc"), 3, False)
-                                                         for k in ("attn_entropy", "attn_conc", "attn_sink", "attn_headdiv",
-                                                                   "attn_locfoc")])
-        lines += table(["rung", "arm", "entropy", "concentration", "sink", "head diversity", "local focus (N=0)"],
-                       rows) + [""]
-        judged = [(t, r) for t, r in pts if r["shows"] is not None]
-        verdicts.append(("Uniform variants behind standard (mlp most), hybrids recover",
-                         verdict_over_ladder(judged, lambda r: r["shows"], lambda r: r["min_uniform"])))
-
-    lines += ["## Verdicts", ""] + table(["finding", "verdict"], verdicts) + [""]
-    with open(os.path.join(out, "ladder.md"), "w") as f:
+    for section in (gap_sections, localisation_section, spectra_section, measurements_section,
+                    deconstructing_section):
+        lines += section(lad, verdicts)
+    lines += ["## Verdicts", "", table(["finding", "verdict"], verdicts), ""]
+    with open(os.path.join(lad.out, "ladder.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    return os.path.join(out, "ladder.md"), verdicts
+    return os.path.join(lad.out, "ladder.md"), verdicts
+
+
+def gap_sections(lad, verdicts):
+    """Finding 1 at each rung and over the ladder, and the iso-param gap's shrinking."""
+    fg = _finding(lad.raw, "gap_ordering")
+    if not fg:
+        return []
+    lines = ["## Gap ordering (SAN paper finding 1)", "",
+             "SAN − partner, final validation loss, mean ± sd over seeds (paired by seed); paper at 105B tokens: "
+             "iso-depth +0.47, iso-FLOP +0.26, iso-param +0.005 (0.046 at 5B, 0.019 at 30B).", ""]
+    rows, gap_points = [], []
+    for rung in lad.rungs:
+        r = gap_ordering(rung, fg, lad.floor_of[rung.tokens])
+        if r is None:
+            continue
+        gap_points.append((rung.tokens, r))
+        g, (m1, m2) = r["gaps"], r["margins"]
+        rows.append([f"{rung.tokens:,}", *(pm(g[k][0], g[k][1]) for k in ROLES), pm(m1[0], m1[1]), pm(m2[0], m2[1]),
+                     str(g["iso_param"][2]), "shows" if r["shows"] else "no"])
+    lines += [table(["rung", "iso-depth", "iso-FLOP", "iso-param", "depth − FLOP", "FLOP − param", "seeds",
+                     "shows at rung"], rows), ""]
+    if gap_points:
+        lines += [f"![gaps]({plot_gaps(gap_points, lad.floors, lad.out)})", ""]
+    # the trend's quantity: the smallest of the five numbers that must all be positive to show
+    v = findings.over_ladder(gap_points, lambda r: r["shows"],
+                             lambda r: min([r["margins"][0][0], r["margins"][1][0]]
+                                           + [r["gaps"][k][0] for k in ("iso_depth", "iso_flop", "iso_param")]))
+    verdicts.append(("Gap ordering iso-depth > iso-FLOP > iso-param", v))
+    verdicts.append(("iso-param gap shrinks with tokens", iso_param_shrinks(gap_points, lad.floor_of)))
+    return lines
+
+
+def iso_param_shrinks(gap_points, floor_of):
+    """The iso-param gap falls with tokens, from above zero (the SAN behind its partner)."""
+    pts = [(t, r["gaps"]["iso_param"]) for t, r in gap_points]
+    falls = len(pts) >= 2 and all(b[0] > 0 for _, b in pts) and all(
+        a[0] - b[0] > max(2 * max(a[1] or 0, b[1] or 0), floor_of[ta] or 0, floor_of[tb] or 0)
+        for (ta, a), (tb, b) in zip(pts, pts[1:]))
+    if len(pts) < 2:
+        return "cannot tell"
+    if falls:
+        return "shows"
+    if abs(pts[-1][1][0]) < abs(pts[-2][1][0]):
+        return "trend"
+    return "does not show"
+
+
+def localisation_section(lad, verdicts):
+    """Finding 2 on held-out documents and, separately, on training documents."""
+    fl_ = _finding(lad.raw, "localisation")
+    if not fl_:
+        return []
+    lines = ["## Localisation (SAN paper finding 2)", "",
+             f"SAN − {fl_['ffn']} per region (mean ± sd over seeds), and the query margins (query delta minus "
+             "the trace / answer delta).", ""]
+    reg_points = []
+    for docs, title in (("held_out", "held-out documents"), ("train_docs", "training documents (--train-doc-eval)")):
+        rows, pts = [], []
+        for rung in lad.rungs:
+            r = localisation(rung, fl_["san"], fl_["ffn"], docs, lad.floor_of[rung.tokens])
+            if r is None:
+                continue
+            pts.append((rung.tokens, r))
+            rows.append([f"{rung.tokens:,}", pm(*r["overall"][:2]), *(pm(*r["deltas"][k][:2]) for k in REGIONS),
+                         pm(*r["margins"]["trace"]), pm(*r["margins"]["answer"]), "shows" if r["shows"] else "no"])
+        lines += [f"{title}:", "", table(["rung", "overall", "query", "trace", "answer", "query − trace",
+                                          "query − answer", "shows at rung"], rows), ""]
+        for t, r in pts:
+            for p in reg_points:
+                if p[0] == t:
+                    p[1][docs] = r
+                    break
+            else:
+                reg_points.append((t, {docs: r}))
+        v = findings.over_ladder(pts, lambda r: r["shows"],
+                                 lambda r: min(r["margins"]["trace"][0], r["margins"]["answer"][0]))
+        verdicts.append((f"Localisation on query tokens ({title.split(' (')[0]})", v))
+    if reg_points:
+        lines += [f"![regions]({plot_regions(reg_points, lad.floors, lad.out)})", ""]
+    return lines
+
+
+def spectra_section(lad, verdicts):
+    fs = _finding(lad.raw, "spectra")
+    if not fs:
+        return []
+    lines = ["## Spectra (SAN paper finding 3)", "",
+             f"Relative change of the layer-mean stable rank from the 25% milestone to the end, per seed of "
+             f"{fs['san']}; margin = max(W_v, W_o) − max(W_q, W_k); W_o of {fs['ffn']} beside it.", ""]
+    rows, pts = [], []
+    for rung in lad.rungs:
+        r = spectra_finding(rung, fs["san"], fs["ffn"])
+        if r is None:
+            continue
+        pts.append((rung.tokens, r))
+        for row in r["rows"]:
+            g = row["growth"]
+            rows.append([f"{rung.tokens:,}", row["seed"], *(f"{g[k]:+.1%}" for k in findings.ATTENTION_MATRICES),
+                         f"{row['margin']:+.1%}", f"{row['ffn_wo']:+.1%}" if row["ffn_wo"] is not None else "—",
+                         "shows" if r["shows"] else "no"])
+    lines += [table(["rung", "seed", "W_q", "W_k", "W_v", "W_o", "margin", "FFN W_o", "shows at rung"], rows), ""]
+    verdicts.append(("Spectra: routing freezes, content (W_o) keeps gaining",
+                     findings.over_ladder(pts, lambda r: r["shows"], lambda r: r["margin"][0])))
+    return lines
+
+
+def measurements_section(lad, verdicts):
+    """Gates and effective ranks against tokens (diagnostics: no verdict)."""
+    if not lad.quartet:
+        return []
+    meas_arms = lad.quartet + ([lad.control["rms"]] if lad.control else [])
+    lines = ["## Gates and effective rank", "",
+             "At the final validation, mean over layers, mean ± sd over seeds (no verdict: diagnostics).", ""]
+    rows = []
+    for rung in lad.rungs:
+        for arm in meas_arms:
+            if not rung.has_arm(arm) or not rung.arm_runs(arm):
+                continue
+            rows.append([f"{rung.tokens:,}", arm, *(pm(*rung.arm_mean(arm, k), digits=3).lstrip("+")
+                                                    for k in ("gate_attn_mean", "gate_ffn_mean", "erank_mean"))])
+    lines += [table(["rung", "arm", "attn gate", "ffn gate", "effective rank"], rows), ""]
+    lines += [f"![measurements]({plot_measurements(lad.rungs, meas_arms, lad.out)})", ""]
+    return lines
+
+
+def deconstructing_section(lad, verdicts):
+    """Each variant kind, uniform and hybrid, against standard attention; its attention patterns."""
+    fd = lad.raw["ladder"].get("deconstructing")
+    if not fd:
+        return []
+    kinds = fd["kinds"]
+    lines = ["## Deconstructing Attention: each kind, uniform and hybrid, against standard", "",
+             "Final validation loss Δ vs the standard arm (seed means).", ""]
+    rows, pts = [], []
+    for rung in lad.rungs:
+        # one seed: the floor is the ladder file's stated one (or this rung's, with seeds)
+        r = deconstructing(rung, fd["standard"], kinds, fd.get("floor", lad.floor_of.get(rung.tokens)))
+        if r is None:
+            continue
+        pts.append((rung.tokens, r))
+        for k in kinds:
+            u, h = r["deltas"][k]
+            rows.append([f"{rung.tokens:,}", k, fmt(u, signed=True), fmt(h, signed=True)])
+    lines += [table(["rung", "kind", "uniform − standard", "hybrid − standard"], rows), ""]
+    if pts:
+        lines += [f"![deconstructing]({plot_deconstructing(pts, lad.out)})", ""]
+    lines += ["Attention-pattern indicators at the final validation (doc/deconstructing.md \"Attention-pattern "
+              "indicators\"), the mean over the layers that have an attention matrix and their heads; local focus "
+              "at distance 0 (the diagonal).", ""]
+    rows = []
+    for rung in lad.rungs:
+        for arm in [fd["standard"]] + [f"{k}-{l}" for k in kinds for l in ("uniform", "hybrid")]:
+            runs = rung.arm_runs(arm)
+            if not runs:
+                continue
+            rec = runs[min(runs)].final
+            rows.append([f"{rung.tokens:,}", arm] + [fmt(indicator_mean(rec.get(k), k == "attn_locfoc"), 3)
+                                                     for k in ("attn_entropy", "attn_conc", "attn_sink", "attn_headdiv",
+                                                               "attn_locfoc")])
+    lines += [table(["rung", "arm", "entropy", "concentration", "sink", "head diversity", "local focus (N=0)"],
+                    rows), ""]
+    judged = [(t, r) for t, r in pts if r["shows"] is not None]
+    verdicts.append(("Uniform variants behind standard (mlp most), hybrids recover",
+                     findings.over_ladder(judged, lambda r: r["shows"], lambda r: r["min_uniform"])))
+    return lines
 
 
 def write_sweep(path, out=None):
@@ -651,10 +587,10 @@ def write_sweep(path, out=None):
             body.append([arm.name] + ([run_files.rate_text(other)] if show_fixed else [])
                         + [by_value.get(v, "—") for v in values])
         lines += [f"Columns: {('--lr', '--lr-other')[k]}.", ""]
-        lines += table(header, body) + [""]
+        lines += [table(header, body), ""]
     else:
-        lines += table(["arm"] + [run_files.rate_label(p) for p in points],
-                       [[arm.name] + [cells.get(p, "—") for p in points] for arm, cells in rows]) + [""]
+        lines += [table(["arm"] + [run_files.rate_label(p) for p in points],
+                        [[arm.name] + [cells.get(p, "—") for p in points] for arm, cells in rows]), ""]
     lines += [f"- {a}: best {run_files.rate_label(b)} ({loss:.4f})" + (" — at the grid's edge" if edge else "")
               for a, (b, loss, edge) in best.items()]
     lines += ["", f"![sweep]({plot_sweep(study, data, out, axis)})", ""]
@@ -664,7 +600,7 @@ def write_sweep(path, out=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Reports a scale ladder (scripts/ladder.py) or a rate sweep.")
+    ap = argparse.ArgumentParser(description="Reports a scale ladder (study/ladder.py) or a rate sweep.")
     ap.add_argument("command", choices=("report", "sweep"))
     ap.add_argument("file", help="the ladder file (report) or the sweep's study file (sweep)")
     ap.add_argument("--out", help="report directory")

@@ -1,5 +1,5 @@
 """
-curves.py: what the loss-curve plots of scripts/study_report.py and scripts/compare.py share:
+curves.py: what the loss-curve plots of study/report.py and study/compare.py share:
 a tokens axis in units a reader takes in at a glance (K, M, B tokens), and the smoothing of
 training losses.
 """

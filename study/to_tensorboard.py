@@ -3,11 +3,11 @@
 to_tensorboard.py: TensorBoard event files from training runs' JSONL logs, for those who watch
 curves in TensorBoard; with --follow, kept up to date while the runs train.
 
-    python scripts/to_tensorboard.py RUN... --out DIR [--follow [--interval 5]]
+    python -m study tensorboard RUN... --out DIR [--follow [--interval 5]]
     tensorboard --logdir DIR
 
 A RUN is a run directory holding log.jsonl, a JSONL log, or a study's output directory (as
-scripts/compare.py takes them);
+study/compare.py takes them);
 each becomes DIR/<run name>/, named as compare.py names it. The scalars, at each record's step:
 
   train/loss, train/lr, train/grad_norm, train/ms          each training step
@@ -18,7 +18,7 @@ each becomes DIR/<run name>/, named as compare.py names it. The scalars, at each
   eval/<set>/<metric>                                      eval-set records (--eval-sets)
 
 and the log header (command, config, rates, commit) as text under "run". A log already written is
-converted as its readers see it (scripts/run_files.py step_records: a resumed run's superseded
+converted as its readers see it (study/runs.py step_records: a resumed run's superseded
 records left out); while following, a resume record writes a SessionLog START at the step after
 its checkpoint, which makes TensorBoard drop the superseded steps it has shown.
 
@@ -31,9 +31,8 @@ import sys
 import time
 import types
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import run_files  # noqa: E402
-from compare import CompareError, log_paths, name_runs  # noqa: E402  (the same RUN arguments and names)
+from study import runs as run_files  # noqa: E402
+from study.compare import CompareError, log_paths, name_runs  # noqa: E402  (the same RUN arguments and names)
 
 SCALAR_KEYS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "ms": "train/ms"}
 

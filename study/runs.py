@@ -1,16 +1,16 @@
 """
-run_files.py: what a study run's directory holds, read (and its status written) for both
-scripts/study.py, which runs studies, and scripts/study_report.py, which reports them (a module
-of its own, so that neither imports the other):
+runs.py: what a study run's directory holds, read (and its status written) for
+study/runner.py, which runs studies, and the reports (study/report.py, study/ladder_report.py:
+RunData, one run as they read it); a module of its own, so that neither side imports the other:
 
   status.json   the runner's record of the run: {"state": "done" | "diverged" | "failed", ...}
   log.jsonl     the trainer's JSONL log (doc/formats.md "Training log")
   eval_NAME.jsonl, eval_NAME.json
-                an evaluation of the final checkpoint (scripts/study.py post_evals): its log,
+                an evaluation of the final checkpoint (study/runner.py post_evals): its log,
                 and the runner's record that it finished ({"flags": [...]})
 
-Runs are anything with a `.dir` (scripts/study.py's Run). The readers of one log (run_header,
-rates_used, tokens_per_step, read_log) serve scripts/compare.py and scripts/to_tensorboard.py too.
+Runs are anything with a `.dir` (study/runner.py's Run). The readers of one log (run_header,
+rates_used, tokens_per_step, read_log) serve study/compare.py and study/to_tensorboard.py too.
 """
 import json
 import os
@@ -93,7 +93,7 @@ def read_evals(path):
 
 def read_final_eval(run, name):
     """The validation record of the run's evaluation `name` of its final checkpoint
-    (eval_NAME.jsonl, scripts/study.py post_evals) once it succeeded (its record is written), or None."""
+    (eval_NAME.jsonl, study/runner.py post_evals) once it succeeded (its record is written), or None."""
     if not os.path.exists(post_eval_record(run, name)):
         return None
     _, val = read_log(post_eval_log(run, name))
@@ -206,3 +206,49 @@ def swept_axis(arms):
     if all(len(a.lrs) == 1 for a in arms) and any(len(a.lr_others) > 1 for a in arms):
         return "lr_other"
     return "lr"
+
+
+class RunData:
+    """One run as the reports read it: its state, the log's records (train, val, header), the
+    rates it trained with, its final validation record and its eval-set scores at the end.
+    final is None unless the run finished ("done") and, with final_step, unless its last
+    validation is at that step. absent_because: why the run's arm was not run (state "skipped")."""
+
+    def __init__(self, run, tokens_per_step=None, absent_because=None, final_step=None):
+        self.run = run
+        log = os.path.join(run.dir, "log.jsonl")
+        self.status = read_status(run) or {}
+        started = os.path.exists(log)
+        self.state = self.status.get("state", "unfinished" if started else "skipped" if absent_because else "not run")
+        self.train, self.val = read_log(log)
+        self.header = run_header(log)
+        # the rates the trainer used, not the study's request: an arm without `lr` runs at its
+        # preset's default, which only the log knows
+        self.rates = rates_used(log, self.header or {}, self.train)
+        self.tokens_per_step = tokens_per_step
+        done = self.val and self.state == "done"
+        self.final = self.val[-1] if done and (final_step is None or self.val[-1]["step"] == final_step) else None
+        evals = read_evals(log)
+        self.final_eval = evals[max(evals)] if evals and self.state == "done" else {}
+
+    @property
+    def final_loss(self):
+        return self.final["val_loss"] if self.final else None
+
+    @property
+    def ms(self):
+        """Milliseconds of its training steps after the first (which pays for warm-up)."""
+        return [r["ms"] for r in self.train[1:] if "ms" in r]
+
+    @property
+    def rates_text(self):
+        """The rates it trained with; a run with no log yet shows the study's request."""
+        return fmt_rates(self.rates) if self.rates else rate_label(self.run.rate_point)
+
+    def value(self, key, docs="held_out"):
+        """A key of its final validation record, on held-out documents or on the sample of
+        training documents (docs="train_docs", --train-doc-eval); None when it has none."""
+        if self.final is None:
+            return None
+        rec = self.final if docs == "held_out" else self.final.get("train_docs", {})
+        return rec.get(key)

@@ -1,7 +1,7 @@
 """
-study_report.py: the report of a study (scripts/study.py report): report.md and PNG plots
+study_report.py: the report of a study (python -m study report): report.md and PNG plots
 in OUT/report/, computed from the runs' JSONL logs (doc/formats.md "Training log") and final
-checkpoints (weight spectra, scripts/spectra.py).
+checkpoints (weight spectra, study/spectra.py).
 
 Definitions (doc/study.md says the same for readers of the report):
   final validation loss of a run   val_loss of its last validation record (the end of training)
@@ -19,16 +19,12 @@ import glob
 import math
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-import attention_patterns  # noqa: E402
-import curves  # noqa: E402
-import match  # noqa: E402
-import run_files  # noqa: E402
-import spectra  # noqa: E402
+from study import attention_patterns, curves, findings, match, spectra
+from study import runs as run_files
+from study.findings import Diff, unpaired
+from study.plots import grid_of_axes, plt, save
+from study.runs import RunData  # noqa: F401  (the run as the report reads it)
+from study.tables import fmt, mean_sd, table
 
 REGIONS = ("query", "trace", "answer", "other")
 EVAL_METRICS = ("acc", "acc_norm", "perplexity", "word_perplexity")  # the report's columns, per eval set
@@ -36,39 +32,6 @@ EVAL_METRICS = ("acc", "acc_norm", "perplexity", "word_perplexity")  # the repor
 
 # ----------------------------------------------------------------------------------------
 # numbers
-
-class RunData:
-    def __init__(self, run, tokens_per_step, absent_because=None):
-        self.run = run
-        self.status = run_files.read_status(run) or {}
-        started = os.path.exists(os.path.join(run.dir, "log.jsonl"))
-        self.state = self.status.get("state", "unfinished" if started else "skipped" if absent_because else "not run")
-        self.train, self.val = run_files.read_log(os.path.join(run.dir, "log.jsonl"))
-        self.header = run_files.run_header(os.path.join(run.dir, "log.jsonl"))
-        # the rates the trainer used, not the study's request: an arm without `lr` runs at its
-        # preset's default, which only the log knows
-        self.rates = run_files.rates_used(os.path.join(run.dir, "log.jsonl"), self.header or {}, self.train)
-        self.tokens_per_step = tokens_per_step
-        self.final = self.val[-1] if self.val and self.state == "done" else None
-        evals = run_files.read_evals(os.path.join(run.dir, "log.jsonl"))
-        self.final_eval = evals[max(evals)] if evals and self.state == "done" else {}
-
-    @property
-    def final_loss(self):
-        return self.final["val_loss"] if self.final else None
-
-    @property
-    def rates_text(self):
-        """The rates it trained with; a run with no log yet shows the study's request."""
-        return run_files.fmt_rates(self.rates) if self.rates else run_files.rate_label(self.run.rate_point)
-
-
-def mean_sd(values):
-    n = len(values)
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
-    return mean, sd
-
 
 class ArmSummary:
     """An arm at its best rates: the finished runs there, their mean and sd. Rates are rate
@@ -142,25 +105,12 @@ def arm_size(summary):
 
 
 def noise_floor(summaries):
-    num = sum((len(s.runs) - 1) * s.sd ** 2 for s in summaries if s.sd is not None)
-    den = sum(len(s.runs) - 1 for s in summaries if s.sd is not None)
-    return math.sqrt(num / den) if den > 0 else None
-
-
-def fmt(x, digits=4, signed=False):
-    if x is None:
-        return "—"
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
-def table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    """The pooled seed-to-seed sd of the arms' final losses at their rates."""
+    return findings.pooled_sd([[d.final_loss for d in s.runs] for s in summaries])
 
 
 # ----------------------------------------------------------------------------------------
-# skip: hybrids evaluated without their variant layers (study.skip_eval; scripts/study.py
+# skip: hybrids evaluated without their variant layers (study.skip_eval; study/runner.py
 # post_evals writes eval_skip-attention.jsonl and eval_skip-block.jsonl in each hybrid run)
 
 SKIP_EVALS = (("skip-attention", "skip-attn"), ("skip-block", "skip-block"))
@@ -236,23 +186,25 @@ def finding_gap_ordering(f, summaries, floor, why):
     missing = _need(summaries, f, ("san", "iso_depth", "iso_flop", "iso_param"), why)
     if missing:
         return "cannot tell", missing
-    san = summaries[f["san"]].mean
-    gaps = {role: san - summaries[f[role]].mean for role in ("iso_depth", "iso_flop", "iso_param")}
-    text = (f"SAN − FFN final validation loss: iso-depth {gaps['iso_depth']:+.4f}, iso-FLOP {gaps['iso_flop']:+.4f}, "
-            f"iso-param {gaps['iso_param']:+.4f} nats (paper at 105B tokens: +0.47, +0.26, +0.005); "
+    san = summaries[f["san"]]
+    gaps = {role: unpaired(san.mean, summaries[f[role]].mean) for role in ("iso_depth", "iso_flop", "iso_param")}
+    margins = (unpaired(gaps["iso_depth"].mean, gaps["iso_flop"].mean), unpaired(gaps["iso_flop"].mean, gaps["iso_param"].mean))
+    text = (f"SAN − FFN final validation loss: iso-depth {gaps['iso_depth'].mean:+.4f}, iso-FLOP {gaps['iso_flop'].mean:+.4f}, "
+            f"iso-param {gaps['iso_param'].mean:+.4f} nats (paper at 105B tokens: +0.47, +0.26, +0.005); "
             f"noise floor {fmt(floor)}.")
-    ordered = gaps["iso_depth"] > gaps["iso_flop"] > gaps["iso_param"]
-    ahead = [role.replace("iso_", "iso-").replace("flop", "FLOP") for role, g in gaps.items() if g <= 0]
+    rule = findings.gap_ordering(gaps, margins, findings.positive)
+    ahead = [role.replace("iso_", "iso-").replace("flop", "FLOP") for role in rule.ahead]
     if ahead:  # the paper's finding is a SAN behind each partner, not only the gaps' order
         return "does not show", text + (f" The SAN is not behind its {', '.join(ahead)} partner"
                                         f"{'s' if len(ahead) > 1 else ''}; the paper has it behind each"
-                                        + (", though the gaps keep the paper's order." if ordered else "."))
-    if not ordered:
+                                        + (", though the gaps keep the paper's order." if rule.ordered else "."))
+    if not rule.shows:
         return "does not show", text + " The ordering iso-depth > iso-FLOP > iso-param does not hold."
-    resolved = floor is None or min(gaps["iso_depth"] - gaps["iso_flop"], gaps["iso_flop"] - gaps["iso_param"]) > 2 * floor
+    resolved = floor is None or min(margins[0].mean, margins[1].mean) > 2 * floor
     return "shows", text + (" The ordering holds" + (", each step more than twice the noise floor." if resolved and floor
                                                      else " (not every step is above twice the noise floor)." if floor
                                                      else " (one seed: no noise floor)."))
+
 
 
 def finding_localisation(f, summaries, floor, why):
@@ -270,17 +222,20 @@ def finding_localisation(f, summaries, floor, why):
     text = (f"SAN − FFN ({f['ffn']}) per region: " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
             + f" nats (overall {san.mean - ffn.mean:+.4f}).")
     text += localisation_on_training_documents(san, ffn) + localisation_on_eval_sets(san, ffn)
-    if d["query"] <= 0:
+    behind, shows = region_localisation(d)
+    if not behind:
         return "does not show", text + " The SAN has no deficit on query tokens to place (it is not behind there)."
-    if all(d["query"] > v for r, v in d.items() if r != "query"):
+    if shows:
         return "shows", text + " The deficit is largest on query tokens."
     return "does not show", text + " The deficit is not largest on query tokens."
 
 
-# The SAN paper's localisation is over training documents (its eval code draws a fixed sample
-# of them; "99.9% of them were seen"): --train-doc-eval logs that decomposition as "train_docs"
-# in each validation record, beside the held-out one, and LAMBADA (out-of-context recall,
-# favours the FFN model) / SciQ (answer in context, favours the SAN) are its other half.
+def region_localisation(d):
+    """findings.localisation of the per-region differences {region: SAN − FFN} of seed means:
+    (a deficit on query tokens, the deficit largest there)."""
+    margins = {r: Diff(d["query"] - v, None, None) for r, v in d.items() if r != "query"}
+    return findings.localisation(Diff(d["query"], None, None), margins, findings.positive)
+
 
 def train_docs_mean(summary, key):
     """The seed mean of a key of the final validation's "train_docs" (None unless every run has it)."""
@@ -314,10 +269,11 @@ def localisation_on_training_documents(san, ffn):
          if train_docs_mean(san, f"val_loss_{r}") is not None and train_docs_mean(ffn, f"val_loss_{r}") is not None}
     if "query" not in d:
         return ""
-    largest = all(d["query"] > v for r, v in d.items() if r != "query")
+    behind, largest = region_localisation(d)
     return (" On training documents (--train-doc-eval): " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
-            + (" (no deficit on query tokens)." if d["query"] <= 0 else
+            + (" (no deficit on query tokens)." if not behind else
                f" (the deficit is {'' if largest else 'not '}largest on query tokens)."))
+
 
 
 def localisation_on_eval_sets(san, ffn):
@@ -336,21 +292,6 @@ def localisation_on_eval_sets(san, ffn):
         return ""
     return (" Eval sets, SAN − FFN (the paper: LAMBADA favours the FFN model, SciQ the SAN): " + "; ".join(parts)
             + ".")
-
-
-def instability(run, floor):
-    """Why a finished run trained unstably, or None: its validation loss went back up (the end
-    is above its best validation by more than the noise floor, 0.01 without one: the schedules
-    never raise the rate late, so only instability does that), or its gradient norm grew more
-    than tenfold from the first logged step to the last."""
-    reasons = []
-    losses = [v["val_loss"] for v in run.val if v.get("val_loss") is not None]
-    if len(losses) >= 2 and losses[-1] - min(losses[:-1]) > (floor or 0.01):
-        reasons.append(f"validation loss rose from {min(losses[:-1]):.4f} to {losses[-1]:.4f}")
-    norms = [t["grad_norm"] for t in run.train if t.get("grad_norm") is not None]
-    if len(norms) >= 2 and norms[-1] > 10 * norms[0]:
-        reasons.append(f"gradient norm grew from {norms[0]:.3g} to {norms[-1]:.3g}")
-    return " and ".join(reasons) or None
 
 
 def finding_qk_norm(f, summaries, floor, why):
@@ -372,21 +313,19 @@ def finding_qk_norm(f, summaries, floor, why):
         parts.append(f"final loss with {w.mean:.4f}, without {wo.mean:.4f} ({gap:+.4f}"
                      + (f", {gap / floor:+.0f} noise floors)" if floor else ")"))
     text = "; ".join(parts) + "."
-    if n_wo > 0 and n_w == 0:
-        return "shows", text + " Only the stack without QK-norm diverged."
-    if n_w > 0:
-        return "does not show", text + " Runs with QK-norm diverged too."
-    # no divergence: did the stacks without QK-norm (and not those with it) train unstably?
-    def unstable(summary):
-        return [(d.run.id, why_unstable) for d in summary.runs if (why_unstable := instability(d, floor))]
-    unstable_with, unstable_without = unstable(w), unstable(wo)
+    # without a divergence: did the stacks without QK-norm (and not those with it) train unstably?
+    unstable_with, unstable_without = ([(d.run.id, u) for d in s.runs if (u := findings.instability(d.val, d.train, floor))]
+                                       for s in (w, wo))
+    verdict = findings.qk_norm(n_w, n_wo, unstable_with, unstable_without)
+    if n_w or n_wo:
+        return verdict, text + (" Only the stack without QK-norm diverged." if verdict == "shows"
+                                else " Runs with QK-norm diverged too.")
     said = " ".join(f"{name}: {why_unstable}." for name, why_unstable in unstable_without + unstable_with)
-    if unstable_without and not unstable_with:
-        return "shows, short of a divergence", (
-            text + " No run diverged, but only the stack without QK-norm trained unstably: " + said)
+    if verdict == "shows, short of a divergence":
+        return verdict, text + " No run diverged, but only the stack without QK-norm trained unstably: " + said
     if unstable_with:
-        return "does not show", text + " No run diverged; runs with QK-norm trained unstably too: " + said
-    return "does not show", text + " No run without QK-norm diverged or trained unstably at this depth, scale and rate."
+        return verdict, text + " No run diverged; runs with QK-norm trained unstably too: " + said
+    return verdict, text + " No run without QK-norm diverged or trained unstably at this depth, scale and rate."
 
 
 def finding_mlp_collapse(f, summaries, floor, why):
@@ -396,7 +335,7 @@ def finding_mlp_collapse(f, summaries, floor, why):
     std, uni, hyb = (summaries[f[r]].mean for r in ("standard", "uniform", "hybrid"))
     gap_u, gap_h = uni - std, hyb - std
     text = (f"final loss: standard {std:.4f}, uniform mlp {uni:.4f} ({gap_u:+.4f}), hybrid mlp {hyb:.4f} ({gap_h:+.4f}).")
-    if gap_u > 0 and gap_h < 0.5 * gap_u and (floor is None or gap_u > 2 * floor):
+    if findings.variants_behind({"mlp": (gap_u, gap_h)}, lambda u: u > 0 and (floor is None or u > 2 * floor)):
         return "shows", text + " Uniform mlp (no token mixing) collapses; the hybrid recovers most of the gap."
     return "does not show", text
 
@@ -408,22 +347,15 @@ def finding_spectra(f, summaries, floor, why, milestones):
     if f["san"] not in milestones or len(milestones[f["san"]]) < 3:
         return "cannot tell", f"arm {f['san']} has no milestone checkpoints (study.milestones = true writes them)"
 
-    def growth(series, kind):
-        """relative change of the mean stable rank from the second milestone (25%) to the last"""
-        start, end = mean_stable_rank(series[1], kind), mean_stable_rank(series[-1], kind)
-        return (end - start) / start
-
     san = milestones[f["san"]]
-    g = {k: growth(san, k) for k in ("attn.wq", "attn.wk", "attn.wv", "attn.wo")}
-    routing, content = max(g["attn.wq"], g["attn.wk"]), max(g["attn.wv"], g["attn.wo"])
+    g = findings.stable_rank_growth(san, spectra.layer_mean)
     text = (f"{f['san']}: stable rank change from step {san[1]['step']} to {san[-1]['step']}: "
             + ", ".join(f"{k.split('.')[1]} {v:+.1%}" for k, v in g.items()) + ".")
-    shows = routing < content
+    ffn_wo = None
     if "ffn" in f and f["ffn"] in milestones and len(milestones[f["ffn"]]) >= 3:
-        ffn_wo = growth(milestones[f["ffn"]], "attn.wo")
+        ffn_wo = findings.stable_rank_growth(milestones[f["ffn"]], spectra.layer_mean)["attn.wo"]
         text += f" W_o in {f['ffn']}: {ffn_wo:+.1%}."
-        shows = shows and g["attn.wo"] > ffn_wo
-    if shows:
+    if findings.spectra_shows(g, ffn_wo, partner_needed=False):
         return "shows", text + " The routing matrices (W_q, W_k) change less than the content matrices" + (
             ", and the SAN's W_o gains more than the FFN arm's." if "ffn" in f else ".")
     return "does not show", text
@@ -455,24 +387,6 @@ FINDINGS = {"gap_ordering": ("Gap ordering: iso-depth > iso-FLOP > iso-param (SA
 # ----------------------------------------------------------------------------------------
 # plots
 
-def grid_of_axes(n, per_row=4):
-    """A figure with n panels, at most per_row to a row; returns (figure, flat list of axes)."""
-    cols, rows = min(n, per_row), -(-n // per_row)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.5 * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[n:]:
-        ax.set_visible(False)
-    return fig, flat
-
-
-def _save(fig, out, name):
-    path = os.path.join(out, name)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return name
-
-
 def plot_loss_curves(summaries, out):
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     ok = [x for x in summaries.values() if x.ok]
@@ -491,7 +405,7 @@ def plot_loss_curves(summaries, out):
     b.set(title="validation loss", xlabel=curves.token_axis_label(unit_name), ylabel="cross-entropy")
     a.legend(fontsize=8)
     b.legend(fontsize=8)
-    return _save(fig, out, "loss_curves.png")
+    return save(fig, out, "loss_curves.png")
 
 
 def final_loss_figure(summaries, floor, baseline):
@@ -550,11 +464,8 @@ def final_loss_figure(summaries, floor, baseline):
 
 
 def plot_final(summaries, floor, baseline, out):
-    fig = final_loss_figure(summaries, floor, baseline)
-    path = os.path.join(out, "final_loss.png")
-    fig.savefig(path, dpi=110)  # (constrained layout: keeps the title, the labels and the legend inside)
-    plt.close(fig)
-    return "final_loss.png"
+    # (its constrained layout keeps the title, the labels and the legend inside)
+    return save(final_loss_figure(summaries, floor, baseline), out, "final_loss.png", tight=False)
 
 
 AXIS_LABEL = {"lr": "peak rate, as the study asks (--lr)",
@@ -585,7 +496,7 @@ def plot_lr(summaries, out):
            ylabel="final validation loss")
     if ax.lines:
         ax.legend(fontsize=8)
-    return _save(fig, out, "lr_curves.png")
+    return save(fig, out, "lr_curves.png")
 
 
 def plot_regions(summaries, baseline, out):
@@ -601,7 +512,7 @@ def plot_regions(summaries, baseline, out):
     ax.set(title=f"validation loss per region: arm − {baseline.arm.name}", ylabel="nats")
     if others:
         ax.legend(fontsize=8)
-    return _save(fig, out, "regions.png")
+    return save(fig, out, "regions.png")
 
 
 def plot_exercises(summaries, baseline, exercises, out):
@@ -621,7 +532,7 @@ def plot_exercises(summaries, baseline, exercises, out):
                 ax.text(j, i, f"{v:+.3f}", ha="center", va="center", fontsize=7)
     fig.colorbar(im, ax=ax, label=f"arm − {baseline.arm.name} (nats)")
     ax.set_title("validation loss per exercise")
-    return _save(fig, out, "exercises.png")
+    return save(fig, out, "exercises.png")
 
 
 def plot_layers(summaries, key, title, out, name, log=False):
@@ -641,7 +552,7 @@ def plot_layers(summaries, key, title, out, name, log=False):
         ax.set_yscale("log")
     ax.set(title=title + " (end of training, each arm's representative run)", xlabel="layer")
     ax.legend(fontsize=8)
-    return _save(fig, out, name)
+    return save(fig, out, name)
 
 
 def plot_gates(summaries, out):
@@ -663,7 +574,7 @@ def plot_gates(summaries, out):
                 ax.plot(tok, [r["gate_ffn"][layer] for r in val], color=color, lw=1, ls="--")
         ax.set(title=f"{s.arm.name}: gates (— attn, -- ffn)", xlabel=curves.token_axis_label(unit_name))
     axes[0].set_ylabel("gate (dark: first layer, light: last)")
-    return _save(fig, out, "gates.png")
+    return save(fig, out, "gates.png")
 
 
 def spectra_of(summaries):
@@ -705,7 +616,7 @@ def plot_spectra_training(milestones, out):
             ax.plot(steps, [mean_stable_rank(r, kind) for r in series], "o-", ms=3, color=f"C{i}", label=kind)
         ax.set(title=f"{arm}: stable rank (mean over layers)", xlabel="step")
     axes[len(milestones) - 1].legend(fontsize=7)
-    return _save(fig, out, "stable_rank_training.png")
+    return save(fig, out, "stable_rank_training.png")
 
 
 def plot_spectra(spec, out):
@@ -720,7 +631,7 @@ def plot_spectra(spec, out):
         ax.set(title=kind, xlabel="layer")
     axes[0][0].set_ylabel("stable rank ‖W‖²_F / σ²_max")
     axes[0][-1].legend(fontsize=7)
-    return _save(fig, out, "spectra.png")
+    return save(fig, out, "spectra.png")
 
 
 # ----------------------------------------------------------------------------------------
@@ -729,7 +640,7 @@ def plot_spectra(spec, out):
 def context_length_section(study, summaries):
     """The Deconstructing paper's Table 4 ([study.context_eval]): per rolling eval set, the word
     perplexity of each arm (rows) at each context (columns), from the `--steps 0 --init-from
-    final.bin --eval-context ...` evaluation of its runs (scripts/study.py post_evals); seed
+    final.bin --eval-context ...` evaluation of its runs (study/runner.py post_evals); seed
     means at each arm's rate, "—" unless every one of those runs has the number."""
     if not study.context_eval:
         return []
@@ -757,37 +668,59 @@ def context_length_section(study, summaries):
     return md
 
 
+class Report:
+    """What every section of a study's report reads: the study, why arms were not run, the
+    output directory, each run's data and each arm's summary, the baseline and the noise floor."""
+
+    def __init__(self, study, why, out):
+        self.study, self.why, self.out = study, why, out
+        self.data = [RunData(run, study.tokens_per_step, why.get(run.arm.name)) for run in study.runs]
+        self.summaries = {arm.name: ArmSummary(arm, self.data) for arm in study.arms}
+        self.baseline = self.summaries[study.baseline]
+        self.floor = noise_floor(self.summaries.values())
+        self.milestones = {}  # {arm: milestone spectra}: filled by spectra_sections, read by the findings
+
+
 def write_report(study, why, out=None):
+    """report.md and its PNG plots in `out` (default OUT/report); returns report.md's path."""
     out = out or os.path.join(study.out, "report")
     os.makedirs(out, exist_ok=True)
-    data = [RunData(run, study.tokens_per_step, why.get(run.arm.name)) for run in study.runs]
-    summaries = {arm.name: ArmSummary(arm, data) for arm in study.arms}
-    baseline = summaries[study.baseline]
-    floor = noise_floor(summaries.values())
+    r = Report(study, why, out)
     md = [f"# Study {study.name}", ""]
     if study.note:
         md += [study.note, ""]
     md += [f"Study file `{study.path}`; {len(study.runs)} runs of {study.steps} steps x "
            f"{study.tokens_per_step:,} tokens ({study.steps * study.tokens_per_step:,} tokens each); "
            f"baseline arm `{study.baseline}`. Definitions: doc/study.md (\"Report\").", ""]
+    md += runs_section(r) + final_loss_section(r) + eval_sets_section(r) + context_length_section(study, r.summaries)
+    md += rate_sweep_section(r) + region_sections(r) + measurements_section(r) + spectra_sections(r)
+    md += skip_section(study, r.summaries) + findings_section(r)
+    path = os.path.join(out, "report.md")
+    with open(path, "w") as fh:
+        fh.write("\n".join(md))
+    return path
 
-    # runs
-    md += ["## Runs", ""]
+
+def runs_section(r):
+    md = ["## Runs", ""]
     rows = []
-    for d in data:
+    for d in r.data:
         done = d.train[-1]["step"] if d.train else 0
-        rows.append([d.run.id, d.run.arm.name, d.rates_text, d.run.seed, d.state, f"{done}/{study.steps}",
+        rows.append([d.run.id, d.run.arm.name, d.rates_text, d.run.seed, d.state, f"{done}/{r.study.steps}",
                      fmt(d.final_loss)])
     md += [table(["run", "arm", "rates", "seed", "state", "steps", "final val loss"], rows), ""]
-    absent = [f"`{a.name}` ({why[a.name]})" for a in study.arms if why.get(a.name)]
+    absent = [f"`{a.name}` ({r.why[a.name]})" for a in r.study.arms if r.why.get(a.name)]
     if absent:
         md += ["Arms not run: " + "; ".join(absent) + ".", ""]
-    diverged = [d for d in data if d.state == "diverged"]
+    diverged = [d for d in r.data if d.state == "diverged"]
     if diverged:
         md += ["Diverged: " + "; ".join(f"`{d.run.id}` at step {d.status.get('step')}" for d in diverged) + ".", ""]
+    return md
 
-    # final losses
-    md += ["## Final validation loss per arm", ""]
+
+def final_loss_section(r):
+    summaries, baseline = r.summaries, r.baseline
+    md = ["## Final validation loss per arm", ""]
     whole_docs = baseline.ok and baseline.whole_docs_mean() is not None
     rows = []
     for s in summaries.values():
@@ -799,95 +732,111 @@ def write_report(study, why, out=None):
             v, b = s.whole_docs_mean() if s.ok else None, baseline.whole_docs_mean()
             rows[-1] += [fmt(v), fmt(v - b if v is not None and b is not None else None, signed=True)]
     extra = ["whole docs", "Δ whole docs"] if whole_docs else []
-    md += [table(["arm", "non-emb params", "MFLOPs/token", "rates", "seeds", "val loss", "sd", f"Δ vs {study.baseline}"]
+    md += [table(["arm", "non-emb params", "MFLOPs/token", "rates", "seeds", "val loss", "sd", f"Δ vs {r.study.baseline}"]
                  + extra, rows), ""]
     if whole_docs:
         md += ["The val loss is over windows of the validation data (the SAN paper's headline); \"whole docs\" is "
                "the same validation on whole documents (--val-whole-docs 2).", ""]
-    md += [f"Noise floor (pooled seed-to-seed sd): {fmt(floor)} nats.", ""]
+    md += [f"Noise floor (pooled seed-to-seed sd): {fmt(r.floor)} nats.", ""]
     if any(s.ok for s in summaries.values()):
-        md += [f"![final loss]({plot_final(summaries, floor, baseline, out)})", "",
-               f"![loss curves]({plot_loss_curves(summaries, out)})", ""]
+        md += [f"![final loss]({plot_final(summaries, r.floor, baseline, r.out)})", "",
+               f"![loss curves]({plot_loss_curves(summaries, r.out)})", ""]
+    return md
 
-    # eval sets (the trainer's --eval-sets): their metrics at the end, seed means at each arm's rate
+
+def eval_sets_section(r):
+    """The trainer's --eval-sets: their metrics at the end, seed means at each arm's rate."""
     columns = []
-    for s in summaries.values():
+    for s in r.summaries.values():
         for d in s.runs:
             for name, metrics in d.final_eval.items():
                 for metric in EVAL_METRICS:
                     if metric in metrics and (name, metric) not in columns:
                         columns.append((name, metric))
-    if columns:
-        md += ["## Eval sets", "", "Scored by the trainer at the end of each run as lm-evaluation-harness scores them "
-               "(doc/san-model.md \"Validation and measurements\"); seed means at each arm's rate.", ""]
-        rows = [[s.arm.name] + [fmt(s.eval_mean(name, metric), 4) for name, metric in columns]
-                for s in summaries.values() if s.ok]
-        md += [table(["arm"] + [f"{name} {metric}" for name, metric in columns], rows), ""]
+    if not columns:
+        return []
+    rows = [[s.arm.name] + [fmt(s.eval_mean(name, metric), 4) for name, metric in columns]
+            for s in r.summaries.values() if s.ok]
+    return ["## Eval sets", "", "Scored by the trainer at the end of each run as lm-evaluation-harness scores them "
+            "(doc/san-model.md \"Validation and measurements\"); seed means at each arm's rate.", "",
+            table(["arm"] + [f"{name} {metric}" for name, metric in columns], rows), ""]
 
-    md += context_length_section(study, summaries)
 
-    # learning rates
-    swept = [s for s in summaries.values() if len(s.rate_mean) > 1]
-    if swept:
-        md += ["## Learning-rate sweeps", ""]
-        points = sorted({p for s in swept for p in s.rate_mean}, key=run_files.rate_order)
-        md += [table(["arm"] + [f"lr {run_files.rate_label(p)}" for p in points],
-                     [[s.arm.name] + [fmt(s.rate_mean.get(p)) for p in points] for s in swept]), ""]
-        differ = []  # the grid is what the study asked; a trainer may scale it (--lr-scale-gpus, --paper-setup)
-        for s in swept:
-            for p in sorted(s.by_rate, key=run_files.rate_order):
-                for key, asked in zip(("lr", "lr_other"), p):
-                    if asked is None:
-                        continue
-                    used = sorted({d.rates[key] for d in s.by_rate[p]
-                                   if d.rates and d.rates["source"] == "header" and d.rates.get(key) is not None})
-                    if any(not math.isclose(u, asked, rel_tol=1e-6) for u in used):
-                        differ.append(f"{s.arm.name} {'' if key == 'lr' else '--lr-other '}{asked:g} ran at "
-                                      f"{', '.join(f'{u:g}' for u in used)}")
-        if differ:
-            md += ["The columns are the rates the study file asks for; their log headers say some runs trained at "
-                   "others: " + "; ".join(differ) + ".", ""]
-        md += [f"![lr]({plot_lr(summaries, out)})", ""]
+def rate_sweep_section(r):
+    swept = [s for s in r.summaries.values() if len(s.rate_mean) > 1]
+    if not swept:
+        return []
+    md = ["## Learning-rate sweeps", ""]
+    points = sorted({p for s in swept for p in s.rate_mean}, key=run_files.rate_order)
+    md += [table(["arm"] + [f"lr {run_files.rate_label(p)}" for p in points],
+                 [[s.arm.name] + [fmt(s.rate_mean.get(p)) for p in points] for s in swept]), ""]
+    differ = []  # the grid is what the study asked; a trainer may scale it (--lr-scale-gpus, --paper-setup)
+    for s in swept:
+        for p in sorted(s.by_rate, key=run_files.rate_order):
+            for key, asked in zip(("lr", "lr_other"), p):
+                if asked is None:
+                    continue
+                used = sorted({d.rates[key] for d in s.by_rate[p]
+                               if d.rates and d.rates["source"] == "header" and d.rates.get(key) is not None})
+                if any(not math.isclose(u, asked, rel_tol=1e-6) for u in used):
+                    differ.append(f"{s.arm.name} {'' if key == 'lr' else '--lr-other '}{asked:g} ran at "
+                                  f"{', '.join(f'{u:g}' for u in used)}")
+    if differ:
+        md += ["The columns are the rates the study file asks for; their log headers say some runs trained at "
+               "others: " + "; ".join(differ) + ".", ""]
+    md += [f"![lr]({plot_lr(r.summaries, r.out)})", ""]
+    return md
 
-    # regions and exercises
-    has_regions = baseline.ok and baseline.final_mean("val_loss_query") is not None
-    if has_regions:
-        md += ["## Loss per region", "", f"Final validation loss per target region; Δ = arm − {study.baseline}.", ""]
-        rows = []
-        for s in summaries.values():
-            if not s.ok:
+
+def region_sections(r):
+    """Loss per region (and on training documents), then per exercise; none without regions."""
+    summaries, baseline = r.summaries, r.baseline
+    if not (baseline.ok and baseline.final_mean("val_loss_query") is not None):
+        return []
+    md = ["## Loss per region", "", f"Final validation loss per target region; Δ = arm − {r.study.baseline}.", ""]
+    rows = []
+    for s in summaries.values():
+        if not s.ok:
+            continue
+        row = [s.arm.name]
+        for region in REGIONS:
+            v, b = s.final_mean(f"val_loss_{region}"), baseline.final_mean(f"val_loss_{region}")
+            row += [fmt(v), fmt(v - b if v is not None and b is not None else None, signed=True)]
+        rows.append(row)
+    md += [table(["arm"] + [x for region in REGIONS for x in (region, f"Δ {region}")], rows), ""]
+    if len(rows) > 1:
+        md += [f"![regions]({plot_regions(summaries, baseline, r.out)})", ""]
+    return md + train_docs_region_table(summaries, baseline) + exercise_section(r)
+
+
+def exercise_section(r):
+    summaries, baseline = r.summaries, r.baseline
+    exercises = baseline.exercises()
+    if not exercises:
+        return []
+    md = ["## Loss per exercise", "", f"Δ = arm − {r.study.baseline}, per exercise over all its targets and per region.", ""]
+    others = [s for s in summaries.values() if s.ok and s is not baseline]
+    rows = []
+    for e in exercises:
+        for region in ("all",) + REGIONS[:3]:
+            b = baseline.exercise_mean(e, region)
+            if b is None:
                 continue
-            row = [s.arm.name]
-            for r in REGIONS:
-                v, b = s.final_mean(f"val_loss_{r}"), baseline.final_mean(f"val_loss_{r}")
-                row += [fmt(v), fmt(v - b if v is not None and b is not None else None, signed=True)]
+            row = [e, region, fmt(b)]
+            for s in others:
+                v = s.exercise_mean(e, region)
+                row.append(fmt(v - b if v is not None else None, signed=True))
             rows.append(row)
-        md += [table(["arm"] + [x for r in REGIONS for x in (r, f"Δ {r}")], rows), ""]
-        if len(rows) > 1:
-            md += [f"![regions]({plot_regions(summaries, baseline, out)})", ""]
-        md += train_docs_region_table(summaries, baseline)
-        exercises = baseline.exercises()
-        if exercises:
-            md += ["## Loss per exercise", "", f"Δ = arm − {study.baseline}, per exercise over all its targets and per region.", ""]
-            others = [s for s in summaries.values() if s.ok and s is not baseline]
-            rows = []
-            for e in exercises:
-                for r in ("all",) + REGIONS[:3]:
-                    b = baseline.exercise_mean(e, r)
-                    if b is None:
-                        continue
-                    row = [e, r, fmt(b)]
-                    for s in others:
-                        v = s.exercise_mean(e, r)
-                        row.append(fmt(v - b if v is not None else None, signed=True))
-                    rows.append(row)
-            md += [table(["exercise", "region", study.baseline] + [f"Δ {s.arm.name}" for s in others], rows), ""]
-            if others:
-                md += [f"![exercises]({plot_exercises(summaries, baseline, exercises, out)})", ""]
+    md += [table(["exercise", "region", r.study.baseline] + [f"Δ {s.arm.name}" for s in others], rows), ""]
+    if others:
+        md += [f"![exercises]({plot_exercises(summaries, baseline, exercises, r.out)})", ""]
+    return md
 
-    # measurements
-    md += ["## Measurements per layer", "",
-           "Of each arm's representative run (its first seed at its rate), at the last validation.", ""]
+
+def measurements_section(r):
+    summaries, out = r.summaries, r.out
+    md = ["## Measurements per layer", "",
+          "Of each arm's representative run (its first seed at its rate), at the last validation.", ""]
     rows = []
     for s in summaries.values():
         rep = s.representative
@@ -907,43 +856,47 @@ def write_report(study, why, out=None):
     md += attention_patterns.report_section(attention_patterns.groups_of_arms(  # radar plots, logit distributions
         [(s.arm.name, s.arm.common + s.arm.flags, s.representative.final) for s in summaries.values()
          if s.representative is not None]), out)
-    spec = spectra_of(summaries)
+    return md
+
+
+def spectra_sections(r):
+    """The final checkpoints' stable ranks, and over training at the milestones (kept in r.milestones)."""
+    md = []
+    spec = spectra_of(r.summaries)
     if spec:
         md += ["## Weight spectra", "", "Stable rank ‖W‖²_F / σ²_max of each matrix, final checkpoint of each arm's "
-               "representative run, mean over layers (per layer in the plot; scripts/spectra.py for milestones).", ""]
+               "representative run, mean over layers (per layer in the plot; study/spectra.py for milestones).", ""]
         kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
         rows = [[arm] + [fmt(mean_stable_rank(sp, k), 2) if k in sp["stable_rank"] else "—"
                          for k in kinds] for arm, sp in spec.items()]
         md += [table(["arm"] + kinds, rows), ""]
-        name = plot_spectra(spec, out)
+        name = plot_spectra(spec, r.out)
         if name:
             md += [f"![spectra]({name})", ""]
-    milestones = milestone_spectra(summaries)
+    r.milestones = milestones = milestone_spectra(r.summaries)
     if milestones:
         md += ["### Stable rank over training", "",
                "Mean over layers, at the milestone checkpoints of each arm's representative run.", ""]
         rows = []
         for arm, series in milestones.items():
             for kind in (k for k in spectra.MATRIX_KINDS if k in series[-1]["stable_rank"]):
-                rows.append([arm, kind] + [fmt(mean_stable_rank(r, kind), 2) for r in series])
+                rows.append([arm, kind] + [fmt(mean_stable_rank(x, kind), 2) for x in series])
         width = max(len(series) for series in milestones.values())
         steps = next(series for series in milestones.values() if len(series) == width)
-        md += [table(["arm", "matrix"] + [f"step {r['step']}" for r in steps], rows), ""]
-        md += [f"![stable rank over training]({plot_spectra_training(milestones, out)})", ""]
+        md += [table(["arm", "matrix"] + [f"step {x['step']}" for x in steps], rows), ""]
+        md += [f"![stable rank over training]({plot_spectra_training(milestones, r.out)})", ""]
+    return md
 
-    md += skip_section(study, summaries)
 
-    # findings
-    if study.findings:
-        md += ["## Findings", ""]
-        for f in study.findings:
-            title, judge = FINDINGS[f["kind"]]
-            if f["kind"] == "spectra":
-                verdict, text = judge(f, summaries, floor, why, milestones)
-            else:
-                verdict, text = judge(f, summaries, floor, why)
-            md += [f"### {f.get('title', title)}", "", f"**{verdict}.** {text}", ""] + finding_rates(f, summaries)
-    path = os.path.join(out, "report.md")
-    with open(path, "w") as fh:
-        fh.write("\n".join(md))
-    return path
+def findings_section(r):
+    if not r.study.findings:
+        return []
+    md = ["## Findings", ""]
+    for f in r.study.findings:
+        title, judge = FINDINGS[f["kind"]]
+        if f["kind"] == "spectra":
+            verdict, text = judge(f, r.summaries, r.floor, r.why, r.milestones)
+        else:
+            verdict, text = judge(f, r.summaries, r.floor, r.why)
+        md += [f"### {f.get('title', title)}", "", f"**{verdict}.** {text}", ""] + finding_rates(f, r.summaries)
+    return md

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """
-ladder.py: one study (scripts/study.py's format) trained at several token budgets, the rungs of
+ladder.py: one study (study/runner.py's format) trained at several token budgets, the rungs of
 a scale ladder, so that a finding can be followed against tokens (issue 31; doc/study.md "Scale
 ladder").
 
-    python scripts/ladder.py run studies/ladders/cpu.toml [--up-to TOKENS] [--dry-run]
-    python scripts/ladder.py files studies/ladders/cpu.toml      # write the rung study files only
+    python -m study ladder run studies/ladders/cpu.toml [--up-to TOKENS] [--dry-run]
+    python -m study ladder files studies/ladders/cpu.toml      # write the rung study files only
 
-Ladder files live in studies/ladders/ (they are not study files: scripts/study.py refuses the
+Ladder files live in studies/ladders/ (they are not study files: study/runner.py refuses the
 [ladder] table). A ladder file is a study file with `tokens` left out of [study] and a [ladder] table:
 
     [ladder]
@@ -15,27 +15,23 @@ Ladder files live in studies/ladders/ (they are not study files: scripts/study.p
     evaluations = 4                          # validations (and checkpoints) per run: val_every =
                                              # save_every = steps // evaluations (and at the end)
     arm_rungs = { san-rms = [1_638_400] }    # an arm trained only at these rungs (default: all)
-    norm_control = { zcn = "san", rms = "san-rms" }          # for scripts/ladder_report.py: the
+    norm_control = { zcn = "san", rms = "san-rms" }          # for study/ladder_report.py: the
     deconstructing = { standard = "standard", kinds = [...] } # noise-floor control, the variant grid
 
 For each rung, `files` writes OUT/rung-TOKENS/study.toml (the study with that budget, out =
-OUT/rung-TOKENS, name NAME-rTOKENS) and `run` runs `study.py run` on each rung in order, smallest
-first; study.py skips finished runs and resumes interrupted ones, so an interrupted ladder
-continues where it stopped. scripts/ladder_report.py reports across the rungs.
+OUT/rung-TOKENS, name NAME-rTOKENS) and `run` runs `python -m study run` on each rung in
+order, smallest first; that skips finished runs and resumes interrupted ones, so an interrupted
+ladder continues where it stopped. `python -m study ladder report` reports across the rungs
+(study/ladder_report.py).
 """
 import argparse
 import os
 import signal
 import subprocess
 import sys
-import tomllib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LADDER_KEYS = {"tokens", "evaluations", "arm_rungs", "norm_control", "deconstructing"}
-
-
-class LadderError(Exception):
-    pass
+from study import checkout_env
+from study.spec import LadderError, load_ladder  # noqa: F401  (LadderError: what its callers catch)
 
 
 def _toml_value(v):
@@ -73,58 +69,6 @@ def dumps(doc):
     return "\n".join(lines) + "\n"
 
 
-def load_ladder(path):
-    """(the study tables without [ladder], the rungs [(tokens, steps)], arm_rungs, evaluations,
-    the [ladder] table)."""
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as e:
-        raise LadderError(f"{path}: cannot read ({e.strerror})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise LadderError(f"{path}: not valid TOML ({e})") from None
-    ladder = raw.pop("ladder", None)
-    if not isinstance(ladder, dict):
-        raise LadderError(f"{path}: needs a [ladder] table (tokens = [...])")
-    unknown = set(ladder) - LADDER_KEYS
-    if unknown:
-        raise LadderError(f"{path}: [ladder]: unknown field(s) {', '.join(sorted(unknown))} "
-                          f"(known: {', '.join(sorted(LADDER_KEYS))})")
-    study = raw.get("study", {})
-    for key in ("tokens", "steps", "val_every", "save_every"):
-        if key in study:
-            raise LadderError(f"{path}: [study].{key} is set per rung by the ladder; leave it out")
-    tokens = ladder.get("tokens")
-    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, int) and t > 0 for t in tokens) \
-            or sorted(set(tokens)) != tokens:
-        raise LadderError(f"{path}: [ladder].tokens must be increasing positive integers")
-    evaluations = ladder.get("evaluations", 4)
-    if not isinstance(evaluations, int) or evaluations <= 0:
-        raise LadderError(f"{path}: [ladder].evaluations must be a positive integer")
-    arm_rungs = ladder.get("arm_rungs", {})
-    names = [a.get("name") for a in raw.get("arm", [])]
-    for arm, rungs in arm_rungs.items():
-        if arm not in names:
-            raise LadderError(f"{path}: [ladder].arm_rungs: '{arm}' is not an arm")
-        if not isinstance(rungs, list) or not all(t in tokens for t in rungs):
-            raise LadderError(f"{path}: [ladder].arm_rungs.{arm} must list rungs of [ladder].tokens")
-    rows = study.get("batch_size", 0) * study.get("grad_accum", 1) * study.get("gpus", 1)
-    if "global_batch" in study:
-        rows = study["global_batch"]
-    per_step = rows * study.get("seq_len", 0)
-    if per_step <= 0:
-        raise LadderError(f"{path}: [study] needs batch_size and seq_len")
-    rungs = []
-    for t in tokens:
-        if t % per_step:
-            raise LadderError(f"{path}: rung {t:,} is not a whole number of {per_step:,}-token steps")
-        steps = t // per_step
-        if steps < evaluations:
-            raise LadderError(f"{path}: rung {t:,} has {steps} steps, fewer than {evaluations} evaluations")
-        rungs.append((t, steps))
-    return raw, rungs, arm_rungs, evaluations, ladder
-
-
 def rung_dir(raw, tokens):
     out = raw["study"].get("out", os.path.join("logs", "studies", raw["study"]["name"]))
     return os.path.join(out, f"rung-{tokens}")
@@ -158,16 +102,16 @@ def write_rung_files(path, out=None):
         os.makedirs(d, exist_ok=True)
         f = os.path.join(d, "study.toml")
         with open(f, "w") as out:
-            out.write(f"# rung {tokens:,} tokens ({steps} steps) of {path}, written by scripts/ladder.py\n")
+            out.write(f"# rung {tokens:,} tokens ({steps} steps) of {path}, written by study/ladder.py\n")
             out.write(dumps(rung_study(raw, tokens, steps, arm_rungs, evaluations)))
         files.append((tokens, f))
     return files
 
 
 def run_forwarding_signals(cmd):
-    """Runs cmd; SIGINT / SIGTERM to the ladder go to study.py, which stops its run so that the
+    """Runs cmd; SIGINT / SIGTERM to the ladder go to the rung's runner, which stops its run so that the
     next call resumes it (exit status 130)."""
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=checkout_env())
 
     def forward(signum, frame):
         proc.send_signal(signum)
@@ -180,11 +124,11 @@ def run_forwarding_signals(cmd):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Trains a study at each rung of a token-budget ladder (scripts/study.py).")
+    ap = argparse.ArgumentParser(description="Trains a study at each rung of a token-budget ladder (study/runner.py).")
     ap.add_argument("command", choices=("run", "files"))
     ap.add_argument("ladder", help="the ladder file (a study file with [ladder])")
     ap.add_argument("--up-to", type=int, help="run only the rungs of at most this many tokens")
-    ap.add_argument("--dry-run", action="store_true", help="print each rung's commands (study.py run --dry-run)")
+    ap.add_argument("--dry-run", action="store_true", help="print each rung's commands (python -m study run --dry-run)")
     ap.add_argument("--binary", help="the trainer (default: study.binary)")
     args = ap.parse_args(argv)
     try:
@@ -201,7 +145,7 @@ def main(argv=None):
         if args.up_to is not None and tokens > args.up_to:
             print(f"ladder: rung {tokens:,} left for later (--up-to {args.up_to:,})", flush=True)
             continue
-        cmd = [sys.executable, os.path.join(ROOT, "scripts", "study.py"), "run", f]
+        cmd = [sys.executable, "-m", "study", "run", f]
         cmd += ["--binary", args.binary] if args.binary else []
         cmd += ["--dry-run"] if args.dry_run else []
         print(f"ladder: rung {tokens:,}: {' '.join(cmd)}", flush=True)

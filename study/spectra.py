@@ -4,8 +4,8 @@ spectra.py: singular values of every weight matrix of every layer of SAN-family 
 and their stable rank over training (SAN paper, finding 3: routing matrices W_q, W_k freeze
 early, content matrices keep gaining rank, and without FFNs the gain moves to W_o).
 
-    python scripts/spectra.py RUN/ckpt/milestone_*.bin --out spectra/
-    python scripts/spectra.py final.bin
+    python -m study spectra RUN/ckpt/milestone_*.bin --out spectra/
+    python -m study spectra final.bin
 
 For each checkpoint (read with attnref/container.py's read_container, in fp32): the singular values
 of attn.wq, attn.wk, attn.wv, attn.wo and, in FFN arms, ffn.w_gate, ffn.w_up, ffn.w_down of
@@ -23,7 +23,6 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from attnref.container import KIND_CHECKPOINT, ContainerError, read_container  # noqa: E402
 
 MATRIX_KINDS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w_gate", "ffn.w_up", "ffn.w_down",

@@ -6,23 +6,22 @@ region; on the sample of training documents when it logged one, --train-doc-eval
 made each (the command, commit and build of its log header), and writes a PNG of their loss
 curves (training loss, smoothed, and validation loss; one colour per run).
 
-    python scripts/compare.py RUN... [--out PATH] [--x tokens|steps]
+    python -m study compare RUN... [--out PATH] [--x tokens|steps]
 
 A RUN is a run directory (the trainer's runs/<preset>-<arm>-<time>/, a study's
 OUT/runs/<id>/: anything that holds log.jsonl), a JSONL log itself (doc/formats.md
 "Training log"), or a study's output directory (study.out: each of its runs). The rates and tokens per step come from each log's header record; a log
 written before the header held them shows the largest rate its training records logged
 (marked "max logged") and is plotted against steps. For the curves while a run trains, see
-scripts/to_tensorboard.py.
+study/to_tensorboard.py.
 """
 import argparse
 import glob
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import curves  # noqa: E402
-import run_files  # noqa: E402
+from study import curves  # noqa: E402
+from study import runs as run_files  # noqa: E402
 
 REGIONS = ("query", "trace", "answer")
 
@@ -178,7 +177,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Compares training runs: a table of final validation losses (overall, per region, on training "
                     "documents) with each run's steps, tokens and rates, and a PNG of their loss curves.",
-        epilog="RUN: a run directory holding log.jsonl, or a JSONL log. For TensorBoard, scripts/to_tensorboard.py.")
+        epilog="RUN: a run directory holding log.jsonl, or a JSONL log. For TensorBoard, study/to_tensorboard.py.")
     ap.add_argument("runs", nargs="+", metavar="RUN", help="run directory, JSONL log, or a study's output directory (its runs)")
     ap.add_argument("--out", help="the loss-curve PNG (default: compare.png beside the first run's log)")
     ap.add_argument("--x", choices=("tokens", "steps"), default="tokens",

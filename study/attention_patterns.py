@@ -9,7 +9,7 @@ logit_abs_*: doc/formats.md, definitions in doc/deconstructing.md "Attention-pat
   plot_logits(records, out, name)  one panel per layer: each run's |logit| distribution
   indicator_rows(records)          a table's rows: per layer and run, the raw head means
   groups_of_arms(arms)             a study's arms by attention kind, with the standard arms
-  report_section(groups, out, over)  the study report's section (scripts/study_report.py)
+  report_section(groups, out, over)  the study report's section (study/report.py)
 
 `records` maps a run's label to its validation record (a dict of the JSONL line). As the paper:
 Entropy, Conc and HeadDiv are min-max normalised (per layer; where they are all equal, 0.5),
@@ -19,7 +19,7 @@ normalised axis is exactly 0 or 1); with `reference` (more records: all the runs
 a fixed reference set) it is over the drawn runs and those together, so a plot of two runs keeps
 the scale of the larger set. Each figure's title says which.
 
-    python scripts/attention_patterns.py --out DIR LABEL=LOG.jsonl ... [--reference LABEL=LOG.jsonl ...]
+    python -m study patterns --out DIR LABEL=LOG.jsonl ... [--reference LABEL=LOG.jsonl ...]
 prints the table of each run's last validation record and writes DIR/attention_radar.png and
 DIR/logit_distribution.png (scripts/deconstructing_demo.sh calls it).
 """
@@ -32,7 +32,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-import run_files  # noqa: E402  (scripts/: the JSONL log's records)
+from study import runs as run_files  # noqa: E402  (scripts/: the JSONL log's records)
 
 AXES = ("Entropy", "Conc", "HeadDiv", "Sink", "LocFoc 0", "LocFoc 1", "LocFoc 2", "LocFoc 3")
 NORMALISED = ("Entropy", "Conc", "HeadDiv")
@@ -247,13 +247,13 @@ def last_validation(path):
     return records[-1]
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", metavar="LABEL=LOG", help="a run's label and its JSONL log")
     p.add_argument("--out", required=True, help="folder for the PNGs")
     p.add_argument("--reference", nargs="+", default=[], metavar="LABEL=LOG",
                    help="more runs the radar's min-max is taken over, not drawn (e.g. all the runs of a study)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     def read(items):
         records = {}

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from header_crc import check_header_crc, file_crc
-from shards import tokenizer_record
+from attnref.header_crc import check_header_crc, file_crc
+from attnref.shards import tokenizer_record
 
 EVAL_MAGIC = 20260313
 EVAL_VERSION = 2         # written: with a CRC

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """
-study.py: runs a controlled study of train_san arms from one TOML file, and reports on it.
+runner.py (`python -m study run|slurm|report`): runs a controlled study of train_san arms from one TOML file, and reports on it.
 
-    python scripts/study.py run STUDY.toml [--binary ./train_san] [--only i,j] [--dry-run]
-    python scripts/study.py slurm STUDY.toml [--partition P] [--time 24:00:00] ...
-    python scripts/study.py report STUDY.toml
+    python -m study run STUDY.toml [--binary ./train_san] [--only i,j] [--dry-run]
+    python -m study slurm STUDY.toml [--partition P] [--time 24:00:00] ...
+    python -m study report STUDY.toml
 
 A study is arms (a train_san preset plus flags) x learning rates x seeds, every run with the
 same token budget. `run` trains them one after another (through mpirun when a run asks for
 several GPUs), skips finished runs and resumes interrupted ones from their latest checkpoint;
-`slurm` writes an sbatch job-array script whose task i is `study.py run --only i`; `report`
+`slurm` writes an sbatch job-array script whose task i is `python -m study run --only i`; `report`
 reads the runs' JSONL logs (doc/formats.md "Training log") and writes report.md with PNG
-plots (scripts/study_report.py). The file format is in doc/study.md.
+plots (study/report.py). The file format (study/spec.py reads it) is in doc/study.md.
 
 Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
 log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
@@ -21,10 +21,8 @@ evaluation the study asks of a finished run (post_evals: `--steps 0 --init-from 
 eval_NAME.json (written when it succeeded: its flags, so that it is not run again).
 """
 import argparse
-import dataclasses
 import glob
 import json
-import math
 import os
 import re
 import shlex
@@ -32,41 +30,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass, field
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import match  # noqa: E402
-from run_files import post_eval_log, post_eval_record, read_evals, read_log, read_status, write_status  # noqa: E402,F401
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# flags the runner sets itself from study fields; a study that sets them in `flags` is refused
-RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "study.tokens or study.steps",
-                "--batch-size": "study.batch_size", "--seq-len": "study.seq_len", "--grad-accum": "study.grad_accum",
-                "--global-batch": "study.global_batch",
-                "--log": "(the runner's)", "--checkpoint-dir": "(the runner's)", "--resume": "(the runner's)",
-                "--save-every": "study.save_every", "--val-every": "study.val_every", "--lr": "arm.lr",
-                "--lr-other": "arm.lr_other",
-                "--milestones": "study.milestones"}
-
-STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
-              "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note",
-              "skip_eval", "context_eval", "data_build"}
-CONTEXT_EVAL_KEYS = {"sets", "contexts"}
-ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "lr_other", "optional", "note", "seeds"}
-FINDING_KINDS = {
-    # kind: (required arm roles, optional roles)
-    "gap_ordering": (("san", "iso_depth", "iso_flop", "iso_param"), ()),
-    "localisation": (("san", "ffn"), ()),
-    "qk_norm": (("with_qk_norm", "without_qk_norm"), ()),
-    "mlp_collapse": (("standard", "uniform", "hybrid"), ()),
-    "spectra": (("san",), ("ffn",)),
-}
-
-
-class StudyError(Exception):
-    pass
+from study import ROOT, checkout_env, match
+from study.runs import post_eval_log, post_eval_record, read_log, read_status, write_status
+from study.spec import StudyError, load_study
 
 
 class Interrupted(Exception):
@@ -76,295 +44,6 @@ class Interrupted(Exception):
 
 def _interrupt(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
-
-
-@dataclass
-class Arm:
-    name: str
-    preset: str
-    flags: list
-    lrs: list            # [None] when the trainer's default rate is used
-    seeds: list
-    optional: bool = False
-    note: str = ""
-    common: list = field(default_factory=list)  # the study's flags, which come before the arm's
-    lr_others: list = field(default_factory=lambda: [None])  # Muon's AdamW-side rates (--lr-other); [None]: default
-
-    def model(self):
-        """The match.Arm this arm trains (its preset plus the model flags it and the study set)."""
-        arm = match.PRESETS[self.preset]
-        changes = {}
-        flag_field = {flag: name for name, flag in match.FLAG_OF_FIELD.items()}
-        flags = self.common + self.flags
-        for i in range(0, len(flags) - 1):
-            f = flags[i]
-            if f in flag_field:
-                value = flags[i + 1]
-                changes[flag_field[f]] = value if flag_field[f] in ("ffn", "residual") else int(value)
-        return dataclasses.replace(arm, **changes)
-
-
-@dataclass
-class Run:
-    index: int
-    arm: Arm
-    lr: object           # float or None
-    seed: int
-    id: str
-    dir: str
-    lr_other: object = None  # float or None: the trainer's default
-
-    @property
-    def rate_point(self):
-        """(lr, lr_other) as the study asks for them; None: the trainer's default."""
-        return (self.lr, self.lr_other)
-
-
-@dataclass
-class Study:
-    path: str
-    name: str
-    out: str
-    binary: str
-    seeds: list
-    steps: int
-    batch_size: int
-    seq_len: int
-    grad_accum: int      # 0 when global_batch is given
-    global_batch: int    # rows per optimizer step over every GPU; 0: batch_size x grad_accum x gpus
-    val_every: int
-    save_every: int
-    milestones: bool
-    flags: list
-    baseline: str
-    gpus: int
-    keep_checkpoints: bool
-    arms: list
-    findings: list
-    note: str = ""
-    skip_eval: bool = False  # evaluate each hybrid arm's final checkpoint without its variant layers
-    runs: list = field(default_factory=list)
-    context_eval: dict = None  # [study.context_eval]: {"sets": [...], "contexts": [...]} (Table 4), or None
-    data_build: list = None    # the command that builds the runs' input files (study.data_build), or None
-
-    @property
-    def rows_per_step(self):
-        return self.global_batch or self.batch_size * self.grad_accum * self.gpus
-
-    @property
-    def tokens_per_step(self):
-        return self.rows_per_step * self.seq_len
-
-    def arm(self, name):
-        for a in self.arms:
-            if a.name == name:
-                return a
-        return None
-
-
-def _fail(path, msg):
-    raise StudyError(f"{path}: {msg}")
-
-
-def _check_keys(path, where, table, allowed, required=()):
-    if not isinstance(table, dict):
-        _fail(path, f"{where} must be a table")
-    for key in table:
-        if key not in allowed:
-            _fail(path, f"{where}: unknown field '{key}' (known: {', '.join(sorted(allowed))})")
-    for key in required:
-        if key not in table:
-            _fail(path, f"{where}: missing field '{key}'")
-
-
-def _rate_grid(path, where, value):
-    """An arm's rate field: [None] when absent (the trainer's default), else its rates, from one
-    number or a non-empty list of numbers."""
-    if value is None:
-        return [None]
-    values = value if isinstance(value, list) else [value]
-    if not values:
-        _fail(path, f"{where}: an empty grid")
-    return [_typed(path, where, x, float, "a number or a list of numbers") for x in values]
-
-
-def _check_rate_grid(path, where, rates):
-    if any(r is not None and r <= 0 for r in rates):
-        _fail(path, f"{where}: rates must be positive")
-    if len(set(rates)) != len(rates):
-        _fail(path, f"{where}: the grid repeats a rate")
-
-
-def _typed(path, where, value, typ, what):
-    ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
-    if typ is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok:
-        _fail(path, f"{where} must be {what}, not {value!r}")
-    return value
-
-
-def _flag_list(path, where, value):
-    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
-        _fail(path, f"{where} must be a list of strings, e.g. [\"--norm\", \"rms\"]")
-    flags = [str(v) for v in value]
-    for f in flags:
-        if f in RUNNER_FLAGS:
-            _fail(path, f"{where}: {f} is set by the runner; use {RUNNER_FLAGS[f]} instead")
-    return flags
-
-
-def load_study(path, binary=None):
-    """Parses and checks a study file; every problem raises StudyError naming the file."""
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as e:
-        raise StudyError(f"{path}: cannot read ({e.strerror})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise StudyError(f"{path}: not valid TOML ({e})") from None
-    _check_keys(path, "the file", raw, {"study", "arm", "finding"}, ("study", "arm"))
-    s = raw["study"]
-    _check_keys(path, "[study]", s, STUDY_KEYS, ("name", "seeds", "batch_size", "seq_len"))
-    name = _typed(path, "study.name", s["name"], str, "a string")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        _fail(path, f"study.name '{name}' may hold only letters, digits, '_', '.', '-'")
-    seeds = s["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
-        _fail(path, "study.seeds must be a non-empty list of integers")
-    batch_size = _typed(path, "study.batch_size", s["batch_size"], int, "an integer")
-    seq_len = _typed(path, "study.seq_len", s["seq_len"], int, "an integer")
-    if "grad_accum" in s and "global_batch" in s:
-        _fail(path, "[study] takes grad_accum or global_batch, not both")
-    grad_accum = _typed(path, "study.grad_accum", s.get("grad_accum", 1), int, "an integer")
-    global_batch = _typed(path, "study.global_batch", s.get("global_batch", 0), int, "an integer")
-    gpus = _typed(path, "study.gpus", s.get("gpus", 1), int, "an integer")
-    if min(batch_size, seq_len, grad_accum, gpus) <= 0 or global_batch < 0:
-        _fail(path, "study.batch_size, seq_len, grad_accum, global_batch and gpus must be positive")
-    if global_batch and global_batch % (batch_size * gpus):
-        _fail(path, f"study.global_batch {global_batch} is not a multiple of batch_size x gpus = {batch_size * gpus}")
-    if global_batch:
-        grad_accum = 0
-    rows = global_batch or batch_size * grad_accum * gpus
-    if ("tokens" in s) == ("steps" in s):
-        _fail(path, "[study] needs exactly one of 'tokens' (the budget per run) and 'steps'")
-    if "tokens" in s:
-        tokens = _typed(path, "study.tokens", s["tokens"], int, "an integer")
-        steps = math.ceil(tokens / (rows * seq_len))
-    else:
-        steps = _typed(path, "study.steps", s["steps"], int, "an integer")
-    if steps <= 0:
-        _fail(path, "the token budget gives no steps")
-    val_every = _typed(path, "study.val_every", s.get("val_every", max(1, steps // 10)), int, "an integer")
-    save_every = _typed(path, "study.save_every", s.get("save_every", max(1, steps // 4)), int, "an integer")
-    milestones = _typed(path, "study.milestones", s.get("milestones", False), bool, "true or false")
-    keep = _typed(path, "study.keep_checkpoints", s.get("keep_checkpoints", False), bool, "true or false")
-    flags = _flag_list(path, "study.flags", s.get("flags", []))
-    out = _typed(path, "study.out", s.get("out", os.path.join("logs", "studies", name)), str, "a string")
-    binary = binary or _typed(path, "study.binary", s.get("binary", "./train_san"), str, "a string")
-
-    arms = []
-    raw_arms = raw["arm"]
-    if not isinstance(raw_arms, list) or not raw_arms:
-        _fail(path, "needs at least one [[arm]]")
-    for i, a in enumerate(raw_arms):
-        where = f"[[arm]] #{i + 1}"
-        _check_keys(path, where, a, ARM_KEYS, ("name", "preset"))
-        arm_name = _typed(path, f"{where}.name", a["name"], str, "a string")
-        where = f"arm '{arm_name}'"
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", arm_name):
-            _fail(path, f"{where}: the name may hold only letters, digits, '_', '.', '-'")
-        if any(x.name == arm_name for x in arms):
-            _fail(path, f"{where}: the name is used twice")
-        preset = _typed(path, f"{where}.preset", a["preset"], str, "a string")
-        if preset not in match.PRESETS:
-            _fail(path, f"{where}: unknown preset '{preset}' (train_san has: {', '.join(match.PRESETS)})")
-        lrs = _rate_grid(path, f"{where}.lr", a.get("lr", None))
-        if "lr_scale" in a:
-            scale = a["lr_scale"]
-            if None in lrs:
-                _fail(path, f"{where}: lr_scale multiplies lr, which is missing")
-            if not isinstance(scale, list) or not scale:
-                _fail(path, f"{where}.lr_scale must be a non-empty list of numbers")
-            scale = [_typed(path, f"{where}.lr_scale", x, float, "a list of numbers") for x in scale]
-            lrs = [float(f"{lr * m:.6g}") for lr in lrs for m in scale]
-        _check_rate_grid(path, f"{where}.lr", lrs)
-        # Muon's second rate (embedding, gains, gates: --lr-other); a grid crosses the lr grid
-        lr_others = _rate_grid(path, f"{where}.lr_other", a.get("lr_other", None))
-        _check_rate_grid(path, f"{where}.lr_other", lr_others)
-        arm_seeds = a.get("seeds", seeds)
-        if not isinstance(arm_seeds, list) or not arm_seeds or not all(isinstance(x, int) for x in arm_seeds):
-            _fail(path, f"{where}.seeds must be a non-empty list of integers")
-        arm_flags = _flag_list(path, f"{where}.flags", a.get("flags", []))
-        arm = Arm(arm_name, preset, arm_flags, lrs, arm_seeds,
-                  _typed(path, f"{where}.optional", a.get("optional", False), bool, "true or false"),
-                  _typed(path, f"{where}.note", a.get("note", ""), str, "a string"), flags, lr_others)
-        try:
-            arm.model().check()
-        except (ValueError, TypeError) as e:
-            _fail(path, f"{where}: {e}")
-        arms.append(arm)
-
-    baseline = _typed(path, "study.baseline", s.get("baseline", arms[0].name), str, "a string")
-    if not any(a.name == baseline for a in arms):
-        _fail(path, f"study.baseline '{baseline}' is not an arm")
-    findings = []
-    for i, f in enumerate(raw.get("finding", [])):
-        where = f"[[finding]] #{i + 1}"
-        if not isinstance(f, dict) or "kind" not in f:
-            _fail(path, f"{where}: missing field 'kind'")
-        kind = f["kind"]
-        if kind not in FINDING_KINDS:
-            _fail(path, f"{where}: unknown kind '{kind}' (known: {', '.join(FINDING_KINDS)})")
-        required, optional = FINDING_KINDS[kind]
-        _check_keys(path, f"{where} ({kind})", f, {"kind", "title", *required, *optional}, required)
-        for role in (*required, *optional):
-            if role in f and not any(a.name == f[role] for a in arms):
-                _fail(path, f"{where} ({kind}): {role} = '{f[role]}' is not an arm")
-        findings.append(dict(f))
-
-    study = Study(path, name, out, binary, seeds, steps, batch_size, seq_len, grad_accum, global_batch, val_every, save_every,
-                  milestones, flags, baseline, gpus, keep, arms, findings,
-                  _typed(path, "study.note", s.get("note", ""), str, "a string"),
-                  _typed(path, "study.skip_eval", s.get("skip_eval", False), bool, "true or false"))
-    if "context_eval" in s:
-        study.context_eval = _context_eval(path, s["context_eval"], arms)
-    if "data_build" in s:
-        build = s["data_build"]
-        if not isinstance(build, list) or not build or not all(isinstance(x, str) and x for x in build):
-            _fail(path, 'study.data_build must be a command as a list of strings, e.g. ["dev/data/build_offline.py", '
-                        '"--out", "data/offline-v2048"]')
-        study.data_build = list(build)
-    for arm in arms:
-        for lr in arm.lrs:
-            for lr_other in arm.lr_others:
-                for seed in arm.seeds:
-                    run_id = (arm.name + (f"_lr{lr:g}" if lr is not None else "")
-                              + (f"_lo{lr_other:g}" if lr_other is not None else "") + f"_s{seed}")
-                    study.runs.append(Run(len(study.runs), arm, lr, seed, run_id, os.path.join(out, "runs", run_id),
-                                          lr_other))
-    return study
-
-
-def _context_eval(path, table, arms):
-    """[study.context_eval]: the rolling eval sets (e.g. WikiText) and the contexts to score them
-    at after each run (the Deconstructing paper's Table 4); every context fits every arm's model."""
-    where = "[study.context_eval]"
-    _check_keys(path, where, table, CONTEXT_EVAL_KEYS, ("sets", "contexts"))
-    sets, contexts = table["sets"], table["contexts"]
-    if not isinstance(sets, list) or not sets or not all(isinstance(x, str) and x for x in sets):
-        _fail(path, f"{where}.sets must be a non-empty list of eval .bin files")
-    if not isinstance(contexts, list) or not contexts or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in contexts):
-        _fail(path, f"{where}.contexts must be a non-empty list of positive integers (tokens)")
-    if len(set(contexts)) != len(contexts):
-        _fail(path, f"{where}.contexts repeats a context")
-    for arm in arms:
-        longest = arm.model().seq_len
-        if max(contexts) > longest:
-            _fail(path, f"{where}.contexts: {max(contexts)} is longer than arm '{arm.name}''s context {longest} "
-                        f"(--max-seq-len)")
-    return {"sets": list(sets), "contexts": list(contexts)}
 
 
 # ----------------------------------------------------------------------------------------
@@ -546,7 +225,7 @@ def check_needs(study, runs, build):
     if missing and build and study.data_build:
         print(f"study {study.name}: {', '.join(missing)} missing; building the data as the study file says "
               f"(study.data_build): {shown(study.data_build)}", flush=True)
-        if subprocess.run(python_command(study.data_build)).returncode != 0:
+        if subprocess.run(python_command(study.data_build), env=checkout_env()).returncode != 0:
             raise StudyError(f"{study.path}: study.data_build `{shown(study.data_build)}` failed (its output is above)")
         missing = missing_inputs(study, runs)
     by_command = {}  # (one line per command: a tier's train and val shards are built together)
@@ -827,7 +506,7 @@ def _script_value(study, what, value):
     bad = [c for c in str(value) if ord(c) < 32 or 127 <= ord(c) < 160]
     if bad:
         raise StudyError(f"{study.path}: {what} {str(value)!r} holds a control character ({bad[0]!r}); "
-                         f"study.py slurm writes it into a shell script, so it must have none")
+                         f"python -m study slurm writes it into a shell script, so it must have none")
     return shlex.quote(str(value))
 
 
@@ -845,8 +524,8 @@ def cmd_slurm(args):
     script_dir = os.path.join(study.out, "slurm")
     lines = ["#!/bin/bash",
              f"# {q('study.name', study.name)}: one array task per run ({len(indices)} runs); written by "
-             "scripts/study.py slurm.",
-             "# Each task runs `study.py run --only <its run>`, which skips a finished run and resumes an",
+             "python -m study slurm.",
+             "# Each task runs `python -m study run --only <its run>`, which skips a finished run and resumes an",
              "# interrupted one, so resubmitting the script after a time-out continues the study.",
              f"#SBATCH --job-name={q('study.name', study.name)}",
              f"#SBATCH --array={_ranges(indices)}" + (f"%{args.max_parallel}" if args.max_parallel else ""),
@@ -865,7 +544,9 @@ def cmd_slurm(args):
         _script_value(study, "--sbatch", x)
         lines.append(f"#SBATCH {x}")
     lines += ["set -euo pipefail", f"cd {q('the working directory', os.getcwd())}",
-              f"{q('--python', python)} {q('the path of study.py', os.path.relpath(os.path.abspath(__file__)))} run "
+              # this checkout's study package, whether or not it is installed on the nodes
+              f"export PYTHONPATH={q('the repository', ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}",
+              f"{q('--python', python)} -m study run "
               f"{q('the study file', study.path)} --binary {q('the trainer', study.binary)} "
               "--only \"$SLURM_ARRAY_TASK_ID\""]
     os.makedirs(script_dir, exist_ok=True)
@@ -874,7 +555,7 @@ def cmd_slurm(args):
         f.write("\n".join(lines) + "\n")
     os.replace(script + ".tmp", script)
     print(f"wrote {script}: submit it with `sbatch {shlex.quote(script)}`; then "
-          f"`python scripts/study.py report {shlex.quote(study.path)}`")
+          f"`python -m study report {shlex.quote(study.path)}`")
     return 0
 
 
@@ -890,7 +571,7 @@ def _ranges(indices):
 
 
 def cmd_report(args):
-    import study_report  # matplotlib is imported only for reports
+    from study import report as study_report  # matplotlib is imported only for reports
     study = load_study(args.study, args.binary)
     known = binary_flags(study.binary)
     why = {a.name: None for a in study.arms}
@@ -932,7 +613,7 @@ def main(argv=None):
     try:
         return {"run": cmd_run, "slurm": cmd_slurm, "report": cmd_report}[args.command](args)
     except StudyError as e:
-        sys.stderr.write(f"study.py: {e}\n")
+        sys.stderr.write(f"python -m study: {e}\n")
         return 2
 
 

@@ -24,8 +24,8 @@ FLOP convention (the trainer's MFU, PaLM's): training FLOPs per token =
 (forward + backward of every matmul, plus the T x T attention scores and values, no causal
 halving).
 
-    python scripts/match.py --preset san20
-    python scripts/match.py --n-layer 12 --n-embd 128 --n-head 4 --n-kv-head 2 --vocab-size 8192 --max-seq-len 256
+    python -m study match --preset san20
+    python -m study match --n-layer 12 --n-embd 128 --n-head 4 --n-kv-head 2 --vocab-size 8192 --max-seq-len 256
 """
 import argparse
 import dataclasses

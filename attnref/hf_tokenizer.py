@@ -1,5 +1,5 @@
 """
-Our SentencePiece tokenizer (dev/data/tokenizer.py, doc/formats.md "Tokenizer") as a Hugging
+Our SentencePiece tokenizer (attnref/tokenizer.py, doc/formats.md "Tokenizer") as a Hugging
 Face fast tokenizer, so that AutoTokenizer.from_pretrained(DIR) encodes and decodes token for
 token as SentencePiece does.
 
@@ -25,12 +25,8 @@ The decoder maps "▁" back to a space and fuses byte pieces into UTF-8.
 """
 from __future__ import annotations
 
-import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "dev", "data"))
-from tokenizer import SP_SPACE, T_CONTROL, T_NORMAL, T_UNKNOWN, T_USER, SPTokenizer  # noqa: E402
+from attnref.tokenizer import SP_SPACE, T_CONTROL, T_NORMAL, T_UNKNOWN, T_USER, SPTokenizer  # noqa: E402
 
 
 def sentencepiece_to_hf(model_file, model_max_length=None):

@@ -5,7 +5,7 @@ checkpoints") as a Hugging Face transformers directory: config.json + model.safe
 AutoModelForCausalLM.from_pretrained(OUTDIR) loads offline, so transformers, lm-eval and
 vLLM can run the model.
 
-  python scripts/export_hf.py CKPT OUTDIR [--tokenizer data/offline/tokenizer.model]
+  python -m attnref.export_hf CKPT OUTDIR [--tokenizer data/offline/tokenizer.model]
 
 SAN and FFN-arm checkpoints become Qwen3 decoders (Llama when qk_norm=0), up to folding:
   * the residual gate is a scalar on the sub-layer output, so it folds into the sub-layer's
@@ -34,7 +34,7 @@ GPT-2 checkpoints become GPT2LMHeadModel (its Conv1D weights are (in, out): tran
 
 config.json also keeps our config text under "attn_c"; where folding changed a tensor, the
 original values go to attn_c_unfolded.safetensors (transformers ignores both), so that
-scripts/import_hf.py gives back the checkpoint bit for bit. Weights are written in fp32.
+attnref/import_hf.py gives back the checkpoint bit for bit. Weights are written in fp32.
 """
 from __future__ import annotations
 
@@ -46,9 +46,6 @@ from dataclasses import fields
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attnref import container, gpt2, gpt2_files, san  # noqa: E402
 
 META_KEY = "attn_c"                                   # our config text inside config.json
@@ -225,7 +222,7 @@ def export(ckpt, outdir, tokenizer=None, log=print):
     hf_tok = None
     eos_id = None
     if tokenizer:
-        from hf_tokenizer import sentencepiece_to_hf
+        from attnref.hf_tokenizer import sentencepiece_to_hf
         hf_tok = sentencepiece_to_hf(tokenizer, cfg.seq_len)
         if len(hf_tok) != cfg.vocab_size:
             raise ExportError(f"--tokenizer {tokenizer}: {len(hf_tok)} pieces, but {ckpt} has vocab_size "

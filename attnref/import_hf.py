@@ -1,8 +1,8 @@
 """
 import_hf.py -- a Hugging Face transformers directory (config.json + safetensors) as a model
-checkpoint of ours (doc/formats.md), the reverse of scripts/export_hf.py.
+checkpoint of ours (doc/formats.md), the reverse of attnref/export_hf.py.
 
-  python scripts/import_hf.py DIR CKPT
+  python -m attnref.import_hf DIR CKPT
 
 Accepted: Qwen3 and Llama decoders of the SAN family's shapes (no biases, SiLU MLP or none
 (intermediate_size 0), RMSNorm eps 1e-6, head_dim = hidden_size / heads, plain RoPE, full
@@ -30,10 +30,9 @@ from dataclasses import replace
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import export_hf  # noqa: E402  (also puts the repository root on sys.path)
+from attnref import export_hf
 from attnref import container, gpt2, gpt2_files, san  # noqa: E402
-from export_hf import META_KEY  # noqa: E402
+from attnref.export_hf import META_KEY  # noqa: E402
 
 
 class ImportHFError(ValueError):

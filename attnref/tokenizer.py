@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from header_crc import check_header_crc, file_crc
+from attnref.header_crc import check_header_crc, file_crc
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<think>", "</think>"]  # ids 4, 5, 6, 7
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
