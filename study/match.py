@@ -69,7 +69,6 @@ class Arm:
 
 # train_san's presets: presets/NAME.conf, the files train_san compiles in, read by attnref/presets.py
 # (no torch); an Arm takes the fields that decide counts and FLOPs.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from attnref.presets import load_presets  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """The presets and recipes (presets/NAME.conf, presets/recipes/NAME.conf), which the trainer compiles
-in and the reference (attnref/san.py, train_san.py) and scripts/match.py read, against their
+in and the reference (attnref/san.py, train_san.py) and study/match.py read, against their
 sources and against what the binary resolves.
 
 - Parse check: every file reads (attnref/presets.py); a preset sets every model flag with a value
