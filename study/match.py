@@ -29,7 +29,6 @@ halving).
 """
 import argparse
 import dataclasses
-import os
 import sys
 from dataclasses import dataclass
 

@@ -40,8 +40,9 @@ from attnref.tokenizer import export_tokenizer_bin, tokenizer_fingerprint, train
 
 # Bump when the files a build writes change, so that older builds are rebuilt (scripts/demo.sh
 # asks --is-current). 2: paper region convention by default, .exercises sidecars. 3: tokenizer
-# and eval sets of version 2 (with a CRC), shards and sidecars with their CRC flag.
-BUILD_FORMAT = 3
+# and eval sets of version 2 (with a CRC), shards and sidecars with their CRC flag. 4: shards and
+# eval sets record their tokenizer's fingerprint.
+BUILD_FORMAT = 4
 MARKER = ".complete"
 
 
