@@ -156,8 +156,8 @@ def test_radar_normalisation_over_a_study_or_a_reference_set(tmp_path, monkeypat
     for label, r in RUNS.items():
         logs[label] = tmp_path / f"{label}.jsonl"
         logs[label].write_text(json.dumps(r) + "\n")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "attention_patterns.py"), "--out",
+    out = subprocess.run([sys.executable, "-m", "study", "patterns", "--out",
                           str(tmp_path / "plots")] + [f"{k}={logs[k]}" for k in pair]
                          + ["--reference", f"mlp-hybrid={logs['mlp-hybrid']}"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert "over the 2 runs drawn and 1 more" in out and (tmp_path / "plots" / "attention_radar.png").exists()
