@@ -9,7 +9,9 @@ its partners of the other kind:
              (ties: the shallower);
   iso-FLOP   the deepest arm whose training FLOPs per token do not exceed the arm's
              (the SAN paper's choice: the FFN partner gets at most the SAN's compute);
-with their parameter counts, FLOPs per token and the train_san flags that build them.
+with their parameter counts, FLOPs per token, their mismatch against the arm and the train_san
+flags that build them. --exact-depths N lists the depths whose iso-param partner is exact (within
+1%), so that a study can choose a SAN depth whose iso-param gap needs no caveat.
 
 Counts and FLOPs are closed forms written here from doc/san-model.md's parameter list, not
 taken from the trainers (dev/test/test_study.py checks they equal train_san.cu's and
@@ -25,6 +27,7 @@ FLOP convention (the trainer's MFU, PaLM's): training FLOPs per token =
 halving).
 
     python -m study match --preset san20
+    python -m study match --preset demo --n-embd 64 --vocab-size 2048 --exact-depths 16
     python -m study match --n-layer 12 --n-embd 128 --n-head 4 --n-kv-head 2 --vocab-size 8192 --max-seq-len 256
 """
 import argparse
@@ -170,6 +173,41 @@ def describe(arm):
     return f"{kind} L={arm.n_layer} d={arm.n_embd} heads {arm.n_head}/{arm.n_kv_head} V={arm.vocab_size} T={arm.seq_len}"
 
 
+def mismatch(partner, arm):
+    """(non-embedding parameters, relative; FLOPs per token, relative) of partner against arm."""
+    params, target = parameter_counts(partner)[1], parameter_counts(arm)[1]
+    return params - target, params / target - 1, flops_per_token(partner) / flops_per_token(arm) - 1
+
+
+def mismatch_line(partner, arm):
+    dparams, rel_params, rel_flops = mismatch(partner, arm)
+    return (f"  against the arm: non-embedding parameters {dparams:+,} ({100 * rel_params:+.1f}%), "
+            f"FLOPs per token {100 * rel_flops:+.1f}%")
+
+
+EXACT = 0.01  # an iso-param partner within 1% of the arm's non-embedding parameters is called exact
+
+
+def exact_depths(arm, up_to):
+    """[(depth, iso-param partner, relative mismatch, exact?)] for the arm at depths 1..up_to: the
+    depths at which the iso-param comparison needs no caveat (e.g. SAN 10 vs FFN 2 at d_ff 4d)."""
+    rows = []
+    for n in range(1, up_to + 1):
+        at = dataclasses.replace(arm, n_layer=n)
+        partner = partners(at)["iso-param"]
+        rel = mismatch(partner, at)[1]
+        rows.append((n, partner, rel, abs(rel) <= EXACT))
+    return rows
+
+
+def exact_depths_report(arm, up_to):
+    lines = [f"iso-param partners of {describe(arm).replace(f'L={arm.n_layer} ', '')} at depths 1..{up_to}"
+             f" (exact: within {100 * EXACT:.0f}% of the arm's non-embedding parameters)"]
+    for n, partner, rel, exact in exact_depths(arm, up_to):
+        lines.append(f"  L={n:<3d} -> {partner.n_layer:3d} layers  {100 * rel:+6.1f}%" + ("  exact" if exact else ""))
+    return "\n".join(lines)
+
+
 def report(arm, base_preset=None):
     """The text match.py prints."""
     total, nonemb = parameter_counts(arm)
@@ -186,6 +224,7 @@ def report(arm, base_preset=None):
         label = preset_name(p)
         lines += [f"{name}: {describe(p)}" + (f"  [preset {label}]" if label else ""),
                   f"  {total:,} parameters, {nonemb:,} non-embedding; {flops_per_token(p) / 1e9:.4f} GFLOPs/token",
+                  mismatch_line(p, arm),
                   f"  flags: {' '.join(train_san_flags(p, base_preset))}"]
     return "\n".join(lines)
 
@@ -204,11 +243,18 @@ def main(argv=None):
         if field not in ("ffn", "residual"):
             ap.add_argument(flag, dest=field, type=int, metavar="N", help=f"as train_san's {flag}")
     ap.add_argument("--residual", choices=["gated", "standard", "rezero", "none"])
+    ap.add_argument("--exact-depths", type=int, metavar="N",
+                    help="list the iso-param partner and its mismatch at every depth 1..N, marking the exact ones")
     args = ap.parse_args(argv)
     try:
         arm = arm_from_args(args)
     except ValueError as e:
         sys.exit(f"match.py: {e}")
+    if args.exact_depths is not None:
+        if args.exact_depths < 1:
+            sys.exit("match.py: --exact-depths needs a depth of at least 1")
+        print(exact_depths_report(arm, args.exact_depths))
+        return
     print(report(arm, args.preset))
 
 

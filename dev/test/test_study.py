@@ -89,6 +89,32 @@ def test_partner_rules_by_brute_force():
         assert p["iso-depth"].n_layer == layers and p["iso-depth"].ffn == "swiglu"
 
 
+def test_partner_mismatch_and_exact_depths():
+    """An FFN layer at d_ff 4d holds 12 d^2 weights beside attention's W_q, W_k, W_v, W_o: 3 d^2
+    with half as many kv heads (ratio 5), 4 d^2 with as many (ratio 4). So the iso-param partner
+    is exact (up to norm gains and gates) at SAN depths that are multiples of 5 and 4 respectively."""
+    for kv, ratio in ((2, 5), (4, 4)):
+        arm = match.Arm(n_layer=1, n_embd=64, n_head=4, n_kv_head=kv, vocab_size=2048, seq_len=128)
+        rows = match.exact_depths(arm, 16)
+        assert [n for n, _, _, exact in rows if exact] == [n for n in range(1, 17) if n % ratio == 0]
+        for n, partner, rel, _ in rows:
+            at = dataclasses.replace(arm, n_layer=n)
+            target = match.parameter_counts(at)[1]
+            assert rel == pytest.approx(match.parameter_counts(partner)[1] / target - 1)
+            if n % ratio == 0:
+                assert partner.n_layer == n // ratio
+    # the report prints each partner's mismatch: SAN 12 against its 2-layer iso-param partner is 17% short
+    out = subprocess.run([PYTHON, "-m", "study", "match", "--preset", "demo", "--n-layer", "12", "--n-embd", "64",
+                          "--vocab-size", "2048"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    san12 = match.Arm(n_layer=12, n_embd=64, n_head=4, n_kv_head=2, vocab_size=2048, seq_len=128)
+    dparams, rel, _ = match.mismatch(match.partners(san12)["iso-param"], san12)
+    assert round(100 * rel) == -17 and f"non-embedding parameters {dparams:+,} ({100 * rel:+.1f}%)" in out
+    assert out.count("against the arm:") == 3
+    listing = subprocess.run([PYTHON, "-m", "study", "match", "--preset", "demo", "--n-embd", "64", "--vocab-size",
+                              "2048", "--exact-depths", "15"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert [line.split()[0] for line in listing.splitlines() if line.endswith("exact")] == ["L=5", "L=10", "L=15"]
+
+
 CONFIGS = [dict(ffn=ffn, n_layer=layers, n_embd=d, n_head=h, n_kv_head=kv, vocab_size=v, seq_len=t, d_ff=dff,
                 qk_norm=qk, residual=res, sandwich=sw)
            for (ffn, dff), (layers, d, h, kv), (v, t), qk, res, sw in itertools.product(
