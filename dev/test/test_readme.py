@@ -1,5 +1,5 @@
 """The README's commands run as pasted, and so do those of the docs its tour moved to
-(TESTED_DOCS: doc/trainer.md, doc/testing.md). Every ```bash block of these files is preceded
+(TESTED_DOCS: doc/trainer.md, doc/testing.md, doc/export.md). Every ```bash block of these files is preceded
 by a marker comment saying how it is checked:
 
     <!-- readme-test: cpu -->                         run here, as written
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SAN = os.environ.get("TRAIN_SAN_BIN")
 GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))
 MARKER = re.compile(r"<!-- readme-test: (cpu|gpu|skip)(?: \((.*?)\))? -->")
-TESTED_DOCS = ("README.md", "doc/trainer.md", "doc/testing.md")
+TESTED_DOCS = ("README.md", "doc/trainer.md", "doc/testing.md", "doc/export.md")
 
 
 def readme_blocks():
