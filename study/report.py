@@ -537,7 +537,7 @@ def plot_exercises(summaries, baseline, exercises, out):
 
 
 LAYER_MEASURE_LABEL = {"erank": "effective rank (dimensions)",
-                       "max_logit": "largest |pre-softmax logit| (logit units)"}
+                       "max_logit": "largest |pre-softmax logit| (q·k / √d_head)"}
 
 
 def plot_layers(summaries, key, title, out, name, log=False):
@@ -587,7 +587,9 @@ def plot_gates(summaries, out):
         ax.set(title=f"{s.arm.name}: gates", xlabel=curves.token_axis_label(unit_name))
     axes[0].set_ylabel("gate value (sigmoid(g), or g for rezero)")
     layer_colorbar(fig, axes[:len(reps)], mappable, n_layers)
-    figure_legend(fig, axes[:len(reps)])
+    legend = figure_legend(fig, axes[:len(reps)])
+    for handle in legend.legend_handles:  # the legend is of line styles; the colour bar says the layer
+        handle.set_color("0.3")
     return save(fig, out, "gates.png", tight=False)
 
 
