@@ -50,7 +50,11 @@ class RunLog:
     def __init__(self, path):
         self.path = path
         self.header = run_files.run_header(self.path)
-        self.train, self.val = run_files.read_log(self.path)
+        # A run resumed into a directory of its own logs from its resume step on: its curves take
+        # the steps before from the log it resumed from, so that they, and the smoothing that
+        # runs over them, equal those of the run had it gone straight through.
+        self.resumed_from = run_files.resumed_from_log(self.path)
+        self.train, self.val = run_files.read_log(self.path, history=True)
         if not self.train and not self.val:
             raise CompareError(f"{self.path}: no training or validation records (doc/formats.md \"Training log\")")
         self.rates = run_files.rates_used(self.path, self.header or {}, self.train)
@@ -137,10 +141,19 @@ def provenance(run):
     return line + (f"\n  $ {h['command']}" if h.get("command") else "")
 
 
+def history_note(run):
+    """Where the steps of a run resumed into a directory of its own come from, or None."""
+    if run.resumed_from is None:
+        return None
+    log, step = run.resumed_from
+    if log is None:
+        return (f"{run.name}: resumed at step {step} from a run whose log was not found; its curves start at step "
+                f"{step + 1}, their smoothing there")
+    return f"{run.name}: steps up to {step} from {log} (the run it resumed from)"
+
+
 def plot(runs, out, x_axis):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from study.plots import plt
 
     if x_axis == "tokens":
         unit, unit_name = curves.token_unit(max(r.steps * r.tokens_per_step for r in runs))
@@ -149,7 +162,7 @@ def plot(runs, out, x_axis):
         def xs(run, records):
             return [rec["step"] * run.tokens_per_step / unit for rec in records]
     else:
-        xlabel = "step"
+        xlabel = "training step"
 
         def xs(run, records):
             return [rec["step"] for rec in records]
@@ -159,14 +172,12 @@ def plot(runs, out, x_axis):
         color = f"C{i % 10}"
         label = f"{run.name} ({run_files.fmt_rates(run.rates)})"
         if run.train:
-            losses = [r["loss"] for r in run.train]
-            train_ax.plot(xs(run, run.train), losses, color=color, alpha=0.2, lw=0.8)
-            train_ax.plot(xs(run, run.train), curves.ema(losses), color=color, lw=1.4, label=label)
+            curves.plot_raw_and_smoothed(train_ax, xs(run, run.train), [r["loss"] for r in run.train], color, label)
         if run.val:
             val_ax.plot(xs(run, run.val), [r["val_loss"] for r in run.val], "o-", color=color, ms=3, lw=1.2,
                         label=None if run.train else label)
-    train_ax.set(title="training loss (faint: each step; line: EMA 0.9)", xlabel=xlabel, ylabel="cross-entropy (nats)")
-    val_ax.set(title="validation loss", xlabel=xlabel, ylabel="cross-entropy (nats)")
+    train_ax.set(title=f"training loss ({curves.SMOOTHING_NOTE})", xlabel=xlabel, ylabel=curves.LOSS_AXIS_LABEL)
+    val_ax.set(title="validation loss", xlabel=xlabel, ylabel=curves.LOSS_AXIS_LABEL)
     fig.suptitle("Loss curves: " + ", ".join(r.name for r in runs), fontsize=11, wrap=True)
     fig.legend(loc="outside lower center", ncols=min(3, len(runs)), fontsize=8, frameon=False)
     fig.savefig(out, dpi=110)
@@ -193,6 +204,9 @@ def main(argv=None):
     print()
     for run in runs:
         print(provenance(run))
+    notes = [n for n in map(history_note, runs) if n]
+    if notes:
+        print("\n" + "\n".join(notes))
     x_axis = args.x
     if x_axis == "tokens" and not all(r.tokens_per_step for r in runs):
         unknown = ", ".join(r.name for r in runs if not r.tokens_per_step)

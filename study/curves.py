@@ -27,3 +27,16 @@ def ema(values, decay=0.9):
         average = v if average is None else decay * average + (1 - decay) * v
         smooth.append(average)
     return smooth
+
+
+RAW_ALPHA = 0.2
+LOSS_AXIS_LABEL = "cross-entropy (nats)"
+SMOOTHING_NOTE = "faint: each step; line: EMA 0.9"
+
+
+def plot_raw_and_smoothed(ax, xs, losses, color, label=None):
+    """A training-loss curve as each loss plot draws it: every step's loss faint, its EMA over
+    the whole run (ema: a run's records from its first step, so the smoothing restarts nowhere)
+    as the line that carries the label."""
+    ax.plot(xs, losses, color=color, alpha=RAW_ALPHA, lw=0.8)
+    ax.plot(xs, ema(losses), color=color, lw=1.4, label=label)

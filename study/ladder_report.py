@@ -62,7 +62,7 @@ from study import ladder as ladder_files
 from study import runs as run_files
 from study import runner as study_runner
 from study.findings import Diff, paired
-from study.plots import plt, save
+from study.plots import figure_legend, plt, save
 from study.runs import RunData
 from study.tables import fmt, mean_sd, pm, table
 
@@ -228,7 +228,7 @@ def plot_gaps(points, floors, out):
 
 
 def plot_regions(points, floors, out):
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True, layout="constrained")
     for ax, docs in zip(axes, ("held_out", "train_docs")):
         pts = [(t, r[docs]) for t, r in points if r.get(docs)]
         for i, region in enumerate(REGIONS):
@@ -243,15 +243,16 @@ def plot_regions(points, floors, out):
         ax.set(xscale="log", xlabel="training tokens per run",
                title="held-out documents" if docs == "held_out" else "training documents")
     axes[0].set_ylabel("SAN − iso-param, per region (nats)")
-    axes[0].legend(fontsize=8)
-    return save(fig, out, "regions_vs_tokens.png")
+    figure_legend(fig, axes)
+    return save(fig, out, "regions_vs_tokens.png", tight=False)
 
 
 def plot_measurements(rungs, arms, out):
-    keys = [("gate_attn_mean", "attention gate (mean over layers)"), ("gate_ffn_mean", "FFN gate (mean over layers)"),
-            ("erank_mean", "hidden-state effective rank (mean)")]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, (key, title) in zip(axes, keys):
+    keys = [("gate_attn_mean", "attention gate (mean over layers)", "gate value"),
+            ("gate_ffn_mean", "FFN gate (mean over layers)", "gate value"),
+            ("erank_mean", "hidden-state effective rank (mean)", "effective rank (dimensions)")]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4), layout="constrained")
+    for ax, (key, title, ylabel) in zip(axes, keys):
         for i, arm in enumerate(arms):
             xs, ys, es = [], [], []
             for rung in rungs:
@@ -262,13 +263,13 @@ def plot_measurements(rungs, arms, out):
                     es.append(sd or 0.0)
             if xs:
                 ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=f"C{i}", label=arm)
-        ax.set(xscale="log", xlabel="training tokens per run", title=title)
-    axes[0].legend(fontsize=8)
-    return save(fig, out, "measurements_vs_tokens.png")
+        ax.set(xscale="log", xlabel="training tokens per run", ylabel=ylabel, title=title)
+    figure_legend(fig, axes)  # (an arm without FFN gates is absent from that panel, not from the legend)
+    return save(fig, out, "measurements_vs_tokens.png", tight=False)
 
 
 def plot_deconstructing(points, out):
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True, layout="constrained")
     kinds = list(points[0][1]["deltas"]) if points else []
     for ax, which, title in ((axes[0], 0, "uniform − standard"), (axes[1], 1, "hybrid − standard")):
         for i, kind in enumerate(kinds):
@@ -278,8 +279,8 @@ def plot_deconstructing(points, out):
         ax.axhline(0, color="black", lw=0.5)
         ax.set(xscale="log", xlabel="training tokens per run", title=title)
     axes[0].set_ylabel("final val loss Δ (nats)")
-    axes[0].legend(fontsize=8)
-    return save(fig, out, "deconstructing_vs_tokens.png")
+    figure_legend(fig, axes)
+    return save(fig, out, "deconstructing_vs_tokens.png", tight=False)
 
 
 def plot_sweep(study, data, out, axis):
@@ -298,7 +299,7 @@ def plot_sweep(study, data, out, axis):
             pts.sort()
             label = arm.name + (f" (other {other:g})" if len(lines) > 1 else "")
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=label)
-    ax.set(xscale="log", xlabel=SWEEP_AXIS_LABEL[axis], ylabel="final val loss",
+    ax.set(xscale="log", xlabel=SWEEP_AXIS_LABEL[axis], ylabel="final val loss (nats)",
            title=f"{study.name}: {study.steps} steps x {study.tokens_per_step:,} tokens")
     if many:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

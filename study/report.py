@@ -22,7 +22,7 @@ import os
 from study import attention_patterns, curves, findings, match, spectra
 from study import runs as run_files
 from study.findings import Diff, unpaired
-from study.plots import grid_of_axes, plt, save
+from study.plots import figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers, plt, save
 from study.runs import RunData  # noqa: F401  (the run as the report reads it)
 from study.tables import fmt, mean_sd, table
 
@@ -396,13 +396,13 @@ def plot_loss_curves(summaries, out):
         color = f"C{i % 10}"
         for k, d in enumerate(s.runs):
             tok = [r["step"] * d.tokens_per_step / unit for r in d.train]
-            a.plot(tok, curves.ema([r["loss"] for r in d.train]), color=color, alpha=0.8, lw=1,
-                   label=s.arm.name if k == 0 else None)
+            curves.plot_raw_and_smoothed(a, tok, [r["loss"] for r in d.train], color,
+                                         label=s.arm.name if k == 0 else None)
             b.plot([r["step"] * d.tokens_per_step / unit for r in d.val], [r["val_loss"] for r in d.val], "o-",
                    color=color, ms=3, lw=1, label=s.arm.name if k == 0 else None)
-    a.set(title="training loss (EMA 0.9), each seed at the arm's rate", xlabel=curves.token_axis_label(unit_name),
-          ylabel="loss")
-    b.set(title="validation loss", xlabel=curves.token_axis_label(unit_name), ylabel="cross-entropy")
+    a.set(title=f"training loss ({curves.SMOOTHING_NOTE}), each seed at the arm's rate",
+          xlabel=curves.token_axis_label(unit_name), ylabel=curves.LOSS_AXIS_LABEL)
+    b.set(title="validation loss", xlabel=curves.token_axis_label(unit_name), ylabel=curves.LOSS_AXIS_LABEL)
     a.legend(fontsize=8)
     b.legend(fontsize=8)
     return save(fig, out, "loss_curves.png")
@@ -493,7 +493,7 @@ def plot_lr(summaries, out):
                 ax.plot([x] * len(s.by_rate[p]), [d.final_loss for d in s.by_rate[p]], ".", color=f"C{i % 10}", ms=3)
     ax.set_xscale("log")
     ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel=AXIS_LABEL[axis],
-           ylabel="final validation loss")
+           ylabel="final validation loss (nats)")
     if ax.lines:
         ax.legend(fontsize=8)
     return save(fig, out, "lr_curves.png")
@@ -509,7 +509,8 @@ def plot_regions(summaries, baseline, out):
         ax.bar([i + k * width for i in range(len(REGIONS))], [y or 0 for y in ys], width, label=s.arm.name)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(REGIONS))], REGIONS)
-    ax.set(title=f"validation loss per region: arm − {baseline.arm.name}", ylabel="nats")
+    ax.set(title=f"validation loss per region: arm − {baseline.arm.name}", xlabel="target region",
+           ylabel=f"Δ validation loss vs {baseline.arm.name} (nats)")
     if others:
         ax.legend(fontsize=8)
     return save(fig, out, "regions.png")
@@ -531,8 +532,12 @@ def plot_exercises(summaries, baseline, exercises, out):
             if v == v:
                 ax.text(j, i, f"{v:+.3f}", ha="center", va="center", fontsize=7)
     fig.colorbar(im, ax=ax, label=f"arm − {baseline.arm.name} (nats)")
-    ax.set_title("validation loss per exercise")
+    ax.set(title="validation loss per exercise", xlabel="arm", ylabel="exercise")
     return save(fig, out, "exercises.png")
+
+
+LAYER_MEASURE_LABEL = {"erank": "effective rank (dimensions)",
+                       "max_logit": "largest |pre-softmax logit| (q·k / √d_head)"}
 
 
 def plot_layers(summaries, key, title, out, name, log=False):
@@ -543,16 +548,20 @@ def plot_layers(summaries, key, title, out, name, log=False):
         if rep is None or not rep.final.get(key):
             continue
         values = rep.final[key]
-        ax.plot(range(len(values)), values, "o-", ms=3, color=f"C{i % 10}", label=s.arm.name)
+        ax.plot(layer_numbers(values), values, "o-", ms=3, color=f"C{i % 10}", label=s.arm.name)
         drawn = True
     if not drawn:
         plt.close(fig)
         return None
     if log:
         ax.set_yscale("log")
-    ax.set(title=title + " (end of training, each arm's representative run)", xlabel="layer")
+    ax.set(title=title + " (end of training, each arm's representative run)", ylabel=LAYER_MEASURE_LABEL.get(key, key))
+    layer_axis(ax)
     ax.legend(fontsize=8)
     return save(fig, out, name)
+
+
+GATE_STYLES = (("gate_attn", "-", "attention gate"), ("gate_ffn", "--", "FFN gate"))
 
 
 def plot_gates(summaries, out):
@@ -561,20 +570,27 @@ def plot_gates(summaries, out):
     if not reps:
         return None
     fig, axes = grid_of_axes(len(reps))
+    fig.set_layout_engine("constrained")  # (room for the colour bar and the legend of line styles)
+    n_layers = max(len(s.representative.val[-1]["gate_attn"]) for s in reps)
+    layer_color, mappable = layer_colormap(n_layers)
     for ax, s in zip(axes, reps):
         val = [r for r in s.representative.val if r.get("gate_attn")]
         unit, unit_name = curves.token_unit(val[-1]["step"] * s.representative.tokens_per_step)
         tok = [r["step"] * s.representative.tokens_per_step / unit for r in val]
-        n = len(val[-1]["gate_attn"])
-        cmap = plt.get_cmap("viridis")
-        for layer in range(n):
-            color = cmap(layer / max(1, n - 1))
-            ax.plot(tok, [r["gate_attn"][layer] for r in val], color=color, lw=1)
-            if val[-1].get("gate_ffn"):
-                ax.plot(tok, [r["gate_ffn"][layer] for r in val], color=color, lw=1, ls="--")
-        ax.set(title=f"{s.arm.name}: gates (— attn, -- ffn)", xlabel=curves.token_axis_label(unit_name))
-    axes[0].set_ylabel("gate (dark: first layer, light: last)")
-    return save(fig, out, "gates.png")
+        for key, style, kind in GATE_STYLES:
+            if not val[-1].get(key):
+                continue
+            for layer in range(len(val[-1][key])):
+                # the line-style legend needs one labelled line per kind of gate
+                ax.plot(tok, [r[key][layer] for r in val], color=layer_color(layer), lw=1, ls=style,
+                        label=kind if layer == 0 else None)
+        ax.set(title=f"{s.arm.name}: gates", xlabel=curves.token_axis_label(unit_name))
+    axes[0].set_ylabel("gate value (sigmoid(g), or g for rezero)")
+    layer_colorbar(fig, axes[:len(reps)], mappable, n_layers)
+    legend = figure_legend(fig, axes[:len(reps)])
+    for handle in legend.legend_handles:  # the legend is of line styles; the colour bar says the layer
+        handle.set_color("0.3")
+    return save(fig, out, "gates.png", tight=False)
 
 
 def spectra_of(summaries):
@@ -608,30 +624,43 @@ def mean_stable_rank(sp, kind):
     return spectra.layer_mean(sp["stable_rank"][kind])
 
 
+STABLE_RANK_LABEL = "stable rank ‖W‖²_F / σ²_max"
+
+
+def kind_color(kind):
+    """A matrix kind's colour, the same in every panel (an arm without FFN matrices shifts no colour)."""
+    return f"C{spectra.MATRIX_KINDS.index(kind) % 10}"
+
+
 def plot_spectra_training(milestones, out):
     fig, axes = grid_of_axes(len(milestones))
+    fig.set_layout_engine("constrained")
     for ax, (arm, series) in zip(axes, milestones.items()):
         steps = [r["step"] for r in series]
-        for i, kind in enumerate(k for k in spectra.MATRIX_KINDS if k in series[-1]["stable_rank"]):
-            ax.plot(steps, [mean_stable_rank(r, kind) for r in series], "o-", ms=3, color=f"C{i}", label=kind)
-        ax.set(title=f"{arm}: stable rank (mean over layers)", xlabel="step")
-    axes[len(milestones) - 1].legend(fontsize=7)
-    return save(fig, out, "stable_rank_training.png")
+        for kind in (k for k in spectra.MATRIX_KINDS if k in series[-1]["stable_rank"]):
+            ax.plot(steps, [mean_stable_rank(r, kind) for r in series], "o-", ms=3, color=kind_color(kind), label=kind)
+        ax.set(title=f"{arm}: stable rank (mean over layers)", xlabel="training step")
+    axes[0].set_ylabel(STABLE_RANK_LABEL)
+    figure_legend(fig, axes[:len(milestones)])
+    return save(fig, out, "stable_rank_training.png", tight=False)
 
 
 def plot_spectra(spec, out):
     kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
     if not kinds:
         return None
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.8), squeeze=False, layout="constrained")
     for ax, kind in zip(axes[0], kinds):
         for i, (arm, sp) in enumerate(spec.items()):
             if kind in sp["stable_rank"]:
-                ax.plot(spectra.plottable(sp["stable_rank"][kind]), "o-", ms=3, color=f"C{i % 10}", label=arm)
-        ax.set(title=kind, xlabel="layer")
-    axes[0][0].set_ylabel("stable rank ‖W‖²_F / σ²_max")
-    axes[0][-1].legend(fontsize=7)
-    return save(fig, out, "spectra.png")
+                per_layer = spectra.plottable(sp["stable_rank"][kind])
+                ax.plot(layer_numbers(per_layer), per_layer, "o-", ms=3, color=f"C{i % 10}", label=arm)
+        ax.set_title(kind)
+        layer_axis(ax)
+    axes[0][0].set_ylabel(STABLE_RANK_LABEL)
+    # every arm, the SAN too: it has no FFN matrices, so a legend on the last (FFN) panel left it out
+    figure_legend(fig, axes[0])
+    return save(fig, out, "spectra.png", tight=False)
 
 
 # ----------------------------------------------------------------------------------------

@@ -72,12 +72,87 @@ def resolve_resumes(lines):
     return records
 
 
-def read_log(path):
+def first_resume(path):
+    """(resume record, the header record before it) when the log's first step record is a resume
+    record: a run resumed into a directory of its own (`--resume A/step_K.bin --run-dir B`),
+    whose log starts at step K + 1; else None. (A run resumed in its own directory continues its
+    log, and an extension's log starts as a copy of the saved run's: both hold the steps up to K.)"""
+    header = None
+    try:
+        with open(path) as f:
+            for line in f:
+                header = header_of(line) or header
+                rec = step_record(line)
+                if rec is not None:
+                    return (rec, header) if "resume" in rec else None
+    except OSError:
+        pass
+    return None
+
+
+def log_of_checkpoint_dir(directory):
+    """The log of the run that saved checkpoints into `directory`: a run directory's log.jsonl,
+    or a study run's (OUT/runs/<id>/ckpt/ beside OUT/runs/<id>/log.jsonl); None when neither is there."""
+    for log in (os.path.join(directory, "log.jsonl"), os.path.join(os.path.dirname(directory), "log.jsonl")
+                if os.path.basename(os.path.normpath(directory)) == "ckpt" else None):
+        if log and os.path.isfile(log):
+            return log
+    return None
+
+
+def resumed_from_log(path):
+    """(log, K) of the run that a log resumed from when the log starts at its resume record
+    (first_resume): the log beside the checkpoint it names, which holds the steps up to K. The
+    checkpoint's path is as the trainer was given it, relative to where it ran: that is found
+    from the header's run_dir (the log lies at WHERE/run_dir/log.jsonl), else taken from here,
+    else as a sibling of the log's directory (runs/A beside runs/B). The checkpoint itself need
+    not exist any more (pruned, or deleted once the run finished). (None, K) when no such log is
+    found; None when the log does not start at a resume."""
+    found = first_resume(path)
+    if found is None:
+        return None
+    rec, header = found
+    checkpoint = str(rec["resume"])
+    log_dir = os.path.dirname(os.path.abspath(path))
+    bases = []
+    run_dir = (header or {}).get("run_dir")
+    if isinstance(run_dir, str) and run_dir and not os.path.isabs(run_dir):
+        parts = os.path.normpath(run_dir).split(os.sep)
+        if log_dir.split(os.sep)[-len(parts):] == parts:
+            bases.append(os.sep.join(log_dir.split(os.sep)[:-len(parts)]) or os.sep)
+    bases.append(os.getcwd())
+    candidates = [os.path.dirname(os.path.join(base, checkpoint)) for base in bases]
+    saved_dir = os.path.basename(os.path.dirname(os.path.normpath(checkpoint)))
+    if saved_dir:
+        candidates.append(os.path.join(os.path.dirname(log_dir), saved_dir))
+    for directory in candidates:
+        log = log_of_checkpoint_dir(directory)
+        if log and not os.path.samefile(log, path):
+            return log, rec["step"]
+    return None, rec["step"]
+
+
+def step_records_with_history(path, seen=()):
+    """step_records of a log, preceded, when it starts at a resume record (resumed_from_log), by
+    the records of steps up to the resume's step K from the log of the run it resumed from (and
+    that log's history likewise): the records of the whole run, as a run that went straight
+    through would have logged them. Without that log, those of this log alone."""
+    origin = resumed_from_log(path)
+    key = os.path.abspath(path)
+    if not origin or origin[0] is None or os.path.abspath(origin[0]) in seen:
+        return step_records(path)
+    earlier_log, resume_step = origin
+    earlier = [r for r in step_records_with_history(earlier_log, seen + (key,)) if r["step"] <= resume_step]
+    return earlier + step_records(path)
+
+
+def read_log(path, history=False):
     """(train records, validation records) of a JSONL log, one per step: a resumed run
     appends, so a step logged twice (after the last checkpoint, before a crash) keeps its
-    last record."""
+    last record. history: with the steps before a resume from another run's directory
+    (step_records_with_history)."""
     train, val = {}, {}
-    for rec in step_records(path):
+    for rec in (step_records_with_history(path) if history else step_records(path)):
         if "val_loss" in rec:
             val[rec["step"]] = rec
         elif "loss" in rec:  # not the sample and eval-set records of the same step

@@ -76,52 +76,47 @@ def checkpoint_spectra(path):
 
 
 def plot(results, out):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from study.plots import (figure_legend, layer_axis, layer_colorbar, layer_colormap, layer_numbers, plt,
+                             save)
     last = results[-1]
     kinds = list(last["stable_rank"])
     names = []
-    cmap = plt.get_cmap("viridis")
 
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds) + 1, 3.6), squeeze=False, layout="constrained")
+    n_layers = max(len(last["singular_values"][kind]) for kind in kinds)
+    layer_color, mappable = layer_colormap(n_layers)
     for ax, kind in zip(axes[0], kinds):
-        layers = last["singular_values"][kind]
-        for i, s in enumerate(layers):
+        for i, s in enumerate(last["singular_values"][kind]):
             if s is None:
                 continue
             s = np.asarray(s)
-            ax.plot(s / s[0], color=cmap(i / max(1, len(layers) - 1)), lw=1)
-        ax.set(title=kind, xlabel="index", yscale="log")
+            ax.plot(np.arange(1, len(s) + 1), s / s[0], color=layer_color(i), lw=1)
+        ax.set(title=kind, xlabel="index i (largest first)", yscale="log")
     axes[0][0].set_ylabel(f"σ_i / σ_max at step {last['step']}")
-    fig.tight_layout()
-    names.append("singular_values.png")
-    fig.savefig(os.path.join(out, names[-1]), dpi=110)
-    plt.close(fig)
+    layer_colorbar(fig, axes[0].tolist(), mappable, n_layers)  # which line is which layer
+    names.append(save(fig, out, "singular_values.png", tight=False))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     steps = [r["step"] for r in results]
     for i, kind in enumerate(kinds):
         ax.plot(steps, [layer_mean(r["stable_rank"][kind]) for r in results], "o-", color=f"C{i}", label=kind)
-    ax.set(title="stable rank over training (mean over layers)", xlabel="step", ylabel="‖W‖²_F / σ²_max")
+    ax.set(title="stable rank over training (mean over layers)", xlabel="training step",
+           ylabel="stable rank ‖W‖²_F / σ²_max")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    names.append("stable_rank_over_training.png")
-    fig.savefig(os.path.join(out, names[-1]), dpi=110)
-    plt.close(fig)
+    names.append(save(fig, out, "stable_rank_over_training.png"))
 
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.8), squeeze=False, layout="constrained")
+    cmap = plt.get_cmap("viridis")
     for ax, kind in zip(axes[0], kinds):
         for j, r in enumerate(results):
-            ax.plot(plottable(r["stable_rank"][kind]), "o-", ms=3, color=cmap(j / max(1, len(results) - 1)),
+            per_layer = plottable(r["stable_rank"][kind])
+            ax.plot(layer_numbers(per_layer), per_layer, "o-", ms=3, color=cmap(j / max(1, len(results) - 1)),
                     label=f"step {r['step']}")
-        ax.set(title=kind, xlabel="layer")
-    axes[0][0].set_ylabel("stable rank")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    names.append("stable_rank_per_layer.png")
-    fig.savefig(os.path.join(out, names[-1]), dpi=110)
-    plt.close(fig)
+        ax.set_title(kind)
+        layer_axis(ax)
+    axes[0][0].set_ylabel("stable rank ‖W‖²_F / σ²_max")
+    figure_legend(fig, axes[0], ncols=min(6, len(results)))
+    names.append(save(fig, out, "stable_rank_per_layer.png", tight=False))
     return names
 
 
