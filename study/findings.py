@@ -189,8 +189,8 @@ class Rule:
         it is not this rule's one number)."""
         pairing = ("paired by seed (n − 1 dof)" if self.pairing == "paired"
                    else "unpaired (Welch's standard error, min(n) − 1 dof)")
-        floor = (f", and the mean above {floor_text}" if floor_text else
-                 f", and the mean above the noise floor {self.floor:.4f}" if self.floor is not None else "")
+        floor = (f", and its mean is above {floor_text}" if floor_text else
+                 f", and its mean is above the noise floor {self.floor:.4f}" if self.floor is not None else "")
         return (f"Verdict rules: at least {self.min_seeds} seeds per arm (fewer: \"too few seeds\"); a difference "
                 f"counts when its {self.level:.0%} t-interval, {pairing}, excludes zero in the paper's direction{floor}; "
                 f"a trend is a slope over >= 3 rungs whose interval excludes zero (study/findings.py, {RULES_DATE}).")
