@@ -93,13 +93,14 @@ def interval(diff, level=LEVEL):
     return diff.mean - half, diff.mean + half
 
 
-def with_interval(diff, digits=4):
-    """"+0.0123 [-0.0040, +0.0290]": a signed mean and its 95% interval ("—" without a mean)."""
+def with_interval(diff, digits=4, percent=False):
+    """"+0.0123 [-0.0040, +0.0290]": a signed mean and its 95% interval ("—" without a mean);
+    percent: relative changes, "+6.3% [+1.0%, +11.6%]" (digits after the point of the percent)."""
     if diff is None or diff.mean is None:
         return "—"
+    form = f"+.{digits}%" if percent else f"+.{digits}f"
     ci = interval(diff)
-    text = f"{diff.mean:+.{digits}f}"
-    return text + (f" [{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]" if ci else " [no interval]")
+    return format(diff.mean, form) + (f" [{format(ci[0], form)}, {format(ci[1], form)}]" if ci else " [no interval]")
 
 
 # ----------------------------------------------------------------------------------------
@@ -184,16 +185,17 @@ class Rule:
         return (self.enough(diff) and ci is not None and ci[0] > 0
                 and (self.floor is None or diff.mean > self.floor))
 
-    def describe(self, floor_text=None):
+    def describe(self, floor_text=None, trend=True):
         """The line a report prints with its findings (floor_text: how the floor is set, where
-        it is not this rule's one number)."""
+        it is not this rule's one number; trend: whether the report judges across rungs)."""
         pairing = ("paired by seed (n − 1 dof)" if self.pairing == "paired"
                    else "unpaired (Welch's standard error, min(n) − 1 dof)")
         floor = (f", and its mean is above {floor_text}" if floor_text else
                  f", and its mean is above the noise floor {self.floor:.4f}" if self.floor is not None else "")
+        across = "; a trend is a slope over >= 3 rungs whose interval excludes zero" if trend else ""
         return (f"Verdict rules: at least {self.min_seeds} seeds per arm (fewer: \"too few seeds\"); a difference "
-                f"counts when its {self.level:.0%} t-interval, {pairing}, excludes zero in the paper's direction{floor}; "
-                f"a trend is a slope over >= 3 rungs whose interval excludes zero (study/findings.py, {RULES_DATE}).")
+                f"counts when its {self.level:.0%} t-interval, {pairing}, excludes zero in the paper's direction{floor}"
+                f"{across} (study/findings.py, {RULES_DATE}).")
 
 
 def _judged(diffs, rule, shows):

@@ -473,8 +473,8 @@ def spectra_section(lad, verdicts):
             rows.append([f"{rung.tokens:,}", row["seed"], *(f"{g[k]:+.1%}" for k in findings.ATTENTION_MATRICES),
                          f"{row['margin']:+.1%}", f"{row['ffn_wo']:+.1%}" if row["ffn_wo"] is not None else "—"])
         d = r["diffs"]
-        judged.append([f"{rung.tokens:,}", with_interval(d["gain"], 3), with_interval(d["margin"], 3),
-                       with_interval(d["partner"], 3), r["verdict"]])
+        judged.append([f"{rung.tokens:,}", *(with_interval(d[k], 1, percent=True) for k in ("gain", "margin", "partner")),
+                       r["verdict"]])
     lines += [table(["rung", "seed", "W_q", "W_k", "W_v", "W_o", "margin", "FFN W_o"], rows), ""]
     lines += [table(["rung", "W_o gain", "margin", "SAN W_o − FFN W_o", "at rung"], judged), ""]
     verdicts.append(("Spectra: routing freezes, content (W_o) keeps gaining",

@@ -394,8 +394,9 @@ def finding_spectra(f, summaries, floor, why, milestones):
     text = (f"{f['san']}: stable rank change from the 25% milestone to the end, mean over {len(san)} seeds: "
             + ", ".join(f"{k.split('.')[1]} {sum(g[k] for g in san.values()) / len(san):+.1%}" for k in kinds) + ".")
     diffs = findings.spectra_diffs(san, ffn, rule)
-    text += (f" W_o's gain {with_interval(diffs['gain'], 3)}, W_o − max(W_q, W_k) {with_interval(diffs['margin'], 3)}"
-             + (f", SAN W_o − {f['ffn']} W_o {with_interval(diffs['partner'], 3)}" if diffs["partner"] else "")
+    text += (f" W_o's gain {with_interval(diffs['gain'], 1, percent=True)}, W_o − max(W_q, W_k) "
+             f"{with_interval(diffs['margin'], 1, percent=True)}"
+             + (f", SAN W_o − {f['ffn']} W_o {with_interval(diffs['partner'], 1, percent=True)}" if diffs["partner"] else "")
              + " [95% t-intervals].")
     verdict = findings.spectra(diffs, rule, partner_needed=False)
     if verdict == "shows":
@@ -934,7 +935,7 @@ def spectra_sections(r):
 def findings_section(r):
     if not r.study.findings:
         return []
-    md = ["## Findings", "", Rule("unpaired", r.floor).describe(), ""]
+    md = ["## Findings", "", Rule("unpaired", r.floor).describe(trend=False), ""]
     for f in r.study.findings:
         title, judge = FINDINGS[f["kind"]]
         if f["kind"] == "spectra":

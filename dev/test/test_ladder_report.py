@@ -67,6 +67,11 @@ iso_param = "ffn-iso-param"
 kind = "localisation"
 san = "san"
 ffn = "ffn-iso-param"
+
+[[finding]]
+kind = "spectra"
+san = "san"
+ffn = "ffn-iso-param"
 """
 
 
@@ -396,3 +401,33 @@ def test_negative_gaps_are_not_the_papers_way(tmp_path):
     v = dict(ladder_report.write_report(path)[1])
     assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "trend"
     assert v["iso-param gap shrinks with tokens"] == "does not show"
+
+
+def test_spectra_verdict(tmp_path, monkeypatch):
+    """The spectra finding per rung from each run's stable-rank growth (stood in for here: the
+    milestone checkpoints' spectra are checked in test_study.py): it shows when the SAN's W_o
+    gains, more than W_q and W_k and more than the iso-param FFN's W_o, in every seed beyond the
+    interval; W_o losing rank less than routing (the CPU ladders' picture) does not show."""
+    growth = {}  # {run directory: {matrix: growth}}
+
+    def plant(path, san_wo, routing, ffn_wo):
+        _, rungs = ladder_report.load_rungs(path)
+        for rung in rungs:
+            for k, (seed, d) in enumerate(sorted(rung.arm_runs("san").items())):
+                wobble = 0.01 * (k - 1)
+                growth[d.run.dir] = {"attn.wq": routing + wobble, "attn.wk": routing - wobble, "attn.wv": 0.0,
+                                     "attn.wo": san_wo + wobble}
+            for seed, d in rung.arm_runs("ffn-iso-param").items():
+                growth[d.run.dir] = {"attn.wq": 0.0, "attn.wk": 0.0, "attn.wv": 0.0, "attn.wo": ffn_wo + 0.005 * (seed - 43)}
+    monkeypatch.setattr(ladder_report.findings, "run_stable_rank_growth", lambda run_dir: growth.get(run_dir))
+    losses = {t: gaps(0.5, 0.3, 0.1) for t in (64, 256, 1024)}
+    path = make_ladder(tmp_path, losses)
+    plant(path, 0.3, 0.0, 0.1)
+    report, verdicts = ladder_report.write_report(path)
+    assert dict(verdicts)["Spectra: routing freezes, content (W_o) keeps gaining"] == "shows"
+    text = open(report).read()
+    assert "| rung | W_o gain | margin | SAN W_o − FFN W_o | at rung |" in text and "| 1,024 | +30.0% [" in text
+    os.makedirs(tmp_path / "b")
+    path = make_ladder(tmp_path / "b", losses)
+    plant(path, -0.2, -0.4, -0.3)   # every matrix loses rank, W_o less than routing and the FFN's: only the gain fails
+    assert dict(ladder_report.write_report(path)[1])["Spectra: routing freezes, content (W_o) keeps gaining"] == "does not show"

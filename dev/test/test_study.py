@@ -1290,3 +1290,35 @@ def test_findings_need_the_san_behind():
                                                              "answer": seeds(0.76, (-0.003, 0.0, 0.002))})}
     verdict, text = study_report.finding_localisation(g, deficit, None, {})
     assert verdict == "shows" and "query − trace +0.1" in text
+
+
+def test_spectra_finding_over_every_seed(monkeypatch):
+    """The study report's spectra finding reads the milestones of every seed at the arm's rate
+    (stood in for here), not the representative run's alone: three seeds whose W_o gains more
+    than W_q / W_k and more than the FFN's show; every matrix losing rank does not; two seeds
+    give no verdict. Relative changes are printed as percents with their intervals."""
+    from study import findings
+    from study import report as study_report
+
+    def arm(name, seeds):
+        runs = [types.SimpleNamespace(run=types.SimpleNamespace(seed=s, dir=f"/{name}/{s}", id=f"{name}_s{s}"))
+                for s in seeds]
+        return types.SimpleNamespace(ok=True, diverged=[], runs=runs)
+
+    def growths(san_wo, routing, ffn_wo):
+        g = {f"/san/{s}": {"attn.wq": routing + 0.01 * k, "attn.wk": routing, "attn.wv": 0.0, "attn.wo": san_wo + 0.02 * k}
+             for k, s in enumerate((1, 2, 3))}
+        g.update({f"/ffn/{s}": {"attn.wo": ffn_wo - 0.01 * k} for k, s in enumerate((1, 2, 3))})
+        monkeypatch.setattr(findings, "run_stable_rank_growth", lambda run_dir: g.get(run_dir))
+    f = {"san": "san", "ffn": "ffn"}
+    milestones = {"san": [{}, {}, {}]}  # (the representative's series: only its length is asked)
+    summaries = {"san": arm("san", (1, 2, 3)), "ffn": arm("ffn", (1, 2, 3))}
+    growths(0.30, 0.0, 0.05)
+    verdict, text = study_report.finding_spectra(f, summaries, 0.01, {}, milestones)
+    assert verdict == "shows", text
+    assert "mean over 3 seeds" in text and "W_o's gain +32.0% [" in text and "SAN W_o − ffn W_o +" in text
+    growths(-0.10, -0.40, -0.30)  # W_o loses less than routing and than the FFN's, but loses
+    assert study_report.finding_spectra(f, summaries, 0.01, {}, milestones)[0] == "does not show"
+    two = {"san": arm("san", (1, 2)), "ffn": arm("ffn", (1, 2))}
+    growths(0.30, 0.0, 0.05)
+    assert study_report.finding_spectra(f, two, 0.01, {}, milestones)[0] == "too few seeds (2)"
