@@ -330,7 +330,9 @@ def finding_qk_norm(f, summaries, floor, why):
         parts.append("largest pre-softmax logit at the end: " + ", ".join(f"{k} {v:.1f}" for k, v in logit.items()))
     if w.ok and wo.ok:
         gap = wo.mean - w.mean
+        ci = findings.interval(Rule("unpaired").diff(wo.by_seed(), w.by_seed()))
         parts.append(f"final loss with {w.mean:.4f}, without {wo.mean:.4f} ({gap:+.4f}"
+                     + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else " [no interval]")
                      + (f", {gap / floor:+.0f} noise floors)" if floor else ")"))
     text = "; ".join(parts) + "."
     # without a divergence: did the stacks without QK-norm (and not those with it) train unstably?

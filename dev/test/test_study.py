@@ -674,7 +674,8 @@ def test_qk_norm_finding_without_a_divergence_judges_instability():
             made.append(types.SimpleNamespace(run=types.SimpleNamespace(id=f"{name}{i + 1}"), final={"max_logit": logits},
                                               train=[{"grad_norm": g} for g in ([1.0, 1.0] if calm else grad_norms)],
                                               val=[{"val_loss": v} for v in ([6.0, 5.0, 4.0] if calm else val_losses)]))
-        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], all_runs=made, runs=made, representative=made[0])
+        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], all_runs=made, runs=made, representative=made[0],
+                                     by_seed=lambda: dict.fromkeys(range(runs), loss))
 
     f = {"with_qk_norm": "with", "without_qk_norm": "without"}
     stable = arm("with_s", 4.0, [1.5, 4.0, 2.0], [1.0, 0.9], [6.0, 5.0, 4.0])
@@ -685,7 +686,7 @@ def test_qk_norm_finding_without_a_divergence_judges_instability():
         verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": without}, 0.02, {})
         assert verdict == "shows, short of a divergence", text
         assert f"without_s1: {reason}." in text and "with_s1:" not in text
-        assert f"({5.5 - 4.0:+.4f}, {(5.5 - 4.0) / 0.02:+.0f} noise floors)" in text
+        assert f"({5.5 - 4.0:+.4f} [{5.5 - 4.0:+.4f}, {5.5 - 4.0:+.4f}], {(5.5 - 4.0) / 0.02:+.0f} noise floors)" in text
     # a rise within the noise floor is not instability; neither is a norm up only 9-fold
     calm = arm("without_s", 5.5, [30.0, 100.0], [1.0, 9.0], [6.0, 5.49, 5.5])
     verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": calm}, 0.02, {})
@@ -693,7 +694,7 @@ def test_qk_norm_finding_without_a_divergence_judges_instability():
     # both unstable: not the paper's finding
     verdict, text = study_report.finding_qk_norm(f, {"with": exploding, "without": exploding}, None, {})
     assert verdict == "does not show" and "with QK-norm trained unstably too" in text
-    assert "noise floors" not in text and "(+0.0000)" in text
+    assert "noise floors" not in text and "(+0.0000 [+0.0000, +0.0000])" in text
     # one run of three without QK-norm unstable: not more often than chance (p = 0.5)
     once = arm("without_s", 5.5, [30.0, 100.0], [1.0, 170.0], [6.0, 5.6, 5.5], unstable_runs=1)
     verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": once}, 0.02, {})
