@@ -7,7 +7,7 @@ doc/study.md is the manual).
   runner.py              run (resumable), slurm, the evaluations of finished runs
   ladder.py              a study at several token budgets (the rungs of a scale ladder)
   runs.py                reading a run directory: log.jsonl, status.json, eval records
-  findings.py            the verdict of each finding of both papers, used by both reports
+  findings.py            the verdict of each finding of both papers (95% t-intervals, >= 3 seeds), used by both reports
   tables.py, plots.py    markdown numbers and tables; figure helpers
   report.py              a study's report.md and plots
   ladder_report.py       a ladder's findings against tokens; a rate sweep's table

@@ -1,42 +1,148 @@
 """
-The findings of both papers, each judged once: the study report (study/report.py: one study,
-differences of seed means) and the ladder report (study/ladder_report.py: differences paired by
-seed, at each rung and across the rungs) call the same rule and differ only in what they pass:
-the differences (Diff: a mean, its sd over seeds when paired, how many seeds) and `clears`, the
-test a difference must pass to count (positive; or resolved against the noise floor).
+The findings of both papers, each judged once. The study report (study/report.py: one study,
+arms compared unpaired) and the ladder report (study/ladder_report.py: arms paired by seed, at
+each rung and across the rungs) build a Rule — its pairing and noise floor — and pass it to the
+same rule functions, with each arm's values by seed.
+
+The rules (RULES_DATE; doc/study.md "Verdict rules", amendments in doc/study-runs/README.md):
+  seeds        a verdict needs at least MIN_SEEDS seeds in every arm it compares; with fewer it
+               is "too few seeds (n)", never a judgement
+  difference   a contrast of arms' final values (a gap, a margin) with its 95% Student-t
+               interval: paired by seed (n − 1 dof), or unpaired (Welch's standard error with
+               the conservative min(n) − 1 dof)
+  clears       the interval excludes zero in the paper's direction and the mean exceeds the
+               noise floor (when there is one)
+  trend        over >= 3 rungs, the least-squares slope of the finding's per-seed quantity
+               against log tokens, its 95% interval excluding zero in the paper's direction
 
   gap_ordering     SAN paper finding 1: SAN behind each partner, iso-depth > iso-FLOP > iso-param
-  localisation     finding 2: the SAN's deficit sits on query tokens (and there is one)
-  spectra_shows    finding 3: routing matrices change less than content ones, W_o above the FFN's
+  localisation     finding 2: a SAN deficit on query tokens, larger than on trace and answer
+  spectra          finding 3: W_o gains stable rank after the 25% milestone, more than the
+                   routing matrices (W_q, W_k), and more than the FFN partner's W_o
   qk_norm          finding 4: deep attention stacks diverge (or train unstably) without QK-norm
   variants_behind  Deconstructing Attention: uniform variants behind standard, mlp the most, and
                    each hybrid recovers at least half of its uniform arm's gap
-  over_ladder      a finding across the rungs: shows / trend / does not show / cannot tell
-The reports' texts say what each rule found; doc/study.md ("Report", "Scale ladder") states them.
+  over_ladder      a finding across the rungs: shows / trend / does not show / too few seeds
 """
+import functools
 import math
 from collections import namedtuple
 
 from study.tables import mean_sd
 
-Diff = namedtuple("Diff", "mean sd n")  # arm a − arm b: the mean, its sd over seeds (None unpaired or one seed), seeds
-GapOrdering = namedtuple("GapOrdering", "shows ahead ordered")  # ahead: roles of the partners the SAN is not behind
+RULES_DATE = "2026-12-05"
+MIN_SEEDS = 3
+LEVEL = 0.95
+SHOWS, DOES_NOT_SHOW, CANNOT_TELL, TREND = "shows", "does not show", "cannot tell", "trend"
+
+# a contrast of arms: its mean, sd over seeds of the paired values (None unpaired), seeds (the
+# fewest of any arm), standard error and degrees of freedom of its t-interval (None: no interval)
+Diff = namedtuple("Diff", "mean sd n se dof")
+GapOrdering = namedtuple("GapOrdering", "verdict ahead ordered")  # ahead: roles the SAN is not behind
 ATTENTION_MATRICES = ("attn.wq", "attn.wk", "attn.wv", "attn.wo")
 
 
+def too_few(n):
+    return f"too few seeds ({n or 0})"
+
+
 # ----------------------------------------------------------------------------------------
-# differences and the noise floor
+# Student's t (integer degrees of freedom: a fractional dof is rounded down, the wider interval)
+
+def t_cdf(t, dof):
+    """P(T <= t) for Student's t with integer dof >= 1, from the closed forms of P(|T| < t) as
+    a finite series in cos(theta), theta = atan(t / sqrt(dof)) (odd dof: arc plus series; even:
+    sine times series)."""
+    theta = math.atan(abs(t) / math.sqrt(dof))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if dof % 2:
+        term, series = math.cos(theta), 0.0
+        for k in range(1, (dof - 1) // 2 + 1):  # c + (2/3) c^3 + (2*4)/(3*5) c^5 + ... up to c^(dof-2)
+            series += term
+            term *= c2 * (2 * k) / (2 * k + 1)
+        inside = 2 / math.pi * (theta + s * series)
+    else:
+        term, series = 1.0, 0.0
+        for k in range(dof // 2):  # 1 + (1/2) c^2 + (1*3)/(2*4) c^4 + ... up to c^(dof-2)
+            series += term
+            term *= c2 * (2 * k + 1) / (2 * k + 2)
+        inside = s * series
+    return 0.5 + math.copysign(0.5 * inside, t)
+
+
+@functools.lru_cache(maxsize=None)
+def t_quantile(p, dof):
+    """The t with t_cdf(t, floor(dof)) = p, for 0.5 <= p < 1, by bisection."""
+    dof = int(math.floor(dof))
+    if dof < 1 or not 0.5 <= p < 1:
+        raise ValueError(f"t_quantile needs dof >= 1 and 0.5 <= p < 1 (got {p}, {dof})")
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, dof) < p:
+        lo, hi = hi, 2 * hi
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf(mid, dof) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def interval(diff, level=LEVEL):
+    """The two-sided t-interval of a Diff, (low, high); None without a standard error."""
+    if diff is None or diff.mean is None or diff.se is None or diff.dof is None or diff.dof < 1:
+        return None
+    half = t_quantile(0.5 + level / 2, diff.dof) * diff.se
+    return diff.mean - half, diff.mean + half
+
+
+def with_interval(diff, digits=4, percent=False):
+    """"+0.0123 [-0.0040, +0.0290]": a signed mean and its 95% interval ("—" without a mean);
+    percent: relative changes, "+6.3% [+1.0%, +11.6%]" (digits after the point of the percent)."""
+    if diff is None or diff.mean is None:
+        return "—"
+    form = f"+.{digits}%" if percent else f"+.{digits}f"
+    ci = interval(diff)
+    return format(diff.mean, form) + (f" [{format(ci[0], form)}, {format(ci[1], form)}]" if ci else " [no interval]")
+
+
+# ----------------------------------------------------------------------------------------
+# contrasts of arms, paired by seed or not
+
+def _values(by_seed):
+    return {s: v for s, v in by_seed.items() if v is not None}
+
+
+def contrast_paired(terms):
+    """Diff of sum(coef * arm value), formed seed by seed over the seeds every arm has.
+    terms: [(coef, {seed: value})]."""
+    arms = [_values(values) for _, values in terms]
+    seeds = sorted(set.intersection(*(set(a) for a in arms))) if arms else []
+    per_seed = [sum(c * a[s] for (c, _), a in zip(terms, arms)) for s in seeds]
+    mean, sd = mean_sd(per_seed)
+    n = len(per_seed)
+    return Diff(mean, sd, n, sd / math.sqrt(n) if sd is not None else None, n - 1 if n > 1 else None)
+
+
+def contrast_unpaired(terms):
+    """Diff of sum(coef * arm mean) of independent arms: Welch's standard error
+    sqrt(sum coef^2 sd^2 / n), with min(n) - 1 dof (never more than the true Welch dof)."""
+    stats = [(c, len(_values(v)), *mean_sd(list(_values(v).values()))) for c, v in terms]
+    if not stats or any(n == 0 for _, n, _, _ in stats):
+        return Diff(None, None, 0, None, None)
+    mean = sum(c * m for c, _, m, _ in stats)
+    n = min(n for _, n, _, _ in stats)
+    if n < 2:
+        return Diff(mean, None, n, None, None)
+    se = math.sqrt(sum(c * c * sd * sd / k for c, k, _, sd in stats))
+    return Diff(mean, None, n, se, n - 1)
+
 
 def paired(a, b):
-    """Diff of a − b over the seeds both have ({seed: value}; None values left out)."""
-    diffs = [a[s] - b[s] for s in sorted(set(a) & set(b)) if a[s] is not None and b[s] is not None]
-    mean, sd = mean_sd(diffs)
-    return Diff(mean, sd, len(diffs))
+    """Diff of a − b paired by seed ({seed: value}; None values left out)."""
+    return contrast_paired([(1, a), (-1, b)])
 
 
-def unpaired(a, b, n=None):
-    """Diff of two seed means (no sd: the seeds are not paired)."""
-    return Diff(a - b, None, n)
+def unpaired(a, b):
+    """Diff of the seed means a − b, the arms' seeds independent."""
+    return contrast_unpaired([(1, a), (-1, b)])
 
 
 def pooled_sd(samples):
@@ -51,39 +157,75 @@ def pooled_sd(samples):
     return math.sqrt(num / den) if den else None
 
 
-def positive(diff):
-    return diff.mean > 0
+class Rule:
+    """How a report judges differences: paired by seed or not, against which noise floor (None:
+    none), with how many seeds at least and at which interval level."""
+
+    def __init__(self, pairing, floor=None, min_seeds=MIN_SEEDS, level=LEVEL):
+        if pairing not in ("paired", "unpaired"):
+            raise ValueError(f"pairing is 'paired' or 'unpaired', not {pairing!r}")
+        self.pairing, self.floor, self.min_seeds, self.level = pairing, floor, min_seeds, level
+
+    def contrast(self, terms):
+        return (contrast_paired if self.pairing == "paired" else contrast_unpaired)(terms)
+
+    def diff(self, a, b):
+        """a − b ({seed: value} each)."""
+        return self.contrast([(1, a), (-1, b)])
+
+    def enough(self, *diffs):
+        return all(d is not None and (d.n or 0) >= self.min_seeds for d in diffs)
+
+    def seeds(self, *diffs):
+        return min((d.n or 0) if d is not None else 0 for d in diffs)
+
+    def clears(self, diff):
+        """Positive beyond noise: enough seeds, the interval above zero, the mean above the floor."""
+        ci = interval(diff, self.level)
+        return (self.enough(diff) and ci is not None and ci[0] > 0
+                and (self.floor is None or diff.mean > self.floor))
+
+    def describe(self, floor_text=None, trend=True):
+        """The line a report prints with its findings (floor_text: how the floor is set, where
+        it is not this rule's one number; trend: whether the report judges across rungs)."""
+        pairing = ("paired by seed (n − 1 dof)" if self.pairing == "paired"
+                   else "unpaired (Welch's standard error, min(n) − 1 dof)")
+        floor = (f", and its mean is above {floor_text}" if floor_text else
+                 f", and its mean is above the noise floor {self.floor:.4f}" if self.floor is not None else "")
+        across = "; a trend is a slope over >= 3 rungs whose interval excludes zero" if trend else ""
+        return (f"Verdict rules: at least {self.min_seeds} seeds per arm (fewer: \"too few seeds\"); a difference "
+                f"counts when its {self.level:.0%} t-interval, {pairing}, excludes zero in the paper's direction{floor}"
+                f"{across} (study/findings.py, {RULES_DATE}).")
 
 
-def resolved(mean, sd, floor):
-    """Larger than twice its sd over seeds and than the noise floor; never with one seed (no sd)
-    or without a floor."""
-    return mean is not None and sd is not None and floor is not None and mean > 2 * sd and mean > floor
-
-
-def resolved_against(floor):
-    """The `clears` test of differences paired by seed: resolved against this floor."""
-    return lambda diff: resolved(diff.mean, diff.sd, floor)
+def _judged(diffs, rule, shows):
+    """The verdict on diffs that must all be judged: too few seeds, else shows(), else not."""
+    if not rule.enough(*diffs):
+        return too_few(rule.seeds(*diffs))
+    return SHOWS if shows() else DOES_NOT_SHOW
 
 
 # ----------------------------------------------------------------------------------------
-# the findings
+# the findings of one study (or one rung)
 
-def gap_ordering(gaps, margins, clears):
+def gap_ordering(gaps, margins, rule):
     """gaps: {"iso_depth", "iso_flop", "iso_param": Diff of SAN − partner}; margins: the two
     ordering margins (iso-depth gap − iso-FLOP gap, iso-FLOP gap − iso-param gap) as Diffs.
     It shows when every gap and both margins clear: the SAN behind each partner, in the paper's order."""
-    return GapOrdering(shows=all(clears(g) for g in gaps.values()) and all(clears(m) for m in margins),
-                       ahead=[role for role, g in gaps.items() if g.mean <= 0],
-                       ordered=all(m.mean > 0 for m in margins))
+    diffs = list(gaps.values()) + list(margins)
+    return GapOrdering(verdict=_judged(diffs, rule, lambda: all(rule.clears(d) for d in diffs)),
+                       ahead=[role for role, g in gaps.items() if g.mean is not None and g.mean <= 0],
+                       ordered=all(m.mean is not None and m.mean > 0 for m in margins))
 
 
-def localisation(query, margins, clears):
+def localisation(query, margins, rule):
     """query: Diff of SAN − FFN on query tokens; margins: {region: Diff of the query delta minus
-    that region's delta}. Returns (behind, shows): whether the SAN has a deficit on query tokens
-    to place at all, and whether it shows (a deficit, and every margin clears: largest on query)."""
-    behind = query.mean > 0
-    return behind, behind and all(clears(m) for m in margins.values())
+    that region's delta}. Returns (behind, verdict): whether the SAN's mean is behind on query
+    tokens at all, and the verdict: it shows when the query deficit clears (a positive deficit
+    beyond noise) and so does every margin (the deficit largest on query tokens)."""
+    diffs = [query] + list(margins.values())
+    behind = query.mean is not None and query.mean > 0
+    return behind, _judged(diffs, rule, lambda: all(rule.clears(d) for d in diffs))
 
 
 def stable_rank_growth(series, layer_mean):
@@ -98,17 +240,44 @@ def stable_rank_growth(series, layer_mean):
 
 
 def spectra_margin(growth):
-    """Content minus routing: max(W_v, W_o) growth − max(W_q, W_k) growth."""
-    return max(growth["attn.wv"], growth["attn.wo"]) - max(growth["attn.wq"], growth["attn.wk"])
+    """Content against routing: W_o's growth − max(W_q, W_k) growth (the SAN's content matrix:
+    "without FFNs the accumulation moves to W_o"; the larger routing change, so that either
+    routing matrix moving counts against the finding)."""
+    return growth["attn.wo"] - max(growth["attn.wq"], growth["attn.wk"])
 
 
-def spectra_shows(growth, partner_wo, partner_needed):
-    """The routing matrices change less than the content matrices, and W_o grows more than the
-    FFN partner's W_o (partner_wo; None when it has no milestones: then it shows only if the
-    partner is not needed)."""
-    if partner_wo is None:
-        return spectra_margin(growth) > 0 and not partner_needed
-    return spectra_margin(growth) > 0 and growth["attn.wo"] > partner_wo
+def run_stable_rank_growth(run_dir):
+    """stable_rank_growth of a run's milestone checkpoints (RUN/ckpt/milestone_*.bin), or None
+    with fewer than 3 (the 25% milestone and a later one are needed)."""
+    import glob
+    import os
+
+    from study import spectra  # (torch: loaded only when a report reads checkpoints)
+    paths = sorted(glob.glob(os.path.join(run_dir, "ckpt", "milestone_*.bin")))
+    if len(paths) < 3:
+        return None
+    series = sorted((spectra.checkpoint_spectra(p) for p in paths), key=lambda r: r["step"])
+    return stable_rank_growth(series, spectra.layer_mean)
+
+
+def spectra_diffs(san_growth, ffn_growth, rule):
+    """The spectra finding's three differences from per-seed growths ({seed: stable_rank_growth}):
+    "gain" W_o's own growth (content gains stable rank), "margin" spectra_margin (more than the
+    routing matrices), "partner" SAN W_o − FFN W_o (None without FFN growths)."""
+    gain = rule.contrast([(1, {s: g["attn.wo"] for s, g in san_growth.items()})])
+    margin = rule.contrast([(1, {s: spectra_margin(g) for s, g in san_growth.items()})])
+    partner = (rule.diff({s: g["attn.wo"] for s, g in san_growth.items()},
+                         {s: g["attn.wo"] for s, g in ffn_growth.items()}) if ffn_growth else None)
+    return {"gain": gain, "margin": margin, "partner": partner}
+
+
+def spectra(diffs, rule, partner_needed):
+    """Shows when W_o gains stable rank, more than W_q and W_k, and more than the FFN partner's
+    W_o (without partner growths: does not show if the partner is needed)."""
+    judged = [diffs["gain"], diffs["margin"]] + ([diffs["partner"]] if diffs["partner"] is not None else [])
+    if diffs["partner"] is None and partner_needed:
+        return DOES_NOT_SHOW
+    return _judged(judged, rule, lambda: all(rule.clears(d) for d in judged))
 
 
 def instability(val, train, floor):
@@ -126,38 +295,108 @@ def instability(val, train, floor):
     return " and ".join(reasons) or None
 
 
-def qk_norm(diverged_with, diverged_without, unstable_with, unstable_without):
-    """The verdict on QK-norm from the runs that diverged and those that trained unstably (counts
-    or lists) with and without it: "shows" when only the stack without it diverged; "shows, short
-    of a divergence" when nothing diverged but only the stack without it trained unstably."""
-    if diverged_without and not diverged_with:
-        return "shows"
-    if diverged_with:
-        return "does not show"
-    if unstable_without and not unstable_with:
+def more_often_p(k_a, n_a, k_b, n_b):
+    """One-sided Fisher exact p: the chance that, of the k_a + k_b events among n_a + n_b runs
+    falling at random, at least k_a fall in group a."""
+    k, n = k_a + k_b, n_a + n_b
+    return sum(math.comb(n_a, x) * math.comb(n_b, k - x) for x in range(k_a, min(k, n_a) + 1)) / math.comb(n, k)
+
+
+def qk_norm(runs_with, runs_without, diverged_with, diverged_without, unstable_with, unstable_without, rule):
+    """The verdict on QK-norm from the numbers of runs with and without it and of those that
+    diverged or (finished but) trained unstably: "shows" when the stack without it diverged more
+    often than chance allows (one-sided Fisher p <= 1 − level: every run of three without, none
+    with, is p = 0.05); "shows, short of a divergence" the same of instabilities when nothing
+    diverged."""
+    if min(runs_with, runs_without) < rule.min_seeds:
+        return too_few(min(runs_with, runs_without))
+    alpha = 1 - rule.level + 1e-12  # (3 of 3 against 0 of 3 is exactly 0.05)
+    if diverged_with or diverged_without:
+        return SHOWS if more_often_p(diverged_without, runs_without, diverged_with, runs_with) <= alpha else DOES_NOT_SHOW
+    if (unstable_with or unstable_without) and more_often_p(unstable_without, runs_without, unstable_with, runs_with) <= alpha:
         return "shows, short of a divergence"
-    return "does not show"
+    return DOES_NOT_SHOW
 
 
-def variants_behind(deltas, behind):
-    """deltas: {kind: (uniform − standard, hybrid − standard)} of the kinds judged, mlp among
-    them. Shows when every uniform arm is behind standard (behind(gap)), mlp-uniform the most,
-    and every hybrid recovers at least half of its uniform arm's gap."""
-    return (all(behind(u) for u, _ in deltas.values()) and all(deltas["mlp"][0] >= u for u, _ in deltas.values())
-            and all(h <= 0.5 * u for u, h in deltas.values()))
+def variant_diffs(values, standard, kinds, rule):
+    """values: {arm: {seed: final loss}} with standard, KIND-uniform and KIND-hybrid arms.
+    Returns {kind: {"uniform": uniform − standard, "hybrid": hybrid − standard, "recovery":
+    uniform − 2 hybrid + standard (positive: the hybrid recovers more than half of the uniform
+    gap), "mlp_most": mlp-uniform − this uniform (None for mlp)}} as Diffs, kinds with both arms."""
+    out = {}
+    std = values.get(standard) or {}
+    for kind in kinds:
+        uni, hyb = values.get(f"{kind}-uniform"), values.get(f"{kind}-hybrid")
+        if not uni or not hyb:
+            continue
+        out[kind] = {"uniform": rule.diff(uni, std), "hybrid": rule.diff(hyb, std),
+                     "recovery": rule.contrast([(1, uni), (-2, hyb), (1, std)]),
+                     "mlp_most": (rule.diff(values["mlp-uniform"], uni)
+                                  if kind != "mlp" and values.get("mlp-uniform") else None)}
+    return out
 
 
-def over_ladder(per_rung, shows, quantity):
-    """A finding across the rungs. per_rung: [(tokens, result)] of the rungs that could be judged;
-    shows(result) -> bool; quantity(result) -> the number that moves the paper's way when it
-    grows. "shows" at the largest rung; else "trend" when the quantity grew from the second-
-    largest rung to the largest; else "does not show"; "cannot tell" without a rung."""
+def variants_behind(diffs, rule):
+    """diffs: variant_diffs with mlp among them. Shows when every uniform arm is behind standard,
+    mlp-uniform further behind than every other uniform arm, and every hybrid recovers more than
+    half of its uniform arm's gap: every one of those differences clears."""
+    if "mlp" not in diffs:
+        return CANNOT_TELL
+    judged = [d[key] for d in diffs.values() for key in ("uniform", "recovery", "mlp_most") if d[key] is not None]
+    return _judged(judged, rule, lambda: all(rule.clears(d) for d in judged))
+
+
+# ----------------------------------------------------------------------------------------
+# across the rungs of a ladder
+
+def trend_slope(points):
+    """The least-squares slope of values against log4(tokens) (per 4x tokens) as a Diff with
+    its standard error and n − 2 dof, over points [(tokens, [per-seed values])] (every seed a
+    point); None with fewer than 3 rungs or 3 values."""
+    xy = [(math.log(t) / math.log(4), v) for t, values in points for v in values if v is not None]
+    if len({t for t, values in points if any(v is not None for v in values)}) < 3 or len(xy) < 3:
+        return None
+    n = len(xy)
+    mx, my = sum(x for x, _ in xy) / n, sum(y for _, y in xy) / n
+    sxx = sum((x - mx) ** 2 for x, _ in xy)
+    slope = sum((x - mx) * (y - my) for x, y in xy) / sxx
+    residual = sum((y - my - slope * (x - mx)) ** 2 for x, y in xy)
+    se = math.sqrt(residual / (n - 2) / sxx) if n > 2 else None
+    return Diff(slope, None, n, se, n - 2 if n > 2 else None)
+
+
+def over_ladder(per_rung, verdict_of, seed_quantity, rule):
+    """A finding across the rungs. per_rung: [(tokens, result)] of the rungs that could be judged,
+    smallest first; verdict_of(result) -> its verdict at the rung; seed_quantity(result) -> the
+    per-seed values of the number that moves the paper's way when it grows. "shows" when it
+    shows at the largest rung; "too few seeds (n)" when that rung has fewer than min_seeds;
+    "trend" when the slope of the quantity over >= 3 rungs is positive beyond its 95% interval;
+    else "does not show"; "cannot tell" without a rung."""
     if not per_rung:
-        return "cannot tell"
-    if shows(per_rung[-1][1]):
-        return "shows"
-    if len(per_rung) >= 2:
-        a, b = quantity(per_rung[-2][1]), quantity(per_rung[-1][1])
-        if a is not None and b is not None and b > a:
-            return "trend"
-    return "does not show"
+        return CANNOT_TELL
+    last = verdict_of(per_rung[-1][1])
+    if last == SHOWS:
+        return SHOWS
+    if last.startswith("too few"):
+        return last
+    ci = interval(trend_slope([(t, seed_quantity(r)) for t, r in per_rung]), rule.level)
+    return TREND if ci is not None and ci[0] > 0 else DOES_NOT_SHOW
+
+
+def iso_param_shrinks(points, rule):
+    """The iso-param gap shrinks with tokens from above zero (the paper: 0.046 at 5B, 0.019 at
+    30B, 0.005 at 105B). points: [(tokens, gap Diff, [per-seed gaps])], smallest rung first.
+    "shows" when the gap clears at every rung and its slope against log tokens is negative beyond
+    its interval; "trend" when the slope is, with the gap's mean positive at every rung; "cannot
+    tell" under 3 rungs; else "does not show"."""
+    if len(points) < 3:
+        return CANNOT_TELL
+    if not rule.enough(points[-1][1]):
+        return too_few(rule.seeds(points[-1][1]))
+    ci = interval(trend_slope([(t, values) for t, _, values in points]), rule.level)
+    falls = ci is not None and ci[1] < 0
+    if falls and all(rule.clears(g) for _, g, _ in points):
+        return SHOWS
+    if falls and all(g.mean is not None and g.mean > 0 for _, g, _ in points):
+        return TREND
+    return DOES_NOT_SHOW

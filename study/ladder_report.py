@@ -10,50 +10,52 @@ rate sweep that chose each arm's rate.
 study/runs.py) and writes OUT/report/ladder.md with PNG figures; `sweep` reads one study
 with a rate grid and writes the final loss per arm and rate, and each arm's best rate.
 
-The verdicts are fixed here, before the ladder's runs (issue 31), and are not changed to fit
-them. Numbers are final validation losses (nats per token, whole held-out documents) unless
-said otherwise; a gap is SAN minus partner, paired by seed (same seed: same initialisation
-and data order), its mean and sd over the seeds. The noise floor of a rung is the larger of the
-pooled seed-to-seed sd of the arms' losses and |SAN - SAN-RMSNorm| (the paper's
-optimizer-equivalence control) where that rung has the control. "Resolved" means larger than
-both twice its own sd over seeds and the noise floor.
+The verdicts are fixed before the ladder's runs (issue 31) and are not changed to fit them; the
+rules are study/findings.py's, shared with the study report (issue 44 made them statistical,
+2026-12-05). Numbers are final validation losses (nats per token, whole held-out documents)
+unless said otherwise; a gap is SAN minus partner, paired by seed (same seed: same
+initialisation and data order), printed as its mean over seeds and 95% Student-t interval
+(n − 1 dof). The noise floor of a rung is the larger of the pooled seed-to-seed sd of the arms'
+losses and |SAN - SAN-RMSNorm| (the paper's optimizer-equivalence control) where that rung has
+the control. A difference *clears* when at least 3 seeds have it, its interval excludes zero in
+the paper's direction and its mean exceeds the floor; with fewer than 3 seeds a rung's verdict
+is "too few seeds (n)".
 
   Gap ordering (SAN paper finding 1: iso-depth > iso-FLOP > iso-param, SAN behind each).
-    At a rung it *shows* when all three gaps are resolved and positive and both ordering margins
-    (iso-depth - iso-FLOP, iso-FLOP - iso-param, paired by seed) are resolved and positive.
+    At a rung it *shows* when the three gaps and both ordering margins (iso-depth - iso-FLOP,
+    iso-FLOP - iso-param) clear.
   iso-param gap shrinks with tokens (paper: 0.046 at 5B, 0.019 at 30B, 0.005 at 105B).
-    *shows* when it is positive at every rung and falls from each rung to the next by more than
-    twice the larger of the two rungs' sds and the larger floor.
+    Over >= 3 rungs: *shows* when the gap clears at every rung (against the largest floor) and
+    its slope against log tokens is negative beyond its interval; *trend* when the slope is,
+    with the gap's mean positive at every rung.
   Localisation (finding 2: the SAN's deficit against its iso-param partner sits on query
     tokens), on held-out and, separately, training documents. At a rung it *shows* when the
-    query delta is positive (the SAN behind on query tokens: the study report's rule too) and
-    exceeds the trace and the answer deltas, both margins resolved.
+    query delta clears (a SAN deficit there) and so do both margins, query delta minus the trace
+    and minus the answer delta.
   Spectra (finding 3: routing matrices W_q, W_k freeze early, content matrices keep gaining
-    stable rank, in the SAN most on W_o). Per run, the relative change of the layer-mean stable
-    rank from the 25% milestone to the end; the margin = max(W_v, W_o) - max(W_q, W_k). At a
-    rung it *shows* when the margin is positive in every seed and the SAN's W_o grows more than
-    its iso-param partner's in every seed.
+    stable rank, in the SAN on W_o). Per run, the relative change of the layer-mean stable rank
+    from the 25% milestone to the end. At a rung it *shows* when W_o's growth clears (content
+    gains), the margin W_o - max(W_q, W_k) clears, and SAN W_o - FFN W_o clears.
   Uniform variants behind standard attention, the hybrids recover (Deconstructing Attention).
-    At a rung it *shows* when every uniform arm is behind standard by more than the floor,
-    mlp-uniform the most, and every hybrid recovers at least half of its uniform arm's gap. With
-    one seed the floor is the one the ladder file states ([ladder].deconstructing.floor).
+    At a rung it *shows* when every uniform - standard clears, mlp-uniform - each other uniform
+    clears, and every uniform - 2 hybrid + standard clears (the hybrid recovers more than half of
+    the gap). The floor is the ladder file's ([ladder].deconstructing.floor) where it states one.
 
-For a finding over the ladder: *shows* when it shows at the largest rung that ran; *trend*
-when not, but its quantity moved the paper's way from the second-largest to the largest rung
-that ran (the smallest of the three gaps and two ordering margins grew; the iso-param gap's
-size, |gap|, fell; the smallest localisation margin grew; the spectra margin grew; the smallest
-uniform gap and the hybrids' recovery grew); *does not show* otherwise, and *cannot tell* when
-the runs are missing.
+For a finding over the ladder: *shows* when it shows at the largest rung that ran; "too few
+seeds" when that rung has fewer than 3; *trend* when not, but the least-squares slope of its
+per-seed quantity against log tokens, over >= 3 rungs, is positive beyond its 95% interval
+(the quantity: the smallest of the three gaps and two ordering margins; the smaller
+localisation margin; the spectra margin; the smallest uniform gap); *does not show* otherwise,
+and *cannot tell* when the runs are missing.
 
-Each rule is one function of study/findings.py, which study/report.py judges a single study
-with too; how the rules were amended, when and why: doc/study-runs/README.md ("Verdict rules").
+Each rule is one function of study/findings.py; how the rules were amended, when and why:
+doc/study-runs/README.md ("Verdict rules").
 
 Gates and hidden-state effective ranks are reported against tokens without a verdict (the paper
 gives them as diagnostics; "neutral for loss" needs a residual-ablation arm this ladder does not
 have).
 """
 import argparse
-import glob
 import os
 import sys
 
@@ -61,7 +63,7 @@ from study import findings
 from study import ladder as ladder_files
 from study import runs as run_files
 from study import runner as study_runner
-from study.findings import Diff, paired
+from study.findings import Rule, paired, with_interval
 from study.plots import figure_legend, plt, save
 from study.runs import RunData
 from study.tables import fmt, mean_sd, pm, table
@@ -95,7 +97,7 @@ class Rung:
         return {seed: d.value(key, docs) for seed, d in self.arm_runs(name).items()}
 
     def paired(self, a, b, key="val_loss", docs="held_out"):
-        """Diff (mean, sd, n) over seeds of a - b, paired by seed."""
+        """findings.Diff over seeds of a - b, paired by seed."""
         return paired(self.values(a, key, docs), self.values(b, key, docs))
 
     def pooled_sd(self, names):
@@ -107,7 +109,7 @@ def noise_floor(rung, names, control=None):
     pooled = rung.pooled_sd(names)
     ctl = None
     if control and rung.has_arm(control[1]) and rung.arm_runs(control[1]):
-        m, _, _ = rung.paired(control[0], control[1])
+        m = rung.paired(control[0], control[1]).mean
         ctl = abs(m) if m is not None else None
     parts = [x for x in (pooled, ctl) if x is not None]
     return (max(parts) if parts else None), pooled, ctl
@@ -116,79 +118,79 @@ def noise_floor(rung, names, control=None):
 # ----------------------------------------------------------------------------------------
 # the findings
 
-def gap_ordering(rung, f, floor):
-    """{role: (mean, sd, n)} of SAN - partner, the ordering margins, and whether it shows."""
+def gap_ordering(rung, f, rule):
+    """{role: Diff of SAN − partner}, the ordering margins, the verdict at the rung, and the
+    trend's per-seed quantity: the smallest of the five numbers that must all be positive."""
     g = {role: rung.paired(f["san"], f[role]) for role in ROLES}
-    if any(v[0] is None for v in g.values()):
+    if any(v.mean is None for v in g.values()):
         return None
     m1 = rung.paired(f["iso_flop"], f["iso_depth"])  # iso-depth gap - iso-FLOP gap = FLOP arm - depth arm
     m2 = rung.paired(f["iso_param"], f["iso_flop"])   # iso-FLOP gap - iso-param gap
-    ok = findings.gap_ordering(g, (m1, m2), findings.resolved_against(floor)).shows
-    return {"gaps": g, "margins": (m1, m2), "shows": ok, "floor": floor}
+    per_arm = {role: rung.values(f[role]) for role in ("san",) + tuple(ROLES)}
+    seeds = sorted(set.intersection(*(set(k for k, v in values.items() if v is not None) for values in per_arm.values())))
+    def five(s):
+        v = {role: values[s] for role, values in per_arm.items()}
+        return min(v["san"] - v["iso_depth"], v["san"] - v["iso_flop"], v["san"] - v["iso_param"],
+                   v["iso_flop"] - v["iso_depth"], v["iso_param"] - v["iso_flop"])
+    verdict = findings.gap_ordering(g, (m1, m2), rule).verdict
+    return {"gaps": g, "margins": (m1, m2), "verdict": verdict, "floor": rule.floor,
+            "smallest": [five(s) for s in seeds], "iso_param_seeds": [per_arm["san"][s] - per_arm["iso_param"][s] for s in seeds]}
 
 
-def localisation(rung, san, ffn, docs, floor):
+def localisation(rung, san, ffn, docs, rule):
+    """SAN − FFN per region, the query margins (query delta − region delta, paired by seed), the
+    verdict at the rung and the trend's per-seed quantity (the smaller margin)."""
     d = {r: rung.paired(san, ffn, f"val_loss_{r}", docs) for r in REGIONS}
-    if any(v[0] is None for v in d.values()):
+    if any(v.mean is None for v in d.values()):
         return None
-    margins = {}
-    for r in ("trace", "answer"):
-        ra, rb = rung.arm_runs(san), rung.arm_runs(ffn)
-        diffs = []
-        for s in sorted(set(ra) & set(rb)):
-            dq = ra[s].value("val_loss_query", docs) - rb[s].value("val_loss_query", docs)
-            dr = ra[s].value(f"val_loss_{r}", docs) - rb[s].value(f"val_loss_{r}", docs)
-            diffs.append(dq - dr)
-        margins[r] = mean_sd(diffs)
-    _, ok = findings.localisation(d["query"], {r: Diff(m, sd, None) for r, (m, sd) in margins.items()},
-                                  findings.resolved_against(floor))
+    value = {(arm, r): rung.values(arm, f"val_loss_{r}", docs) for arm in (san, ffn) for r in REGIONS}
+    margins = {r: rule.contrast([(1, value[san, "query"]), (-1, value[ffn, "query"]), (-1, value[san, r]), (1, value[ffn, r])])
+               for r in ("trace", "answer")}
+    seeds = sorted(set.intersection(*(set(k for k, v in x.items() if v is not None) for x in value.values())))
+    def margin(s, r):
+        return value[san, "query"][s] - value[ffn, "query"][s] - value[san, r][s] + value[ffn, r][s]
+    _, verdict = findings.localisation(d["query"], margins, rule)
     overall = rung.paired(san, ffn, "val_loss", docs)
-    return {"deltas": d, "margins": margins, "shows": ok, "overall": overall}
+    return {"deltas": d, "margins": margins, "verdict": verdict, "overall": overall,
+            "smallest": [min(margin(s, "trace"), margin(s, "answer")) for s in seeds]}
 
 
-def _spectra_growth(run_dir):
-    """{kind: relative change of the layer-mean stable rank from the 25% milestone to the last}."""
-    from study import spectra
-    paths = sorted(glob.glob(os.path.join(run_dir, "ckpt", "milestone_*.bin")))
-    if len(paths) < 3:
-        return None
-    series = sorted((spectra.checkpoint_spectra(p) for p in paths), key=lambda r: r["step"])
-    return findings.stable_rank_growth(series, spectra.layer_mean)
-
-
-def spectra_finding(rung, san, ffn):
-    rows = []
+def spectra_finding(rung, san, ffn, rule):
+    """Per seed of the SAN: the growths, the margin and the partner's W_o; the three differences
+    of findings.spectra_diffs and the verdict at the rung."""
+    san_growth, ffn_growth = {}, {}
     for seed, d in sorted(rung.arm_runs(san).items()):
-        g = _spectra_growth(d.run.dir)
-        partner = rung.arm_runs(ffn).get(seed)
-        gf = _spectra_growth(partner.run.dir) if partner else None
-        if g is None:
-            continue
-        rows.append({"seed": seed, "growth": g, "margin": findings.spectra_margin(g),
-                     "ffn_wo": gf["attn.wo"] if gf else None})
-    if not rows:
+        g = findings.run_stable_rank_growth(d.run.dir)
+        if g is not None:
+            san_growth[seed] = g
+            partner = rung.arm_runs(ffn).get(seed)
+            gf = findings.run_stable_rank_growth(partner.run.dir) if partner else None
+            if gf is not None:
+                ffn_growth[seed] = gf
+    if not san_growth:
         return None
-    ok = all(findings.spectra_shows(r["growth"], r["ffn_wo"], partner_needed=True) for r in rows)
-    return {"rows": rows, "shows": ok, "margin": mean_sd([r["margin"] for r in rows])}
+    rows = [{"seed": seed, "growth": g, "margin": findings.spectra_margin(g),
+             "ffn_wo": ffn_growth[seed]["attn.wo"] if seed in ffn_growth else None} for seed, g in san_growth.items()]
+    diffs = findings.spectra_diffs(san_growth, ffn_growth, rule)
+    return {"rows": rows, "diffs": diffs, "verdict": findings.spectra(diffs, rule, partner_needed=True),
+            "smallest": [r["margin"] for r in rows]}
 
 
-def deconstructing(rung, standard, kinds, floor):
-    """{kind: (uniform delta, hybrid delta)} vs standard (seed means), and whether it shows."""
+def deconstructing(rung, standard, kinds, rule):
+    """{kind: (uniform delta, hybrid delta)} vs standard (seed means), their Diffs
+    (findings.variant_diffs), the verdict, and the trend's per-seed quantity (the smallest
+    uniform gap)."""
     std, _ = rung.arm_mean(standard)
     if std is None:
         return None
-    d = {}
-    for kind in kinds:
-        u, _ = rung.arm_mean(f"{kind}-uniform")
-        h, _ = rung.arm_mean(f"{kind}-hybrid")
-        d[kind] = (u - std if u is not None else None, h - std if h is not None else None)
-    have = {k: v for k, v in d.items() if v[0] is not None and v[1] is not None}
-    if "mlp" not in have or floor is None:
-        return {"deltas": d, "shows": None, "standard": std}
-    ok = findings.variants_behind(have, lambda u: u > floor)
-    recovery = min((u - h) / u for u, h in have.values() if u > 0) if any(u > 0 for u, _ in have.values()) else None
-    return {"deltas": d, "shows": ok, "standard": std, "min_uniform": min(u for u, _ in have.values()),
-            "recovery": recovery}
+    values = {a: rung.values(a) for a in [standard] + [f"{k}-{l}" for k in kinds for l in ("uniform", "hybrid")]}
+    diffs = findings.variant_diffs(values, standard, kinds, rule)
+    d = {k: (diffs[k]["uniform"].mean, diffs[k]["hybrid"].mean) if k in diffs else (None, None) for k in kinds}
+    seeds = sorted(set.intersection(*(set(k for k, v in values[a].items() if v is not None)
+                                      for a in [standard] + [f"{k}-uniform" for k in diffs])))
+    smallest = [min(values[f"{k}-uniform"][s] - values[standard][s] for k in diffs) for s in seeds] if diffs else []
+    return {"deltas": d, "diffs": diffs, "verdict": findings.variants_behind(diffs, rule), "standard": std,
+            "smallest": smallest}
 
 
 def indicator_mean(per_layer, locfoc=False):
@@ -367,7 +369,7 @@ def write_report(path, out=None):
     os.makedirs(lad.out, exist_ok=True)
     lines = [f"# Scale ladder: {lad.raw['study']['name']}", "", lad.raw["study"].get("note", ""), "",
              f"Ladder file `{path}`; rungs " + ", ".join(f"{r.tokens:,}" for r in lad.rungs)
-             + " tokens per run. Verdict rules: study/ladder_report.py (fixed before the runs).", ""]
+             + " tokens per run.", "", Rule("paired").describe("the rung's noise floor"), ""]
     lines += ["## Runs", ""] + runs_table(lad.rungs) + [""]
     lines += ["## Noise floor", "",
               "Pooled seed-to-seed sd of the four arms' final losses, and |SAN − SAN-RMSNorm| (ZCN vs RMSNorm, "
@@ -390,43 +392,33 @@ def gap_sections(lad, verdicts):
     if not fg:
         return []
     lines = ["## Gap ordering (SAN paper finding 1)", "",
-             "SAN − partner, final validation loss, mean ± sd over seeds (paired by seed); paper at 105B tokens: "
-             "iso-depth +0.47, iso-FLOP +0.26, iso-param +0.005 (0.046 at 5B, 0.019 at 30B).", ""]
+             "SAN − partner, final validation loss, mean over seeds [95% t-interval] (paired by seed); paper at 105B "
+             "tokens: iso-depth +0.47, iso-FLOP +0.26, iso-param +0.005 (0.046 at 5B, 0.019 at 30B).", ""]
     rows, gap_points = [], []
     for rung in lad.rungs:
-        r = gap_ordering(rung, fg, lad.floor_of[rung.tokens])
+        r = gap_ordering(rung, fg, Rule("paired", lad.floor_of[rung.tokens]))
         if r is None:
             continue
         gap_points.append((rung.tokens, r))
         g, (m1, m2) = r["gaps"], r["margins"]
-        rows.append([f"{rung.tokens:,}", *(pm(g[k][0], g[k][1]) for k in ROLES), pm(m1[0], m1[1]), pm(m2[0], m2[1]),
-                     str(g["iso_param"][2]), "shows" if r["shows"] else "no"])
+        rows.append([f"{rung.tokens:,}", *(with_interval(g[k]) for k in ROLES), with_interval(m1), with_interval(m2),
+                     str(g["iso_param"].n), r["verdict"]])
     lines += [table(["rung", "iso-depth", "iso-FLOP", "iso-param", "depth − FLOP", "FLOP − param", "seeds",
-                     "shows at rung"], rows), ""]
+                     "at rung"], rows), ""]
     if gap_points:
         lines += [f"![gaps]({plot_gaps(gap_points, lad.floors, lad.out)})", ""]
-    # the trend's quantity: the smallest of the five numbers that must all be positive to show
-    v = findings.over_ladder(gap_points, lambda r: r["shows"],
-                             lambda r: min([r["margins"][0][0], r["margins"][1][0]]
-                                           + [r["gaps"][k][0] for k in ("iso_depth", "iso_flop", "iso_param")]))
+    v = findings.over_ladder(gap_points, lambda r: r["verdict"], lambda r: r["smallest"], Rule("paired"))
     verdicts.append(("Gap ordering iso-depth > iso-FLOP > iso-param", v))
     verdicts.append(("iso-param gap shrinks with tokens", iso_param_shrinks(gap_points, lad.floor_of)))
     return lines
 
 
 def iso_param_shrinks(gap_points, floor_of):
-    """The iso-param gap falls with tokens, from above zero (the SAN behind its partner)."""
-    pts = [(t, r["gaps"]["iso_param"]) for t, r in gap_points]
-    falls = len(pts) >= 2 and all(b[0] > 0 for _, b in pts) and all(
-        a[0] - b[0] > max(2 * max(a[1] or 0, b[1] or 0), floor_of[ta] or 0, floor_of[tb] or 0)
-        for (ta, a), (tb, b) in zip(pts, pts[1:]))
-    if len(pts) < 2:
-        return "cannot tell"
-    if falls:
-        return "shows"
-    if abs(pts[-1][1][0]) < abs(pts[-2][1][0]):
-        return "trend"
-    return "does not show"
+    """The iso-param gap falls with tokens, from above zero (findings.iso_param_shrinks), every
+    rung's gap judged against the largest of the rungs' floors (the stricter)."""
+    points = [(t, r["gaps"]["iso_param"], r["iso_param_seeds"]) for t, r in gap_points]
+    floors = [floor_of[t] for t, _, _ in points if floor_of[t] is not None]
+    return findings.iso_param_shrinks(points, Rule("paired", max(floors) if floors else None))
 
 
 def localisation_section(lad, verdicts):
@@ -435,20 +427,20 @@ def localisation_section(lad, verdicts):
     if not fl_:
         return []
     lines = ["## Localisation (SAN paper finding 2)", "",
-             f"SAN − {fl_['ffn']} per region (mean ± sd over seeds), and the query margins (query delta minus "
-             "the trace / answer delta).", ""]
+             f"SAN − {fl_['ffn']} per region, and the query margins (query delta minus the trace / answer delta), "
+             "mean over seeds [95% t-interval], paired by seed.", ""]
     reg_points = []
     for docs, title in (("held_out", "held-out documents"), ("train_docs", "training documents (--train-doc-eval)")):
         rows, pts = [], []
         for rung in lad.rungs:
-            r = localisation(rung, fl_["san"], fl_["ffn"], docs, lad.floor_of[rung.tokens])
+            r = localisation(rung, fl_["san"], fl_["ffn"], docs, Rule("paired", lad.floor_of[rung.tokens]))
             if r is None:
                 continue
             pts.append((rung.tokens, r))
-            rows.append([f"{rung.tokens:,}", pm(*r["overall"][:2]), *(pm(*r["deltas"][k][:2]) for k in REGIONS),
-                         pm(*r["margins"]["trace"]), pm(*r["margins"]["answer"]), "shows" if r["shows"] else "no"])
+            rows.append([f"{rung.tokens:,}", with_interval(r["overall"]), *(with_interval(r["deltas"][k]) for k in REGIONS),
+                         with_interval(r["margins"]["trace"]), with_interval(r["margins"]["answer"]), r["verdict"]])
         lines += [f"{title}:", "", table(["rung", "overall", "query", "trace", "answer", "query − trace",
-                                          "query − answer", "shows at rung"], rows), ""]
+                                          "query − answer", "at rung"], rows), ""]
         for t, r in pts:
             for p in reg_points:
                 if p[0] == t:
@@ -456,8 +448,7 @@ def localisation_section(lad, verdicts):
                     break
             else:
                 reg_points.append((t, {docs: r}))
-        v = findings.over_ladder(pts, lambda r: r["shows"],
-                                 lambda r: min(r["margins"]["trace"][0], r["margins"]["answer"][0]))
+        v = findings.over_ladder(pts, lambda r: r["verdict"], lambda r: r["smallest"], Rule("paired"))
         verdicts.append((f"Localisation on query tokens ({title.split(' (')[0]})", v))
     if reg_points:
         lines += [f"![regions]({plot_regions(reg_points, lad.floors, lad.out)})", ""]
@@ -470,21 +461,25 @@ def spectra_section(lad, verdicts):
         return []
     lines = ["## Spectra (SAN paper finding 3)", "",
              f"Relative change of the layer-mean stable rank from the 25% milestone to the end, per seed of "
-             f"{fs['san']}; margin = max(W_v, W_o) − max(W_q, W_k); W_o of {fs['ffn']} beside it.", ""]
-    rows, pts = [], []
+             f"{fs['san']}; margin = W_o − max(W_q, W_k); W_o of {fs['ffn']} beside it. Under the table, over the "
+             "seeds [95% t-interval]: W_o's gain, the margin, and SAN W_o − FFN W_o (paired by seed).", ""]
+    rows, pts, judged = [], [], []
     for rung in lad.rungs:
-        r = spectra_finding(rung, fs["san"], fs["ffn"])
+        r = spectra_finding(rung, fs["san"], fs["ffn"], Rule("paired"))
         if r is None:
             continue
         pts.append((rung.tokens, r))
         for row in r["rows"]:
             g = row["growth"]
             rows.append([f"{rung.tokens:,}", row["seed"], *(f"{g[k]:+.1%}" for k in findings.ATTENTION_MATRICES),
-                         f"{row['margin']:+.1%}", f"{row['ffn_wo']:+.1%}" if row["ffn_wo"] is not None else "—",
-                         "shows" if r["shows"] else "no"])
-    lines += [table(["rung", "seed", "W_q", "W_k", "W_v", "W_o", "margin", "FFN W_o", "shows at rung"], rows), ""]
+                         f"{row['margin']:+.1%}", f"{row['ffn_wo']:+.1%}" if row["ffn_wo"] is not None else "—"])
+        d = r["diffs"]
+        judged.append([f"{rung.tokens:,}", *(with_interval(d[k], 1, percent=True) for k in ("gain", "margin", "partner")),
+                       r["verdict"]])
+    lines += [table(["rung", "seed", "W_q", "W_k", "W_v", "W_o", "margin", "FFN W_o"], rows), ""]
+    lines += [table(["rung", "W_o gain", "margin", "SAN W_o − FFN W_o", "at rung"], judged), ""]
     verdicts.append(("Spectra: routing freezes, content (W_o) keeps gaining",
-                     findings.over_ladder(pts, lambda r: r["shows"], lambda r: r["margin"][0])))
+                     findings.over_ladder(pts, lambda r: r["verdict"], lambda r: r["smallest"], Rule("paired"))))
     return lines
 
 
@@ -514,18 +509,22 @@ def deconstructing_section(lad, verdicts):
         return []
     kinds = fd["kinds"]
     lines = ["## Deconstructing Attention: each kind, uniform and hybrid, against standard", "",
-             "Final validation loss Δ vs the standard arm (seed means).", ""]
+             "Final validation loss Δ vs the standard arm, mean over seeds [95% t-interval], paired by seed; "
+             "uniform − 2 hybrid + standard > 0: the hybrid recovers more than half of the uniform gap.", ""]
     rows, pts = [], []
     for rung in lad.rungs:
-        # one seed: the floor is the ladder file's stated one (or this rung's, with seeds)
-        r = deconstructing(rung, fd["standard"], kinds, fd.get("floor", lad.floor_of.get(rung.tokens)))
+        # the floor: the ladder file's stated one, else this rung's
+        r = deconstructing(rung, fd["standard"], kinds, Rule("paired", fd.get("floor", lad.floor_of.get(rung.tokens))))
         if r is None:
             continue
         pts.append((rung.tokens, r))
         for k in kinds:
-            u, h = r["deltas"][k]
-            rows.append([f"{rung.tokens:,}", k, fmt(u, signed=True), fmt(h, signed=True)])
-    lines += [table(["rung", "kind", "uniform − standard", "hybrid − standard"], rows), ""]
+            d = r["diffs"].get(k)
+            rows.append([f"{rung.tokens:,}", k] + ([with_interval(d[x]) for x in ("uniform", "hybrid", "recovery")]
+                                                   + [with_interval(d["mlp_most"]) if d["mlp_most"] else "—"]
+                                                   if d else ["—"] * 4) + [r["verdict"]])
+    lines += [table(["rung", "kind", "uniform − standard", "hybrid − standard", "uniform − 2 hybrid + standard",
+                     "mlp-uniform − uniform", "at rung"], rows), ""]
     if pts:
         lines += [f"![deconstructing]({plot_deconstructing(pts, lad.out)})", ""]
     lines += ["Attention-pattern indicators at the final validation (doc/deconstructing.md \"Attention-pattern "
@@ -543,9 +542,8 @@ def deconstructing_section(lad, verdicts):
                                                                "attn_locfoc")])
     lines += [table(["rung", "arm", "entropy", "concentration", "sink", "head diversity", "local focus (N=0)"],
                     rows), ""]
-    judged = [(t, r) for t, r in pts if r["shows"] is not None]
     verdicts.append(("Uniform variants behind standard (mlp most), hybrids recover",
-                     findings.over_ladder(judged, lambda r: r["shows"], lambda r: r["min_uniform"])))
+                     findings.over_ladder(pts, lambda r: r["verdict"], lambda r: r["smallest"], Rule("paired"))))
     return lines
 
 

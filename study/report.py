@@ -21,7 +21,7 @@ import os
 
 from study import attention_patterns, curves, findings, match, spectra
 from study import runs as run_files
-from study.findings import Diff, unpaired
+from study.findings import Rule, with_interval
 from study.plots import figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers, plt, save
 from study.runs import RunData  # noqa: F401  (the run as the report reads it)
 from study.tables import fmt, mean_sd, table
@@ -59,6 +59,13 @@ class ArmSummary:
         """The rates its runs at its chosen rate trained with (seeds share them; "a / b" if not)."""
         texts = list(dict.fromkeys(d.rates_text for d in self.runs))
         return " / ".join(texts) if texts else "—"
+
+    def by_seed(self, key=None, docs=None):
+        """{seed: the final loss (or a key of the final validation; docs: of its "train_docs")} of
+        the runs at the arm's rate: what the findings compare."""
+        if key is None:
+            return {d.run.seed: d.final_loss for d in self.runs}
+        return {d.run.seed: (d.final.get(docs, {}) if docs else d.final).get(key) for d in self.runs}
 
     def final_mean(self, key):
         values = [d.final[key] for d in self.runs if key in d.final]
@@ -186,25 +193,27 @@ def finding_gap_ordering(f, summaries, floor, why):
     missing = _need(summaries, f, ("san", "iso_depth", "iso_flop", "iso_param"), why)
     if missing:
         return "cannot tell", missing
-    san = summaries[f["san"]]
-    gaps = {role: unpaired(san.mean, summaries[f[role]].mean) for role in ("iso_depth", "iso_flop", "iso_param")}
-    margins = (unpaired(gaps["iso_depth"].mean, gaps["iso_flop"].mean), unpaired(gaps["iso_flop"].mean, gaps["iso_param"].mean))
-    text = (f"SAN − FFN final validation loss: iso-depth {gaps['iso_depth'].mean:+.4f}, iso-FLOP {gaps['iso_flop'].mean:+.4f}, "
-            f"iso-param {gaps['iso_param'].mean:+.4f} nats (paper at 105B tokens: +0.47, +0.26, +0.005); "
-            f"noise floor {fmt(floor)}.")
-    rule = findings.gap_ordering(gaps, margins, findings.positive)
-    ahead = [role.replace("iso_", "iso-").replace("flop", "FLOP") for role in rule.ahead]
+    rule = Rule("unpaired", floor)
+    loss = {role: summaries[f[role]].by_seed() for role in ("san", "iso_depth", "iso_flop", "iso_param")}
+    gaps = {role: rule.diff(loss["san"], loss[role]) for role in ("iso_depth", "iso_flop", "iso_param")}
+    margins = (rule.diff(loss["iso_flop"], loss["iso_depth"]), rule.diff(loss["iso_param"], loss["iso_flop"]))
+    text = (f"SAN − FFN final validation loss [95% t-interval]: iso-depth {with_interval(gaps['iso_depth'])}, "
+            f"iso-FLOP {with_interval(gaps['iso_flop'])}, iso-param {with_interval(gaps['iso_param'])} nats (paper at "
+            f"105B tokens: +0.47, +0.26, +0.005); ordering margins iso-depth − iso-FLOP {with_interval(margins[0])}, "
+            f"iso-FLOP − iso-param {with_interval(margins[1])}; noise floor {fmt(floor)}.")
+    result = findings.gap_ordering(gaps, margins, rule)
+    if result.verdict.startswith("too few"):
+        return result.verdict, text + f" Every arm needs at least {rule.min_seeds} seeds to judge the gaps."
+    ahead = [role.replace("iso_", "iso-").replace("flop", "FLOP") for role in result.ahead]
     if ahead:  # the paper's finding is a SAN behind each partner, not only the gaps' order
         return "does not show", text + (f" The SAN is not behind its {', '.join(ahead)} partner"
                                         f"{'s' if len(ahead) > 1 else ''}; the paper has it behind each"
-                                        + (", though the gaps keep the paper's order." if rule.ordered else "."))
-    if not rule.shows:
-        return "does not show", text + " The ordering iso-depth > iso-FLOP > iso-param does not hold."
-    resolved = floor is None or min(margins[0].mean, margins[1].mean) > 2 * floor
-    return "shows", text + (" The ordering holds" + (", each step more than twice the noise floor." if resolved and floor
-                                                     else " (not every step is above twice the noise floor)." if floor
-                                                     else " (one seed: no noise floor)."))
-
+                                        + (", though the gaps keep the paper's order." if result.ordered else "."))
+    if result.verdict != "shows":
+        return "does not show", text + (" Not every gap and margin is positive beyond its interval"
+                                        + (" and the noise floor." if floor is not None else "."))
+    return "shows", text + " Every gap and both ordering margins are positive beyond their intervals" + (
+        " and the noise floor." if floor is not None else ".")
 
 
 def finding_localisation(f, summaries, floor, why):
@@ -212,29 +221,40 @@ def finding_localisation(f, summaries, floor, why):
     if missing:
         return "cannot tell", missing
     san, ffn = summaries[f["san"]], summaries[f["ffn"]]
-    d = {}
-    for r in ("query", "trace", "answer"):
-        a, b = san.final_mean(f"val_loss_{r}"), ffn.final_mean(f"val_loss_{r}")
-        if a is not None and b is not None:
-            d[r] = a - b
-    if "query" not in d or len(d) < 2:
+    rule = Rule("unpaired", floor)
+    regions = [r for r in ("query", "trace", "answer")
+               if san.final_mean(f"val_loss_{r}") is not None and ffn.final_mean(f"val_loss_{r}") is not None]
+    if "query" not in regions or len(regions) < 2:
         return "cannot tell", "the logs have no per-region losses (validation data without region sidecars)"
-    text = (f"SAN − FFN ({f['ffn']}) per region: " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
-            + f" nats (overall {san.mean - ffn.mean:+.4f}).")
-    text += localisation_on_training_documents(san, ffn) + localisation_on_eval_sets(san, ffn)
-    behind, shows = region_localisation(d)
+    d, margins, behind, verdict = region_localisation(san, ffn, regions, rule)
+    text = (f"SAN − FFN ({f['ffn']}) per region [95% t-interval]: " + ", ".join(f"{r} {with_interval(v)}" for r, v in d.items())
+            + " nats; query margins " + ", ".join(f"query − {r} {with_interval(m)}" for r, m in margins.items())
+            + f" (overall {san.mean - ffn.mean:+.4f}).")
+    text += localisation_on_training_documents(san, ffn, rule) + localisation_on_eval_sets(san, ffn)
+    if verdict.startswith("too few"):
+        return verdict, text + f" Both arms need at least {rule.min_seeds} seeds to judge the regions."
     if not behind:
         return "does not show", text + " The SAN has no deficit on query tokens to place (it is not behind there)."
-    if shows:
-        return "shows", text + " The deficit is largest on query tokens."
-    return "does not show", text + " The deficit is not largest on query tokens."
+    if verdict == "shows":
+        return "shows", text + " The deficit is positive on query tokens and larger there than on the other regions, beyond the intervals."
+    return "does not show", text + " The deficit is not shown, beyond the intervals, to be positive on query tokens and largest there."
 
 
-def region_localisation(d):
-    """findings.localisation of the per-region differences {region: SAN − FFN} of seed means:
-    (a deficit on query tokens, the deficit largest there)."""
-    margins = {r: Diff(d["query"] - v, None, None) for r, v in d.items() if r != "query"}
-    return findings.localisation(Diff(d["query"], None, None), margins, findings.positive)
+def region_localisation(san, ffn, regions, rule, docs=None):
+    """findings.localisation of SAN − FFN per region (of the final validation, or of its
+    "train_docs"): (deltas, query margins, behind on query tokens, verdict). A margin is the
+    query delta minus a region's delta: each arm's per-seed query − region loss, then SAN − FFN."""
+    def values(arm, r):
+        return arm.by_seed(f"val_loss_{r}", docs)
+
+    def query_minus(arm, r):
+        q, other = values(arm, "query"), values(arm, r)
+        return {s: q[s] - other[s] for s in q if q[s] is not None and other.get(s) is not None}
+
+    d = {r: rule.diff(values(san, r), values(ffn, r)) for r in regions}
+    margins = {r: rule.diff(query_minus(san, r), query_minus(ffn, r)) for r in regions if r != "query"}
+    behind, verdict = findings.localisation(d["query"], margins, rule)
+    return d, margins, behind, verdict
 
 
 def train_docs_mean(summary, key):
@@ -262,18 +282,18 @@ def train_docs_region_table(summaries, baseline):
             "", table(["arm", "targets", "all", "Δ all"] + [x for r in REGIONS for x in (r, f"Δ {r}")], rows), ""]
 
 
-def localisation_on_training_documents(san, ffn):
+def localisation_on_training_documents(san, ffn, rule):
     """The finding's sentence on training documents ("" without them)."""
-    d = {r: train_docs_mean(san, f"val_loss_{r}") - train_docs_mean(ffn, f"val_loss_{r}")
-         for r in ("query", "trace", "answer")
-         if train_docs_mean(san, f"val_loss_{r}") is not None and train_docs_mean(ffn, f"val_loss_{r}") is not None}
-    if "query" not in d:
+    regions = [r for r in ("query", "trace", "answer")
+               if train_docs_mean(san, f"val_loss_{r}") is not None and train_docs_mean(ffn, f"val_loss_{r}") is not None]
+    if "query" not in regions:
         return ""
-    behind, largest = region_localisation(d)
-    return (" On training documents (--train-doc-eval): " + ", ".join(f"{r} {v:+.4f}" for r, v in d.items())
-            + (" (no deficit on query tokens)." if not behind else
-               f" (the deficit is {'' if largest else 'not '}largest on query tokens)."))
-
+    d, _, behind, verdict = region_localisation(san, ffn, regions, rule, docs="train_docs")
+    judged = ("no deficit on query tokens" if not behind else
+              f"{verdict} to judge" if verdict.startswith("too few") else
+              "the deficit is positive and largest on query tokens beyond the intervals" if verdict == "shows" else
+              "the deficit is not shown to be positive and largest on query tokens")
+    return " On training documents (--train-doc-eval): " + ", ".join(f"{r} {with_interval(v)}" for r, v in d.items()) + f" ({judged})."
 
 
 def localisation_on_eval_sets(san, ffn):
@@ -310,21 +330,33 @@ def finding_qk_norm(f, summaries, floor, why):
         parts.append("largest pre-softmax logit at the end: " + ", ".join(f"{k} {v:.1f}" for k, v in logit.items()))
     if w.ok and wo.ok:
         gap = wo.mean - w.mean
+        ci = findings.interval(Rule("unpaired").diff(wo.by_seed(), w.by_seed()))
         parts.append(f"final loss with {w.mean:.4f}, without {wo.mean:.4f} ({gap:+.4f}"
+                     + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else " [no interval]")
                      + (f", {gap / floor:+.0f} noise floors)" if floor else ")"))
     text = "; ".join(parts) + "."
     # without a divergence: did the stacks without QK-norm (and not those with it) train unstably?
     unstable_with, unstable_without = ([(d.run.id, u) for d in s.runs if (u := findings.instability(d.val, d.train, floor))]
                                        for s in (w, wo))
-    verdict = findings.qk_norm(n_w, n_wo, unstable_with, unstable_without)
+    rule = Rule("unpaired", floor)
+    verdict = findings.qk_norm(len(w.all_runs), len(wo.all_runs), n_w, n_wo, len(unstable_with), len(unstable_without), rule)
+    if verdict.startswith("too few"):
+        return verdict, text + (f" Each stack needs at least {rule.min_seeds} runs for a divergence count to tell "
+                                "from chance (one-sided Fisher exact test).")
     if n_w or n_wo:
-        return verdict, text + (" Only the stack without QK-norm diverged." if verdict == "shows"
-                                else " Runs with QK-norm diverged too.")
+        p = findings.more_often_p(n_wo, len(wo.all_runs), n_w, len(w.all_runs))
+        return verdict, text + (f" The stack without QK-norm diverged more often (one-sided Fisher p = {p:.3f})."
+                                if verdict == "shows" else
+                                f" Not more divergences without QK-norm than chance allows (one-sided Fisher p = {p:.3f}).")
     said = " ".join(f"{name}: {why_unstable}." for name, why_unstable in unstable_without + unstable_with)
     if verdict == "shows, short of a divergence":
-        return verdict, text + " No run diverged, but only the stack without QK-norm trained unstably: " + said
+        return verdict, text + " No run diverged, but the stack without QK-norm trained unstably more often than chance allows: " + said
     if unstable_with:
         return verdict, text + " No run diverged; runs with QK-norm trained unstably too: " + said
+    if unstable_without:
+        p = findings.more_often_p(len(unstable_without), len(wo.all_runs), 0, len(w.all_runs))
+        return verdict, text + (f" No run diverged; runs without QK-norm trained unstably, but not more often than "
+                                f"chance allows (one-sided Fisher p = {p:.3f}): " + said)
     return verdict, text + " No run without QK-norm diverged or trained unstably at this depth, scale and rate."
 
 
@@ -332,12 +364,19 @@ def finding_mlp_collapse(f, summaries, floor, why):
     missing = _need(summaries, f, ("standard", "uniform", "hybrid"), why)
     if missing:
         return "cannot tell", missing
+    rule = Rule("unpaired", floor)
+    values = {"standard": summaries[f["standard"]].by_seed(), "mlp-uniform": summaries[f["uniform"]].by_seed(),
+              "mlp-hybrid": summaries[f["hybrid"]].by_seed()}
+    diffs = findings.variant_diffs(values, "standard", ["mlp"], rule)
+    d = diffs["mlp"]
     std, uni, hyb = (summaries[f[r]].mean for r in ("standard", "uniform", "hybrid"))
-    gap_u, gap_h = uni - std, hyb - std
-    text = (f"final loss: standard {std:.4f}, uniform mlp {uni:.4f} ({gap_u:+.4f}), hybrid mlp {hyb:.4f} ({gap_h:+.4f}).")
-    if findings.variants_behind({"mlp": (gap_u, gap_h)}, lambda u: u > 0 and (floor is None or u > 2 * floor)):
+    text = (f"final loss: standard {std:.4f}, uniform mlp {uni:.4f} ({with_interval(d['uniform'])}), hybrid mlp "
+            f"{hyb:.4f} ({with_interval(d['hybrid'])}); uniform − 2 hybrid + standard {with_interval(d['recovery'])} "
+            "(positive: the hybrid recovers more than half of the uniform gap); [95% t-intervals].")
+    verdict = findings.variants_behind(diffs, rule)
+    if verdict == "shows":
         return "shows", text + " Uniform mlp (no token mixing) collapses; the hybrid recovers most of the gap."
-    return "does not show", text
+    return verdict, text
 
 
 def finding_spectra(f, summaries, floor, why, milestones):
@@ -346,19 +385,26 @@ def finding_spectra(f, summaries, floor, why, milestones):
         return "cannot tell", missing
     if f["san"] not in milestones or len(milestones[f["san"]]) < 3:
         return "cannot tell", f"arm {f['san']} has no milestone checkpoints (study.milestones = true writes them)"
+    rule = Rule("unpaired", None)  # relative changes of stable rank: the loss's noise floor is not theirs
 
-    san = milestones[f["san"]]
-    g = findings.stable_rank_growth(san, spectra.layer_mean)
-    text = (f"{f['san']}: stable rank change from step {san[1]['step']} to {san[-1]['step']}: "
-            + ", ".join(f"{k.split('.')[1]} {v:+.1%}" for k, v in g.items()) + ".")
-    ffn_wo = None
-    if "ffn" in f and f["ffn"] in milestones and len(milestones[f["ffn"]]) >= 3:
-        ffn_wo = findings.stable_rank_growth(milestones[f["ffn"]], spectra.layer_mean)["attn.wo"]
-        text += f" W_o in {f['ffn']}: {ffn_wo:+.1%}."
-    if findings.spectra_shows(g, ffn_wo, partner_needed=False):
-        return "shows", text + " The routing matrices (W_q, W_k) change less than the content matrices" + (
-            ", and the SAN's W_o gains more than the FFN arm's." if "ffn" in f else ".")
-    return "does not show", text
+    def growths(arm):
+        out = {d.run.seed: findings.run_stable_rank_growth(d.run.dir) for d in summaries[arm].runs}
+        return {seed: g for seed, g in out.items() if g is not None}
+    san = growths(f["san"])
+    ffn = growths(f["ffn"]) if "ffn" in f else {}
+    kinds = [k for k in findings.ATTENTION_MATRICES if all(k in g for g in san.values())]
+    text = (f"{f['san']}: stable rank change from the 25% milestone to the end, mean over {len(san)} seeds: "
+            + ", ".join(f"{k.split('.')[1]} {sum(g[k] for g in san.values()) / len(san):+.1%}" for k in kinds) + ".")
+    diffs = findings.spectra_diffs(san, ffn, rule)
+    text += (f" W_o's gain {with_interval(diffs['gain'], 1, percent=True)}, W_o − max(W_q, W_k) "
+             f"{with_interval(diffs['margin'], 1, percent=True)}"
+             + (f", SAN W_o − {f['ffn']} W_o {with_interval(diffs['partner'], 1, percent=True)}" if diffs["partner"] else "")
+             + " [95% t-intervals].")
+    verdict = findings.spectra(diffs, rule, partner_needed=False)
+    if verdict == "shows":
+        return "shows", text + " W_o keeps gaining stable rank, more than the routing matrices (W_q, W_k)" + (
+            ", and more than the FFN arm's W_o." if diffs["partner"] else ".")
+    return verdict, text
 
 
 def finding_rates(f, summaries):
@@ -920,7 +966,7 @@ def spectra_sections(r):
 def findings_section(r):
     if not r.study.findings:
         return []
-    md = ["## Findings", ""]
+    md = ["## Findings", "", Rule("unpaired", r.floor).describe(trend=False), ""]
     for f in r.study.findings:
         title, judge = FINDINGS[f["kind"]]
         if f["kind"] == "spectra":

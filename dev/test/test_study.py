@@ -680,39 +680,56 @@ lr_other = 1e5
     assert f"Diverged: `blowup_lr100000_lo100000_s7` at step {status['step']}" in report
     rows = {r["arm"]: r for r in md_table(report, "arm")}
     assert rows["blowup"]["seeds"] == "0" and rows["blowup"]["val loss"] == "—"
-    assert "**shows.** diverged runs: with QK-norm 0 of 1, without 1 of 1" in report
+    # counted, but one run a stack is too few for a verdict (study/findings.py: three at least)
+    assert "**too few seeds (1).** diverged runs: with QK-norm 0 of 1, without 1 of 1" in report
 
 
 def test_qk_norm_finding_without_a_divergence_judges_instability():
-    """No run diverged: the finding 'shows, short of a divergence' when only the stack without
+    """No run diverged: the finding 'shows, short of a divergence' when the stack without
     QK-norm trained unstably (validation loss back up by more than the noise floor, or the
-    gradient norm up more than tenfold), and 'does not show' otherwise; the figures in its
-    text are recomputed here from stand-in summaries."""
+    gradient norm up more than tenfold) more often than chance allows (3 runs of 3, none with
+    it), 'does not show' otherwise, and 'too few seeds' under three runs a stack; the figures in
+    its text are recomputed here from stand-in summaries."""
     from study import report as study_report
 
-    def arm(name, loss, logits, grad_norms, val_losses):
-        run = types.SimpleNamespace(run=types.SimpleNamespace(id=name), final={"max_logit": logits},
-                                    train=[{"grad_norm": g} for g in grad_norms], val=[{"val_loss": v} for v in val_losses])
-        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], all_runs=[run], runs=[run], representative=run)
+    def arm(name, loss, logits, grad_norms, val_losses, runs=3, unstable_runs=None):
+        """`runs` runs NAME_s1.. that each trained so; with unstable_runs, the others calm."""
+        made = []
+        for i in range(runs):
+            calm = unstable_runs is not None and i >= unstable_runs
+            made.append(types.SimpleNamespace(run=types.SimpleNamespace(id=f"{name}{i + 1}"), final={"max_logit": logits},
+                                              train=[{"grad_norm": g} for g in ([1.0, 1.0] if calm else grad_norms)],
+                                              val=[{"val_loss": v} for v in ([6.0, 5.0, 4.0] if calm else val_losses)]))
+        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], all_runs=made, runs=made, representative=made[0],
+                                     by_seed=lambda: dict.fromkeys(range(runs), loss))
 
     f = {"with_qk_norm": "with", "without_qk_norm": "without"}
-    stable = arm("with_s1", 4.0, [1.5, 4.0, 2.0], [1.0, 0.9], [6.0, 5.0, 4.0])
-    rising = arm("without_s1", 5.5, [30.0, 100.0], [1.0, 1.2], [6.0, 5.4, 5.5])  # +0.1 > the floor
-    exploding = arm("without_s1", 5.5, [30.0, 100.0], [1.0, 170.0], [6.0, 5.6, 5.5])
+    stable = arm("with_s", 4.0, [1.5, 4.0, 2.0], [1.0, 0.9], [6.0, 5.0, 4.0])
+    rising = arm("without_s", 5.5, [30.0, 100.0], [1.0, 1.2], [6.0, 5.4, 5.5])  # +0.1 > the floor
+    exploding = arm("without_s", 5.5, [30.0, 100.0], [1.0, 170.0], [6.0, 5.6, 5.5])
     for without, reason in ((rising, "validation loss rose from 5.4000 to 5.5000"),
                             (exploding, "gradient norm grew from 1 to 170")):
         verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": without}, 0.02, {})
         assert verdict == "shows, short of a divergence", text
         assert f"without_s1: {reason}." in text and "with_s1:" not in text
-        assert f"({5.5 - 4.0:+.4f}, {(5.5 - 4.0) / 0.02:+.0f} noise floors)" in text
+        assert f"({5.5 - 4.0:+.4f} [{5.5 - 4.0:+.4f}, {5.5 - 4.0:+.4f}], {(5.5 - 4.0) / 0.02:+.0f} noise floors)" in text
     # a rise within the noise floor is not instability; neither is a norm up only 9-fold
-    calm = arm("without_s1", 5.5, [30.0, 100.0], [1.0, 9.0], [6.0, 5.49, 5.5])
+    calm = arm("without_s", 5.5, [30.0, 100.0], [1.0, 9.0], [6.0, 5.49, 5.5])
     verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": calm}, 0.02, {})
     assert verdict == "does not show" and "diverged or trained unstably" in text
     # both unstable: not the paper's finding
     verdict, text = study_report.finding_qk_norm(f, {"with": exploding, "without": exploding}, None, {})
     assert verdict == "does not show" and "with QK-norm trained unstably too" in text
-    assert "noise floors" not in text and "(+0.0000)" in text
+    assert "noise floors" not in text and "(+0.0000 [+0.0000, +0.0000])" in text
+    # one run of three without QK-norm unstable: not more often than chance (p = 0.5)
+    once = arm("without_s", 5.5, [30.0, 100.0], [1.0, 170.0], [6.0, 5.6, 5.5], unstable_runs=1)
+    verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": once}, 0.02, {})
+    assert verdict == "does not show" and "not more often than chance allows (one-sided Fisher p = 0.500)" in text
+    # one run a stack: no verdict
+    verdict, text = study_report.finding_qk_norm(f, {"with": arm("with_s", 4.0, [1.5], [1.0, 0.9], [6.0, 5.0, 4.0], runs=1),
+                                                     "without": arm("without_s", 5.5, [30.0], [1.0, 170.0], [6.0, 5.6],
+                                                                    runs=1)}, 0.02, {})
+    assert verdict == "too few seeds (1)" and "at least 3 runs" in text
 
 
 # ----------------------------------------------------------------------------------------
@@ -926,9 +943,9 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
             assert abs(float(rows[arm][r]) - v) <= 5e-5, (arm, r)
             assert abs(float(rows[arm][f"Δ {r}"]) - (v - want["san"][r])) <= 5e-5, (arm, r)
     verdict, text = study_report.finding_localisation({"san": "san", "ffn": "ffn"}, summaries, None, {})
-    assert verdict == "shows"  # (judged on the held-out regions, as before)
-    assert (f"On training documents (--train-doc-eval): query {4.61 - 4.3:+.4f}, trace {2.91 - 2.95:+.4f}, "
-            f"answer {3.31 - 3.25:+.4f} (the deficit is largest on query tokens)") in text
+    assert verdict == "too few seeds (1)"  # (judged on the held-out regions; one FFN run: no interval)
+    assert (f"On training documents (--train-doc-eval): query {4.61 - 4.3:+.4f} [no interval], trace "
+            f"{2.91 - 2.95:+.4f} [no interval], answer {3.31 - 3.25:+.4f} [no interval] (too few seeds (1) to judge)") in text
     assert f"lambada acc {0.25 - 0.40:+.4f} (favours FFN)" in text
     assert f"lambada perplexity {(90 - 25.0) - (90 - 40.0):+.4f} (favours FFN)" in text
     assert f"sciq acc {0.65 - 0.55:+.4f} (favours SAN); sciq acc_norm {0.55 - 0.45:+.4f} (favours SAN)" in text
@@ -1255,25 +1272,80 @@ def test_run_builds_the_data_the_study_file_says_how(toy_data, tmp_path):
 def test_findings_need_the_san_behind():
     """The gap ordering and the localisation are findings about a SAN behind its partners: gaps
     in the paper's order but negative (the SAN ahead, as the tuned CPU mini-study has it), or a
-    query delta that is no deficit, do not show them."""
+    query delta that is no deficit, do not show them; three seeds a SAN behind in the paper's
+    order do, two seeds give no verdict (study/findings.py; the rules on noise: test_findings.py)."""
     from study import report as study_report
 
-    def arm(loss, regions=None):
-        regions = regions or {}
-        return types.SimpleNamespace(ok=True, mean=loss, diverged=[], runs=[],
-                                     final_mean=lambda key: regions.get(key.replace("val_loss_", "")))
+    def arm(losses, regions=None):
+        """A stand-in summary of seeds 1, 2, 3.. with these final losses and per-region losses per seed."""
+        regions, seeds = regions or {}, dict(enumerate(losses, 1))
+
+        def by_seed(key=None, docs=None):
+            if key is None:
+                return seeds
+            region = key.replace("val_loss_", "")
+            return {s: regions[region][s - 1] if region in regions else None for s in seeds}
+
+        def final_mean(key):
+            values = list(by_seed(key).values())
+            return None if None in values else sum(values) / len(values)
+        return types.SimpleNamespace(ok=True, mean=sum(losses) / len(losses), diverged=[], runs=[], by_seed=by_seed,
+                                     final_mean=final_mean)
+
+    def seeds(v, wobble=(0.0, 0.004, -0.003)):
+        return [v + w for w in wobble]
     f = {"san": "san", "iso_depth": "d", "iso_flop": "f", "iso_param": "p"}
-    ahead = {"san": arm(0.70), "d": arm(0.705), "f": arm(0.73), "p": arm(0.74)}   # -0.005 > -0.03 > -0.04
+    ahead = {"san": arm(seeds(0.70)), "d": arm(seeds(0.705)), "f": arm(seeds(0.73)), "p": arm(seeds(0.74))}
     verdict, text = study_report.finding_gap_ordering(f, ahead, 0.01, {})
     assert verdict == "does not show" and "not behind its iso-depth, iso-FLOP, iso-param partners" in text \
         and "though the gaps keep the paper's order" in text
-    behind = {"san": arm(0.80), "d": arm(0.70), "f": arm(0.72), "p": arm(0.75)}   # +0.10 > +0.08 > +0.05
-    assert study_report.finding_gap_ordering(f, behind, 0.005, {})[0] == "shows"
+    behind = {"san": arm(seeds(0.90)), "d": arm(seeds(0.50, (0.003, 0.0, -0.002))), "f": arm(seeds(0.65, (0.0, -0.003, 0.004))),
+              "p": arm(seeds(0.80, (-0.002, 0.002, 0.0)))}   # +0.40 > +0.25 > +0.10
+    verdict, text = study_report.finding_gap_ordering(f, behind, 0.005, {})
+    assert verdict == "shows" and "iso-depth +0.4" in text and "[" in text
+    two = {k: arm(list(a.by_seed().values())[:2]) for k, a in behind.items()}
+    verdict, text = study_report.finding_gap_ordering(f, two, 0.005, {})
+    assert verdict == "too few seeds (2)" and "[+" in text
     g = {"san": "san", "ffn": "p"}
-    no_deficit = {"san": arm(0.70, {"query": 1.10, "trace": 0.50, "answer": 0.70}),
-                  "p": arm(0.74, {"query": 1.11, "trace": 0.57, "answer": 0.76})}  # query -0.01 > trace -0.07
+    no_deficit = {"san": arm(seeds(0.70), {"query": seeds(1.10), "trace": seeds(0.50), "answer": seeds(0.70)}),
+                  "p": arm(seeds(0.74), {"query": seeds(1.11), "trace": seeds(0.57), "answer": seeds(0.76)})}  # query -0.01
     verdict, text = study_report.finding_localisation(g, no_deficit, None, {})
     assert verdict == "does not show" and "no deficit on query tokens" in text
-    deficit = {"san": arm(0.80, {"query": 1.30, "trace": 0.60, "answer": 0.80}),
-               "p": arm(0.74, {"query": 1.11, "trace": 0.57, "answer": 0.76})}
-    assert study_report.finding_localisation(g, deficit, None, {})[0] == "shows"
+    deficit = {"san": arm(seeds(0.80), {"query": seeds(1.30), "trace": seeds(0.60), "answer": seeds(0.80)}),
+               "p": arm(seeds(0.74, (0.002, -0.002, 0.0)), {"query": seeds(1.11, (0.002, -0.002, 0.0)),
+                                                             "trace": seeds(0.57, (0.0, 0.003, 0.0)),
+                                                             "answer": seeds(0.76, (-0.003, 0.0, 0.002))})}
+    verdict, text = study_report.finding_localisation(g, deficit, None, {})
+    assert verdict == "shows" and "query − trace +0.1" in text
+
+
+def test_spectra_finding_over_every_seed(monkeypatch):
+    """The study report's spectra finding reads the milestones of every seed at the arm's rate
+    (stood in for here), not the representative run's alone: three seeds whose W_o gains more
+    than W_q / W_k and more than the FFN's show; every matrix losing rank does not; two seeds
+    give no verdict. Relative changes are printed as percents with their intervals."""
+    from study import findings
+    from study import report as study_report
+
+    def arm(name, seeds):
+        runs = [types.SimpleNamespace(run=types.SimpleNamespace(seed=s, dir=f"/{name}/{s}", id=f"{name}_s{s}"))
+                for s in seeds]
+        return types.SimpleNamespace(ok=True, diverged=[], runs=runs)
+
+    def growths(san_wo, routing, ffn_wo):
+        g = {f"/san/{s}": {"attn.wq": routing + 0.01 * k, "attn.wk": routing, "attn.wv": 0.0, "attn.wo": san_wo + 0.02 * k}
+             for k, s in enumerate((1, 2, 3))}
+        g.update({f"/ffn/{s}": {"attn.wo": ffn_wo - 0.01 * k} for k, s in enumerate((1, 2, 3))})
+        monkeypatch.setattr(findings, "run_stable_rank_growth", lambda run_dir: g.get(run_dir))
+    f = {"san": "san", "ffn": "ffn"}
+    milestones = {"san": [{}, {}, {}]}  # (the representative's series: only its length is asked)
+    summaries = {"san": arm("san", (1, 2, 3)), "ffn": arm("ffn", (1, 2, 3))}
+    growths(0.30, 0.0, 0.05)
+    verdict, text = study_report.finding_spectra(f, summaries, 0.01, {}, milestones)
+    assert verdict == "shows", text
+    assert "mean over 3 seeds" in text and "W_o's gain +32.0% [" in text and "SAN W_o − ffn W_o +" in text
+    growths(-0.10, -0.40, -0.30)  # W_o loses less than routing and than the FFN's, but loses
+    assert study_report.finding_spectra(f, summaries, 0.01, {}, milestones)[0] == "does not show"
+    two = {"san": arm("san", (1, 2)), "ffn": arm("ffn", (1, 2))}
+    growths(0.30, 0.0, 0.05)
+    assert study_report.finding_spectra(f, two, 0.01, {}, milestones)[0] == "too few seeds (2)"
