@@ -53,14 +53,14 @@ def write_corpus(work):
         path = os.path.join(base, "knowledge", f"knowledge_{split}_000000.bin")
         write_shard(path, tokens)
         write_regions(path.replace(".bin", ".regions"), regions)
-        write_exercises(path.replace(".bin", ".exercises"), exercises, EXERCISES)
+        write_exercises(path.replace(".bin", ".exercises"), exercises, ["none"] + EXERCISES)
     with open(os.path.join(base, "manifest.json"), "w") as f:
         json.dump({"note": "a test corpus in the knowledge corpus's layout"}, f)
 
 
 def gpu_study(*args, env=None, timeout=240):
     return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+                          env=dict(os.environ, PYTHON=sys.executable, **(env or {})))
 
 
 def final_loss(run_dir):
@@ -106,7 +106,7 @@ def test_toml_round_trip(tmp_path):
 
 
 @needs_bin
-def test_host_dry_run(tmp_path):
+def test_host_dry_run(tmp_path, monkeypatch):
     """--pack, then --host on the packed corpus: every sweep run and every seed at the best rates
     done, the best rates those of the runs' own logs, at most 8 files back, the tarball without
     checkpoints."""
@@ -130,6 +130,7 @@ def test_host_dry_run(tmp_path):
     for png in (f for f in files if f.endswith(".png")):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     study_out = work / "logs" / "studies" / "mini-gpu"
+    monkeypatch.chdir(work)  # (study.out is relative to the working directory)
     sweep = load_study(str(study_out / "lease" / "sweep.toml"))
     main = load_study(str(study_out / "lease" / "main.toml"))
     assert sweep.steps == main.steps == 6 and sweep.tokens_per_step == 128
@@ -139,8 +140,10 @@ def test_host_dry_run(tmp_path):
     for run in sweep.runs + main.runs:
         assert json.load(open(os.path.join(run.dir, "status.json")))["state"] == "done", run.id
     summary = (out / "summary.txt").read_text()
-    assert summary.count(" done ") == len(sweep.runs) + len(main.runs) - len(main.arms), summary
-    assert summary.count("done before") == len(main.arms), summary
+    rows = [line.split() for line in summary.splitlines() if line.startswith("  mini-gpu")]
+    assert [r[1] for r in rows] == [r.id for r in gpu_lease.sweep_order(sweep)] + [
+        r.id for s in (42, 43, 44) for r in main.runs if r.seed == s], summary  # sweep middle-out, then seed by seed
+    assert [" ".join(r[2:4]) for r in rows].count("done before") == len(main.arms)
     assert "unpack:" in summary and "states: 20 done, 4 done before" in summary
     report = (out / "report.md").read_text()
     for arm in main.arms:
@@ -165,6 +168,6 @@ def test_budget_too_short_for_any_run(tmp_path):
                      env={"GPU_STUDY_BUDGET": "50", "GPU_STUDY_RESERVE": "45"})
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = (out / "summary.txt").read_text()
-    assert summary.count("skipped (budget)") == 12 and summary.count("skipped (no sweep result)") == 12, summary
+    assert "states: 12 skipped (budget), 12 skipped (no sweep result)" in summary, summary
     assert "best lr_other per arm (sweep, seed 42): none" in summary
     assert not os.path.exists(work / "logs" / "studies" / "mini-gpu" / "runs")
