@@ -18,7 +18,8 @@ seeded study, as many runs as fit before a deadline, in one command of a GPU lea
    the mean start-up and evaluation time; before any measurement, a prior of PRIOR_MS_FIXED ms +
    the step's FLOPs at PRIOR_TFLOPS, plus PRIOR_OVERHEAD_S); a run is launched only when 1.25 x
    that plus 3 s fits before the deadline less the reserve, and every run is stopped (as SIGTERM
-   stops a study: no status, the report calls it unfinished) at that point.
+   stops a study: no status, the report calls it unfinished) at that point. After MAX_FAILURES
+   runs failed one after another (a trainer that does not work there) nothing more is launched.
 3. The sweep's table (`python -m study sweep`), the main study's report (`python -m study
    report`) and summary.txt (every run's state, wall time, measured ms per step and tokens per
    second beside the prediction, what was skipped and why) are written whatever ran; with --pack,
@@ -51,6 +52,7 @@ from study.spec import StudyError, load_study
 PRIOR_MS_FIXED = 1.5        # per step: launches, host-side work (issue 45: the embedding's bucket sort alone ~1.3 ms)
 PRIOR_TFLOPS = 100.0        # effective bf16 rate of a d-256 model on an H100 (about 10% of its peak; a guess)
 PRIOR_OVERHEAD_S = 6.0      # per run: process and CUDA start, data checks, validations, checkpoints
+MAX_FAILURES = 3            # runs that fail one after another before the lease stops launching (a broken build, a bad flag)
 SAFETY = 1.25               # predicted wall time x SAFETY + MARGIN_S must fit before the stop
 MARGIN_S = 3.0
 PACKED = ("summary.txt", "report.md", "sweep.md", "final_loss.png", "loss_curves.png", "regions.png", "sweep.png",
@@ -267,10 +269,14 @@ def main(argv=None):
 
     clock = Clock()
     rows = []  # (study name, run, state, wall, predicted, basis)
+    failures = []  # consecutive failed runs: after MAX_FAILURES nothing more is launched
 
     def attempt(study, run, position, total):
         if runner.is_finished(run):
             rows.append((study.name, run, "done before", None, None, ""))
+            return
+        if len(failures) >= MAX_FAILURES:
+            rows.append((study.name, run, f"skipped ({MAX_FAILURES} failed in a row)", None, None, ""))
             return
         predicted, basis = clock.predict(run, study.steps, study.tokens_per_step)
         left = stop_at - time.time()
@@ -287,6 +293,12 @@ def main(argv=None):
         wall = time.time() - t0
         if state == "done":
             clock.observe(run, study.steps, wall)
+        if state == "failed":
+            failures.append(run.id)
+            if len(failures) == MAX_FAILURES:
+                log(f"{MAX_FAILURES} runs failed in a row ({', '.join(failures)}): no more runs are launched")
+        else:
+            failures.clear()
         log(f"  {run.id}: {state} in {wall:.1f} s")
         rows.append((study.name, run, state, wall, predicted, basis))
 
@@ -327,7 +339,7 @@ def main(argv=None):
     summary = write_summary(args, sweep, main_study, rows, best, started, report_logs)
     log(f"summary: {summary}")
     if args.pack:
-        pack(args.pack, out, lease_dir, summary)
+        pack(args.pack, out, lease_dir, summary, args.stages)
         log(f"packed into {args.pack}: {', '.join(sorted(os.listdir(args.pack)))}")
     lease_log.close()
     done = [r for r in rows if r[2] == "done"]
@@ -374,7 +386,7 @@ def fmt(x, digits):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def pack(dest, out, lease_dir, summary):
+def pack(dest, out, lease_dir, summary, stages=None):
     """At most 8 files into dest: the summary, the reports' markdown and main figures, and one
     tarball of everything else a reader needs (no checkpoints)."""
     os.makedirs(dest, exist_ok=True)
@@ -394,6 +406,9 @@ def pack(dest, out, lease_dir, summary):
             for path in sorted(glob.glob(os.path.join(folder, "*"))):
                 if os.path.isfile(path):
                     tar.add(path, arcname=os.path.relpath(path, out))
+        if stages:  # the shell script's own logs (stages, build, the carried trainer's check) beside it
+            for path in sorted(glob.glob(os.path.join(os.path.dirname(stages), "gpu-study-*"))):
+                tar.add(path, arcname=os.path.join("lease", os.path.basename(path)))
     assert set(os.listdir(dest)) <= set(PACKED), os.listdir(dest)
 
 

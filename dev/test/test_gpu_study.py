@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import tomllib
 
 import numpy as np
@@ -171,3 +172,22 @@ def test_budget_too_short_for_any_run(tmp_path):
     assert "states: 12 skipped (budget), 12 skipped (no sweep result)" in summary, summary
     assert "best lr_other per arm (sweep, seed 42): none" in summary
     assert not os.path.exists(work / "logs" / "studies" / "mini-gpu" / "runs")
+
+
+def test_failing_trainer_stops_after_three(tmp_path, monkeypatch):
+    """A trainer that fails every run: three are tried, the rest skipped and said why, the summary
+    still written, exit status 1."""
+    work = tmp_path / "work"
+    write_corpus(str(work))
+    fake = tmp_path / "train_san"
+    fake.write_text("#!/bin/sh\necho 'error: no GPU here (a test trainer)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.chdir(work)
+    proc = subprocess.run([sys.executable, "-m", "study.gpu_lease", "--sweep", os.path.join(ROOT, "studies", "mini_gpu_other.toml"),
+                           "--main", os.path.join(ROOT, "studies", "mini_gpu.toml"), "--binary", str(fake), "--tiny",
+                           "--deadline", str(time.time() + 300), "--pack", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "states: 3 failed, 9 skipped (3 failed in a row), 12 skipped (no sweep result)" in summary, summary
+    assert "no GPU here" in (work / "logs" / "studies" / "mini-gpu" / "runs" / "san_lr0.04_lo0.0192_s42" / "stderr.log").read_text()
