@@ -18,7 +18,10 @@ seeded study, as many runs as fit before a deadline, in one command of a GPU lea
    the mean start-up and evaluation time; before any measurement, a prior of PRIOR_MS_FIXED ms +
    the step's FLOPs at PRIOR_TFLOPS, plus PRIOR_OVERHEAD_S); a run is launched only when 1.25 x
    that plus 3 s fits before the deadline less the reserve, and every run is stopped (as SIGTERM
-   stops a study: no status, the report calls it unfinished) at that point. After MAX_FAILURES
+   stops a study: no status, the report calls it unfinished) at that point, or once it has run
+   SLOW times its prediction (at least SLOW_FLOOR_S): then the steps it logged still measure its
+   arm for the predictions that follow, so one run far slower than the estimate cannot take the
+   whole lease. After MAX_FAILURES
    runs failed one after another (a trainer that does not work there) nothing more is launched.
 3. The sweep's table (`python -m study sweep`), the main study's report (`python -m study
    report`) and summary.txt (every run's state, wall time, measured ms per step and tokens per
@@ -53,6 +56,7 @@ PRIOR_MS_FIXED = 1.5        # per step: launches, host-side work (issue 45: the 
 PRIOR_TFLOPS = 100.0        # effective bf16 rate of a d-256 model on an H100 (about 10% of its peak; a guess)
 PRIOR_OVERHEAD_S = 6.0      # per run: process and CUDA start, data checks, validations, checkpoints
 MAX_FAILURES = 3            # runs that fail one after another before the lease stops launching (a broken build, a bad flag)
+SLOW, SLOW_FLOOR_S = 4.0, 60.0  # a run is stopped after max(SLOW x its prediction, SLOW_FLOOR_S) seconds
 SAFETY = 1.25               # predicted wall time x SAFETY + MARGIN_S must fit before the stop
 MARGIN_S = 3.0
 PACKED = ("summary.txt", "report.md", "sweep.md", "final_loss.png", "loss_curves.png", "regions.png", "sweep.png",
@@ -186,11 +190,19 @@ class Clock:
             self.ms[run.arm.name] = (ms, match.flops_per_token(run.arm.model()))
             self.overhead.append(max(0.0, wall - steps * ms / 1e3))
 
+    def observe_stopped(self, run):
+        """A run stopped before its end still measured its steps (its log's ms)."""
+        ms = median_ms(run)
+        if ms is not None and run.arm.name not in self.ms:
+            self.ms[run.arm.name] = (ms, match.flops_per_token(run.arm.model()))
+
     def predict(self, run, steps, tokens_per_step):
         if run.arm.name in self.wall:
             return self.wall[run.arm.name], "measured (this arm)"
         flops = match.flops_per_token(run.arm.model())
         overhead = statistics.mean(self.overhead) if self.overhead else PRIOR_OVERHEAD_S
+        if run.arm.name in self.ms:
+            return overhead + steps * self.ms[run.arm.name][0] / 1e3, "this arm's steps, measured in a stopped run"
         if self.ms:
             ms, ref = max(self.ms.values(), key=lambda x: x[1])  # scale from the heaviest arm measured
             return overhead + steps * ms * flops / ref / 1e3, "scaled by FLOPs from a measured arm"
@@ -206,21 +218,22 @@ def _stop(signum, frame):
     raise runner.Interrupted("the lease's budget")
 
 
-def run_one(study, run, position, total, stop_at, log):
-    """Trains one run with the runner's own execute(); stopped at stop_at (epoch seconds)."""
+def run_one(study, run, position, total, stop_at, limit, log):
+    """Trains one run with the runner's own execute(); stopped (as SIGTERM stops a study) at
+    stop_at (epoch seconds) or after `limit` seconds, whichever comes first."""
     left = stop_at - time.time()
     if left < 1:
         raise Budget()
     eta = runner.EtaModel(study)
     old = signal.signal(signal.SIGALRM, _stop)
-    signal.setitimer(signal.ITIMER_REAL, left)
+    signal.setitimer(signal.ITIMER_REAL, min(left, limit))
     try:
         state = runner.execute(study, run, position, total, eta, [run])
         failed = runner.run_post_evals(study, [run], None)
         if failed:
             log(f"  evaluations failed: {', '.join(failed)}")
     except runner.Interrupted:
-        state = "stopped (budget)"
+        state = "stopped (budget)" if left <= limit else f"stopped (over {limit:.0f} s)"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -286,13 +299,16 @@ def main(argv=None):
             return
         log(f"run {run.id}: predicted {predicted:.0f} s ({basis}), {left:.0f} s left")
         t0 = time.time()
+        limit = max(SLOW * predicted, SLOW_FLOOR_S)  # a run far slower than predicted stops, its speed kept
         try:
-            state = run_one(study, run, position, total, stop_at, log)
+            state = run_one(study, run, position, total, stop_at, limit, log)
         except Budget:
             state = "skipped (budget)"
         wall = time.time() - t0
         if state == "done":
             clock.observe(run, study.steps, wall)
+        elif state.startswith("stopped"):
+            clock.observe_stopped(run)
         if state == "failed":
             failures.append(run.id)
             if len(failures) == MAX_FAILURES:

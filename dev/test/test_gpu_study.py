@@ -191,3 +191,29 @@ def test_failing_trainer_stops_after_three(tmp_path, monkeypatch):
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "states: 3 failed, 9 skipped (3 failed in a row), 12 skipped (no sweep result)" in summary, summary
     assert "no GPU here" in (work / "logs" / "studies" / "mini-gpu" / "runs" / "san_lr0.04_lo0.0192_s42" / "stderr.log").read_text()
+
+
+def test_a_run_far_slower_than_predicted_is_stopped_and_measures_its_arm(tmp_path, monkeypatch):
+    """A run past SLOW x its prediction is stopped (the trainer too), and the step time it logged
+    predicts the runs after it: here far over the budget, so they are skipped, not tried."""
+    work = tmp_path / "work"
+    write_corpus(str(work))
+    slow = tmp_path / "train_san"  # logs 2 steps of 500 s each, then hangs
+    slow.write_text("#!/bin/bash\n[ \"$1\" = -h ] && exit 0\n"
+                    "while [ $# -gt 0 ]; do [ \"$1\" = --log ] && log=$2; shift; done\n"
+                    "for s in 1 2; do echo \"{\\\"step\\\": $s, \\\"loss\\\": 7.0, \\\"ms\\\": 500000.0}\" >> \"$log\"; done\n"
+                    "exec sleep 60\n")
+    slow.chmod(0o755)
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(gpu_lease, "SLOW", 0.01)
+    monkeypatch.setattr(gpu_lease, "SLOW_FLOOR_S", 2.0)
+    t0 = time.time()
+    rc = gpu_lease.main(["--sweep", os.path.join(ROOT, "studies", "mini_gpu_other.toml"), "--main",
+                         os.path.join(ROOT, "studies", "mini_gpu.toml"), "--binary", str(slow), "--tiny",
+                         "--deadline", str(time.time() + 200), "--reserve", "0", "--pack", str(tmp_path / "out")])
+    assert rc == 1 and time.time() - t0 < 60
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "states: 1 stopped (over 2 s), 11 skipped (budget), 12 skipped (no sweep result)" in summary, summary
+    lease_log = (work / "logs" / "studies" / "mini-gpu" / "lease" / "lease.log").read_text()
+    assert "skip san_lr0.04_lo0.0384_s42: predicted " in lease_log and "stopped run" in lease_log, lease_log
+    assert not os.path.exists(work / "logs" / "studies" / "mini-gpu" / "runs" / "san_lr0.04_lo0.0192_s42" / "status.json")
