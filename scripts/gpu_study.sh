@@ -55,6 +55,10 @@ if [ $mode = pack ]; then
   [ -f $corpus/manifest.json ] || { echo "gpu_study: $corpus is missing: build it with $python dev/data/build_offline.py --out $corpus --vocab-size 2048 --knowledge" >&2; exit 1; }
   files=$(cd $corpus && ls manifest.json dict/dict_train_*.bin knowledge/knowledge_train_* knowledge/knowledge_val_*) || exit 1
   t0=$(date +%s)
+  if [ -f $archive ] && [ -z "$(cd $corpus && find $files -newer "$work/$archive")" ] &&
+     [ "$(tar -tJf $archive | sort)" = "$(echo "$files" | tr ' ' '\n' | sort)" ]; then
+    echo "gpu_study: $archive is up to date"
+  else
   "$python" - "$corpus" "$archive" $files <<'PY' || exit 1
 import os, sys, tarfile
 corpus, archive, files = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -66,6 +70,7 @@ with tarfile.open(archive + ".tmp", "w:xz", preset=6) as tar:
             tar.addfile(info, f)
 os.replace(archive + ".tmp", archive)
 PY
+  fi
   raw=$(cd $corpus && du -cb $files | tail -n 1 | cut -f1)
   size=$(stat -c %s $archive)
   echo "gpu_study: $archive: $(echo "$files" | wc -w) files, $raw bytes -> $size bytes ($(( $(date +%s) - t0 )) s)"
