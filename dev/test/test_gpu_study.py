@@ -3,8 +3,10 @@ its host dry run: on a tiny corpus in the knowledge corpus's layout (written her
 compresses it, `--host` unpacks it, runs the sweep (studies/mini_gpu_other.toml) and the seeds
 at each arm's best rate (studies/mini_gpu.toml) at tiny sizes on the host build, and writes at
 most 8 files; checked against the runs' own logs. Also: the shipped pair of study files, the
-budget rule (a budget too short for any run still writes the summary and says why), the
-sweep's order. Needs TRAIN_SAN_FP32_BIN (build/host-fp32/train_san; make test sets it)."""
+sweep's order, the budget rule (a budget too short for any run still writes the summary and says
+why), a trainer that fails every run (three tried, the rest skipped), a run far slower than
+predicted (stopped, its steps predicting the rest), and the GPU machine's path (a stand-in
+nvidia-smi; the carried trainer taken when its -h runs). Needs TRAIN_SAN_FP32_BIN (build/host-fp32/train_san; make test sets it)."""
 import json
 import os
 import subprocess
@@ -217,3 +219,27 @@ def test_a_run_far_slower_than_predicted_is_stopped_and_measures_its_arm(tmp_pat
     lease_log = (work / "logs" / "studies" / "mini-gpu" / "lease" / "lease.log").read_text()
     assert "skip san_lr0.04_lo0.0384_s42: predicted " in lease_log and "stopped run" in lease_log, lease_log
     assert not os.path.exists(work / "logs" / "studies" / "mini-gpu" / "runs" / "san_lr0.04_lo0.0192_s42" / "status.json")
+
+
+def test_device_mode_takes_the_carried_trainer_when_it_runs(tmp_path):
+    """On the GPU machine (here: a stand-in nvidia-smi) the script names the card, takes the
+    carried build/gpu-study/train_san when its -h runs, and writes the summary into $OUT even
+    when every run fails (the stand-in trainer fails them)."""
+    work = tmp_path / "work"
+    write_corpus(str(work))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 9.0, 81559 MiB, 580.159.04'\n")
+    carried = work / "build" / "gpu-study" / "train_san"
+    carried.parent.mkdir(parents=True)
+    carried.write_text("#!/bin/sh\n[ \"$1\" = -h ] && exit 0\necho 'error: a stand-in trainer' >&2\nexit 1\n")
+    for f in (bindir / "nvidia-smi", carried):
+        f.chmod(0o755)
+    out = tmp_path / "out"
+    proc = gpu_study("--work", str(work), env={"OUT": str(out), "PATH": f"{bindir}:{os.environ['PATH']}"})
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (out / "summary.txt").read_text()
+    assert "machine: NVIDIA H100 80GB HBM3, 9.0, 81559 MiB" in summary, summary
+    assert "trainer: the carried build/gpu-study/train_san runs here" in summary
+    assert f"binary {carried}" in summary and "states: 3 failed, 9 skipped (3 failed in a row)" in summary
+    assert "800 steps x 16,384 tokens per run" in summary  # the study's own sizes, not the dry run's
