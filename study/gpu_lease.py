@@ -382,7 +382,9 @@ def write_summary(args, sweep, main_study, rows, best, started, report_logs):
         lines.append(f"  {name:<15} {run.id:<34} {state:<26} {fmt(wall, 1):>7} {fmt(predicted, 0):>7} {fmt(ms, 2):>8} "
                      f"{tps:>10} {fmt(loss, 4):>9}  {basis}")
     lines += ["", "best lr_other per arm (sweep, seed 42): "
-              + (", ".join(f"{a} {v:g}" for a, v in best.items()) or "none")]
+              + (", ".join(f"{a} {v:g}" for a, v in best.items()) or "none"),
+              "(report.md reads the seeds' study alone, which has one lr_other per arm; the sweep that chose it "
+              "is sweep.md; the Muon rates are the files', not swept)"]
     edge = [a.name for a in sweep.arms if a.name in best and len(a.lr_others) > 1
             and best[a.name] in (min(a.lr_others), max(a.lr_others))]
     if edge:
