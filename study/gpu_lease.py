@@ -104,14 +104,16 @@ def set_flag(flags, name, value):
 
 def adapt(raw, steps=None, tiny=False):
     """The study tables with the lease's changes: --steps N (validations every N/4, checkpoints
-    every N/2) or the host dry run's tiny sizes."""
+    every N/2) or the host dry run's tiny sizes. Either writes its runs to a folder of its own
+    (OUT-Nsteps, OUT-dry-run): runs of other sizes under the same ids would pass for the study's."""
     s = dict(raw["study"])
+    out = s.get("out", "logs/studies/" + s["name"]).rstrip("/")
     if steps:
         s.pop("tokens", None)
-        s.update(steps=steps, val_every=max(1, steps // 4), save_every=max(1, steps // 2))
+        s.update(steps=steps, val_every=max(1, steps // 4), save_every=max(1, steps // 2), out=f"{out}-{steps}steps")
     if tiny:
         s.pop("tokens", None)
-        s.update(TINY_STUDY)
+        s.update(TINY_STUDY, out=f"{out}-dry-run")
         for name, value in TINY_FLAGS.items():
             s["flags"] = set_flag(s.get("flags", []), name, value)
     return dict(raw, study=s)

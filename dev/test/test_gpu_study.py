@@ -106,6 +106,9 @@ def test_toml_round_trip(tmp_path):
     assert tomllib.load(open(path, "rb")) == tiny
     flags = tiny["study"]["flags"]
     assert flags[flags.index("--n-embd") + 1] == "64" and tiny["study"]["steps"] == 6 and "tokens" not in tiny["study"]
+    assert tiny["study"]["out"] == "logs/studies/mini-gpu-dry-run"  # never the study's own runs
+    resized = gpu_lease.adapt(raw, steps=400)["study"]
+    assert (resized["steps"], resized["val_every"], resized["out"]) == (400, 100, "logs/studies/mini-gpu-400steps")
 
 
 @needs_bin
@@ -132,7 +135,7 @@ def test_host_dry_run(tmp_path, monkeypatch):
     assert files == sorted(gpu_lease.PACKED), files
     for png in (f for f in files if f.endswith(".png")):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    study_out = work / "logs" / "studies" / "mini-gpu"
+    study_out = work / "logs" / "studies" / "mini-gpu-dry-run"
     monkeypatch.chdir(work)  # (study.out is relative to the working directory)
     sweep = load_study(str(study_out / "lease" / "sweep.toml"))
     main = load_study(str(study_out / "lease" / "main.toml"))
@@ -173,7 +176,7 @@ def test_budget_too_short_for_any_run(tmp_path):
     summary = (out / "summary.txt").read_text()
     assert "states: 12 skipped (budget), 12 skipped (no sweep result)" in summary, summary
     assert "best lr_other per arm (sweep, seed 42): none" in summary
-    assert not os.path.exists(work / "logs" / "studies" / "mini-gpu" / "runs")
+    assert not os.path.exists(work / "logs" / "studies" / "mini-gpu-dry-run" / "runs")
 
 
 def test_failing_trainer_stops_after_three(tmp_path, monkeypatch):
@@ -192,7 +195,7 @@ def test_failing_trainer_stops_after_three(tmp_path, monkeypatch):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "states: 3 failed, 9 skipped (3 failed in a row), 12 skipped (no sweep result)" in summary, summary
-    assert "no GPU here" in (work / "logs" / "studies" / "mini-gpu" / "runs" / "san_lr0.04_lo0.0192_s42" / "stderr.log").read_text()
+    assert "no GPU here" in (work / "logs" / "studies" / "mini-gpu-dry-run" / "runs" / "san_lr0.04_lo0.0192_s42" / "stderr.log").read_text()
 
 
 def test_a_run_far_slower_than_predicted_is_stopped_and_measures_its_arm(tmp_path, monkeypatch):
@@ -216,9 +219,9 @@ def test_a_run_far_slower_than_predicted_is_stopped_and_measures_its_arm(tmp_pat
     assert rc == 1 and time.time() - t0 < 60
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "states: 1 stopped (over 2 s), 11 skipped (budget), 12 skipped (no sweep result)" in summary, summary
-    lease_log = (work / "logs" / "studies" / "mini-gpu" / "lease" / "lease.log").read_text()
+    lease_log = (work / "logs" / "studies" / "mini-gpu-dry-run" / "lease" / "lease.log").read_text()
     assert "skip san_lr0.04_lo0.0384_s42: predicted " in lease_log and "stopped run" in lease_log, lease_log
-    assert not os.path.exists(work / "logs" / "studies" / "mini-gpu" / "runs" / "san_lr0.04_lo0.0192_s42" / "status.json")
+    assert not os.path.exists(work / "logs" / "studies" / "mini-gpu-dry-run" / "runs" / "san_lr0.04_lo0.0192_s42" / "status.json")
 
 
 def test_device_mode_takes_the_carried_trainer_when_it_runs(tmp_path):
