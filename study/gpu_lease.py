@@ -31,7 +31,8 @@ seeded study, as many runs as fit before a deadline, in one command of a GPU lea
    command, logs and status, both study files, both report folders, the lease's own logs).
 
 --tiny (scripts/gpu_study.sh --host) shrinks the same plan to seconds on the host backend: 6 steps
-of 2 x 64 tokens at d 64, two validation batches.
+of 2 x 64 tokens at d 64, two validation batches, in STUDY_OUT-dry-run (and --steps N in
+STUDY_OUT-Nsteps), never among the study's own runs.
 """
 import argparse
 import glob
