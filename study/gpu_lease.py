@@ -48,7 +48,7 @@ import tarfile
 import time
 import tomllib
 
-from study import ROOT, checkout_env, match
+from study import checkout_env, match
 from study import runner
 from study.runs import read_log, read_status
 from study.spec import StudyError, load_study
