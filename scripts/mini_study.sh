@@ -5,12 +5,13 @@
 #   scripts/mini_study.sh --cpu    studies/mini_cpu.toml on the host backend's fp32 build
 #                                  (built here if missing; 13 minutes on 2 cores, measured,
 #                                  doc/study.md)
-#   scripts/mini_study.sh --gpu    studies/mini_gpu.toml on a GPU build (aimed at about an hour
-#                                  on one H200; not part of gpu_check.sh)
+#   scripts/mini_study.sh --gpu    studies/mini_gpu.toml on a GPU build, every arm at the file's
+#                                  lr_other (the CPU optimum); a lease runs it with its sweep
+#                                  through scripts/gpu_study.sh instead (doc/gpu-runs/README.md)
 #   extra arguments go to `python -m study run` (e.g. --binary PATH, --only 0,1)
 #
-# Builds its data once (the offline SYNTH-format corpus: a 2,048-piece tokenizer for --cpu,
-# 600,000 documents for --gpu), runs every unfinished run (an interrupted mini-study
+# Builds its data once (--cpu: the offline SYNTH-format corpus with a 2,048-piece tokenizer; --gpu:
+# the knowledge corpus at V 2,048, doc/data.md), runs every unfinished run (an interrupted mini-study
 # resumes), and writes logs/studies/mini-{cpu,gpu}/report/report.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +25,8 @@ case "${1:-}" in
   # the tensor-core attention lane by lane, 2.8x slower then))
   --cpu) study=studies/mini_cpu.toml out=logs/studies/mini-cpu data=data/offline-v2048 build_args=(--vocab-size 2048)
          trainer=build/host-fp32/train_san make_trainer=(make --no-print-directory build/host-fp32/train_san PRECISION=FP32) ;;
-  --gpu) study=studies/mini_gpu.toml out=logs/studies/mini-gpu data=data/offline-gpu
-         build_args=(--synth-train-docs 600000 --synth-val-docs 4000) trainer=./train_san make_trainer=() ;;
+  --gpu) study=studies/mini_gpu.toml out=logs/studies/mini-gpu data=data/offline-knowledge-v2048
+         build_args=(--vocab-size 2048 --knowledge) trainer=./train_san make_trainer=() ;;
   *) echo "usage: scripts/mini_study.sh --cpu|--gpu [python -m study run options]" >&2; exit 2 ;;
 esac
 shift
