@@ -6,6 +6,7 @@ doc/study.md is the manual).
   spec.py                the study and ladder files: Study / Arm / Run, one TOML reader
   runner.py              run (resumable), slurm, the evaluations of finished runs
   ladder.py              a study at several token budgets (the rungs of a scale ladder)
+  gpu_lease.py           a study sized to one short GPU lease (scripts/gpu_study.sh): budget-aware
   runs.py                reading a run directory: log.jsonl, status.json, eval records
   findings.py            the verdict of each finding of both papers (95% t-intervals, >= 3 seeds), used by both reports
   tables.py, plots.py    markdown numbers and tables; figure helpers
