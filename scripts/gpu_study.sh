@@ -53,7 +53,7 @@ stage() { echo "$*" | tee -a "$stages"; }
 # --- pack: what the lease carries (one path: build/gpu-study, under the 64 MiB a call takes)
 if [ $mode = pack ]; then
   [ -f $corpus/manifest.json ] || { echo "gpu_study: $corpus is missing: build it with $python dev/data/build_offline.py --out $corpus --vocab-size 2048 --knowledge" >&2; exit 1; }
-  files=$(cd $corpus && ls manifest.json dict/dict_train_*.bin knowledge/knowledge_train_* knowledge/knowledge_val_*) || exit 1
+  files=$(cd $corpus && ls manifest.json mixed/mixed_train_* knowledge/knowledge_val_*) || exit 1
   t0=$(date +%s)
   if [ -f $archive ] && [ -z "$(cd $corpus && find $files -newer "$work/$archive")" ] &&
      [ "$(tar -tJf $archive | sort)" = "$(echo "$files" | tr ' ' '\n' | sort)" ]; then

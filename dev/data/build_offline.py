@@ -13,6 +13,8 @@ Builds the default OFFLINE dataset (no network needed; 35 s measured on 2 shared
                                            dict-jargon), one document per entry, val = held-out headwords
   <out>/knowledge/knowledge_{train,val}_NNNNNN.bin + .regions + .exercises   SYNTH-format exercises
                                            whose answers are dictionary facts (dev/data/knowledge.py)
+  <out>/mixed/mixed_train_NNNNNN.bin + .regions + .exercises   the training entries and exercises
+                                           interleaved in a seeded order: what a run trains on
   <out>/manifest.json                      what was built, with token counts
   <out>/.complete                          written last: the build format and region convention
 
@@ -26,6 +28,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import sys
 import time
 
@@ -34,15 +37,16 @@ import knowledge  # noqa: E402
 from dictd import DEFAULT_DIR as DICTD_DIR  # noqa: E402
 from chatml import DocTokenizer  # noqa: E402
 from sanity_evals import build_all  # noqa: E402
-from attnref.shards import ShardWriter  # noqa: E402
+from attnref.shards import OTHER, ShardWriter  # noqa: E402
 from synth_generator import World, generate  # noqa: E402
 from attnref.tokenizer import export_tokenizer_bin, tokenizer_fingerprint, train_sentencepiece  # noqa: E402
 
 # Bump when the files a build writes change, so that older builds are rebuilt (scripts/demo.sh
 # asks --is-current). 2: paper region convention by default, .exercises sidecars. 3: tokenizer
 # and eval sets of version 2 (with a CRC), shards and sidecars with their CRC flag. 4: shards and
-# eval sets record their tokenizer's fingerprint.
-BUILD_FORMAT = 4
+# eval sets record their tokenizer's fingerprint. 5: --knowledge builds write mixed/ (the
+# training entries and exercises interleaved).
+BUILD_FORMAT = 5
 MARKER = ".complete"
 
 
@@ -105,25 +109,59 @@ def load_knowledge(args) -> dict:
     return {"entries": entries, "exercises": exercises, "facts": knowledge.fact_counts(corpus)}
 
 
+ENTRY_EXERCISE = "dict_entry"  # the exercise name of a dictionary entry in mixed/ (its tokens: region other)
+MIX_SEED_SALT = 7919  # mixed/'s order: Random(seed + this), apart from the generator's and the exercises' seeds
+
+
+def mixed_order(n_entries: int, n_exercises: int, seed: int) -> list[tuple[str, int]]:
+    """The order of mixed/: every training entry and exercise once, shuffled together."""
+    order = [("entry", i) for i in range(n_entries)] + [("exercise", i) for i in range(n_exercises)]
+    random.Random(seed + MIX_SEED_SALT).shuffle(order)
+    return order
+
+
 def write_knowledge(know: dict, tok, dt, args, manifest: dict) -> None:
-    """dict/ (entries, no regions) and knowledge/ (exercises with regions and exercises) shards."""
+    """dict/ (entries, no regions), knowledge/ (exercises with regions and exercises) and mixed/
+    (the training entries and exercises interleaved) shards.
+
+    mixed/ is what a run trains on: the data loader reads its shards one at a time (doc/data.md
+    "Shuffling"), so a run that globs dict/ and knowledge/ sees whichever corpus its seed puts
+    first, for as many tokens as a shard holds; in mixed/ every shard holds both in the corpus's
+    proportions."""
+    fingerprint = tokenizer_fingerprint(tok)
+    entries = {split: [[tok.bos_id] + ids + [tok.eos_id]
+                       for ids in tok.encode_batch([e["text"] for e in docs], num_threads=args.threads)]
+               for split, docs in know["entries"].items()}
+    exercises = {split: [(*dt.encode(d["query"], d["synthetic_reasoning"], d["synthetic_answer"]), d["exercise"])
+                         for d in docs]
+                 for split, docs in know["exercises"].items()}
     dict_dir = clear_corpus(args.out, "dict")
-    for split, entries in know["entries"].items():
-        w = ShardWriter(dict_dir, "dict", split, args.shard_tokens, tok.vocab_size,
-                        tokenizer=tokenizer_fingerprint(tok))
-        for ids in tok.encode_batch([e["text"] for e in entries], num_threads=args.threads):
-            w.add([tok.bos_id] + ids + [tok.eos_id])
+    for split, docs in entries.items():
+        w = ShardWriter(dict_dir, "dict", split, args.shard_tokens, tok.vocab_size, tokenizer=fingerprint)
+        for ids in docs:
+            w.add(ids)
         w.close()
         manifest["corpora"][f"dict_{split}"] = {"docs": w.total_docs, "tokens": w.total_tokens, "shards": len(w.paths)}
     know_dir = clear_corpus(args.out, "knowledge")
-    for split, docs in know["exercises"].items():
+    for split, docs in exercises.items():
         w = ShardWriter(know_dir, "knowledge", split, args.shard_tokens, tok.vocab_size, with_regions=True,
-                        with_exercises=True, tokenizer=tokenizer_fingerprint(tok))
-        for d in docs:
-            w.add(*dt.encode(d["query"], d["synthetic_reasoning"], d["synthetic_answer"]), d["exercise"])
+                        with_exercises=True, tokenizer=fingerprint)
+        for ids, regions, name in docs:
+            w.add(ids, regions, name)
         w.close()
         manifest["corpora"][f"knowledge_{split}"] = {"docs": w.total_docs, "tokens": w.total_tokens,
                                                      "shards": len(w.paths), "exercises": w.exercise_docs}
+    mixed_dir = clear_corpus(args.out, "mixed")
+    w = ShardWriter(mixed_dir, "mixed", "train", args.shard_tokens, tok.vocab_size, with_regions=True,
+                    with_exercises=True, tokenizer=fingerprint)
+    for kind, i in mixed_order(len(entries["train"]), len(exercises["train"]), args.seed):
+        if kind == "entry":
+            w.add(entries["train"][i], [OTHER] * len(entries["train"][i]), ENTRY_EXERCISE)
+        else:
+            w.add(*exercises["train"][i])
+    w.close()
+    manifest["corpora"]["mixed_train"] = {"docs": w.total_docs, "tokens": w.total_tokens, "shards": len(w.paths),
+                                          "exercises": w.exercise_docs}
     manifest["knowledge_facts"] = know["facts"]
 
 
@@ -200,7 +238,7 @@ def main():
     if args.knowledge:
         write_knowledge(know, tok, dt, args, manifest)
     else:  # an earlier --knowledge build's shards would not match this tokenizer
-        for corpus in ("dict", "knowledge"):
+        for corpus in ("dict", "knowledge", "mixed"):
             if os.path.isdir(os.path.join(out, corpus)):
                 clear_corpus(out, corpus)
     print(f"[{time.time() - t0:5.1f}s] shards: " + ", ".join(f"{k} {v['tokens']:,} tokens"

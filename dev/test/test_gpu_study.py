@@ -47,13 +47,11 @@ def documents(rng, n, lo, hi, regions):
 def write_corpus(work):
     rng = np.random.default_rng(5)
     base = os.path.join(work, CORPUS)
-    for sub in ("dict", "knowledge"):
+    for sub in ("mixed", "knowledge"):
         os.makedirs(os.path.join(base, sub), exist_ok=True)
-    tokens, _, _ = documents(rng, 200, 20, 120, regions=False)
-    write_shard(os.path.join(base, "dict", "dict_train_000000.bin"), tokens)
-    for split, n in (("train", 150), ("val", 60)):
+    for corpus, n in (("mixed/mixed_train", 350), ("knowledge/knowledge_val", 60)):
         tokens, regions, exercises = documents(rng, n, 20, 60, regions=True)
-        path = os.path.join(base, "knowledge", f"knowledge_{split}_000000.bin")
+        path = os.path.join(base, f"{corpus}_000000.bin")
         write_shard(path, tokens)
         write_regions(path.replace(".bin", ".regions"), regions)
         write_exercises(path.replace(".bin", ".exercises"), exercises, ["none"] + EXERCISES)
@@ -128,7 +126,7 @@ def test_host_dry_run(tmp_path, monkeypatch):
                      env={"GPU_STUDY_BUDGET": "400", "GPU_STUDY_RESERVE": "40"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "unpack: build/gpu-study/knowledge-v2048.tar.xz" in proc.stdout
-    for name in ("dict/dict_train_000000.bin", "knowledge/knowledge_val_000000.regions"):
+    for name in ("mixed/mixed_train_000000.bin", "knowledge/knowledge_val_000000.regions"):
         assert (work / CORPUS / name).read_bytes() == (tmp_path / "original" / name).read_bytes()
 
     files = sorted(os.listdir(out))

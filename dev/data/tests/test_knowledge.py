@@ -236,8 +236,8 @@ def built(tmp_path_factory, dictd_dir, kjv_chapters):
 
 def test_build_knowledge(built, dictd_dir):
     import knowledge
-    from shards import ANSWER, QUERY, exercises_path, read_exercises, read_regions, read_shard, regions_path
-    from tokenizer import SPTokenizer
+    from attnref.shards import ANSWER, QUERY, exercises_path, read_exercises, read_regions, read_shard, regions_path
+    from attnref.tokenizer import SPTokenizer
     tok = SPTokenizer(built / "tokenizer.model")
     corpus = knowledge.load(dictd_dir)
     manifest = json.loads((built / "manifest.json").read_text())
@@ -270,6 +270,41 @@ def test_build_knowledge(built, dictd_dir):
     cmd = [sys.executable, os.path.join(REPO, "dev/data/build_offline.py"), "--out", str(built), "--is-current"]
     assert subprocess.run(cmd).returncode == 1  # a knowledge build is not the default build
     assert subprocess.run(cmd + ["--knowledge"]).returncode == 0
+
+
+def documents_of(paths, bos_id):
+    """[(tokens, regions, exercise names)] of each BOS-started document of the shards, in order."""
+    from attnref.shards import exercises_path, read_exercises, read_regions, read_shard, regions_path
+    ids = np.concatenate([read_shard(p) for p in paths])
+    regs = np.concatenate([read_regions(regions_path(p)) for p in paths])
+    names = []
+    for p in paths:
+        e, table = read_exercises(exercises_path(p))
+        names += [table[i] for i in e]
+    starts = np.flatnonzero(ids == bos_id).tolist() + [len(ids)]
+    return [(tuple(ids[a:b]), tuple(regs[a:b]), tuple(sorted(set(names[a:b])))) for a, b in zip(starts, starts[1:])]
+
+
+def test_mixed_corpus_interleaves_entries_and_exercises(built):
+    """mixed/ holds every training entry (region other, exercise dict_entry) and every training
+    exercise (its regions and name) exactly once, in an order where the two kinds are interleaved:
+    the loader reads one shard at a time, so dict/ then knowledge/ would not be."""
+    from attnref.shards import OTHER
+    from attnref.tokenizer import SPTokenizer
+    tok = SPTokenizer(built / "tokenizer.model")
+    mixed = documents_of(sorted((built / "mixed").glob("mixed_train_*.bin")), tok.bos_id)
+    exercises = documents_of(sorted((built / "knowledge").glob("knowledge_train_*.bin")), tok.bos_id)
+    from attnref.shards import read_shard
+    ids = np.concatenate([read_shard(p) for p in sorted((built / "dict").glob("dict_train_*.bin"))])
+    starts = np.flatnonzero(ids == tok.bos_id).tolist() + [len(ids)]
+    entries = [(tuple(ids[a:b]), (OTHER,) * (b - a), ("dict_entry",)) for a, b in zip(starts, starts[1:])]
+    assert sorted(mixed) == sorted(entries + exercises)
+    kinds = ["entry" if d[2] == ("dict_entry",) else "exercise" for d in mixed]
+    runs = 1 + sum(a != b for a, b in zip(kinds, kinds[1:]))
+    assert runs > len(mixed) // 4  # two blocks would be 2 runs; a shuffle of this mix has hundreds
+    manifest = json.loads((built / "manifest.json").read_text())
+    assert manifest["corpora"]["mixed_train"]["docs"] == len(mixed)
+    assert manifest["corpora"]["mixed_train"]["exercises"]["dict_entry"] == len(entries)
 
 
 def test_build_knowledge_missing_dictionaries(tmp_path, kjv_chapters):
