@@ -258,24 +258,18 @@ SANPreset read_preset(const ConfigFile& f) {
     std::string unused;
     std::vector<Flag> flags = model_flags(&unused, p.model);
     flags.erase(flags.begin());  // --preset: a preset does not name another
-    std::set<std::string> keys, set_here;
     std::map<std::string, const ConfigEntry*> swept;
-    for (const ConfigEntry& e : f.entries) {
-        if (!keys.insert(e.key).second) { fatal("%s line %d: %s is set twice in the file", f.path.c_str(), e.line, e.key.c_str()); }
+    read_model_preset(f, flags, "train_san", [&](const ConfigEntry& e) {
         if (e.key == "tuned-for") {
             p.tuned_for = e.value;
             compiled_config_file("presets/recipes/" + e.value + ".conf");  // (fails for a recipe that is not one)
         } else if (e.key.rfind("swept-", 0) == 0) {
             swept[e.key] = &e;
         } else {
-            set_here.insert(apply_setting(f, e, flags));
+            return false;
         }
-    }
-    for (const Flag& flag : flags) {
-        if (!set_here.count(flag.name)) {
-            fatal("%s sets no %s: a preset sets every model flag (train_san -h lists them)", f.path.c_str(), flag.name.c_str() + 2);
-        }
-    }
+        return true;
+    });
     if (!swept.empty()) { p.swept = read_swept_rates(f, p.model, swept); }
     return p;
 }

@@ -1,6 +1,7 @@
 /*
-Presets and recipes as data: presets/NAME.conf (a model preset) and presets/recipes/NAME.conf (a
-recipe such as --paper-setup), in the `key = value` format of --config (llmc/config_file.h).
+Presets and recipes as data: presets/NAME.conf (a train_san model preset), presets/gpt2/NAME.conf
+(a train_gpt2 one) and presets/recipes/NAME.conf (a recipe such as --paper-setup), in the
+`key = value` format of --config (llmc/config_file.h).
 The Makefile writes their text into build/generated/preset_files.inc, which this header
 compiles in, so a binary reads no file at run time; the Python side reads the same files
 (attnref/presets.py). A key that names a flag sets it; the other keys are the file's own
@@ -12,6 +13,8 @@ compiles in, so a binary reads no file at run time; the Python side reads the sa
 #pragma once
 
 #include <algorithm>
+#include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,7 +23,7 @@ compiles in, so a binary reads no file at run time; the Python side reads the sa
 #include "llmc/utils.h"
 
 #if !__has_include("build/generated/preset_files.inc")
-#error "build/generated/preset_files.inc is missing: build with make, which writes it from presets/*.conf"
+#error "build/generated/preset_files.inc is missing: build with make, which writes it from presets/**/*.conf"
 #endif
 
 // One compiled-in file: its path in the repository (presets/demo.conf) and its settings.
@@ -80,8 +83,8 @@ inline const ConfigFile& compiled_config_file(const std::string& path) {
     for (const ConfigFile& f : compiled_config_files()) {
         if (f.path == path) { return f; }
     }
-    fatal("%s is not compiled into this binary (the Makefile compiles presets/*.conf and presets/recipes/*.conf in)",
-          path.c_str());
+    fatal("%s is not compiled into this binary (the Makefile compiles presets/*.conf, presets/gpt2/*.conf and "
+          "presets/recipes/*.conf in)", path.c_str());
 }
 
 // Sets the flag that `e` names to its value; an unknown key or a bad value fails naming the file
@@ -97,4 +100,24 @@ inline std::string apply_setting(const ConfigFile& f, const ConfigEntry& e, cons
     FatalContext context(where, where);
     it->parse(e.value.c_str());
     return name;
+}
+
+// Reads a model preset into the config that `flags` point into: a key that `own` takes (a key of
+// the file's own, such as a SAN preset's swept-* rates) goes there, every other key sets the flag it
+// names, and the file must set every flag of `flags` exactly once, so that a preset is its file
+// alone (no default of the config shows through). Fails naming the file (and line); `trainer`
+// names the binary whose -h lists the flags.
+inline void read_model_preset(const ConfigFile& f, const std::vector<Flag>& flags, const char* trainer,
+                              const std::function<bool(const ConfigEntry&)>& own = nullptr) {
+    std::set<std::string> keys, set_here;
+    for (const ConfigEntry& e : f.entries) {
+        if (!keys.insert(e.key).second) { fatal("%s line %d: %s is set twice in the file", f.path.c_str(), e.line, e.key.c_str()); }
+        if (own == nullptr || !own(e)) { set_here.insert(apply_setting(f, e, flags)); }
+    }
+    for (const Flag& flag : flags) {
+        if (!set_here.count(flag.name)) {
+            fatal("%s sets no %s: a preset sets every model flag (%s -h lists them)", f.path.c_str(), flag.name.c_str() + 2,
+                  trainer);
+        }
+    }
 }
