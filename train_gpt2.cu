@@ -483,11 +483,7 @@ struct GPT2Trainer {
         o.train.model_loaded = true;  // --steps 0 evaluates it
         return true;
     }
-    static DefaultRates default_rates(const GPT2Config&) {
-        DefaultRates r;  // AdamW 6e-4: the GPT-3 paper's rate for its 125M model, GPT-2 small's size
-        r.source = "the GPT-3 paper's 125M model";
-        return r;
-    }
+    static DefaultRates default_rates(const GPT2Config&) { return compiled_default_rates("presets/rates/gpt2.conf", "gpt2"); }
     static std::string arm_name(const GPT2Config&) { return "gpt2"; }
     static void print_model(const Options& o) {
         const GPT2Config& c = o.model;

@@ -8,6 +8,8 @@ A preset file sets every model flag of its trainer (without the --); a train_san
   swept-by, swept-study, swept-report, swept-vocab-size   the sweep that chose its default rates
   swept-[ffn-KIND-]muon, -muon-other, -adamw               the rates of the preset's arm (or of it with --ffn KIND)
   tuned-for                                                 the recipe its default rates were tuned for
+A rates file (presets/rates/NAME.conf: san-paper, the SAN paper's locked rates; gpt2) has per arm
+ARM-source, ARM-adamw and (a trainer with Muon) ARM-muon, ARM-muon-other: read_rates.
 A recipe file sets train_san flags, PRESET.flag for one preset only, and its own keys (resume-keeps,
 paper-*-steps; train_san.cu apply_recipe). Model settings stay text here: model_config types them as the
 fields of a model's config (attnref/san.py, attnref/gpt2.py).
@@ -19,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET_DIR = os.path.join(ROOT, "presets")
 GPT2_PRESET_DIR = os.path.join(PRESET_DIR, "gpt2")
 RECIPE_DIR = os.path.join(PRESET_DIR, "recipes")
+RATES_DIR = os.path.join(PRESET_DIR, "rates")
 SWEPT_SOURCE_KEYS = ("swept-by", "swept-study", "swept-report", "swept-vocab-size")
 RATE_KEYS = ("muon", "muon-other", "adamw")
 
@@ -127,6 +130,49 @@ def _swept_rates(path, own_ffn, keys):
         out.append(SweptRates(ffn, int(source["swept-vocab-size"]), rates["muon"], rates["muon-other"], rates["adamw"],
                               source))
     return out
+
+
+@dataclass
+class DefaultRates:
+    """An arm's default peak rates per device (before --lr-scale-gpus), as a rates file holds them."""
+    source: str                  # as the trainer's optimizer line names them
+    adamw: float                 # AdamW's rate
+    muon: float = None           # Muon's matrix rate (None: the trainer has no Muon)
+    muon_other: float = None     # Muon's AdamW side
+
+
+def read_rates(name, arm, directory=RATES_DIR):
+    """The DefaultRates of `arm` in presets/rates/NAME.conf, checked as llmc/train/preset_files.h
+    compiled_default_rates checks the file."""
+    path = os.path.join(directory, name + ".conf")
+    arms = {}    # {arm: {field: (value, line)}}
+    for key, value, line in read_conf(path):
+        field = next((f for f in ("source", "muon-other", "muon", "adamw")
+                      if key.endswith("-" + f) and len(key) > len(f) + 1), None)
+        if field is None:
+            raise PresetFileError(f"{path} line {line}: unknown key {key!r} (a rates file has ARM-source, ARM-muon, "
+                                  f"ARM-muon-other, ARM-adamw)")
+        fields_of_arm = arms.setdefault(key[:-len(field) - 1], {})
+        if field in fields_of_arm:
+            raise PresetFileError(f"{path} line {line}: {key} is set twice in the file")
+        fields_of_arm[field] = (value, line)
+    for a, f in arms.items():
+        if "source" not in f or "adamw" not in f:
+            raise PresetFileError(f"{path}: the arm {a} needs {a}-source and {a}-adamw")
+        if ("muon" in f) != ("muon-other" in f):
+            raise PresetFileError(f"{path}: the arm {a} has one of {a}-muon, {a}-muon-other without the other")
+    if arm not in arms:
+        raise PresetFileError(f"{path} has no rates for the arm {arm}")
+
+    def number(field):
+        if field not in arms[arm]:
+            return None
+        value, line = arms[arm][field]
+        try:
+            return float(value)
+        except ValueError:
+            raise PresetFileError(f"{path} line {line}: {arm}-{field} = {value!r} is not a number") from None
+    return DefaultRates(arms[arm]["source"][0], number("adamw"), number("muon"), number("muon-other"))
 
 
 def load_presets(directory=PRESET_DIR):

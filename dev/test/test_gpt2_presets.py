@@ -93,3 +93,13 @@ def test_help_names_every_preset():
     line = next(line for line in out.splitlines() if line.lstrip().startswith("--preset"))
     listed = re.findall(r"([a-z0-9-]+)(?: \(\d+M\))?[,;]", line.split("model preset:")[1])
     assert sorted(listed) == sorted(gpt2.PRESETS), line
+
+
+@needs_bin
+def test_the_default_rate_is_the_rates_files(shard):
+    """train_gpt2 and train_gpt2.py default to presets/rates/gpt2.conf's AdamW rate, with its source."""
+    import train_gpt2
+    rates = presets.read_rates("gpt2", "gpt2")
+    assert train_gpt2.build_parser().parse_args([]).lr == rates.adamw
+    out = print_config(["--preset", "gpt2"], shard)
+    assert f"optimizer: adamw lr {rates.adamw:g} (other {rates.adamw:g}) (default rates of {rates.source});" in out, out
