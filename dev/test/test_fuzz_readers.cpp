@@ -47,8 +47,7 @@ its CRC.
 The last line counts the kinds of file, the mutants, those that crashed or hung and the
 changed checksummed files read (both must be 0).
 A failing mutant is kept in the temporary directory and named in the output.
-Cost: about 5,400 fuzzed and 4,200 flipped files, ~4 s of CPU, 5 s on 2 cores (plain build); under
-ASan (every other flip) 34 s, as much as before the tokenizers and eval sets grew (2026-12-05).
+Cost: about 5,400 fuzzed and 4,200 flipped files, a few seconds (doc/testing.md has the times measured).
 */
 #include <signal.h>
 #include <sys/resource.h>
