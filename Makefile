@@ -254,11 +254,11 @@ $(BUILD_COMMIT_OBJ): FORCE
 .PHONY: FORCE
 FORCE:
 
-# The presets and recipes (presets/*.conf, presets/recipes/*.conf) compiled into the trainers
+# The presets, recipes and default rates (presets/*.conf and presets/{gpt2,recipes,rates}/*.conf) compiled into the trainers
 # (llmc/train/preset_files.h): each file's text as a raw string literal. Written on every make and
 # replaced only when a file was added, removed or changed, so that only then do binaries rebuild
 # (the .d files name it for the binaries that include it).
-PRESET_FILES := $(sort $(wildcard presets/*.conf presets/recipes/*.conf))
+PRESET_FILES := $(sort $(wildcard presets/*.conf presets/gpt2/*.conf presets/recipes/*.conf presets/rates/*.conf))
 PRESET_INC := build/generated/preset_files.inc
 $(PRESET_INC): FORCE
 	@mkdir -p $(dir $@)

@@ -40,6 +40,7 @@ PyTorch reference train_gpt2.py.
 #include "llmc/kernels/residual.cuh"
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/model/parameters.h"     // ModelParameters: parameters, gradients, optimizer
+#include "llmc/train/preset_files.h"   // compiled_config_files: presets/gpt2/NAME.conf
 #include "llmc/train/trainer.h"        // trainer_main: main's sequence, run_training; model.h: counts, sample
 
 constexpr float kLayerNormEps = 1e-5f;
@@ -63,25 +64,26 @@ struct GPT2Config : ModelDims {
     }
 };
 
+// The model's flags (every setting of GPT2Config), after --preset: what a preset file sets.
+std::vector<Flag> model_flags(std::string* preset, GPT2Config& m) {
+    return ModelDims::flags(
+        preset, m, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it",
+        "model context T (rows of the position embedding)", "attention heads", "token that starts a sample (default: the tokenizer's)");
+}
+
+// The presets: presets/gpt2/NAME.conf, compiled in (llmc/train/preset_files.h), each setting every
+// model flag (attnref/gpt2.py reads the same files).
 std::map<std::string, GPT2Config> presets() {
-    GPT2Config tiny;  // the defaults above: the PyTorch reference's "tiny" (padded vocab 256)
-    GPT2Config wide = tiny;
-    wide.set_sizes(384, 32, 3, 96, 2);
-    GPT2Config demo = tiny;  // learns the offline corpus on a CPU in minutes (vocab from the tokenizer)
-    demo.set_sizes(8192, 128, 4, 128, 4);
-    auto gpt2 = [](int layers, int width, int heads) {
+    std::map<std::string, GPT2Config> out;
+    for (const ConfigFile* f : compiled_config_files_in("presets/gpt2/")) {
         GPT2Config c;
-        c.set_sizes(50257, 1024, layers, width, heads);
-        c.bos_id = 50256;
-        return c;
-    };
-    return {{"tiny", tiny},
-            {"tiny-wide", wide},
-            {"demo", demo},
-            {"gpt2", gpt2(12, 768, 12)},          // 124M
-            {"gpt2-medium", gpt2(24, 1024, 16)},  // 350M
-            {"gpt2-large", gpt2(36, 1280, 20)},   // 774M
-            {"gpt2-xl", gpt2(48, 1600, 25)}};     // 1558M
+        std::string unused;
+        std::vector<Flag> flags = model_flags(&unused, c);
+        flags.erase(flags.begin());  // --preset: a preset does not name another
+        read_model_preset(*f, flags, "train_gpt2");
+        out[f->name()] = c;
+    }
+    return out;
 }
 
 void write_config(TensorFileWriter& w, const GPT2Config& c) {
@@ -460,9 +462,7 @@ struct Options {
 };
 
 std::vector<Flag> make_flags(Options& o) {
-    std::vector<Flag> flags = ModelDims::flags(
-        &o.preset, o.model, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it",
-        "model context T (rows of the position embedding)", "attention heads", "token that starts a sample (default: the tokenizer's)");
+    std::vector<Flag> flags = model_flags(&o.preset, o.model);
     flags.push_back(make_flag("--init-from-llmc", &o.init_from_llmc, "llm.c GPT-2 model file (gpt2_124M.bin, ..._bf16.bin) to start from"));
     add_training_flags(flags, o.train, /*with_muon=*/false);
     return flags;
@@ -483,11 +483,7 @@ struct GPT2Trainer {
         o.train.model_loaded = true;  // --steps 0 evaluates it
         return true;
     }
-    static DefaultRates default_rates(const GPT2Config&) {
-        DefaultRates r;  // AdamW 6e-4: the GPT-3 paper's rate for its 125M model, GPT-2 small's size
-        r.source = "the GPT-3 paper's 125M model";
-        return r;
-    }
+    static DefaultRates default_rates(const GPT2Config&) { return compiled_default_rates("presets/rates/gpt2.conf", "gpt2"); }
     static std::string arm_name(const GPT2Config&) { return "gpt2"; }
     static void print_model(const Options& o) {
         const GPT2Config& c = o.model;

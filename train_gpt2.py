@@ -26,6 +26,7 @@ from attnref.gpt2 import (GPT2, PRESETS, GPT2Config, count_parameters, flops_per
                           make_optimizer)
 from attnref.gpt2_files import gpt2_from_hf, read_llmc, write_llmc
 from attnref.optim import OptConfig
+from attnref.presets import read_rates
 
 
 def build_parser():
@@ -35,7 +36,8 @@ def build_parser():
     g.add_argument("--init-from-hf", metavar="NAME", help="pretrained weights from Hugging Face (gpt2, gpt2-medium, ...)")
     g.add_argument("--init-from-llmc", metavar="PATH", help="weights (and config) from an llm.c GPT-2 model file")
     o = p.add_argument_group("optimizer and schedule (AdamW)")
-    o.add_argument("--lr", type=float, default=6e-4, help="peak rate of the matrix group")
+    o.add_argument("--lr", type=float, default=read_rates("gpt2", "gpt2").adamw,
+                   help="peak rate of the matrix group (default: presets/rates/gpt2.conf)")
     o.add_argument("--lr-other", type=float, default=None, help="peak rate of embeddings/biases/LayerNorm (default: --lr)")
     for name in ("weight_decay", "beta1", "beta2", "eps", "grad_clip", "warmup_frac", "decay_frac", "final_frac"):
         o.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(OptConfig, name))

@@ -258,24 +258,18 @@ SANPreset read_preset(const ConfigFile& f) {
     std::string unused;
     std::vector<Flag> flags = model_flags(&unused, p.model);
     flags.erase(flags.begin());  // --preset: a preset does not name another
-    std::set<std::string> keys, set_here;
     std::map<std::string, const ConfigEntry*> swept;
-    for (const ConfigEntry& e : f.entries) {
-        if (!keys.insert(e.key).second) { fatal("%s line %d: %s is set twice in the file", f.path.c_str(), e.line, e.key.c_str()); }
+    read_model_preset(f, flags, "train_san", [&](const ConfigEntry& e) {
         if (e.key == "tuned-for") {
             p.tuned_for = e.value;
             compiled_config_file("presets/recipes/" + e.value + ".conf");  // (fails for a recipe that is not one)
         } else if (e.key.rfind("swept-", 0) == 0) {
             swept[e.key] = &e;
         } else {
-            set_here.insert(apply_setting(f, e, flags));
+            return false;
         }
-    }
-    for (const Flag& flag : flags) {
-        if (!set_here.count(flag.name)) {
-            fatal("%s sets no %s: a preset sets every model flag (train_san -h lists them)", f.path.c_str(), flag.name.c_str() + 2);
-        }
-    }
+        return true;
+    });
     if (!swept.empty()) { p.swept = read_swept_rates(f, p.model, swept); }
     return p;
 }
@@ -402,14 +396,6 @@ std::string describe_attention(const SANConfig& c) {
     return out;
 }
 
-// Default peak rates (per device, before --lr-scale-gpus; llmc/optim/optimizer.h DefaultRates).
-// Every model takes the SAN paper's locked rates for its arm, except the small presets' models at
-// the vocabulary they were swept at: those take the best rates of the sweep their preset file
-// names (swept-*: the CPU sweep studies/preset_rates_cpu.toml at V 8192, its report
-// doc/study-runs/2026-12-04-preset-rates-cpu.md, doc/san-model.md "Default rates"). A model is
-// such a preset's when its config is the preset's with that vocabulary, up to the context and BOS
-// id; so tiny at its own V 250, or any preset with its size changed (--n-layer 12), goes back to
-// the paper's rates. --lr and --lr-other override both.
 // Whether a and b are one model but for the context and BOS id (which the data set): their
 // checkpoint configs agree on every other key (write_config records every model setting).
 bool same_model_but_context(SANConfig a, const SANConfig& b) {
@@ -421,13 +407,15 @@ bool same_model_but_context(SANConfig a, const SANConfig& b) {
     return wa.config() == wb.config();
 }
 
+// Default peak rates (per device, before --lr-scale-gpus; llmc/optim/optimizer.h DefaultRates).
+// Every model takes the SAN paper's locked rates for its arm (presets/rates/san-paper.conf),
+// except the small presets' models at the vocabulary they were swept at: those take the best
+// rates of the sweep their preset file names (swept-*; doc/san-model.md "Default rates"). A model is
+// such a preset's when its config is the preset's with that vocabulary, up to the context and BOS
+// id; so tiny at its own V 250, or any preset with its size changed (--n-layer 12), goes back to
+// the paper's rates. --lr and --lr-other override both.
 DefaultRates default_rates(const SANConfig& c) {
-    DefaultRates r;
-    if (c.has_ffn()) {
-        r.muon = 0.04;
-        r.adamw = 2.4e-3;
-        r.source = "the SAN paper's FFN arm";
-    }
+    DefaultRates r = compiled_default_rates("presets/rates/san-paper.conf", c.has_ffn() ? "ffn" : "san");
     for (const auto& [name, preset] : san_presets()) {
         for (const SweptRates& s : preset.swept) {
             if (c.vocab_size != s.vocab_size) { continue; }

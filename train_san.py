@@ -25,7 +25,7 @@ from attnref import training
 from attnref.container import ContainerError
 from attnref.data import read_shard
 from attnref.optim import OptConfig, Optimizer, round_steps
-from attnref.presets import read_recipe
+from attnref.presets import read_rates, read_recipe
 from attnref.san import (EMBED_SCALES, OUT_INITS, PRESET_FILES, PRESETS, SAN, SANConfig, count_parameters, flops_per_token,
                          load_checkpoint)
 from attnref.variants import FIXED_QK_KINDS, KINDS, TAYLOR_NORMS, fixed_input_std
@@ -101,13 +101,14 @@ def default_rates(cfg):
     """The default per-device peak rates of this model: (Muon, AdamW, AdamW side of Muon). A small
     preset's model at the vocabulary it was swept at (its config but for the context and BOS id,
     which the data set) has the swept rates of its preset file (swept-*); every other model the
-    SAN paper's locked rates for its arm (as train_san.cu default_rates)."""
+    SAN paper's locked rates for its arm (presets/rates/san-paper.conf; as train_san.cu default_rates)."""
     for name, preset in PRESET_FILES.items():
         for s in preset.swept:
             kw = dict(PRESETS[name], ffn=s.ffn, vocab_size=s.vocab_size, seq_len=cfg.seq_len, bos_id=cfg.bos_id)
             if cfg.vocab_size == s.vocab_size and SANConfig(**kw) == cfg:
                 return s.muon, s.adamw, s.muon_other
-    return (0.04, 2.4e-3, 3e-4) if cfg.ffn != "none" else (0.02, 6e-4, 3e-4)
+    locked = read_rates("san-paper", "ffn" if cfg.ffn != "none" else "san")
+    return locked.muon, locked.adamw, locked.muon_other
 
 
 def opt_from_args(args, cfg):

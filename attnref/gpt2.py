@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attnref import presets
 from attnref.container import KIND_CHECKPOINT, load_params_into, read_container
 from attnref.ops import attention_mask, gqa_attention, san_loss
 from attnref.optim import Optimizer
@@ -66,16 +67,20 @@ class GPT2Config(ModelConfig):
         return super().from_meta(meta, source)
 
 
-_GPT2_BPE = dict(vocab_size=50257, seq_len=1024, bos_id=50256)
-PRESETS = {
-    "tiny": dict(vocab_size=250, seq_len=64, n_layer=2, n_embd=64, n_head=4, bos_id=2),      # padded vocab (256)
-    "tiny-wide": dict(vocab_size=384, seq_len=32, n_layer=3, n_embd=96, n_head=2, bos_id=2),  # V % 128 == 0, hd 48
-    "demo": dict(vocab_size=8192, seq_len=128, n_layer=4, n_embd=128, n_head=4, bos_id=2),   # offline corpus, CPU
-    "gpt2": dict(_GPT2_BPE, n_layer=12, n_embd=768, n_head=12),         # 124M
-    "gpt2-medium": dict(_GPT2_BPE, n_layer=24, n_embd=1024, n_head=16),  # 350M
-    "gpt2-large": dict(_GPT2_BPE, n_layer=36, n_embd=1280, n_head=20),   # 774M
-    "gpt2-xl": dict(_GPT2_BPE, n_layer=48, n_embd=1600, n_head=25),      # 1558M
-}
+# Presets: presets/gpt2/NAME.conf, the files train_gpt2 compiles in (attnref/presets.py reads them):
+# each sets every model flag, as {GPT2Config field: value}. (The tiny ones for the tests, demo for a
+# CPU, and OpenAI's four GPT-2 sizes.)
+def preset_config(preset):
+    """{GPT2Config field: value} of a presets.Preset; a GPT-2 preset has no keys of its own (no swept
+    rates, no recipe), as train_gpt2 reads it."""
+    if preset.swept or preset.tuned_for:
+        raise presets.PresetFileError(f"{preset.path}: unknown setting "
+                                      f"{'tuned-for' if preset.tuned_for else 'swept-*'} (a GPT-2 preset sets model flags only)")
+    return presets.model_config(preset, GPT2Config)
+
+
+PRESET_FILES = presets.load_presets(presets.GPT2_PRESET_DIR)
+PRESETS = {name: preset_config(p) for name, p in PRESET_FILES.items()}
 
 
 # -----------------------------------------------------------------------------------------

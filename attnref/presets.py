@@ -1,22 +1,27 @@
 """
 The presets and recipes as data, read for the Python side from the files the Makefile compiles into
-train_san (llmc/train/preset_files.h): presets/NAME.conf (a model preset) and presets/recipes/NAME.conf
-(--paper-setup, --deconstructing-setup). The format is --config's (llmc/config_file.h): `key = value`
+the trainers (llmc/train/preset_files.h): presets/NAME.conf (a train_san model preset), presets/gpt2/NAME.conf
+(a train_gpt2 one) and presets/recipes/NAME.conf (--paper-setup, --deconstructing-setup). The format is --config's (llmc/config_file.h): `key = value`
 lines, `#` comments, a value in double quotes keeps its spaces and reads \\" \\\\ \\n as escapes.
 
-A preset file sets every model flag of train_san (without the --) and may add
+A preset file sets every model flag of its trainer (without the --); a train_san one may add
   swept-by, swept-study, swept-report, swept-vocab-size   the sweep that chose its default rates
   swept-[ffn-KIND-]muon, -muon-other, -adamw               the rates of the preset's arm (or of it with --ffn KIND)
   tuned-for                                                 the recipe its default rates were tuned for
+A rates file (presets/rates/NAME.conf: san-paper, the SAN paper's locked rates; gpt2) has per arm
+ARM-source, ARM-adamw and (a trainer with Muon) ARM-muon, ARM-muon-other: read_rates.
 A recipe file sets train_san flags, PRESET.flag for one preset only, and its own keys (resume-keeps,
-paper-*-steps; train_san.cu apply_recipe). Model settings stay text here: attnref/san.py types them.
+paper-*-steps; train_san.cu apply_recipe). Model settings stay text here: model_config types them as the
+fields of a model's config (attnref/san.py, attnref/gpt2.py).
 """
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET_DIR = os.path.join(ROOT, "presets")
+GPT2_PRESET_DIR = os.path.join(PRESET_DIR, "gpt2")
 RECIPE_DIR = os.path.join(PRESET_DIR, "recipes")
+RATES_DIR = os.path.join(PRESET_DIR, "rates")
 SWEPT_SOURCE_KEYS = ("swept-by", "swept-study", "swept-report", "swept-vocab-size")
 RATE_KEYS = ("muon", "muon-other", "adamw")
 
@@ -127,8 +132,51 @@ def _swept_rates(path, own_ffn, keys):
     return out
 
 
+@dataclass
+class DefaultRates:
+    """An arm's default peak rates per device (before --lr-scale-gpus), as a rates file holds them."""
+    source: str                  # as the trainer's optimizer line names them
+    adamw: float                 # AdamW's rate
+    muon: float = None           # Muon's matrix rate (None: the trainer has no Muon)
+    muon_other: float = None     # Muon's AdamW side
+
+
+def read_rates(name, arm, directory=RATES_DIR):
+    """The DefaultRates of `arm` in presets/rates/NAME.conf, checked as llmc/train/preset_files.h
+    compiled_default_rates checks the file."""
+    path = os.path.join(directory, name + ".conf")
+    arms = {}    # {arm: {field: (value, line)}}
+    for key, value, line in read_conf(path):
+        field = next((f for f in ("source", "muon-other", "muon", "adamw")
+                      if key.endswith("-" + f) and len(key) > len(f) + 1), None)
+        if field is None:
+            raise PresetFileError(f"{path} line {line}: unknown key {key!r} (a rates file has ARM-source, ARM-muon, "
+                                  f"ARM-muon-other, ARM-adamw)")
+        fields_of_arm = arms.setdefault(key[:-len(field) - 1], {})
+        if field in fields_of_arm:
+            raise PresetFileError(f"{path} line {line}: {key} is set twice in the file")
+        fields_of_arm[field] = (value, line)
+    for a, f in arms.items():
+        if "source" not in f or "adamw" not in f:
+            raise PresetFileError(f"{path}: the arm {a} needs {a}-source and {a}-adamw")
+        if ("muon" in f) != ("muon-other" in f):
+            raise PresetFileError(f"{path}: the arm {a} has one of {a}-muon, {a}-muon-other without the other")
+    if arm not in arms:
+        raise PresetFileError(f"{path} has no rates for the arm {arm}")
+
+    def number(field):
+        if field not in arms[arm]:
+            return None
+        value, line = arms[arm][field]
+        try:
+            return float(value)
+        except ValueError:
+            raise PresetFileError(f"{path} line {line}: {arm}-{field} = {value!r} is not a number") from None
+    return DefaultRates(arms[arm]["source"][0], number("adamw"), number("muon"), number("muon-other"))
+
+
 def load_presets(directory=PRESET_DIR):
-    """{name: Preset} of every presets/NAME.conf."""
+    """{name: Preset} of every NAME.conf in `directory` (presets/: train_san's; GPT2_PRESET_DIR: train_gpt2's)."""
     names = sorted(f for f in os.listdir(directory) if f.endswith(".conf"))
     return {n[:-len(".conf")]: read_preset(os.path.join(directory, n)) for n in names}
 
@@ -136,3 +184,28 @@ def load_presets(directory=PRESET_DIR):
 def read_recipe(name, directory=RECIPE_DIR):
     """[(key, value, line)] of presets/recipes/NAME.conf."""
     return read_conf(os.path.join(directory, name + ".conf"))
+
+
+def flag_of_field(field_name):
+    """A model field's flag without the --, as the trainers name it (the context is --max-seq-len)."""
+    return "max-seq-len" if field_name == "seq_len" else field_name.replace("_", "-")
+
+
+def model_config(preset, config_cls):
+    """{field: value} of the dataclass `config_cls` from a Preset: every field from its flag's text, typed as
+    the field; a field missing or a key that is no field fails naming the file."""
+    by_flag = {flag_of_field(f.name): f for f in fields(config_cls)}
+    unknown = sorted(set(preset.model) - set(by_flag))
+    missing = sorted(set(by_flag) - set(preset.model))
+    if unknown or missing:
+        raise PresetFileError(f"{preset.path}: " + (f"unknown setting {unknown[0]!r}" if unknown else
+                              f"sets no {missing[0]}: a preset sets every model flag"))
+    out = {}
+    for flag, f in by_flag.items():
+        text = preset.model[flag]
+        kind = {"bool": lambda v: bool(int(v)), "int": int, "float": float}.get(getattr(f.type, "__name__", f.type), str)
+        try:
+            out[f.name] = kind(text)
+        except ValueError:
+            raise PresetFileError(f"{preset.path}: {flag} = {text!r} is not a {f.type}") from None
+    return out

@@ -10,7 +10,7 @@ norms and RoPE -> the attention sub-layer (Attention) -> the FFN (SwiGLU) -> the
 """
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -129,28 +129,11 @@ class SANConfig(ModelConfig):
 # iso-param and iso-FLOP partners ffn20, ffn4, ffn9; the tiny ones; "Deconstructing Attention"'s
 # Qwen2.5-style decoders at its Table 10's sizes and at a CPU's.)
 def preset_config(preset):
-    """{SANConfig field: value} of a presets.Preset: every field from its flag's text (--max-seq-len
-    sets seq_len), typed as the field; a field missing or a key that is no field fails naming the file."""
-    by_flag = {training_flag(f.name): f for f in fields(SANConfig)}
-    unknown = sorted(set(preset.model) - set(by_flag))
-    missing = sorted(set(by_flag) - set(preset.model))
-    if unknown or missing:
-        raise presets.PresetFileError(f"{preset.path}: " + (f"unknown setting {unknown[0]!r}" if unknown else
-                                      f"sets no {missing[0]}: a preset sets every model flag"))
-    out = {}
-    for flag, f in by_flag.items():
-        text = preset.model[flag]
-        kind = {"bool": lambda v: bool(int(v)), "int": int, "float": float}.get(getattr(f.type, "__name__", f.type), str)
-        try:
-            out[f.name] = kind(text)
-        except ValueError:
-            raise presets.PresetFileError(f"{preset.path}: {flag} = {text!r} is not a {f.type}") from None
-    return out
+    """{SANConfig field: value} of a presets.Preset (presets.model_config)."""
+    return presets.model_config(preset, SANConfig)
 
 
-def training_flag(field_name):
-    """A model field's flag without the --, as train_san.cu names it (the context is --max-seq-len)."""
-    return "max-seq-len" if field_name == "seq_len" else field_name.replace("_", "-")
+training_flag = presets.flag_of_field   # a model field's flag without the --
 
 
 PRESET_FILES = presets.load_presets()

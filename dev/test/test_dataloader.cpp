@@ -353,62 +353,33 @@ static void test_doc_ids() {
     CHECK(std::all_of(nodoc.doc_ids.begin(), nodoc.doc_ids.end(), [](int32_t v) { return v == 0; }));
 }
 
-// Whole-document rows against plain loops over the concatenated tokens: documents from one
-// BOS to the next (across shard cuts), a leading fragment without BOS left out, documents
-// longer than T+1 skipped, the rest packed greedily in order, padding and document starts
-// never scored; regions and exercise names follow their tokens.
-static void test_whole_documents() {
-    std::string d = g_dir + "/whole";
-    if (system(("mkdir -p '" + d + "'").c_str()) != 0) { exit(2); }
-    const int BOS = 2, T = 16, PAD = 1;
+// The whole-document fixture: shards of a leading fragment without BOS and 60 documents (some
+// longer than T+1, shard cuts inside documents, the exercise names in another order per shard),
+// and the reference rows from plain loops over the concatenated tokens: documents from one BOS
+// to the next, the fragment left out, documents longer than T+1 skipped, the rest packed
+// greedily in order, padding and document starts never scored.
+struct WholeDocs {
+    static constexpr int BOS = 2, T = 16, PAD = 1;
+    std::string dir;
     std::vector<uint32_t> all;
     std::vector<int> doc_of;  // document index per token, -1 for the leading fragment
-    for (int i = 0; i < 3; i++) { all.push_back(500 + i); doc_of.push_back(-1); }
-    SplitMix64 rng(7);
-    uint32_t next_tok = 10;
-    const int ndocs = 60;
-    for (int k = 0; k < ndocs; k++) {
-        int len = k == 5 ? T + 1 : k == 6 ? T + 2 : k % 9 == 8 ? 20 + (int)rng.below(10) : 1 + (int)rng.below(12);
-        all.push_back(BOS);
-        doc_of.push_back(k);
-        for (int i = 1; i < len; i++) { all.push_back(next_tok++); doc_of.push_back(k); }
-    }
-    // the same exercise names in another order per shard: ids must be remapped by name
-    const std::vector<std::vector<std::string>> tables = {
+    std::vector<std::vector<std::string>> tables = {
         {"none", "rag", "math", "mcq"}, {"none", "mcq", "rag", "math"}, {"none", "math", "mcq", "rag"}};
-    auto name_of_doc = [&](int k) { return k < 0 ? std::string("none") : tables[0][1 + k % 3]; };
-    size_t cuts[4] = {0, 97, 230, all.size()};  // shard boundaries, inside documents
-    for (int s = 0; s < 3; s++) {
-        std::vector<uint32_t> t(all.begin() + cuts[s], all.begin() + cuts[s + 1]);
-        std::vector<uint8_t> lab, ex;
-        for (size_t i = cuts[s]; i < cuts[s + 1]; i++) {
-            lab.push_back(label_of(all[i]));
-            std::string n = name_of_doc(doc_of[i]);
-            ex.push_back((uint8_t)(std::find(tables[s].begin(), tables[s].end(), n) - tables[s].begin()));
-        }
-        char name[256];
-        snprintf(name, sizeof(name), "%s/w_val_%06d.bin", d.c_str(), s);
-        write_shard(name, t, s == 1 ? 2 : 1);
-        write_sidecar(regions_path_for(name), lab);
-        write_exercises(exercises_path_for(name), tables[s], ex);
-    }
-    // the reference: documents, filtered, packed greedily
-    std::vector<std::vector<size_t>> docs;  // token positions in `all` per document
-    for (size_t i = 0; i < all.size(); i++) {
-        if (all[i] == (uint32_t)BOS) { docs.emplace_back(); }
-        if (!docs.empty()) { docs.back().push_back(i); }
-    }
-    std::vector<std::vector<size_t>> rows_ref;  // token positions per row
+    std::vector<std::vector<size_t>> rows_ref;  // token positions in `all` per row
     int64_t kept = 0, skipped = 0, scored_ref = 0;
-    for (const auto& doc : docs) {
-        if ((int)doc.size() > T + 1) { skipped++; continue; }
-        kept++;
-        scored_ref += (int64_t)doc.size() - 1;
-        if (rows_ref.empty() || rows_ref.back().size() + doc.size() > (size_t)T + 1) { rows_ref.emplace_back(); }
-        rows_ref.back().insert(rows_ref.back().end(), doc.begin(), doc.end());
+
+    std::string name_of_doc(int k) const { return k < 0 ? std::string("none") : tables[0][1 + k % 3]; }
+    DataLoaderConfig config() const {
+        DataLoaderConfig c = cfg(dir + "/w_val_*.bin", 3, T);
+        c.doc_start_token = BOS;
+        c.whole_documents = true;
+        c.pad_token = PAD;
+        c.vocab_size = 100000;
+        return c;
     }
-    CHECK(skipped >= 5 && kept > 40);  // the fixture exercises both paths
-    auto check_row = [&](const DataLoader& dl, int b, int64_t g) {
+    // row b of the loader's batch against reference row g (empty past the last): tokens,
+    // regions and exercise names follow their tokens; only a document's own next token is a target
+    bool check_row(const DataLoader& dl, int b, int64_t g) const {
         static const std::vector<size_t> none;
         const std::vector<size_t>& pos = g < (int64_t)rows_ref.size() ? rows_ref[g] : none;
         bool ok = true;
@@ -425,30 +396,83 @@ static void test_whole_documents() {
             }
         }
         return ok;
-    };
-    DataLoaderConfig c = cfg(d + "/w_val_*.bin", 3, T);
-    c.doc_start_token = BOS;
-    c.whole_documents = true;
-    c.pad_token = PAD;
-    c.vocab_size = 100000;
-    DataLoader dl(c);
-    CHECK(dl.num_documents() == kept);
-    CHECK(dl.num_skipped_documents() == skipped);
-    CHECK(dl.num_rows() == (int64_t)rows_ref.size());
-    CHECK(dl.steps_per_epoch() == ((int64_t)rows_ref.size() + 2) / 3);
+    }
+};
+
+static WholeDocs make_whole_docs() {
+    WholeDocs w;
+    const int BOS = WholeDocs::BOS, T = WholeDocs::T;
+    w.dir = g_dir + "/whole";
+    if (system(("mkdir -p '" + w.dir + "'").c_str()) != 0) { exit(2); }
+    std::vector<uint32_t>& all = w.all;
+    for (int i = 0; i < 3; i++) { all.push_back(500 + i); w.doc_of.push_back(-1); }
+    SplitMix64 rng(7);
+    uint32_t next_tok = 10;
+    const int ndocs = 60;
+    for (int k = 0; k < ndocs; k++) {
+        int len = k == 5 ? T + 1 : k == 6 ? T + 2 : k % 9 == 8 ? 20 + (int)rng.below(10) : 1 + (int)rng.below(12);
+        all.push_back(BOS);
+        w.doc_of.push_back(k);
+        for (int i = 1; i < len; i++) { all.push_back(next_tok++); w.doc_of.push_back(k); }
+    }
+    // the same exercise names in another order per shard: ids must be remapped by name
+    size_t cuts[4] = {0, 97, 230, all.size()};  // shard boundaries, inside documents
+    for (int s = 0; s < 3; s++) {
+        std::vector<uint32_t> t(all.begin() + cuts[s], all.begin() + cuts[s + 1]);
+        std::vector<uint8_t> lab, ex;
+        for (size_t i = cuts[s]; i < cuts[s + 1]; i++) {
+            lab.push_back(label_of(all[i]));
+            std::string n = w.name_of_doc(w.doc_of[i]);
+            ex.push_back((uint8_t)(std::find(w.tables[s].begin(), w.tables[s].end(), n) - w.tables[s].begin()));
+        }
+        char name[256];
+        snprintf(name, sizeof(name), "%s/w_val_%06d.bin", w.dir.c_str(), s);
+        write_shard(name, t, s == 1 ? 2 : 1);
+        write_sidecar(regions_path_for(name), lab);
+        write_exercises(exercises_path_for(name), w.tables[s], ex);
+    }
+    // the reference: documents, filtered, packed greedily
+    std::vector<std::vector<size_t>> docs;  // token positions in `all` per document
+    for (size_t i = 0; i < all.size(); i++) {
+        if (all[i] == (uint32_t)BOS) { docs.emplace_back(); }
+        if (!docs.empty()) { docs.back().push_back(i); }
+    }
+    for (const auto& doc : docs) {
+        if ((int)doc.size() > T + 1) { w.skipped++; continue; }
+        w.kept++;
+        w.scored_ref += (int64_t)doc.size() - 1;
+        if (w.rows_ref.empty() || w.rows_ref.back().size() + doc.size() > (size_t)T + 1) { w.rows_ref.emplace_back(); }
+        w.rows_ref.back().insert(w.rows_ref.back().end(), doc.begin(), doc.end());
+    }
+    CHECK(w.skipped >= 5 && w.kept > 40);  // the fixture exercises both paths
+    return w;
+}
+
+// Whole-document rows against the reference: counts, every row of an epoch, the next epoch.
+static void test_whole_documents(const WholeDocs& w) {
+    DataLoader dl(w.config());
+    CHECK(dl.num_documents() == w.kept);
+    CHECK(dl.num_skipped_documents() == w.skipped);
+    CHECK(dl.num_rows() == (int64_t)w.rows_ref.size());
+    CHECK(dl.steps_per_epoch() == ((int64_t)w.rows_ref.size() + 2) / 3);
     CHECK(dl.has_regions && dl.has_exercises);
     bool rows_ok = true;
     int64_t scored = 0;
     for (int64_t step = 0; step < dl.steps_per_epoch(); step++) {
         dl.next_batch();
-        for (int b = 0; b < 3; b++) { rows_ok = rows_ok && check_row(dl, b, step * 3 + b); }
+        for (int b = 0; b < 3; b++) { rows_ok = rows_ok && w.check_row(dl, b, step * 3 + b); }
         for (int32_t t : dl.targets) { scored += t >= 0; }
     }
     CHECK(rows_ok);
-    CHECK(scored == scored_ref);  // every kept document's targets exactly once per epoch
-    dl.next_batch();              // the next epoch starts over, in the same order
-    CHECK(check_row(dl, 0, 0) && dl.position().epoch == 1);
-    // two ranks read the rows of one process with the global batch
+    CHECK(scored == w.scored_ref);  // every kept document's targets exactly once per epoch
+    dl.next_batch();                // the next epoch starts over, in the same order
+    CHECK(w.check_row(dl, 0, 0) && dl.position().epoch == 1);
+}
+
+// Whole-document rows over two ranks (those of one process with the global batch) and resumed
+// inside the epoch; the window loader's resume position does not fit them.
+static void test_whole_documents_ranks_and_resume(const WholeDocs& w) {
+    const DataLoaderConfig c = w.config();
     DataLoaderConfig c4 = c;
     c4.B = 4;
     DataLoader one(c4);
@@ -466,34 +490,36 @@ static void test_whole_documents() {
         one.next_batch();
         for (int r = 0; r < 2; r++) {
             ranks[r]->next_batch();
-            for (int b = 0; b < 2; b++) { ranks_ok = ranks_ok && check_row(*ranks[r], b, step * 4 + r * 2 + b); }
+            for (int b = 0; b < 2; b++) { ranks_ok = ranks_ok && w.check_row(*ranks[r], b, step * 4 + r * 2 + b); }
         }
     }
     CHECK(ranks_ok);
-    // resume inside the epoch
     DataLoader a(c), b2(c);
     a.next_batch();
     b2.set_position(a.position());
     a.next_batch();
     b2.next_batch();
     CHECK(a.tokens == b2.tokens && a.targets == b2.targets);
-    // the window loader's fingerprint is not the whole-document one
     CHECK(expect_fatal([&] {
-        DataLoaderConfig w = c;
-        w.whole_documents = false;
-        DataLoader x(c), y(w);
+        DataLoaderConfig win = c;
+        win.whole_documents = false;
+        DataLoader x(c), y(win);
         y.set_position(x.position());
     }, {"resume position", "different"}));
-    // misuse
+}
+
+// Whole-document settings the loader refuses, naming the setting or the file.
+static void test_whole_documents_misuse(const WholeDocs& w) {
+    const DataLoaderConfig c = w.config();
     CHECK(expect_fatal([&] { DataLoaderConfig e = c; e.doc_start_token = -1; DataLoader x(e); },
                        {"whole_documents", "document-start token"}));
     CHECK(expect_fatal([&] { DataLoaderConfig e = c; e.shuffle = true; DataLoader x(e); }, {"whole_documents", "shuffle"}));
     CHECK(expect_fatal([&] { DataLoaderConfig e = c; e.doc_start_token = 99999; DataLoader x(e); },
                        {"w_val_", "no document-start token 99999"}));
-    write_shard(d + "/long_val_000000.bin", {2, 5, 6, 7, 2, 8, 9, 10}, 1);  // two documents of 4 tokens
+    write_shard(w.dir + "/long_val_000000.bin", {2, 5, 6, 7, 2, 8, 9, 10}, 1);  // two documents of 4 tokens
     CHECK(expect_fatal([&] {
         DataLoaderConfig e = c;
-        e.pattern = d + "/long_val_*.bin";
+        e.pattern = w.dir + "/long_val_*.bin";
         e.T = 2;
         DataLoader x(e);
     }, {"long_val_", "no whole document of at most 3 tokens", "2 skipped"}));
@@ -575,7 +601,10 @@ int main() {
     test_resume(fx);
     test_resume_later_epoch(fx);
     test_doc_ids();
-    test_whole_documents();
+    const WholeDocs whole = make_whole_docs();
+    test_whole_documents(whole);
+    test_whole_documents_ranks_and_resume(whole);
+    test_whole_documents_misuse(whole);
     test_errors();
     remove_dir(g_dir);
     return report("test_dataloader");

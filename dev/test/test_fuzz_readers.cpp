@@ -47,8 +47,7 @@ its CRC.
 The last line counts the kinds of file, the mutants, those that crashed or hung and the
 changed checksummed files read (both must be 0).
 A failing mutant is kept in the temporary directory and named in the output.
-Cost: about 5,400 fuzzed and 4,200 flipped files, ~4 s of CPU, 5 s on 2 cores (plain build); under
-ASan (every other flip) 34 s, as much as before the tokenizers and eval sets grew (2026-12-05).
+Cost: about 5,400 fuzzed and 4,200 flipped files, a few seconds (doc/testing.md has the times measured).
 */
 #include <signal.h>
 #include <sys/resource.h>
@@ -633,16 +632,10 @@ static std::function<std::string(size_t)> flip_expectations(const Target& t) {
     };
 }
 
-int main() {
-    const char* cases_env = getenv("FUZZ_CASES");
-    const char* seed_env = getenv("FUZZ_SEED");
-    const int cases = cases_env ? atoi(cases_env) : 300;
-    const uint64_t fuzz_seed = seed_env ? strtoull(seed_env, nullptr, 10) : 1;
-    std::string dir = make_temp_dir("fuzz");
-    Timer timer;
-
-    // one directory per target, so a mutant never meets another target's files
-    auto sub = [&](const std::string& name) {
+// The readers' targets, one directory each under `dir` (so a mutant never meets another target's
+// files), with their valid seed files and hand-made mutants.
+static std::vector<Target> make_targets(const std::string& dir) {
+    auto sub = [&dir](const std::string& name) {
         std::string d = dir + "/" + name;
         if (mkdir(d.c_str(), 0755) != 0) { perror(d.c_str()); exit(2); }
         return d;
@@ -726,82 +719,90 @@ int main() {
             targets.push_back(t);
         }
     }
+    return targets;
+}
 
+// What the fuzz found over all targets; `broken` counts every failure.
+struct FuzzCounts {
     int total = 0, broken = 0, silent = 0, crashed = 0;
-    printf("%-14s %8s %8s %8s %16s\n", "reader", "mutants", "read", "refused", "kinds of refusal");
-    for (size_t ti = 0; ti < targets.size(); ti++) {
-        Target& t = targets[ti];
-        write_bytes(t.file, t.seed);
-        Result seed = run_child(t.read, t.file);
-        CHECK(seed.outcome == READ);
-        if (seed.outcome != READ) { fprintf(stderr, "seed of %s not read: %s\n", t.name.c_str(), seed.detail.c_str()); }
-        int read = 0, refused = 0;
-        std::set<std::string> kinds;
-        const int n_crafted = (int)t.crafted.size();
-        for (int c = -n_crafted; c < cases; c++) {  // c < 0: the hand-made mutants
-            SplitMix64 rng(fuzz_seed * 0x9E3779B97F4A7C15ull ^ (ti << 32) ^ (uint64_t)c);
-            Bytes b = t.seed;
-            if (c < 0) { b = t.crafted[c + n_crafted]; }
-            else { mutate(b, rng); }
-            write_bytes(t.file, b);
-            Result r = run_child(t.read, t.file);
-            total++;
-            if (r.outcome == READ) { read++; }
-            if (r.outcome == REFUSED) {
-                refused++;
-                kinds.insert(message_kind(r.detail));
-            }
-            if (c < 0 && r.outcome == READ) {  // each hand-made mutant is corrupt: it must be refused
-                broken++;
-                silent++;
-                fprintf(stderr, "FAIL %s hand-made mutant %d was read as if it were valid\n", t.name.c_str(), c + n_crafted);
-            }
-            // a checksummed file that changed must be refused; but a shard or sidecar whose CRC slot
-            // and flag both became 0 is a file from before the checksums (read unchecked by design),
-            // and one whose only change is its flag turned to 0 still has its CRC checked
-            bool legacy = false;
-            if (t.crc_slot >= 0 && b.size() >= (size_t)DATA_HEADER_BYTES) {
-                uint32_t slot, flag;
-                memcpy(&slot, &b[4 * t.crc_slot], 4);
-                memcpy(&flag, &b[4 * t.crc_slot + 4], 4);
-                Bytes flag_restored = b;
-                memcpy(&flag_restored[4 * t.crc_slot + 4], &t.seed[4 * t.crc_slot + 4], 4);
-                legacy = flag == 0 && (slot == 0 || flag_restored == t.seed);
-            }
-            if (t.checksummed && c >= 0 && r.outcome == READ && b != t.seed && !legacy) {
-                broken++;
-                silent++;
-                std::string keep = t.file + ".case" + std::to_string(c);
-                write_bytes(keep, b);
-                fprintf(stderr, "FAIL %s case %d: a changed checksummed file was read (kept as %s)\n", t.name.c_str(), c,
-                        keep.c_str());
-            }
-            if (r.outcome == BROKEN) {
-                broken++;
-                crashed++;
-                std::string keep = t.file + ".case" + std::to_string(c);
-                write_bytes(keep, b);
-                fprintf(stderr, "FAIL %s case %d (FUZZ_SEED=%llu; file kept as %s): %s\n", t.name.c_str(), c,
-                        (unsigned long long)fuzz_seed, keep.c_str(), r.detail.substr(0, 2000).c_str());
-            }
+};
+
+// The seed of target `ti`, then its hand-made mutants and `cases` random ones (from FUZZ_SEED), each
+// read in a child: a crash or hang, a refusal that does not name the file, or a changed checksummed
+// file read counts as broken; the mutants must reach past the header checks.
+static void fuzz_target(Target& t, size_t ti, int cases, uint64_t fuzz_seed, FuzzCounts& n) {
+    write_bytes(t.file, t.seed);
+    Result seed = run_child(t.read, t.file);
+    CHECK(seed.outcome == READ);
+    if (seed.outcome != READ) { fprintf(stderr, "seed of %s not read: %s\n", t.name.c_str(), seed.detail.c_str()); }
+    int read = 0, refused = 0;
+    std::set<std::string> kinds;
+    const int n_crafted = (int)t.crafted.size();
+    for (int c = -n_crafted; c < cases; c++) {  // c < 0: the hand-made mutants
+        SplitMix64 rng(fuzz_seed * 0x9E3779B97F4A7C15ull ^ (ti << 32) ^ (uint64_t)c);
+        Bytes b = t.seed;
+        if (c < 0) { b = t.crafted[c + n_crafted]; }
+        else { mutate(b, rng); }
+        write_bytes(t.file, b);
+        Result r = run_child(t.read, t.file);
+        n.total++;
+        if (r.outcome == READ) { read++; }
+        if (r.outcome == REFUSED) {
+            refused++;
+            kinds.insert(message_kind(r.detail));
         }
-        write_bytes(t.file, t.seed);
-        printf("%-14s %8d %8d %8d %16zu\n", t.name.c_str(), cases + n_crafted, read, refused, kinds.size());
-        // the mutants must reach past the header checks: some read, several kinds of refusal
-        // (shards and sidecars: their headers are checked whole, every int without a field must
-        // be 0, so most mutants of a header word stop there; many distinct refusals show that the
-        // others get past it)
-        if (t.checksummed) {
-            CHECK(kinds.size() >= 4);
-        } else if (t.crc_slot >= 0) {
-            CHECK(kinds.size() >= 8);
-        } else {
-            CHECK(read >= cases / 50);
-            CHECK(kinds.size() >= 4);
+        if (c < 0 && r.outcome == READ) {  // each hand-made mutant is corrupt: it must be refused
+            n.broken++;
+            n.silent++;
+            fprintf(stderr, "FAIL %s hand-made mutant %d was read as if it were valid\n", t.name.c_str(), c + n_crafted);
+        }
+        // a checksummed file that changed must be refused; but a shard or sidecar whose CRC slot
+        // and flag both became 0 is a file from before the checksums (read unchecked by design),
+        // and one whose only change is its flag turned to 0 still has its CRC checked
+        bool legacy = false;
+        if (t.crc_slot >= 0 && b.size() >= (size_t)DATA_HEADER_BYTES) {
+            uint32_t slot, flag;
+            memcpy(&slot, &b[4 * t.crc_slot], 4);
+            memcpy(&flag, &b[4 * t.crc_slot + 4], 4);
+            Bytes flag_restored = b;
+            memcpy(&flag_restored[4 * t.crc_slot + 4], &t.seed[4 * t.crc_slot + 4], 4);
+            legacy = flag == 0 && (slot == 0 || flag_restored == t.seed);
+        }
+        if (t.checksummed && c >= 0 && r.outcome == READ && b != t.seed && !legacy) {
+            n.broken++;
+            n.silent++;
+            std::string keep = t.file + ".case" + std::to_string(c);
+            write_bytes(keep, b);
+            fprintf(stderr, "FAIL %s case %d: a changed checksummed file was read (kept as %s)\n", t.name.c_str(), c,
+                    keep.c_str());
+        }
+        if (r.outcome == BROKEN) {
+            n.broken++;
+            n.crashed++;
+            std::string keep = t.file + ".case" + std::to_string(c);
+            write_bytes(keep, b);
+            fprintf(stderr, "FAIL %s case %d (FUZZ_SEED=%llu; file kept as %s): %s\n", t.name.c_str(), c,
+                    (unsigned long long)fuzz_seed, keep.c_str(), r.detail.substr(0, 2000).c_str());
         }
     }
+    write_bytes(t.file, t.seed);
+    printf("%-14s %8d %8d %8d %16zu\n", t.name.c_str(), cases + n_crafted, read, refused, kinds.size());
+    // the mutants must reach past the header checks: some read, several kinds of refusal
+    // (shards and sidecars: their headers are checked whole, every int without a field must
+    // be 0, so most mutants of a header word stop there; many distinct refusals show that the
+    // others get past it)
+    if (t.checksummed) {
+        CHECK(kinds.size() >= 4);
+    } else if (t.crc_slot >= 0) {
+        CHECK(kinds.size() >= 8);
+    } else {
+        CHECK(read >= cases / 50);
+        CHECK(kinds.size() >= 4);
+    }
+}
 
-    // every byte of each checksummed file flipped: refused, naming the file and the part
+// Every byte of each checksummed file flipped (one bit): refused, naming the file and the part.
+static void flip_every_byte(std::vector<Target>& targets) {
     Timer flip_timer;
     int flips = 0;
     for (Target& t : targets) {
@@ -836,9 +837,11 @@ int main() {
         CHECK(missed == 0);
     }
     printf("%d files with one byte flipped in %.1f s\n", flips, flip_timer.ms() / 1e3);
+}
 
-    // files from before the checksums still read: a version-1 tensor file (with its note), a
-    // CRC-0 shard even with a changed token; --verify-data 0 skips a shard's check
+// Files from before the checksums still read: a version-1 tensor file, tokenizer and eval set (with
+// their notes), a CRC-0 shard even with a changed token; --verify-data 0 skips a shard's check.
+static void check_files_before_checksums(std::vector<Target>& targets) {
     for (Target& t : targets) {
         std::string out;
         if (t.name == "tokenizer_v1" || t.name == "evalset_mc_v1") {
@@ -881,9 +884,24 @@ int main() {
             write_bytes(t.file, t.seed);
         }
     }
-    CHECK(broken == 0);
+}
+
+int main() {
+    const char* cases_env = getenv("FUZZ_CASES");
+    const char* seed_env = getenv("FUZZ_SEED");
+    const int cases = cases_env ? atoi(cases_env) : 300;
+    const uint64_t fuzz_seed = seed_env ? strtoull(seed_env, nullptr, 10) : 1;
+    std::string dir = make_temp_dir("fuzz");
+    Timer timer;
+    std::vector<Target> targets = make_targets(dir);
+    FuzzCounts n;
+    printf("%-14s %8s %8s %8s %16s\n", "reader", "mutants", "read", "refused", "kinds of refusal");
+    for (size_t ti = 0; ti < targets.size(); ti++) { fuzz_target(targets[ti], ti, cases, fuzz_seed, n); }
+    flip_every_byte(targets);
+    check_files_before_checksums(targets);
+    CHECK(n.broken == 0);
     printf("%zu kinds of file, %d mutated files in %.1f s: %d crashed, hung or were refused without naming the file; "
-           "%d changed checksummed files read\n", targets.size(), total, timer.ms() / 1e3, crashed, silent);
-    if (broken == 0) { remove_dir(dir); }
+           "%d changed checksummed files read\n", targets.size(), n.total, timer.ms() / 1e3, n.crashed, n.silent);
+    if (n.broken == 0) { remove_dir(dir); }
     return report("test_fuzz_readers");
 }

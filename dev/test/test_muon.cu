@@ -137,8 +137,11 @@ TEST_CASE(schedule_errors) {
 // ----------------------------------------------------------------------------------------
 // default rates and --lr-scale-gpus (OptimizerConfig::resolve_rates vs opt_from_args)
 
+// the SAN arm's defaults of presets/rates/san-paper.conf (this test needs no compiled-in file)
+const DefaultRates kSanArm{0.02, 6e-4, 3e-4, "the SAN paper's SAN arm"};
+
 static OptimizerConfig rates(const char* optimizer, double lr, double lr_other, int gpus,
-                             const DefaultRates& defaults = DefaultRates{}) {
+                             const DefaultRates& defaults = kSanArm) {
     OptimizerConfig o;
     CHECK(kOptimizerKinds.parse(optimizer, &o.optimizer));
     o.lr = lr;

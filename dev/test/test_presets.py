@@ -396,3 +396,33 @@ def test_help_lists_each_presets_rates_as_the_trainer_uses_them(shard):
             assert matrix_rate(line) == pytest.approx(rate, rel=1e-6) and f"(default rates of {source})" in line, (preset, line)
             if optimizer == "muon":
                 assert f"adamw on the rest lr {other:g} " in line, (preset, line)
+
+
+def test_the_rates_files_hold_the_paper_locks():
+    """presets/rates/: san-paper.conf holds the SAN paper's locked rates per arm (PAPER_LOCKS, its Muon
+    side 3e-4), gpt2.conf train_gpt2's AdamW rate and no Muon."""
+    assert sorted(os.listdir(presets.RATES_DIR)) == ["gpt2.conf", "san-paper.conf"]
+    for ffn, arm in (("none", "san"), ("swiglu", "ffn")):
+        r = presets.read_rates("san-paper", arm)
+        assert (r.muon, r.adamw, r.muon_other) == (PAPER_LOCKS[(ffn, "muon")], PAPER_LOCKS[(ffn, "adamw")], 3e-4)
+        assert r.source == f"the SAN paper's {arm.upper()} arm"
+    g = presets.read_rates("gpt2", "gpt2")
+    assert (g.adamw, g.muon, g.muon_other) == (6e-4, None, None)
+
+
+RATES = "a-source = x\na-muon = 0.02\na-muon-other = 3e-4\na-adamw = 6e-4\n"
+
+
+@pytest.mark.parametrize("text, arm, message", [
+    (RATES + "a-sgd = 0.1\n", "a", "line 5: unknown key 'a-sgd'"),
+    (RATES + "a-adamw = 0.1\n", "a", "line 5: a-adamw is set twice"),
+    (RATES.replace("a-adamw = 6e-4\n", ""), "a", "the arm a needs a-source and a-adamw"),
+    (RATES.replace("a-muon-other = 3e-4\n", ""), "a", "one of a-muon, a-muon-other without the other"),
+    (RATES.replace("6e-4", "six"), "a", "a-adamw = 'six' is not a number"),
+    (RATES, "b", "has no rates for the arm b"),
+])
+def test_a_bad_rates_file_fails_naming_itself(tmp_path, text, arm, message):
+    (tmp_path / "bad.conf").write_text(text)
+    with pytest.raises(presets.PresetFileError, match=re.escape(message)) as e:
+        presets.read_rates("bad", arm, directory=str(tmp_path))
+    assert str(tmp_path / "bad.conf") in str(e.value)

@@ -1,58 +1,23 @@
 /*
-Data loader over llm.c-style token shards (doc/formats.md, "Token shards", "Region
-sidecars" and "Exercise sidecars"). Host-only C++17.
+Data loader over llm.c-style token shards and their region and exercise sidecars (the formats:
+doc/formats.md "Token shards", "Region sidecars", "Exercise sidecars"). Host-only C++17.
 
-Files: every file matching the glob pattern(s) (comma-separated; sorted; "*.regions",
-"*.exercises" and "*.tmp" skipped) is a shard: 256 x int32 header [magic 20240520, version
-1 (uint16 tokens) or 2 (uint32), token count], then the tokens. A shard "x.bin" may have a
-region sidecar "x.regions" (uint8 per token: 0 other, 1 query, 2 trace, 3 answer) and an
-exercise sidecar "x.exercises" (a table of exercise names, then a uint8 index into it per
-token). Headers, versions, tables and sizes are checked when the loader opens; errors
-name the file and what is wrong. Header int [3] of a shard and of a region sidecar, [5] of an
-exercise sidecar, is the CRC-32 (llmc/data/crc32.h, zlib's) of the data after the header, and the
-int after it a flag: 1 = the CRC is there (every writer sets it), so a CRC slot that reads 0 is
-checked like any other value; 0 = a file from before the flag, whose CRC slot holds the CRC or 0
-for none (shards from before checksums, llm.c's): such files are read unchecked, and the loader
-says so once per pattern. With cfg.verify_data (the default;
---verify-data 0 turns it off for huge corpora) the loader reads each file once when it opens
-and checks it, once per process: a file verified by an earlier loader (the validation data of
-the measurement slice) is not read again unless it changed. Exercise ids are remapped to one table for all shards,
-`exercise_names`: id 0 is "none" (shards without a sidecar, padding), the other names in
-order of first appearance over the sorted files.
+Files: every file matching the comma-separated glob(s), sorted ("*.regions", "*.exercises",
+"*.tmp" skipped), is a shard "x.bin" with optional sidecars "x.regions", "x.exercises". Headers,
+tables, sizes and (cfg.verify_data, once per process and file) CRCs are checked when the loader
+opens; errors name the file. Exercise ids are remapped to one table for all shards,
+`exercise_names` (id 0 "none": no sidecar, padding; the rest in order of first appearance).
 
-Samples: a shard of n tokens holds (n - 1) / T windows of T+1 tokens, window k covering
-tokens [k*T, k*T + T] (consecutive windows overlap by one token, so every token is a
-target once). An epoch orders all windows of all shards: shards in file order and windows
-in order, or, with shuffle, shards and the windows inside each shard permuted from
-(seed, epoch). Step s of an epoch is the global batch of windows [s*B*P, (s+1)*B*P) of
-that order (P = number of processes); process r gets the B windows starting at
-s*B*P + r*B, so the P processes together read every window of the epoch at most once
-(the last partial global batch of an epoch is skipped). After the last step the next
-epoch starts, reshuffled.
+Windows: a shard of n tokens holds (n - 1) / T windows of T+1 tokens, window k covering tokens
+[k*T, k*T + T] (every token is a target once). An epoch orders all windows (file order, or with
+shuffle shards and windows permuted from (seed, epoch)); at step s, process r of P gets the B
+windows from s*B*P + r*B, so the processes together read each window of an epoch at most once
+(the last partial global batch is skipped).
 
-Whole-document mode (cfg.whole_documents, for evaluation): documents are the spans from
-one doc_start_token (BOS) up to the next (or the end of the data; a document may continue
-into the next shard), in file order; tokens before the first BOS are not a whole document
-and are left out. Documents longer than T+1 tokens are skipped; the others are packed in
-order, greedily, into rows of T+1 tokens without splitting any (a row takes the next
-document while it fits), and the rest of a row is padding: token cfg.pad_token, region 0,
-exercise 0, target -1. Targets are -1 also where the target is a document's first token
-(so each document of n tokens scores its n - 1 targets, all with their whole context in
-the row). Rows are dealt to steps and ranks as windows are (row s*B*P + r*B + b); the last
-step is completed with empty rows (all targets -1), so an epoch covers every kept
-document exactly once. No shuffling.
-With cfg.sample_documents = N > 0 (--train-doc-eval: the SAN paper's localisation over
-training documents) the rows hold a seeded sample of N documents instead of all: drawn
-uniformly without replacement from every document of the data by reservoir sampling in file
-order (SplitMix64 seeded with cfg.sample_seed; document i >= N, counted from 0, takes slot
-j = below(i + 1) when j < N), then put back in file order; of those drawn, the ones longer
-than T+1 are skipped and the rest packed as above. All of them when the data holds <= N.
-With cfg.sample_draw = DocDraw::PaperHead instead (the SAN paper's eval code: a 1-in-10 sample
-of the unshuffled head of the training corpus until N are kept): the documents are visited in
-file order and each takes one number u of PythonRandom(cfg.sample_seed) (CPython's
-random.Random(seed).random(), llmc/data/python_random.h); it is sampled when u < 0.1 (1 in
-kPaperSampleEvery); a sampled document longer than T+1 is skipped; the draw stops when N are
-kept (so N are packed, or every sampled one of at most T+1 when the data ends first).
+Whole documents (cfg.whole_documents, for evaluation): documents (BOS to BOS, across shard ends)
+packed unsplit into rows of T+1 tokens, padding with target -1, the rows dealt as windows are;
+cfg.sample_documents = N keeps a seeded sample of N (cfg.sample_draw: uniform, or the SAN paper
+code's draw). doc/data.md "Whole-document evaluation" has the rules and the draws.
 
 Per batch (row-major, row b at b*(T+1)):
   tokens  B x (T+1) int32   the windows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]

@@ -1,41 +1,23 @@
 /*
-Host backend: shared-memory race and bounds checking (like compute-sanitizer's racecheck
-and the shared-memory part of memcheck), for binaries built with -DHOSTCUDA_RACECHECK
-and -fsanitize=thread (the Makefile's build/racecheck-<precision>/ binaries).
+Host backend: shared-memory race and bounds checking (like compute-sanitizer's racecheck and the
+shared-memory part of memcheck), for binaries built with -DHOSTCUDA_RACECHECK and
+-fsanitize=thread (the Makefile's build/racecheck-<precision>/ binaries). doc/host-backend.md
+"Race checking" has the rule, the choices weighed and the limits.
 
-How accesses are seen: -fsanitize=thread makes the compiler call __tsan_read4(address),
-__tsan_write16(address), ... before every load and store of the instrumented code. We do
-not link ThreadSanitizer's runtime; this file defines those entry points itself. They
-return at once outside a block, and for addresses outside the two shared windows:
-- dynamic shared memory: the launch's shared_bytes, with guard zones of
-  Worker::kSharedGuardBytes on both sides where every access is out of bounds;
-- static __shared__ arrays: they are `static thread_local` (types.h), so they lie in the
-  executable's TLS block of the worker thread (found with dl_iterate_phdr); the backend's
-  own thread-locals in that block are excluded.
-No kernel source changes: every access through any pointer, in any helper, is seen.
+Accesses: -fsanitize=thread makes the compiler call __tsan_read4(address), __tsan_write16(...),
+... before every load and store; we link no ThreadSanitizer runtime and define those entry points
+here. They return at once outside a block and for addresses outside the two shared windows:
+dynamic shared memory (with guard zones of Worker::kSharedGuardBytes on both sides) and the
+static __shared__ arrays (static thread_local: the worker's TLS block, found with
+dl_iterate_phdr, less the backend's own thread-locals). No kernel source changes.
 
-Shadow state: per byte of each window, the thread that last wrote it and when, the
-threads that read it since (one thread, or a set of lanes of one warp, or "several
-warps"), and the cp.async (async_copy.h) in flight to it. Time is a per-worker clock
-that ticks at every block start, __syncthreads release and __syncwarp; an earlier access
-is ordered before a later one if a __syncthreads released in between, or, in one warp,
-if a __syncwarp whose mask holds both lanes completed in between. Reported hazards:
-- read after write, write after write, write after read: two threads, not ordered;
-- an access to the destination of a cp.async that its thread has not waited for;
-- an access to the guard zones of dynamic shared memory (out of bounds).
-Detection does not depend on the thread order (HOSTCUDA_SCHEDULE): both sides of a pair
-are remembered, whichever runs first.
-
-At the end of a launch with hazards the backend prints the first ones (kernel, block,
-both threads, window and byte offset, the instruction as BINARY+OFFSET for addr2line) and
-aborts, unless a RaceCapture is alive, which collects them for a test to inspect.
-HOSTCUDA_RACECHECK=0 turns checking off in such a binary (the instrumentation stays);
-HOSTCUDA_RACECHECK=1 in a binary built without it is an error, not a silent no-op.
-
-Limits: accesses from code that is not instrumented (libc's memcpy/memset with a size
-unknown at compile time) and atomics are not checked; an out-of-bounds index of a static
-__shared__ array that lands in another static array is not seen (only guard zones around
-dynamic shared memory are); global memory is not checked.
+Shadow state: per byte of each window, the last writer and when, the readers since, and the
+cp.async in flight to it; time is a per-worker clock that ticks at every block start,
+__syncthreads release and __syncwarp. Reported: two threads' accesses not ordered by a
+__syncthreads (or, in one warp, a __syncwarp holding both lanes) with a write among them; an
+access to a cp.async's destination before its thread waited; an access to a guard zone. At the
+end of a launch with hazards the first ones are printed and the binary aborts, unless a
+RaceCapture is alive (tests); HOSTCUDA_RACECHECK=0 turns checking off.
 */
 #pragma once
 

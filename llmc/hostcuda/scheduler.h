@@ -20,17 +20,12 @@ fibers on the worker:
 - If the run queue empties while threads are still parked, the block can never finish:
   the backend prints what each parked thread waits for and aborts, instead of hanging.
 
-The order in which threads run is fixed by the launch and HOSTCUDA_SCHEDULE, so results
-are deterministic for a given number of workers (and for any number if blocks do not race
-through atomics). HOSTCUDA_SCHEDULE picks the order, so that a kernel that silently relies
-on one order (a missing barrier) shows up under another:
-- forward (default): threads start in ascending order, and at a barrier or warp
-  collective every participant (the last to arrive included) resumes in ascending order.
-- reverse: the same in descending order.
-- random:SEED: threads start in a random order (a permutation per block, from SEED, the
-  launch number and the block index), and every pick from the run queue is random, so
-  the threads between barriers and the warps at warp collectives interleave randomly.
-A race-free kernel gives bitwise the same results under every schedule.
+The order in which threads run is fixed by the launch and HOSTCUDA_SCHEDULE (forward, the
+default: ascending at the start and at every resumption; reverse; random:SEED: a permutation per
+block and a random pick from the run queue; doc/host-backend.md "Thread orders"), so results
+are deterministic for a given number of workers, and a kernel that silently relies on one order
+(a missing barrier) shows up under another. A race-free kernel gives bitwise the same results
+under every schedule.
 */
 #pragma once
 

@@ -3,12 +3,10 @@ Causal grouped-query attention with an optional same-document mask, forward and
 backward, flash-attention style: memory O(T) per head, no T x T matrix is ever stored.
 
 Which kernels run (attention_forward / attention_backward at the end of this file): in bf16
-builds, for head dims that are multiples of 16 up to 128 (and 16-byte aligned tensors), the
-tensor-core FlashAttention-2 kernels of llmc/kernels/attention_tc.cuh, unless the caller chose the
-scalar ones (attention_tensor_cores(): by default the GPU runs the tensor-core kernels and the
-host backend, whose emulation of mma.sync/ldmatrix is a warp collective per instruction, the
-scalar ones); otherwise (every fp32 build, odd head dims) the scalar kernels below, which stay
-the exact reference.
+builds, for head dims that are multiples of 16 up to 128, the tensor-core FlashAttention-2
+kernels of llmc/kernels/attention_tc.cuh (by default on a GPU; attention_tensor_cores()), else
+the scalar kernels below, the exact reference (every fp32 build, other head dims, and the host
+backend by default, whose mma emulation is a warp collective per instruction).
 
     q: (B, T, Hq, hd)   k, v: (B, T, Hkv, hd)   out: (B, T, Hq, hd)   all floatX, row-major
     lse: (B, Hq, T) float: natural-log logsumexp of each query row's scaled scores
@@ -44,16 +42,12 @@ the padding lanes are zero, so they add nothing).
 With doc_ids, a tile that no row of the block can see (another document) is skipped
 before it is loaded (__syncthreads_or over the rows' checks).
 
-Cost notes (ptxas, sm_90, bf16): hd = 64: forward 168 registers, no spills; dq kernel 255
-registers + 132 B spilled, dk/dv kernel 255 + 408 B spilled (3 and 4 HD-arrays per thread).
-hd = 128 needs 64 KiB of shared memory per block (raised with cudaFuncSetAttribute); its
-forward spills a little, its backward keeps the row arrays in local memory (correct, slow).
-Not measured on a GPU yet. Host backend: one fiber switch per thread per barrier, i.e. two
-per 64 x 64 tile, against ~64 x hd x 4 flops of plain per-thread work per tile; the kernels
-are compiled with O3 there (below); their exp is kernel_expf (llmc/cuda_common.h), inlined,
-where libm's expf had taken about half their time (the three kernels' time in 12 steps of the
-demo SAN, fp32, fell from 1.03 s to 0.44-0.55 s on a 2-core EPYC, 2026-12-05). Taking a tile's keys in chunks of 16 (scores,
-then one vectorised exp over the chunk) was tried and measured slower (dq 1.4x, dk/dv 1.7x).
+Cost: per 64 x 64 tile, two barriers (on the host backend: two fiber switches per thread)
+against ~64 x hd x 4 flops of per-thread work; registers go to the row arrays (3 and 4
+HD-arrays per thread in the backward kernels), and hd 128 needs 64 KiB of shared memory per
+block (raised with cudaFuncSetAttribute). The kernels are compiled with O3 on the host (below)
+and their exp is kernel_expf (llmc/cuda_common.h), inlined, where libm's expf had taken about
+half their time. Registers, spills and measured times: doc/san-model.md "Attention kernels".
 */
 #pragma once
 

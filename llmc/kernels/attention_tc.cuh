@@ -40,29 +40,20 @@ registers), which keeps the backward kernels' registers for their accumulators.
 
 Rounding (beyond fp32 accumulation): P (forward and backward) and dS are rounded to bf16 for
 their products, as in FlashAttention-2, so an element may move by 2^-8 of the sum of the
-absolute values of its terms (dev/test/test_attention.cu checks exactly that bound; measured
-up to 0.84 of it); doc/san-model.md, "Attention kernels", has the measured figures.
+absolute values of its terms (dev/test/test_attention.cu checks that bound).
 
 Cost: per 64 x 64 tile and warp, 2 x 8 x HD/16 mma per product (16 x 64 x HD); the forward
 does 2 products (S, PV), the backward 7 (dq kernel: S, dP, dQ; dk/dv kernel: S, dP, dV, dK):
 3.5x the forward's mma work where 2.5x is the minimum, the price of a separate dq pass without
 atomics (S and dP are computed in both kernels).
-Shared memory (every kernel double-buffers the tiles it streams: the next visible tile's
-cp.async runs during the current one's mma): forward (64 + 4 x 64) (HD + 8) bf16 (45 KiB at
-HD 64, 85 KiB at 128); dq kernel 6 x 64 (HD + 8) bf16 + 768 B (54 KiB at HD 64, 103 KiB at
-128); dk/dv kernel 6 x 64 (HD + 8) bf16 + 1.5 KiB (55 KiB, 103 KiB). Each kernel's layout is
-one struct (FlashForwardSmem, FlashDqSmem, FlashDkdvSmem) that the launcher takes the size
-from and the kernel its regions; above 48 KiB the launcher raises the limit. ptxas (sm_90,
-CUDA 13.0), registers per thread, no spills anywhere:
-    HD            16    32    64   128
-    forward       77    83   103   133
-    dq kernel    122   131   166   170
-    dk/dv kernel 128   152   176   254
-sm_80 / sm_86 (2026-12-05): forward 79/73, 93/86, 124/101, 158/134; dq 112/102, 128, 166, 171;
-dk/dv 128, 144/137, 180, 255 with 12 B spilled at HD 128 (both). The launchers refuse a device
-that lacks sm_80 or the shared memory (attention.cuh, attention_tc_device_refusal).
-On the host backend every mma/ldmatrix is a warp collective (~10x the scalar kernels' time for
-the same work; doc/host-backend.md). NOT YET RUN ON A GPU: validated on the host backend only.
+Shared memory (double-buffered tiles): forward (64 + 4 x 64) (HD + 8) bf16 (45 KiB at HD 64,
+85 KiB at 128); dq kernel 6 x 64 (HD + 8) bf16 + 768 B (54, 103 KiB); dk/dv kernel
+6 x 64 (HD + 8) bf16 + 1.5 KiB (55, 103 KiB). Each kernel's layout is one struct
+(FlashForwardSmem, FlashDqSmem, FlashDkdvSmem) that the launcher takes the size from and the
+kernel its regions; above 48 KiB the launcher raises the limit, and it refuses a device that
+lacks sm_80 or the shared memory (attention.cuh, attention_tc_device_refusal). Registers per
+thread (ptxas), the measured errors and the GPU status: doc/san-model.md "Attention kernels".
+On the host backend every mma/ldmatrix is a warp collective (doc/host-backend.md).
 */
 #pragma once
 

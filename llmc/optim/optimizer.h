@@ -45,13 +45,12 @@ mode: save() is then a collective that every rank calls.
 #include "llmc/optim/schedule.h"
 #include "llmc/data/tensor_file.h"
 
-// A model's default peak rates (per device, before --lr-scale-gpus): the SAN paper's locked
-// rates are 0.02 (Muon) / 6e-4 (AdamW) for the SAN and 0.04 / 2.4e-3 for the FFN arm, with
-// 3e-4 for the AdamW side of Muon; train_san's small presets have their own (train_san.cu
-// default_rates). `source` says where the rates come from, as the optimizer line prints it.
+// A model's default peak rates (per device, before --lr-scale-gpus), as its trainer's
+// default_rates finds them in presets/rates/NAME.conf or a preset's swept rates
+// (llmc/train/preset_files.h compiled_default_rates). A rate < 0: none (train_gpt2 has no Muon).
 struct DefaultRates {
-    double muon = 0.02, adamw = 6e-4, muon_other = 3e-4;
-    std::string source = "the SAN paper's SAN arm";  // as -h and the optimizer line print it
+    double muon = -1.0, adamw = -1.0, muon_other = -1.0;
+    std::string source;  // where the rates come from, as -h and the optimizer line print it
 };
 
 enum class OptimizerKind { AdamW, Muon };

@@ -20,18 +20,12 @@ Collectives on device buffers, in stream order (T = float or __nv_bfloat16):
 Several collectives between group_start() and group_end() form one NCCL group (they
 overlap; the host stand-in runs them in order).
 
-Executors:
-  GPU build with NCCL (MULTI_GPU): NCCL; rank 0 makes the unique id and MPI broadcasts it,
-      so NCCL needs no other bootstrap. With one rank and no MPI, NCCL still runs (a
-      1-rank communicator), so a single-GPU run takes the multi-GPU code path.
-  host backend (and any build without NCCL) with MPI (USE_MPI): the stand-in. "Device"
-      memory is host memory there, so MPI moves it directly. Reductions are exact
-      functions of the inputs: each rank's share is gathered with MPI_Alltoallv and summed
-      in fp32 pairwise by rank (llmc/parallel/sum_order.h: (r0 + r1) + (r2 + r3); inner sums
-      rounded into T, the root once; mean: the root times 1/N, rounded once), so every rank
-      gets the same bits, a run repeats bit for bit, and a rank's result may itself be a
-      pairwise sum of gradient groups (the same bits on any rank count). NCCL sums in its own
-      order (ring or tree), bf16 rounded per hop; the results agree to rounding.
+Executors (doc/multi-gpu.md "Executors"):
+  GPU build with NCCL (MULTI_GPU): NCCL, its unique id broadcast by MPI from rank 0; with one
+      rank and no MPI a 1-rank communicator, so a single-GPU run takes the multi-GPU code path.
+  host backend (and any build without NCCL) with MPI (USE_MPI): the stand-in, on host memory:
+      each rank's share gathered with MPI_Alltoallv and summed in fp32 pairwise by rank
+      (llmc/parallel/sum_order.h), so every rank gets the same bits and a run repeats bit for bit.
   a build without MPI: one rank; asking for more is refused.
 
 A process counts as launched by an MPI starter when one of the starters' environment

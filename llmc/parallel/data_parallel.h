@@ -1,51 +1,32 @@
 /*
-Data parallelism around the optimizer step (doc/multi-gpu.md): what each rank reduces,
-updates, keeps and shares so that N ranks take the step one rank would take on the sum of
-their gradients (each rank's is of the loss over all ranks' rows, so the sum is the batch's
-gradient; a sum, not a mean, so no 1/N rounds into it and the step is the same bits on any
-rank count: doc/multi-gpu.md). Used by ParamOptimizer (llmc/optim/optimizer.h); one rank (no Comm) is the same
-code with identity collectives.
+Data parallelism around the optimizer step: what each rank reduces, updates, keeps and shares so
+that N ranks take the step one rank would take on the sum of their gradients (a sum, not a mean:
+the same bits on any rank count). Used by ParamOptimizer (llmc/optim/optimizer.h); one rank (no
+Comm) is the same code with identity collectives. doc/multi-gpu.md "What each rank does" has the
+whole account.
 
-Buffers: parameters and gradients share one layout of E elements, tensors on 64-element
-offsets (layout_parameters). Every piece of work is a Piece: elements [begin, end) of one
-tensor, updated by AdamW or (a whole matrix) by Muon, by its owner rank (or by every rank:
-owner -1), whose state (AdamW m and v, Muon momentum, bf16 builds' fp32 master weights)
-holds it at index `state`.
+Buffers: parameters and gradients share one layout of E elements, tensors on 64-element offsets
+(layout_parameters). Every piece of work is a Piece: elements [begin, end) of one tensor,
+updated by AdamW or (a whole matrix) by Muon, by its owner rank (or by every rank: owner -1),
+whose state (AdamW m and v, Muon momentum, bf16 builds' fp32 master weights) holds it at index
+`state`.
+  zero 0: gradients all-reduced; every rank holds the state in the full layout and updates
+          every AdamW tensor.
+  zero 1, AdamW (ZeRO-1): N equal chunks of C elements (C a multiple of 64; sharding.h),
+          reduce-scattered, updated by their rank and all-gathered; the tail [N*C, E)
+          all-reduced and updated by every rank. State buffers hold C + (E - N*C).
+  Muon: every matrix has one owner (balance_owners), who alone orthogonalises and updates it,
+          then broadcasts it. zero 1: the AdamW tensors are owned too (runs of 64-element
+          units), each piece's gradient is reduced to its owner only, and the owner's state is
+          compact (its pieces back to back on 64-element indices): no rank holds state it does
+          not update.
+A checkpoint gathers everything (gather_full), so a file never depends on the rank count or the
+zero mode. The gradient norm (llmc/parallel/grad_norm.cuh) sums squares per 64-element unit,
+each unit on the rank holding its reduced gradient, in one fixed order.
 
-  zero 0: gradients all-reduced (sum); every rank holds all AdamW state in the full layout
-          (state = the element's offset) and updates every AdamW tensor (the same inputs and
-          kernels give the same bits on every rank). Muon (below): owners in the full layout.
-  zero 1, AdamW: ZeRO-1. [0, N*C) is cut into N equal chunks of C elements, C a multiple of
-          64 (llmc/parallel/sharding.h): gradients reduce-scattered so rank r gets the sum of chunk
-          r, rank r holds the state of chunk r only and updates those elements, then the
-          chunks are all-gathered. The tail [N*C, E) (under N*64 elements: it keeps chunks
-          equal and aligned without padding the model's buffers) is all-reduced and updated
-          by every rank. State buffers hold C + (E - N*C).
-  zero 1, Muon: ownership everywhere. Every matrix has one owner (balance_owners: whole
-          matrices, balanced by size); the other (AdamW) tensors, each padded to 64
-          elements and put end to end, are cut into N contiguous runs of 64-element units,
-          run r owned by rank r. Each piece's gradient is reduced to its owner only (one
-          grouped batch of reduces), the owner updates it and keeps its state (compact:
-          AdamW pieces back to back, then its matrices back to back, each on a 64-element
-          index), and every piece is broadcast from its owner (one group). So no rank holds
-          state it does not update: m, v ~ A/N, momentum ~ M/N, master weights ~ (A+M)/N.
-  Muon, zero 0: every matrix has one owner, who alone orthogonalises it and updates it and
-          its momentum, then broadcasts it; the gradients are all-reduced and the momentum
-          keeps the full layout (only the owner's copy of a matrix is current).
-Master weights (bf16 builds) under zero 1 are sharded like the state (ParamOptimizer holds
-them, ModelParameters asks for them); under zero 0 they keep the full layout, current where
-a rank updated them. A checkpoint gathers everything (gather_full), so a file never
-depends on the rank count or the zero mode.
-
-Gradient norm (llmc/parallel/grad_norm.cuh): the squares summed per 64-element unit, each unit by
-the rank that holds its reduced gradient (zero 0, one rank: every rank all units; zero 1: its
-chunk or pieces, rank 0 the shared tail), the units shared by a sum over ranks (zero 1) and
-added in one order fixed by the buffer's size: the same bits for any rank count and zero mode.
-
-DATA_PARALLEL_MUTATION_SKIP_MUON (tests only): the last rank does not update the matrices
-it owns, the bug of a rank that skips its share; the multi-rank tests must fail with it.
-DATA_PARALLEL_MUTATION_REDUCE_ROOT (tests only): each piece's gradient is reduced to the
-next rank instead of its owner, the bug of a reduce sent to the wrong rank.
+DATA_PARALLEL_MUTATION_SKIP_MUON, DATA_PARALLEL_MUTATION_REDUCE_ROOT (tests only): the last rank
+skips the matrices it owns; each piece's gradient is reduced to the next rank, not its owner.
+The multi-rank tests must fail with either.
 */
 #pragma once
 

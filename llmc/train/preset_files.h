@@ -1,10 +1,13 @@
 /*
-Presets and recipes as data: presets/NAME.conf (a model preset) and presets/recipes/NAME.conf (a
-recipe such as --paper-setup), in the `key = value` format of --config (llmc/config_file.h).
+Presets and recipes as data: presets/NAME.conf (a train_san model preset), presets/gpt2/NAME.conf
+(a train_gpt2 one), presets/recipes/NAME.conf (a recipe such as --paper-setup) and
+presets/rates/NAME.conf (default rates per arm, such as the SAN paper's locked ones), in the
+`key = value` format of --config (llmc/config_file.h).
 The Makefile writes their text into build/generated/preset_files.inc, which this header
 compiles in, so a binary reads no file at run time; the Python side reads the same files
 (attnref/presets.py). A key that names a flag sets it; the other keys are the file's own
-(a preset's swept-* rates, a recipe's resume-keeps), read by the trainer. Host-only C++17.
+(a preset's swept-* rates, a recipe's resume-keeps, a rates file's keys), read by the trainer.
+Host-only C++17.
 
     const ConfigFile& f = compiled_config_file("presets/demo.conf");
     apply_setting(f, entry, flags);   // parses entry's value into its flag, or fails naming file and line
@@ -12,15 +15,19 @@ compiles in, so a binary reads no file at run time; the Python side reads the sa
 #pragma once
 
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "llmc/cli.h"
 #include "llmc/config_file.h"
+#include "llmc/optim/optimizer.h"  // DefaultRates
 #include "llmc/utils.h"
 
 #if !__has_include("build/generated/preset_files.inc")
-#error "build/generated/preset_files.inc is missing: build with make, which writes it from presets/*.conf"
+#error "build/generated/preset_files.inc is missing: build with make, which writes it from presets/**/*.conf"
 #endif
 
 // One compiled-in file: its path in the repository (presets/demo.conf) and its settings.
@@ -80,8 +87,8 @@ inline const ConfigFile& compiled_config_file(const std::string& path) {
     for (const ConfigFile& f : compiled_config_files()) {
         if (f.path == path) { return f; }
     }
-    fatal("%s is not compiled into this binary (the Makefile compiles presets/*.conf and presets/recipes/*.conf in)",
-          path.c_str());
+    fatal("%s is not compiled into this binary (the Makefile compiles presets/*.conf and presets/{gpt2,recipes,rates}/*.conf "
+          "in)", path.c_str());
 }
 
 // Sets the flag that `e` names to its value; an unknown key or a bad value fails naming the file
@@ -97,4 +104,66 @@ inline std::string apply_setting(const ConfigFile& f, const ConfigEntry& e, cons
     FatalContext context(where, where);
     it->parse(e.value.c_str());
     return name;
+}
+
+// Reads a model preset into the config that `flags` point into: a key that `own` takes (a key of
+// the file's own, such as a SAN preset's swept-* rates) goes there, every other key sets the flag it
+// names, and the file must set every flag of `flags` exactly once, so that a preset is its file
+// alone (no default of the config shows through). Fails naming the file (and line); `trainer`
+// names the binary whose -h lists the flags.
+inline void read_model_preset(const ConfigFile& f, const std::vector<Flag>& flags, const char* trainer,
+                              const std::function<bool(const ConfigEntry&)>& own = nullptr) {
+    std::set<std::string> keys, set_here;
+    for (const ConfigEntry& e : f.entries) {
+        if (!keys.insert(e.key).second) { fatal("%s line %d: %s is set twice in the file", f.path.c_str(), e.line, e.key.c_str()); }
+        if (own == nullptr || !own(e)) { set_here.insert(apply_setting(f, e, flags)); }
+    }
+    for (const Flag& flag : flags) {
+        if (!set_here.count(flag.name)) {
+            fatal("%s sets no %s: a preset sets every model flag (%s -h lists them)", f.path.c_str(), flag.name.c_str() + 2,
+                  trainer);
+        }
+    }
+}
+
+// The default rates of `arm` in a rates file (presets/rates/NAME.conf): ARM-source, ARM-adamw and,
+// for a trainer with Muon, ARM-muon and ARM-muon-other (absent: -1). Every key of the file must be
+// ARM-source, -muon, -muon-other or -adamw, and an arm needs its source and AdamW rate; otherwise it
+// fails naming the file (and line).
+inline DefaultRates compiled_default_rates(const std::string& path, const std::string& arm) {
+    const ConfigFile& f = compiled_config_file(path);
+    std::map<std::string, std::map<std::string, const ConfigEntry*>> arms;  // {arm: {field: entry}}
+    for (const ConfigEntry& e : f.entries) {
+        std::string field;
+        for (const std::string suffix : {"-source", "-muon-other", "-muon", "-adamw"}) {
+            const bool ends = e.key.size() > suffix.size() && e.key.compare(e.key.size() - suffix.size(), suffix.size(), suffix) == 0;
+            if (field.empty() && ends) { field = suffix.substr(1); }
+        }
+        if (field.empty()) {
+            fatal("%s line %d: unknown key '%s' (a rates file has ARM-source, ARM-muon, ARM-muon-other, ARM-adamw)",
+                  f.path.c_str(), e.line, e.key.c_str());
+        }
+        auto& fields = arms[e.key.substr(0, e.key.size() - field.size() - 1)];
+        if (!fields.emplace(field, &e).second) { fatal("%s line %d: %s is set twice in the file", f.path.c_str(), e.line, e.key.c_str()); }
+    }
+    for (const auto& [name, fields] : arms) {
+        if (!fields.count("source") || !fields.count("adamw")) {
+            fatal("%s: the arm %s needs %s-source and %s-adamw", f.path.c_str(), name.c_str(), name.c_str(), name.c_str());
+        }
+        if (fields.count("muon") != fields.count("muon-other")) {
+            fatal("%s: the arm %s has one of %s-muon, %s-muon-other without the other", f.path.c_str(), name.c_str(),
+                  name.c_str(), name.c_str());
+        }
+    }
+    auto it = arms.find(arm);
+    if (it == arms.end()) { fatal("%s has no rates for the arm %s", f.path.c_str(), arm.c_str()); }
+    const auto& fields = it->second;
+    DefaultRates r;
+    r.source = fields.at("source")->value;
+    r.adamw = f.real(*fields.at("adamw"));
+    if (fields.count("muon")) {
+        r.muon = f.real(*fields.at("muon"));
+        r.muon_other = f.real(*fields.at("muon-other"));
+    }
+    return r;
 }

@@ -26,6 +26,7 @@ doc/formats.md "Resume state" lists the keys.
 #include <functional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -111,127 +112,127 @@ inline std::string unescape_setting(const std::string& v) {
     return out;
 }
 
-inline std::vector<RunSetting> run_settings() {
+// Builds the table of RunSettings, one call per setting: its checkpoint key, the flags that set
+// it, and the TrainOptions field it reads and sets (a member, or a function to it for a nested one).
+struct RunSettingTable {
     std::vector<RunSetting> out;
-    auto text = [&](const char* key, std::vector<std::string> flags, std::string TrainOptions::*field) {
+
+    void text(const char* key, std::vector<std::string> flags, std::string TrainOptions::*field) {
         out.push_back({key, flags, [field](const TrainOptions& o) { return o.*field; },
                        [field](TrainOptions& o, const std::string& v) { o.*field = v; }});
-    };
+    }
+    // a text that may hold \n (a path, the prompt), escaped in the file
+    void path(const char* key, const char* flag, std::string TrainOptions::*field) {
+        out.push_back({key, {flag}, [field](const TrainOptions& o) { return escape_setting(o.*field); },
+                       [field](TrainOptions& o, const std::string& v) { o.*field = unescape_setting(v); }});
+    }
     // a setting with fixed values, as its name (an unknown name in a file fails, naming it)
-    auto choice = [&](const char* key, std::vector<std::string> flags, auto field, const auto& choices) {
+    template <typename Ref, typename C>
+    void choice(const char* key, std::vector<std::string> flags, Ref field, const C& choices) {
         out.push_back({key, flags, [field, &choices](const TrainOptions& o) { return std::string(choices.name(field(const_cast<TrainOptions&>(o)))); },
                        [key, field, &choices](TrainOptions& o, const std::string& v) {
                            if (!choices.parse(v, &field(o))) { fatal("checkpoint key %s: unknown value '%s'", key, v.c_str()); }
                        }});
-    };
-    auto real = [&](const char* key, std::vector<std::string> flags, std::function<double&(TrainOptions&)> ref) {
+    }
+    void real(const char* key, std::vector<std::string> flags, std::function<double&(TrainOptions&)> ref) {
         out.push_back({key, flags, [ref](const TrainOptions& o) { return shortest_real_text(ref(const_cast<TrainOptions&>(o))); },
                        [key, ref](TrainOptions& o, const std::string& v) { ref(o) = parse_setting_real(key, v); }});
-    };
-    // (the values are ints, except run.steps and run.seed: `wide`)
-    auto integer = [&](const char* key, std::vector<std::string> flags, std::function<long long(const TrainOptions&)> get,
-                       std::function<void(TrainOptions&, long long)> set, bool wide = false) {
-        out.push_back({key, flags, [get](const TrainOptions& o) { return std::to_string(get(o)); },
-                       [key, set, wide](TrainOptions& o, const std::string& v) { set(o, parse_setting_integer(key, v, wide)); }});
-    };
-    integer("run.steps", {"--steps"}, [](const TrainOptions& o) { return (long long)o.steps; },
-            [](TrainOptions& o, long long v) { o.steps = (long)v; }, true);
-    choice("opt.optimizer", {"--optimizer"}, [](TrainOptions& o) -> OptimizerKind& { return o.opt.optimizer; }, kOptimizerKinds);
-    real("opt.lr", {"--lr", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr; });
-    real("opt.lr_other", {"--lr-other", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr_other; });
-    integer("run.lr_scale_gpus", {"--lr-scale-gpus"}, [](const TrainOptions& o) { return (long long)o.lr_scale_gpus; },
-            [](TrainOptions& o, long long v) { o.lr_scale_gpus = (int)v; });
-    real("opt.weight_decay", {"--weight-decay"}, [](TrainOptions& o) -> double& { return o.opt.weight_decay; });
-    real("opt.beta1", {"--beta1"}, [](TrainOptions& o) -> double& { return o.opt.beta1; });
-    real("opt.beta2", {"--beta2"}, [](TrainOptions& o) -> double& { return o.opt.beta2; });
-    real("opt.eps", {"--eps"}, [](TrainOptions& o) -> double& { return o.opt.eps; });
-    real("opt.grad_clip", {"--grad-clip"}, [](TrainOptions& o) -> double& { return o.opt.grad_clip; });
-    choice("opt.muon_order", {"--muon-order"}, [](TrainOptions& o) -> MuonOrder& { return o.opt.muon_order; }, kMuonOrders);
-    real("opt.muon_momentum", {"--muon-momentum"}, [](TrainOptions& o) -> double& { return o.opt.muon_momentum; });
-    integer("opt.ns_steps", {"--ns-steps"}, [](const TrainOptions& o) { return (long long)o.opt.ns_steps; },
-            [](TrainOptions& o, long long v) { o.opt.ns_steps = (int)v; });
-    integer("opt.ns_fp32", {"--ns-fp32"}, [](const TrainOptions& o) { return (long long)o.opt.ns_fp32; },
-            [](TrainOptions& o, long long v) { o.opt.ns_fp32 = (int)v; });
-    choice("opt.schedule", {"--schedule"}, [](TrainOptions& o) -> ScheduleKind& { return o.opt.schedule.kind; }, kScheduleKinds);
-    real("opt.warmup_frac", {"--warmup-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.warmup_frac; });
-    real("opt.decay_frac", {"--decay-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.decay_frac; });
-    real("opt.final_frac", {"--final-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.final_frac; });
+    }
+    // an integer field of any width; the file's value must fit an int unless `wide` (run.steps, the seeds)
+    template <typename Ref>
+    void integer(const char* key, std::vector<std::string> flags, Ref ref, bool wide = false) {
+        using T = std::remove_reference_t<decltype(ref(std::declval<TrainOptions&>()))>;
+        out.push_back({key, flags, [ref](const TrainOptions& o) { return std::to_string((long long)ref(const_cast<TrainOptions&>(o))); },
+                       [key, ref, wide](TrainOptions& o, const std::string& v) { ref(o) = (T)parse_setting_integer(key, v, wide); }});
+    }
+    template <typename T>
+    void integer(const char* key, std::vector<std::string> flags, T TrainOptions::*field, bool wide = false) {
+        integer(key, flags, [field](TrainOptions& o) -> T& { return o.*field; }, wide);
+    }
+    // what a file without the last setting's key ran with
+    void absent(const char* value) { out.back().absent = value; }
+};
+
+// The settings of what the run computes: the optimizer, the schedule, the data, the batch, the
+// seed, validation and checkpoint cadence. A resume keeps them (a flag that changes one is refused).
+inline void add_trained_settings(RunSettingTable& t) {
+    t.integer("run.steps", {"--steps"}, &TrainOptions::steps, true);
+    t.choice("opt.optimizer", {"--optimizer"}, [](TrainOptions& o) -> OptimizerKind& { return o.opt.optimizer; }, kOptimizerKinds);
+    t.real("opt.lr", {"--lr", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr; });
+    t.real("opt.lr_other", {"--lr-other", "--lr-scale-gpus"}, [](TrainOptions& o) -> double& { return o.opt.lr_other; });
+    t.integer("run.lr_scale_gpus", {"--lr-scale-gpus"}, &TrainOptions::lr_scale_gpus);
+    t.real("opt.weight_decay", {"--weight-decay"}, [](TrainOptions& o) -> double& { return o.opt.weight_decay; });
+    t.real("opt.beta1", {"--beta1"}, [](TrainOptions& o) -> double& { return o.opt.beta1; });
+    t.real("opt.beta2", {"--beta2"}, [](TrainOptions& o) -> double& { return o.opt.beta2; });
+    t.real("opt.eps", {"--eps"}, [](TrainOptions& o) -> double& { return o.opt.eps; });
+    t.real("opt.grad_clip", {"--grad-clip"}, [](TrainOptions& o) -> double& { return o.opt.grad_clip; });
+    t.choice("opt.muon_order", {"--muon-order"}, [](TrainOptions& o) -> MuonOrder& { return o.opt.muon_order; }, kMuonOrders);
+    t.real("opt.muon_momentum", {"--muon-momentum"}, [](TrainOptions& o) -> double& { return o.opt.muon_momentum; });
+    t.integer("opt.ns_steps", {"--ns-steps"}, [](TrainOptions& o) -> int& { return o.opt.ns_steps; });
+    t.integer("opt.ns_fp32", {"--ns-fp32"}, [](TrainOptions& o) -> int& { return o.opt.ns_fp32; });
+    t.choice("opt.schedule", {"--schedule"}, [](TrainOptions& o) -> ScheduleKind& { return o.opt.schedule.kind; }, kScheduleKinds);
+    t.real("opt.warmup_frac", {"--warmup-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.warmup_frac; });
+    t.real("opt.decay_frac", {"--decay-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.decay_frac; });
+    t.real("opt.final_frac", {"--final-frac"}, [](TrainOptions& o) -> double& { return o.opt.schedule.final_frac; });
     // written only when set (OptimizerConfig::write): a file without it ran over its own steps
-    integer("opt.schedule_steps", {"--schedule-steps"}, [](const TrainOptions& o) { return (long long)o.opt.schedule.horizon; },
-            [](TrainOptions& o, long long v) { o.opt.schedule.horizon = (long)v; }, true);
-    out.back().absent = "0";
-    integer("opt.decay_embedding", {"--decay-embedding"}, [](const TrainOptions& o) { return (long long)o.opt.decay_embedding; },
-            [](TrainOptions& o, long long v) { o.opt.decay_embedding = (int)v; });
-    out.back().absent = "0";  // (also written only when set)
-    text("run.train_data", {"--train-data"}, &TrainOptions::train_data);
-    integer("run.batch_size", {"--batch-size"}, [](const TrainOptions& o) { return (long long)o.batch_size; },
-            [](TrainOptions& o, long long v) { o.batch_size = (int)v; });
-    integer("run.grad_accum", {"--grad-accum", "--global-batch", "--batch-size"},
-            [](const TrainOptions& o) { return (long long)o.grad_accum; },
-            [](TrainOptions& o, long long v) { o.grad_accum = (int)v; });
+    t.integer("opt.schedule_steps", {"--schedule-steps"}, [](TrainOptions& o) -> long& { return o.opt.schedule.horizon; }, true);
+    t.absent("0");
+    t.integer("opt.decay_embedding", {"--decay-embedding"}, [](TrainOptions& o) -> int& { return o.opt.decay_embedding; });
+    t.absent("0");  // (also written only when set)
+    t.text("run.train_data", {"--train-data"}, &TrainOptions::train_data);
+    t.integer("run.batch_size", {"--batch-size"}, &TrainOptions::batch_size);
+    t.integer("run.grad_accum", {"--grad-accum", "--global-batch", "--batch-size"}, &TrainOptions::grad_accum);
     // written only when it is not the rank count (run_setting_keys); absent: 0, which a resume
     // reads as the saved run's rank count (continue_on_ranks)
-    integer("run.grad_groups", {"--grad-groups"}, [](const TrainOptions& o) { return (long long)o.grad_groups; },
-            [](TrainOptions& o, long long v) { o.grad_groups = (int)v; });
-    out.back().absent = "0";
-    integer("run.seq_len", {"--seq-len"}, [](const TrainOptions& o) { return (long long)o.seq_len; },
-            [](TrainOptions& o, long long v) { o.seq_len = (int)v; });
-    integer("run.grad_fp32", {"--grad-fp32"}, [](const TrainOptions& o) { return (long long)o.grad_fp32; },
-            [](TrainOptions& o, long long v) { o.grad_fp32 = (int)v; });
-    integer("run.shuffle", {"--shuffle"}, [](const TrainOptions& o) { return (long long)o.shuffle; },
-            [](TrainOptions& o, long long v) { o.shuffle = (int)v; });
-    integer("run.seed", {"--seed"}, [](const TrainOptions& o) { return (long long)o.seed; },
-            [](TrainOptions& o, long long v) { o.seed = (uint64_t)v; }, true);
-    text("run.val_data", {"--val-data"}, &TrainOptions::val_data);
-    integer("run.val_every", {"--val-every"}, [](const TrainOptions& o) { return (long long)o.val_every; },
-            [](TrainOptions& o, long long v) { o.val_every = (int)v; });
-    integer("run.val_batches", {"--val-batches"}, [](const TrainOptions& o) { return (long long)o.val_batches; },
-            [](TrainOptions& o, long long v) { o.val_batches = (int)v; });
-    integer("run.val_whole_docs", {"--val-whole-docs"}, [](const TrainOptions& o) { return (long long)o.val_whole_docs; },
-            [](TrainOptions& o, long long v) { o.val_whole_docs = (int)v; });
+    t.integer("run.grad_groups", {"--grad-groups"}, &TrainOptions::grad_groups);
+    t.absent("0");
+    t.integer("run.seq_len", {"--seq-len"}, &TrainOptions::seq_len);
+    t.integer("run.grad_fp32", {"--grad-fp32"}, &TrainOptions::grad_fp32);
+    t.integer("run.shuffle", {"--shuffle"}, &TrainOptions::shuffle);
+    t.integer("run.seed", {"--seed"}, &TrainOptions::seed, true);
+    t.text("run.val_data", {"--val-data"}, &TrainOptions::val_data);
+    t.integer("run.val_every", {"--val-every"}, &TrainOptions::val_every);
+    t.integer("run.val_batches", {"--val-batches"}, &TrainOptions::val_batches);
+    t.integer("run.val_whole_docs", {"--val-whole-docs"}, &TrainOptions::val_whole_docs);
     // written only when --train-doc-eval is on (run_setting_keys): the checkpoints of runs
     // without it stay as they were; a file without them ran without
-    integer("run.train_doc_eval", {"--train-doc-eval"}, [](const TrainOptions& o) { return (long long)o.train_doc_eval; },
-            [](TrainOptions& o, long long v) { o.train_doc_eval = (int)v; });
-    out.back().absent = "0";
-    integer("run.train_doc_seed", {"--train-doc-seed"}, [](const TrainOptions& o) { return (long long)o.train_doc_seed; },
-            [](TrainOptions& o, long long v) { o.train_doc_seed = (uint64_t)v; }, true);
-    out.back().absent = "0";
-    choice("run.train_doc_draw", {"--train-doc-draw"}, [](TrainOptions& o) -> DocDraw& { return o.train_doc_draw; }, kDocDraws);
-    out.back().absent = "uniform";  // (files from before issue 47 drew uniformly)
-    integer("run.save_every", {"--save-every"}, [](const TrainOptions& o) { return (long long)o.save_every; },
-            [](TrainOptions& o, long long v) { o.save_every = (int)v; });
-    integer("run.milestones", {"--milestones"}, [](const TrainOptions& o) { return (long long)o.milestones; },
-            [](TrainOptions& o, long long v) { o.milestones = (int)v; });
-    // the outputs (RunSetting::output); absent in files from before 2026-12-03: the flags' values stand
-    const size_t first_output = out.size();
-    auto path = [&](const char* key, const char* flag, std::string TrainOptions::*field) {
-        out.push_back({key, {flag}, [field](const TrainOptions& o) { return escape_setting(o.*field); },
-                       [field](TrainOptions& o, const std::string& v) { o.*field = unescape_setting(v); }});
-    };
-    path("run.run_dir", "--run-dir", &TrainOptions::run_dir);
-    path("run.checkpoint_dir", "--checkpoint-dir", &TrainOptions::checkpoint_dir);
-    integer("run.keep_last", {"--keep-last"}, [](const TrainOptions& o) { return (long long)o.keep_last; },
-            [](TrainOptions& o, long long v) { o.keep_last = (int)v; });
-    path("run.log", "--log", &TrainOptions::log_path);
-    integer("run.log_every", {"--log-every"}, [](const TrainOptions& o) { return (long long)o.log_every; },
-            [](TrainOptions& o, long long v) { o.log_every = (int)v; });
-    path("run.tokenizer", "--tokenizer", &TrainOptions::tokenizer_path);
-    integer("run.sample_every", {"--sample-every"}, [](const TrainOptions& o) { return (long long)o.sample_every; },
-            [](TrainOptions& o, long long v) { o.sample_every = (int)v; });
-    integer("run.sample_tokens", {"--sample-tokens"}, [](const TrainOptions& o) { return (long long)o.sample_tokens; },
-            [](TrainOptions& o, long long v) { o.sample_tokens = (int)v; });
-    out.push_back({"run.temperature", {"--temperature"},
-                   [](const TrainOptions& o) { return shortest_real_text((double)o.temperature); },
-                   [](TrainOptions& o, const std::string& v) { o.temperature = (float)parse_setting_real("run.temperature", v); }});
-    path("run.prompt", "--prompt", &TrainOptions::prompt);
-    integer("run.kv_cache", {"--kv-cache"}, [](const TrainOptions& o) { return (long long)o.kv_cache; },
-            [](TrainOptions& o, long long v) { o.kv_cache = (int)v; });
-    path("run.eval_sets", "--eval-sets", &TrainOptions::eval_sets);
-    integer("run.eval_every", {"--eval-every"}, [](const TrainOptions& o) { return (long long)o.eval_every; },
-            [](TrainOptions& o, long long v) { o.eval_every = (int)v; });
-    for (size_t i = first_output; i < out.size(); i++) { out[i].output = true; }
-    return out;
+    t.integer("run.train_doc_eval", {"--train-doc-eval"}, &TrainOptions::train_doc_eval);
+    t.absent("0");
+    t.integer("run.train_doc_seed", {"--train-doc-seed"}, &TrainOptions::train_doc_seed, true);
+    t.absent("0");
+    t.choice("run.train_doc_draw", {"--train-doc-draw"}, [](TrainOptions& o) -> DocDraw& { return o.train_doc_draw; }, kDocDraws);
+    t.absent("uniform");  // (files from before issue 47 drew uniformly)
+    t.integer("run.save_every", {"--save-every"}, &TrainOptions::save_every);
+    t.integer("run.milestones", {"--milestones"}, &TrainOptions::milestones);
+}
+
+// The outputs (RunSetting::output): where the run writes and what it shows. Absent in files from
+// before 2026-12-03: the flags' values stand.
+inline void add_output_settings(RunSettingTable& t) {
+    t.path("run.run_dir", "--run-dir", &TrainOptions::run_dir);
+    t.path("run.checkpoint_dir", "--checkpoint-dir", &TrainOptions::checkpoint_dir);
+    t.integer("run.keep_last", {"--keep-last"}, &TrainOptions::keep_last);
+    t.path("run.log", "--log", &TrainOptions::log_path);
+    t.integer("run.log_every", {"--log-every"}, &TrainOptions::log_every);
+    t.path("run.tokenizer", "--tokenizer", &TrainOptions::tokenizer_path);
+    t.integer("run.sample_every", {"--sample-every"}, &TrainOptions::sample_every);
+    t.integer("run.sample_tokens", {"--sample-tokens"}, &TrainOptions::sample_tokens);
+    t.out.push_back({"run.temperature", {"--temperature"},
+                     [](const TrainOptions& o) { return shortest_real_text((double)o.temperature); },
+                     [](TrainOptions& o, const std::string& v) { o.temperature = (float)parse_setting_real("run.temperature", v); }});
+    t.path("run.prompt", "--prompt", &TrainOptions::prompt);
+    t.integer("run.kv_cache", {"--kv-cache"}, &TrainOptions::kv_cache);
+    t.path("run.eval_sets", "--eval-sets", &TrainOptions::eval_sets);
+    t.integer("run.eval_every", {"--eval-every"}, &TrainOptions::eval_every);
+}
+
+inline std::vector<RunSetting> run_settings() {
+    RunSettingTable t;
+    add_trained_settings(t);
+    const size_t first_output = t.out.size();
+    add_output_settings(t);
+    for (size_t i = first_output; i < t.out.size(); i++) { t.out[i].output = true; }
+    return t.out;
 }
 
 // The run.* keys a checkpoint of this run holds (the opt.* keys come from OptimizerConfig);

@@ -8,15 +8,11 @@ and writes checkpoints that resume exactly (model, optimizer, data position and 
 RNG; doc/formats.md "Resume state"). The options and their
 rules are llmc/train/train_options.h and llmc/train/resume.h; main's sequence is llmc/train/trainer.h.
 
-Over several ranks (doc/multi-gpu.md; comm): each rank reads its rows of every global
-batch (and of every validation batch), a micro-batch's loss is the mean over the counted
-targets of all ranks' rows, the optimizer sums the ranks' gradients of it (llmc/parallel/data_parallel.h),
-in gradient groups that give the same bits on any rank count (llmc/parallel/grad_groups.h),
-and every logged number is over all ranks. Every rank runs the same steps and validations
-(collectives: each takes its rows); samples and eval-set scoring run on rank 0 alone (no
-collective inside them: the model's forward pass only), while the other ranks go on to the
-next collective and wait there; rank 0 alone writes the log and the checkpoints
-(trainer_main silences the other ranks' stdout).
+Over several ranks (doc/multi-gpu.md "What each rank does"): each rank reads its rows of every
+global and validation batch, the optimizer sums the ranks' gradients (llmc/parallel/data_parallel.h)
+in gradient groups that give the same bits on any rank count (llmc/parallel/grad_groups.h), and
+every logged number is over all ranks; samples and eval-set scoring run on rank 0 alone (no
+collective inside them), which alone writes the log and the checkpoints.
 
 What it asks of the model (besides llmc/model/model.h, which every model gets):
     cfg.vocab_size, cfg.bos_id                 the real vocabulary; the token samples start from
