@@ -927,6 +927,31 @@ void warn_paper_preset_without_setup(const std::string& preset, int paper_setup,
            "for its paper-order Muon; --paper-setup 1 trains the paper's recipe\n", preset.c_str());
 }
 
+// A preset's tuned rates apply to its own model at the vocabulary they were swept at
+// (default_rates); a run of the preset at another vocabulary (--tokenizer) or shape falls back to
+// the SAN paper's rates, which one line says, with the rates used (none when --lr was given).
+void note_preset_rates_not_applied(const std::string& preset, const SANConfig& c, const TrainOptions& t) {
+    auto it = san_presets().find(preset);
+    if (it == san_presets().end() || t.rates_source.empty()) { return; }
+    for (const SweptRates& s : it->second.swept) {
+        if (s.ffn != c.ffn || s.source == t.rates_source) { continue; }
+        SANConfig tuned = it->second.model;
+        tuned.ffn = s.ffn;
+        tuned.vocab_size = c.vocab_size;
+        std::string why = c.vocab_size != s.vocab_size ? "vocabulary " + std::to_string(c.vocab_size) : "";
+        if (!same_model_but_context(tuned, c)) { why += std::string(why.empty() ? "" : " and ") + "another shape"; }
+        char used[96];
+        if (t.opt.is_muon()) {
+            snprintf(used, sizeof(used), "muon %g, other %g", t.opt.lr, t.opt.lr_other);
+        } else {
+            snprintf(used, sizeof(used), "adamw %g", t.opt.lr);
+        }
+        printf("note: --preset %s's tuned rates (muon %g, other %g; adamw %g) are for its own shape at vocabulary %d; "
+               "this run has %s, so it trains at the rates of %s: %s (--lr / --lr-other set them)\n", preset.c_str(),
+               s.muon, s.muon_other, s.adamw, s.vocab_size, why.c_str(), t.rates_source.c_str(), used);
+    }
+}
+
 std::vector<Flag> make_flags(Options& o) {
     std::vector<Flag> flags = model_flags(&o.preset, o.model);
     std::vector<Flag> san = {
@@ -1073,6 +1098,7 @@ struct SANTrainer {
             printf("recipe: Deconstructing Attention's setup (--deconstructing-setup 1), with the flags given on top\n");
         }
         warn_paper_preset_without_setup(o.preset, o.paper_setup, o.deconstructing_setup, o.train);
+        note_preset_rates_not_applied(o.preset, c, o.train);
     }
     static void init_parameters(SAN& model, const Options& o) {
         model.init_parameters(o.train.seed);

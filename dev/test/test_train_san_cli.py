@@ -454,3 +454,26 @@ def test_sync_check_is_announced(data, tmp_path):
     """--sync-check 1 (every launch waited for, a fault named by kernel) says it is on."""
     out = run(common(data, tmp_path) + ["--steps", "1", "--val-every", "0", "--sync-check", "1"]).stdout
     assert "sync check: on" in out, out
+
+
+def test_a_preset_off_its_swept_vocabulary_or_shape_says_which_rates_it_trains_at(data, tmp_path):
+    """presets/tiny.conf's tuned rates were swept at V 8192: at its own shape and that vocabulary
+    they are the defaults and nothing is said; at another vocabulary or shape one note names the
+    tuned rates, why they do not apply and the SAN paper's rates used instead; with --lr given, none."""
+    from attnref import presets
+    tuned = next(s for s in presets.load_presets()["tiny"].swept if s.ffn == "none")
+    paper = presets.read_rates("san-paper", "san")
+    base = ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--batch-size", "4",
+            "--sample-tokens", "0", "--steps", "1"]
+
+    def notes(*more):
+        out = run(base + list(more) + ["--run-dir", str(tmp_path / f"r{len(os.listdir(tmp_path))}")]).stdout
+        return [line for line in out.splitlines() if line.startswith("note: --preset")]
+    assert notes("--vocab-size", str(tuned.vocab_size)) == []
+    head = (f"note: --preset tiny's tuned rates (muon {tuned.muon:g}, other {tuned.muon_other:g}; adamw {tuned.adamw:g}) "
+            f"are for its own shape at vocabulary {tuned.vocab_size}; this run has ")
+    tail = (f", so it trains at the rates of {paper.source}: muon {paper.muon:g}, other {paper.muon_other:g} "
+            "(--lr / --lr-other set them)")
+    assert notes("--vocab-size", "4096") == [head + "vocabulary 4096" + tail]
+    assert notes("--vocab-size", str(tuned.vocab_size), "--n-layer", "3") == [head + "another shape" + tail]
+    assert notes("--vocab-size", "4096", "--lr", "0.01") == []
