@@ -52,7 +52,7 @@ def build_parser():
     o.add_argument("--muon-order", choices=("keller", "paper"), default="keller")
     o.add_argument("--lr", type=float, default=None, help="matrix-group peak rate (muon 0.02, adamw 6e-4)")
     o.add_argument("--lr-other", type=float, default=None,
-                   help="non-matrix-group peak rate (muon 3e-4, adamw: same as --lr)")
+                   help="non-matrix-group peak rate (default: the model's under muon, presets/; adamw: same as --lr)")
     o.add_argument("--lr-scale-gpus", type=int, default=1,
                    help="scale rates for N GPUs: AdamW rates x N, Muon rate x sqrt(N)")
     for f in fields(OptConfig):

@@ -106,7 +106,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         with_muon ? make_flag("--optimizer", &p.optimizer, kOptimizerKinds, "Muon on the matrices, AdamW without decay on the rest")
                   : make_flag("--optimizer", &p.optimizer, kAdamWOnly, "the one optimizer of this trainer"),
         make_flag("--lr", &p.lr, "peak rate of the matrix group (<0: the model's default for the optimizer)"),
-        make_flag("--lr-other", &p.lr_other, with_muon ? "peak rate of embeddings/gains/gates/biases (<0: muon 3e-4, adamw same as --lr)" : "peak rate of embeddings/gains/biases (<0: same as --lr)"),
+        make_flag("--lr-other", &p.lr_other, with_muon ? "peak rate of embeddings/gains/gates/biases (<0: the model's default under muon (-h: \"other\"), adamw: same as --lr)" : "peak rate of embeddings/gains/biases (<0: same as --lr)"),
         make_flag("--lr-scale-gpus", &o.lr_scale_gpus, with_muon ? "scale the rates for N GPUs: AdamW rates x N, the Muon rate x sqrt(N)" : "scale the rates for N GPUs: x N"),
         make_flag("--weight-decay", &p.weight_decay, "decoupled weight decay (matrices; the embeddings too with --decay-embedding 1)"),
         make_flag("--decay-embedding", &p.decay_embedding, "1: the embeddings decay too (Hugging Face-style: every matrix; gains, gates, biases never) 0|1"),
