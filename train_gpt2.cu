@@ -67,7 +67,7 @@ struct GPT2Config : ModelDims {
 // The model's flags (every setting of GPT2Config), after --preset: what a preset file sets.
 std::vector<Flag> model_flags(std::string* preset, GPT2Config& m) {
     return ModelDims::flags(
-        preset, m, "model preset: tiny, tiny-wide, demo, gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl; flags below override it",
+        preset, m, preset_flag_help("presets/gpt2/"),
         "model context T (rows of the position embedding)", "attention heads", "token that starts a sample (default: the tokenizer's)");
 }
 

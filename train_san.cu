@@ -165,7 +165,7 @@ struct SANConfig : ModelDims {
 // The model's flags (every setting of SANConfig), after --preset: what a preset file sets.
 std::vector<Flag> model_flags(std::string* preset, SANConfig& m) {
     std::vector<Flag> flags = ModelDims::flags(
-        preset, m, "model preset: tiny, tiny-ffn, demo, san20, ffn20 (iso-depth), ffn4 (iso-param), ffn9 (iso-FLOP); Deconstructing Attention's qwen-70m, qwen-160m, qwen-500m, qwen3-1.7b and the CPU-sized qwen-cpu, qwen3-cpu; the flags below override it",
+        preset, m, preset_flag_help("presets/"),
         "model context T (RoPE table size)", "query heads", "token that starts a document (default: the tokenizer's)");
     std::vector<Flag> san = {
         make_flag("--n-kv-head", &m.n_kv_head, "kv heads (GQA; = n-head is MHA)"),

@@ -36,6 +36,14 @@ def test_help_lists_every_option_with_defaults():
     assert "gated" in out and "wsd" in out  # defaults are shown
 
 
+def test_help_names_every_preset_file():
+    """--preset's help lists presets/*.conf as the binary has them compiled in, none by hand."""
+    line = next(line for line in run(["-h"]).stdout.splitlines() if line.lstrip().startswith("--preset"))
+    listed = line.split("model preset: ")[1].split(";")[0].split(", ")
+    files = sorted(f[:-len(".conf")] for f in os.listdir(os.path.join(ROOT, "presets")) if f.endswith(".conf"))
+    assert listed == files, line
+
+
 @pytest.mark.parametrize("args, message", [
     (["--no-such-flag", "1"], "unknown option '--no-such-flag'"),
     (["--n-layer", "abc"], "option --n-layer: 'abc' is not an integer"),

@@ -83,6 +83,16 @@ inline std::vector<const ConfigFile*> compiled_config_files_in(const std::string
     return out;
 }
 
+// --preset's help: the names of the presets in `folder`, from the files compiled in, so that a new
+// presets/NAME.conf is listed without an edit here.
+inline std::string preset_flag_help(const std::string& folder) {
+    std::set<std::string> sorted;  // by name: "tiny" before "tiny-ffn", which the files' paths do not give
+    for (const ConfigFile* f : compiled_config_files_in(folder)) { sorted.insert(f->name()); }
+    std::string names;
+    for (const std::string& name : sorted) { names += (names.empty() ? "" : ", ") + name; }
+    return "model preset: " + names + "; each is " + folder + "NAME.conf (sizes and rates under the options), the flags below override it";
+}
+
 inline const ConfigFile& compiled_config_file(const std::string& path) {
     for (const ConfigFile& f : compiled_config_files()) {
         if (f.path == path) { return f; }
