@@ -247,6 +247,10 @@ vpath %.cpp dev/test
 # (+dirty: uncommitted changes to tracked files) changes, so that only then do binaries relink.
 BUILD_COMMIT := $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c+dirty; } || echo unknown)
 BUILD_COMMIT_OBJ := build/build_commit.o
+# The generated files are written under a name of their own shell's (PID), then replace the target
+# only when their text changed: test-python and gpu-build are two makes running at once, and a
+# shared temporary name let one rename the other's file away. (shell: $$t is the new file)
+REPLACE_IF_CHANGED = if cmp -s $$t $@; then rm $$t; else mv $$t $@; fi
 $(BUILD_COMMIT_OBJ): FORCE
 	@mkdir -p $(dir $@)
 	@t=$@.$$$$; printf 'const char* attn_build_commit = "%s";\n' '$(BUILD_COMMIT)' > $$t.c; \
@@ -258,8 +262,7 @@ FORCE:
 # The presets, recipes and default rates (presets/*.conf and presets/{gpt2,recipes,rates}/*.conf) compiled into the trainers
 # (llmc/train/preset_files.h): each file's text as a raw string literal. Written on every make and
 # replaced only when a file was added, removed or changed, so that only then do binaries rebuild
-# (the .d files name it for the binaries that include it). Both generated files are written under a
-# name of their own shell's (PID) and renamed: test-python and gpu-build are two makes running at once.
+# (the .d files name it for the binaries that include it).
 PRESET_FILES := $(sort $(wildcard presets/*.conf presets/gpt2/*.conf presets/recipes/*.conf presets/rates/*.conf))
 PRESET_INC := build/generated/preset_files.inc
 $(PRESET_INC): FORCE
@@ -267,8 +270,7 @@ $(PRESET_INC): FORCE
 	@t=$@.$$$$; for f in $(PRESET_FILES); do \
 	  if grep -q ')conf"' $$f; then echo "$$f: contains )conf\" (the end of the string it is compiled in as)" >&2; rm -f $$t; exit 1; fi; \
 	  printf '{"%s", R"conf(' $$f; cat $$f; printf ')conf"},\n'; \
-	done > $$t && \
-	if [ -f $@ ] && cmp -s $$t $@; then rm $$t; else mv $$t $@; fi
+	done > $$t && $(REPLACE_IF_CHANGED)
 
 # Every binary is compiled to NAME.o and linked in a second step, so that a compiler cache
 # can serve the compile (CCACHE, below); -MT names the binary in the .d file, not the object.
@@ -294,8 +296,7 @@ $(GPU_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(GPU_FLAGS_STAMP) | $(GPU_DIR) $(PRESET_
 	$(CCACHE) $(NVCC) $(NVCC_FLAGS) -MT $@ -c $< -o $@.o
 	$(NVCC) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(NVCC_LDFLAGS) && rm -f $@.o
 $(GPU_FLAGS_STAMP): FORCE | $(GPU_DIR)
-	@t=$@.$$$$; printf '%s\n' '$(NVCC_FLAGS) $(NVCC_LDFLAGS)' > $$t; \
-	if [ -f $@ ] && cmp -s $$t $@; then rm $$t; else mv $$t $@; fi
+	@t=$@.$$$$; printf '%s\n' '$(NVCC_FLAGS) $(NVCC_LDFLAGS)' > $$t && $(REPLACE_IF_CHANGED)
 # The trainers' device code for sm_80 and sm_90 where GPU_ARCHS lacks them (make test), so that
 # a construct one of them does not have (an sm_90-only instruction, an sm_80 resource limit)
 # cannot slip in: -cubin runs the front end and ptxas but no host compile, ~17 s of CPU a trainer
