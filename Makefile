@@ -58,8 +58,9 @@ endif
 precision := $(shell echo $(PRECISION) | tr A-Z a-z)
 HOST_MARCH ?= native
 HOST_DIR := build/host-$(precision)$(if $(filter-out native,$(HOST_MARCH)),-$(HOST_MARCH))
-# (cuDNN builds get their own directory: make does not see a changed flag)
+# (cuDNN builds get a directory of their own, so that switching USE_CUDNN back and forth rebuilds neither)
 GPU_DIR := build/gpu-$(precision)$(if $(filter 1,$(USE_CUDNN)),-cudnn)
+GPU_ARCH_CHECK_DIR := build/gpu-$(precision)-arch-check
 
 # what this machine cannot build, said at the end of the build
 SKIPPED :=
@@ -156,8 +157,7 @@ ASAN_TEST_NAMES = test_fuzz_readers test_dataloader test_tokenizer test_evalset 
 
 # ---- GPU build ---------------------------------------------------------------------------
 # Machine code for every arch of GPU_ARCHS and the PTX of the newest, which the driver compiles
-# at start on a card newer than all of them. The flags are stamped into the build folder
-# ($(GPU_DIR)/nvcc-flags), so that another GPU_ARCHS (or any other nvcc flag) rebuilds.
+# at start on a card newer than all of them (another GPU_ARCHS rebuilds: build-flags, below).
 $(foreach a,$(GPU_ARCHS),$(if $(shell echo '$(a)' | grep -E '^[0-9]{2,3}a?$$'),,\
   $(error GPU_ARCHS: '$(a)' is not a compute capability like 80, 86, 90 or 90a (GPU_ARCHS="$(GPU_ARCHS)"))))
 GPU_ARCH_NEWEST := $(shell printf '%s\n' $(GPU_ARCHS) | sort -n | tail -n 1)
@@ -272,48 +272,58 @@ $(PRESET_INC): FORCE
 	  printf '{"%s", R"conf(' $$f; cat $$f; printf ')conf"},\n'; \
 	done > $$t && $(REPLACE_IF_CHANGED)
 
+# Every build folder records what its binaries are built with, in DIR/build-flags: the compiler
+# and its version, the flags, and so the libraries this machine has (MPI, oneDNN, OpenBLAS, NCCL,
+# cuDNN), the -march and the GPU_ARCHS. Each binary depends on its folder's stamp, which is
+# rewritten only when that text changes: a `make demo` before set-up installed MPI, another
+# GPU_ARCHS, or a removed library rebuilds exactly the binaries built without it.
+HOST_CXX_VERSION = $(shell $(HOST_CXX) -dumpfullversion 2>/dev/null)
+NVCC_VERSION = $(shell $(NVCC) --version 2>/dev/null | tail -n 1)
+BUILD_STAMP = @t=$@.$$$$; printf '%s\n' '$(STAMP_TEXT)' > $$t && $(REPLACE_IF_CHANGED)
+$(HOST_DIR)/build-flags: STAMP_TEXT = $(HOST_CXX) $(HOST_CXX_VERSION): $(HOST_CXXFLAGS) / link: $(HOST_LDFLAGS)
+$(RACECHECK_DIR)/build-flags: STAMP_TEXT = $(HOST_CXX) $(HOST_CXX_VERSION): $(RACECHECK_CXXFLAGS) / link: $(HOST_LDFLAGS)
+$(ASAN_DIR)/build-flags: STAMP_TEXT = $(HOST_CXX) $(HOST_CXX_VERSION): $(ASAN_CXXFLAGS) / link: $(HOST_LDFLAGS)
+$(GPU_DIR)/build-flags: STAMP_TEXT = $(NVCC) $(NVCC_VERSION): $(NVCC_FLAGS) / link: $(NVCC_LDFLAGS)
+$(GPU_ARCH_CHECK_DIR)/build-flags: STAMP_TEXT = $(NVCC) $(NVCC_VERSION): $(NVCC_COMMON_FLAGS)
+$(addsuffix /build-flags,$(HOST_DIR) $(RACECHECK_DIR) $(ASAN_DIR) $(GPU_DIR) $(GPU_ARCH_CHECK_DIR)): FORCE
+	@mkdir -p $(@D)
+	$(BUILD_STAMP)
+
 # Every binary is compiled to NAME.o and linked in a second step, so that a compiler cache
 # can serve the compile (CCACHE, below); -MT names the binary in the .d file, not the object.
 # (racecheck: a one-step -fsanitize=thread link would also pull in ThreadSanitizer's runtime)
-$(HOST_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(HOST_DIR) $(PRESET_INC)
+$(HOST_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(HOST_DIR)/build-flags | $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(HOST_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(HOST_DIR) $(PRESET_INC)
+$(HOST_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) $(HOST_DIR)/build-flags | $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(HOST_CXXFLAGS) -MT $@ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(RACECHECK_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(RACECHECK_DIR) $(PRESET_INC)
+$(RACECHECK_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(RACECHECK_DIR)/build-flags | $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(RACECHECK_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) && rm -f $@.o
-$(ASAN_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) | $(ASAN_DIR) $(PRESET_INC)
+$(ASAN_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(ASAN_DIR)/build-flags | $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -x c++ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
-$(ASAN_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) | $(ASAN_DIR) $(PRESET_INC)
+$(ASAN_DIR)/%: %.cpp $(BUILD_COMMIT_OBJ) $(ASAN_DIR)/build-flags | $(PRESET_INC)
 	$(CCACHE) $(HOST_CXX) $(ASAN_CXXFLAGS) -MT $@ -c $< -o $@.o
 	$(HOST_CXX) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(HOST_LDFLAGS) $(ASAN_SANITIZERS) && rm -f $@.o
-# rewritten only when the flags change, so that only then do the GPU binaries rebuild
-GPU_FLAGS_STAMP := $(GPU_DIR)/nvcc-flags
-$(GPU_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(GPU_FLAGS_STAMP) | $(GPU_DIR) $(PRESET_INC)
+$(GPU_DIR)/%: %.cu $(BUILD_COMMIT_OBJ) $(GPU_DIR)/build-flags | $(PRESET_INC)
 	$(CCACHE) $(NVCC) $(NVCC_FLAGS) -MT $@ -c $< -o $@.o
 	$(NVCC) $@.o $(BUILD_COMMIT_OBJ) -o $@ $(NVCC_LDFLAGS) && rm -f $@.o
-$(GPU_FLAGS_STAMP): FORCE | $(GPU_DIR)
-	@t=$@.$$$$; printf '%s\n' '$(NVCC_FLAGS) $(NVCC_LDFLAGS)' > $$t && $(REPLACE_IF_CHANGED)
 # The trainers' device code for sm_80 and sm_90 where GPU_ARCHS lacks them (make test), so that
 # a construct one of them does not have (an sm_90-only instruction, an sm_80 resource limit)
 # cannot slip in: -cubin runs the front end and ptxas but no host compile, ~17 s of CPU a trainer
 # and arch (train_san, 2-core EPYC, 2026-12-05) where a whole build takes ~40 s.
-GPU_ARCH_CHECK_DIR := build/gpu-$(precision)-arch-check
 GPU_ARCH_CHECKS := $(if $(NVCC),$(foreach a,$(filter-out $(GPU_ARCHS),80 90),\
   $(foreach t,$(TRAINERS),$(GPU_ARCH_CHECK_DIR)/$(t)-sm$(a).cubin)))
 define GPU_ARCH_CHECK_RULE
-$(GPU_ARCH_CHECK_DIR)/$(1)-sm$(2).cubin: $(1).cu | $(GPU_ARCH_CHECK_DIR)
+$(GPU_ARCH_CHECK_DIR)/$(1)-sm$(2).cubin: $(1).cu $(GPU_ARCH_CHECK_DIR)/build-flags
 	$$(CCACHE) $$(NVCC) $$(NVCC_COMMON_FLAGS) -MT $$@ -arch=sm_$(2) -cubin $$< -o $$@
 endef
 $(foreach a,80 90,$(foreach t,$(TRAINERS),$(eval $(call GPU_ARCH_CHECK_RULE,$(t),$(a)))))
 gpu-arch-check: $(GPU_ARCH_CHECKS)
 $(TOP_LEVEL): %: $(BEST_DIR)/%
 	cp $< $@
-$(HOST_DIR) $(GPU_DIR) $(RACECHECK_DIR) $(ASAN_DIR) $(GPU_ARCH_CHECK_DIR):
-	mkdir -p $@
 
 -include $(wildcard $(HOST_DIR)/*.d $(GPU_DIR)/*.d $(RACECHECK_DIR)/*.d $(ASAN_DIR)/*.d $(GPU_ARCH_CHECK_DIR)/*.d)
 

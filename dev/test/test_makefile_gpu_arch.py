@@ -12,8 +12,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# nvcc: records its command line, creates what -o names
+# nvcc: records its command line, creates what -o names (answers --version: the build stamp asks)
 FAKE_NVCC = """#!/usr/bin/env bash
+[ "$1" = --version ] && { echo "Build cuda_0.0 (a stand-in)"; exit 0; }
 echo "$*" >> "$FAKE_CALLS"
 while [ $# -gt 0 ]; do
   if [ "$1" = -o ]; then touch "$2"; fi

@@ -116,7 +116,8 @@ public:
             if (size == nullptr) { size = getenv("PMI_SIZE"); }
             if (size != nullptr && atoi(size) > 1) {
                 fatal("launched as one of %s processes, but this binary was built without MPI (install "
-                      "libopenmpi-dev and rebuild, or run it without mpirun)", size);
+                      "libopenmpi-dev and run make again: it rebuilds what was built without MPI; or run it "
+                      "without mpirun)", size);
             }
 #endif
         }
