@@ -4,7 +4,8 @@ train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, ll
 - SIGINT after the first steps: the run finishes its step, writes step_K.bin, exits with
   130; resumed from that file it ends byte for byte where an uninterrupted run ends (which
   saved nothing on the way) and prints the same samples after step K (attnref/ckpt_diff.py
-  compares the final states too). SIGTERM: the same, exit 143. Without --checkpoint-dir: a
+  compares the final states too). SIGTERM: the same, exit 143; SIGHUP (a closed terminal):
+  exit 129. Without --checkpoint-dir: a
   clean exit that says nothing was saved.
 - Over 2 ranks (scripts/mpirun.sh; skipped without MPI): SIGTERM to mpirun and to every rank
   at once (what pkill, Slurm's time limit and a Ctrl-C to the process group do: each rank gets
@@ -102,7 +103,7 @@ def samples(log):
     return {r["step"]: r["sample"] for r in map(json.loads, open(log)) if "sample" in r}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signal_saves_a_checkpoint_that_resumes_exactly(data, tmp_path, sig):
     stopped, straight, resumed = tmp_path / "stopped", tmp_path / "straight", tmp_path / "resumed"
     rc, out, err = interrupted_run(args(data, stopped) + SAMPLING, sig)

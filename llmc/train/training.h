@@ -55,7 +55,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/train/output_lock.h"  // defines: OutputLocks
 #include "llmc/train/run_log.h"
 #include "llmc/train/run_record.h"
-#include "llmc/train/stop_signal.h"  // defines: arm_stop_signals, set_stop_notes, stop_signal
+#include "llmc/train/stop_signal.h"  // defines: arm_stop_signals, set_stop_notes, stop_signal, drop_lost_console
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
 #include "llmc/parallel/grad_groups.h"  // defines: GradientGroups
@@ -148,6 +148,7 @@ public:
         begin_steps();
         for (long step = first_step; step < o.steps; step++) {
             update_stop_notes(step + 1);
+            drop_lost_console();  // (its reader gone, the run goes on: llmc/train/stop_signal.h)
             Timer timer;
             model.zero_grad();
             std::vector<double> group_loss(groups.local(), 0.0);  // each group's share of the mean loss
@@ -773,7 +774,7 @@ private:
         if (newest_checkpoint_path().empty()) { return lost + " (the run saved no checkpoint)"; }
         return lost + "; continue from step " + std::to_string(from - 1) + " with: " + continue_command();
     }
-    // What Ctrl-C (or SIGTERM) says during step `done` (llmc/train/stop_signal.h prints it).
+    // What Ctrl-C (or SIGTERM, SIGHUP) says during step `done` (llmc/train/stop_signal.h prints it).
     void update_stop_notes(long done) {
         const std::string step = "step " + std::to_string(done) + " of " + std::to_string(o.steps);
         std::string first;
@@ -786,7 +787,7 @@ private:
         set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
     }
 
-    // On SIGINT/SIGTERM before the last step: checkpoint here; returns the exit status, 128 +
+    // On SIGINT/SIGTERM/SIGHUP before the last step: checkpoint here; returns the exit status, 128 +
     // the signal (0: go on). Over several ranks all stop after the same step (the checkpoint is
     // a collective): a signal any rank has seen counts for all. Every rank returns only once rank
     // 0 has renamed the file into place: a launcher ends the whole job when its first rank exits
