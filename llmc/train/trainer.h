@@ -464,7 +464,13 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     load_saved_tokenizer(t, start, c.vocab_size);
     set_kernel_switches(t, c);
     check_run_files(t);
-    check_data_tokenizers(t, start.tokenizer);
+    const TokenizerRecord tokens = check_data_tokenizers(t, start.tokenizer, start.checkpoint.get(),
+                                                         t.resume_path.empty() ? "--init-from" : "--resume");
+    if (tokens.present) {  // (the checkpoints record it: an evaluation of them compares its data)
+        char hex[16];
+        snprintf(hex, sizeof(hex), "%08x", tokens.fingerprint);
+        t.record.tokenizer_fingerprint = hex;
+    }
     if (!t.init_from.empty()) {
         if (t.steps > 0) {
             printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "
