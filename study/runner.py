@@ -361,6 +361,10 @@ def execute(study, run, position, total, eta, pending):
     if os.path.exists(os.path.join(run.dir, "status.json")):  # "failed" before: it is being retried
         os.remove(os.path.join(run.dir, "status.json"))
     done, resume = latest_checkpoint(run)
+    if not resume and os.path.exists(os.path.join(run.dir, "log.jsonl")):
+        # (an attempt that saved no checkpoint: the run starts over, and the trainer refuses to
+        # write a fresh run's log over an earlier one)
+        os.remove(os.path.join(run.dir, "log.jsonl"))
     cmd = run_command(study, run, resume)
     with open(os.path.join(run.dir, "command.txt"), "w") as f:
         f.write(" ".join(shlex.quote(c) for c in cmd) + "\n")

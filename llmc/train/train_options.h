@@ -74,7 +74,7 @@ struct TrainOptions {
     std::string run_dir = "auto";  // the run's directory (llmc/train/run_record.h); auto: a fresh one under runs/ unless outputs are given
     std::set<std::string> outputs_from_run_dir;  // --checkpoint-dir, --log: those the run directory set
     int keep_last = 0;       // keep only the N newest step_K.bin checkpoints (0: all)
-    int overwrite = 0;       // a fresh run may replace the final.bin in its --checkpoint-dir
+    int overwrite = 0;       // a fresh run may replace the final.bin in its --checkpoint-dir and an earlier run's --log
     int check_tokenizer = 1; // the tokenizer each data file records against --tokenizer and the rest (input_files.h)
     int print_config = 0;    // print the resolved config, rates, sizes and data, and exit
     std::string config_path; // --config FILE (llmc/config_file.h: read before the other flags)
@@ -145,7 +145,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--print-config", &o.print_config, "print the resolved config, the rates per group, the sizes, FLOPs/token and the data files, and exit 0|1"),
         make_flag("--run-dir", &o.run_dir, "the run's directory: config, log.jsonl, checkpoints, samples.txt (auto: runs/<preset>-<arm>-<UTC time>, unless --checkpoint-dir or --log is given; empty: none)"),
         make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none; default: the run directory)"),
-        make_flag("--overwrite", &o.overwrite, "a fresh run may write its final.bin over one in --checkpoint-dir (0: refused; another run writing there is refused always) 0|1"),
+        make_flag("--overwrite", &o.overwrite, "a fresh run may write its final.bin over one in --checkpoint-dir, and its --log over an earlier run's (0: refused; another run writing there is refused always) 0|1"),
         make_flag("--check-tokenizer", &o.check_tokenizer, "refuse data (shards, eval sets) that records another tokenizer than --tokenizer or the other data (0: do not compare, for the same pieces written twice) 0|1"),
         make_flag("--keep-last", &o.keep_last, "keep only the N newest step_K.bin checkpoints of --save-every (milestones and final.bin stay; 0: all)"),
         make_flag("--milestones", &o.milestones, "also checkpoint at 0/25/50/75/100% of the steps (milestone_NNN.bin) 0|1"),

@@ -127,7 +127,7 @@ public:
             check_checkpoint_dir();
             lock_outputs();
             prepare_run_dir();
-            check_final_not_replaced();
+            check_earlier_run_kept();
         }
         open_log();
     }
@@ -371,15 +371,24 @@ private:
         }
     }
 
-    // A fresh run does not write its final.bin over one that is there (another run's, or an
-    // earlier run's with these settings) unless --overwrite 1: a checkpoint is hours of work.
-    void check_final_not_replaced() const {
-        if (checkpoint != nullptr || o.steps == 0 || o.checkpoint_dir.empty() || o.overwrite != 0 || rank != 0) { return; }
-        const std::string final_path = o.checkpoint_dir + "/final.bin";
-        if (is_file(final_path)) {
+    // A fresh run does not replace an earlier run's work unless --overwrite 1: the final.bin in its
+    // --checkpoint-dir (a checkpoint is hours of work), or its --log (a log is one run's: written
+    // anew, the earlier run's records would be gone, and a directory would hold the checkpoints of
+    // one run beside the log of another). An empty file is nobody's log.
+    void check_earlier_run_kept() const {
+        if (checkpoint != nullptr || o.overwrite != 0 || rank != 0) { return; }
+        if (o.steps > 0 && !o.checkpoint_dir.empty() && is_file(o.checkpoint_dir + "/final.bin")) {
             fatal("--checkpoint-dir %s holds a final.bin already (an earlier run's): this run would replace it. Give "
                   "another --checkpoint-dir, or --overwrite 1 to replace it", o.checkpoint_dir.c_str());
         }
+        struct stat st;
+        if (o.log_path.empty() || stat(o.log_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) { return; }
+        // (its checkpoint, if --checkpoint-dir holds one: a resume takes the log from the file and goes on in it)
+        const std::string newest = o.checkpoint_dir.empty() || o.steps == 0 ? "" : newest_checkpoint(o.checkpoint_dir);
+        const std::string resume = newest.empty() ? "Give" : "Continue that run with: " + shell_word(o.program) + " --resume " +
+                                                                 shell_word(newest) + "; or give";
+        fatal("--log %s holds the log of an earlier run: this run would replace it (a log is one run's). %s another "
+              "--log, or --overwrite 1 to replace it", o.log_path.c_str(), resume.c_str());
     }
 
     // At the end: what the run directory holds.
