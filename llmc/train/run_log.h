@@ -13,6 +13,7 @@ matched (describe_data).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,9 +57,11 @@ inline std::string json_with_null_for_nonfinite(const std::string& record) {
 // The --log file of a run (rank 0's): each record written as one line and flushed at once, so
 // a run that stops leaves whole records; a record that cannot be written (a full disk, a
 // broken pipe) stops the run naming the file, rather than leaving a log cut short behind a
-// run that seems to have succeeded.
+// run that seems to have succeeded. `on_failure` (when set) runs first, once: the training
+// saves what it has trained (llmc/train/training.h), and what it returns ends the message.
 class LogFile {
 public:
+    std::function<std::string(const std::string& why)> on_failure;
     LogFile() = default;
     LogFile(const LogFile&) = delete;
     LogFile& operator=(const LogFile&) = delete;
@@ -93,7 +96,14 @@ private:
         const int err = errno;
         if (file_ != nullptr) { fclose(file_); }
         file_ = nullptr;
-        fatal("--log %s: cannot %s the log: %s; the run stops (its log would be incomplete)", path_.c_str(), what, strerror(err));
+        std::string why = "--log " + path_ + ": cannot " + what + " the log: " + strerror(err);
+        std::string after;
+        if (on_failure) {
+            const auto save = std::move(on_failure);
+            on_failure = nullptr;  // (once: a save that fails stops with its own error)
+            after = save(why);
+        }
+        fatal("%s; the run stops (its log would be incomplete)%s", why.c_str(), after.c_str());
     }
     std::string path_;
     FILE* file_ = nullptr;

@@ -169,6 +169,7 @@ public:
             if (due(o.sample_every, done)) { print_sample(done); }
             if (due(o.save_every, done)) { save("step_" + std::to_string(done) + ".bin"); }
             save_milestones(done);
+            save_if_time(done);
             if (int status = stop_if_signalled(done)) { return status; }
         }
         if (o.overlap_reduce != 0 && world > 1) {
@@ -212,6 +213,8 @@ private:
     double last_val_loss = 0.0;                    // the last validation's loss (a checkpoint's run.val_loss)
     long last_val_step = -1;                       // and after how many steps (-1: none in this run yet)
     std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
+    Timer since_save;                              // since the last checkpoint (or the first step): --save-minutes
+    std::string timed_save;                        // the path of the last save --save-minutes made, until a newer one
 
     // The training data's rows for this rank; the validation data and the measurement
     // slice start from it.
@@ -545,7 +548,8 @@ private:
 
     // Writes the model, optimizer and data position to --checkpoint-dir/name. Nothing of the run
     // changes by it: the samples' random numbers are a function of the seed and the step.
-    void save(const std::string& name) {
+    // `timed`: a --save-minutes save, which the next checkpoint makes redundant (and removes).
+    void save(const std::string& name, bool timed = false) {
         if (o.checkpoint_dir.empty()) { return; }
         DataPosition pos = train_loader->position();
         std::string path = o.checkpoint_dir + "/" + name;
@@ -565,9 +569,14 @@ private:
                                        {"run.val_step", std::to_string(last_val_step)}});
         }
         save_checkpoint(model, path, extra);
-        printf("saved %s\n", path.c_str());
+        printf("saved %s%s\n", path.c_str(), timed ? " (--save-minutes: replaced by the next checkpoint)" : "");
         last_saved = path;
         last_saved_step = (long)model.steps_done();
+        since_save = Timer();
+        if (!timed_save.empty() && timed_save != path && rank == 0 && remove(timed_save.c_str()) == 0) {
+            printf("removed %s (the timed save before %s)\n", timed_save.c_str(), name.c_str());
+        }
+        timed_save = timed ? path : "";
         if (name.rfind("step_", 0) != 0) { return; }
         if (last_val_step >= 0 && std::isfinite(last_val_loss)) { good_checkpoint = name; }
         if (o.keep_last > 0 && rank == 0) {
@@ -593,6 +602,31 @@ private:
         }
         const bool scored = done == o.steps || (done > 0 && due(o.eval_every, done));
         if (saved && o.milestone_evals != 0 && !scored) { score_evals(done); }
+    }
+
+    // --save-minutes: a checkpoint once that long has passed since the last one (or the first step), so
+    // that what cannot save on its way out (a crash, kill -9, a power cut) loses at most that much;
+    // each replaces the one before. Rank 0's clock decides for every rank (the save is collective).
+    void save_if_time(long done) {
+        if (o.save_minutes <= 0.0 || o.checkpoint_dir.empty() || done >= o.steps || last_saved_step == done) { return; }
+        bool now = since_save.ms() >= o.save_minutes * 60e3;
+        if (world > 1) { now = comm->max(rank == 0 && now ? 1.0 : 0.0) > 0.0; }
+        if (now) { save("step_" + std::to_string(done) + ".bin", true); }
+    }
+
+    // When the log cannot be written (a full disk, a pipe closed): the steps trained since the last
+    // checkpoint are saved before the run stops, where they can be (--checkpoint-dir may be on
+    // another disk; a save that fails too stops with its own error). One rank alone: the others
+    // cannot join a save from here. Returns the end of the error message: how to continue.
+    std::string save_before_log_stop(const std::string& why) {
+        if (o.checkpoint_dir.empty()) { return "; nothing was saved (no --checkpoint-dir)"; }
+        const long done = (long)model.steps_done();
+        if (world == 1 && done > first_step && done > last_saved_step) {
+            printf("%s: saving step %ld before the run stops\n", why.c_str(), done);
+            save("step_" + std::to_string(done) + ".bin");
+        }
+        const std::string newest = newest_checkpoint_path();
+        return newest.empty() ? "" : "; continue from " + newest + " with: " + continue_command();
     }
 
     // Prints a sample and logs it; rank 0 alone samples (llmc/model/sampling.h sample_rng: the
@@ -674,7 +708,8 @@ private:
     bool due(int every, long done) const { return every > 0 && done % every == 0 && done != o.steps; }
 
     // Before the first step: the throughput constants, fp32 gradient accumulation
-    // (--grad-fp32), the 0% milestone of a fresh run, and the stop-signal handlers.
+    // (--grad-fp32), the 0% milestone of a fresh run, the --save-minutes clock, the save when the
+    // log fails, and the stop-signal handlers.
     void begin_steps() {
         tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len * world;
         peak = peak_flops_per_second();
@@ -682,6 +717,8 @@ private:
         first_step = (long)model.steps_done();
         if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
         if (first_step == 0) { save_milestones(0); }
+        since_save = Timer();
+        log.on_failure = [this](const std::string& why) { return save_before_log_stop(why); };
         arm_stop_signals(world > 1);
     }
 
