@@ -4,7 +4,7 @@ terminal or a dropped ssh session): the training loop asks stop_signal() at each
 writes a resumable checkpoint there and exits with 128 + the signal number, the shell's code for
 "ended by that signal", so a script (e.g. study/runner.py) sees an interrupted run as unfinished.
 
-The signals are taken by one thread that waits for them (sigwait), with them blocked in every
+The signals are taken by one thread that waits for them (sigwaitinfo), with them blocked in every
 other thread: a trainer calls start_stop_signal_thread() first thing, before any thread
 exists, so every thread it starts inherits the mask. A handler running on a compute thread
 is not safe here: interrupted inside oneDNN's JIT GEMM kernels, runs lost a gradient to NaN or
@@ -24,6 +24,11 @@ own GEMM). The waiting thread also may print, so the user hears at once what wil
   - a repeated SIGHUP is only recorded too: a hang-up reaches a job twice (the shell passes its
     own on to its jobs, and the kernel signals the terminal's foreground group), and neither
     copy is a person asking again. A run started under nohup (SIGHUP ignored) keeps ignoring it.
+  - so is the copy a parent process passes on (study/runner.py, a script's `trap 'kill $child'`):
+    Ctrl-C signals the terminal's whole foreground group, the parent too, and a cluster signals
+    every process of the job, so the trainer gets the signal itself and then its parent's copy.
+    A repeated signal counts as a second only when it comes from the same side (the parent, or
+    not) as the first: two Ctrl-C at the terminal, or two `kill PARENT`, still stop at once.
 
 The console may go away while the run goes on: `./train_san ... | tee train.log` loses its
 tee to the same Ctrl-C, a closed terminal takes stdout with it. SIGPIPE is ignored, so a
@@ -49,6 +54,7 @@ points such a stream at /dev/null: the run goes on, its --log file records it, a
 struct StopSignalState {
     std::mutex mutex;
     std::atomic<int> signal{0};  // the first signal during training, or 0
+    bool first_from_parent = false;  // whether the parent process sent it
     bool armed = false;          // training: a signal stops at the step boundary
     bool several_ranks = false;
     std::string first_note;      // printed on the first signal
@@ -96,18 +102,20 @@ inline void drop_lost_console() {
     }
 }
 
-inline void on_stop_signal(int sig) {
+// `from_parent`: the parent process sent the signal (a copy of one it got, passed on).
+inline void on_stop_signal(int sig, bool from_parent) {
     StopSignalState& s = stop_signal_state();
     std::lock_guard<std::mutex> lock(s.mutex);
     if (!s.armed) { end_by_signal(sig); }
     drop_lost_console();
     if (s.signal.load() == 0) {
         s.signal = sig;
+        s.first_from_parent = from_parent;
         printf("\n%s: %s\n", strsignal(sig), s.first_note.c_str());
         fflush(stdout);
         return;
     }
-    if (s.several_ranks || sig == SIGHUP) { return; }
+    if (s.several_ranks || sig == SIGHUP || from_parent != s.first_from_parent) { return; }
     printf("\n%s again: %s\n", strsignal(sig), s.second_note.c_str());
     end_by_signal(sig);
 }
@@ -118,6 +126,13 @@ inline std::atomic<bool>& stop_signal_thread_started() {
 }
 
 inline pthread_t g_stop_signal_thread;
+
+// Whether the parent process sent a signal (SI_USER, SI_QUEUE: a process did, si_pid; the
+// terminal's come as SI_KERNEL). One the handler below passed on carries the answer in its value.
+inline bool sent_by_parent(const siginfo_t& info) {
+    if (info.si_code == SI_QUEUE && info.si_pid == getpid()) { return info.si_value.sival_int == 1; }
+    return (info.si_code == SI_USER || info.si_code == SI_QUEUE) && info.si_pid == getppid();
+}
 
 // Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it starts
 // after this) and starts the thread that takes them; ignores SIGPIPE. Call before any other
@@ -137,8 +152,9 @@ inline void start_stop_signal_thread() {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     std::thread taker([set] {
         for (;;) {
-            int sig = 0;
-            if (sigwait(&set, &sig) == 0) { on_stop_signal(sig); }
+            siginfo_t info;
+            const int sig = sigwaitinfo(&set, &info);
+            if (sig > 0) { on_stop_signal(sig, sent_by_parent(info)); }
         }
     });
     g_stop_signal_thread = taker.native_handle();
@@ -147,7 +163,12 @@ inline void start_stop_signal_thread() {
     // undoes an ignored disposition: a shell starts background jobs with SIGINT ignored, and an
     // ignored signal is discarded before sigwait could see it.)
     struct sigaction sa = {};
-    sa.sa_handler = [](int sig) { pthread_kill(g_stop_signal_thread, sig); };
+    sa.sa_flags = SA_SIGINFO;
+    sa.sa_sigaction = [](int sig, siginfo_t* info, void*) {
+        sigval sender;
+        sender.sival_int = sent_by_parent(*info) ? 1 : 0;  // (what the taker would have read from info)
+        pthread_sigqueue(g_stop_signal_thread, sig, sender);
+    };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
