@@ -23,7 +23,9 @@ train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, ll
 - A log that fails midway (its disk full: a tmpfs sized to fill after a few records, skipped
   where this process may not mount one; or a pipe whose reader closed) with the default
   --save-every 0: the run saves step_K.bin of the steps it trained before it stops, names the
-  log, the reason and the command that continues, which ends where the straight run ends.
+  log, the reason and the command that continues, which ends where the straight run ends; in
+  the same log, the record the disk cut short stays a line of its own, and study/runs.py reads
+  every step once (but step K, whose record did not fit).
 - --save-minutes: a run killed with kill -9 (nothing saves on the way out) keeps its newest
   timed checkpoint, one file (each replaces the one before), which resumes to the straight
   run's end; a run that finishes keeps final.bin alone.
@@ -227,14 +229,16 @@ def step_files(d):
     return sorted(int(p.name[len("step_"):-len(".bin")]) for p in d.glob("step_*.bin"))
 
 
-def resumes_to_the_straight_end(data, tmp_path, ckpt, k, steps):
-    """step_K.bin in `ckpt` resumed to the end: the straight run's final state."""
-    run(["--resume", ckpt / f"step_{k}.bin", "--log", tmp_path / "rest.jsonl"])
+def resumes_to_the_straight_end(data, tmp_path, ckpt, k, steps, log=None):
+    """step_K.bin in `ckpt` resumed to the end (logging to `log`, or a file of its own): the
+    straight run's final state."""
+    run(["--resume", ckpt / f"step_{k}.bin", "--log", log or tmp_path / "rest.jsonl"])
     run(args(data, tmp_path / "straight", steps))
     return state_differences(tmp_path / "straight" / "final.bin", ckpt / "final.bin") == []
 
 
 def test_a_full_disk_under_the_log_saves_the_steps_first(data, tmp_path, mounted):
+    from study import runs as run_files
     if not can_mount_tmpfs(tmp_path):
         pytest.skip("cannot mount a tmpfs here (a full disk needs one; the closed pipe below fails the same write)")
     ckpt = tmp_path / "ckpt"
@@ -256,7 +260,21 @@ def test_a_full_disk_under_the_log_saves_the_steps_first(data, tmp_path, mounted
     assert (f"--log {disk}/log.jsonl: cannot write to the log: No space left on device; the run stops (its log would "
             f"be incomplete); continue from {ckpt}/step_{k}.bin with: {os.path.join(ROOT, BIN)} --resume "
             f"{ckpt}/step_{k}.bin") in proc.stderr, proc.stderr
-    assert resumes_to_the_straight_end(data, tmp_path, ckpt, k, LONG)
+    # room again (the log copied off the full disk): the resume goes on in the log, after the
+    # record the disk cut short, which stays a line of its own
+    log = tmp_path / "log.jsonl"
+    shutil.copy(disk / "log.jsonl", log)
+    assert resumes_to_the_straight_end(data, tmp_path, ckpt, k, LONG, log)
+    records = []
+    for line in open(log):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            records.append(None)
+    assert records.count(None) <= 1 and sum(1 for r in records if r and "run" in r) == 2, records
+    assert {"step": k, "resume": str(ckpt / f"step_{k}.bin")} in records
+    # (every step once, but step K's record: the one the disk could not hold, after which K was saved)
+    assert [r["step"] for r in run_files.step_records(log) if "loss" in r] == [s for s in range(1, LONG + 1) if s != k]
 
 
 def test_a_log_pipe_that_closes_saves_the_steps_first(data, tmp_path):

@@ -7,6 +7,8 @@ matched (describe_data).
 */
 #pragma once
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -68,11 +70,21 @@ public:
     ~LogFile() {
         if (file_ != nullptr) { fclose(file_); }
     }
-    // `append`: a resumed run continues the log; else it is written anew.
+    // `append`: a resumed run continues the log; else it is written anew. A last line cut short
+    // (the disk filled, or the run was killed, in the middle of a record) is ended first, so that
+    // it stays a line of its own, which readers skip, and the records after it parse.
     void open(const std::string& path, bool append) {
         path_ = path;
+        bool cut_short = false;
+        struct stat st;
+        if (append && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {  // (a pipe: nothing to read back)
+            FILE* f = fopen(path.c_str(), "rb");
+            cut_short = f != nullptr && fseek(f, -1, SEEK_END) == 0 && fgetc(f) != '\n';
+            if (f != nullptr) { fclose(f); }
+        }
         file_ = fopen(path.c_str(), append ? "a" : "w");
         if (file_ == nullptr) { fatal("--log: cannot open '%s' for writing: %s", path.c_str(), strerror(errno)); }
+        if (cut_short && (fputc('\n', file_) == EOF || fflush(file_) != 0)) { failed("write to"); }
     }
     bool is_open() const { return file_ != nullptr; }
     // One JSON record (without the newline).
