@@ -18,7 +18,8 @@ run() {  # name, then flags
   shift
   ./train_san --preset demo --train-data "$data/synth/synth_train_*.bin" --val-data "$data/synth/synth_val_*.bin" \
     --tokenizer "$data/tokenizer.bin" --steps "$steps" --batch-size 4 --grad-accum 4 --muon-order paper \
-    --val-every 0 --val-batches 16 --sample-tokens 0 --log-every 50 --log "$out/$name.jsonl" "$@" > "$out/$name.out"
+    --val-every 0 --val-batches 16 --sample-tokens 0 --log-every 50 --log "$out/$name.jsonl" \
+    --overwrite 1 "$@" > "$out/$name.out"  # (a rerun replaces its logs)
   printf '%-24s %s\n' "$name" "$(grep -o '"val_loss": [0-9.]*' "$out/$name.jsonl" | tail -1 | cut -d' ' -f2)"
 }
 echo "final validation loss after $steps steps:"

@@ -15,7 +15,7 @@ plots (study/report.py). The file format (study/spec.py reads it) is in doc/stud
 
 Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
 log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
-({"state": "done" | "diverged" | "failed", ...}) once the trainer has exited; and for each
+({"state": "done" | "diverged" | "failed" | "interrupted", ...}) once the trainer has exited; and for each
 evaluation the study asks of a finished run (post_evals: `--steps 0 --init-from final.bin`:
 [study.context_eval], skip_eval) eval_NAME.jsonl (its log), eval_NAME.log (its output) and
 eval_NAME.json (written when it succeeded: its flags, so that it is not run again).
@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 
 from study import ROOT, checkout_env, match
@@ -39,11 +40,21 @@ from study.spec import StudyError, load_study
 
 class Interrupted(Exception):
     """SIGINT or SIGTERM (Ctrl-C; Slurm at the time limit): the current run stops unfinished
-    and resumes from its last checkpoint next time."""
+    and resumes from its last checkpoint next time. `signum`: the signal, or None for a stop of
+    the runner's own (study/gpu_lease.py's budget), which no trainer has seen."""
+
+    def __init__(self, what, signum=None):
+        super().__init__(what)
+        self.signum = signum
 
 
 def _interrupt(signum, frame):
-    raise Interrupted(signal.Signals(signum).name)
+    raise Interrupted(signal.Signals(signum).name, signum)
+
+
+# What the trainer prints when a stop signal reaches it (llmc/train/stop_signal.h: the signal's
+# name, then what the stop keeps; "... stopped after step N" at the end).
+TRAINER_STOP_LINE = re.compile(r"^(Interrupt|Terminated|Hangup)( again)?: ")
 
 
 # ----------------------------------------------------------------------------------------
@@ -355,12 +366,64 @@ def fmt_duration(seconds):
 PROGRESS = re.compile(r"^step\s+(\d+)/(\d+) \|.*\|\s+([\d.]+) ms \|")
 
 
+def copy_output(proc, out, tag, done, eta, pending, run):
+    """The trainer's stdout into stdout.log, its progress (with the study's ETA), saves and stop
+    lines onto the console."""
+    for line in proc.stdout:
+        out.write(line)
+        line = line.rstrip("\n")
+        m = PROGRESS.match(line)
+        if m:
+            step, ms = int(m.group(1)), float(m.group(3))
+            if step > done + 1:
+                eta.observe(run.arm, ms)
+            left = eta.remaining_s(pending, current=run, current_done=step)
+            print(f"{tag} {line} | study eta {fmt_duration(left)}", flush=True)
+        elif TRAINER_STOP_LINE.match(line) or line.startswith(("step ", "saved ", "resumed ", "train_san", "parameters:",
+                                                               "model:")):
+            print(f"{tag} {line}", flush=True)
+
+
+def wait_for_trainer(proc):
+    """Waits for the trainer to exit, passing on each stop signal the runner gets; returns (its exit
+    status, the Interrupted that stopped the study or None). From the terminal (Ctrl-C signals the
+    whole foreground group) or a cluster (Slurm signals every process of the job) the trainer has
+    the signal already, and takes the runner's copy for the same stop (llmc/train/stop_signal.h:
+    a repeated signal from the parent counts only after a first from the parent), so its
+    first-signal save finishes; sent to the runner alone (`kill RUNNER`), the copy is the stop. A
+    stop of the runner's own (gpu_lease's budget) goes on as SIGTERM."""
+    stop = None
+    while True:
+        try:
+            return proc.wait(), stop
+        except Interrupted as e:
+            stop = stop or e
+            if proc.poll() is None:
+                proc.send_signal(e.signum or signal.SIGTERM)
+
+
+def stopped(run, rc, stop):
+    """Records a run the study's stop ended (status "interrupted": the next `run` resumes it from
+    its newest checkpoint) and raises `stop` with what was kept; a trainer that finished meanwhile
+    is recorded as done first."""
+    if rc == 0:
+        return  # (recorded as done by the caller; the study stops before its next run)
+    step, ckpt = latest_checkpoint(run)
+    write_status(run, "interrupted", signal=str(stop), returncode=rc, step=step, checkpoint=ckpt)
+    stop.kept = f"saved up to step {step} in {ckpt}" if ckpt else "no checkpoint saved: it starts over"
+    raise stop
+
+
 def execute(study, run, position, total, eta, pending):
     """Runs (or resumes) one run, streaming the trainer's progress; returns its state."""
     os.makedirs(os.path.join(run.dir, "ckpt"), exist_ok=True)
     if os.path.exists(os.path.join(run.dir, "status.json")):  # "failed" before: it is being retried
         os.remove(os.path.join(run.dir, "status.json"))
     done, resume = latest_checkpoint(run)
+    if not resume and os.path.exists(os.path.join(run.dir, "log.jsonl")):
+        # (an attempt that saved no checkpoint: the run starts over, and the trainer refuses to
+        # write a fresh run's log over an earlier one)
+        os.remove(os.path.join(run.dir, "log.jsonl"))
     cmd = run_command(study, run, resume)
     with open(os.path.join(run.dir, "command.txt"), "w") as f:
         f.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
@@ -374,24 +437,13 @@ def execute(study, run, position, total, eta, pending):
     with open(os.path.join(run.dir, "stdout.log"), mode, buffering=1) as out, \
             open(os.path.join(run.dir, "stderr.log"), mode) as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
-        try:
-            for line in proc.stdout:
-                out.write(line)
-                line = line.rstrip("\n")
-                m = PROGRESS.match(line)
-                if m:
-                    step, ms = int(m.group(1)), float(m.group(3))
-                    if step > done + 1:
-                        eta.observe(run.arm, ms)
-                    left = eta.remaining_s(pending, current=run, current_done=step)
-                    print(f"{tag} {line} | study eta {fmt_duration(left)}", flush=True)
-                elif line.startswith(("step ", "saved ", "resumed ", "train_san", "parameters:", "model:")):
-                    print(f"{tag} {line}", flush=True)
-            rc = proc.wait()
-        except Interrupted:
-            proc.terminate()
-            proc.wait()
-            raise
+        # (a thread copies the output, so that all of it reaches stdout.log while a stop is waited for)
+        reader = threading.Thread(target=copy_output, args=(proc, out, tag, done, eta, pending, run))
+        reader.start()
+        rc, stop = wait_for_trainer(proc)
+        reader.join()
+    if stop is not None:
+        stopped(run, rc, stop)
     with open(os.path.join(run.dir, "stderr.log")) as f:
         stderr = f.read()
     if rc == 0:
@@ -399,6 +451,9 @@ def execute(study, run, position, total, eta, pending):
         if not study.keep_checkpoints:
             for path in glob.glob(os.path.join(run.dir, "ckpt", "step_*.bin")):
                 os.remove(path)
+        if stop is not None:  # (the signal came as the run finished: the next run waits for the next `run`)
+            stop.kept = "it finished first"
+            raise stop
         return "done"
     last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {rc}"
     sys.stderr.write(f"{tag} {last}\n")
@@ -482,13 +537,14 @@ def cmd_run(args):
             outcome[run.id] = execute(study, run, k + 1, len(todo), eta, todo[k:])
             evals_failed += run_post_evals(study, [run], known)
         except Interrupted as e:
-            print(f"study {study.name}: stopped by {e} during {run.id}; running the study again resumes it "
-                  f"from its last checkpoint", flush=True)
+            kept = f" ({e.kept})" if getattr(e, "kept", None) else ""
+            print(f"study {study.name}: stopped by {e} during {run.id}{kept}; continue the study with: "
+                  f"{continue_command(args)}", flush=True)
             return 130
     try:  # the runs that had finished before (a study given a new evaluation, or one that failed)
         evals_failed += run_post_evals(study, [r for r in runs if r not in todo], known)
     except Interrupted as e:
-        print(f"study {study.name}: stopped by {e}; running the study again evaluates the rest", flush=True)
+        print(f"study {study.name}: stopped by {e}; evaluate the rest with: {continue_command(args)}", flush=True)
         return 130
     if evals_failed:
         print(f"study {study.name}: evaluations failed: {', '.join(evals_failed)} (running again retries them)")
@@ -498,6 +554,13 @@ def cmd_run(args):
           + (f" ({', '.join(diverged)})" if diverged else "") + f", {len(failed)} failed"
           + (f" ({', '.join(failed)}: see their stderr.log; running again retries them)" if failed else ""))
     return 1 if failed or evals_failed else 0
+
+
+def continue_command(args):
+    """The `run` command as given, which skips the finished runs and resumes the interrupted one."""
+    words = ["python", "-m", "study", "run", args.study] + (["--binary", args.binary] if args.binary else []) + (
+        ["--only", args.only] if args.only else [])
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _script_value(study, what, value):

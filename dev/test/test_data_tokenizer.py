@@ -8,8 +8,11 @@ train_san of TRAIN_SAN_BIN; llmc/train/input_files.h check_data_tokenizers):
 - training shards, validation shards or an eval set of another tokenizer are refused, naming
   the file and --tokenizer (or, without --tokenizer, the two data files that disagree);
   --check-tokenizer 0 lets them through;
-- shards from before the field (nothing recorded) load with one note per flag.
-Cost: two small SentencePiece trainings and 7 one-step runs, ~10 s."""
+- shards from before the field (nothing recorded) load with one note per flag;
+- a checkpoint records the tokenizer of the tokens it was trained on (run.tokenizer_fingerprint):
+  `--init-from CKPT` with validation shards or a --tokenizer of another is refused naming both
+  files, also without --tokenizer (scored, the loss would mean nothing).
+Cost: two small SentencePiece trainings and 11 one-step runs, ~15 s."""
 import os
 import zlib
 
@@ -144,3 +147,26 @@ def test_data_from_before_the_field_loads_with_a_note(data, tokenizers):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (f"note: 1 of 1 files of --train-data record no tokenizer (written before the field, 2026-12-05): not "
             f"compared with --tokenizer {tok_bin}") in proc.stderr
+
+
+@needs_bin
+def test_a_checkpoint_is_not_scored_on_another_tokenizers_data(data, tokenizers, tmp_path):
+    _, (_, other_bin) = tokenizers
+    # no --tokenizer: the model learns the data's tokens (the tokenizers' 400 pieces)
+    trained = train(data, None, "toka", extra=["--checkpoint-dir", tmp_path, "--vocab-size", 400])
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    ckpt = tmp_path / "final.bin"
+
+    def evaluate(val, extra=()):
+        return run_binary(BIN, ["--steps", 0, "--init-from", ckpt, "--val-data", data / f"{val}_val_*.bin",
+                                "--val-batches", 1, "--sample-tokens", 0, *extra], check=False)
+    same = evaluate("toka")
+    assert same.returncode == 0 and "tokenizer" not in same.stderr, same.stdout + same.stderr
+    other = evaluate("tokb")
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert (f"--val-data {data / 'tokb_val_000000.bin'} was made with another tokenizer" in other.stderr
+            and f"than --init-from {ckpt} (" in other.stderr), other.stderr
+    told = evaluate("toka", ["--tokenizer", other_bin])  # (the same vocabulary size: only the pieces differ)
+    assert told.returncode == 1, told.stdout + told.stderr
+    assert f"--init-from {ckpt} was made with another tokenizer" in told.stderr and f"than --tokenizer {other_bin} (" \
+        in told.stderr, told.stderr

@@ -4,6 +4,8 @@ and doc/*.md mention (the dated records under doc/*-runs/ aside: they say what w
 - Paths: the repository files and folders named (llmc/..., dev/..., scripts/..., doc/..., study/...,
   studies/..., attnref/..., the top-level sources); a glob must match something; placeholders
   (`<op>`, `NAME`, `YYYY`) are not paths.
+- Tests: a test named as `dev/test/FILE.py::NAME` (doc/trainer.md's table of stops names the
+  test of each row) is a test function of that file.
 - make targets: every `make TARGET` inside code (backticks or a fenced block) is a target the
   Makefile knows (`make -pq`'s database), or a file a pattern rule builds.
 - Flags: a command line in the docs that runs train_san or train_gpt2 (./train_san, the build/
@@ -81,6 +83,19 @@ def test_named_paths_exist():
             missing += [f"{rel(doc)}:{lineno}: {name}" for name in bare.findall(line)
                         if name not in names and name not in OUTSIDE_FILES]
     assert not missing, "paths named in the docs that do not exist:\n  " + "\n  ".join(missing)
+
+
+def test_named_tests_exist():
+    named, missing = 0, []
+    for doc in doc_files():
+        for lineno, line in enumerate(open(doc, encoding="utf-8").read().splitlines(), 1):
+            for path, name in re.findall(r"(dev/test/[\w/]+\.py)::(\w+)", line):
+                named += 1
+                full = os.path.join(ROOT, path)
+                if not (os.path.isfile(full) and re.search(rf"^def {name}\(", open(full, encoding="utf-8").read(), re.M)):
+                    missing.append(f"{rel(doc)}:{lineno}: {path}::{name}")
+    assert named > 0, "no test named as dev/test/FILE.py::NAME in the docs (doc/trainer.md's table of stops has them)"
+    assert not missing, "tests named in the docs that do not exist:\n  " + "\n  ".join(missing)
 
 
 def make_targets(variables=()):

@@ -8,6 +8,10 @@
   exist; a second `run` skips finished runs; a run whose final checkpoint and status are
   removed resumes from its step checkpoint and ends with the same validation record.
 - The report's eval-set table (the runs score two toy sets at the end) is their seed means.
+- A stopped study: SIGTERM to the runner alone is passed on (the trainer saves); Ctrl-C to the
+  runner and its trainer together lets the trainer's own first-signal save finish, records the
+  stop in status.json ("interrupted", with the step kept) and prints the command that continues,
+  which resumes there.
 - Broken study files stop with an error naming the file and the problem before any run.
 - skip_eval: a hybrid's final checkpoint evaluated without its variant layers (both modes),
   once; the report's skip table equals those evaluations' logs.
@@ -23,6 +27,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import types
@@ -631,12 +636,62 @@ def test_interrupted_study_stops_cleanly_and_resumes(toy_data, tmp_path):
             break
     out = line + proc.stdout.read()
     assert proc.wait(timeout=60) == 130, out
-    interrupted = re.search(r"stopped by SIGTERM during (\S+);", out).group(1)
-    assert not (tmp_path / "out" / "runs" / interrupted / "status.json").exists()
+    interrupted = re.search(r"stopped by SIGTERM during (\S+)[ ;]", out).group(1)
+    # (the runner alone was signalled: it passed the signal on, and the trainer saved)
+    assert json.load(open(tmp_path / "out" / "runs" / interrupted / "status.json"))["state"] == "interrupted"
     again = study_cmd("run", path, "--binary", BIN)
     assert again.returncode == 0 and f": {interrupted}" in again.stdout
     for run in ("san_s7", "ffn_lr0.03_s7"):
         assert json.load(open(tmp_path / "out" / "runs" / run / "status.json"))["state"] == "done"
+
+
+@needs_bin
+def test_ctrl_c_lets_the_trainer_save_and_says_how_to_continue(toy_data, tmp_path):
+    """Ctrl-C at a terminal signals its whole foreground group, the runner and the trainer it
+    started (here: SIGINT to the process group of a session of its own). The trainer's own
+    first-signal save finishes (the runner's SIGTERM on top used to make it a second signal: a
+    stop without saving), its stop lines reach stdout.log, status.json records the stop and
+    what was kept, and the runner prints the command that continues, which resumes there."""
+    steps = 300  # (a few ms each: the signal lands among them)
+    path = tmp_path / "toy.toml"
+    path.write_text(f"""
+[study]
+name = "toy"
+out = "{tmp_path / 'out'}"
+seeds = [7]
+batch_size = 4
+seq_len = 32
+steps = {steps}
+val_every = {steps}
+save_every = 0
+flags = ["--train-data", "{toy_data}/toy_train_*.bin", "--val-data", "{toy_data}/toy_val_*.bin", "--val-batches", "1",
+         "--sample-tokens", "0", "--optimizer", "adamw"]
+
+[[arm]]
+name = "san"
+preset = "tiny"
+""")
+    proc = subprocess.Popen([PYTHON, *STUDY, "run", path, "--binary", BIN], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+    for line in proc.stdout:
+        if "] step" in line:  # the trainer is training
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    out = line + proc.stdout.read()
+    assert proc.wait(timeout=120) == 130, out
+    run_dir = tmp_path / "out" / "runs" / "san_s7"
+    status = json.load(open(run_dir / "status.json"))
+    k = status["step"]
+    assert status["state"] == "interrupted" and status["returncode"] == 128 + signal.SIGINT, status
+    assert 1 <= k < steps and os.path.exists(run_dir / "ckpt" / f"step_{k}.bin"), status
+    log = (run_dir / "stdout.log").read_text()
+    assert f"Interrupt: stopping after step {k} of {steps}" in log and f"Interrupt: stopped after step {k} of" in log
+    again = f"python -m study run {path} --binary {BIN}"
+    assert (f"study toy: stopped by SIGINT during san_s7 (saved up to step {k} in {run_dir}/ckpt/step_{k}.bin); "
+            f"continue the study with: {again}") in out, out
+    resumed = study_cmd(*again.split()[3:])
+    assert resumed.returncode == 0 and f"san_s7 (resuming from step {k})" in resumed.stdout, resumed.stdout
+    assert json.load(open(run_dir / "status.json"))["state"] == "done"
 
 
 # ----------------------------------------------------------------------------------------

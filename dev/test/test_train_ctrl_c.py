@@ -10,7 +10,14 @@
 - After a stop, the refusals agree: a fresh run into the run directory is refused with the
   one command that continues it (if a checkpoint exists), or told that nothing can be
   continued (if none was saved), never sent to a --resume that fails.
-Cost: 7 short runs of the tiny preset, ~20 s on 2 cores."""
+- `./train_san ... 2>&1 | tee train.log`, then Ctrl-C: the same Ctrl-C ends tee, so the
+  trainer's output has no reader; it still saves and exits with 130 (not killed by SIGPIPE),
+  and its --log holds every step up to the saved one.
+- A closed terminal (SIGHUP) stops as SIGTERM does, saving, also when the hang-up comes twice
+  (the shell passes its own on, and the kernel signals the foreground group); a run started
+  under nohup (SIGHUP ignored) trains on through it.
+Cost: 10 short runs of the tiny preset, ~30 s on 2 cores."""
+import json
 import os
 import signal
 import subprocess
@@ -48,9 +55,10 @@ def args(data, run_dir, batch=256, extra=()):
 class Trainer:
     """A training process whose stdout is read line by line."""
 
-    def __init__(self, a, env=None):
+    def __init__(self, a, env=None, **kw):
+        kw.setdefault("stderr", subprocess.PIPE)
         self.proc = subprocess.Popen([os.path.join(ROOT, BIN)] + a, cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+                                     text=True, env=env, **kw)
         self.lines = []
 
     def read_until(self, predicate):
@@ -176,3 +184,52 @@ def test_the_refusals_after_a_stop_agree(data, tmp_path):
     again = run_binary(BIN, args(data, unsaved_dir), check=False)
     assert again.returncode != 0 and "saved no checkpoint" in again.stderr and "--resume" not in again.stderr, \
         again.stderr
+
+
+def saved_steps(run_dir):
+    return sorted(int(p.name[len("step_"):-len(".bin")]) for p in run_dir.glob("step_*.bin"))
+
+
+def logged_steps(log):
+    return [r["step"] for r in map(json.loads, open(log)) if "loss" in r]
+
+
+def test_ctrl_c_through_tee_still_saves(data, tmp_path):
+    run_dir, log = tmp_path / "run", tmp_path / "log.jsonl"
+    # `2>&1 | tee`: both streams into one pipe, whose reader the same Ctrl-C ends
+    t = Trainer(args(data, run_dir, extra=["--log", log]), stderr=subprocess.STDOUT)
+    t.read_until(lambda l: is_step_line(l, 2))
+    t.proc.stdout.close()  # tee is gone: the stop's note is the first write without a reader
+    t.proc.send_signal(signal.SIGINT)
+    rc = t.proc.wait(timeout=300)
+    assert rc == 128 + signal.SIGINT, rc  # (on a SIGPIPE: -13, and nothing saved)
+    saved = saved_steps(run_dir)
+    assert len(saved) == 1 and saved[0] >= 2, saved
+    assert logged_steps(log) == list(range(1, saved[0] + 1))
+
+
+def test_a_hangup_saves_also_when_it_comes_twice(data, tmp_path):
+    run_dir = tmp_path / "run"
+    t = Trainer(args(data, run_dir))
+    t.read_until(lambda l: is_step_line(l, 2))
+    t.proc.send_signal(signal.SIGHUP)
+    note = t.read_until(lambda l: "stopping after step" in l)
+    t.proc.send_signal(signal.SIGHUP)
+    rc, out, err = t.finish()
+    n = int(note.split("stopping after step ")[1].split()[0])
+    assert note.startswith("Hangup: stopping after step "), out
+    assert rc == 128 + signal.SIGHUP, (rc, out, err)
+    assert saved_steps(run_dir) == [n], out
+    assert f"Hangup: stopped after step {n} of 400; continue with: {os.path.join(ROOT, BIN)} --resume {run_dir}" in out
+
+
+def test_a_run_under_nohup_trains_through_a_hangup(data, tmp_path):
+    def nohup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    t = Trainer(args(data, tmp_path / "run"), preexec_fn=nohup)
+    t.read_until(lambda l: is_step_line(l, 2))
+    t.proc.send_signal(signal.SIGHUP)
+    t.read_until(lambda l: is_step_line(l, 4))  # (two steps later: the hang-up stopped nothing)
+    t.proc.send_signal(signal.SIGINT)
+    rc, out, err = t.finish()
+    assert rc == 128 + signal.SIGINT and "Hangup" not in out, (rc, out, err)

@@ -7,12 +7,17 @@ sets; llmc/train/output_lock.h, llmc/train/resume.h check_saved_output_places).
   once it has ended.
 - A fresh run into a --checkpoint-dir that holds a final.bin is refused and leaves the file as
   it was; with --overwrite 1 it replaces it.
+- A fresh run whose --log holds an earlier run's log (a rerun of a stopped demo: the same --log
+  and --checkpoint-dir) is refused and leaves the files as they were, naming the log, the
+  command that continues the earlier run from its checkpoint (which then works, going on in
+  that log) and --overwrite 1, which replaces the log. An empty file is nobody's log.
 - A resume from a copy of another run's checkpoint, whose saved run directory names a directory
   that holds some other run here, is refused (naming --run-dir) and leaves that run's files as
   they were (it used to overwrite its final.bin and prune its step files); given --run-dir it
   resumes there. A resume whose saved outputs have a '..' component is refused, even from its
   own directory.
-Cost: 9 runs of a few tiny-preset steps, ~5 s on 2 cores."""
+Cost: 15 runs of a few tiny-preset steps, ~8 s on 2 cores."""
+import json
 import os
 import shutil
 import signal
@@ -77,6 +82,34 @@ def test_a_fresh_run_does_not_replace_a_final_checkpoint(data, tmp_path):
     assert snapshot(tmp_path) == before
     assert run(args(data, steps=3) + ["--checkpoint-dir", tmp_path, "--overwrite", "1"]).returncode == 0
     assert snapshot(tmp_path)["final.bin"] != before["final.bin"]
+
+
+def test_a_fresh_run_does_not_replace_an_earlier_runs_log(data, tmp_path):
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log.jsonl"
+    assert run(args(data, steps=3) + ["--save-every", 2, "--checkpoint-dir", ckpt, "--log", log]).returncode == 0
+    (ckpt / "final.bin").unlink()  # (as a run stopped after step 2 leaves its directory: step_2.bin and the log)
+    before, logged = snapshot(ckpt), log.read_bytes()
+    again = run(args(data) + ["--checkpoint-dir", ckpt, "--log", log])
+    assert again.returncode == 1, again.stdout + again.stderr
+    resume = f"{os.path.join(ROOT, BIN)} --resume {ckpt}/step_2.bin"
+    assert (f"--log {log} holds the log of an earlier run: this run would replace it (a log is one run's). Continue "
+            f"that run with: {resume}; or give another --log, or --overwrite 1 to replace it") in again.stderr, again.stderr
+    assert snapshot(ckpt) == before and log.read_bytes() == logged
+    assert run(resume.split()[1:]).returncode == 0  # the command given: the earlier run goes on in its log
+    steps = [json.loads(line).get("step") for line in log.read_text().splitlines()]
+    assert steps[:4] == [None, 1, 2, 3] and steps[-2:] == [2, 3], steps  # (its resume record, then step 3 again)
+    # no checkpoint to continue from: the other two ways out
+    other = tmp_path / "other.jsonl"
+    assert run(args(data) + ["--log", other]).returncode == 0
+    refused = run(args(data) + ["--log", other])
+    assert refused.returncode == 1 and (f"(a log is one run's). Give another --log, or --overwrite 1 to replace it"
+                                        in refused.stderr), refused.stderr
+    replaced = run(args(data, steps=2) + ["--log", other, "--overwrite", 1])
+    assert replaced.returncode == 0, replaced.stderr
+    assert max(json.loads(line).get("step", 0) for line in other.read_text().splitlines()) == 2
+    empty = tmp_path / "empty.jsonl"
+    empty.touch()
+    assert run(args(data) + ["--log", empty]).returncode == 0
 
 
 def test_a_resume_does_not_write_into_a_directory_that_does_not_hold_its_checkpoint(data, tmp_path):

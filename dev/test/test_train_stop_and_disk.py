@@ -4,7 +4,8 @@ train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, ll
 - SIGINT after the first steps: the run finishes its step, writes step_K.bin, exits with
   130; resumed from that file it ends byte for byte where an uninterrupted run ends (which
   saved nothing on the way) and prints the same samples after step K (attnref/ckpt_diff.py
-  compares the final states too). SIGTERM: the same, exit 143. Without --checkpoint-dir: a
+  compares the final states too). SIGTERM: the same, exit 143; SIGHUP (a closed terminal):
+  exit 129. Without --checkpoint-dir: a
   clean exit that says nothing was saved.
 - Over 2 ranks (scripts/mpirun.sh; skipped without MPI): SIGTERM to mpirun and to every rank
   at once (what pkill, Slurm's time limit and a Ctrl-C to the process group do: each rank gets
@@ -19,8 +20,18 @@ train_san of TRAIN_SAN_BIN, which `make test` sets; llmc/train/stop_signal.h, ll
   mount one, else a file-size limit, RLIMIT_FSIZE) stops the run with the file and the
   reason named, leaves no partial file behind, and the checkpoint that was already under
   the final name is untouched.
-Cost: ~16 runs of a few tiny-preset steps each, ~20 s on 2 cores."""
+- A log that fails midway (its disk full: a tmpfs sized to fill after a few records, skipped
+  where this process may not mount one; or a pipe whose reader closed) with the default
+  --save-every 0: the run saves step_K.bin of the steps it trained before it stops, names the
+  log, the reason and the command that continues, which ends where the straight run ends; in
+  the same log, the record the disk cut short stays a line of its own, and study/runs.py reads
+  every step once (but step K, whose record did not fit).
+- --save-minutes: a run killed with kill -9 (nothing saves on the way out) keeps its newest
+  timed checkpoint, one file (each replaces the one before), which resumes to the straight
+  run's end; a run that finishes keeps final.bin alone.
+Cost: ~24 runs of a few tiny-preset steps each, ~30 s on 2 cores."""
 import json
+import math
 import os
 import resource
 import sys
@@ -102,7 +113,7 @@ def samples(log):
     return {r["step"]: r["sample"] for r in map(json.loads, open(log)) if "sample" in r}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signal_saves_a_checkpoint_that_resumes_exactly(data, tmp_path, sig):
     stopped, straight, resumed = tmp_path / "stopped", tmp_path / "straight", tmp_path / "resumed"
     rc, out, err = interrupted_run(args(data, stopped) + SAMPLING, sig)
@@ -209,6 +220,97 @@ def test_full_disk_stops_and_keeps_the_previous_checkpoint(data, tmp_path, mount
     assert "No space left on device" in proc.stderr or "File too large" in proc.stderr, proc.stderr
     assert (d / "final.bin").read_bytes() == previous
     assert sorted(p.name for p in d.iterdir()) == ["final.bin"]  # the partial temporary file is gone
+
+
+LONG = 40  # (steps enough for a log of a few pages)
+
+
+def step_files(d):
+    return sorted(int(p.name[len("step_"):-len(".bin")]) for p in d.glob("step_*.bin"))
+
+
+def resumes_to_the_straight_end(data, tmp_path, ckpt, k, steps, log=None):
+    """step_K.bin in `ckpt` resumed to the end (logging to `log`, or a file of its own): the
+    straight run's final state."""
+    run(["--resume", ckpt / f"step_{k}.bin", "--log", log or tmp_path / "rest.jsonl"])
+    run(args(data, tmp_path / "straight", steps))
+    return state_differences(tmp_path / "straight" / "final.bin", ckpt / "final.bin") == []
+
+
+def test_a_full_disk_under_the_log_saves_the_steps_first(data, tmp_path, mounted):
+    from study import runs as run_files
+    if not can_mount_tmpfs(tmp_path):
+        pytest.skip("cannot mount a tmpfs here (a full disk needs one; the closed pipe below fails the same write)")
+    ckpt = tmp_path / "ckpt"
+    # a disk that holds the log's first step records and not the whole log: its size after each
+    # line, from the same run logged to a file (paths of the same length), in whole pages
+    same = tmp_path / "same"
+    run(args(data, same, LONG) + ["--log", same / "log.jsonl"])
+    ends = [len(line) for line in open(same / "log.jsonl", "rb")]
+    ends = [sum(ends[:i + 1]) for i in range(len(ends))]
+    page = os.sysconf("SC_PAGE_SIZE")
+    size = page * math.ceil(ends[3] / page)  # (the run record and 3 step records fit)
+    assert size < ends[-1], f"the log ({ends[-1]} bytes) fits {size}: raise LONG"
+    disk = mounted(f"size={size + page}")  # (and the log's lock file, .log.jsonl.lock, a page of its own)
+    proc = run(args(data, ckpt, LONG) + ["--log", disk / "log.jsonl"], check=False)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    (k,) = step_files(ckpt)
+    logged = [json.loads(line)["step"] for line in open(disk / "log.jsonl") if line.endswith("}\n") and '"loss"' in line]
+    assert k == logged[-1] + 1, (k, logged)  # step K's record is the one that did not fit
+    assert (f"--log {disk}/log.jsonl: cannot write to the log: No space left on device; the run stops (its log would "
+            f"be incomplete); continue from {ckpt}/step_{k}.bin with: {os.path.join(ROOT, BIN)} --resume "
+            f"{ckpt}/step_{k}.bin") in proc.stderr, proc.stderr
+    # room again (the log copied off the full disk): the resume goes on in the log, after the
+    # record the disk cut short, which stays a line of its own
+    log = tmp_path / "log.jsonl"
+    shutil.copy(disk / "log.jsonl", log)
+    assert resumes_to_the_straight_end(data, tmp_path, ckpt, k, LONG, log)
+    records = []
+    for line in open(log):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            records.append(None)
+    assert records.count(None) <= 1 and sum(1 for r in records if r and "run" in r) == 2, records
+    assert {"step": k, "resume": str(ckpt / f"step_{k}.bin")} in records
+    # (every step once, but step K's record: the one the disk could not hold, after which K was saved)
+    assert [r["step"] for r in run_files.step_records(log) if "loss" in r] == [s for s in range(1, LONG + 1) if s != k]
+
+
+def test_a_log_pipe_that_closes_saves_the_steps_first(data, tmp_path):
+    ckpt, fifo = tmp_path / "ckpt", tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([os.path.join(ROOT, BIN)] + [str(x) for x in args(data, ckpt, LONG) + ["--log", fifo, "--run-dir="]],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(fifo) as reader:  # (opens once the trainer opens its log)
+        for line in reader:
+            if '"loss"' in line and json.loads(line)["step"] == 3:
+                break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, (proc.returncode, out, err)  # (killed by SIGPIPE: -13, nothing saved)
+    (k,) = step_files(ckpt)
+    assert k >= 3 and f"cannot write to the log: Broken pipe; the run stops" in err, err
+    assert f"; continue from {ckpt}/step_{k}.bin with: " in err, err
+    assert resumes_to_the_straight_end(data, tmp_path, ckpt, k, LONG)
+
+
+def test_timed_saves_bound_what_kill_9_loses(data, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    every_step = ["--save-minutes", "1e-9"]  # (each step ends that long after the last save)
+    proc = subprocess.Popen([os.path.join(ROOT, BIN)] + [str(x) for x in args(data, ckpt, LONG) + every_step + ["--run-dir="]],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("step ") and line.split("|")[0].split()[1] == f"6/{LONG}":  # step 5 is saved
+            proc.kill()
+            break
+    proc.communicate(timeout=60)
+    saved = step_files(ckpt)
+    # the newest, and the one before it only while the newest was being written
+    assert 1 <= len(saved) <= 2 and saved[0] >= 5, saved
+    assert resumes_to_the_straight_end(data, tmp_path, ckpt, saved[-1], LONG)
+    finished = run(args(data, tmp_path / "finished") + every_step)
+    assert sorted(p.name for p in (tmp_path / "finished").iterdir()) == ["final.bin"]
+    assert f"removed {tmp_path}/finished/step_{STEPS - 1}.bin (the timed save before final.bin)" in finished.stdout
 
 
 def test_a_resumed_log_reads_as_the_straight_runs(data, tmp_path):

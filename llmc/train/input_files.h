@@ -6,8 +6,8 @@ wrong path fails at once, naming the flag that gave it ("--tokenizer: no such fi
   - check_run_files: once the options are resolved (a resume takes its data from the
     checkpoint), the shards of --train-data and --val-data (each header: llmc/data/dataloader.h
     inspect_shard), the --eval-sets files, the directory of --log, and --prompt's tokenizer;
-  - check_data_tokenizers: the tokenizer each data file records, against --tokenizer and the
-    other files.
+  - check_data_tokenizers: the tokenizer each data file records, against --tokenizer, the
+    checkpoint the run starts from and the other files.
 The readers check the contents again as they read (their errors name the file). Host-only C++17.
 */
 #pragma once
@@ -16,11 +16,14 @@ The readers check the contents again as they read (their errors name the file). 
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "llmc/data/dataloader.h"  // defines: glob_shards, inspect_shard
 #include "llmc/data/evalset.h"     // defines: evalset_tokenizer
+#include "llmc/data/tensor_file.h"  // defines: TensorFileReader
 #include "llmc/data/tokenizer.h"
 #include "llmc/train/train_options.h"
 #include "llmc/utils.h"
@@ -91,31 +94,54 @@ inline void check_run_files(const TrainOptions& o) {
     if (!o.prompt.empty() && o.tokenizer_path.empty()) { fatal("--prompt needs --tokenizer (the file that encodes it)"); }
 }
 
-// Every data file (shards, eval sets) that records its tokenizer (llmc/data/tokenizer_record.h)
-// records --tokenizer's, or without one, the first such file's: token ids of another tokenizer
-// mean other pieces, and would train and score without a complaint. A mismatch names both
-// files; files from before the field are said in one note per flag. --check-tokenizer 0 skips
-// the comparison.
-inline void check_data_tokenizers(const TrainOptions& o, const Tokenizer& tokenizer) {
-    if (o.check_tokenizer == 0) { return; }
+// The tokenizer a checkpoint's model was trained with (run.tokenizer_fingerprint: its training
+// data's, or its --tokenizer's; absent in files from before 2026-12-07 and from runs on data
+// that records none).
+inline TokenizerRecord checkpoint_tokenizer(const TensorFileReader& checkpoint) {
+    TokenizerRecord r;
+    if (!checkpoint.has_key("run.tokenizer_fingerprint")) { return r; }
+    const std::string text = checkpoint.str("run.tokenizer_fingerprint");
+    char* end = nullptr;
+    const unsigned long value = strtoul(text.c_str(), &end, 16);
+    if (text.empty() || *end != '\0' || value > UINT32_MAX) {
+        fatal("file '%s': key run.tokenizer_fingerprint is '%s', not 8 hex digits (corrupt file)", checkpoint.path().c_str(),
+              text.c_str());
+    }
+    r.fingerprint = (uint32_t)value;
+    r.present = true;
+    return r;
+}
+
+// Every data file (shards, eval sets) that records its tokenizer (llmc/data/tokenizer_record.h),
+// and the checkpoint the run starts from (`start`, with its flag: --init-from or --resume; null
+// for none), records --tokenizer's, or without one, the checkpoint's, or the first data file's:
+// token ids of another tokenizer mean other pieces, and would train and score without a
+// complaint (a model scored on another tokenizer's shards gives a loss that means nothing). A
+// mismatch names both files; files from before the field are said in one note per flag.
+// --check-tokenizer 0 skips the comparison. Returns the fingerprint they share (what the run's
+// checkpoints record), absent when none records one.
+inline TokenizerRecord check_data_tokenizers(const TrainOptions& o, const Tokenizer& tokenizer, const TensorFileReader* start,
+                                             const char* start_flag) {
     std::string reference;  // what the others are compared with: "--tokenizer FILE" or "FLAG FILE"
-    uint32_t expected = 0;
+    TokenizerRecord shared;
     if (tokenizer.loaded()) {
         reference = "--tokenizer " + tokenizer.path();
-        expected = tokenizer.fingerprint();
+        shared = {tokenizer.fingerprint(), true};
     }
     auto compare = [&](const std::string& flag, const std::string& file, TokenizerRecord r) {
         if (!r.present) { return false; }
         if (reference.empty()) {
             reference = flag + " " + file;
-            expected = r.fingerprint;
-        } else if (r.fingerprint != expected) {
+            shared = r;
+        } else if (r.fingerprint != shared.fingerprint && o.check_tokenizer != 0) {
             fatal("%s %s was made with another tokenizer (fingerprint %08x) than %s (%08x): its token ids stand for "
                   "other pieces. Give data and a tokenizer of one build, or --check-tokenizer 0 if the pieces are the "
-                  "same", flag.c_str(), file.c_str(), r.fingerprint, reference.c_str(), expected);
+                  "same", flag.c_str(), file.c_str(), r.fingerprint, reference.c_str(), shared.fingerprint);
         }
         return true;
     };
+    if (start != nullptr) { compare(start_flag, start->path(), checkpoint_tokenizer(*start)); }
+    if (o.check_tokenizer == 0) { return shared; }
     auto note_unrecorded = [&](const std::string& flag, int unrecorded, int total) {
         if (unrecorded == 0 || reference.empty()) { return; }
         fprintf(stderr, "note: %d of %d files of %s record no tokenizer (written before the field, 2026-12-05): not "
@@ -138,4 +164,5 @@ inline void check_data_tokenizers(const TrainOptions& o, const Tokenizer& tokeni
         unrecorded += !compare("--eval-sets", path, evalset_tokenizer(path));
     }
     note_unrecorded("--eval-sets", unrecorded, total);
+    return shared;
 }

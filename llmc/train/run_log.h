@@ -7,12 +7,15 @@ matched (describe_data).
 */
 #pragma once
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,20 +59,32 @@ inline std::string json_with_null_for_nonfinite(const std::string& record) {
 // The --log file of a run (rank 0's): each record written as one line and flushed at once, so
 // a run that stops leaves whole records; a record that cannot be written (a full disk, a
 // broken pipe) stops the run naming the file, rather than leaving a log cut short behind a
-// run that seems to have succeeded.
+// run that seems to have succeeded. `on_failure` (when set) runs first, once: the training
+// saves what it has trained (llmc/train/training.h), and what it returns ends the message.
 class LogFile {
 public:
+    std::function<std::string(const std::string& why)> on_failure;
     LogFile() = default;
     LogFile(const LogFile&) = delete;
     LogFile& operator=(const LogFile&) = delete;
     ~LogFile() {
         if (file_ != nullptr) { fclose(file_); }
     }
-    // `append`: a resumed run continues the log; else it is written anew.
+    // `append`: a resumed run continues the log; else it is written anew. A last line cut short
+    // (the disk filled, or the run was killed, in the middle of a record) is ended first, so that
+    // it stays a line of its own, which readers skip, and the records after it parse.
     void open(const std::string& path, bool append) {
         path_ = path;
+        bool cut_short = false;
+        struct stat st;
+        if (append && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {  // (a pipe: nothing to read back)
+            FILE* f = fopen(path.c_str(), "rb");
+            cut_short = f != nullptr && fseek(f, -1, SEEK_END) == 0 && fgetc(f) != '\n';
+            if (f != nullptr) { fclose(f); }
+        }
         file_ = fopen(path.c_str(), append ? "a" : "w");
         if (file_ == nullptr) { fatal("--log: cannot open '%s' for writing: %s", path.c_str(), strerror(errno)); }
+        if (cut_short && (fputc('\n', file_) == EOF || fflush(file_) != 0)) { failed("write to"); }
     }
     bool is_open() const { return file_ != nullptr; }
     // One JSON record (without the newline).
@@ -93,7 +108,14 @@ private:
         const int err = errno;
         if (file_ != nullptr) { fclose(file_); }
         file_ = nullptr;
-        fatal("--log %s: cannot %s the log: %s; the run stops (its log would be incomplete)", path_.c_str(), what, strerror(err));
+        std::string why = "--log " + path_ + ": cannot " + what + " the log: " + strerror(err);
+        std::string after;
+        if (on_failure) {
+            const auto save = std::move(on_failure);
+            on_failure = nullptr;  // (once: a save that fails stops with its own error)
+            after = save(why);
+        }
+        fatal("%s; the run stops (its log would be incomplete)%s", why.c_str(), after.c_str());
     }
     std::string path_;
     FILE* file_ = nullptr;

@@ -126,6 +126,7 @@ struct RunRecord {
     int64_t parameters = 0, non_embedding = 0;
     double flops_per_token = 0.0;
     std::vector<std::pair<std::string, std::string>> notes;  // more fields: name -> JSON value (train_san: skipped layers)
+    std::string tokenizer_fingerprint;  // 8 hex digits: the tokenizer of the run's tokens (input_files.h); "": unknown
 
     // The fields as one JSON object; `executor`, `precision`, `attention_kernels`: the build's.
     std::string json(const char* executor, const char* precision, const char* attention_kernels, bool ascii = false) const {
@@ -172,10 +173,14 @@ struct RunRecord {
             config += (i > 0 ? ", " : "") + json_string(settings[i].first, true) + ": " + json_string(settings[i].second, true);
         }
         config += "}";
-        return {{"run.program", program},         {"run.command", one_line(command)},  {"run.config", config},
-                {"run.git_commit", b.commit},     {"run.git_dirty", b.dirty ? "1" : "0"},
-                {"run.executor", executor},       {"run.attention_kernels", attention_kernels},
-                {"run.host", one_line(host)},     {"run.started", started}};
+        std::vector<std::pair<std::string, std::string>> keys = {
+            {"run.program", program},         {"run.command", one_line(command)},  {"run.config", config},
+            {"run.git_commit", b.commit},     {"run.git_dirty", b.dirty ? "1" : "0"},
+            {"run.executor", executor},       {"run.attention_kernels", attention_kernels},
+            {"run.host", one_line(host)},     {"run.started", started}};
+        // (what an evaluation of the file compares its data with: llmc/train/input_files.h)
+        if (!tokenizer_fingerprint.empty()) { keys.push_back({"run.tokenizer_fingerprint", tokenizer_fingerprint}); }
+        return keys;
     }
 };
 

@@ -1,10 +1,10 @@
 /*
-Graceful stop on SIGINT and SIGTERM (Ctrl-C, `kill`, a cluster's time limit): the training
-loop asks stop_signal() at each step boundary, writes a resumable checkpoint there and exits
-with 128 + the signal number, the shell's code for "ended by that signal", so a script (e.g.
-study/runner.py) sees an interrupted run as unfinished.
+Graceful stop on SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a cluster's time limit, a closed
+terminal or a dropped ssh session): the training loop asks stop_signal() at each step boundary,
+writes a resumable checkpoint there and exits with 128 + the signal number, the shell's code for
+"ended by that signal", so a script (e.g. study/runner.py) sees an interrupted run as unfinished.
 
-The signals are taken by one thread that waits for them (sigwait), with both blocked in every
+The signals are taken by one thread that waits for them (sigwaitinfo), with them blocked in every
 other thread: a trainer calls start_stop_signal_thread() first thing, before any thread
 exists, so every thread it starts inherits the mask. A handler running on a compute thread
 is not safe here: interrupted inside oneDNN's JIT GEMM kernels, runs lost a gradient to NaN or
@@ -21,9 +21,24 @@ own GEMM). The waiting thread also may print, so the user hears at once what wil
     MPI's odls_base_sigkill_timeout, Slurm's KillWait) is the hard stop. Each rank may see the
     signal at a different step, or only one rank sees it, so the ranks agree before acting (a
     max all-reduce of stop_signal() at the step boundary: llmc/train/training.h).
+  - a repeated SIGHUP is only recorded too: a hang-up reaches a job twice (the shell passes its
+    own on to its jobs, and the kernel signals the terminal's foreground group), and neither
+    copy is a person asking again. A run started under nohup (SIGHUP ignored) keeps ignoring it.
+  - so is the copy a parent process passes on (study/runner.py, a script's `trap 'kill $child'`):
+    Ctrl-C signals the terminal's whole foreground group, the parent too, and a cluster signals
+    every process of the job, so the trainer gets the signal itself and then its parent's copy.
+    A repeated signal counts as a second only when it comes from the same side (the parent, or
+    not) as the first: two Ctrl-C at the terminal, or two `kill PARENT`, still stop at once.
+
+The console may go away while the run goes on: `./train_san ... | tee train.log` loses its
+tee to the same Ctrl-C, a closed terminal takes stdout with it. SIGPIPE is ignored, so a
+write there fails (EPIPE, EIO) instead of killing the run before its save, and drop_lost_console()
+points such a stream at /dev/null: the run goes on, its --log file records it, a stop saves.
 */
 #pragma once
 
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -39,6 +54,7 @@ own GEMM). The waiting thread also may print, so the user hears at once what wil
 struct StopSignalState {
     std::mutex mutex;
     std::atomic<int> signal{0};  // the first signal during training, or 0
+    bool first_from_parent = false;  // whether the parent process sent it
     bool armed = false;          // training: a signal stops at the step boundary
     bool several_ranks = false;
     std::string first_note;      // printed on the first signal
@@ -50,7 +66,7 @@ inline StopSignalState& stop_signal_state() {
     return state;
 }
 
-// The signal's default action for the whole process (SIGINT and SIGTERM: end it).
+// The signal's default action for the whole process (SIGINT, SIGTERM, SIGHUP: end it).
 [[noreturn]] inline void end_by_signal(int sig) {
     fflush(stdout);
     signal(sig, SIG_DFL);
@@ -62,17 +78,44 @@ inline StopSignalState& stop_signal_state() {
     _exit(128 + sig);  // (not reached: the default action ends the process)
 }
 
-inline void on_stop_signal(int sig) {
+// Whether the reader of `fd` is gone: a pipe whose read end is closed (POLLERR) or a terminal
+// that hung up (POLLHUP). A file or /dev/null is never gone.
+inline bool console_gone(int fd) {
+    pollfd p = {fd, 0, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
+}
+
+// Points stdout and stderr, where their reader is gone, at /dev/null: what the run prints
+// after that is dropped at once, rather than failing write by write. Called at every step
+// boundary and before a signal's note.
+inline void drop_lost_console() {
+    for (FILE* stream : {stdout, stderr}) {
+        const int fd = fileno(stream);
+        if (!console_gone(fd)) { continue; }
+        fflush(stream);  // (fails: what it held had nowhere to go)
+        const int null_fd = open("/dev/null", O_WRONLY);
+        if (null_fd >= 0) {
+            dup2(null_fd, fd);
+            close(null_fd);
+        }
+        clearerr(stream);
+    }
+}
+
+// `from_parent`: the parent process sent the signal (a copy of one it got, passed on).
+inline void on_stop_signal(int sig, bool from_parent) {
     StopSignalState& s = stop_signal_state();
     std::lock_guard<std::mutex> lock(s.mutex);
     if (!s.armed) { end_by_signal(sig); }
+    drop_lost_console();
     if (s.signal.load() == 0) {
         s.signal = sig;
+        s.first_from_parent = from_parent;
         printf("\n%s: %s\n", strsignal(sig), s.first_note.c_str());
         fflush(stdout);
         return;
     }
-    if (s.several_ranks) { return; }
+    if (s.several_ranks || sig == SIGHUP || from_parent != s.first_from_parent) { return; }
     printf("\n%s again: %s\n", strsignal(sig), s.second_note.c_str());
     end_by_signal(sig);
 }
@@ -84,20 +127,34 @@ inline std::atomic<bool>& stop_signal_thread_started() {
 
 inline pthread_t g_stop_signal_thread;
 
-// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it starts after this)
-// and starts the thread that takes them. Call before any other thread exists where possible;
-// threads started earlier (OpenBLAS starts its pool when the library loads) pass a signal on.
+// Whether the parent process sent a signal (SI_USER, SI_QUEUE: a process did, si_pid; the
+// terminal's come as SI_KERNEL). One the handler below passed on carries the answer in its value.
+inline bool sent_by_parent(const siginfo_t& info) {
+    if (info.si_code == SI_QUEUE && info.si_pid == getpid()) { return info.si_value.sival_int == 1; }
+    return (info.si_code == SI_USER || info.si_code == SI_QUEUE) && info.si_pid == getppid();
+}
+
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it starts
+// after this) and starts the thread that takes them; ignores SIGPIPE. Call before any other
+// thread exists where possible; threads started earlier (OpenBLAS starts its pool when the
+// library loads) pass a signal on.
 inline void start_stop_signal_thread() {
     if (stop_signal_thread_started().exchange(true)) { return; }
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction hangup = {};
+    sigaction(SIGHUP, nullptr, &hangup);
+    const bool nohup = hangup.sa_handler == SIG_IGN;  // (started under nohup: it stays ignored)
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    if (!nohup) { sigaddset(&set, SIGHUP); }
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     std::thread taker([set] {
         for (;;) {
-            int sig = 0;
-            if (sigwait(&set, &sig) == 0) { on_stop_signal(sig); }
+            siginfo_t info;
+            const int sig = sigwaitinfo(&set, &info);
+            if (sig > 0) { on_stop_signal(sig, sent_by_parent(info)); }
         }
     });
     g_stop_signal_thread = taker.native_handle();
@@ -106,10 +163,16 @@ inline void start_stop_signal_thread() {
     // undoes an ignored disposition: a shell starts background jobs with SIGINT ignored, and an
     // ignored signal is discarded before sigwait could see it.)
     struct sigaction sa = {};
-    sa.sa_handler = [](int sig) { pthread_kill(g_stop_signal_thread, sig); };
+    sa.sa_flags = SA_SIGINFO;
+    sa.sa_sigaction = [](int sig, siginfo_t* info, void*) {
+        sigval sender;
+        sender.sival_int = sent_by_parent(*info) ? 1 : 0;  // (what the taker would have read from info)
+        pthread_sigqueue(g_stop_signal_thread, sig, sender);
+    };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+    if (!nohup) { sigaction(SIGHUP, &sa, nullptr); }
 }
 
 // From here on a signal stops the run at a step boundary. (A program that did not start the

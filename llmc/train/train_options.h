@@ -46,6 +46,7 @@ struct TrainOptions {
     long steps = 100;
     int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
     int milestones = 0;    // checkpoints at 0/25/50/75/100% of the steps
+    double save_minutes = 30.0;  // a checkpoint at least this often, replacing the previous such one (0: off; doc/trainer.md)
     int val_whole_docs = 0;  // validate on rows of whole documents (DataLoaderConfig::whole_documents); 2: also, beside windows
     int train_doc_eval = 0;  // also validate on a seeded sample of this many whole training documents (DataLoaderConfig::sample_documents)
     uint64_t train_doc_seed = 0;  // the seed of that sample
@@ -74,7 +75,7 @@ struct TrainOptions {
     std::string run_dir = "auto";  // the run's directory (llmc/train/run_record.h); auto: a fresh one under runs/ unless outputs are given
     std::set<std::string> outputs_from_run_dir;  // --checkpoint-dir, --log: those the run directory set
     int keep_last = 0;       // keep only the N newest step_K.bin checkpoints (0: all)
-    int overwrite = 0;       // a fresh run may replace the final.bin in its --checkpoint-dir
+    int overwrite = 0;       // a fresh run may replace the final.bin in its --checkpoint-dir and an earlier run's --log
     int check_tokenizer = 1; // the tokenizer each data file records against --tokenizer and the rest (input_files.h)
     int print_config = 0;    // print the resolved config, rates, sizes and data, and exit
     std::string config_path; // --config FILE (llmc/config_file.h: read before the other flags)
@@ -145,11 +146,12 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--print-config", &o.print_config, "print the resolved config, the rates per group, the sizes, FLOPs/token and the data files, and exit 0|1"),
         make_flag("--run-dir", &o.run_dir, "the run's directory: config, log.jsonl, checkpoints, samples.txt (auto: runs/<preset>-<arm>-<UTC time>, unless --checkpoint-dir or --log is given; empty: none)"),
         make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none; default: the run directory)"),
-        make_flag("--overwrite", &o.overwrite, "a fresh run may write its final.bin over one in --checkpoint-dir (0: refused; another run writing there is refused always) 0|1"),
+        make_flag("--overwrite", &o.overwrite, "a fresh run may write its final.bin over one in --checkpoint-dir, and its --log over an earlier run's (0: refused; another run writing there is refused always) 0|1"),
         make_flag("--check-tokenizer", &o.check_tokenizer, "refuse data (shards, eval sets) that records another tokenizer than --tokenizer or the other data (0: do not compare, for the same pieces written twice) 0|1"),
         make_flag("--keep-last", &o.keep_last, "keep only the N newest step_K.bin checkpoints of --save-every (milestones and final.bin stay; 0: all)"),
         make_flag("--milestones", &o.milestones, "also checkpoint at 0/25/50/75/100% of the steps (milestone_NNN.bin) 0|1"),
         make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
+        make_flag("--save-minutes", &o.save_minutes, "also checkpoint once M minutes have passed since the last checkpoint (or the start), each such file replacing the one before, so a crash, kill -9 or full disk loses at most M minutes of training (0: off)"),
         make_flag("--resume", &o.resume_path, "checkpoint to continue exactly: model, optimizer, schedule, steps and data settings all from the file; a run directory: its newest checkpoint; auto: that of --run-dir, else of the newest run under runs/"),
         make_flag("--resume-override", &o.resume_override, "with --resume: the flags given may change the saved run's settings (each is printed) 0|1"),
         make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N unless it has --schedule-steps (printed)"),

@@ -310,6 +310,9 @@ Options parse_trainer_options(int argc, char** argv, const char* name, const std
     t.config_path = args.config_path;
     if (t.print_config != 0 && t.print_config != 1) { fatal("--print-config must be 0 or 1, got %d", t.print_config); }
     if (t.keep_last < 0) { fatal("--keep-last must be >= 0 (0: keep every checkpoint), got %d", t.keep_last); }
+    if (!(t.save_minutes >= 0.0) || !std::isfinite(t.save_minutes)) {
+        fatal("--save-minutes must be >= 0 (0: no timed checkpoints), got %g", t.save_minutes);
+    }
     if (!t.resume_path.empty()) {  // --resume DIR, --resume auto: the newest checkpoint there
         t.resume_path = resolve_resume_path(t.resume_path, t.given.count("--run-dir") && t.run_dir != "auto" ? t.run_dir : "");
     }
@@ -464,7 +467,13 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     load_saved_tokenizer(t, start, c.vocab_size);
     set_kernel_switches(t, c);
     check_run_files(t);
-    check_data_tokenizers(t, start.tokenizer);
+    const TokenizerRecord tokens = check_data_tokenizers(t, start.tokenizer, start.checkpoint.get(),
+                                                         t.resume_path.empty() ? "--init-from" : "--resume");
+    if (tokens.present) {  // (the checkpoints record it: an evaluation of them compares its data)
+        char hex[16];
+        snprintf(hex, sizeof(hex), "%08x", tokens.fingerprint);
+        t.record.tokenizer_fingerprint = hex;
+    }
     if (!t.init_from.empty()) {
         if (t.steps > 0) {
             printf("init: model config and parameters from %s (saved at step %lld); the optimizer and schedule start "

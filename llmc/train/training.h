@@ -55,7 +55,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/train/output_lock.h"  // defines: OutputLocks
 #include "llmc/train/run_log.h"
 #include "llmc/train/run_record.h"
-#include "llmc/train/stop_signal.h"  // defines: arm_stop_signals, set_stop_notes, stop_signal
+#include "llmc/train/stop_signal.h"  // defines: arm_stop_signals, set_stop_notes, stop_signal, drop_lost_console
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
 #include "llmc/parallel/grad_groups.h"  // defines: GradientGroups
@@ -127,7 +127,7 @@ public:
             check_checkpoint_dir();
             lock_outputs();
             prepare_run_dir();
-            check_final_not_replaced();
+            check_earlier_run_kept();
         }
         open_log();
     }
@@ -148,6 +148,7 @@ public:
         begin_steps();
         for (long step = first_step; step < o.steps; step++) {
             update_stop_notes(step + 1);
+            drop_lost_console();  // (its reader gone, the run goes on: llmc/train/stop_signal.h)
             Timer timer;
             model.zero_grad();
             std::vector<double> group_loss(groups.local(), 0.0);  // each group's share of the mean loss
@@ -168,6 +169,7 @@ public:
             if (due(o.sample_every, done)) { print_sample(done); }
             if (due(o.save_every, done)) { save("step_" + std::to_string(done) + ".bin"); }
             save_milestones(done);
+            save_if_time(done);
             if (int status = stop_if_signalled(done)) { return status; }
         }
         if (o.overlap_reduce != 0 && world > 1) {
@@ -211,6 +213,8 @@ private:
     double last_val_loss = 0.0;                    // the last validation's loss (a checkpoint's run.val_loss)
     long last_val_step = -1;                       // and after how many steps (-1: none in this run yet)
     std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
+    Timer since_save;                              // since the last checkpoint (or the first step): --save-minutes
+    std::string timed_save;                        // the path of the last save --save-minutes made, until a newer one
 
     // The training data's rows for this rank; the validation data and the measurement
     // slice start from it.
@@ -370,15 +374,24 @@ private:
         }
     }
 
-    // A fresh run does not write its final.bin over one that is there (another run's, or an
-    // earlier run's with these settings) unless --overwrite 1: a checkpoint is hours of work.
-    void check_final_not_replaced() const {
-        if (checkpoint != nullptr || o.steps == 0 || o.checkpoint_dir.empty() || o.overwrite != 0 || rank != 0) { return; }
-        const std::string final_path = o.checkpoint_dir + "/final.bin";
-        if (is_file(final_path)) {
+    // A fresh run does not replace an earlier run's work unless --overwrite 1: the final.bin in its
+    // --checkpoint-dir (a checkpoint is hours of work), or its --log (a log is one run's: written
+    // anew, the earlier run's records would be gone, and a directory would hold the checkpoints of
+    // one run beside the log of another). An empty file is nobody's log.
+    void check_earlier_run_kept() const {
+        if (checkpoint != nullptr || o.overwrite != 0 || rank != 0) { return; }
+        if (o.steps > 0 && !o.checkpoint_dir.empty() && is_file(o.checkpoint_dir + "/final.bin")) {
             fatal("--checkpoint-dir %s holds a final.bin already (an earlier run's): this run would replace it. Give "
                   "another --checkpoint-dir, or --overwrite 1 to replace it", o.checkpoint_dir.c_str());
         }
+        struct stat st;
+        if (o.log_path.empty() || stat(o.log_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) { return; }
+        // (its checkpoint, if --checkpoint-dir holds one: a resume takes the log from the file and goes on in it)
+        const std::string newest = o.checkpoint_dir.empty() || o.steps == 0 ? "" : newest_checkpoint(o.checkpoint_dir);
+        const std::string resume = newest.empty() ? "Give" : "Continue that run with: " + shell_word(o.program) + " --resume " +
+                                                                 shell_word(newest) + "; or give";
+        fatal("--log %s holds the log of an earlier run: this run would replace it (a log is one run's). %s another "
+              "--log, or --overwrite 1 to replace it", o.log_path.c_str(), resume.c_str());
     }
 
     // At the end: what the run directory holds.
@@ -535,7 +548,8 @@ private:
 
     // Writes the model, optimizer and data position to --checkpoint-dir/name. Nothing of the run
     // changes by it: the samples' random numbers are a function of the seed and the step.
-    void save(const std::string& name) {
+    // `timed`: a --save-minutes save, which the next checkpoint makes redundant (and removes).
+    void save(const std::string& name, bool timed = false) {
         if (o.checkpoint_dir.empty()) { return; }
         DataPosition pos = train_loader->position();
         std::string path = o.checkpoint_dir + "/" + name;
@@ -555,9 +569,14 @@ private:
                                        {"run.val_step", std::to_string(last_val_step)}});
         }
         save_checkpoint(model, path, extra);
-        printf("saved %s\n", path.c_str());
+        printf("saved %s%s\n", path.c_str(), timed ? " (--save-minutes: replaced by the next checkpoint)" : "");
         last_saved = path;
         last_saved_step = (long)model.steps_done();
+        since_save = Timer();
+        if (!timed_save.empty() && timed_save != path && rank == 0 && remove(timed_save.c_str()) == 0) {
+            printf("removed %s (the timed save before %s)\n", timed_save.c_str(), name.c_str());
+        }
+        timed_save = timed ? path : "";
         if (name.rfind("step_", 0) != 0) { return; }
         if (last_val_step >= 0 && std::isfinite(last_val_loss)) { good_checkpoint = name; }
         if (o.keep_last > 0 && rank == 0) {
@@ -583,6 +602,31 @@ private:
         }
         const bool scored = done == o.steps || (done > 0 && due(o.eval_every, done));
         if (saved && o.milestone_evals != 0 && !scored) { score_evals(done); }
+    }
+
+    // --save-minutes: a checkpoint once that long has passed since the last one (or the first step), so
+    // that what cannot save on its way out (a crash, kill -9, a power cut) loses at most that much;
+    // each replaces the one before. Rank 0's clock decides for every rank (the save is collective).
+    void save_if_time(long done) {
+        if (o.save_minutes <= 0.0 || o.checkpoint_dir.empty() || done >= o.steps || last_saved_step == done) { return; }
+        bool now = since_save.ms() >= o.save_minutes * 60e3;
+        if (world > 1) { now = comm->max(rank == 0 && now ? 1.0 : 0.0) > 0.0; }
+        if (now) { save("step_" + std::to_string(done) + ".bin", true); }
+    }
+
+    // When the log cannot be written (a full disk, a pipe closed): the steps trained since the last
+    // checkpoint are saved before the run stops, where they can be (--checkpoint-dir may be on
+    // another disk; a save that fails too stops with its own error). One rank alone: the others
+    // cannot join a save from here. Returns the end of the error message: how to continue.
+    std::string save_before_log_stop(const std::string& why) {
+        if (o.checkpoint_dir.empty()) { return "; nothing was saved (no --checkpoint-dir)"; }
+        const long done = (long)model.steps_done();
+        if (world == 1 && done > first_step && done > last_saved_step) {
+            printf("%s: saving step %ld before the run stops\n", why.c_str(), done);
+            save("step_" + std::to_string(done) + ".bin");
+        }
+        const std::string newest = newest_checkpoint_path();
+        return newest.empty() ? "" : "; continue from " + newest + " with: " + continue_command();
     }
 
     // Prints a sample and logs it; rank 0 alone samples (llmc/model/sampling.h sample_rng: the
@@ -664,7 +708,8 @@ private:
     bool due(int every, long done) const { return every > 0 && done % every == 0 && done != o.steps; }
 
     // Before the first step: the throughput constants, fp32 gradient accumulation
-    // (--grad-fp32), the 0% milestone of a fresh run, and the stop-signal handlers.
+    // (--grad-fp32), the 0% milestone of a fresh run, the --save-minutes clock, the save when the
+    // log fails, and the stop-signal handlers.
     void begin_steps() {
         tokens_per_step = (double)o.grad_accum * o.batch_size * o.seq_len * world;
         peak = peak_flops_per_second();
@@ -672,6 +717,8 @@ private:
         first_step = (long)model.steps_done();
         if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
         if (first_step == 0) { save_milestones(0); }
+        since_save = Timer();
+        log.on_failure = [this](const std::string& why) { return save_before_log_stop(why); };
         arm_stop_signals(world > 1);
     }
 
@@ -773,7 +820,7 @@ private:
         if (newest_checkpoint_path().empty()) { return lost + " (the run saved no checkpoint)"; }
         return lost + "; continue from step " + std::to_string(from - 1) + " with: " + continue_command();
     }
-    // What Ctrl-C (or SIGTERM) says during step `done` (llmc/train/stop_signal.h prints it).
+    // What Ctrl-C (or SIGTERM, SIGHUP) says during step `done` (llmc/train/stop_signal.h prints it).
     void update_stop_notes(long done) {
         const std::string step = "step " + std::to_string(done) + " of " + std::to_string(o.steps);
         std::string first;
@@ -786,7 +833,7 @@ private:
         set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
     }
 
-    // On SIGINT/SIGTERM before the last step: checkpoint here; returns the exit status, 128 +
+    // On SIGINT/SIGTERM/SIGHUP before the last step: checkpoint here; returns the exit status, 128 +
     // the signal (0: go on). Over several ranks all stop after the same step (the checkpoint is
     // a collective): a signal any rank has seen counts for all. Every rank returns only once rank
     // 0 has renamed the file into place: a launcher ends the whole job when its first rank exits
