@@ -10,6 +10,8 @@
 # above it:
 #   bash scripts/setup.sh --tier demo   what `make demo` needs (~25 s on a fresh machine)
 #   bash scripts/setup.sh               everything (--tier full): make test, the references, scripts/
+# A .venv that already links a venv of this requirements.txt with the tier asked for (or a higher
+# one) is kept, wherever it is; when .venv is re-pointed, setup says from what to what.
 # Environment: ATTN_VENV_ROOT (default ~/.cache/attn.c) is where venvs are kept;
 #              SKIP_APT=1 skips step 1, SKIP_VENV=1 skips step 2.
 set -euo pipefail
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
     --tier) [ $# -ge 2 ] || { echo "setup: --tier needs a value (demo or full)" >&2; exit 2; }
             tier=$2; shift 2 ;;
     --tier=*) tier=${1#--tier=}; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;   # the comment above
     *) echo "setup: unknown argument '$1' (usage: scripts/setup.sh [--tier demo|full])" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +38,27 @@ tier_lines() {
 }
 # (validate the tier name once, against requirements.txt)
 tier_lines requirements.txt >/dev/null || exit 2
+# Whether venv DIR holds $tier: its marker .complete-TIER, or that of a later tier (each includes
+# the ones above it), or .complete (older setups: everything).
+has_tier() {
+  local t found=0
+  [ -f "$1/.complete" ] && return 0
+  for t in $(awk '/^# tier: / { print $3 }' requirements.txt); do
+    [ "$t" = "$tier" ] && found=1
+    [ $found = 1 ] && [ -f "$1/.complete-$t" ] && return 0
+  done
+  return 1
+}
+# The tiers venv DIR holds, for messages: "tiers demo, full", "no tier".
+tiers_of() {
+  local f names=
+  for f in "$1/.complete" "$1"/.complete-*; do
+    [ -f "$f" ] || continue
+    f=${f##*/.complete}; f=${f#-}
+    names+="${names:+, }${f:-all}"
+  done
+  if [ -n "$names" ]; then echo "tiers $names"; else echo "no tier"; fi
+}
 
 # --- 1. system packages -------------------------------------------------------------
 if [ "${SKIP_APT:-0}" != 1 ] && command -v dpkg-query >/dev/null 2>&1; then
@@ -65,11 +88,16 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
   hash=$(sha256sum requirements.txt | cut -c1-12)
   root=${ATTN_VENV_ROOT:-$HOME/.cache/attn.c}
   venv="$root/venv-$hash"
+  # .venv as it is, if it serves: a shell with another ATTN_VENV_ROOT must not swap the full tier
+  # (PyTorch, transformers, lm_eval) for a fresh demo tier behind the user's back
+  linked=$(readlink .venv 2>/dev/null || true)
+  if [ -n "$linked" ] && [ "$linked" != "$venv" ] && [ "${linked##*/}" = "venv-$hash" ] && has_tier "$linked"; then
+    venv=$linked root=$(dirname "$linked")
+  fi
   mkdir -p "$root"
   exec 9>"$root/.lock"
   flock 9   # concurrent runs (parallel make, several checkouts) wait for one builder
-  # .complete-TIER marks an installed tier; .complete (older setups) meant everything
-  if [ ! -f "$venv/.complete-$tier" ] && [ ! -f "$venv/.complete" ]; then
+  if ! has_tier "$venv"; then
     if [ ! -x "$venv/bin/pip" ]; then
       echo "setup: creating Python venv $venv (first time only)"
       rm -rf "$venv"   # an interrupted earlier attempt; venvs hard-code their path, so build in place
@@ -98,15 +126,22 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
   # `python -m study` work from any directory; redone only when the venv's install names another
   # checkout (several may share the venv; the Makefile puts its own checkout first regardless)
   here=$(pwd -P)
-  installed=$(cd / && "$venv/bin/python" -c 'import os, study; print(os.path.dirname(os.path.dirname(os.path.realpath(study.__file__))))' 2>/dev/null || true)
+  # (-I: asked without PYTHONPATH, which make sets to the checkout: the docs' commands run without it)
+  installed=$(cd / && "$venv/bin/python" -I -c 'import os, study; print(os.path.dirname(os.path.dirname(os.path.realpath(study.__file__))))' 2>/dev/null || true)
   if [ "$installed" != "$here" ]; then
     echo "setup: installing attnref and study from $here into $venv (editable, seconds)"
     # (with the venv's setuptools when it can build an editable wheel, >= 70.1; else pip fetches one)
     "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >/dev/null 2>&1 ||
       "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e . >/dev/null ||
-      echo "setup: could not install them editable (make and its tests put the checkout on PYTHONPATH instead)" >&2
+      echo "setup: could not install them editable: under make and its tests the checkout is on PYTHONPATH, but the docs' commands that import attnref or study fail elsewhere" >&2
   fi
-  if [ "$(readlink .venv 2>/dev/null || true)" != "$venv" ]; then
+  if [ "$linked" != "$venv" ]; then
+    if [ -n "$linked" ]; then
+      if [ ! -d "$linked" ]; then why="it is gone"
+      elif [ "${linked##*/}" != "venv-$hash" ]; then why="it was made from another requirements.txt"
+      else why="it lacks the '$tier' tier"; fi
+      echo "setup: re-pointing .venv from $linked ($(tiers_of "$linked")) to $venv ($(tiers_of "$venv")): $why"
+    fi
     rm -f .venv && ln -s "$venv" .venv
   fi
   flock -u 9

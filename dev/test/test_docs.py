@@ -98,6 +98,20 @@ def test_named_tests_exist():
     assert not missing, "tests named in the docs that do not exist:\n  " + "\n  ".join(missing)
 
 
+def test_doc_commands_start_the_venvs_python():
+    """A command in a fenced block starts Python as .venv/bin/python (and pip, pytest from there):
+    pasted outside make, a bare `python` is the system's, without matplotlib, PyTorch or attnref."""
+    bare = []
+    for doc in doc_files():
+        text = open(doc, encoding="utf-8").read()
+        for m in re.finditer(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S):
+            first = text[:m.start()].count("\n") + 2
+            for i, line in enumerate(m.group(1).splitlines()):
+                if re.search(r"(?:^|[;&|(]|\bnice(?: -n \d+)?)\s*(?:python3?|pip3?|pytest)\s", line):
+                    bare.append(f"{rel(doc)}:{first + i}: {line.strip()[:80]}")
+    assert not bare, "commands that start a Python other than the venv's (.venv/bin/python):\n  " + "\n  ".join(bare)
+
+
 def make_targets(variables=()):
     """The Makefile's targets (explicit ones and the files its rules would build) with these
     VAR=value settings: some targets exist only with theirs (build/host-fp32/NAME with PRECISION=FP32)."""

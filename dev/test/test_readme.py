@@ -14,6 +14,10 @@ top-level entry of the repository, ./train_san and ./train_gpt2 (the builds unde
 a few hundred documents).
 The only substitution is the marker's numbers (step counts, so the commands take seconds):
 each "A -> B" replaces the number A, wherever it stands alone as a number, by B.
+The blocks run in the environment of a shell, not of make: without PYTHONPATH (make exports it,
+and so does dev/conftest.py, as the checkout) and the other variables make and its test recipe
+set, so a block that imports attnref or study works only where the venv has them installed
+(scripts/setup.sh), as for a user who pastes it.
 About 27 s on 2 cores.
 """
 import os
@@ -28,6 +32,15 @@ SAN = os.environ.get("TRAIN_SAN_BIN")
 GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))
 MARKER = re.compile(r"<!-- readme-test: (cpu|gpu|skip)(?: \((.*?)\))? -->")
 TESTED_DOCS = ("README.md", "doc/trainer.md", "doc/testing.md", "doc/export.md")
+
+
+def shell_environment():
+    """os.environ without what make adds (its own variables, the Makefile's exports) and what the
+    test recipe and dev/conftest.py set."""
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    added = {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKE_TERMOUT", "MAKE_TERMERR", "PYTHONPATH"}
+    added |= set(re.findall(r"^export\s+(\w+)", makefile, re.M))
+    return {k: v for k, v in os.environ.items() if k not in added and not re.fullmatch(r"HAS_MPIRUN|TRAIN_\w+_BIN", k)}
 
 
 def readme_blocks():
@@ -83,5 +96,6 @@ def test_cpu_blocks_run_as_pasted(tmp_path):
             continue
         for a, b in subs:
             code = re.sub(rf"(?<![0-9.]){re.escape(a)}(?![0-9])", b, code)
-        proc = subprocess.run(["bash", "-e", "-c", code], cwd=work, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(["bash", "-e", "-c", code], cwd=work, env=shell_environment(), capture_output=True,
+                              text=True, timeout=600)
         assert proc.returncode == 0, f"the block at {line} failed:\n{code}\n{proc.stdout[-3000:]}\n{proc.stderr}"

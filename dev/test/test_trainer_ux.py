@@ -8,6 +8,7 @@ file takes about 70 s on 2 cores (a third of it the Python references starting u
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -489,6 +490,87 @@ def test_demo_arms_write_their_own_run_directories(offline, tmp_path):
         assert (run_dir / "final.bin").exists() and (run_dir / "log.jsonl").exists()
     ffn_log = (tmp_path / runs[0] / "log.jsonl").read_text()
     assert (tmp_path / runs[1] / "log.jsonl").read_text() != ffn_log
+
+
+
+def demo(offline, demo_dir, args, **kw):
+    """scripts/demo.sh with ARGS `args`, its data the small offline build, its runs under demo_dir."""
+    env = dict(os.environ, DATA_DIR=str(offline), DEMO_DIR=str(demo_dir), TRAIN_SAN=os.path.join(ROOT, SAN))
+    cmd = ["bash", os.path.join(ROOT, "scripts/demo.sh")] + args
+    if kw.pop("popen", False):   # in a session of its own: a signal to the group is a Ctrl-C at its terminal
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_demo_rerun_after_a_finished_run_trains_in_a_numbered_directory(offline, tmp_path):
+    """`make demo` twice: the second run leaves the first one's outputs as they were, trains in
+    logs/demo/san-2 and says so (it used to be refused, sent to --overwrite 1)."""
+    short = ["--steps", "2", "--val-every", "0", "--sample-tokens", "0"]
+    arm = "steps-2_val-every-0_sample-tokens-0"
+    demo(offline, tmp_path, short)
+    first = tmp_path / arm
+    kept = {name: (first / name).read_bytes() for name in ("final.bin", "log.jsonl")}
+    out = demo(offline, tmp_path, short)
+    assert f"demo: {first} holds a finished run; this one trains in {first}-2\n" in out, out
+    assert {name: (first / name).read_bytes() for name in kept} == kept
+    assert (tmp_path / f"{arm}-2" / "final.bin").exists()
+    out = demo(offline, tmp_path, short)
+    assert f"{first}-2 holds a finished run; this one trains in {first}-3\n" in out, out
+    # a run that stopped before its first checkpoint (kill -9 of the demo's step 1) has nothing to
+    # continue; its log stays
+    stopped = tmp_path / "ffn-swiglu_steps-2_val-every-0_sample-tokens-0"
+    stopped.mkdir()
+    (stopped / "log.jsonl").write_text('{"step": 1}\n')
+    out = demo(offline, tmp_path, ["--ffn", "swiglu"] + short)
+    assert f"demo: {stopped} holds a run stopped before its first checkpoint (nothing to continue); this one " \
+           f"trains in {stopped}-2\n" in out, out
+    assert (stopped / "log.jsonl").read_text() == '{"step": 1}\n'
+
+
+def test_demo_rerun_continues_an_interrupted_run(offline, tmp_path):
+    """Ctrl-C of `make demo` saves a checkpoint; `make demo` again continues that run from it
+    (--resume) and ends where a run straight through ends: final.bin the same, bit for bit."""
+    args = ["--steps", "12", "--val-every", "0", "--sample-tokens", "0", "--log-every", "1"]
+    run_dir = tmp_path / "steps-12_val-every-0_sample-tokens-0_log-every-1"
+    proc = demo(offline, tmp_path, args, popen=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("step     3/12"):
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    out = "".join(lines) + proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130 and not (run_dir / "final.bin").exists(), out
+    saved = sorted(int(p.stem.split("_")[1]) for p in run_dir.glob("step_*.bin"))
+    assert saved and 3 <= saved[-1] < 12, out
+    out = demo(offline, tmp_path, args)
+    assert f"demo: continuing the interrupted run in {run_dir} from step {saved[-1]}\n" in out, out
+    assert f"resumed from {run_dir}/step_{saved[-1]}.bin" in out, out
+    records = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if "loss" in r]
+    assert steps == list(range(1, 13)), steps   # one log, every step once
+    out = demo(offline, tmp_path, args)   # now finished: the same run again, straight through, beside it
+    assert f"this one trains in {run_dir}-2\n" in out, out
+    assert state_differences(run_dir / "final.bin", tmp_path / f"{run_dir.name}-2" / "final.bin") == []
+
+
+def test_demo_overwrite_replaces_the_run_in_the_arms_own_directory(offline, tmp_path):
+    """`make demo ARGS="--overwrite 1"` trains anew in logs/demo/san, replacing the run there
+    (it used to train in a directory named after the flag, logs/demo/overwrite-1); the flags
+    that say what is kept are not part of a run directory's name."""
+    short = ["--steps", "2", "--val-every", "0", "--sample-tokens", "0"]
+    run_dir = tmp_path / "steps-2_val-every-0_sample-tokens-0"
+    demo(offline, tmp_path, short)
+    for overwrite in (["--overwrite", "1"], ["--overwrite=1"]):
+        before = (run_dir / "final.bin").stat().st_ino
+        out = demo(offline, tmp_path, overwrite + short)
+        assert f"demo: --overwrite 1: this run replaces the one in {run_dir}\n" in out, out
+        assert (run_dir / "final.bin").stat().st_ino != before   # written anew (a checkpoint is renamed into place)
+    demo(offline, tmp_path, short + ["--save-every", "1", "--keep-last", "1"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run_dir.name, run_dir.name + "-2"]
 
 
 def test_gpu_check_stops_at_once_without_a_gpu(tmp_path):
