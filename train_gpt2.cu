@@ -501,6 +501,11 @@ struct GPT2Trainer {
     }
 };
 
+// The entry point, named so that test_gpt2.cu, which includes this file, holds it too: the Makefile
+// links ./train_gpt2 from test_gpt2's object with train_gpt2_main as its main (one compile for both).
+extern "C" int train_gpt2_main(int argc, char** argv) {
+    return trainer_main<GPT2Trainer>(argc, argv, "train_gpt2", presets(), make_flags, read_config);
+}
 #ifndef TESTING
-int main(int argc, char** argv) { return trainer_main<GPT2Trainer>(argc, argv, "train_gpt2", presets(), make_flags, read_config); }
+int main(int argc, char** argv) { return train_gpt2_main(argc, argv); }
 #endif

@@ -1110,6 +1110,11 @@ struct SANTrainer {
     }
 };
 
+// The entry point, named so that test_san.cu, which includes this file, holds it too: the Makefile
+// links ./train_san from test_san's object with train_san_main as its main (one compile for both).
+extern "C" int train_san_main(int argc, char** argv) {
+    return trainer_main<SANTrainer>(argc, argv, "train_san", presets(), make_flags, read_config);
+}
 #ifndef TESTING
-int main(int argc, char** argv) { return trainer_main<SANTrainer>(argc, argv, "train_san", presets(), make_flags, read_config); }
+int main(int argc, char** argv) { return train_san_main(argc, argv); }
 #endif

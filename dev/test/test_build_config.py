@@ -125,3 +125,26 @@ def test_the_gpu_build_is_rebuilt_when_a_library_appears(tree):
     assert "test_ranks.cu" in third, "the GPU build did not rebuild when NCCL and MPI came back"
     if shutil.which("mpicxx"):
         assert "-DUSE_MPI" in third
+
+
+def test_the_tests_built_in_bf16_only_compile_to_the_same_object_in_fp32():
+    """make test builds PRECISION_FREE's kernel tests in BF16 only, since they never touch floatX:
+    each compiles to the same object in both precisions (at -O1 without debug information: quicker
+    than the build's -O3; at -O0 an unused PRECISION_MODE constant is still emitted), so a test
+    that starts to use floatX fails here."""
+    names = subprocess.run(["make", "-s", "--no-print-directory", "print-PRECISION_FREE"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert names
+    flags = subprocess.run(["make", "-s", "--no-print-directory", "print-HOST_CXXFLAGS"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    flags = [f for f in flags if f not in ("-MMD", "-MP") and not f.startswith(("-O", "-g", "-DENABLE_"))]
+    compiler = ([shutil.which("ccache")] if shutil.which("ccache") else []) + ["g++"]
+    for name in names:
+        objects = []
+        for precision in ("BF16", "FP32"):
+            out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"attn-{os.getpid()}-{name}-{precision}.o")
+            subprocess.run(compiler + flags + ["-O1", "-g0", f"-DENABLE_{precision}", "-x", "c++", "-c",
+                                               f"dev/test/{name}.cu", "-o", out], cwd=ROOT, check=True)
+            objects.append(open(out, "rb").read())
+            os.unlink(out)
+        assert objects[0] == objects[1], f"{name} compiles to another object in FP32: take it out of PRECISION_FREE"
