@@ -424,6 +424,9 @@ def execute(study, run, position, total, eta, pending):
         # (an attempt that saved no checkpoint: the run starts over, and the trainer refuses to
         # write a fresh run's log over an earlier one)
         os.remove(os.path.join(run.dir, "log.jsonl"))
+    if not resume:  # (nor a fresh run into a directory that holds an earlier attempt's milestones)
+        for path in glob.glob(os.path.join(run.dir, "ckpt", "milestone_*.bin")):
+            os.remove(path)
     cmd = run_command(study, run, resume)
     with open(os.path.join(run.dir, "command.txt"), "w") as f:
         f.write(" ".join(shlex.quote(c) for c in cmd) + "\n")

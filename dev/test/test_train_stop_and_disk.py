@@ -141,8 +141,8 @@ def test_a_save_changes_nothing_of_the_run(data, tmp_path):
     # the files differ in run.save_every and the outputs' places alone, which the comparison leaves out
     assert state_differences(tmp_path / "plain" / "final.bin", tmp_path / "saving" / "final.bin") == []
     keys = ckpt_diff.differences(tmp_path / "plain" / "final.bin", tmp_path / "saving" / "final.bin", all_keys=True)
-    # (and in the provenance of each run: its command line, its config, its start time)
-    provenance = {"key run.command", "key run.config", "key run.started"}
+    # (and in the provenance of each run: its command line, its config, its start time, its id)
+    provenance = {"key run.command", "key run.config", "key run.started", "key run.id"}
     assert [k.split(":")[0] for k in keys if k.split(":")[0] not in provenance] == [
         "key run.checkpoint_dir", "key run.log", "key run.save_every"]
 
@@ -259,7 +259,7 @@ def test_a_full_disk_under_the_log_saves_the_steps_first(data, tmp_path, mounted
     assert k == logged[-1] + 1, (k, logged)  # step K's record is the one that did not fit
     assert (f"--log {disk}/log.jsonl: cannot write to the log: No space left on device; the run stops (its log would "
             f"be incomplete); continue from {ckpt}/step_{k}.bin with: {os.path.join(ROOT, BIN)} --resume "
-            f"{ckpt}/step_{k}.bin") in proc.stderr, proc.stderr
+            f"{ckpt}/step_{k}.bin --log {disk}/log.jsonl") in proc.stderr, proc.stderr  # (a log outside: named)
     # room again (the log copied off the full disk): the resume goes on in the log, after the
     # record the disk cut short, which stays a line of its own
     log = tmp_path / "log.jsonl"

@@ -126,6 +126,7 @@ public:
             }
             check_checkpoint_dir();
             lock_outputs();
+            check_log_is_this_runs();
             prepare_run_dir();
             check_earlier_run_kept();
         }
@@ -367,31 +368,62 @@ private:
         }
         struct stat st;  // (a log that is a device or a pipe, e.g. /dev/null, is nobody's file)
         if (!o.log_path.empty() && (stat(o.log_path.c_str(), &st) != 0 || S_ISREG(st.st_mode))) {
-            const size_t slash = o.log_path.find_last_of('/');  // (DIR/.NAME.lock: hidden, as DIR/.lock)
-            const std::string lock = slash == std::string::npos ? "." + o.log_path + ".lock"
-                                                                : o.log_path.substr(0, slash + 1) + "." + o.log_path.substr(slash + 1) + ".lock";
+            // (DIR/.NAME.lock, hidden as DIR/.lock, beside the file the name leads to: a symlink
+            // b -> a takes a's lock)
+            const std::string real = resolved_path(o.log_path);
+            const size_t slash = real.find_last_of('/');
+            const std::string lock = real.substr(0, slash + 1) + "." + real.substr(slash + 1) + ".lock";
             OutputLocks::take(lock, "--log " + o.log_path, holder);
         }
     }
 
-    // A fresh run does not replace an earlier run's work unless --overwrite 1: the final.bin in its
-    // --checkpoint-dir (a checkpoint is hours of work), or its --log (a log is one run's: written
-    // anew, the earlier run's records would be gone, and a directory would hold the checkpoints of
-    // one run beside the log of another). An empty file is nobody's log.
+    // A fresh run does not replace an earlier run's work unless --overwrite 1: any checkpoint in its
+    // --checkpoint-dir (a checkpoint is hours of work; a stopped or killed run's step_K.bin as much as
+    // a finished run's final.bin: a fresh run's saves of the same steps would replace them), or its
+    // --log (a log is one run's: written anew, the earlier run's records would be gone, and a
+    // directory would hold the checkpoints of one run beside the log of another). An empty file is
+    // nobody's log. (A killed run's lock file is no run: the lock was taken before this, and the
+    // checkpoints are looked at whatever lock files lie beside them.)
     void check_earlier_run_kept() const {
         if (checkpoint != nullptr || o.overwrite != 0 || rank != 0) { return; }
-        if (o.steps > 0 && !o.checkpoint_dir.empty() && is_file(o.checkpoint_dir + "/final.bin")) {
-            fatal("--checkpoint-dir %s holds a final.bin already (an earlier run's): this run would replace it. Give "
-                  "another --checkpoint-dir, or --overwrite 1 to replace it", o.checkpoint_dir.c_str());
-        }
+        const std::string newest = o.steps == 0 || o.checkpoint_dir.empty() ? "" : newest_checkpoint(o.checkpoint_dir);
         struct stat st;
-        if (o.log_path.empty() || stat(o.log_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) { return; }
-        // (its checkpoint, if --checkpoint-dir holds one: a resume takes the log from the file and goes on in it)
-        const std::string newest = o.checkpoint_dir.empty() || o.steps == 0 ? "" : newest_checkpoint(o.checkpoint_dir);
-        const std::string resume = newest.empty() ? "Give" : "Continue that run with: " + shell_word(o.program) + " --resume " +
-                                                                 shell_word(newest) + "; or give";
-        fatal("--log %s holds the log of an earlier run: this run would replace it (a log is one run's). %s another "
-              "--log, or --overwrite 1 to replace it", o.log_path.c_str(), resume.c_str());
+        if (!o.log_path.empty() && stat(o.log_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+            // (its checkpoint, if --checkpoint-dir holds one: a resume goes on in this log)
+            const std::string resume = newest.empty() ? "Give" : "Continue that run with: " + shell_word(o.program) +
+                                                                     " --resume " + shell_word(newest) +
+                                                                     outputs_outside(o.checkpoint_dir) + "; or give";
+            fatal("--log %s holds the log of an earlier run: this run would replace it (a log is one run's). %s another "
+                  "--log, or --overwrite 1 to replace it", o.log_path.c_str(), resume.c_str());
+        }
+        if (!newest.empty()) {
+            fatal("--checkpoint-dir %s holds a checkpoint of an earlier run (%s): this run would replace its checkpoints. "
+                  "Continue that run with: %s --resume %s; or give another --checkpoint-dir, or --overwrite 1 to "
+                  "replace them", o.checkpoint_dir.c_str(), newest.substr(o.checkpoint_dir.size() + 1).c_str(),
+                  shell_word(o.program).c_str(), shell_word(o.checkpoint_dir).c_str());
+        }
+    }
+
+    // A resume appends to its --log only when the log is this run's: its first line is a run's
+    // record with this run's id (a log from before run ids: any run's record). Another run's log
+    // (a copy resumed where a run of the same name lies, a --log given by mistake) or a file that
+    // is no log at all (a shell's start-up file a crafted checkpoint names) is refused untouched.
+    void check_log_is_this_runs() const {
+        struct stat st;
+        if (checkpoint == nullptr || model.steps_done() == 0 || rank != 0 || o.log_path.empty() ||
+            stat(o.log_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+            return;
+        }
+        const LogOwner owner = log_owner(o.log_path);
+        if (!owner.is_log) {
+            fatal("--log %s is not a run's log (its first line is no {\"run\": ...} record): a resume appends only to "
+                  "its own run's log. Give another --log", o.log_path.c_str());
+        }
+        if (!owner.id.empty() && owner.id != o.record.id) {
+            fatal("--log %s is the log of another run (run id %s; %s is of run %s): a resume appends only to its own "
+                  "run's log. Give another --log", o.log_path.c_str(), owner.id.c_str(), checkpoint->path().c_str(),
+                  o.record.id.c_str());
+        }
     }
 
     // At the end: what the run directory holds.
@@ -809,7 +841,19 @@ private:
         const std::string launcher = world > 1 ? "mpirun -np " + std::to_string(world) + " " : "";
         const std::string newest = newest_checkpoint_path();
         const bool in_run_dir = !o.run_dir.empty() && newest.rfind(o.run_dir + "/", 0) == 0;
-        return launcher + shell_word(o.program) + " --resume " + shell_word(in_run_dir ? o.run_dir : newest);
+        return launcher + shell_word(o.program) + " --resume " + shell_word(in_run_dir ? o.run_dir : newest) +
+               outputs_outside(newest.find('/') == std::string::npos ? "." : newest.substr(0, newest.find_last_of('/')));
+    }
+    // The flags that name this run's outputs outside `dir` (where its checkpoint lies): a resume
+    // takes from the file only the places inside it (llmc/train/resume.h check_saved_output_places).
+    std::string outputs_outside(const std::string& dir) const {
+        const std::string tree = resolved_path(dir);
+        auto outside = [&](const std::string& p) { return !p.empty() && !path_inside(resolved_path(p), tree); };
+        std::string flags;
+        const bool run_dir = outside(o.run_dir);
+        if (run_dir) { flags += " --run-dir " + shell_word(o.run_dir); }
+        if (outside(o.log_path) && !(run_dir && o.log_path == o.run_dir + "/log.jsonl")) { flags += " --log " + shell_word(o.log_path); }
+        return flags;
     }
     // What a stop without saving loses during step `step` (or once it is done).
     std::string lost_since_last_save(long step) const {
