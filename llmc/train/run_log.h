@@ -171,7 +171,8 @@ private:
 // none of the good ones is pruned for it). A loss that falls leaves the median above the latest
 // values, so the guard is lenient where losses move fast; healthy runs' spikes stay well under 2x
 // (the loss is a cross-entropy: a model that has learnt anything is far from K times worse).
-// The median of the last `window` values; the first value has none and passes. K = 0: off.
+// The median of the last `window` values; the first value of a run has none and passes (a
+// resume's first is checked against the saved run's window: text/restore). K = 0: off.
 class DivergenceGuard {
 public:
     DivergenceGuard(double factor, int window) : factor_(factor), window_(window) {}
@@ -196,6 +197,29 @@ public:
         recent_.push_back(value);
         if ((int)recent_.size() > window_) { recent_.erase(recent_.begin()); }
         return why;
+    }
+
+    // The window as text (the values, shortest round-trip, comma-separated) and back: a checkpoint
+    // keeps it, so that a resume checks its first step against the steps before it (an empty
+    // window passes any value, and the next ones are measured against that one). Returns false
+    // for text that is not such a list.
+    std::string text() const {
+        std::string out;
+        for (double v : recent_) { out += (out.empty() ? "" : ",") + shortest_real_text(v); }
+        return out;
+    }
+    bool restore(const std::string& text) {
+        recent_.clear();
+        for (size_t at = 0; at < text.size();) {
+            size_t end = text.find(',', at);
+            if (end == std::string::npos) { end = text.size(); }
+            double v;
+            if (!parse_finite_real(text.substr(at, end - at).c_str(), &v)) { return false; }
+            recent_.push_back(v);
+            at = end + 1;
+        }
+        while ((int)recent_.size() > window_) { recent_.erase(recent_.begin()); }
+        return true;
     }
 
 private:

@@ -214,6 +214,7 @@ private:
     double last_val_loss = 0.0;                    // the last validation's loss (a checkpoint's run.val_loss)
     long last_val_step = -1;                       // and after how many steps (-1: none in this run yet)
     std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
+    std::pair<int64_t, int64_t> step_shard{-1, -1};  // the shard of this step's first row, and of the step before
     Timer since_save;                              // since the last checkpoint (or the first step): --save-minutes
     std::string timed_save;                        // the path of the last save --save-minutes made, until a newer one
 
@@ -482,6 +483,12 @@ private:
                          checkpoint->uint64("resume.data_fingerprint")};
         train_loader->set_position(pos);
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
+        // the guard goes on with the saved run's recent losses: its first step is checked as any other
+        for (auto [key, g] : {std::make_pair("resume.loss_window", &loss_guard), std::make_pair("resume.val_window", &val_guard)}) {
+            if (checkpoint->has_key(key) && !g->restore(checkpoint->str(key))) {
+                checkpoint->fail("%s '%s' is not a list of finite losses", key, checkpoint->str(key).c_str());
+            }
+        }
         // the last validation goes on into the checkpoints (as in the run that went on), and a
         // step file of this directory with a finite one is the one --keep-last keeps
         if (checkpoint->has_key("run.val_loss") && checkpoint->has_key("run.val_step")) {
@@ -591,6 +598,8 @@ private:
                                    {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
                                    {"resume.data_shards", std::to_string(train_loader->num_shards())},
                                    {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
+                                   {"resume.loss_window", loss_guard.text()},
+                                   {"resume.val_window", val_guard.text()},
                                    {"run.ranks", std::to_string(world)},
                                    {"run.precision", PRECISION_NAME}});
         std::vector<std::pair<std::string, std::string>> record =
@@ -759,6 +768,7 @@ private:
     void micro_batch(int micro, std::vector<double>& group_loss) {
         DataLoader& train = *train_loader;
         train.next_batch();
+        if (micro == 0) { step_shard = {train.batch_shard(), step_shard.first}; }
         // each micro-batch's loss is a mean over its own counted targets (as llm.c); over
         // several ranks, over the targets of all ranks' rows: the optimizer's sum over ranks of
         // this gradient is then one rank's gradient of world x B rows
@@ -786,13 +796,25 @@ private:
     // --spike-guard: stops the run (before anything of this step is saved) when `value` is a
     // divergence (DivergenceGuard), naming the step and the checkpoint to go back to. Every rank
     // sees the same value (the losses are over all ranks), so all stop here.
+    // A finite jump may be the data's (the training data turning to a shard of another corpus):
+    // where the step read another shard than the one before, the stop says so ("stopped by the
+    // guard", which the study runner retries rather than files as diverged), and how to pass it.
     void guard(DivergenceGuard& g, long step, const char* what, double value, const char* window) {
         const std::string why = g.check(value);
         if (why.empty()) { return; }
         std::string tensor = std::isfinite(value) ? "" : model.first_nonfinite_tensor();
         const std::string detail = std::isfinite(value) ? why + " " + window : why;
-        fatal("step %ld: %s is %g (%s; --spike-guard %g): the run diverged; stopped before saving%s%s%s",
-              step, what, value, detail.c_str(), o.spike_guard,
+        std::string verdict = "the run diverged";
+        const auto [now, before] = step_shard;
+        if (std::isfinite(value) && &g == &loss_guard && now >= 0 && before >= 0 && now != before) {
+            verdict = "stopped by the guard where the data changes (this step read " + train_loader->shards()[now].path +
+                      ", the step before " + train_loader->shards()[before].path + "): a divergence, or the new data's " +
+                      "loss; if it is the data's (a shard of another corpus), pass it with --spike-guard 0";
+        } else if (std::isfinite(value)) {
+            verdict += " (a jump that is the data's, a shard of another corpus, passes with --spike-guard 0)";
+        }
+        fatal("step %ld: %s is %g (%s; --spike-guard %g): %s; stopped before saving%s%s%s",
+              step, what, value, detail.c_str(), o.spike_guard, verdict.c_str(),
               tensor.empty() ? "" : (" (first non-finite: " + tensor + ")").c_str(),
               last_saved.empty() ? "" : "; the last checkpoint written is ",
               last_saved.empty() ? "" : (last_saved + " (step " + std::to_string(last_saved_step) + ")").c_str());
