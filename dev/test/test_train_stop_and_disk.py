@@ -294,6 +294,28 @@ def test_a_log_pipe_that_closes_saves_the_steps_first(data, tmp_path):
     assert resumes_to_the_straight_end(data, tmp_path, ckpt, k, LONG)
 
 
+@needs_mpi
+def test_a_log_pipe_that_closes_saves_the_steps_first_on_two_ranks(data, tmp_path):
+    # (issue 53: over several ranks rank 0 stopped at once, saving nothing: the save is a collective)
+    ckpt, fifo = tmp_path / "ckpt", tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([MPIRUN, "-np", "2", os.path.join(ROOT, BIN)]
+                            + [str(x) for x in args(data, ckpt, LONG) + ["--log", fifo, "--run-dir="]],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(fifo) as reader:
+        for line in reader:
+            if '"loss"' in line and json.loads(line)["step"] == 3:
+                break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0, (out, err)
+    (k,) = step_files(ckpt)  # every rank saved the step in which rank 0's write failed
+    assert 3 <= k < LONG and "cannot write to the log: Broken pipe; the run stops" in err, err
+    assert (f"; continue from {ckpt}/step_{k}.bin with: mpirun -np 2 {os.path.join(ROOT, BIN)} --resume "
+            f"{ckpt}/step_{k}.bin --log {fifo}") in err, err
+    resumed = run(["--resume", ckpt / f"step_{k}.bin", "--log", tmp_path / "rest.jsonl"], ranks=2)
+    assert resumed.returncode == 0 and (ckpt / "final.bin").exists()
+
+
 def test_timed_saves_bound_what_kill_9_loses(data, tmp_path):
     ckpt = tmp_path / "ckpt"
     every_step = ["--save-minutes", "1e-9"]  # (each step ends that long after the last save)

@@ -64,6 +64,11 @@ inline std::string json_with_null_for_nonfinite(const std::string& record) {
 class LogFile {
 public:
     std::function<std::string(const std::string& why)> on_failure;
+    // Over several ranks the save cannot start where a write fails (rank 0 alone writes the log;
+    // a checkpoint is a collective): when `deferred`, a failed record is kept (failure()) and
+    // the run goes on to the step's end, where every rank saves and stops (llmc/train/training.h).
+    bool deferred = false;
+    const std::string& failure() const { return failure_; }
     LogFile() = default;
     LogFile(const LogFile&) = delete;
     LogFile& operator=(const LogFile&) = delete;
@@ -89,6 +94,7 @@ public:
     bool is_open() const { return file_ != nullptr; }
     // One JSON record (without the newline).
     void record(const std::string& json) {
+        if (file_ == nullptr) { return; }  // (a deferred failure closed it)
         const std::string line = json_with_null_for_nonfinite(json) + "\n";
         if (fwrite(line.data(), 1, line.size(), file_) != line.size() || fflush(file_) != 0) { failed("write to"); }
     }
@@ -104,11 +110,15 @@ public:
     }
 
 private:
-    [[noreturn]] void failed(const char* what) {
+    void failed(const char* what) {
         const int err = errno;
         if (file_ != nullptr) { fclose(file_); }
         file_ = nullptr;
         std::string why = "--log " + path_ + ": cannot " + what + " the log: " + strerror(err);
+        if (deferred) {
+            failure_ = why;
+            return;
+        }
         std::string after;
         if (on_failure) {
             const auto save = std::move(on_failure);
@@ -118,6 +128,7 @@ private:
         fatal("%s; the run stops (its log would be incomplete)%s", why.c_str(), after.c_str());
     }
     std::string path_;
+    std::string failure_;
     FILE* file_ = nullptr;
 };
 

@@ -180,6 +180,7 @@ public:
                        "without final.bin)", "stopped before final.bin; " + lost_since_last_save(o.steps));
         evaluate_and_sample(o.steps);
         save("final.bin");
+        if (world > 1 && (int)comm->max(log.failure().empty() ? 0.0 : 1.0) != 0) { stop_for_the_log(o.steps); }
         print_run_dir();
         return 0;
     }
@@ -760,6 +761,7 @@ private:
         if (first_step == 0) { save_milestones(0); }
         since_save = Timer();
         log.on_failure = [this](const std::string& why) { return save_before_log_stop(why); };
+        log.deferred = world > 1;
         arm_stop_signals(world > 1);
     }
 
@@ -899,13 +901,35 @@ private:
         set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
     }
 
+    // Over several ranks, after a step in which rank 0 could not write the log: every rank saves
+    // the step, then the run stops as a one-rank run does at once (save_before_log_stop), naming the
+    // log and the command that continues.
+    [[noreturn]] void stop_for_the_log(long done) {
+        if (!o.checkpoint_dir.empty() && last_saved_step != done && done > first_step) {
+            if (rank == 0) { printf("%s: saving step %ld before the run stops\n", log.failure().c_str(), done); }
+            save("step_" + std::to_string(done) + ".bin");
+        }
+        comm->barrier();  // (no rank leaves before rank 0 has renamed the file into place)
+        if (rank != 0) { exit(EXIT_FAILURE); }  // (rank 0 says why)
+        const std::string newest = newest_checkpoint_path();
+        fatal("%s; the run stops (its log would be incomplete)%s", log.failure().c_str(),
+              o.checkpoint_dir.empty() ? "; nothing was saved (no --checkpoint-dir)"
+              : done == o.steps        ? "; the training is done: final.bin is whole"
+              : newest.empty()         ? ""
+                                       : ("; continue from " + newest + " with: " + continue_command()).c_str());
+    }
+
     // On SIGINT/SIGTERM/SIGHUP before the last step: checkpoint here; returns the exit status, 128 +
     // the signal (0: go on). Over several ranks all stop after the same step (the checkpoint is
     // a collective): a signal any rank has seen counts for all. Every rank returns only once rank
     // 0 has renamed the file into place: a launcher ends the whole job when its first rank exits
     // with a non-zero status, and would kill rank 0 in the middle of the write.
     int stop_if_signalled(long done) {
-        const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
+        // (with it, over several ranks, whether rank 0's log failed: LogFile::deferred; 1000 + ...)
+        const bool log_failed = !log.failure().empty();
+        const int seen = world > 1 ? (int)comm->max((double)stop_signal() + (log_failed ? 1000.0 : 0.0)) : stop_signal();
+        if (seen >= 1000) { stop_for_the_log(done); }
+        const int stop = seen;
         if (stop == 0 || done >= o.steps) { return 0; }
         if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
         // the command continues the run to its outputs as it stands: a resume restores them
