@@ -406,13 +406,14 @@ private:
         }
     }
 
-    // A resume appends to its --log only when the log is this run's: its first line is a run's
-    // record with this run's id (a log from before run ids: any run's record). Another run's log
+    // A resume appends to its --log only when the log is this run's (or, from a step-0 checkpoint,
+    // writes it anew): its first line is a run's record with this run's id (a log from before run
+    // ids: any run's record). Another run's log
     // (a copy resumed where a run of the same name lies, a --log given by mistake) or a file that
     // is no log at all (a shell's start-up file a crafted checkpoint names) is refused untouched.
     void check_log_is_this_runs() const {
         struct stat st;
-        if (checkpoint == nullptr || model.steps_done() == 0 || rank != 0 || o.log_path.empty() ||
+        if (checkpoint == nullptr || rank != 0 || o.log_path.empty() ||
             stat(o.log_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
             return;
         }
