@@ -180,7 +180,7 @@ public:
                        "without final.bin)", "stopped before final.bin; " + lost_since_last_save(o.steps));
         evaluate_and_sample(o.steps);
         save("final.bin");
-        if (world > 1 && (int)comm->max(log.failure().empty() ? 0.0 : 1.0) != 0) { stop_for_the_log(o.steps); }
+        if (world > 1 && (int)comm->max(log.failure().empty() ? 0.0 : 1.0) != 0) { stop_for_the_log(o.steps, true); }
         print_run_dir();
         return 0;
     }
@@ -905,7 +905,7 @@ private:
     // Over several ranks, after a step in which rank 0 could not write the log: every rank saves
     // the step, then the run stops as a one-rank run does at once (save_before_log_stop), naming the
     // log and the command that continues.
-    [[noreturn]] void stop_for_the_log(long done) {
+    [[noreturn]] void stop_for_the_log(long done, bool finished = false) {
         if (!o.checkpoint_dir.empty() && last_saved_step != done && done > first_step) {
             if (rank == 0) { printf("%s: saving step %ld before the run stops\n", log.failure().c_str(), done); }
             save("step_" + std::to_string(done) + ".bin");
@@ -915,7 +915,7 @@ private:
         const std::string newest = newest_checkpoint_path();
         fatal("%s; the run stops (its log would be incomplete)%s", log.failure().c_str(),
               o.checkpoint_dir.empty() ? "; nothing was saved (no --checkpoint-dir)"
-              : done == o.steps        ? "; the training is done: final.bin is whole"
+              : finished               ? "; the training is done: final.bin is whole"
               : newest.empty()         ? ""
                                        : ("; continue from " + newest + " with: " + continue_command()).c_str());
     }
