@@ -790,6 +790,10 @@ def runs_section(r):
     diverged = [d for d in r.data if d.state == "diverged"]
     if diverged:
         md += ["Diverged: " + "; ".join(f"`{d.run.id}` at step {d.status.get('step')}" for d in diverged) + ".", ""]
+    guarded = [d for d in r.data if d.state == "guard"]
+    if guarded:  # (a finite loss jump: a divergence, or the data's; not counted as diverged)
+        md += ["Stopped by the guard (a loss jump; `--spike-guard 0` in the arm's flags passes it, running again "
+               "retries): " + "; ".join(f"`{d.run.id}` at step {d.status.get('step')}" for d in guarded) + ".", ""]
     return md
 
 

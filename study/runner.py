@@ -15,7 +15,7 @@ plots (study/report.py). The file format (study/spec.py reads it) is in doc/stud
 
 Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
 log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
-({"state": "done" | "diverged" | "failed" | "interrupted", ...}) once the trainer has exited; and for each
+({"state": "done" | "diverged" | "guard" | "failed" | "interrupted", ...}) once the trainer has exited; and for each
 evaluation the study asks of a finished run (post_evals: `--steps 0 --init-from final.bin`:
 [study.context_eval], skip_eval) eval_NAME.jsonl (its log), eval_NAME.log (its output) and
 eval_NAME.json (written when it succeeded: its flags, so that it is not run again).
@@ -424,6 +424,9 @@ def execute(study, run, position, total, eta, pending):
         # (an attempt that saved no checkpoint: the run starts over, and the trainer refuses to
         # write a fresh run's log over an earlier one)
         os.remove(os.path.join(run.dir, "log.jsonl"))
+    if not resume:  # (nor a fresh run into a directory that holds an earlier attempt's milestones)
+        for path in glob.glob(os.path.join(run.dir, "ckpt", "milestone_*.bin")):
+            os.remove(path)
     cmd = run_command(study, run, resume)
     with open(os.path.join(run.dir, "command.txt"), "w") as f:
         f.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
@@ -457,6 +460,12 @@ def execute(study, run, position, total, eta, pending):
         return "done"
     last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {rc}"
     sys.stderr.write(f"{tag} {last}\n")
+    if "stopped by the guard" in stderr:
+        # (a loss jump, finite: a divergence, or the data's; not a final state: running again retries
+        # it, and --spike-guard 0 in the arm's flags passes it)
+        m = re.search(r"step (\d+):", stderr)
+        write_status(run, "guard", step=int(m.group(1)) if m else None, message=last)
+        return "guard"
     if "diverged" in stderr:
         m = re.search(r"step (\d+):", stderr)
         write_status(run, "diverged", step=int(m.group(1)) if m else None, message=last)
@@ -550,10 +559,15 @@ def cmd_run(args):
         print(f"study {study.name}: evaluations failed: {', '.join(evals_failed)} (running again retries them)")
     failed = [r for r, state in outcome.items() if state == "failed"]
     diverged = [r for r, state in outcome.items() if state == "diverged"]
-    print(f"study {study.name}: {len(outcome) - len(failed) - len(diverged)} runs done, {len(diverged)} diverged"
-          + (f" ({', '.join(diverged)})" if diverged else "") + f", {len(failed)} failed"
+    guarded = [r for r, state in outcome.items() if state == "guard"]
+    print(f"study {study.name}: {len(outcome) - len(failed) - len(diverged) - len(guarded)} runs done, "
+          f"{len(diverged)} diverged" + (f" ({', '.join(diverged)})" if diverged else "")
+          + (f", {len(guarded)} stopped by the guard ({', '.join(guarded)}: a loss jump, a divergence or the data's; "
+             "see their stderr.log; --spike-guard 0 in the arm's flags passes it; running again retries them)"
+             if guarded else "")
+          + f", {len(failed)} failed"
           + (f" ({', '.join(failed)}: see their stderr.log; running again retries them)" if failed else ""))
-    return 1 if failed or evals_failed else 0
+    return 1 if failed or guarded or evals_failed else 0
 
 
 def continue_command(args):

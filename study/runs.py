@@ -3,7 +3,7 @@ runs.py: what a study run's directory holds, read (and its status written) for
 study/runner.py, which runs studies, and the reports (study/report.py, study/ladder_report.py:
 RunData, one run as they read it); a module of its own, so that neither side imports the other:
 
-  status.json   the runner's record of the run: {"state": "done" | "diverged" | "failed" | "interrupted", ...}
+  status.json   the runner's record of the run: {"state": "done" | "diverged" | "guard" | "failed" | "interrupted", ...}
   log.jsonl     the trainer's JSONL log (doc/formats.md "Training log")
   eval_NAME.jsonl, eval_NAME.json
                 an evaluation of the final checkpoint (study/runner.py post_evals): its log,

@@ -45,7 +45,7 @@ from study import spectra  # noqa: E402
 from study import runner as study  # noqa: E402
 from attnref import container, san  # noqa: E402
 from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
-from attnref.shards import ShardWriter, write_shard  # noqa: E402
+from attnref.shards import ShardWriter, read_shard, write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it
@@ -737,6 +737,44 @@ lr_other = 1e5
     assert rows["blowup"]["seeds"] == "0" and rows["blowup"]["val loss"] == "—"
     # counted, but one run a stack is too few for a verdict (study/findings.py: three at least)
     assert "**too few seeds (1).** diverged runs: with QK-norm 0 of 1, without 1 of 1" in report
+
+
+@needs_bin
+def test_a_guard_stop_where_the_data_changes_is_not_filed_as_diverged(toy_data, tmp_path):
+    """(issue 53) A run that the divergence guard stops where its training data turns to another
+    corpus (shard a: the toy documents for STEPS_ON_A steps, then shard b: random tokens) is
+    recorded as stopped by the guard (status "guard"), not as diverged: the summary and the report
+    list it apart, saying how to pass it, and the next `run` tries it again (a diverged run is
+    final)."""
+    steps_on_a, rows, seq = 10, 4, 32  # (write_study's batch and context)
+    (tmp_path / "g").mkdir()
+    toy = read_shard(str(toy_data / "toy_train_000000.bin"))
+    write_shard(str(tmp_path / "g" / "g_train_000000.bin"), toy[:steps_on_a * rows * seq + 1])
+    write_shard(str(tmp_path / "g" / "g_train_000001.bin"), np.random.default_rng(1).integers(10, VOCAB, size=4 * rows * seq + 1))
+    arms = f"""
+[[arm]]
+name = "switch"
+preset = "tiny"
+flags = ["--train-data", "{tmp_path}/g/g_train_*.bin", "--shuffle", "0", "--spike-window", "4"]
+lr = 0.03
+lr_other = 0.03
+"""
+    path = write_study(tmp_path / "toy.toml", tmp_path / "out", toy_data, arms=arms, findings="")
+    text = open(path).read()  # (longer than write_study's 6 steps: shard a, then into shard b)
+    open(path, "w").write(text.replace("\nsteps = 6\n", f"\nsteps = {steps_on_a + 2}\n"))
+    proc = study_cmd("run", path, "--binary", BIN)
+    run_id = "switch_lr0.03_lo0.03_s7"
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"0 diverged, 1 stopped by the guard ({run_id}: a loss jump" in proc.stdout, proc.stdout + proc.stderr
+    assert "--spike-guard 0 in the arm's flags passes it" in proc.stdout
+    status = json.load(open(tmp_path / "out" / "runs" / run_id / "status.json"))
+    assert status["state"] == "guard" and status["step"] == steps_on_a + 1, status
+    assert "stopped by the guard where the data changes" in status["message"]
+    assert study.main(["report", path, "--binary", BIN]) == 0
+    report = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert f"Stopped by the guard (a loss jump; `--spike-guard 0` in the arm's flags passes it" in report
+    assert "Diverged:" not in report
+    assert "1 to run now" in study_cmd("run", path, "--binary", BIN).stdout  # tried again
 
 
 def test_qk_norm_finding_without_a_divergence_judges_instability():

@@ -246,7 +246,7 @@ def test_training_is_untouched(runs):
         for k in tensors_w:
             assert np.array_equal(tensors_w[k], tensors_n[k]), k
         # (where each run wrote, and what made it: not a number of it)
-        outputs = ("run.train_doc_", "run.log", "run.checkpoint_dir", "run.command", "run.config", "run.started")
+        outputs = ("run.train_doc_", "run.log", "run.checkpoint_dir", "run.command", "run.config", "run.started", "run.id")
         assert ({k: v for k, v in meta_w.items() if not k.startswith(outputs)}
                 == {k: v for k, v in meta_n.items() if not k.startswith(outputs)})
         assert meta_w["run.train_doc_eval"] == str(N) and meta_w["run.train_doc_seed"] == str(SEED)

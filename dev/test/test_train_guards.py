@@ -12,14 +12,23 @@ TRAIN_SAN_FP32_BIN, which `make test` sets: the diverging runs below need its ex
   "nonfinite": true (every line parses as strict JSON, and study/runs.py reads the
   record), --keep-last 1 keeps step_2.bin (the newest with a finite validation loss) beside
   step_4.bin, and --resume DIR passes over step_4.bin for step_2.bin, saying so.
-Cost: 6 runs of a few tiny-preset steps, ~2 s."""
+- (issue 53) A resume checks its first step against the saved run's recent losses (the
+  checkpoint keeps the guard's window): resumed from the step_1.bin above, it stops at step 2
+  as the run did (it used to start with an empty window and train on from the blown-up weights).
+- A healthy run whose training data turns to another corpus (a shard of random tokens after the
+  patterns, --shuffle 0) is stopped by the guard where the data changes, naming both shards and
+  how to pass it (--spike-guard 0, with which it runs to its end).
+Cost: 11 runs of a few tiny-preset steps, ~4 s."""
 import json
 import os
 import sys
 
 import pytest
 
-from trainer_cli import ROOT, run_binary, write_pattern_corpus
+import numpy as np
+
+from attnref.shards import read_shard, write_shard
+from trainer_cli import ROOT, VOCAB, run_binary, write_pattern_corpus
 from study import runs as run_files  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
@@ -52,6 +61,38 @@ def test_a_training_loss_spike_stops_before_saving(data, tmp_path):
     assert "error: step 2: the training loss is " in proc.stderr and "the run diverged" in proc.stderr
     assert f"stopped before saving; the last checkpoint written is {tmp_path}/step_1.bin (step 1)" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_1.bin"]
+
+
+def test_the_first_step_after_a_resume_is_checked(data, tmp_path):
+    # (issue 53: a resume began with an empty window, so a run resumed from step_1.bin of the run above
+    # trained on from its blown-up weights: every step after it passed the guard, exit 0)
+    assert run(args(data) + ["--lr", "1e3", "--save-every", "1", "--checkpoint-dir", tmp_path]).returncode == 1
+    proc = run(["--resume", tmp_path])
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "error: step 2: the training loss is " in proc.stderr and "the run diverged" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_1.bin"]
+
+
+STEPS_ON_A, ROWS, T = 13, 8, 64  # (the tiny preset's context)
+
+
+def test_a_loss_jump_where_the_data_changes_says_how_to_pass_it(tmp_path):
+    # a healthy run whose training data turns to another corpus: shard a (the toy patterns, exactly
+    # STEPS_ON_A batches of ROWS windows of T + 1 tokens) in order, then shard b (random tokens)
+    write_pattern_corpus(tmp_path, {"patterns": 400})
+    a_tokens = read_shard(str(tmp_path / "patterns.bin"))[:STEPS_ON_A * ROWS * T + 1]
+    write_shard(str(tmp_path / "a_train_000000.bin"), a_tokens)
+    write_shard(str(tmp_path / "b_train_000001.bin"), np.random.default_rng(1).integers(3, VOCAB, size=4 * ROWS * T + 1))
+    # (at this rate the patterns' loss falls to ~1.2 over shard a, and shard b's first step is at ~6.6: ~4.8 x)
+    a = ["--preset", "tiny", "--train-data", tmp_path / "*_train_*.bin", "--sample-tokens", "0", "--optimizer", "adamw",
+         "--lr", "0.01", "--lr-other", "0.01", "--shuffle", "0", "--batch-size", ROWS, "--spike-window", "8",
+         "--steps", STEPS_ON_A + 4]
+    proc = run(a)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert (f"error: step {STEPS_ON_A + 1}: the training loss is " in proc.stderr and "stopped by the guard where the "
+            f"data changes (this step read {tmp_path}/b_train_000001.bin, the step before {tmp_path}/a_train_000000.bin)"
+            in proc.stderr and "pass it with --spike-guard 0" in proc.stderr), proc.stderr
+    assert run(a + ["--spike-guard", "0"]).returncode == 0
 
 
 # (AdamW at 1e6: the training loss stays at ~5.52, but the validation loss after step 4 is NaN)

@@ -141,8 +141,8 @@ def test_a_save_changes_nothing_of_the_run(data, tmp_path):
     # the files differ in run.save_every and the outputs' places alone, which the comparison leaves out
     assert state_differences(tmp_path / "plain" / "final.bin", tmp_path / "saving" / "final.bin") == []
     keys = ckpt_diff.differences(tmp_path / "plain" / "final.bin", tmp_path / "saving" / "final.bin", all_keys=True)
-    # (and in the provenance of each run: its command line, its config, its start time)
-    provenance = {"key run.command", "key run.config", "key run.started"}
+    # (and in the provenance of each run: its command line, its config, its start time, its id)
+    provenance = {"key run.command", "key run.config", "key run.started", "key run.id"}
     assert [k.split(":")[0] for k in keys if k.split(":")[0] not in provenance] == [
         "key run.checkpoint_dir", "key run.log", "key run.save_every"]
 
@@ -259,7 +259,7 @@ def test_a_full_disk_under_the_log_saves_the_steps_first(data, tmp_path, mounted
     assert k == logged[-1] + 1, (k, logged)  # step K's record is the one that did not fit
     assert (f"--log {disk}/log.jsonl: cannot write to the log: No space left on device; the run stops (its log would "
             f"be incomplete); continue from {ckpt}/step_{k}.bin with: {os.path.join(ROOT, BIN)} --resume "
-            f"{ckpt}/step_{k}.bin") in proc.stderr, proc.stderr
+            f"{ckpt}/step_{k}.bin --log {disk}/log.jsonl") in proc.stderr, proc.stderr  # (a log outside: named)
     # room again (the log copied off the full disk): the resume goes on in the log, after the
     # record the disk cut short, which stays a line of its own
     log = tmp_path / "log.jsonl"
@@ -292,6 +292,28 @@ def test_a_log_pipe_that_closes_saves_the_steps_first(data, tmp_path):
     assert k >= 3 and f"cannot write to the log: Broken pipe; the run stops" in err, err
     assert f"; continue from {ckpt}/step_{k}.bin with: " in err, err
     assert resumes_to_the_straight_end(data, tmp_path, ckpt, k, LONG)
+
+
+@needs_mpi
+def test_a_log_pipe_that_closes_saves_the_steps_first_on_two_ranks(data, tmp_path):
+    # (issue 53: over several ranks rank 0 stopped at once, saving nothing: the save is a collective)
+    ckpt, fifo = tmp_path / "ckpt", tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([MPIRUN, "-np", "2", os.path.join(ROOT, BIN)]
+                            + [str(x) for x in args(data, ckpt, LONG) + ["--log", fifo, "--run-dir="]],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(fifo) as reader:
+        for line in reader:
+            if '"loss"' in line and json.loads(line)["step"] == 3:
+                break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0, (out, err)
+    (k,) = step_files(ckpt)  # every rank saved the step in which rank 0's write failed
+    assert 3 <= k < LONG and "cannot write to the log: Broken pipe; the run stops" in err, err
+    assert (f"; continue from {ckpt}/step_{k}.bin with: mpirun -np 2 {os.path.join(ROOT, BIN)} --resume "
+            f"{ckpt}/step_{k}.bin --log {fifo}") in err, err
+    resumed = run(["--resume", ckpt / f"step_{k}.bin", "--log", tmp_path / "rest.jsonl"], ranks=2)
+    assert resumed.returncode == 0 and (ckpt / "final.bin").exists()
 
 
 def test_timed_saves_bound_what_kill_9_loses(data, tmp_path):

@@ -520,6 +520,9 @@ public:
     // of the data up to the N-th kept; DocDraw::Uniform: all of them)
     int64_t num_documents_visited() const { return num_documents_visited_; }
     size_t num_shards() const { return shards_.size(); }
+    // the shard this process's first row of the last batch came from (-1: whole documents, or none
+    // yet): where the data changes corpus, the divergence guard says so (llmc/train/training.h)
+    int64_t batch_shard() const { return batch_shard_; }
     const std::vector<ShardInfo>& shards() const { return shards_; }
 
     DataPosition position() const { return DataPosition{epoch_, step_, fingerprint_}; }
@@ -558,6 +561,7 @@ public:
     // step, then advances (to the next epoch after its last step).
     void next_batch() {
         int64_t base = step_ * (int64_t)B * cfg_.nproc + (int64_t)cfg_.rank * B;
+        batch_shard_ = -1;
         for (int b = 0; b < B; b++) {
             size_t o = (size_t)b * (T + 1);
             if (cfg_.whole_documents) {
@@ -567,6 +571,7 @@ public:
             int64_t sh, w;
             locate(base + b, &sh, &w);
             read_range(sh, w * T, T + 1, &tokens[o], &regions[o], &exercises[o]);
+            if (b == 0) { batch_shard_ = sh; }
         }
         for (int b = 0; b < B; b++) {
             const int32_t* row = &tokens[(size_t)b * (T + 1)];
@@ -805,6 +810,7 @@ private:
     int64_t num_documents_visited_ = 0;
     uint64_t fingerprint_ = 0;
     int64_t epoch_ = -1, step_ = 0;
+    int64_t batch_shard_ = -1;  // batch_shard()
     std::vector<int64_t> order_, cum_, perm_;
     int64_t perm_shard_ = -1, open_shard_ = -1;
     std::unique_ptr<CheckedFile> file_, rfile_, efile_;

@@ -82,8 +82,8 @@ inline void check_run_files(const TrainOptions& o) {
         size_t slash = o.log_path.find_last_of('/');
         std::string dir = slash == std::string::npos ? "." : o.log_path.substr(0, std::max<size_t>(slash, 1));
         struct stat st;
-        // (the --checkpoint-dir is made by the run itself, so a log inside it is fine)
-        const bool made_by_run = !o.checkpoint_dir.empty() && dir == o.checkpoint_dir;
+        // (the --checkpoint-dir and the --run-dir are made by the run itself, so a log inside either is fine)
+        const bool made_by_run = (!o.checkpoint_dir.empty() && dir == o.checkpoint_dir) || (!o.run_dir.empty() && dir == o.run_dir);
         if (!made_by_run && (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
             fatal("--log: no such directory '%s' (for the log '%s')", dir.c_str(), o.log_path.c_str());
         }

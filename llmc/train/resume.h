@@ -264,7 +264,8 @@ inline bool has_parent_step(const std::string& path) {
 // since, must not write over (and --keep-last prune) the run that happens to be at that path
 // now. So they are followed only when the checkpoint's directory is the saved checkpoint or run
 // directory, and never when they have a ".." component (text from a file must not lead out of
-// the tree); otherwise the resume is refused, saying what to give.
+// the tree), and only where they lie in the checkpoint's directory once resolved (no absolute
+// path, no symbolic link out); otherwise the resume is refused, saying what to give.
 inline void check_saved_output_places(const TensorFileReader& ckpt, const std::vector<std::pair<std::string, std::string>>& written) {
     if (written.empty()) { return; }
     const std::string& path = ckpt.path();
@@ -288,6 +289,18 @@ inline void check_saved_output_places(const TensorFileReader& ckpt, const std::v
               "moved since): resumed there it would write over whatever run is there now. Give this run's outputs "
               "with --run-dir DIR (e.g. --run-dir %s-resumed), or --checkpoint-dir and --log", path.c_str(),
               list.c_str(), shell_word(home).c_str());
+    }
+    // the checkpoint's own tree: text from a file never leads a write elsewhere, whether by an
+    // absolute path (a shell's start-up file, the original of a copied run) or by a symbolic link
+    // on the way: each place is resolved and must lie in the checkpoint's resolved directory
+    const std::string tree = resolved_path(home);
+    for (const auto& [flag, place] : written) {
+        const std::string real = resolved_path(place);
+        if (path_inside(real, tree)) { continue; }  // (an absolute path too, where it leads nowhere else)
+        fatal("--resume %s: the file names %s %s, which lies outside the checkpoint's directory %s%s: a resume writes "
+              "only where the checkpoint lies unless told. To continue there, give %s %s", path.c_str(), flag.c_str(),
+              place.c_str(), tree.c_str(), real == place ? "" : (" (it is " + real + ")").c_str(), flag.c_str(),
+              shell_word(place).c_str());
     }
 }
 
@@ -387,6 +400,11 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
     o.given = given;
     o.extend_to = extend_to;
     o.resume_override = override_;
+    // the saved run's id goes on (a file from before run ids: this run names itself)
+    o.record.id = ckpt.has_key("run.id") ? ckpt.str("run.id") : "";
+    if (o.record.id.size() > 32 || o.record.id.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        ckpt.fail("run.id '%s' is not a run id (hex digits)", o.record.id.c_str());
+    }
     long done = (long)ckpt.integer("step");
     if (done < 0) { ckpt.fail("step is %ld: a saved run has done 0 or more steps", done); }
     printf("resume: continuing the run saved in %s at step %ld of %ld (optimizer, schedule, steps and data settings "

@@ -64,6 +64,11 @@ inline std::string json_with_null_for_nonfinite(const std::string& record) {
 class LogFile {
 public:
     std::function<std::string(const std::string& why)> on_failure;
+    // Over several ranks the save cannot start where a write fails (rank 0 alone writes the log;
+    // a checkpoint is a collective): when `deferred`, a failed record is kept (failure()) and
+    // the run goes on to the step's end, where every rank saves and stops (llmc/train/training.h).
+    bool deferred = false;
+    const std::string& failure() const { return failure_; }
     LogFile() = default;
     LogFile(const LogFile&) = delete;
     LogFile& operator=(const LogFile&) = delete;
@@ -89,6 +94,7 @@ public:
     bool is_open() const { return file_ != nullptr; }
     // One JSON record (without the newline).
     void record(const std::string& json) {
+        if (file_ == nullptr) { return; }  // (a deferred failure closed it)
         const std::string line = json_with_null_for_nonfinite(json) + "\n";
         if (fwrite(line.data(), 1, line.size(), file_) != line.size() || fflush(file_) != 0) { failed("write to"); }
     }
@@ -104,11 +110,15 @@ public:
     }
 
 private:
-    [[noreturn]] void failed(const char* what) {
+    void failed(const char* what) {
         const int err = errno;
         if (file_ != nullptr) { fclose(file_); }
         file_ = nullptr;
         std::string why = "--log " + path_ + ": cannot " + what + " the log: " + strerror(err);
+        if (deferred) {
+            failure_ = why;
+            return;
+        }
         std::string after;
         if (on_failure) {
             const auto save = std::move(on_failure);
@@ -118,6 +128,7 @@ private:
         fatal("%s; the run stops (its log would be incomplete)%s", why.c_str(), after.c_str());
     }
     std::string path_;
+    std::string failure_;
     FILE* file_ = nullptr;
 };
 
@@ -171,7 +182,8 @@ private:
 // none of the good ones is pruned for it). A loss that falls leaves the median above the latest
 // values, so the guard is lenient where losses move fast; healthy runs' spikes stay well under 2x
 // (the loss is a cross-entropy: a model that has learnt anything is far from K times worse).
-// The median of the last `window` values; the first value has none and passes. K = 0: off.
+// The median of the last `window` values; the first value of a run has none and passes (a
+// resume's first is checked against the saved run's window: text/restore). K = 0: off.
 class DivergenceGuard {
 public:
     DivergenceGuard(double factor, int window) : factor_(factor), window_(window) {}
@@ -196,6 +208,29 @@ public:
         recent_.push_back(value);
         if ((int)recent_.size() > window_) { recent_.erase(recent_.begin()); }
         return why;
+    }
+
+    // The window as text (the values, shortest round-trip, comma-separated) and back: a checkpoint
+    // keeps it, so that a resume checks its first step against the steps before it (an empty
+    // window passes any value, and the next ones are measured against that one). Returns false
+    // for text that is not such a list.
+    std::string text() const {
+        std::string out;
+        for (double v : recent_) { out += (out.empty() ? "" : ",") + shortest_real_text(v); }
+        return out;
+    }
+    bool restore(const std::string& text) {
+        recent_.clear();
+        for (size_t at = 0; at < text.size();) {
+            size_t end = text.find(',', at);
+            if (end == std::string::npos) { end = text.size(); }
+            double v;
+            if (!parse_finite_real(text.substr(at, end - at).c_str(), &v)) { return false; }
+            recent_.push_back(v);
+            at = end + 1;
+        }
+        while ((int)recent_.size() > window_) { recent_.erase(recent_.begin()); }
+        return true;
     }
 
 private:

@@ -20,6 +20,7 @@ to tracked files, or "unknown" outside git); a binary built without it (nvcc by 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <cstdint>
 #include <ctime>
@@ -121,6 +122,7 @@ struct RunRecord {
     std::string rates_source;  // where default rates came from (DefaultRates::source); "": given or resumed
     std::string evaluated;     // an evaluation's checkpoint
     long evaluated_step = 0;   // and the steps it was trained for
+    std::string id;            // the run's own name (new_run_id), kept by its resumes: whose log a log is
     std::string started, host, run_dir;
     int ranks = 1;
     int64_t parameters = 0, non_embedding = 0;
@@ -132,7 +134,8 @@ struct RunRecord {
     std::string json(const char* executor, const char* precision, const char* attention_kernels, bool ascii = false) const {
         const BuildCommit b = build_commit();
         auto text = [&](const std::string& t) { return json_string(t, ascii); };
-        std::string out = "{\"executor\": " + text(executor) + ", \"precision\": " + text(precision) +
+        // (the id first: what a resume reads back from a log's first line, before any text of a flag)
+        std::string out = "{\"run_id\": " + text(id) + ", \"executor\": " + text(executor) + ", \"precision\": " + text(precision) +
                           ", \"attention_kernels\": " + text(attention_kernels) + ", \"program\": " + text(program) +
                           ", \"command\": " + text(command);
         if (!config_file.empty()) { out += ", \"config_file\": " + text(config_file); }
@@ -177,12 +180,49 @@ struct RunRecord {
             {"run.program", program},         {"run.command", one_line(command)},  {"run.config", config},
             {"run.git_commit", b.commit},     {"run.git_dirty", b.dirty ? "1" : "0"},
             {"run.executor", executor},       {"run.attention_kernels", attention_kernels},
-            {"run.host", one_line(host)},     {"run.started", started}};
+            {"run.host", one_line(host)},     {"run.started", started},          {"run.id", id}};
         // (what an evaluation of the file compares its data with: llmc/train/input_files.h)
         if (!tokenizer_fingerprint.empty()) { keys.push_back({"run.tokenizer_fingerprint", tokenizer_fingerprint}); }
         return keys;
     }
 };
+
+// A fresh run's id: 16 hex digits from the kernel's random numbers (the clock and the pid where
+// they cannot be read), so two runs never share one, on one host or many.
+inline std::string new_run_id() {
+    uint64_t x = 0;
+    FILE* f = fopen("/dev/urandom", "rb");
+    if (f == nullptr || fread(&x, sizeof(x), 1, f) != 1) {
+        x = (uint64_t)time(nullptr) * 6364136223846793005ull ^ (uint64_t)getpid() * 1442695040888963407ull;
+    }
+    if (f != nullptr) { fclose(f); }
+    char text[20];
+    snprintf(text, sizeof(text), "%016llx", (unsigned long long)x);
+    return text;
+}
+
+// Whose log the file at `path` is: `is_log` when its first line is a run's record ({"run": ...}),
+// `id` that run's run_id ("" in logs from before run ids). Reads the first line only.
+struct LogOwner {
+    bool is_log = false;
+    std::string id;
+};
+inline LogOwner log_owner(const std::string& path) {
+    LogOwner owner;
+    FILE* f = fopen(path.c_str(), "rb");
+    if (f == nullptr) { return owner; }
+    char line[256] = {0};
+    const size_t got = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    const std::string head(line, got);
+    owner.is_log = head.rfind("{\"run\": {", 0) == 0;
+    const std::string key = "{\"run\": {\"run_id\": \"";
+    if (head.rfind(key, 0) == 0) {
+        const size_t end = head.find('"', key.size());
+        if (end != std::string::npos) { owner.id = head.substr(key.size(), end - key.size()); }
+    }
+    return owner;
+}
 
 // ---- run directories ------------------------------------------------------------------------
 
@@ -193,6 +233,31 @@ inline bool is_directory(const std::string& path) {
 inline bool is_file(const std::string& path) {
     struct stat st;
     return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// `path` as the file it names: the longest part that exists with every symbolic link followed
+// (realpath), then the rest as written; relative to the working directory. What two names of one
+// file (a symlinked log, a directory reached through a link) have in common.
+inline std::string resolved_path(const std::string& path) {
+    std::string head = path.empty() ? "." : path, tail;
+    while (true) {
+        if (char* real = realpath(head.c_str(), nullptr)) {
+            std::string out = real;
+            free(real);
+            return tail.empty() ? out : (out == "/" ? "" : out) + "/" + tail;
+        }
+        if (head == "." || head == "/") { return path; }  // (the working directory is gone: as written)
+        const size_t slash = head.find_last_of('/');
+        const std::string last = slash == std::string::npos ? head : head.substr(slash + 1);
+        tail = tail.empty() ? last : last + "/" + tail;
+        head = slash == std::string::npos ? "." : slash == 0 ? "/" : head.substr(0, slash);
+    }
+}
+
+// Whether the resolved path `path` is `root` or lies under it (both resolved_path's).
+inline bool path_inside(const std::string& path, const std::string& root) {
+    return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                            (root == "/" || path[root.size()] == '/'));
 }
 
 // The names in a directory (none when it cannot be read).

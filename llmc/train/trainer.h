@@ -200,6 +200,12 @@ inline void describe_run(TrainOptions& t, const std::vector<Flag>& flags, const 
     r.host = host_name();
     r.run_dir = t.run_dir;
     r.ranks = comm.world;
+    if (r.id.empty()) {  // (a resume keeps the saved run's: continue_saved_run; every rank takes rank 0's)
+        char id[32] = {0};
+        if (comm.is_main()) { snprintf(id, sizeof(id), "%s", new_run_id().c_str()); }
+        comm.broadcast_host(id, sizeof(id), 0);
+        r.id = id;
+    }
 }
 
 // --print-config: the rates of each parameter group and the data each pattern matches.

@@ -126,6 +126,7 @@ public:
             }
             check_checkpoint_dir();
             lock_outputs();
+            check_log_is_this_runs();
             prepare_run_dir();
             check_earlier_run_kept();
         }
@@ -179,6 +180,7 @@ public:
                        "without final.bin)", "stopped before final.bin; " + lost_since_last_save(o.steps));
         evaluate_and_sample(o.steps);
         save("final.bin");
+        if (world > 1 && (int)comm->max(log.failure().empty() ? 0.0 : 1.0) != 0) { stop_for_the_log(o.steps, true); }
         print_run_dir();
         return 0;
     }
@@ -213,6 +215,7 @@ private:
     double last_val_loss = 0.0;                    // the last validation's loss (a checkpoint's run.val_loss)
     long last_val_step = -1;                       // and after how many steps (-1: none in this run yet)
     std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
+    std::pair<int64_t, int64_t> step_shard{-1, -1};  // the shard of this step's first row, and of the step before
     Timer since_save;                              // since the last checkpoint (or the first step): --save-minutes
     std::string timed_save;                        // the path of the last save --save-minutes made, until a newer one
 
@@ -367,31 +370,63 @@ private:
         }
         struct stat st;  // (a log that is a device or a pipe, e.g. /dev/null, is nobody's file)
         if (!o.log_path.empty() && (stat(o.log_path.c_str(), &st) != 0 || S_ISREG(st.st_mode))) {
-            const size_t slash = o.log_path.find_last_of('/');  // (DIR/.NAME.lock: hidden, as DIR/.lock)
-            const std::string lock = slash == std::string::npos ? "." + o.log_path + ".lock"
-                                                                : o.log_path.substr(0, slash + 1) + "." + o.log_path.substr(slash + 1) + ".lock";
+            // (DIR/.NAME.lock, hidden as DIR/.lock, beside the file the name leads to: a symlink
+            // b -> a takes a's lock)
+            const std::string real = resolved_path(o.log_path);
+            const size_t slash = real.find_last_of('/');
+            const std::string lock = real.substr(0, slash + 1) + "." + real.substr(slash + 1) + ".lock";
             OutputLocks::take(lock, "--log " + o.log_path, holder);
         }
     }
 
-    // A fresh run does not replace an earlier run's work unless --overwrite 1: the final.bin in its
-    // --checkpoint-dir (a checkpoint is hours of work), or its --log (a log is one run's: written
-    // anew, the earlier run's records would be gone, and a directory would hold the checkpoints of
-    // one run beside the log of another). An empty file is nobody's log.
+    // A fresh run does not replace an earlier run's work unless --overwrite 1: any checkpoint in its
+    // --checkpoint-dir (a checkpoint is hours of work; a stopped or killed run's step_K.bin as much as
+    // a finished run's final.bin: a fresh run's saves of the same steps would replace them), or its
+    // --log (a log is one run's: written anew, the earlier run's records would be gone, and a
+    // directory would hold the checkpoints of one run beside the log of another). An empty file is
+    // nobody's log. (A killed run's lock file is no run: the lock was taken before this, and the
+    // checkpoints are looked at whatever lock files lie beside them.)
     void check_earlier_run_kept() const {
         if (checkpoint != nullptr || o.overwrite != 0 || rank != 0) { return; }
-        if (o.steps > 0 && !o.checkpoint_dir.empty() && is_file(o.checkpoint_dir + "/final.bin")) {
-            fatal("--checkpoint-dir %s holds a final.bin already (an earlier run's): this run would replace it. Give "
-                  "another --checkpoint-dir, or --overwrite 1 to replace it", o.checkpoint_dir.c_str());
-        }
+        const std::string newest = o.steps == 0 || o.checkpoint_dir.empty() ? "" : newest_checkpoint(o.checkpoint_dir);
         struct stat st;
-        if (o.log_path.empty() || stat(o.log_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) { return; }
-        // (its checkpoint, if --checkpoint-dir holds one: a resume takes the log from the file and goes on in it)
-        const std::string newest = o.checkpoint_dir.empty() || o.steps == 0 ? "" : newest_checkpoint(o.checkpoint_dir);
-        const std::string resume = newest.empty() ? "Give" : "Continue that run with: " + shell_word(o.program) + " --resume " +
-                                                                 shell_word(newest) + "; or give";
-        fatal("--log %s holds the log of an earlier run: this run would replace it (a log is one run's). %s another "
-              "--log, or --overwrite 1 to replace it", o.log_path.c_str(), resume.c_str());
+        if (!o.log_path.empty() && stat(o.log_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+            // (its checkpoint, if --checkpoint-dir holds one: a resume goes on in this log)
+            const std::string resume = newest.empty() ? "Give" : "Continue that run with: " + shell_word(o.program) +
+                                                                     " --resume " + shell_word(newest) +
+                                                                     outputs_outside(o.checkpoint_dir) + "; or give";
+            fatal("--log %s holds the log of an earlier run: this run would replace it (a log is one run's). %s another "
+                  "--log, or --overwrite 1 to replace it", o.log_path.c_str(), resume.c_str());
+        }
+        if (!newest.empty()) {
+            fatal("--checkpoint-dir %s holds a checkpoint of an earlier run (%s): this run would replace its checkpoints. "
+                  "Continue that run with: %s --resume %s; or give another --checkpoint-dir, or --overwrite 1 to "
+                  "replace them", o.checkpoint_dir.c_str(), newest.substr(o.checkpoint_dir.size() + 1).c_str(),
+                  shell_word(o.program).c_str(), shell_word(o.checkpoint_dir).c_str());
+        }
+    }
+
+    // A resume appends to its --log only when the log is this run's (or, from a step-0 checkpoint,
+    // writes it anew): its first line is a run's record with this run's id (a log from before run
+    // ids: any run's record). Another run's log
+    // (a copy resumed where a run of the same name lies, a --log given by mistake) or a file that
+    // is no log at all (a shell's start-up file a crafted checkpoint names) is refused untouched.
+    void check_log_is_this_runs() const {
+        struct stat st;
+        if (checkpoint == nullptr || rank != 0 || o.log_path.empty() ||
+            stat(o.log_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+            return;
+        }
+        const LogOwner owner = log_owner(o.log_path);
+        if (!owner.is_log) {
+            fatal("--log %s is not a run's log (its first line is no {\"run\": ...} record): a resume appends only to "
+                  "its own run's log. Give another --log", o.log_path.c_str());
+        }
+        if (!owner.id.empty() && owner.id != o.record.id) {
+            fatal("--log %s is the log of another run (run id %s; %s is of run %s): a resume appends only to its own "
+                  "run's log. Give another --log", o.log_path.c_str(), owner.id.c_str(), checkpoint->path().c_str(),
+                  o.record.id.c_str());
+        }
     }
 
     // At the end: what the run directory holds.
@@ -450,6 +485,12 @@ private:
                          checkpoint->uint64("resume.data_fingerprint")};
         train_loader->set_position(pos);
         printf("resumed from %s at step %" PRId64 "\n", checkpoint->path().c_str(), model.steps_done());
+        // the guard goes on with the saved run's recent losses: its first step is checked as any other
+        for (auto [key, g] : {std::make_pair("resume.loss_window", &loss_guard), std::make_pair("resume.val_window", &val_guard)}) {
+            if (checkpoint->has_key(key) && !g->restore(checkpoint->str(key))) {
+                checkpoint->fail("%s '%s' is not a list of finite losses", key, checkpoint->str(key).c_str());
+            }
+        }
         // the last validation goes on into the checkpoints (as in the run that went on), and a
         // step file of this directory with a finite one is the one --keep-last keeps
         if (checkpoint->has_key("run.val_loss") && checkpoint->has_key("run.val_step")) {
@@ -559,6 +600,8 @@ private:
                                    {"resume.data_fingerprint", std::to_string(pos.fingerprint)},
                                    {"resume.data_shards", std::to_string(train_loader->num_shards())},
                                    {"resume.data_tokens", std::to_string(data_tokens(*train_loader))},
+                                   {"resume.loss_window", loss_guard.text()},
+                                   {"resume.val_window", val_guard.text()},
                                    {"run.ranks", std::to_string(world)},
                                    {"run.precision", PRECISION_NAME}});
         std::vector<std::pair<std::string, std::string>> record =
@@ -719,6 +762,7 @@ private:
         if (first_step == 0) { save_milestones(0); }
         since_save = Timer();
         log.on_failure = [this](const std::string& why) { return save_before_log_stop(why); };
+        log.deferred = world > 1;
         arm_stop_signals(world > 1);
     }
 
@@ -727,6 +771,7 @@ private:
     void micro_batch(int micro, std::vector<double>& group_loss) {
         DataLoader& train = *train_loader;
         train.next_batch();
+        if (micro == 0) { step_shard = {train.batch_shard(), step_shard.first}; }
         // each micro-batch's loss is a mean over its own counted targets (as llm.c); over
         // several ranks, over the targets of all ranks' rows: the optimizer's sum over ranks of
         // this gradient is then one rank's gradient of world x B rows
@@ -754,13 +799,25 @@ private:
     // --spike-guard: stops the run (before anything of this step is saved) when `value` is a
     // divergence (DivergenceGuard), naming the step and the checkpoint to go back to. Every rank
     // sees the same value (the losses are over all ranks), so all stop here.
+    // A finite jump may be the data's (the training data turning to a shard of another corpus):
+    // where the step read another shard than the one before, the stop says so ("stopped by the
+    // guard", which the study runner retries rather than files as diverged), and how to pass it.
     void guard(DivergenceGuard& g, long step, const char* what, double value, const char* window) {
         const std::string why = g.check(value);
         if (why.empty()) { return; }
         std::string tensor = std::isfinite(value) ? "" : model.first_nonfinite_tensor();
         const std::string detail = std::isfinite(value) ? why + " " + window : why;
-        fatal("step %ld: %s is %g (%s; --spike-guard %g): the run diverged; stopped before saving%s%s%s",
-              step, what, value, detail.c_str(), o.spike_guard,
+        std::string verdict = "the run diverged";
+        const auto [now, before] = step_shard;
+        if (std::isfinite(value) && &g == &loss_guard && now >= 0 && before >= 0 && now != before) {
+            verdict = "stopped by the guard where the data changes (this step read " + train_loader->shards()[now].path +
+                      ", the step before " + train_loader->shards()[before].path + "): a divergence, or the new data's " +
+                      "loss; if it is the data's (a shard of another corpus), pass it with --spike-guard 0";
+        } else if (std::isfinite(value)) {
+            verdict += " (a jump that is the data's, a shard of another corpus, passes with --spike-guard 0)";
+        }
+        fatal("step %ld: %s is %g (%s; --spike-guard %g): %s; stopped before saving%s%s%s",
+              step, what, value, detail.c_str(), o.spike_guard, verdict.c_str(),
               tensor.empty() ? "" : (" (first non-finite: " + tensor + ")").c_str(),
               last_saved.empty() ? "" : "; the last checkpoint written is ",
               last_saved.empty() ? "" : (last_saved + " (step " + std::to_string(last_saved_step) + ")").c_str());
@@ -809,7 +866,19 @@ private:
         const std::string launcher = world > 1 ? "mpirun -np " + std::to_string(world) + " " : "";
         const std::string newest = newest_checkpoint_path();
         const bool in_run_dir = !o.run_dir.empty() && newest.rfind(o.run_dir + "/", 0) == 0;
-        return launcher + shell_word(o.program) + " --resume " + shell_word(in_run_dir ? o.run_dir : newest);
+        return launcher + shell_word(o.program) + " --resume " + shell_word(in_run_dir ? o.run_dir : newest) +
+               outputs_outside(newest.find('/') == std::string::npos ? "." : newest.substr(0, newest.find_last_of('/')));
+    }
+    // The flags that name this run's outputs outside `dir` (where its checkpoint lies): a resume
+    // takes from the file only the places inside it (llmc/train/resume.h check_saved_output_places).
+    std::string outputs_outside(const std::string& dir) const {
+        const std::string tree = resolved_path(dir);
+        auto outside = [&](const std::string& p) { return !p.empty() && !path_inside(resolved_path(p), tree); };
+        std::string flags;
+        const bool run_dir = outside(o.run_dir);
+        if (run_dir) { flags += " --run-dir " + shell_word(o.run_dir); }
+        if (outside(o.log_path) && !(run_dir && o.log_path == o.run_dir + "/log.jsonl")) { flags += " --log " + shell_word(o.log_path); }
+        return flags;
     }
     // What a stop without saving loses during step `step` (or once it is done).
     std::string lost_since_last_save(long step) const {
@@ -833,13 +902,35 @@ private:
         set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
     }
 
+    // Over several ranks, after a step in which rank 0 could not write the log: every rank saves
+    // the step, then the run stops as a one-rank run does at once (save_before_log_stop), naming the
+    // log and the command that continues.
+    [[noreturn]] void stop_for_the_log(long done, bool finished = false) {
+        if (!o.checkpoint_dir.empty() && last_saved_step != done && done > first_step) {
+            if (rank == 0) { printf("%s: saving step %ld before the run stops\n", log.failure().c_str(), done); }
+            save("step_" + std::to_string(done) + ".bin");
+        }
+        comm->barrier();  // (no rank leaves before rank 0 has renamed the file into place)
+        if (rank != 0) { exit(EXIT_FAILURE); }  // (rank 0 says why)
+        const std::string newest = newest_checkpoint_path();
+        fatal("%s; the run stops (its log would be incomplete)%s", log.failure().c_str(),
+              o.checkpoint_dir.empty() ? "; nothing was saved (no --checkpoint-dir)"
+              : finished               ? "; the training is done: final.bin is whole"
+              : newest.empty()         ? ""
+                                       : ("; continue from " + newest + " with: " + continue_command()).c_str());
+    }
+
     // On SIGINT/SIGTERM/SIGHUP before the last step: checkpoint here; returns the exit status, 128 +
     // the signal (0: go on). Over several ranks all stop after the same step (the checkpoint is
     // a collective): a signal any rank has seen counts for all. Every rank returns only once rank
     // 0 has renamed the file into place: a launcher ends the whole job when its first rank exits
     // with a non-zero status, and would kill rank 0 in the middle of the write.
     int stop_if_signalled(long done) {
-        const int stop = world > 1 ? (int)comm->max((double)stop_signal()) : stop_signal();
+        // (with it, over several ranks, whether rank 0's log failed: LogFile::deferred; 1000 + ...)
+        const bool log_failed = !log.failure().empty();
+        const int seen = world > 1 ? (int)comm->max((double)stop_signal() + (log_failed ? 1000.0 : 0.0)) : stop_signal();
+        if (seen >= 1000) { stop_for_the_log(done); }
+        const int stop = seen;
         if (stop == 0 || done >= o.steps) { return 0; }
         if (!o.checkpoint_dir.empty() && last_saved_step != done) { save("step_" + std::to_string(done) + ".bin"); }
         // the command continues the run to its outputs as it stands: a resume restores them
