@@ -240,7 +240,7 @@ BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 .PHONY: all host gpu gpu-arch-check skipped test test-all checks test-host host-test-binaries test-mpi test-racecheck test-asan \
   test-gpu test-python gpu-build test-all-gpu-builds mutation-check setup setup-system setup-venv setup-demo clean \
   report demo build-trainers-bf16 build-trainers-fp32 build-host-bf16 build-host-fp32 debug-states check-host-bf16 \
-  check-host-fp32 check-python check-gpu-bf16 check-gpu-fp32
+  check-host-fp32 check-python-1 check-python-2 check-gpu-bf16 check-gpu-fp32
 all: report
 host: $(HOST_BINS)
 gpu: $(GPU_BINS)
@@ -378,7 +378,7 @@ $(TOP_LEVEL): %: $(BEST_DIR)/%
 # and runs everything in both precisions.
 # Budget: a first make test within 12 minutes on 2 cores, venv and Debian packages included,
 # within 6 with ccache warm (doc/bench-runs/2026-12-07-fresh-machine.md has the measured phases).
-CHECKS := check-python check-host-bf16 check-host-fp32 test-racecheck test-asan mutation-check \
+CHECKS := check-python-1 check-python-2 check-host-bf16 check-host-fp32 test-racecheck test-asan mutation-check \
   $(if $(NVCC),gpu-build) $(if $(filter 1,$(HAS_GPU)),check-gpu-bf16 check-gpu-fp32)
 test: setup-system
 	@$(MAKE) --no-print-directory checks
@@ -400,8 +400,9 @@ debug-states: setup-venv
 	@$(MAKE) --no-print-directory $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 check-host-bf16 check-host-fp32: check-host-%: build-host-% debug-states
 	@$(MAKE) --no-print-directory test-host PRECISION=$(call upper,$*)
-check-python: setup-venv build-trainers-bf16 build-trainers-fp32
-	@$(MAKE) --no-print-directory test-python
+# (pytest as two processes, each half the tests: one left a core idle once the compiles were done)
+check-python-1 check-python-2: check-python-%: setup-venv build-trainers-bf16 build-trainers-fp32
+	@$(MAKE) --no-print-directory test-python PYTEST_SHARD=--shard=$*/2
 check-gpu-bf16 check-gpu-fp32: check-gpu-%: debug-states $(if $(NVCC),gpu-build)
 	@$(MAKE) --no-print-directory test-gpu PRECISION=$(call upper,$*)
 upper = $(shell echo $(1) | tr a-z A-Z)
@@ -496,7 +497,7 @@ test-asan: $(addprefix $(ASAN_DIR)/,$(ASAN_TEST_NAMES))
 # eval-set scoring against the reference takes train_gpt2 from beside train_san)
 test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san $(HOST_DIR)/train_gpt2)
 	$(if $(wildcard train_san.cu),@$(MAKE) --no-print-directory build/host-fp32/train_san build/host-fp32/train_gpt2 PRECISION=FP32)
-	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest
+	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest $(PYTEST_SHARD)
 
 # The backend tests must FAIL against a deliberately broken backend. (-O1: the mutants only have
 # to fail, and compile in ~60% of the time)

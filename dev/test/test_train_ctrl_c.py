@@ -26,7 +26,7 @@ import sys
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, ROOT, VOCAB, run_binary
+from trainer_cli import BOS, ROOT, VOCAB, hangup_ends, run_binary
 from attnref.shards import write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
@@ -57,6 +57,7 @@ class Trainer:
 
     def __init__(self, a, env=None, **kw):
         kw.setdefault("stderr", subprocess.PIPE)
+        kw.setdefault("preexec_fn", hangup_ends)
         self.proc = subprocess.Popen([os.path.join(ROOT, BIN)] + a, cwd=ROOT, stdout=subprocess.PIPE,
                                      text=True, env=env, **kw)
         self.lines = []

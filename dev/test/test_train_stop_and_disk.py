@@ -42,7 +42,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, MPIRUN, ROOT, VOCAB, run_binary, state_differences
+from trainer_cli import BOS, MPIRUN, ROOT, VOCAB, hangup_ends, run_binary, state_differences
 from attnref.shards import write_shard  # noqa: E402
 
 from attnref import ckpt_diff  # noqa: E402
@@ -84,7 +84,7 @@ def interrupted_run(a, sig):
     if not any(x.startswith("--run-dir") for x in a):
         a.append("--run-dir=")  # (as trainer_cli.run_binary: the outputs are the test's)
     proc = subprocess.Popen([os.path.join(ROOT, BIN)] + a, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=hangup_ends)
     out = []
     for line in proc.stdout:
         out.append(line)

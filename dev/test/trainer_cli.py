@@ -5,6 +5,7 @@ The toy corpus is learnable in a few steps: each document is BOS followed by one
 fixed short token patterns repeated six times, so the loss falls fast and row target
 counts vary (documents end at different positions of a row)."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -14,6 +15,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 from attnref.shards import write_shard  # noqa: E402
 from attnref import ckpt_diff  # noqa: E402
+
+
+def hangup_ends():
+    """A preexec_fn: SIGHUP's default action in the child, whatever the tests run under (a make
+    test started with nohup passes an ignored SIGHUP on, and a trainer started so keeps ignoring
+    it, as it should)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def state_differences(a, b):

@@ -213,7 +213,7 @@ public:
     // The window as text (the values, shortest round-trip, comma-separated) and back: a checkpoint
     // keeps it, so that a resume checks its first step against the steps before it (an empty
     // window passes any value, and the next ones are measured against that one). Returns false
-    // for text that is not such a list.
+    // for text that is not such a list (a loss is never negative: cross-entropy plus z-loss).
     std::string text() const {
         std::string out;
         for (double v : recent_) { out += (out.empty() ? "" : ",") + shortest_real_text(v); }
@@ -225,7 +225,7 @@ public:
             size_t end = text.find(',', at);
             if (end == std::string::npos) { end = text.size(); }
             double v;
-            if (!parse_finite_real(text.substr(at, end - at).c_str(), &v)) { return false; }
+            if (!parse_finite_real(text.substr(at, end - at).c_str(), &v) || v < 0) { return false; }
             recent_.push_back(v);
             at = end + 1;
         }

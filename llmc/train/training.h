@@ -488,7 +488,7 @@ private:
         // the guard goes on with the saved run's recent losses: its first step is checked as any other
         for (auto [key, g] : {std::make_pair("resume.loss_window", &loss_guard), std::make_pair("resume.val_window", &val_guard)}) {
             if (checkpoint->has_key(key) && !g->restore(checkpoint->str(key))) {
-                checkpoint->fail("%s '%s' is not a list of finite losses", key, checkpoint->str(key).c_str());
+                checkpoint->fail("%s '%s' is not a list of finite, non-negative losses", key, checkpoint->str(key).c_str());
             }
         }
         // the last validation goes on into the checkpoints (as in the run that went on), and a
