@@ -239,7 +239,7 @@ BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 
 .PHONY: all host gpu gpu-arch-check skipped test test-all checks test-host host-test-binaries test-mpi test-racecheck test-asan \
   test-gpu test-python gpu-build test-all-gpu-builds mutation-check setup setup-system setup-venv setup-demo clean \
-  report demo build-trainers-bf16 build-trainers-fp32 build-host-bf16 build-host-fp32 debug-states check-host-bf16 \
+  report demo ready-to-check build-trainers-bf16 build-trainers-fp32 debug-states check-host-bf16 \
   check-host-fp32 check-python-1 check-python-2 check-gpu-bf16 check-gpu-fp32
 all: report
 host: $(HOST_BINS)
@@ -363,13 +363,13 @@ $(TOP_LEVEL): %: $(BEST_DIR)/%
 # ---- tests -------------------------------------------------------------------------------
 # `make test`: set up what is missing (Debian packages, venv), then every check this machine
 # can run, in both precisions. Exits non-zero if anything failed.
-# The checks are one graph on the job slots: the venv's download, the compiles of every variant,
-# the C++ tests and pytest run side by side (one after another, a core idled through the
-# download and through most of pytest). The Debian packages come first, in this make: the
-# builds detect what they install, so the checks run in a new make that reads the Makefile
-# again. Each variant is a make of its own (its PRECISION); no two of them build the same file:
-# pytest runs the trainers once both host builds have made them, and the debug states are made
-# once for both precisions.
+# Three makes, each on all the job slots. The Debian packages first, in this make: the builds
+# detect what they install, so the rest runs in makes that read the Makefile again. Then what
+# the checks share (ready-to-check: the venv's download beside the trainers' compiles, then the
+# debug states); then every check side by side: pytest as two processes, the host tests of
+# both precisions, the race checker, ASan, the mutants, the nvcc builds (one after another, a
+# core idled through the download and through most of pytest). Each check is a make of its own
+# (its PRECISION) and no two of them build the same file.
 # Without a GPU the nvcc builds only prove that the code compiles for the GPU: the trainers and
 # their tests (whose objects hold every kernel the trainers launch; host and device code), and
 # the trainers' device code for sm_80 and sm_90 (gpu-arch-check). `make test-all` adds what
@@ -381,34 +381,34 @@ $(TOP_LEVEL): %: $(BEST_DIR)/%
 CHECKS := check-python-1 check-python-2 check-host-bf16 check-host-fp32 test-racecheck test-asan mutation-check \
   $(if $(NVCC),gpu-build) $(if $(filter 1,$(HAS_GPU)),check-gpu-bf16 check-gpu-fp32)
 test: setup-system
+	@$(MAKE) --no-print-directory ready-to-check
 	@$(MAKE) --no-print-directory checks
 	@$(MAKE) --no-print-directory $(TOP_LEVEL) skipped
 	@echo "make test: all checks passed$(if $(filter 1,$(HAS_GPU)),, (no GPU here: GPU tests run in scripts/gpu_check.sh))"
 test-all: setup-system
+	@$(MAKE) --no-print-directory ready-to-check
 	@$(MAKE) --no-print-directory checks test-all-gpu-builds TEST_ALL=1
 	@$(MAKE) --no-print-directory report
 	@echo "make test-all: all checks passed"
 checks: $(CHECKS)
+# What the checks share, made first: the venv, the trainers of both precisions (pytest runs
+# them) and the debug states (both test-host runs read them). Then no check waits on another:
+# make (4.3) starts a target whose prerequisites finished while other jobs ran only once those
+# jobs end, so pytest, the longest check, started last.
+ready-to-check: setup-venv build-trainers-bf16 build-trainers-fp32 debug-states
 
-# The trainers of both precisions first (pytest, the longest check, waits for them), then
-# every other host binary; the Python checks once the venv is there.
 build-trainers-bf16 build-trainers-fp32: build-trainers-%:
 	@$(MAKE) --no-print-directory $(addprefix build/host-$*/,$(TRAINERS)) PRECISION=$(call upper,$*)
-build-host-bf16 build-host-fp32: build-host-%: build-trainers-%
-	@$(MAKE) --no-print-directory host-test-binaries PRECISION=$(call upper,$*)
 debug-states: setup-venv
 	@$(MAKE) --no-print-directory $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
-check-host-bf16 check-host-fp32: check-host-%: build-host-% debug-states
+check-host-bf16 check-host-fp32: check-host-%:
 	@$(MAKE) --no-print-directory test-host PRECISION=$(call upper,$*)
 # (pytest as two processes, each half the tests: one left a core idle once the compiles were done)
-check-python-1 check-python-2: check-python-%: setup-venv build-trainers-bf16 build-trainers-fp32
+check-python-1 check-python-2: check-python-%:
 	@$(MAKE) --no-print-directory test-python PYTEST_SHARD=--shard=$*/2
-check-gpu-bf16 check-gpu-fp32: check-gpu-%: debug-states $(if $(NVCC),gpu-build)
+check-gpu-bf16 check-gpu-fp32: check-gpu-%: $(if $(NVCC),gpu-build)
 	@$(MAKE) --no-print-directory test-gpu PRECISION=$(call upper,$*)
 upper = $(shell echo $(1) | tr a-z A-Z)
-# (the other checks start once pytest can: make has no priorities, and its free slots went to
-# the race checker's compiles while pytest, the longest check, waited for its trainers)
-test-racecheck test-asan mutation-check gpu-build: | $(if $(filter checks,$(MAKECMDGOALS)),build-trainers-bf16 build-trainers-fp32)
 
 gpu-build:
 ifeq ($(HAS_GPU),1)
