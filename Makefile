@@ -472,9 +472,10 @@ test-host: $(HOST_TEST_BINS) $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 	@$(MAKE) --no-print-directory test-mpi
 
 # test_comm ~1 s, test_data_parallel ~2 s, for 2 ranks on 2 cores
-test-mpi: $(addprefix $(HOST_DIR)/,$(filter-out $(TEST_HOST_OMITS),$(MPI_TEST_NAMES)))
+HOST_MPI_TESTS = $(filter-out $(TEST_HOST_OMITS),$(MPI_TEST_NAMES))
+test-mpi: $(addprefix $(HOST_DIR)/,$(HOST_MPI_TESTS))
 ifeq ($(HAS_MPIRUN),1)
-	@TEST_WRAPPER="scripts/mpirun.sh -np $(MPI_TEST_RANKS)" bash scripts/run_tests.sh $(HOST_DIR) $(filter-out $(TEST_HOST_OMITS),$(MPI_TEST_NAMES))
+	@TEST_WRAPPER="scripts/mpirun.sh -np $(MPI_TEST_RANKS)" bash scripts/run_tests.sh $(HOST_DIR) $(HOST_MPI_TESTS)
 else
 	@echo "make: skipped: multi-rank tests ($(MPI_TEST_NAMES)): $(if $(MPI_LIBS),mpirun not found,built without MPI) (apt-get install openmpi-bin libopenmpi-dev)"
 endif

@@ -14,6 +14,8 @@ import subprocess
 
 import pytest
 
+from test_makefile_gpu_arch import FAKE_NVCC  # (the stand-in nvcc: records its calls)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HAS_MPI = os.environ.get("HAS_MPIRUN") == "1" or (shutil.which("mpicxx") and shutil.which("mpirun"))
 
@@ -23,14 +25,6 @@ int main(int argc, char** argv) {
     printf("rank %d of %d\\n", comm.rank, comm.world);
     return 0;
 }
-"""
-FAKE_NVCC = """#!/usr/bin/env bash
-[ "$1" = --version ] && { echo "Build cuda_0.0 (a stand-in)"; exit 0; }
-echo "$*" >> "$FAKE_CALLS"
-while [ $# -gt 0 ]; do
-  if [ "$1" = -o ]; then touch "$2"; fi
-  shift
-done
 """
 HOST_BIN = "build/host-bf16/test_ranks"
 GPU_BIN = "build/gpu-bf16/test_ranks"
