@@ -132,15 +132,16 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
 
 // The run directory (--run-dir; llmc/train/run_record.h): auto names a fresh one,
 // runs/<preset>-<arm>-<UTC time>, for a run that gives neither --checkpoint-dir nor --log and
-// does not resume (a resume keeps the saved run's outputs); the checkpoints and the log go
-// there unless those flags say otherwise. Every rank takes rank 0's name. Nothing is created
+// does not resume (a resume keeps the saved run's outputs) and trains (an evaluation, --steps 0,
+// writes none unless --run-dir names one); the checkpoints and the log go there unless those
+// flags say otherwise. Every rank takes rank 0's name. Nothing is created
 // here (TrainingRun does, once the run's inputs are checked).
 inline void choose_run_dir(TrainOptions& t, const std::string& preset, const std::string& arm, bool resuming,
                            const Comm& comm) {
     if (t.run_dir == "auto") {
         const bool outputs_given = t.given.count("--checkpoint-dir") || t.given.count("--log");
         t.run_dir.clear();
-        if (!resuming && !outputs_given) {
+        if (!resuming && !outputs_given && t.steps != 0) {
             char name[1024] = {0};
             if (comm.is_main()) { snprintf(name, sizeof(name), "%s", new_run_dir_name(preset, arm, time(nullptr)).c_str()); }
             comm.broadcast_host(name, sizeof(name), 0);
