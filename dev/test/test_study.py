@@ -1457,3 +1457,11 @@ def test_spectra_finding_over_every_seed(monkeypatch):
     two = {"san": arm("san", (1, 2)), "ffn": arm("ffn", (1, 2))}
     growths(0.30, 0.0, 0.05)
     assert study_report.finding_spectra(f, two, 0.01, {}, milestones)[0] == "too few seeds (2)"
+
+
+def test_an_unknown_command_names_the_nearest():
+    """`python -m study compair` says which command was meant, and lists them all."""
+    proc = study_cmd("compair")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("python -m study: unknown command 'compair' (did you mean compare?); commands: run,")
+    assert "did you mean" not in study_cmd("zzz").stderr
