@@ -137,6 +137,9 @@ def test_config_file_errors_name_the_file_and_line(data, tmp_path):
     proc = run_in(tmp_path, "san", ["--config", config], check=False)
     assert proc.returncode == 1
     assert f"--config {config} line 4: unknown setting 'stpes' (did you mean --steps?)" in proc.stderr
+    config.write_text("# the letter O for a zero\nsteps = 6O\n")
+    proc = run_in(tmp_path, "san", ["--config", config], check=False)
+    assert proc.returncode == 1 and f"option --steps: '6O' is not an integer (--config {config} line 2)" in proc.stderr
     config.write_text("steps 3\n")
     proc = run_in(tmp_path, "san", ["--config", config], check=False)
     assert proc.returncode == 1 and f"--config {config} line 1: expected `key = value`" in proc.stderr

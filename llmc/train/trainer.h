@@ -218,7 +218,7 @@ inline void print_rates_and_data(const TrainOptions& t) {
     auto describe = [](const char* flag, const std::string& patterns) {
         if (patterns.empty()) {
             printf("%s: none\n", flag);
-            return;
+            return std::vector<std::string>();
         }
         std::vector<std::string> files = glob_shards(patterns, flag);
         int64_t tokens = 0;
@@ -231,9 +231,17 @@ inline void print_rates_and_data(const TrainOptions& t) {
         printf("%s: %zu file%s, %" PRId64 " tokens (%s%s)%s\n", flag, files.size(), files.size() == 1 ? "" : "s", tokens,
                files.front().c_str(), files.size() > 1 ? (" .. " + files.back()).c_str() : "",
                with_regions > 0 ? ", with region sidecars" : "");
+        return files;
     };
-    if (t.steps > 0) { describe("--train-data", t.train_data); }
-    describe("--val-data", t.val_data);
+    const std::vector<std::string> train = t.steps > 0 ? describe("--train-data", t.train_data) : std::vector<std::string>();
+    for (const std::string& v : describe("--val-data", t.val_data)) {  // (as the run warns: training.h)
+        for (const std::string& f : train) {
+            if (same_file(v, f)) {
+                printf("warning: %s is in both the training and the validation data: the validation loss is not held "
+                       "out\n", v.c_str());
+            }
+        }
+    }
     if (!t.eval_sets.empty()) { printf("--eval-sets: %s\n", t.eval_sets.c_str()); }
     printf("run directory: %s (--print-config writes nothing)\n",
            t.run_dir.empty() ? "none" : ("would be " + t.run_dir).c_str());
