@@ -129,6 +129,8 @@ def test_compare_reads_the_header_record(tmp_path, capsys):
                           "command": f"./train_san --preset tiny --lr {lr:g}", "git_commit": "0123456789ab", "git_dirty": True,
                           "ranks": 2, "config": {"batch-size": str(batch), "seq-len": "64", "grad-accum": "3", "lr": f"{lr:g}"},
                           "rates": {"optimizer": "muon", "lr": lr, "lr_other": 3e-4}}}
+        if parent == "a":  # (b: a header from before the trainers counted them)
+            header["run"].update(non_embedding=24834, flops_per_token=3393024)
         lines = [header] + [{"step": s, "loss": 5.0 - 0.1 * s, "lr": lr, "grad_norm": 1.0, "ms": 3.0} for s in range(1, 11)]
         lines += [{"step": 10, "val_loss": 4.0 + lr}]
         (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
@@ -139,6 +141,8 @@ def test_compare_reads_the_header_record(tmp_path, capsys):
     assert rows["a/tiny-san"]["rates"] == "muon 0.0006 (rest 0.0003)" and rows["b/tiny-san"]["rates"] == "muon 0.0024 (rest 0.0003)"
     assert rows["a/tiny-san"]["tokens"] == f"{10 * 8 * 3 * 2 * 64:,}" and rows["b/tiny-san"]["tokens"] == f"{10 * 4 * 3 * 2 * 64:,}"
     assert rows["a/tiny-san"]["val loss"] == f"{4.0 + 6e-4:.4f}"
+    assert (rows["a/tiny-san"]["non-emb params"], rows["a/tiny-san"]["MFLOPs/token"]) == ("24,834", "3.39")
+    assert (rows["b/tiny-san"]["non-emb params"], rows["b/tiny-san"]["MFLOPs/token"]) == ("?", "?")
     assert "a/tiny-san: commit 0123456789ab (dirty); host backend, fp32; 2 ranks\n  $ ./train_san --preset tiny --lr 0.0006" in stdout
     assert "curves against steps" not in stdout  # every header says its tokens per step
     assert compare.main([str(tmp_path / "a"), str(tmp_path / "nothing.jsonl")]) == 2
