@@ -380,9 +380,11 @@ def finding_mlp_collapse(f, summaries, floor, why):
 
 
 def finding_spectra(f, summaries, floor, why, milestones):
-    missing = _need(summaries, f, ("san",) + (("ffn",) if "ffn" in f else ()), why)
+    missing = _need(summaries, f, ("san",), why)
     if missing:
         return "cannot tell", missing
+    # the FFN partner is optional (the verdict does not need it): without its runs, judged without it
+    no_partner = _need(summaries, f, ("ffn",), why) if "ffn" in f else None
     if f["san"] not in milestones or len(milestones[f["san"]]) < 3:
         return "cannot tell", f"arm {f['san']} has no milestone checkpoints (study.milestones = true writes them)"
     rule = Rule("unpaired", None)  # relative changes of stable rank: the loss's noise floor is not theirs
@@ -391,7 +393,7 @@ def finding_spectra(f, summaries, floor, why, milestones):
         out = {d.run.seed: findings.run_stable_rank_growth(d.run.dir) for d in summaries[arm].runs}
         return {seed: g for seed, g in out.items() if g is not None}
     san = growths(f["san"])
-    ffn = growths(f["ffn"]) if "ffn" in f else {}
+    ffn = growths(f["ffn"]) if "ffn" in f and not no_partner else {}
     kinds = [k for k in findings.ATTENTION_MATRICES if all(k in g for g in san.values())]
     text = (f"{f['san']}: stable rank change from the 25% milestone to the end, mean over {len(san)} seeds: "
             + ", ".join(f"{k.split('.')[1]} {sum(g[k] for g in san.values()) / len(san):+.1%}" for k in kinds) + ".")
@@ -399,7 +401,7 @@ def finding_spectra(f, summaries, floor, why, milestones):
     text += (f" W_o's gain {with_interval(diffs['gain'], 1, percent=True)}, W_o − max(W_q, W_k) "
              f"{with_interval(diffs['margin'], 1, percent=True)}"
              + (f", SAN W_o − {f['ffn']} W_o {with_interval(diffs['partner'], 1, percent=True)}" if diffs["partner"] else "")
-             + " [95% t-intervals].")
+             + " [95% t-intervals]." + (f" Without the FFN partner: {no_partner}." if no_partner else ""))
     verdict = findings.spectra(diffs, rule, partner_needed=False)
     if verdict == "shows":
         return "shows", text + " W_o keeps gaining stable rank, more than the routing matrices (W_q, W_k)" + (

@@ -1457,6 +1457,13 @@ def test_spectra_finding_over_every_seed(monkeypatch):
     two = {"san": arm("san", (1, 2)), "ffn": arm("ffn", (1, 2))}
     growths(0.30, 0.0, 0.05)
     assert study_report.finding_spectra(f, two, 0.01, {}, milestones)[0] == "too few seeds (2)"
+    # the FFN partner is optional: skipped, or without finished runs, the SAN's spectra are judged alone
+    verdict, text = study_report.finding_spectra(f, summaries, 0.01, {"ffn": "not in --only"}, milestones)
+    assert verdict == "shows" and "SAN W_o −" not in text, text
+    assert " [95% t-intervals]. Without the FFN partner: arm ffn (ffn) was not run: not in --only. W_o keeps" in text, text
+    failed = {**summaries, "ffn": types.SimpleNamespace(ok=False, diverged=[], runs=[])}
+    verdict, text = study_report.finding_spectra(f, failed, 0.01, {}, milestones)
+    assert verdict == "shows" and "arm ffn (ffn) has no finished runs" in text, text
 
 
 def test_an_unknown_command_names_the_nearest():
