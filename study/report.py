@@ -22,7 +22,8 @@ import os
 from study import attention_patterns, curves, findings, match, spectra
 from study import runs as run_files
 from study.findings import Rule, with_interval
-from study.plots import figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers, plt, save
+from study.plots import (figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers,
+                         plain_log_ticks, plt, save)
 from study.runs import RunData  # noqa: F401  (the run as the report reads it)
 from study.tables import fmt, mean_sd, table
 
@@ -448,7 +449,7 @@ def plot_loss_curves(summaries, out):
                                          label=s.arm.name if k == 0 else None)
             b.plot([r["step"] * d.tokens_per_step / unit for r in d.val], [r["val_loss"] for r in d.val], "o-",
                    color=color, ms=3, lw=1, label=s.arm.name if k == 0 else None)
-    a.set(title=f"training loss ({curves.SMOOTHING_NOTE}), each seed at the arm's rate",
+    a.set(title=f"training loss, each seed at the arm's rate\n({curves.SMOOTHING_NOTE})",
           xlabel=curves.token_axis_label(unit_name), ylabel=curves.LOSS_AXIS_LABEL)
     b.set(title="validation loss", xlabel=curves.token_axis_label(unit_name), ylabel=curves.LOSS_AXIS_LABEL)
     a.legend(fontsize=8)
@@ -540,6 +541,7 @@ def plot_lr(summaries, out):
             for x, p in pts:
                 ax.plot([x] * len(s.by_rate[p]), [d.final_loss for d in s.by_rate[p]], ".", color=f"C{i % 10}", ms=3)
     ax.set_xscale("log")
+    plain_log_ticks(ax, "x")
     ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel=AXIS_LABEL[axis],
            ylabel="final validation loss (nats)")
     if ax.lines:
@@ -569,7 +571,8 @@ def plot_exercises(summaries, baseline, exercises, out):
     grid = [[(s.exercise_mean(e, "all") - baseline.exercise_mean(e, "all"))
              if s.exercise_mean(e, "all") is not None and baseline.exercise_mean(e, "all") is not None else float("nan")
              for s in others] for e in exercises]
-    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(others), 1 + 0.45 * len(exercises)))
+    # (at least as wide as the title: one arm beside the baseline clipped it)
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.5 + 1.2 * len(others)), 1 + 0.45 * len(exercises)))
     finite = [abs(v) for row in grid for v in row if v == v]
     lim = max(finite) if finite else 1.0
     im = ax.imshow(grid, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
@@ -603,7 +606,8 @@ def plot_layers(summaries, key, title, out, name, log=False):
         return None
     if log:
         ax.set_yscale("log")
-    ax.set(title=title + " (end of training, each arm's representative run)", ylabel=LAYER_MEASURE_LABEL.get(key, key))
+        plain_log_ticks(ax)
+    ax.set(title=title + "\n(end of training, each arm's representative run)", ylabel=LAYER_MEASURE_LABEL.get(key, key))
     layer_axis(ax)
     ax.legend(fontsize=8)
     return save(fig, out, name)
@@ -697,17 +701,18 @@ def plot_spectra(spec, out):
     kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
     if not kinds:
         return None
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.8), squeeze=False, layout="constrained")
-    for ax, kind in zip(axes[0], kinds):
+    fig, axes = grid_of_axes(len(kinds), panel=(3.2, 3.4), layout="constrained")  # (7 kinds: two rows)
+    for ax, kind in zip(axes, kinds):
         for i, (arm, sp) in enumerate(spec.items()):
             if kind in sp["stable_rank"]:
                 per_layer = spectra.plottable(sp["stable_rank"][kind])
                 ax.plot(layer_numbers(per_layer), per_layer, "o-", ms=3, color=f"C{i % 10}", label=arm)
         ax.set_title(kind)
         layer_axis(ax)
-    axes[0][0].set_ylabel(STABLE_RANK_LABEL)
+    for ax in axes[::4]:
+        ax.set_ylabel(STABLE_RANK_LABEL)
     # every arm, the SAN too: it has no FFN matrices, so a legend on the last (FFN) panel left it out
-    figure_legend(fig, axes[0])
+    figure_legend(fig, axes[:len(kinds)])
     return save(fig, out, "spectra.png", tight=False)
 
 
