@@ -249,6 +249,22 @@ def test_a_finished_run_ends_with_a_summary_line(trainer, data, tmp_path):
         f" s; training loss {loss} (step 3), val loss {val} (step 3)"), out
 
 
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_a_batch_too_large_for_memory_says_what_to_lower(trainer, data):
+    """--batch-size past memory (here an 8 GB address-space limit; a GPU's memory alike) ended in
+    a bare cudaMalloc error: it now names the flags behind the buffers, the logits' size and the
+    way out (a smaller --batch-size, a larger --grad-accum)."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+    proc = run_binary(binary(trainer), common(data) + ["--steps", 1, "--batch-size", 100000], check=False,
+                      preexec_fn=limited)
+    assert proc.returncode == 1 and "cudaMalloc of" in proc.stderr, proc.stderr
+    assert "(allocating the model for --batch-size 100000 x --seq-len 64; its largest buffer, the logits, is " \
+        "6.55 GB: rows x positions x vocabulary 256, fp32). Lower --batch-size and raise --grad-accum" in proc.stderr
+
+
 def test_llmc_header_whose_sizes_wrap_64_bits_is_refused(tmp_path):
     """An llm.c model file whose header sizes make a parameter count that wraps around 2^64 to
     the file's own size (d = 180000001, L = 1565392063, Vp = 121589334, T = 1: 1024 bytes of

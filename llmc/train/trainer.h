@@ -505,9 +505,17 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     }
 
     // Step 5: the model, its optimizer and parameters, and the training
+    // (an allocation that fails names the sizes behind it and the flags that shrink them)
+    char sizes[320];
+    snprintf(sizes, sizeof(sizes), " (allocating the model for --batch-size %d x --seq-len %d; its largest buffer, the "
+             "logits, is %.3g GB: rows x positions x vocabulary %d, fp32). Lower --batch-size and raise --grad-accum: "
+             "the same rows per step, in more passes", t.batch_size, t.seq_len,
+             4.0 * t.batch_size * t.seq_len * c.padded_vocab() / 1e9, c.padded_vocab());
+    allocation_hint() = sizes;
     typename Trainer::Model model(c, t.batch_size, t.seq_len);
     model.distribute(comm, t.zero);
     model.build_optimizer(t.opt);
+    allocation_hint().clear();
     // rank 0's share (ZeRO-1 splits the state by pieces and whole matrices: ranks differ a little)
     if (t.steps > 0) printf("optimizer state per rank: %.3f MiB (%zu bytes: AdamW moments, Muon momentum, fp32 master weights)\n",
            (double)model.optimizer->state_bytes() / (1 << 20), model.optimizer->state_bytes());
