@@ -239,8 +239,9 @@ def test_a_resume_echoes_the_temperature_as_given(trainer, data, tmp_path):
 
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_a_finished_run_ends_with_a_summary_line(trainer, data, tmp_path):
-    """The last line of a run: the steps, the time and the last training and validation losses,
-    those of the progress and validation lines."""
+    """The last line of a run (with no run directory; else the one before its contents): the
+    steps, the time and the last training and validation losses, those of the progress and
+    validation lines."""
     out = run(trainer, common(data) + ["--steps", 3, "--val-every", 0]).stdout
     last = out.splitlines()[-1]
     loss = [line.split("|")[1].split()[1] for line in out.splitlines() if line.startswith("step     3/3 |")][0]

@@ -181,8 +181,8 @@ public:
         evaluate_and_sample(o.steps);
         save("final.bin");
         if (world > 1 && (int)comm->max(log.failure().empty() ? 0.0 : 1.0) != 0) { stop_for_the_log(o.steps, true); }
-        print_run_dir();
         print_summary();
+        print_run_dir();  // (the last line, as it names the run directory at the start)
         return 0;
     }
 
