@@ -240,7 +240,7 @@ BEST_DIR := $(if $(and $(NVCC),$(filter 1,$(HAS_GPU))),$(GPU_DIR),$(HOST_DIR))
 .PHONY: all host gpu gpu-arch-check skipped test test-all checks test-host host-test-binaries test-mpi test-racecheck test-asan \
   test-gpu test-python gpu-build test-all-gpu-builds mutation-check setup setup-system setup-venv setup-demo clean \
   report demo ready-to-check build-trainers-bf16 build-trainers-fp32 debug-states check-host-bf16 \
-  check-host-fp32 check-python-1 check-python-2 check-gpu-bf16 check-gpu-fp32
+  check-host-fp32 check-python-1 check-python-2 check-gpu-bf16 check-gpu-fp32 help
 all: report
 host: $(HOST_BINS)
 gpu: $(GPU_BINS)
@@ -509,6 +509,35 @@ mutation-check:
 # scripts read lists from here, e.g. `make -s print-GPU_TEST_NAMES`
 print-%:
 	@echo $($*)
+
+# `make help`: the targets a person runs, one line each (the lines below that start with `#>`;
+# dev/test/test_make_help.py checks that each is a target and that every other .PHONY target is
+# named on the `#-` line, the ones the Makefile uses for itself)
+help:
+	@echo "make TARGET [VAR=value ...]   (switches: the top of the Makefile, doc/build.md)"
+	@sed -n 's/^#> /  /p' $(firstword $(MAKEFILE_LIST))
+#> all (default)         build what this machine can: host backend always, nvcc builds where nvcc is; ./train_san ...
+#> demo                  the main job: set up, build ./train_san, train a small SAN on the offline data (ARGS="...")
+#> test                  every check this machine can run (doc/testing.md)
+#> test-all              make test, plus the builds a machine without a GPU compiles to no new effect
+#> train_san train_gpt2  one trainer, copied to ./ (the GPU build where there is a GPU)
+#> host gpu              every host-backend binary / every nvcc binary (build/{host,gpu}-<precision>/)
+#> test-host             the host-backend C++ tests of PRECISION (then test-mpi)
+#> test-mpi              the multi-rank tests under scripts/mpirun.sh
+#> test-python           the Python tests (pytest), the trainers end to end among them
+#> test-racecheck        the kernel tests under the shared-memory race checker
+#> test-asan             the host tests under AddressSanitizer and UBSan
+#> test-gpu              the tests on the GPU
+#> gpu-build             the nvcc builds make test checks (every binary on a GPU machine)
+#> gpu-arch-check        the nvcc binaries hold machine code for each of GPU_ARCHS
+#> mutation-check        the backend tests fail against deliberately broken backends
+#> setup setup-demo      the Debian packages and the Python venv (the demo tier: no PyTorch)
+#> print-VAR             a Makefile variable's value (make -s print-TEST_NAMES)
+#> clean                 remove build/ and the ./ copies
+#> help                  this list
+#- checks ready-to-check build-trainers-bf16 build-trainers-fp32 debug-states check-host-bf16 check-host-fp32
+#- check-python-1 check-python-2 check-gpu-bf16 check-gpu-fp32 skipped report setup-system setup-venv
+#- host-test-binaries test-all-gpu-builds FORCE
 
 clean:
 	rm -rf build $(TOP_LEVEL)

@@ -929,10 +929,11 @@ void warn_paper_preset_without_setup(const std::string& preset, int paper_setup,
 
 // A preset's tuned rates apply to its own model at the vocabulary they were swept at
 // (default_rates); a run of the preset at another vocabulary (--tokenizer) or shape falls back to
-// the SAN paper's rates, which one line says, with the rates used (none when --lr was given).
+// the SAN paper's rates, which one line says, with the rates used (none when --lr was given, or
+// when nothing trains: an evaluation, --steps 0).
 void note_preset_rates_not_applied(const std::string& preset, const SANConfig& c, const TrainOptions& t) {
     auto it = san_presets().find(preset);
-    if (it == san_presets().end() || t.rates_source.empty()) { return; }
+    if (it == san_presets().end() || t.rates_source.empty() || t.steps == 0) { return; }
     for (const SweptRates& s : it->second.swept) {
         if (s.ffn != c.ffn || s.source == t.rates_source) { continue; }
         SANConfig tuned = it->second.model;

@@ -6,7 +6,8 @@ may differ between two ways to the same state (straight, or interrupted and resu
 
   python -m attnref.ckpt_diff A.bin B.bin [--all-keys]
 
-Exit status: 0 the same, 1 different (each difference printed), 2 a file cannot be read.
+Exit status: 0 the same, 1 different (each difference printed, then whether the model's
+parameters, the tensors but the optimizer state opt.*, are the same), 2 a file cannot be read.
 """
 import argparse
 import sys
@@ -24,6 +25,12 @@ def bits(a):
 
 def differences(a, b, all_keys=False):
     """[text] of how the files at paths a and b differ (empty: the same state)."""
+    return compare(a, b, all_keys)[0]
+
+
+def compare(a, b, all_keys=False):
+    """(differences as differences() gives them, the verdict on the model's parameters: the
+    tensors but the optimizer's opt.*, which a reader of the diff asks about first)."""
     kind_a, meta_a, tensors_a = read_container(a)
     kind_b, meta_b, tensors_b = read_container(b)
     out = []
@@ -35,6 +42,10 @@ def differences(a, b, all_keys=False):
             out.append(f"key {key}: {meta_a.get(key, '(absent)')} vs {meta_b.get(key, '(absent)')}")
     if list(tensors_a) != list(tensors_b):
         out.append(f"tensors: {list(tensors_a)} vs {list(tensors_b)}")
+    is_param = lambda name: not name.startswith("opt.")  # noqa: E731
+    params = [n for n in tensors_a if is_param(n)]
+    differing = [n for n in dict.fromkeys(list(tensors_a) + list(tensors_b))
+                 if is_param(n) and (n not in tensors_a or n not in tensors_b)]
     for name in tensors_a:
         if name not in tensors_b:
             continue
@@ -46,7 +57,15 @@ def differences(a, b, all_keys=False):
             with np.errstate(invalid="ignore"):
                 gap = float(np.nanmax(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.dtype.kind == "f" else 0
             out.append(f"tensor {name}: {n} of {x.size} values differ (largest gap {gap:.3g})")
-    return out
+        else:
+            continue
+        differing += [name] if is_param(name) else []
+    if differing:
+        verdict = f"the parameters differ: {len(differing)} of {len(params)} tensors ({', '.join(differing[:4])}" + (
+            ", ...)" if len(differing) > 4 else ")")
+    else:
+        verdict = f"the parameters are the same, bit for bit ({len(params)} tensors)"
+    return out, verdict
 
 
 def main(argv=None):
@@ -56,7 +75,7 @@ def main(argv=None):
     ap.add_argument("--all-keys", action="store_true", help="compare the run.* keys too")
     args = ap.parse_args(argv)
     try:
-        diff = differences(args.a, args.b, args.all_keys)
+        diff, verdict = compare(args.a, args.b, args.all_keys)
     except ContainerError as e:
         print(f"ckpt_diff: {e}", file=sys.stderr)
         return 2
@@ -64,6 +83,8 @@ def main(argv=None):
         print(line)
     if not diff:
         print(f"{args.a} and {args.b} hold the same state")
+    else:  # (what differs may be the optimizer state or a key alone)
+        print(verdict)
     return 1 if diff else 0
 
 

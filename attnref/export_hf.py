@@ -44,9 +44,13 @@ import os
 import sys
 from dataclasses import fields
 
+import zlib
+
+import numpy as np
 import torch
 
 from attnref import container, gpt2, gpt2_files, san  # noqa: E402
+from attnref.tokenizer import TOKENIZER_MAGIC, SPTokenizer, tokenizer_fingerprint  # noqa: E402
 
 META_KEY = "attn_c"                                   # our config text inside config.json
 UNFOLDED_FILE = "attn_c_unfolded.safetensors"         # originals of the tensors folding changed
@@ -214,6 +218,41 @@ def model_meta(meta):
     return {k: v for k, v in meta.items() if not k.startswith(IGNORED_PREFIXES) and k not in ("has_optimizer", "seed")}
 
 
+def sentencepiece_model(path, log):
+    """The SentencePiece model --tokenizer names. The trainers' tokenizer .bin (a decode table,
+    doc/formats.md) stands for the .model of the same name beside it when that is the model it was
+    exported from; otherwise one line says which file to pass."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) >= 1024 and int(np.frombuffer(data[:4], dtype="<i4")[0]) == TOKENIZER_MAGIC:
+        beside = os.path.splitext(path)[0] + ".model"
+        h = np.frombuffer(data[:1024], dtype="<i4")
+        if os.path.exists(beside) and (zlib.crc32(data[1024:], zlib.crc32(h[2:9].tobytes())) ==
+                                       tokenizer_fingerprint(SPTokenizer(beside)) & 0xFFFFFFFF):
+            log(f"note: --tokenizer {path} is the trainers' tokenizer .bin; exporting its SentencePiece model {beside}")
+            return beside
+        raise ExportError(f"--tokenizer {path} is the trainers' tokenizer .bin, which holds no merge rules: pass the "
+                          f"SentencePiece .model it was exported from" +
+                          (f" ({beside} is another tokenizer's)" if os.path.exists(beside) else
+                           f" (e.g. {beside}, which the tokenizer scripts write beside it)"))
+    try:
+        SPTokenizer(path)
+    except Exception as e:  # (SentencePiece's own error: a page of C++ context)
+        raise ExportError(f"--tokenizer {path} is not a SentencePiece model ({str(e).splitlines()[0][:80]}): pass the "
+                          f".model that dev/data/train_tokenizer.py wrote") from None
+    return path
+
+
+def readable(outdir):
+    """safetensors writes its files 0600; an export is for others to load: the umask's mode."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in os.listdir(outdir):
+        path = os.path.join(outdir, name)
+        if os.path.isfile(path):
+            os.chmod(path, 0o666 & ~mask)
+
+
 def export(ckpt, outdir, tokenizer=None, log=print):
     """Writes the transformers directory; returns the config object written."""
     from safetensors.torch import save_file
@@ -223,6 +262,7 @@ def export(ckpt, outdir, tokenizer=None, log=print):
     eos_id = None
     if tokenizer:
         from attnref.hf_tokenizer import sentencepiece_to_hf
+        tokenizer = sentencepiece_model(tokenizer, log)
         hf_tok = sentencepiece_to_hf(tokenizer, cfg.seq_len)
         if len(hf_tok) != cfg.vocab_size:
             raise ExportError(f"--tokenizer {tokenizer}: {len(hf_tok)} pieces, but {ckpt} has vocab_size "
@@ -245,6 +285,8 @@ def export(ckpt, outdir, tokenizer=None, log=print):
                 "only BOS is the first token")
     setattr(hf_cfg, META_KEY, {"format": FORMAT_VERSION, "kind": kind, "config": model_meta(meta),
                                "unfolded": UNFOLDED_FILE if changed else None})
+    if os.path.exists(os.path.join(outdir, "config.json")):
+        log(f"note: {outdir} holds an export already: its files are replaced")
     os.makedirs(outdir, exist_ok=True)
     hf_cfg.save_pretrained(outdir)
     GenerationConfig(bos_token_id=cfg.bos_id, eos_token_id=hf_cfg.eos_token_id,
@@ -258,6 +300,7 @@ def export(ckpt, outdir, tokenizer=None, log=print):
         os.remove(side)                # a stale sidecar would be read by import_hf
     if hf_tok is not None:
         hf_tok.save_pretrained(outdir)
+    readable(outdir)
     log(f"exported {ckpt} ({kind}, {type(hf_cfg).__name__}: {cfg.n_layer} layers, d {cfg.n_embd}, vocab "
         f"{cfg.vocab_size}) to {outdir}" + ("" if hf_tok is not None else " without a tokenizer (--tokenizer)"))
     return hf_cfg
@@ -266,9 +309,10 @@ def export(ckpt, outdir, tokenizer=None, log=print):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoint", help="model checkpoint written by train_san / train_gpt2 (.py or .cu)")
-    ap.add_argument("outdir", help="directory to write (created; files of the same names are replaced)")
+    ap.add_argument("outdir", help="directory to write (created; files of the same names are replaced, with a note)")
     ap.add_argument("--tokenizer", metavar="MODEL",
-                    help="SentencePiece model the checkpoint was trained with (e.g. data/offline/tokenizer.model)")
+                    help="SentencePiece model the checkpoint was trained with (e.g. data/offline/tokenizer.model; "
+                         "its tokenizer.bin stands for the .model beside it)")
     args = ap.parse_args(argv)
     try:
         export(args.checkpoint, args.outdir, args.tokenizer)

@@ -172,22 +172,25 @@ inline CommandLine with_config_file(int argc, char** argv) {
     return c;
 }
 
-// Every key of the config file is a flag (not --config itself, nor one twice): else an error
-// naming the file, the line and the nearest flag.
+// Every key of the config file is a flag (not --config itself, nor one twice) and its value one
+// the flag takes: else an error naming the file, the line (and the nearest flag).
 inline void check_config_keys(const CommandLine& c, const std::vector<Flag>& flags) {
     std::set<std::string> seen;
     for (const ConfigEntry& e : c.entries) {
         const std::string name = "--" + e.key;
         if (name == "--config") { fatal("--config %s line %d: a config file cannot name another", c.config_path.c_str(), e.line); }
-        bool known = false;
-        for (const Flag& f : flags) { known = known || f.name == name; }
-        if (!known) {
+        const Flag* flag = nullptr;
+        for (const Flag& f : flags) { flag = f.name == name ? &f : flag; }
+        if (flag == nullptr) {
             fatal("--config %s line %d: unknown setting '%s'%s", c.config_path.c_str(), e.line, e.key.c_str(),
                   nearest_flag_hint(name, flags).c_str());
         }
         if (!seen.insert(e.key).second) {
             fatal("--config %s line %d: %s is set twice in the file", c.config_path.c_str(), e.line, e.key.c_str());
         }
+        // the value, read as the flag reads it (into the caller's probe options): an error names the line
+        const FatalContext where("--config " + c.config_path + " line " + std::to_string(e.line), c.config_path);
+        flag->parse(e.value.c_str());
     }
 }
 

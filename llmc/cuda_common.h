@@ -76,12 +76,20 @@ inline void cuda_check(cudaError_t error, const char* file, int line) {
 // Call after a launch: reports a bad launch configuration at the caller's line.
 #define cudaCheckLaunch() (cuda_check(cudaGetLastError(), __FILE__, __LINE__))
 
+// What a failed allocation adds to its error while set (a trainer: the sizes behind its buffers
+// and the flags that shrink them); "" for nothing.
+inline std::string& allocation_hint() {
+    static std::string hint;
+    return hint;
+}
+
 template <typename T>
 T* cuda_malloc_check(size_t count, const char* file, int line) {
     T* ptr = nullptr;
     cudaError_t error = cudaMalloc(reinterpret_cast<void**>(&ptr), count * sizeof(T));
     if (error != cudaSuccess) {
-        fatal("CUDA error at %s:%d: cudaMalloc of %zu bytes: %s", file, line, count * sizeof(T), cudaGetErrorString(error));
+        fatal("CUDA error at %s:%d: cudaMalloc of %zu bytes: %s%s", file, line, count * sizeof(T), cudaGetErrorString(error),
+              allocation_hint().c_str());
     }
     return ptr;
 }

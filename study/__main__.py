@@ -13,6 +13,7 @@ python -m study COMMAND ...: the study layer's one command line (doc/study.md).
   tensorboard RUN... --out DIR [--follow]                TensorBoard event files from JSONL logs
   patterns LABEL=LOG... --out DIR                        attention-pattern radar and logit plots
 """
+import difflib
 import sys
 
 
@@ -56,7 +57,9 @@ def main(argv=None):
         print(__doc__.strip())
         return 0 if argv else 2
     if argv[0] not in COMMANDS:
-        sys.stderr.write(f"python -m study: unknown command '{argv[0]}' (commands: {', '.join(COMMANDS)})\n")
+        close = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+        sys.stderr.write(f"python -m study: unknown command '{argv[0]}'" + (f" (did you mean {close[0]}?)" if close else "")
+                         + f"; commands: {', '.join(COMMANDS)}\n")
         return 2
     return COMMANDS[argv[0]](argv[1:]) or 0
 

@@ -178,6 +178,11 @@ def indicator_rows(records):
 
 
 HEADER = ["layer", "run"] + list(AXES) + ["|logit| p99", "|logit| max"]
+# what each column holds, printed under the table (doc/deconstructing.md "Attention-pattern indicators")
+LEGEND = """Entropy: -sum a log a over the whole matrix (higher: closer to mean pooling); Conc: ||A||_F
+(higher: focus on few tokens); HeadDiv: the spread across heads; Sink: the attention on the first
+token; LocFoc N: the attention at distance N (0: the token itself); |logit| p99, max: the
+pre-softmax scores. Raw means over heads and validation windows; '—': no attention matrix."""
 
 
 def groups_of_arms(arms):
@@ -266,7 +271,8 @@ def main(argv=None):
     records, reference = read(args.runs), read(args.reference)
     os.makedirs(args.out, exist_ok=True)
     print(_table(HEADER, indicator_rows(records)))
-    print(scale_text(records, reference))
+    print(LEGEND)
+    print(scale_text(records, reference) + " (the radar's axes)")
     for name in (plot_radars(records, args.out, reference=reference), plot_logits(records, args.out)):
         if name:
             print(f"wrote {os.path.join(args.out, name)}")

@@ -96,7 +96,7 @@ def fmt_loss(x):
 
 def table_rows(runs):
     """(header, rows) of the comparison; the region and training-document columns only when some run logged them."""
-    header = ["run", "steps", "tokens", "rates", "val at", "val loss"]
+    header = ["run", "steps", "tokens", "non-emb params", "MFLOPs/token", "rates", "val at", "val loss"]
     regions = [r for r in REGIONS if any(run.final_loss(r) is not None for run in runs)]
     docs = any(run.final_loss(of="train_docs") is not None for run in runs)
     docs_regions = [r for r in REGIONS if any(run.final_loss(r, "train_docs") is not None for run in runs)] if docs else []
@@ -104,7 +104,10 @@ def table_rows(runs):
     rows = []
     for run in runs:
         tokens = f"{run.steps * run.tokens_per_step:,}" if run.tokens_per_step else "?"
-        row = [run.name, str(run.steps), tokens, run_files.fmt_rates(run.rates),
+        h = run.header or {}  # (the trainer's counts, as the study report's arm table shows them)
+        nonemb, flops = h.get("non_embedding"), h.get("flops_per_token")
+        row = [run.name, str(run.steps), tokens, f"{nonemb:,}" if isinstance(nonemb, int) else "?",
+               f"{flops / 1e6:.2f}" if isinstance(flops, (int, float)) else "?", run_files.fmt_rates(run.rates),
                str(run.final["step"]) if run.final else "—", fmt_loss(run.final_loss())]
         row += [fmt_loss(run.final_loss(r)) for r in regions]
         if docs:

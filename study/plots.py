@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 from matplotlib.colors import BoundaryNorm  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 DPI = 110
 # Layers are numbered from 1 on every plot (as the attention-pattern panels title them), the
@@ -18,10 +18,11 @@ DPI = 110
 LAYER_AXIS_LABEL = "layer (1 = first)"
 
 
-def grid_of_axes(n, per_row=4):
-    """A figure with n panels, at most per_row to a row; returns (figure, flat list of axes)."""
+def grid_of_axes(n, per_row=4, panel=(4, 3.5), **kwargs):
+    """A figure with n panels, at most per_row to a row, each `panel` inches (kwargs: plt.subplots'
+    others, e.g. layout); returns (figure, flat list of axes)."""
     cols, rows = min(n, per_row), -(-n // per_row)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.5 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel[0] * cols, panel[1] * rows), squeeze=False, **kwargs)
     flat = [ax for row in axes for ax in row]
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -36,6 +37,17 @@ def save(fig, out, name, tight=True):
     fig.savefig(os.path.join(out, name), dpi=DPI)
     plt.close(fig)
     return name
+
+
+def plain_log_ticks(ax, which="y"):
+    """A log axis's tick labels as plain numbers (13.5, 0.002), not matplotlib's mathtext
+    (1.35x10^1): the decades, and the ticks between them where the axis spans under 1.5 decades
+    (where matplotlib labels those too). Call once the plotted data set the limits."""
+    lo, hi = sorted(ax.get_ylim() if which == "y" else ax.get_xlim())
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    axis.set_major_formatter(plain)
+    axis.set_minor_formatter(plain if lo > 0 and hi / lo < 10 ** 1.5 else NullFormatter())
 
 
 def layer_numbers(per_layer):

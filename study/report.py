@@ -22,7 +22,8 @@ import os
 from study import attention_patterns, curves, findings, match, spectra
 from study import runs as run_files
 from study.findings import Rule, with_interval
-from study.plots import figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers, plt, save
+from study.plots import (figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers,
+                         plain_log_ticks, plt, save)
 from study.runs import RunData  # noqa: F401  (the run as the report reads it)
 from study.tables import fmt, mean_sd, table
 
@@ -380,9 +381,11 @@ def finding_mlp_collapse(f, summaries, floor, why):
 
 
 def finding_spectra(f, summaries, floor, why, milestones):
-    missing = _need(summaries, f, ("san",) + (("ffn",) if "ffn" in f else ()), why)
+    missing = _need(summaries, f, ("san",), why)
     if missing:
         return "cannot tell", missing
+    # the FFN partner is optional (the verdict does not need it): without its runs, judged without it
+    no_partner = _need(summaries, f, ("ffn",), why) if "ffn" in f else None
     if f["san"] not in milestones or len(milestones[f["san"]]) < 3:
         return "cannot tell", f"arm {f['san']} has no milestone checkpoints (study.milestones = true writes them)"
     rule = Rule("unpaired", None)  # relative changes of stable rank: the loss's noise floor is not theirs
@@ -391,7 +394,7 @@ def finding_spectra(f, summaries, floor, why, milestones):
         out = {d.run.seed: findings.run_stable_rank_growth(d.run.dir) for d in summaries[arm].runs}
         return {seed: g for seed, g in out.items() if g is not None}
     san = growths(f["san"])
-    ffn = growths(f["ffn"]) if "ffn" in f else {}
+    ffn = growths(f["ffn"]) if "ffn" in f and not no_partner else {}
     kinds = [k for k in findings.ATTENTION_MATRICES if all(k in g for g in san.values())]
     text = (f"{f['san']}: stable rank change from the 25% milestone to the end, mean over {len(san)} seeds: "
             + ", ".join(f"{k.split('.')[1]} {sum(g[k] for g in san.values()) / len(san):+.1%}" for k in kinds) + ".")
@@ -399,7 +402,7 @@ def finding_spectra(f, summaries, floor, why, milestones):
     text += (f" W_o's gain {with_interval(diffs['gain'], 1, percent=True)}, W_o − max(W_q, W_k) "
              f"{with_interval(diffs['margin'], 1, percent=True)}"
              + (f", SAN W_o − {f['ffn']} W_o {with_interval(diffs['partner'], 1, percent=True)}" if diffs["partner"] else "")
-             + " [95% t-intervals].")
+             + " [95% t-intervals]." + (f" Without the FFN partner: {no_partner}." if no_partner else ""))
     verdict = findings.spectra(diffs, rule, partner_needed=False)
     if verdict == "shows":
         return "shows", text + " W_o keeps gaining stable rank, more than the routing matrices (W_q, W_k)" + (
@@ -446,7 +449,7 @@ def plot_loss_curves(summaries, out):
                                          label=s.arm.name if k == 0 else None)
             b.plot([r["step"] * d.tokens_per_step / unit for r in d.val], [r["val_loss"] for r in d.val], "o-",
                    color=color, ms=3, lw=1, label=s.arm.name if k == 0 else None)
-    a.set(title=f"training loss ({curves.SMOOTHING_NOTE}), each seed at the arm's rate",
+    a.set(title=f"training loss, each seed at the arm's rate\n({curves.SMOOTHING_NOTE})",
           xlabel=curves.token_axis_label(unit_name), ylabel=curves.LOSS_AXIS_LABEL)
     b.set(title="validation loss", xlabel=curves.token_axis_label(unit_name), ylabel=curves.LOSS_AXIS_LABEL)
     a.legend(fontsize=8)
@@ -538,6 +541,7 @@ def plot_lr(summaries, out):
             for x, p in pts:
                 ax.plot([x] * len(s.by_rate[p]), [d.final_loss for d in s.by_rate[p]], ".", color=f"C{i % 10}", ms=3)
     ax.set_xscale("log")
+    plain_log_ticks(ax, "x")
     ax.set(title="learning-rate sweeps (seed means; dots: seeds)", xlabel=AXIS_LABEL[axis],
            ylabel="final validation loss (nats)")
     if ax.lines:
@@ -567,7 +571,8 @@ def plot_exercises(summaries, baseline, exercises, out):
     grid = [[(s.exercise_mean(e, "all") - baseline.exercise_mean(e, "all"))
              if s.exercise_mean(e, "all") is not None and baseline.exercise_mean(e, "all") is not None else float("nan")
              for s in others] for e in exercises]
-    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(others), 1 + 0.45 * len(exercises)))
+    # (at least as wide as the title: one arm beside the baseline clipped it)
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.5 + 1.2 * len(others)), 1 + 0.45 * len(exercises)))
     finite = [abs(v) for row in grid for v in row if v == v]
     lim = max(finite) if finite else 1.0
     im = ax.imshow(grid, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
@@ -601,7 +606,8 @@ def plot_layers(summaries, key, title, out, name, log=False):
         return None
     if log:
         ax.set_yscale("log")
-    ax.set(title=title + " (end of training, each arm's representative run)", ylabel=LAYER_MEASURE_LABEL.get(key, key))
+        plain_log_ticks(ax)
+    ax.set(title=title + "\n(end of training, each arm's representative run)", ylabel=LAYER_MEASURE_LABEL.get(key, key))
     layer_axis(ax)
     ax.legend(fontsize=8)
     return save(fig, out, name)
@@ -695,17 +701,18 @@ def plot_spectra(spec, out):
     kinds = [k for k in spectra.MATRIX_KINDS if any(k in sp["stable_rank"] for sp in spec.values())]
     if not kinds:
         return None
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.8), squeeze=False, layout="constrained")
-    for ax, kind in zip(axes[0], kinds):
+    fig, axes = grid_of_axes(len(kinds), panel=(3.2, 3.4), layout="constrained")  # (7 kinds: two rows)
+    for ax, kind in zip(axes, kinds):
         for i, (arm, sp) in enumerate(spec.items()):
             if kind in sp["stable_rank"]:
                 per_layer = spectra.plottable(sp["stable_rank"][kind])
                 ax.plot(layer_numbers(per_layer), per_layer, "o-", ms=3, color=f"C{i % 10}", label=arm)
         ax.set_title(kind)
         layer_axis(ax)
-    axes[0][0].set_ylabel(STABLE_RANK_LABEL)
+    for ax in axes[::4]:
+        ax.set_ylabel(STABLE_RANK_LABEL)
     # every arm, the SAN too: it has no FFN matrices, so a legend on the last (FFN) panel left it out
-    figure_legend(fig, axes[0])
+    figure_legend(fig, axes[:len(kinds)])
     return save(fig, out, "spectra.png", tight=False)
 
 

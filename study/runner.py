@@ -209,12 +209,32 @@ def python_command(cmd):
     return cmd
 
 
+def from_here(path):
+    """`path` as named from the working directory: relative below it, else absolute."""
+    rel = os.path.relpath(path)
+    return os.path.abspath(path) if rel.startswith("..") else rel
+
+
 def shown(cmd):
-    """A command as one pastes it (a .py file with this Python, named as from the working directory)."""
+    """A command as one pastes it (a .py file with this Python, both named as from the working
+    directory: the script where python_command finds it)."""
     if cmd[0].endswith(".py"):
-        python = os.path.relpath(sys.executable)
-        cmd = [python if not python.startswith("..") else sys.executable] + cmd
+        cmd = [from_here(sys.executable), from_here(python_command(cmd)[1])] + cmd[1:]
     return " ".join(shlex.quote(c) for c in cmd)
+
+
+def note_elsewhere(study):
+    """One line when a study file of this repository runs from another directory with relative
+    paths in it: they are taken from the working directory, not from the repository."""
+    here = os.path.abspath(os.getcwd())
+    if here == ROOT or os.path.relpath(os.path.abspath(study.path), ROOT).startswith(".."):
+        return
+    inputs = [p for a in study.arms for p in arm_inputs(study, a)]
+    relative = [p for p in [study.binary, study.out] + inputs if not os.path.isabs(p) and os.sep in p]
+    if relative:
+        print(f"note: {study.path}'s relative paths ({', '.join(dict.fromkeys(relative[:3]))}, ...) are taken from the "
+              f"working directory {here}, not from the repository {ROOT}; to use its builds and data, run from "
+              f"there: cd {shlex.quote(from_here(ROOT))}", flush=True)
 
 
 def check_needs(study, runs, build):
@@ -509,6 +529,7 @@ def cmd_run(args):
     study = load_study(args.study, args.binary)
     runs = select(study, args.only)
     unfinished = [r for r in runs if not is_finished(r)]
+    note_elsewhere(study)
     problems = check_needs(study, unfinished, build=not args.dry_run)
     if problems and not args.dry_run:
         raise StudyError(f"{study.path}: cannot run yet:\n  " + "\n  ".join(problems))

@@ -76,24 +76,27 @@ def checkpoint_spectra(path):
 
 
 def plot(results, out):
-    from study.plots import (figure_legend, layer_axis, layer_colorbar, layer_colormap, layer_numbers, plt,
+    from study.plots import (figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers,
+                             plain_log_ticks, plt,
                              save)
     last = results[-1]
     kinds = list(last["stable_rank"])
     names = []
 
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds) + 1, 3.6), squeeze=False, layout="constrained")
+    fig, axes = grid_of_axes(len(kinds), panel=(3.2, 3.4), layout="constrained")  # (at most 4 to a row)
     n_layers = max(len(last["singular_values"][kind]) for kind in kinds)
     layer_color, mappable = layer_colormap(n_layers)
-    for ax, kind in zip(axes[0], kinds):
+    for ax, kind in zip(axes, kinds):
         for i, s in enumerate(last["singular_values"][kind]):
             if s is None:
                 continue
             s = np.asarray(s)
             ax.plot(np.arange(1, len(s) + 1), s / s[0], color=layer_color(i), lw=1)
         ax.set(title=kind, xlabel="index i (largest first)", yscale="log")
-    axes[0][0].set_ylabel(f"σ_i / σ_max at step {last['step']}")
-    layer_colorbar(fig, axes[0].tolist(), mappable, n_layers)  # which line is which layer
+        plain_log_ticks(ax)
+    for ax in axes[::4]:
+        ax.set_ylabel(f"σ_i / σ_max at step {last['step']}")
+    layer_colorbar(fig, axes[:len(kinds)], mappable, n_layers)  # which line is which layer
     names.append(save(fig, out, "singular_values.png", tight=False))
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -105,17 +108,18 @@ def plot(results, out):
     ax.legend(fontsize=8)
     names.append(save(fig, out, "stable_rank_over_training.png"))
 
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.8), squeeze=False, layout="constrained")
+    fig, axes = grid_of_axes(len(kinds), panel=(3.2, 3.4), layout="constrained")
     cmap = plt.get_cmap("viridis")
-    for ax, kind in zip(axes[0], kinds):
+    for ax, kind in zip(axes, kinds):
         for j, r in enumerate(results):
             per_layer = plottable(r["stable_rank"][kind])
             ax.plot(layer_numbers(per_layer), per_layer, "o-", ms=3, color=cmap(j / max(1, len(results) - 1)),
                     label=f"step {r['step']}")
         ax.set_title(kind)
         layer_axis(ax)
-    axes[0][0].set_ylabel("stable rank ‖W‖²_F / σ²_max")
-    figure_legend(fig, axes[0], ncols=min(6, len(results)))
+    for ax in axes[::4]:
+        ax.set_ylabel("stable rank ‖W‖²_F / σ²_max")
+    figure_legend(fig, axes[:len(kinds)], ncols=min(6, len(results)))
     names.append(save(fig, out, "stable_rank_per_layer.png", tight=False))
     return names
 

@@ -17,14 +17,16 @@ each becomes DIR/<run name>/, named as compare.py names it. The scalars, at each
   whole_docs/..., train_docs/...                           the same keys of those validations
   eval/<set>/<metric>                                      eval-set records (--eval-sets)
 
-and the log header (command, config, rates, commit) as text under "run". A log already written is
-converted as its readers see it (study/runs.py step_records: a resumed run's superseded
-records left out); while following, a resume record writes a SessionLog START at the step after
+and the log header (command, config, rates, commit) as text under "run"; each event at the time
+the log gives its record (the header's start time plus the steps' ms), not the conversion's. A
+log already written is converted as its readers see it (study/runs.py step_records: a resumed
+run's superseded records left out); while following, a resume record writes a SessionLog START at the step after
 its checkpoint, which makes TensorBoard drop the superseded steps it has shown.
 
 Needs the `tensorboard` package (requirements.txt; bash scripts/setup.sh installs it).
 """
 import argparse
+import calendar
 import json
 import os
 import sys
@@ -69,6 +71,32 @@ def scalars_of(rec):
     return []
 
 
+class LogClock:
+    """The time of each record as the log tells it (TensorBoard's relative and wall-time axes):
+    the start time of the header before it (run.started, UTC) plus the step times (ms) of the
+    step records since; before any header with a start time, the time of the conversion."""
+
+    def __init__(self):
+        self.start, self.elapsed = None, 0.0
+
+    def read(self, line):
+        """Takes one log line; returns the time of its record."""
+        header = run_files.header_of(line)
+        if header is not None:
+            try:
+                self.start = calendar.timegm(time.strptime(header.get("started", ""), "%Y-%m-%dT%H:%M:%SZ"))
+            except ValueError:
+                self.start = None
+            self.elapsed = 0.0
+        rec = run_files.step_record(line)
+        if rec is not None and isinstance(rec.get("ms"), (int, float)) and "loss" in rec:
+            self.elapsed += rec["ms"] / 1e3
+        return self.now()
+
+    def now(self):
+        return time.time() if self.start is None else self.start + self.elapsed
+
+
 class EventWriter:
     """One run's event file (tensorboard's writer: no TensorFlow needed)."""
 
@@ -78,26 +106,26 @@ class EventWriter:
         self.event_pb2, self.summary_pb2 = event_pb2, summary_pb2
         self.writer = EventFileWriter(logdir)
 
-    def scalars(self, step, pairs):
+    def scalars(self, step, pairs, wall_time):
         if pairs:
             values = [self.summary_pb2.Summary.Value(tag=tag, simple_value=float(v)) for tag, v in pairs]
-            self.writer.add_event(self.event_pb2.Event(step=step, wall_time=time.time(),
+            self.writer.add_event(self.event_pb2.Event(step=step, wall_time=wall_time,
                                                        summary=self.summary_pb2.Summary(value=values)))
 
-    def text(self, tag, text):
+    def text(self, tag, text, wall_time):
         """A text summary (TensorBoard's text plugin: a string tensor)."""
         from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
         tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode()],
                                         tensor_shape=tensor_shape_pb2.TensorShapeProto())
         meta = self.summary_pb2.SummaryMetadata(plugin_data=self.summary_pb2.SummaryMetadata.PluginData(plugin_name="text"))
         value = self.summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)
-        self.writer.add_event(self.event_pb2.Event(step=0, wall_time=time.time(),
+        self.writer.add_event(self.event_pb2.Event(step=0, wall_time=wall_time,
                                                    summary=self.summary_pb2.Summary(value=[value])))
 
-    def restart(self, step):
+    def restart(self, step, wall_time):
         """TensorBoard drops the events at steps from `step` on (a resumed run's superseded records)."""
         start = self.event_pb2.SessionLog(status=self.event_pb2.SessionLog.START)
-        self.writer.add_event(self.event_pb2.Event(step=step, wall_time=time.time(), session_log=start))
+        self.writer.add_event(self.event_pb2.Event(step=step, wall_time=wall_time, session_log=start))
 
     def flush(self):
         self.writer.flush()
@@ -125,6 +153,7 @@ class Follower:
         self.writer = EventWriter(os.path.join(out, run.name))
         self.offset = 0
         self.header_written = False
+        self.clock = LogClock()
 
     def convert_existing(self):
         """What the log holds now, as its readers resolve it."""
@@ -133,16 +162,24 @@ class Follower:
         complete = data[:data.rfind(b"\n") + 1]
         self.offset = len(complete)
         lines = complete.decode("utf-8", "replace").splitlines()
-        self.write_header(lines)
-        for rec in run_files.resolve_resumes(lines):
-            self.writer.scalars(rec["step"], scalars_of(rec))
+        times = [self.clock.read(line) for line in lines]
+        self.write_header(lines, times)
+        # (each kept record at the time of its line: resolve_resumes keeps lines' records in order)
+        kept = run_files.resolve_resumes(lines)
+        stamped = [(rec, t) for line, t in zip(lines, times) for rec in [run_files.step_record(line)] if rec is not None]
+        i = 0
+        for rec in kept:
+            while stamped[i][0] != rec:
+                i += 1
+            self.writer.scalars(rec["step"], scalars_of(rec), stamped[i][1])
+            i += 1
         self.writer.flush()
 
-    def write_header(self, lines):
-        for line in lines:
+    def write_header(self, lines, times):
+        for line, t in zip(lines, times):
             header = None if self.header_written else run_files.header_of(line)
             if header:
-                self.writer.text("run", header_text(header))
+                self.writer.text("run", header_text(header), t)
                 self.header_written = True
 
     def poll(self):
@@ -156,12 +193,16 @@ class Follower:
         complete = data[:data.rfind(b"\n") + 1]
         self.offset += len(complete)
         lines = complete.decode("utf-8", "replace").splitlines()
-        self.write_header(lines)
-        for rec in filter(None, map(run_files.step_record, lines)):
+        times = [self.clock.read(line) for line in lines]
+        self.write_header(lines, times)
+        for line, t in zip(lines, times):
+            rec = run_files.step_record(line)
+            if rec is None:
+                continue
             if "resume" in rec:
-                self.writer.restart(rec["step"] + 1)
+                self.writer.restart(rec["step"] + 1, t)
             else:
-                self.writer.scalars(rec["step"], scalars_of(rec))
+                self.writer.scalars(rec["step"], scalars_of(rec), t)
         self.writer.flush()
         return len(lines)
 

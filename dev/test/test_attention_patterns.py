@@ -86,6 +86,10 @@ def test_report_section_and_command_line(tmp_path):
     by = {(r[0], r[1]): r[2:] for r in rows}
     assert by[("1", "mlp-hybrid")][:8] == ["—"] * 8  # no matrix in layer 1
     assert by[("2", "approximate-uniform")][:4] == ["5", "3", "0.3", "0.05"]  # raw head means
+    # a legend under the table says what each column holds
+    legend = out[out.index("Entropy:"):]
+    for column in ("Conc:", "HeadDiv:", "Sink:", "LocFoc N:", "|logit| p99, max:", "'—':"):
+        assert column in legend, out
     assert (tmp_path / "plots" / "attention_radar.png").exists()
     assert (tmp_path / "plots" / "logit_distribution.png").exists()
     bad = subprocess.run([sys.executable, "-m", "study", "patterns", "--out",

@@ -58,6 +58,24 @@ def test_exit_status(tmp_path):
     same = subprocess.run(cmd + [str(a), str(a)], capture_output=True, text=True)
     assert same.returncode == 0 and "hold the same state" in same.stdout
     other = subprocess.run(cmd + [str(a), str(b)], capture_output=True, text=True)
-    assert other.returncode == 1 and other.stdout.strip() == "key n_layer: 2 vs 3"
+    assert other.returncode == 1 and other.stdout.splitlines() == [
+        "key n_layer: 2 vs 3", "the parameters are the same, bit for bit (3 tensors)"]
     bad = subprocess.run(cmd + [str(a), str(tmp_path / "junk.bin")], capture_output=True, text=True)
     assert bad.returncode == 2 and "junk.bin" in bad.stderr
+
+
+def test_the_verdict_on_the_parameters(tmp_path):
+    """After the differences, one line says whether the model's parameters (every tensor but
+    the optimizer's opt.*) are the same: two runs whose optimizer states alone differ have."""
+    moment = np.ones(4, np.float32)
+    a = write(tmp_path / "a.bin", ts=tensors() + [("opt.m.gain", moment, "fp32")])
+    b = write(tmp_path / "b.bin", ts=tensors() + [("opt.m.gain", moment * 2, "fp32")])
+    diff, verdict = ckpt_diff.compare(a, b)
+    assert diff == ["tensor opt.m.gain: 4 of 4 values differ (largest gap 1)"]
+    assert verdict == "the parameters are the same, bit for bit (3 tensors)"
+    ts = tensors()
+    c = write(tmp_path / "c.bin", ts=[ts[0], ("gain", np.ones(4, np.float32), "bf16"), ts[2],
+                                      ("opt.m.gain", moment, "fp32")])
+    assert ckpt_diff.compare(a, c)[1] == "the parameters differ: 1 of 3 tensors (gain)"
+    fewer = write(tmp_path / "fewer.bin", ts=ts[:2] + [("opt.m.gain", moment, "fp32")])
+    assert ckpt_diff.compare(a, fewer)[1] == "the parameters differ: 1 of 3 tensors (fixed_qk.tokens)"

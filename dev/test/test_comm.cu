@@ -3,6 +3,7 @@ test_comm: the collectives of llmc/parallel/comm.h and the work-splitting rules 
 Run as N ranks (`scripts/mpirun.sh -np 2 build/host-fp32/test_comm`, as `make test` does;
 plain: one rank, where the collectives are identities and only that is checked).
 
+  no_gpu_*         the message of a GPU build that finds no GPU: the host build to run;
   sum_*, avg_*     all_reduce in fp32 and bf16 of data whose sums are exact in the type
                    (multiples of 1/16 below 2^4: at most 8 significant bits), against the
                    exact sum computed here from every rank's data (each rank can regenerate
@@ -98,6 +99,18 @@ TEST_CASE(nccl_only_for_several_ranks) {
     CHECK(!Comm::starts_nccl(1));
     CHECK_EQ(g_comm->nccl_started(), Comm::starts_nccl(g_comm->world));
     if (g_comm->world == 1) { CHECK(strcmp(g_comm->executor(), "NCCL") != 0); }
+}
+
+// A GPU build on a machine without a GPU said only "CUDA driver version is insufficient": it
+// names the host-backend build to run instead (the text of Comm's check, which only a GPU build
+// reaches).
+TEST_CASE(no_gpu_names_the_host_build) {
+    const std::string text = no_gpu_message("CUDA driver version is insufficient for CUDA runtime version",
+                                            "build/gpu-bf16/train_san");
+    CHECK(text == std::string("no GPU here (CUDA driver version is insufficient for CUDA runtime version): this is a "
+                              "GPU build of train_san; on this machine run the host-backend build, build/host-") +
+                      PRECISION_NAME + "/train_san (make builds it)");
+    CHECK(no_gpu_message("x", "./train_gpt2").find("build/host-" PRECISION_NAME "/train_gpt2 (make") != std::string::npos);
 }
 
 TEST_CASE(sum_fp32) {

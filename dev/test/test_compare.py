@@ -129,6 +129,8 @@ def test_compare_reads_the_header_record(tmp_path, capsys):
                           "command": f"./train_san --preset tiny --lr {lr:g}", "git_commit": "0123456789ab", "git_dirty": True,
                           "ranks": 2, "config": {"batch-size": str(batch), "seq-len": "64", "grad-accum": "3", "lr": f"{lr:g}"},
                           "rates": {"optimizer": "muon", "lr": lr, "lr_other": 3e-4}}}
+        if parent == "a":  # (b: a header from before the trainers counted them)
+            header["run"].update(non_embedding=24834, flops_per_token=3393024)
         lines = [header] + [{"step": s, "loss": 5.0 - 0.1 * s, "lr": lr, "grad_norm": 1.0, "ms": 3.0} for s in range(1, 11)]
         lines += [{"step": 10, "val_loss": 4.0 + lr}]
         (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
@@ -139,6 +141,8 @@ def test_compare_reads_the_header_record(tmp_path, capsys):
     assert rows["a/tiny-san"]["rates"] == "muon 0.0006 (rest 0.0003)" and rows["b/tiny-san"]["rates"] == "muon 0.0024 (rest 0.0003)"
     assert rows["a/tiny-san"]["tokens"] == f"{10 * 8 * 3 * 2 * 64:,}" and rows["b/tiny-san"]["tokens"] == f"{10 * 4 * 3 * 2 * 64:,}"
     assert rows["a/tiny-san"]["val loss"] == f"{4.0 + 6e-4:.4f}"
+    assert (rows["a/tiny-san"]["non-emb params"], rows["a/tiny-san"]["MFLOPs/token"]) == ("24,834", "3.39")
+    assert (rows["b/tiny-san"]["non-emb params"], rows["b/tiny-san"]["MFLOPs/token"]) == ("?", "?")
     assert "a/tiny-san: commit 0123456789ab (dirty); host backend, fp32; 2 ranks\n  $ ./train_san --preset tiny --lr 0.0006" in stdout
     assert "curves against steps" not in stdout  # every header says its tokens per step
     assert compare.main([str(tmp_path / "a"), str(tmp_path / "nothing.jsonl")]) == 2
@@ -205,3 +209,31 @@ def test_follow_picks_up_appended_records_and_drops_superseded_steps(tmp_path):
     follower.writer.close()
     want = [(s, 10.0 - s) for s in range(1, 5)] + [(s, 20.0 - s) for s in range(5, 9)]
     assert scalars(tmp_path / "tb" / "run", "train/loss")[0] == want
+
+
+def test_tensorboard_events_carry_the_logs_times(tmp_path):
+    """Each event is at the time the log gives its record: the header's start (UTC) plus the
+    step times so far; a resumed run's records from its own header's start (they all carried the
+    conversion's time, so TensorBoard's time axes showed nothing)."""
+    pytest.importorskip("tensorboard", reason="the tensorboard package (requirements.txt; bash scripts/setup.sh)")
+    import calendar
+    import types
+
+    from study import to_tensorboard
+    log = tmp_path / "run" / "log.jsonl"
+    log.parent.mkdir()
+
+    def step(s):
+        return json.dumps({"step": s, "loss": 5.0 - 0.1 * s, "lr": 1e-3, "grad_norm": 1.0, "ms": 250.0}) + "\n"
+    log.write_text('{"run": {"started": "2026-12-01T10:00:00Z"}}\n' + step(1) + step(2)
+                   + json.dumps({"step": 2, "val_loss": 4.5}) + "\n" + step(3) + step(4)
+                   + '{"run": {"started": "2026-12-01T11:00:00Z"}}\n{"step": 2, "resume": "ckpt/step_2.bin"}\n'
+                   + "".join(step(s) for s in range(3, 5)))
+    follower = to_tensorboard.Follower(types.SimpleNamespace(path=str(log), name="run"), str(tmp_path / "tb"))
+    follower.convert_existing()
+    follower.writer.close()
+    first, second = (calendar.timegm((2026, 12, 1, h, 0, 0, 0, 0, 0)) for h in (10, 11))
+    _, acc = scalars(tmp_path / "tb" / "run", "train/loss")
+    assert [(e.step, e.wall_time) for e in acc.Scalars("train/loss")] == [
+        (1, first + 0.25), (2, first + 0.5), (3, second + 0.25), (4, second + 0.5)]
+    assert [(e.step, e.wall_time) for e in acc.Scalars("val/loss")] == [(2, first + 0.5)]

@@ -344,6 +344,47 @@ def test_tokenizer_must_fit_the_model(spm_model, tmp_path):
         export_hf.export(str(ckpt), str(tmp_path / "hf"), spm_model, log=quiet)
 
 
+def test_the_trainers_tokenizer_bin_stands_for_its_model_or_is_refused_in_one_line(spm_model, sp, tmp_path, capsys):
+    """--tokenizer X.bin (the file every trainer's --tokenizer takes) exports the X.model beside it
+    when the .bin was made from it, and is otherwise refused in one line naming the .model to
+    pass; so is a file that is no SentencePiece model (SentencePiece's own error is a page)."""
+    import shutil
+    from attnref.tokenizer import SPTokenizer, export_tokenizer_bin
+    ckpt = tmp_path / "c.bin"
+    container.save_checkpoint(ckpt, san.SAN(san_cfg(sp.vocab_size)).init_weights(0))
+    shutil.copy(spm_model, tmp_path / "tok.model")
+    export_tokenizer_bin(SPTokenizer(spm_model), tmp_path / "tok.bin")
+    said = []
+    export_hf.export(str(ckpt), str(tmp_path / "by_bin"), str(tmp_path / "tok.bin"), log=said.append)
+    assert any(f"exporting its SentencePiece model {tmp_path / 'tok.model'}" in line for line in said), said
+    export_hf.export(str(ckpt), str(tmp_path / "by_model"), spm_model, log=quiet)
+    assert filecmp.cmp(tmp_path / "by_bin" / "tokenizer.json", tmp_path / "by_model" / "tokenizer.json", shallow=False)
+    (tmp_path / "tok.model").unlink()
+    for bad, fix in ((tmp_path / "tok.bin", f"pass the SentencePiece .model it was exported from (e.g. {tmp_path / 'tok.model'}"),
+                     (ckpt, f"--tokenizer {ckpt} is not a SentencePiece model")):
+        assert export_hf.main([str(ckpt), str(tmp_path / "hf"), "--tokenizer", str(bad)]) == 1
+        err = capsys.readouterr().err
+        assert fix in err and len(err.splitlines()) == 1, err
+
+
+def test_an_export_is_readable_and_a_replaced_one_is_named(tmp_path):
+    """Every file of an export has the umask's mode (safetensors writes 0600: another user could
+    not load the model), and exporting into an earlier export says it replaces it."""
+    ckpt = tmp_path / "c.bin"
+    container.save_checkpoint(ckpt, san.SAN(san_cfg(250)).init_weights(0))
+    mask = os.umask(0o022)
+    try:
+        said = []
+        export_hf.export(str(ckpt), str(tmp_path / "hf"), log=said.append)
+        assert not any("replaced" in line for line in said), said
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()}
+        assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
+        export_hf.export(str(ckpt), str(tmp_path / "hf"), log=said.append)
+        assert f"note: {tmp_path / 'hf'} holds an export already: its files are replaced" in said, said
+    finally:
+        os.umask(mask)
+
+
 # ------------------------------------------------------------------------------------------
 # tokenizer: AutoTokenizer == SentencePiece, token for token
 

@@ -16,6 +16,7 @@ entries, ticks and lines are read back.
 No trainer; about 10 s.
 """
 import json
+import re
 import os
 import sys
 import types
@@ -471,3 +472,85 @@ def test_attention_pattern_plots(tmp_path, drawn):
         assert [ax.get_title() for ax in data_axes(fig)] == [f"layer {l}" for l in range(1, N_LAYER + 1)], name
     panels = data_axes(drawn["logit_distribution.png"])
     assert panels[0].get_ylabel() and all(ax.get_xlabel() for ax in panels)
+
+
+# ----------------------------------------------------------------------------------------
+# what every figure of the report shares
+
+def texts_outside(fig):
+    """The titles, axis labels and tick labels of a figure's panels that reach past its edges
+    (as saved: a clipped title was the first thing a reader saw)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)  # (a closed figure keeps no canvas of its own)
+    canvas.draw()
+    renderer, box = canvas.get_renderer(), fig.bbox
+    out = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        texts = [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            texts += [t.label1 for t in axis.get_major_ticks() + axis.get_minor_ticks()
+                      if lo - 1e-9 <= t.get_loc() <= hi + 1e-9]  # (the ticks drawn)
+        for text in texts:
+            if text.get_visible() and text.get_text():
+                e = text.get_window_extent(renderer)
+                if e.x0 < box.x0 - 1 or e.x1 > box.x1 + 1 or e.y0 < box.y0 - 1 or e.y1 > box.y1 + 1:
+                    out.append(text.get_text())
+    return out
+
+
+def test_no_text_of_a_report_figure_is_clipped(toy_report):
+    figures, _ = toy_report
+    clipped = {name: texts_outside(fig) for name, fig in figures.items()}
+    assert {name: t for name, t in clipped.items() if t} == {}
+
+
+def test_log_axes_label_their_ticks_as_plain_numbers(toy_report):
+    """A log axis spanning less than a decade (max_logit.png, lr_curves.png) got tick labels like
+    1.35x10^1 (mathtext); every tick label of the report is a plain number now."""
+    figures, _ = toy_report
+    for name in ("max_logit.png", "lr_curves.png"):
+        fig = figures[name]
+        fig.canvas.draw()
+        for ax in data_axes(fig):
+            for axis in (ax.xaxis, ax.yaxis):
+                if axis.get_scale() != "log":
+                    continue
+                labels = [t.get_text() for t in axis.get_ticklabels(which="both") if t.get_text()]
+                assert labels and all(re.fullmatch(r"-?[0-9.]+(e-?[0-9]+)?", t) for t in labels), (name, labels)
+
+
+def test_a_figure_of_many_panels_wraps_its_rows(toy_report):
+    """spectra.png (seven matrix kinds with an FFN arm) was one row of seven narrow panels: at
+    most four to a row now."""
+    figures, _ = toy_report
+    fig = figures["spectra.png"]
+    rows = {round(ax.get_position().y0, 3) for ax in data_axes(fig)}
+    assert len(data_axes(fig)) == 7 and len(rows) == 2, rows
+
+
+def test_the_ema_lags_a_short_run_little():
+    """The loss curves' EMA line: 0.9 lagged a steady trend by 9 steps, most of a 20-step run; its
+    decay now keeps the lag of a steady fall within 5% of the run, and is 0.9 on long runs."""
+    for n in (20, 40, 100, 180, 1000):
+        ramp = [float(-i) for i in range(n)]
+        lag = curves.ema(ramp)[-1] - ramp[-1]  # (steps behind a fall of one nat per step)
+        assert lag <= n / 20 + 1e-9, (n, lag)
+    assert curves.ema_decay(1000) == 0.9 and curves.ema([1.0, 0.0], decay=0.5) == [1.0, 0.5]
+
+
+def test_the_exercises_plot_of_one_arm_keeps_its_title(tmp_path, drawn):
+    """One arm beside the baseline made a figure narrower than its title (the SYNTH exercises'
+    names: the generator's five)."""
+    from study import report as study_report
+    exercises = ["mcq", "math", "memorization", "recall", "rag"]
+
+    def arm(name, shift):
+        return types.SimpleNamespace(ok=True, arm=types.SimpleNamespace(name=name),
+                                     exercise_mean=lambda e, region: 1.0 + shift + 0.1 * exercises.index(e))
+    base = arm("san", 0.0)
+    study_report.plot_exercises({"san": base, "ffn-iso-param": arm("ffn-iso-param", -0.05)}, base, exercises,
+                                str(tmp_path))
+    assert texts_outside(drawn["exercises.png"]) == []

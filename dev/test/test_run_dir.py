@@ -137,6 +137,9 @@ def test_config_file_errors_name_the_file_and_line(data, tmp_path):
     proc = run_in(tmp_path, "san", ["--config", config], check=False)
     assert proc.returncode == 1
     assert f"--config {config} line 4: unknown setting 'stpes' (did you mean --steps?)" in proc.stderr
+    config.write_text("# the letter O for a zero\nsteps = 6O\n")
+    proc = run_in(tmp_path, "san", ["--config", config], check=False)
+    assert proc.returncode == 1 and f"option --steps: '6O' is not an integer (--config {config} line 2)" in proc.stderr
     config.write_text("steps 3\n")
     proc = run_in(tmp_path, "san", ["--config", config], check=False)
     assert proc.returncode == 1 and f"--config {config} line 1: expected `key = value`" in proc.stderr
@@ -228,3 +231,15 @@ def test_extend_to_continues_as_a_run_directory_beside_the_saved_run(data, tmp_p
     assert samples.startswith((run / "samples.txt").read_text()) and "step 8: " in samples
     refused = run_in(tmp_path, "san", ["--resume", "runs/r"], check=False)
     assert refused.returncode == 1 and "It was extended in runs/r-to-8 (--resume runs/r-to-8)" in refused.stderr
+
+
+def test_an_evaluation_writes_no_run_directory_unless_asked(data, tmp_path):
+    """--steps 0 --init-from CKPT trains nothing: it leaves no runs/<preset>-<arm>-<time> in the
+    working directory (one in a read-only directory failed); --run-dir DIR still names one."""
+    run_in(tmp_path, "san", flags(data, "--run-dir", tmp_path / "trained"))
+    evaluate = ["--steps", 0, "--init-from", tmp_path / "trained" / "final.bin", "--val-data", data / "toy_val_*.bin",
+                "--batch-size", 2, "--val-batches", 1, "--sample-tokens", 0]
+    out = run_in(tmp_path, "san", evaluate).stdout
+    assert run_dirs(tmp_path) == [] and "run directory" not in out, out
+    out = run_in(tmp_path, "san", evaluate + ["--run-dir", tmp_path / "asked"]).stdout
+    assert sorted(p.name for p in (tmp_path / "asked").iterdir()) == ["config", "log.jsonl"], out

@@ -1318,6 +1318,21 @@ def test_dry_run_checks_the_trainer_and_the_data(toy_data, tmp_path):
         assert proc.returncode == 0 and "the trainer and every input file are there" in proc.stdout, proc.stdout
 
 
+def test_a_dry_run_from_another_directory_says_where_paths_are_from(tmp_path):
+    """A study file of this repository run from elsewhere: its relative paths are the working
+    directory's, which one line says (naming the repository to cd to), and the command that
+    builds the missing data names the build script where it is (it named it as from the root)."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([PYTHON, *STUDY, "run", os.path.join(ROOT, "studies", "mini_cpu.toml"), "--dry-run"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (f"are taken from the working directory {tmp_path}, not from the repository {ROOT}; to use its builds "
+            f"and data, run from there: cd {ROOT}") in proc.stdout, proc.stdout
+    build = re.search(r"build them with `([^`]*)`", proc.stdout).group(1).split()
+    assert os.path.isfile(os.path.join(tmp_path, build[1])) and build[1].endswith("dev/data/build_offline.py"), build
+    assert "are taken from" not in study_cmd("run", os.path.join(ROOT, "studies", "mini_cpu.toml"), "--dry-run").stdout
+
+
 def test_the_trainers_make_targets():
     """A trainer under build/ is named (and built) by its make target with its precision: the
     Makefile's build directory follows PRECISION, so the target exists only with it; `make -n`
@@ -1442,3 +1457,18 @@ def test_spectra_finding_over_every_seed(monkeypatch):
     two = {"san": arm("san", (1, 2)), "ffn": arm("ffn", (1, 2))}
     growths(0.30, 0.0, 0.05)
     assert study_report.finding_spectra(f, two, 0.01, {}, milestones)[0] == "too few seeds (2)"
+    # the FFN partner is optional: skipped, or without finished runs, the SAN's spectra are judged alone
+    verdict, text = study_report.finding_spectra(f, summaries, 0.01, {"ffn": "not in --only"}, milestones)
+    assert verdict == "shows" and "SAN W_o −" not in text, text
+    assert " [95% t-intervals]. Without the FFN partner: arm ffn (ffn) was not run: not in --only. W_o keeps" in text, text
+    failed = {**summaries, "ffn": types.SimpleNamespace(ok=False, diverged=[], runs=[])}
+    verdict, text = study_report.finding_spectra(f, failed, 0.01, {}, milestones)
+    assert verdict == "shows" and "arm ffn (ffn) has no finished runs" in text, text
+
+
+def test_an_unknown_command_names_the_nearest():
+    """`python -m study compair` says which command was meant, and lists them all."""
+    proc = study_cmd("compair")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("python -m study: unknown command 'compair' (did you mean compare?); commands: run,")
+    assert "did you mean" not in study_cmd("zzz").stderr

@@ -485,3 +485,8 @@ def test_a_preset_off_its_swept_vocabulary_or_shape_says_which_rates_it_trains_a
     assert notes("--vocab-size", "4096") == [head + "vocabulary 4096" + tail]
     assert notes("--vocab-size", str(tuned.vocab_size), "--n-layer", "3") == [head + "another shape" + tail]
     assert notes("--vocab-size", "4096", "--lr", "0.01") == []
+    # an evaluation of such a model trains at no rate: no note
+    trained = sorted(tmp_path.iterdir())[1] / "final.bin"  # (r1: the --vocab-size 4096 run)
+    assert notes("--steps", "0", "--init-from", str(trained), "--vocab-size", "4096", "--train-data", "",
+                 "--val-data", str(data / "toy_val_*.bin"),
+                 "--val-batches", "1") == []

@@ -220,6 +220,25 @@ def test_full_disk_stops_and_keeps_the_previous_checkpoint(data, tmp_path, mount
     assert "No space left on device" in proc.stderr or "File too large" in proc.stderr, proc.stderr
     assert (d / "final.bin").read_bytes() == previous
     assert sorted(p.name for p in d.iterdir()) == ["final.bin"]  # the partial temporary file is gone
+    assert f"(the run stops; it saved no checkpoint before: start it again with room under --checkpoint-dir {d})" \
+        in proc.stderr, proc.stderr
+
+
+def test_a_full_disk_at_a_later_checkpoint_names_the_command_that_continues(data, tmp_path, mounted):
+    """Room for one checkpoint, not two: the second save fails, naming the first and the command
+    that continues from it; that command, once the disk has room, ends where a straight run does."""
+    ref = tmp_path / "ref"
+    run(args(data, ref, steps=4))
+    if not can_mount_tmpfs(tmp_path):
+        pytest.skip("needs a tmpfs (mount)")
+    d = mounted(f"size={(ref / 'final.bin').stat().st_size * 3 // 2}")
+    proc = run(args(data, d, steps=4) + ["--save-every", "2"], check=False)
+    assert proc.returncode == 1 and "No space left on device" in proc.stderr, (proc.stdout, proc.stderr)
+    command = f"{os.path.join(ROOT, BIN)} --resume {d}/step_2.bin"
+    assert f"(the run stops; once {d} has room, continue from {d}/step_2.bin with: {command})" in proc.stderr, proc.stderr
+    shutil.move(d / "step_2.bin", tmp_path / "step_2.bin")  # (room: the checkpoint moves to a disk that has it)
+    run(["--resume", tmp_path / "step_2.bin", "--checkpoint-dir", tmp_path / "rest"])
+    assert state_differences(ref / "final.bin", tmp_path / "rest" / "final.bin") == []
 
 
 LONG = 40  # (steps enough for a log of a few pages)

@@ -164,19 +164,29 @@ def test_data_summary_and_overlap_warning(data, tmp_path):
     assert "val data:   1 shard" in out and "warning" not in out
     out = run("san", common(data) + ["--steps", 1, "--val-data", data / "toy_*.bin"]).stdout
     assert f"warning: {data / 'toy_train_000000.bin'} is in both the training and the validation data" in out
+    out = run("san", common(data) + ["--steps", 1, "--val-data", data / "toy_*.bin", "--print-config", 1]).stdout
+    assert f"warning: {data / 'toy_train_000000.bin'} is in both the training and the validation data" in out
 
 
 def file_errors(data, tmp_path):
     """(arguments, the error) for each file option: the flag, then the problem."""
     bogus = tmp_path / "bogus.bin"  # a file of neither kind: a header whose first int32 is 12345
     bogus.write_bytes((12345).to_bytes(4, "little") + bytes(1020))
+    spm_named = tmp_path / "tok.model"  # (a stand-in: what matters is the .bin beside it)
+    spm_named.write_bytes(b"\x0a\x0b not a tokenizer .bin")
+    (tmp_path / "tok.bin").write_bytes(b"")
     train = ["--train-data", data / "toy_train_*.bin"]
     return [
         (train + ["--tokenizer", tmp_path / "nope.bin"], f"--tokenizer: no such file '{tmp_path / 'nope.bin'}'"),
         (train + ["--tokenizer", tmp_path], f"--tokenizer: '{tmp_path}' is a directory, not a file"),
         (["--train-data", tmp_path / "nope_*.bin"], f"--train-data: no file matches '{tmp_path / 'nope_*.bin'}'"),
         (["--train-data", data / "toy_train_000009.bin"], "--train-data: no such file"),
-        (["--train-data", data], f"--train-data: '{data}' is a directory, not a token shard"),
+        (["--train-data", data], f"--train-data: '{data}' is a directory, not a token shard (a pattern of its shards, "
+                                 f"quoted: '{data}/*_train_*.bin'?)"),  # (not */*.bin: that takes the val shard too)
+        (train + ["--val-data", data], f"quoted: '{data}/*_val_*.bin'?)"),
+        (train + ["--tokenizer", spm_named], f"--tokenizer {spm_named} is not a tokenizer .bin (a SentencePiece "
+                                             f".model?): the trainers read the .bin written beside it: use --tokenizer "
+                                             f"{tmp_path / 'tok.bin'}"),
         (["--train-data", bogus], "is not a token shard: magic number 12345, expected 20240520 (--train-data)"),
         (train + ["--val-data", tmp_path / "v_*.bin"], f"--val-data: no file matches '{tmp_path / 'v_*.bin'}'"),
         (["--init-from", tmp_path / "nope.bin", "--steps", 0], "--init-from: no such file"),
@@ -199,6 +209,61 @@ def test_file_errors_name_the_flag_before_the_model(trainer, data, tmp_path):
     if trainer == "gpt2":
         proc = run(trainer, ["--init-from-llmc", tmp_path / "gpt2.bin"], check=False)
         assert proc.returncode != 0 and "--init-from-llmc: no such file" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_init_from_a_directory_says_what_it_is_and_what_to_pass(trainer, finished, tmp_path):
+    """--init-from DIR: a run directory is named with its newest checkpoint (and --resume DIR),
+    a Hugging Face export with the import that makes a checkpoint of it."""
+    d, _ = finished[trainer]
+    proc = run(trainer, ["--init-from", d, "--steps", 0], check=False)
+    assert proc.returncode == 1 and (f"--init-from: '{d}' is a run directory: pass one of its checkpoints, e.g. its "
+                                     f"newest, --init-from {d}/final.bin (--resume {d} continues the run instead)"
+                                     ) in proc.stderr, proc.stderr
+    (tmp_path / "config.json").write_text("{}")
+    proc = run(trainer, ["--init-from", tmp_path, "--steps", 0], check=False)
+    assert proc.returncode == 1 and (f"--init-from: '{tmp_path}' is a Hugging Face model directory: turn it into a "
+                                     f"checkpoint with `.venv/bin/python -m attnref.import_hf {tmp_path} CKPT`"
+                                     ) in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_a_resume_echoes_the_temperature_as_given(trainer, data, tmp_path):
+    """--temperature 0.8 (a float) comes back from the checkpoint as 0.8, not 0.800000011920929."""
+    run(trainer, common(data, tmp_path) + ["--steps", 2, "--save-every", 1, "--temperature", "0.8"])
+    (tmp_path / "final.bin").unlink()
+    out = run(trainer, ["--resume", tmp_path / "step_1.bin"]).stdout
+    said = [line for line in out.splitlines() if "--temperature" in line]
+    assert said and all("--temperature 0.8," in line or line.endswith("--temperature 0.8") for line in said), out
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_a_finished_run_ends_with_a_summary_line(trainer, data, tmp_path):
+    """The last line of a run (with no run directory; else the one before its contents): the
+    steps, the time and the last training and validation losses, those of the progress and
+    validation lines."""
+    out = run(trainer, common(data) + ["--steps", 3, "--val-every", 0]).stdout
+    last = out.splitlines()[-1]
+    loss = [line.split("|")[1].split()[1] for line in out.splitlines() if line.startswith("step     3/3 |")][0]
+    val = [line.split("val loss ")[1].split()[0] for line in out.splitlines() if line.startswith("step 3: val loss")][0]
+    assert last.startswith("done: steps 1-3 of 3 in ") and last.endswith(
+        f" s; training loss {loss} (step 3), val loss {val} (step 3)"), out
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_a_batch_too_large_for_memory_says_what_to_lower(trainer, data):
+    """--batch-size past memory (here an 8 GB address-space limit; a GPU's memory alike) ended in
+    a bare cudaMalloc error: it now names the flags behind the buffers, the logits' size and the
+    way out (a smaller --batch-size, a larger --grad-accum)."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+    proc = run_binary(binary(trainer), common(data) + ["--steps", 1, "--batch-size", 100000], check=False,
+                      preexec_fn=limited)
+    assert proc.returncode == 1 and "cudaMalloc of" in proc.stderr, proc.stderr
+    assert "(allocating the model for --batch-size 100000 x --seq-len 64; its largest buffer, the logits, is " \
+        "6.55 GB: rows x positions x vocabulary 256, fp32). Lower --batch-size and raise --grad-accum" in proc.stderr
 
 
 def test_llmc_header_whose_sizes_wrap_64_bits_is_refused(tmp_path):

@@ -92,6 +92,16 @@ inline bool launched_by_mpi() {
     return false;
 }
 
+// What a GPU build says on a machine where the CUDA runtime finds no GPU (`why`: its error, or
+// that it counts none), for the program at `argv0`: the host-backend build runs here. (A function
+// of its own, outside the GPU-only code, so the host tests check its text.)
+inline std::string no_gpu_message(const char* why, const char* argv0) {
+    std::string name = argv0 == nullptr ? "train_san" : argv0;
+    name = name.substr(name.find_last_of('/') + 1);
+    return std::string("no GPU here (") + why + "): this is a GPU build of " + name + "; on this machine run the "
+           "host-backend build, build/host-" + PRECISION_NAME + "/" + name + " (make builds it)";
+}
+
 class Comm {
 public:
     int rank = 0, world = 1;
@@ -125,7 +135,11 @@ public:
         (void)argv;
 #if !HOST_BACKEND
         int devices = 0;
-        cudaCheck(cudaGetDeviceCount(&devices));
+        const cudaError_t found = cudaGetDeviceCount(&devices);
+        if (found != cudaSuccess || devices == 0) {
+            fatal("%s", no_gpu_message(found != cudaSuccess ? cudaGetErrorString(found) : "the CUDA runtime counts 0 devices",
+                                       argv != nullptr && *argv != nullptr ? (*argv)[0] : nullptr).c_str());
+        }
         if (local_world > devices) {
             fatal("%d ranks on this node but %d GPUs: start one process per GPU", local_world, devices);
         }

@@ -25,6 +25,7 @@ The readers check the contents again as they read (their errors name the file). 
 #include "llmc/data/evalset.h"     // defines: evalset_tokenizer
 #include "llmc/data/tensor_file.h"  // defines: TensorFileReader
 #include "llmc/data/tokenizer.h"
+#include "llmc/train/run_record.h"  // defines: newest_checkpoint
 #include "llmc/train/train_options.h"
 #include "llmc/utils.h"
 
@@ -45,8 +46,15 @@ inline void check_data_files(const std::string& flag, const std::string& pattern
     for (const std::string& f : glob_shards(patterns, flag)) {
         struct stat st;
         if (stat(f.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-            fatal("%s: '%s' is a directory, not a token shard (a pattern of its shards, quoted: '%s/*.bin'?)",
-                  flag.c_str(), f.c_str(), f.c_str());
+            // the pattern of this flag's shards: a train/val split by name (doc/formats.md) keeps them apart
+            const bool val = flag.rfind("--val-data", 0) == 0, train = flag.rfind("--train-data", 0) == 0;
+            const std::string split = val ? "/*_val_*.bin" : "/*_train_*.bin";
+            glob_t g;
+            const bool split_names = (train || val) && glob((f + split).c_str(), 0, nullptr, &g) == 0;
+            if (split_names) { globfree(&g); }
+            const std::string pattern = f + (split_names ? split : "/*.bin");
+            fatal("%s: '%s' is a directory, not a token shard (a pattern of its shards, quoted: '%s'?)",
+                  flag.c_str(), f.c_str(), pattern.c_str());
         }
         check_input_file(flag, f);
         FatalContext reading(flag, flag);
@@ -54,11 +62,45 @@ inline void check_data_files(const std::string& flag, const std::string& pattern
     }
 }
 
+// --init-from DIR: what the directory is (a run directory, a Hugging Face export) and what to pass.
+inline void check_init_from(const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        const std::string newest = newest_checkpoint(path);
+        if (!newest.empty()) {
+            fatal("--init-from: '%s' is a run directory: pass one of its checkpoints, e.g. its newest, --init-from %s "
+                  "(--resume %s continues the run instead)", path.c_str(), newest.c_str(), path.c_str());
+        }
+        if (access((path + "/config.json").c_str(), F_OK) == 0) {
+            fatal("--init-from: '%s' is a Hugging Face model directory: turn it into a checkpoint with `.venv/bin/python "
+                  "-m attnref.import_hf %s CKPT` (doc/export.md), then pass --init-from CKPT", path.c_str(), path.c_str());
+        }
+    }
+    check_input_file("--init-from", path);
+}
+
+// --tokenizer takes the tokenizer .bin: a SentencePiece .model (or any other file) is named
+// with the .bin of the same name beside it, which the tokenizer scripts write from it.
+inline void check_tokenizer_file(const std::string& path) {
+    check_input_file("--tokenizer", path);
+    int32_t magic = 0;
+    FILE* f = fopen(path.c_str(), "rb");
+    const bool read = f != nullptr && fread(&magic, sizeof(magic), 1, f) == 1;
+    if (f != nullptr) { fclose(f); }
+    if (read && magic == TOKENIZER_MAGIC) { return; }
+    const size_t dot = path.find_last_of('.'), slash = path.find_last_of('/');
+    const std::string bin = (dot != std::string::npos && (slash == std::string::npos || dot > slash) ? path.substr(0, dot) : path) + ".bin";
+    if (bin != path && access(bin.c_str(), R_OK) == 0) {
+        fatal("--tokenizer %s is not a tokenizer .bin (a SentencePiece .model?): the trainers read the .bin written "
+              "beside it: use --tokenizer %s", path.c_str(), bin.c_str());
+    }
+}
+
 // Before the trainer reads a file: the ones it reads first.
 inline void check_start_files(const TrainOptions& o) {
-    if (!o.tokenizer_path.empty()) { check_input_file("--tokenizer", o.tokenizer_path); }
+    if (!o.tokenizer_path.empty()) { check_tokenizer_file(o.tokenizer_path); }
     if (!o.resume_path.empty()) { check_input_file("--resume", o.resume_path); }
-    if (!o.init_from.empty()) { check_input_file("--init-from", o.init_from); }
+    if (!o.init_from.empty()) { check_init_from(o.init_from); }
 }
 
 // Once the options are resolved (check_training_options): the files the training run

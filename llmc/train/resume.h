@@ -218,7 +218,7 @@ inline void add_output_settings(RunSettingTable& t) {
     t.integer("run.sample_every", {"--sample-every"}, &TrainOptions::sample_every);
     t.integer("run.sample_tokens", {"--sample-tokens"}, &TrainOptions::sample_tokens);
     t.out.push_back({"run.temperature", {"--temperature"},
-                     [](const TrainOptions& o) { return shortest_real_text((double)o.temperature); },
+                     [](const TrainOptions& o) { return shortest_float_text(o.temperature); },
                      [](TrainOptions& o, const std::string& v) { o.temperature = (float)parse_setting_real("run.temperature", v); }});
     t.path("run.prompt", "--prompt", &TrainOptions::prompt);
     t.integer("run.kv_cache", {"--kv-cache"}, &TrainOptions::kv_cache);

@@ -144,7 +144,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--spike-guard", &o.spike_guard, "divergence guard: stop (before saving) when the training loss is more than K x the median of the last --spike-window steps, or a validation loss K x that of the last 8 validations, or either is not finite (0: off; the run then stops only on a non-finite training loss)"),
         make_flag("--config", &o.config_path, "a file of `key = value` lines (flag names without --) read before the flags, which win; RUN/config repeats a run"),
         make_flag("--print-config", &o.print_config, "print the resolved config, the rates per group, the sizes, FLOPs/token and the data files, and exit 0|1"),
-        make_flag("--run-dir", &o.run_dir, "the run's directory: config, log.jsonl, checkpoints, samples.txt (auto: runs/<preset>-<arm>-<UTC time>, unless --checkpoint-dir or --log is given; empty: none)"),
+        make_flag("--run-dir", &o.run_dir, "the run's directory: config, log.jsonl, checkpoints, samples.txt (auto: runs/<preset>-<arm>-<UTC time>, unless --checkpoint-dir or --log is given or nothing trains, --steps 0; empty: none)"),
         make_flag("--checkpoint-dir", &o.checkpoint_dir, "where checkpoints go (empty: none; default: the run directory)"),
         make_flag("--overwrite", &o.overwrite, "a fresh run may write its final.bin over one in --checkpoint-dir, and its --log over an earlier run's (0: refused; another run writing there is refused always) 0|1"),
         make_flag("--check-tokenizer", &o.check_tokenizer, "refuse data (shards, eval sets) that records another tokenizer than --tokenizer or the other data (0: do not compare, for the same pieces written twice) 0|1"),

@@ -132,15 +132,16 @@ inline void check_training_options(TrainOptions& o, int model_seq_len, const Def
 
 // The run directory (--run-dir; llmc/train/run_record.h): auto names a fresh one,
 // runs/<preset>-<arm>-<UTC time>, for a run that gives neither --checkpoint-dir nor --log and
-// does not resume (a resume keeps the saved run's outputs); the checkpoints and the log go
-// there unless those flags say otherwise. Every rank takes rank 0's name. Nothing is created
+// does not resume (a resume keeps the saved run's outputs) and trains (an evaluation, --steps 0,
+// writes none unless --run-dir names one); the checkpoints and the log go there unless those
+// flags say otherwise. Every rank takes rank 0's name. Nothing is created
 // here (TrainingRun does, once the run's inputs are checked).
 inline void choose_run_dir(TrainOptions& t, const std::string& preset, const std::string& arm, bool resuming,
                            const Comm& comm) {
     if (t.run_dir == "auto") {
         const bool outputs_given = t.given.count("--checkpoint-dir") || t.given.count("--log");
         t.run_dir.clear();
-        if (!resuming && !outputs_given) {
+        if (!resuming && !outputs_given && t.steps != 0) {
             char name[1024] = {0};
             if (comm.is_main()) { snprintf(name, sizeof(name), "%s", new_run_dir_name(preset, arm, time(nullptr)).c_str()); }
             comm.broadcast_host(name, sizeof(name), 0);
@@ -217,7 +218,7 @@ inline void print_rates_and_data(const TrainOptions& t) {
     auto describe = [](const char* flag, const std::string& patterns) {
         if (patterns.empty()) {
             printf("%s: none\n", flag);
-            return;
+            return std::vector<std::string>();
         }
         std::vector<std::string> files = glob_shards(patterns, flag);
         int64_t tokens = 0;
@@ -230,9 +231,17 @@ inline void print_rates_and_data(const TrainOptions& t) {
         printf("%s: %zu file%s, %" PRId64 " tokens (%s%s)%s\n", flag, files.size(), files.size() == 1 ? "" : "s", tokens,
                files.front().c_str(), files.size() > 1 ? (" .. " + files.back()).c_str() : "",
                with_regions > 0 ? ", with region sidecars" : "");
+        return files;
     };
-    if (t.steps > 0) { describe("--train-data", t.train_data); }
-    describe("--val-data", t.val_data);
+    const std::vector<std::string> train = t.steps > 0 ? describe("--train-data", t.train_data) : std::vector<std::string>();
+    for (const std::string& v : describe("--val-data", t.val_data)) {  // (as the run warns: training.h)
+        for (const std::string& f : train) {
+            if (same_file(v, f)) {
+                printf("warning: %s is in both the training and the validation data: the validation loss is not held "
+                       "out\n", v.c_str());
+            }
+        }
+    }
     if (!t.eval_sets.empty()) { printf("--eval-sets: %s\n", t.eval_sets.c_str()); }
     printf("run directory: %s (--print-config writes nothing)\n",
            t.run_dir.empty() ? "none" : ("would be " + t.run_dir).c_str());
@@ -496,9 +505,17 @@ int trainer_main(int argc, char** argv, const char* name, const std::map<std::st
     }
 
     // Step 5: the model, its optimizer and parameters, and the training
+    // (an allocation that fails names the sizes behind it and the flags that shrink them)
+    char sizes[320];
+    snprintf(sizes, sizeof(sizes), " (allocating the model for --batch-size %d x --seq-len %d; its largest buffer, the "
+             "logits, is %.3g GB: rows x positions x vocabulary %d, fp32). Lower --batch-size and raise --grad-accum: "
+             "the same rows per step, in more passes", t.batch_size, t.seq_len,
+             4.0 * t.batch_size * t.seq_len * c.padded_vocab() / 1e9, c.padded_vocab());
+    allocation_hint() = sizes;
     typename Trainer::Model model(c, t.batch_size, t.seq_len);
     model.distribute(comm, t.zero);
     model.build_optimizer(t.opt);
+    allocation_hint().clear();
     // rank 0's share (ZeRO-1 splits the state by pieces and whole matrices: ranks differ a little)
     if (t.steps > 0) printf("optimizer state per rank: %.3f MiB (%zu bytes: AdamW moments, Muon momentum, fp32 master weights)\n",
            (double)model.optimizer->state_bytes() / (1 << 20), model.optimizer->state_bytes());

@@ -181,7 +181,8 @@ public:
         evaluate_and_sample(o.steps);
         save("final.bin");
         if (world > 1 && (int)comm->max(log.failure().empty() ? 0.0 : 1.0) != 0) { stop_for_the_log(o.steps, true); }
-        print_run_dir();
+        print_summary();
+        print_run_dir();  // (the last line, as it names the run directory at the start)
         return 0;
     }
 
@@ -212,6 +213,8 @@ private:
     SpikeDetector spikes;
     GradientGroups groups;                         // --grad-groups: this rank's share of the step's sum
     DivergenceGuard loss_guard, val_guard;         // --spike-guard, on the training and the validation loss
+    Timer run_timer;                               // since the run began (the end's summary)
+    double last_train_loss = NAN;                  // the last step's training loss
     double last_val_loss = 0.0;                    // the last validation's loss (a checkpoint's run.val_loss)
     long last_val_step = -1;                       // and after how many steps (-1: none in this run yet)
     std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
@@ -429,6 +432,17 @@ private:
         }
     }
 
+    // At the end of the training, one line: the steps, the time, the last losses.
+    void print_summary() const {
+        if (rank != 0) { return; }
+        const double s = run_timer.ms() / 1e3;
+        char took[32], val[64] = "";
+        snprintf(took, sizeof(took), s < 120 ? "%.1f s" : s < 7200 ? "%.1f min" : "%.2f h", s < 120 ? s : s < 7200 ? s / 60 : s / 3600);
+        if (last_val_step >= 0) { snprintf(val, sizeof(val), ", val loss %.4f (step %ld)", last_val_loss, last_val_step); }
+        printf("done: steps %ld-%ld of %ld in %s; training loss %.4f (step %ld)%s\n", first_step + 1, o.steps, o.steps,
+               took, last_train_loss, o.steps, val);
+    }
+
     // At the end: what the run directory holds.
     void print_run_dir() const {
         if (o.run_dir.empty() || rank != 0) { return; }
@@ -611,6 +625,10 @@ private:
             extra.insert(extra.end(), {{"run.val_loss", std::isfinite(last_val_loss) ? shortest_real_text(last_val_loss) : "nan"},
                                        {"run.val_step", std::to_string(last_val_step)}});
         }
+        const std::string newest = newest_checkpoint_path();  // (a failed write, e.g. a full disk: how to go on)
+        const FatalContext failing("the run stops; " + (newest.empty() ? "it saved no checkpoint before: start it again "
+                                   "with room under --checkpoint-dir " + o.checkpoint_dir : "once " + o.checkpoint_dir +
+                                   " has room, continue from " + newest + " with: " + continue_command()), "continue from");
         save_checkpoint(model, path, extra);
         printf("saved %s%s\n", path.c_str(), timed ? " (--save-minutes: replaced by the next checkpoint)" : "");
         last_saved = path;
@@ -834,6 +852,7 @@ private:
     // spike if any, and its log record.
     void report_step(long done, double loss, double lr, float grad_norm, double ms) {
         total_ms += ms;
+        last_train_loss = loss;
         double eta_s = total_ms / (done - first_step) * (o.steps - done) / 1e3;
         if (done % o.log_every == 0 || done == o.steps || done == first_step + 1) {
             double tokens_per_second = tokens_per_step / (ms / 1e3);
