@@ -126,6 +126,7 @@ public:
             }
             check_checkpoint_dir();
             lock_outputs();
+            remove_unfinished_saves();
             check_log_is_this_runs();
             prepare_run_dir();
             check_earlier_run_kept();
@@ -163,6 +164,7 @@ public:
             if (!std::isfinite(grad_norm)) { diverged(step + 1, "the gradient norm", grad_norm); }
             cudaCheck(cudaDeviceSynchronize());
             const double ms = timer.ms();
+            last_step_s = ms / 1e3;
             const long done = step + 1;
             report_step(done, loss, o.opt.lr * lr_multiplier, grad_norm, ms);
             if (due(o.val_every, done)) { validate(done); }
@@ -217,6 +219,8 @@ private:
     std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
     std::pair<int64_t, int64_t> step_shard{-1, -1};  // the shard of this step's first row, and of the step before
     Timer since_save;                              // since the last checkpoint (or the first step): --save-minutes
+    double last_save_s = -1.0, last_save_mb = 0.0;  // how long the last save took (-1: none yet) and its size (rank 0)
+    double last_step_s = 0.0;                      // how long the last step took: what a stop waits for first
     std::string timed_save;                        // the path of the last save --save-minutes made, until a newer one
 
     // The training data's rows for this rank; the validation data and the measurement
@@ -611,8 +615,10 @@ private:
             extra.insert(extra.end(), {{"run.val_loss", std::isfinite(last_val_loss) ? shortest_real_text(last_val_loss) : "nan"},
                                        {"run.val_step", std::to_string(last_val_step)}});
         }
+        Timer write;
         save_checkpoint(model, path, extra);
         printf("saved %s%s\n", path.c_str(), timed ? " (--save-minutes: replaced by the next checkpoint)" : "");
+        note_save_time(path, write.ms() / 1e3);
         last_saved = path;
         last_saved_step = (long)model.steps_done();
         since_save = Timer();
@@ -889,6 +895,63 @@ private:
         if (newest_checkpoint_path().empty()) { return lost + " (the run saved no checkpoint)"; }
         return lost + "; continue from step " + std::to_string(from - 1) + " with: " + continue_command();
     }
+    // Records how long a save took (and, on rank 0, which writes it, its size); a save longer than
+    // --stop-grace is said at once: a stop at a time limit would not finish it.
+    void note_save_time(const std::string& path, double seconds) {
+        struct stat st;
+        last_save_mb = rank == 0 && stat(path.c_str(), &st) == 0 ? st.st_size / 1e6 : 0.0;
+        const bool first_too_slow = seconds > o.stop_grace && !(last_save_s > o.stop_grace);
+        last_save_s = seconds;
+        if (first_too_slow && rank == 0) {
+            printf("warning: saving %s took %s, more than --stop-grace %g s (the launcher's wait from its stop signal to "
+                   "its kill): a stop at a time limit would be killed during its save, which leaves the checkpoint "
+                   "before it whole (the next start removes the unfinished %s.tmp); have the launcher warn earlier "
+                   "(Slurm: --signal=USR1@SECONDS, doc/multi-gpu.md \"Stopping on a cluster\")\n",
+                   path.c_str(), save_time_text().c_str(), o.stop_grace, path.c_str());
+        }
+    }
+    // "12.3 s (1490 MB, 121 MB/s)": the last save's time, and its size and rate where known.
+    std::string save_time_text() const {
+        char text[96];
+        if (last_save_mb > 0.0 && last_save_s > 0.0) {
+            snprintf(text, sizeof(text), "%.1f s (%.0f MB, %.0f MB/s)", last_save_s, last_save_mb, last_save_mb / last_save_s);
+        } else {
+            snprintf(text, sizeof(text), "%.1f s", last_save_s);
+        }
+        return text;
+    }
+    // Whether the step in progress and its save fit in --stop-grace, by the last step's and the
+    // last save's times (a stop note's part).
+    std::string save_fit() const {
+        if (last_save_s < 0.0) { return "no save of this run timed yet against --stop-grace " + shortest_real_text(o.stop_grace) + " s"; }
+        char text[160];
+        const double need = last_step_s + last_save_s;
+        snprintf(text, sizeof(text), "the step took %.1f s and the last save %s: %.1f s, %s --stop-grace %g s", last_step_s,
+                 save_time_text().c_str(), need, need <= o.stop_grace ? "within" : "MORE than", o.stop_grace);
+        std::string fit = text;
+        if (need > o.stop_grace) {
+            fit += " (killed during the save, the run keeps " + (newest_checkpoint_path().empty() ? std::string("no checkpoint")
+                                                                                                   : newest_checkpoint_path()) + ")";
+        }
+        return fit;
+    }
+    // The saves a killed run did not finish (NAME.bin.tmp in --checkpoint-dir: llmc/utils.h
+    // AtomicFileWriter) are removed and named, once this run holds the directory's lock: no live
+    // run writes there, and the checkpoints before them are whole.
+    void remove_unfinished_saves() const {
+        if (rank != 0 || o.checkpoint_dir.empty()) { return; }
+        for (const std::string& name : unfinished_saves(o.checkpoint_dir)) {
+            const std::string path = o.checkpoint_dir + "/" + name;
+            if (unlink(path.c_str()) == 0) {
+                printf("removed %s: a save that a killed run did not finish (the checkpoints before it are whole)\n",
+                       path.c_str());
+            } else {
+                printf("warning: %s is a save that a killed run did not finish, and cannot be removed: %s\n", path.c_str(),
+                       strerror(errno));
+            }
+        }
+    }
+
     // What Ctrl-C (or SIGTERM, SIGHUP) says during step `done` (llmc/train/stop_signal.h prints it).
     void update_stop_notes(long done) {
         const std::string step = "step " + std::to_string(done) + " of " + std::to_string(o.steps);
@@ -899,6 +962,7 @@ private:
             first = "stopping after " + step + ", saving " + o.checkpoint_dir + "/step_" + std::to_string(done) + ".bin";
         }
         first += world > 1 ? " (every rank stops there; a repeated signal is ignored)" : " (again: stop at once, without saving)";
+        if (!o.checkpoint_dir.empty()) { first += "; " + save_fit(); }
         set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
     }
 
