@@ -1,7 +1,7 @@
 """A save that does not fit the launcher's grace (issue 53, target 2; doc/multi-gpu.md "Stopping on
 a cluster"): trains a large model (default: train_gpt2's 124M GPT-2 with AdamW, B 1 x T 64 on the
-toy corpus) with a save every step, prints how long the first save took (the trainer's own
-timing: --stop-grace 0 makes it say so), then sends SIGTERM once step 2 has started and SIGKILL
+toy corpus) with a save every step, prints how long the first saves took (from the step's progress
+line to its "saved" line), then sends SIGTERM 1 s into step 3 and SIGKILL
 --kill-wait seconds later (Slurm's KillWait), and shows what the stop said, what is on disk, and
 what the next start (a resume of the directory) does with it. A bench run by hand, not a test:
 
@@ -12,7 +12,6 @@ needs room for three checkpoints (~1.5 GB each for 124M).
 """
 import argparse
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -39,14 +38,21 @@ def main():
         cmd = [os.path.abspath(a.binary), "--preset", a.preset, "--train-data", os.path.join(work, "toy_train_*.bin"),
                "--batch-size", "1", "--seq-len", "64", "--steps", "5", "--save-every", "1", "--save-minutes", "0",
                "--sample-tokens", "0", "--run-dir=", "--checkpoint-dir", ckpt]
-        p = subprocess.Popen(cmd + ["--stop-grace", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen(cmd + ["--stop-grace", str(a.kill_wait)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
         for line in p.stdout:
-            if line.startswith("warning: saving"):  # (step 1's save, timed)
-                m = re.search(r"took ([\d.]+ s \([^)]*\))", line)
-                print("first save:", m.group(1) if m else line.strip(), flush=True)
+            if line.startswith("step "):
+                stepped = time.time()
+            if line.startswith("saved "):
+                took = time.time() - stepped
+                mb = os.path.getsize(line.split()[1]) / 1e6
+                print(f"{os.path.basename(line.split()[1])}: saved in {took:.1f} s ({mb:.0f} MB, {mb / took:.0f} MB/s)",
+                      flush=True)
+            if line.startswith("warning: "):
+                print(line.strip(), flush=True)
             if line.startswith("saved ") and line.rstrip().endswith("step_2.bin"):
                 break
-        # in step 3 now: stop (the step ends, then its save), then kill as Slurm does
+        time.sleep(1.0)  # (into step 3: the stop ends it, then saves it; Slurm's kill follows)
         t0 = time.time()
         p.send_signal(signal.SIGTERM)
         note = ""

@@ -3,7 +3,7 @@ cluster"): SIGTERM to the launcher alone, to the launcher and every rank (a time
 Ctrl-C), and kill -9 of rank 1, 2 ranks under a launcher script (default scripts/mpirun.sh; give
 another, e.g. an older version of it, with --launcher).
 
-Runs train_san (the tiny preset, toy corpus; --slow makes it 8.6M parameters, a step of seconds
+Runs train_san (the tiny preset, toy corpus; --slow makes it 3.6M parameters, a step of seconds
 here) and signals each trial a random time (0..--jitter s) after its first progress line, mid-step.
 What Slurm does after KillWait is done after --kill-wait seconds: SIGKILL to every process left. A
 trial is kept when the step in progress was saved (step_N.bin, N >= 2) and the trainer printed the
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path[:0] = [ROOT, os.path.join(ROOT, "dev", "test")]
 from trainer_cli import write_pattern_corpus  # noqa: E402
 
-# 6 layers of d 384 (+ the tied embedding): 8.6M parameters, a step of a few seconds over 2 ranks here
+# 6 layers of d 384 (+ the tied embedding): 3.6M parameters, a step of a few seconds over 2 ranks here
 SLOW = ["--n-layer", "6", "--n-embd", "384", "--n-head", "6", "--n-kv-head", "6", "--batch-size", "8", "--seq-len", "64"]
 
 
@@ -92,7 +92,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binary")
     ap.add_argument("--launcher", default=os.path.join(ROOT, "scripts", "mpirun.sh"))
-    ap.add_argument("--slow", action="store_true", help="8.6M parameters: a step of seconds")
+    ap.add_argument("--slow", action="store_true", help="3.6M parameters: a step of seconds")
     ap.add_argument("--how", default="term,all", help="term (the launcher alone), all (it and the ranks), kill (kill -9 of rank 1)")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--jitter", type=float, default=1.0, help="the signal comes 0..S s after the first step line")

@@ -15,7 +15,7 @@ the host train_san of TRAIN_SAN_BIN, which `make test` sets).
 - Ctrl-C of `python -m study run` of a `gpus = 2` study in the middle of a step of seconds: the
   runner passes the stop on to mpirun (a session of its own) as SIGUSR1; the step is saved and
   status.json names it.
-Cost: a few runs of the tiny preset, three of an 8.6M-parameter model (a step of seconds), ~60 s."""
+Cost: a few runs of the tiny preset, three of a 3.6M-parameter model (a step of seconds), ~60 s."""
 import json
 import os
 import shutil
@@ -32,10 +32,10 @@ BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
 HAS_MPI = os.environ.get("HAS_MPIRUN", "1" if shutil.which("mpirun") else "0") == "1"
 
-# 6 layers of d 384: 8.6M parameters, a step of a second or more over 2 ranks on 2 cores, and
-# a ~100 MB checkpoint whose fsync'ed save takes about as long
+# 6 layers of d 384: 3.6M parameters, a step of a second or more over 2 ranks on 2 cores, and
+# a 44 MB checkpoint (fp32 weights and two moments)
 SLOW = ["--n-layer", "6", "--n-embd", "384", "--n-head", "6", "--n-kv-head", "6", "--seq-len", "64"]
-# 2 of those layers: a ~40 MB checkpoint, a save of a fraction of a second
+# 2 of those layers: a 15 MB checkpoint, a save (fsync) of a fraction of a second here
 MID = ["--n-layer", "2", "--n-embd", "384", "--n-head", "6", "--n-kv-head", "6", "--seq-len", "64"]
 
 

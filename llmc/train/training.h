@@ -904,10 +904,10 @@ private:
         last_save_s = seconds;
         if (first_too_slow && rank == 0) {
             printf("warning: saving %s took %s, more than --stop-grace %g s (the launcher's wait from its stop signal to "
-                   "its kill): a stop at a time limit would be killed during its save, which leaves the checkpoint "
-                   "before it whole (the next start removes the unfinished %s.tmp); have the launcher warn earlier "
+                   "its kill): a stop at a time limit would be killed during its save (the checkpoint before it "
+                   "stays whole; the next start removes the unfinished .tmp); have the launcher warn earlier "
                    "(Slurm: --signal=USR1@SECONDS, doc/multi-gpu.md \"Stopping on a cluster\")\n",
-                   path.c_str(), save_time_text().c_str(), o.stop_grace, path.c_str());
+                   path.c_str(), save_time_text().c_str(), o.stop_grace);
         }
     }
     // "12.3 s (1490 MB, 121 MB/s)": the last save's time, and its size and rate where known.
