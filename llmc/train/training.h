@@ -55,6 +55,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/train/output_lock.h"  // defines: OutputLocks
 #include "llmc/train/run_log.h"
 #include "llmc/train/run_record.h"
+#include "llmc/train/save_clock.h"  // defines: SaveClock
 #include "llmc/train/stop_signal.h"  // defines: arm_stop_signals, set_stop_notes, stop_signal, drop_lost_console
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
@@ -164,7 +165,7 @@ public:
             if (!std::isfinite(grad_norm)) { diverged(step + 1, "the gradient norm", grad_norm); }
             cudaCheck(cudaDeviceSynchronize());
             const double ms = timer.ms();
-            last_step_s = ms / 1e3;
+            save_clock.step_s = ms / 1e3;
             const long done = step + 1;
             report_step(done, loss, o.opt.lr * lr_multiplier, grad_norm, ms);
             if (due(o.val_every, done)) { validate(done); }
@@ -219,8 +220,7 @@ private:
     std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
     std::pair<int64_t, int64_t> step_shard{-1, -1};  // the shard of this step's first row, and of the step before
     Timer since_save;                              // since the last checkpoint (or the first step): --save-minutes
-    double last_save_s = -1.0, last_save_mb = 0.0;  // how long the last save took (-1: none yet) and its size (rank 0)
-    double last_step_s = 0.0;                      // how long the last step took: what a stop waits for first
+    SaveClock save_clock;                          // the last step's and save's times against --stop-grace
     std::string timed_save;                        // the path of the last save --save-minutes made, until a newer one
 
     // The training data's rows for this rank; the validation data and the measurement
@@ -765,6 +765,7 @@ private:
         flops = flops_per_token(model.cfg);
         first_step = (long)model.steps_done();
         if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
+        save_clock.grace = o.stop_grace;
         if (first_step == 0) { save_milestones(0); }
         since_save = Timer();
         log.on_failure = [this](const std::string& why) { return save_before_log_stop(why); };
@@ -895,45 +896,16 @@ private:
         if (newest_checkpoint_path().empty()) { return lost + " (the run saved no checkpoint)"; }
         return lost + "; continue from step " + std::to_string(from - 1) + " with: " + continue_command();
     }
-    // Records how long a save took (and, on rank 0, which writes it, its size); a save longer than
-    // --stop-grace is said at once: a stop at a time limit would not finish it.
+    // Records how long a save took; one longer than --stop-grace is said at once: a stop at a time
+    // limit would not finish it.
     void note_save_time(const std::string& path, double seconds) {
-        struct stat st;
-        last_save_mb = rank == 0 && stat(path.c_str(), &st) == 0 ? st.st_size / 1e6 : 0.0;
-        const bool first_too_slow = seconds > o.stop_grace && !(last_save_s > o.stop_grace);
-        last_save_s = seconds;
-        if (first_too_slow && rank == 0) {
+        if (save_clock.saved(path, seconds, rank == 0) && rank == 0) {
             printf("warning: saving %s took %s, more than --stop-grace %g s (the launcher's wait from its stop signal to "
                    "its kill): a stop at a time limit would be killed during its save (the checkpoint before it "
                    "stays whole; the next start removes the unfinished .tmp); have the launcher warn earlier "
                    "(Slurm: --signal=USR1@SECONDS, doc/multi-gpu.md \"Stopping on a cluster\")\n",
-                   path.c_str(), save_time_text().c_str(), o.stop_grace);
+                   path.c_str(), save_clock.save_text().c_str(), o.stop_grace);
         }
-    }
-    // "12.3 s (1490 MB, 121 MB/s)": the last save's time, and its size and rate where known.
-    std::string save_time_text() const {
-        char text[96];
-        if (last_save_mb > 0.0 && last_save_s > 0.0) {
-            snprintf(text, sizeof(text), "%.1f s (%.0f MB, %.0f MB/s)", last_save_s, last_save_mb, last_save_mb / last_save_s);
-        } else {
-            snprintf(text, sizeof(text), "%.1f s", last_save_s);
-        }
-        return text;
-    }
-    // Whether the step in progress and its save fit in --stop-grace, by the last step's and the
-    // last save's times (a stop note's part).
-    std::string save_fit() const {
-        if (last_save_s < 0.0) { return "no save of this run timed yet against --stop-grace " + shortest_real_text(o.stop_grace) + " s"; }
-        char text[160];
-        const double need = last_step_s + last_save_s;
-        snprintf(text, sizeof(text), "the step took %.1f s and the last save %s: %.1f s, %s --stop-grace %g s", last_step_s,
-                 save_time_text().c_str(), need, need <= o.stop_grace ? "within" : "MORE than", o.stop_grace);
-        std::string fit = text;
-        if (need > o.stop_grace) {
-            fit += " (killed during the save, the run keeps " + (newest_checkpoint_path().empty() ? std::string("no checkpoint")
-                                                                                                   : newest_checkpoint_path()) + ")";
-        }
-        return fit;
     }
     // The saves a killed run did not finish (NAME.bin.tmp in --checkpoint-dir: llmc/utils.h
     // AtomicFileWriter) are removed and named, once this run holds the directory's lock: no live
@@ -962,7 +934,7 @@ private:
             first = "stopping after " + step + ", saving " + o.checkpoint_dir + "/step_" + std::to_string(done) + ".bin";
         }
         first += world > 1 ? " (every rank stops there; a repeated signal is ignored)" : " (again: stop at once, without saving)";
-        if (!o.checkpoint_dir.empty()) { first += "; " + save_fit(); }
+        if (!o.checkpoint_dir.empty()) { first += "; " + save_clock.fit(newest_checkpoint_path()); }
         set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
     }
 
