@@ -8,7 +8,8 @@ the host train_san of TRAIN_SAN_BIN, which `make test` sets).
   1 s later, in the middle of the step: nothing saved.)
 - SIGUSR1 (Slurm's --signal=USR1@S, the launcher's copy) stops one process as SIGTERM does:
   the step is saved, exit 138; the note says whether the step and the last save fit in
-  --stop-grace; a save longer than --stop-grace warns once.
+  --stop-grace; a save longer than --stop-grace warns once; a --stop-grace below 0 is refused,
+  naming it.
 - A save killed with kill -9 in the middle leaves step_K.bin.tmp beside the whole checkpoint
   before it: the next start (here a resume of the directory) removes the .tmp, naming it, and
   continues from that checkpoint to the straight run's end.
@@ -105,6 +106,12 @@ def test_sigusr1_saves_says_what_fits_and_a_slow_save_warns(data, tmp_path):
     assert out.count("more than --stop-grace 0 s") == 1, out
     assert f"warning: saving {slow}/step_2.bin took " in out, out
     assert "MORE than --stop-grace 0 s (killed during the save, the run keeps " in out, out
+
+
+def test_a_bad_stop_grace_is_refused_naming_the_flag(data, tmp_path):
+    proc = run_binary(BIN, args(data, tmp_path / "ckpt", 2, "--stop-grace", "-1"), check=False)
+    assert proc.returncode != 0 and "--stop-grace must be >= 0 seconds, got -1" in proc.stderr, proc.stderr
+    assert not (tmp_path / "ckpt").exists()
 
 
 def test_a_save_killed_midway_is_removed_at_the_next_start(data, tmp_path):
