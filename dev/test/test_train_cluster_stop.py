@@ -5,7 +5,8 @@ the host train_san of TRAIN_SAN_BIN, which `make test` sets).
   without MPI): the launcher passes the stop on as SIGUSR1, which mpirun does not follow with a
   kill; the step ends and is saved before any process is killed: step_K.bin, K >= 2, no .tmp,
   exit 143 and the command that continues. (Plain mpirun passes SIGTERM on and kills the ranks
-  1 s later, in the middle of the step: nothing saved.)
+  1 s later, in the middle of the step: nothing saved.) A second SIGTERM to the launcher stops at
+  once, saving nothing.
 - SIGUSR1 (Slurm's --signal=USR1@S, the launcher's copy) stops one process as SIGTERM does:
   the step is saved, exit 138; the note says whether the step and the last save fit in
   --stop-grace; a save longer than --stop-grace warns once; a --stop-grace below 0 is refused,
@@ -84,6 +85,25 @@ def test_sigterm_to_the_launcher_alone_saves_a_step_of_seconds(data, tmp_path):
     if step_ms < 1500:  # (a machine this fast ends the step within mpirun's 1 s: nothing shown)
         pytest.skip(f"a step took {step_ms:.0f} ms here, within mpirun's 1 s")
     assert time.time() - signalled > 1.0, out
+
+
+@pytest.mark.skipif(not HAS_MPI, reason="mpirun or an MPI build missing")
+def test_a_second_stop_to_the_launcher_stops_at_once(data, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    proc = start([MPIRUN, "-np", "2", os.path.join(ROOT, BIN)] + args(data, ckpt, 1000, *SLOW, "--batch-size", 16))
+    out = until_step(proc, 1)
+    step_ms = float(out.splitlines()[-1].split("|")[4].split()[0])
+    time.sleep(0.3)  # (in the middle of step 2: past step 1's end, where the ranks look for a stop)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    signalled = time.time()
+    proc.send_signal(signal.SIGTERM)  # (again: SIGTERM to mpirun, which kills the ranks 1 s later)
+    out += proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0 and "SIGTERM again: stopping at once" in out, out
+    if step_ms < 1500:
+        pytest.skip(f"a step took {step_ms:.0f} ms here: the kill may come after the step's save")
+    assert not list(ckpt.glob("step_*")), out  # (killed in the middle of step 2)
+    assert time.time() - signalled < step_ms / 1e3, out
 
 
 def test_sigusr1_saves_says_what_fits_and_a_slow_save_warns(data, tmp_path):
