@@ -39,7 +39,7 @@ from study.spec import StudyError, load_study
 
 
 class Interrupted(Exception):
-    """SIGINT or SIGTERM (Ctrl-C; Slurm at the time limit): the current run stops unfinished
+    """SIGINT, SIGTERM or SIGUSR1 (Ctrl-C; Slurm at or before the time limit): the current run stops unfinished
     and resumes from its last checkpoint next time. `signum`: the signal, or None for a stop of
     the runner's own (study/gpu_lease.py's budget), which no trainer has seen."""
 
@@ -54,7 +54,7 @@ def _interrupt(signum, frame):
 
 # What the trainer prints when a stop signal reaches it (llmc/train/stop_signal.h: the signal's
 # name, then what the stop keeps; "... stopped after step N" at the end).
-TRAINER_STOP_LINE = re.compile(r"^(Interrupt|Terminated|Hangup)( again)?: ")
+TRAINER_STOP_LINE = re.compile(r"^(Interrupt|Terminated|Hangup|User defined signal 1)( again)?: ")
 
 
 # ----------------------------------------------------------------------------------------
@@ -404,22 +404,30 @@ def copy_output(proc, out, tag, done, eta, pending, run):
             print(f"{tag} {line}", flush=True)
 
 
-def wait_for_trainer(proc):
+def wait_for_trainer(proc, launcher=False):
     """Waits for the trainer to exit, passing on each stop signal the runner gets; returns (its exit
     status, the Interrupted that stopped the study or None). From the terminal (Ctrl-C signals the
     whole foreground group) or a cluster (Slurm signals every process of the job) the trainer has
     the signal already, and takes the runner's copy for the same stop (llmc/train/stop_signal.h:
     a repeated signal from the parent counts only after a first from the parent), so its
     first-signal save finishes; sent to the runner alone (`kill RUNNER`), the copy is the stop. A
-    stop of the runner's own (gpu_lease's budget) goes on as SIGTERM."""
-    stop = None
+    stop of the runner's own (gpu_lease's budget) goes on as SIGTERM.
+    `launcher`: proc is mpirun, which kills the ranks 1 s after passing on a SIGTERM, SIGINT or
+    SIGHUP: the first stop goes to it as SIGUSR1, which it passes on to every rank without a kill
+    (each saves after its step and stops), a second as SIGTERM (stop at once; doc/multi-gpu.md
+    "Stopping on a cluster")."""
+    stop, passed = None, 0
     while True:
         try:
             return proc.wait(), stop
         except Interrupted as e:
             stop = stop or e
             if proc.poll() is None:
-                proc.send_signal(e.signum or signal.SIGTERM)
+                if launcher:
+                    passed += 1
+                    proc.send_signal(signal.SIGUSR1 if passed == 1 else signal.SIGTERM)
+                else:
+                    proc.send_signal(e.signum or signal.SIGTERM)
 
 
 def stopped(run, rc, stop):
@@ -459,11 +467,16 @@ def execute(study, run, position, total, eta, pending):
     # line-buffered, so that `tail -f stdout.log` follows the run
     with open(os.path.join(run.dir, "stdout.log"), mode, buffering=1) as out, \
             open(os.path.join(run.dir, "stderr.log"), mode) as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+        # mpirun (study.gpus > 1) in a session of its own, stdin from /dev/null: the terminal's Ctrl-C
+        # and the process group's signals reach the runner alone, which passes the stop on as
+        # SIGUSR1 (wait_for_trainer)
+        launcher = study.gpus > 1
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1,
+                                start_new_session=launcher, stdin=subprocess.DEVNULL if launcher else None)
         # (a thread copies the output, so that all of it reaches stdout.log while a stop is waited for)
         reader = threading.Thread(target=copy_output, args=(proc, out, tag, done, eta, pending, run))
         reader.start()
-        rc, stop = wait_for_trainer(proc)
+        rc, stop = wait_for_trainer(proc, launcher)
         reader.join()
     if stop is not None:
         stopped(run, rc, stop)
@@ -561,6 +574,7 @@ def cmd_run(args):
     # set both explicitly: a shell's background job starts with SIGINT ignored
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGUSR1, _interrupt)  # (Slurm's warning before the time limit: cmd_slurm)
     evals_failed = []
     for k, run in enumerate(todo):
         try:
@@ -609,6 +623,8 @@ def _script_value(study, what, value):
 
 
 def cmd_slurm(args):
+    if args.stop_warning < 0:
+        raise StudyError(f"--stop-warning must be >= 0 seconds (0: none), got {args.stop_warning}")
     study = load_study(args.study, args.binary)
     known = binary_flags(study.binary)
     why = arm_availability(study, known) if known is not None else {a.name: None for a in study.arms}
@@ -633,6 +649,10 @@ def cmd_slurm(args):
              f"#SBATCH --gpus={study.gpus}",
              f"#SBATCH --cpus-per-task={args.cpus_per_task}",
              f"#SBATCH --time={q('--time', args.time)}",
+             # Slurm signals the job's every process at the time limit, mpirun too, which then kills the
+             # ranks 1 s later: SIGUSR1 to the runner (the batch shell, exec'd below) this long before
+             # it, passed on to the ranks, makes them save and stop (doc/multi-gpu.md)
+             *([f"#SBATCH --signal=B:USR1@{args.stop_warning}"] if args.stop_warning > 0 else []),
              f"#SBATCH --output={q('study.out', os.path.abspath(os.path.join(script_dir, '%A_%a.out')))}"]
     if args.partition:
         lines.append(f"#SBATCH --partition={q('--partition', args.partition)}")
@@ -644,7 +664,7 @@ def cmd_slurm(args):
     lines += ["set -euo pipefail", f"cd {q('the working directory', os.getcwd())}",
               # this checkout's study package, whether or not it is installed on the nodes
               f"export PYTHONPATH={q('the repository', ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}",
-              f"{q('--python', python)} -m study run "
+              f"exec {q('--python', python)} -m study run "
               f"{q('the study file', study.path)} --binary {q('the trainer', study.binary)} "
               "--only \"$SLURM_ARRAY_TASK_ID\""]
     os.makedirs(script_dir, exist_ok=True)
@@ -705,6 +725,9 @@ def main(argv=None):
             p.add_argument("--max-parallel", type=int, help="at most this many tasks at once")
             p.add_argument("--python", help="the Python on the compute nodes (default: this one)")
             p.add_argument("--sbatch", action="append", default=[], help="an extra #SBATCH line (repeatable)")
+            p.add_argument("--stop-warning", type=int, default=120, metavar="S",
+                           help="Slurm sends SIGUSR1 S seconds before the time limit: the run saves and stops "
+                                "(0: none; the SIGTERM at the limit then has KillWait to save)")
         if name == "report":
             p.add_argument("--out", help="report directory (default: OUT/report)")
     args = ap.parse_args(argv)

@@ -29,7 +29,8 @@ needs_bins = pytest.mark.skipif(not all(b and os.path.exists(os.path.join(ROOT, 
 # Flags of tools from outside the repository that the docs show, by tool.
 OUTSIDE_FLAGS = {
     "srun / sbatch (Slurm)": {"--nodes", "--ntasks-per-node", "--gpus-per-node", "--mpi", "--account",
-                              "--partition", "--qos", "--time", "--cpus-per-task", "--array", "--output", "--requeue"},
+                              "--partition", "--qos", "--time", "--cpus-per-task", "--array", "--output", "--requeue",
+                              "--signal", "--batch"},
     "lm_eval": {"--model", "--model_args", "--tasks", "--include_path", "--metadata", "--batch_size", "--device",
                 "--output_path", "--limit"},
     "mpirun": {"--oversubscribe", "--allow-run-as-root", "--bind-to", "--map-by"},

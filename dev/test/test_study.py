@@ -459,6 +459,13 @@ def test_slurm_script(toy_data, tmp_path):
     script = (tmp_path / "out" / "slurm" / "study.sbatch").read_text()
     assert "#SBATCH --array=0-1%2" in script and "#SBATCH --partition=gpu" in script
     assert '--only "$SLURM_ARRAY_TASK_ID"' in script and "run " + path in script
+    # Slurm's SIGUSR1 120 s before the limit reaches the runner (the script execs it), which passes it
+    # on through mpirun without a kill (doc/multi-gpu.md "Stopping on a cluster")
+    assert "#SBATCH --signal=B:USR1@120" in script and "\nexec " in script
+    proc = study_cmd("slurm", path, "--binary", "/nonexistent/train_san", "--stop-warning", "0")
+    assert proc.returncode == 0 and "--signal" not in (tmp_path / "out" / "slurm" / "study.sbatch").read_text()
+    proc = study_cmd("slurm", path, "--binary", "/nonexistent/train_san", "--stop-warning", "-1")
+    assert proc.returncode != 0 and "--stop-warning must be >= 0 seconds" in proc.stderr, proc.stderr
 
 
 def test_slurm_script_quotes_what_it_writes(toy_data, tmp_path):

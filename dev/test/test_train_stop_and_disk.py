@@ -388,16 +388,32 @@ def test_a_resumed_log_reads_as_the_straight_runs(data, tmp_path):
 MPI_STEPS = 40  # (a stop lands after the first few steps: the signal goes out with step 1's line)
 
 
+def descendants(pid):
+    """The pids of every process below `pid` (scripts/mpirun.sh, then mpirun, then the ranks)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(k) for k in open(f"/proc/{p}/task/{p}/children").read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
 def rank_pids(launcher):
-    """{rank: pid} of the ranks mpirun started (its children, each with OMPI_COMM_WORLD_RANK)."""
+    """{rank: pid} of the ranks below the launcher (each with OMPI_COMM_WORLD_RANK)."""
     for _ in range(100):
-        kids = open(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read().split()
         ranks = {}
-        for pid in kids:
-            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        for pid in descendants(launcher.pid):
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
             rank = [e.split(b"=", 1)[1] for e in env if e.startswith(b"OMPI_COMM_WORLD_RANK=")]
             if rank:
-                ranks[int(rank[0])] = int(pid)
+                ranks[int(rank[0])] = pid
         if len(ranks) == 2:
             return ranks
     raise AssertionError(f"mpirun {launcher.pid}: ranks not found")

@@ -427,3 +427,17 @@ inline std::vector<std::string> prune_step_checkpoints(const std::string& dir, i
     }
     return deleted;
 }
+
+// The checkpoint files a save did not finish in `dir`: NAME.tmp where NAME is a checkpoint's name
+// (step_N.bin, milestone_P.bin, final.bin; the temp file of llmc/utils.h AtomicFileWriter).
+inline std::vector<std::string> unfinished_saves(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const std::string& n : directory_names(dir)) {
+        if (n.size() <= 4 || n.compare(n.size() - 4, 4, ".tmp") != 0) { continue; }
+        const std::string name = n.substr(0, n.size() - 4);
+        if (name == "final.bin" || numbered_name(name, "step_") >= 0 || numbered_name(name, "milestone_") >= 0) {
+            out.push_back(n);
+        }
+    }
+    return out;
+}

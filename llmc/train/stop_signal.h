@@ -1,6 +1,8 @@
 /*
-Graceful stop on SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a cluster's time limit, a closed
-terminal or a dropped ssh session): the training loop asks stop_signal() at each step boundary,
+Graceful stop on SIGINT, SIGTERM, SIGHUP and SIGUSR1 (Ctrl-C, `kill`, a cluster's time limit, a
+closed terminal or a dropped ssh session; SIGUSR1 is the warning a launcher sends ahead of the kill:
+Slurm's `--signal=USR1@120`, scripts/mpirun.sh's copy of a stop, which Open MPI's mpirun passes
+on to every rank without killing them: doc/multi-gpu.md "Stopping on a cluster"): the training loop asks stop_signal() at each step boundary,
 writes a resumable checkpoint there and exits with 128 + the signal number, the shell's code for
 "ended by that signal", so a script (e.g. study/runner.py) sees an interrupted run as unfinished.
 
@@ -66,7 +68,7 @@ inline StopSignalState& stop_signal_state() {
     return state;
 }
 
-// The signal's default action for the whole process (SIGINT, SIGTERM, SIGHUP: end it).
+// The signal's default action for the whole process (SIGINT, SIGTERM, SIGHUP, SIGUSR1: end it).
 [[noreturn]] inline void end_by_signal(int sig) {
     fflush(stdout);
     signal(sig, SIG_DFL);
@@ -134,7 +136,7 @@ inline bool sent_by_parent(const siginfo_t& info) {
     return (info.si_code == SI_USER || info.si_code == SI_QUEUE) && info.si_pid == getppid();
 }
 
-// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it starts
+// Blocks SIGINT, SIGTERM, SIGUSR1 and SIGHUP in the calling thread (and so in every thread it starts
 // after this) and starts the thread that takes them; ignores SIGPIPE. Call before any other
 // thread exists where possible; threads started earlier (OpenBLAS starts its pool when the
 // library loads) pass a signal on.
@@ -148,6 +150,7 @@ inline void start_stop_signal_thread() {
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
     if (!nohup) { sigaddset(&set, SIGHUP); }
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     std::thread taker([set] {
@@ -172,6 +175,7 @@ inline void start_stop_signal_thread() {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGUSR1, &sa, nullptr);
     if (!nohup) { sigaction(SIGHUP, &sa, nullptr); }
 }
 

@@ -47,6 +47,7 @@ struct TrainOptions {
     int val_every = 50, val_batches = 8, sample_every = 0, sample_tokens = 64, save_every = 0, log_every = 1;
     int milestones = 0;    // checkpoints at 0/25/50/75/100% of the steps
     double save_minutes = 30.0;  // a checkpoint at least this often, replacing the previous such one (0: off; doc/trainer.md)
+    double stop_grace = 30.0;    // seconds from a stop signal to the launcher's kill (Slurm's KillWait): what a stop says fits
     int val_whole_docs = 0;  // validate on rows of whole documents (DataLoaderConfig::whole_documents); 2: also, beside windows
     int train_doc_eval = 0;  // also validate on a seeded sample of this many whole training documents (DataLoaderConfig::sample_documents)
     uint64_t train_doc_seed = 0;  // the seed of that sample
@@ -152,6 +153,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--milestones", &o.milestones, "also checkpoint at 0/25/50/75/100% of the steps (milestone_NNN.bin) 0|1"),
         make_flag("--save-every", &o.save_every, "checkpoint every N steps (0: only at the end)"),
         make_flag("--save-minutes", &o.save_minutes, "also checkpoint once M minutes have passed since the last checkpoint (or the start), each such file replacing the one before, so a crash, kill -9 or full disk loses at most M minutes of training (0: off)"),
+        make_flag("--stop-grace", &o.stop_grace, "seconds the launcher waits between its stop signal and its kill (Slurm's KillWait, 30 by default): a stop and a slow save say whether the step and its save fit in them"),
         make_flag("--resume", &o.resume_path, "checkpoint to continue exactly: model, optimizer, schedule, steps and data settings all from the file; a run directory: its newest checkpoint; auto: that of --run-dir, else of the newest run under runs/"),
         make_flag("--resume-override", &o.resume_override, "with --resume: the flags given may change the saved run's settings (each is printed) 0|1"),
         make_flag("--extend-to", &o.extend_to, "with --resume: train the saved run on to N steps in total, the schedule recomputed over N unless it has --schedule-steps (printed)"),

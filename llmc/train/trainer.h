@@ -328,6 +328,7 @@ Options parse_trainer_options(int argc, char** argv, const char* name, const std
     if (!(t.save_minutes >= 0.0) || !std::isfinite(t.save_minutes)) {
         fatal("--save-minutes must be >= 0 (0: no timed checkpoints), got %g", t.save_minutes);
     }
+    if (!(t.stop_grace >= 0.0) || !std::isfinite(t.stop_grace)) { fatal("--stop-grace must be >= 0 seconds, got %g", t.stop_grace); }
     if (!t.resume_path.empty()) {  // --resume DIR, --resume auto: the newest checkpoint there
         t.resume_path = resolve_resume_path(t.resume_path, t.given.count("--run-dir") && t.run_dir != "auto" ? t.run_dir : "");
     }

@@ -55,6 +55,7 @@ and optionally (SAN) the per-layer measurements logged at every validation:
 #include "llmc/train/output_lock.h"  // defines: OutputLocks
 #include "llmc/train/run_log.h"
 #include "llmc/train/run_record.h"
+#include "llmc/train/save_clock.h"  // defines: SaveClock
 #include "llmc/train/stop_signal.h"  // defines: arm_stop_signals, set_stop_notes, stop_signal, drop_lost_console
 #include "llmc/data/tensor_file.h"
 #include "llmc/data/tokenizer.h"
@@ -126,6 +127,7 @@ public:
             }
             check_checkpoint_dir();
             lock_outputs();
+            remove_unfinished_saves();
             check_log_is_this_runs();
             prepare_run_dir();
             check_earlier_run_kept();
@@ -163,6 +165,7 @@ public:
             if (!std::isfinite(grad_norm)) { diverged(step + 1, "the gradient norm", grad_norm); }
             cudaCheck(cudaDeviceSynchronize());
             const double ms = timer.ms();
+            save_clock.step_s = ms / 1e3;
             const long done = step + 1;
             report_step(done, loss, o.opt.lr * lr_multiplier, grad_norm, ms);
             if (due(o.val_every, done)) { validate(done); }
@@ -220,6 +223,7 @@ private:
     std::string good_checkpoint;                   // the newest step_K.bin saved with a finite validation loss
     std::pair<int64_t, int64_t> step_shard{-1, -1};  // the shard of this step's first row, and of the step before
     Timer since_save;                              // since the last checkpoint (or the first step): --save-minutes
+    SaveClock save_clock;                          // the last step's and save's times against --stop-grace
     std::string timed_save;                        // the path of the last save --save-minutes made, until a newer one
 
     // The training data's rows for this rank; the validation data and the measurement
@@ -629,8 +633,10 @@ private:
         const FatalContext failing("the run stops; " + (newest.empty() ? "it saved no checkpoint before: start it again "
                                    "with room under --checkpoint-dir " + o.checkpoint_dir : "once " + o.checkpoint_dir +
                                    " has room, continue from " + newest + " with: " + continue_command()), "continue from");
+        Timer write;
         save_checkpoint(model, path, extra);
         printf("saved %s%s\n", path.c_str(), timed ? " (--save-minutes: replaced by the next checkpoint)" : "");
+        note_save_time(path, write.ms() / 1e3);
         last_saved = path;
         last_saved_step = (long)model.steps_done();
         since_save = Timer();
@@ -777,6 +783,7 @@ private:
         flops = flops_per_token(model.cfg);
         first_step = (long)model.steps_done();
         if (o.grad_fp32 != 0) { model.accumulate_in_fp32(); }
+        save_clock.grace = o.stop_grace;
         if (first_step == 0) { save_milestones(0); }
         since_save = Timer();
         log.on_failure = [this](const std::string& why) { return save_before_log_stop(why); };
@@ -908,6 +915,34 @@ private:
         if (newest_checkpoint_path().empty()) { return lost + " (the run saved no checkpoint)"; }
         return lost + "; continue from step " + std::to_string(from - 1) + " with: " + continue_command();
     }
+    // Records how long a save took; one longer than --stop-grace is said at once: a stop at a time
+    // limit would not finish it.
+    void note_save_time(const std::string& path, double seconds) {
+        if (save_clock.saved(path, seconds, rank == 0) && rank == 0) {
+            printf("warning: saving %s took %s, more than --stop-grace %g s (the launcher's wait from its stop signal to "
+                   "its kill): a stop at a time limit would be killed during its save (the checkpoint before it "
+                   "stays whole; the next start removes the unfinished .tmp); have the launcher warn earlier "
+                   "(Slurm: --signal=USR1@SECONDS, doc/multi-gpu.md \"Stopping on a cluster\")\n",
+                   path.c_str(), save_clock.save_text().c_str(), o.stop_grace);
+        }
+    }
+    // The saves a killed run did not finish (NAME.bin.tmp in --checkpoint-dir: llmc/utils.h
+    // AtomicFileWriter) are removed and named, once this run holds the directory's lock: no live
+    // run writes there, and the checkpoints before them are whole.
+    void remove_unfinished_saves() const {
+        if (rank != 0 || o.checkpoint_dir.empty()) { return; }
+        for (const std::string& name : unfinished_saves(o.checkpoint_dir)) {
+            const std::string path = o.checkpoint_dir + "/" + name;
+            if (unlink(path.c_str()) == 0) {
+                printf("removed %s: a save that a killed run did not finish (the checkpoints before it are whole)\n",
+                       path.c_str());
+            } else {
+                printf("warning: %s is a save that a killed run did not finish, and cannot be removed: %s\n", path.c_str(),
+                       strerror(errno));
+            }
+        }
+    }
+
     // What Ctrl-C (or SIGTERM, SIGHUP) says during step `done` (llmc/train/stop_signal.h prints it).
     void update_stop_notes(long done) {
         const std::string step = "step " + std::to_string(done) + " of " + std::to_string(o.steps);
@@ -918,6 +953,7 @@ private:
             first = "stopping after " + step + ", saving " + o.checkpoint_dir + "/step_" + std::to_string(done) + ".bin";
         }
         first += world > 1 ? " (every rank stops there; a repeated signal is ignored)" : " (again: stop at once, without saving)";
+        if (!o.checkpoint_dir.empty()) { first += "; " + save_clock.fit(newest_checkpoint_path()); }
         set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
     }
 
