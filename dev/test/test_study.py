@@ -1318,6 +1318,62 @@ def test_dry_run_checks_the_trainer_and_the_data(toy_data, tmp_path):
         assert proc.returncode == 0 and "the trainer and every input file are there" in proc.stdout, proc.stdout
 
 
+def dry_run_commands(name):
+    """{(run id, what): argv} of `python -m study run studies/NAME --dry-run` as it prints them
+    ("[i] ID: CMD" for a run, "[i] ID then eval NAME: CMD" for an evaluation of its checkpoint)."""
+    proc = study_cmd("run", os.path.join(ROOT, "studies", name), "--dry-run")
+    out = {}
+    for m in re.finditer(r"^\[\d+\] (\S+?)(?: then eval (\S+))?: (.*)$", proc.stdout, re.M):
+        out[(m.group(1), m.group(2) or "train")] = shlex.split(m.group(3))
+    assert out, proc.stdout + proc.stderr
+    return out
+
+
+def flag_value(argv, flag):
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+    return values[-1] if values else None
+
+
+TABLE1_SETS = ["arc_easy", "boolq", "copa", "piqa", "sciq", "rte", "hellaswag", "wikitext", "lambada"]
+
+
+def test_deconstructing_paper_dry_run_scores_table1_at_full_context():
+    """studies/deconstructing_paper.toml as a researcher runs it (--dry-run): every training
+    command runs the paper's recipe (--deconstructing-setup 1), measures the indicators over the
+    whole context (--indicator-context 0, not 257) and scores Table 1's eleven columns' sets
+    (--eval-sets), and so does every hybrid's skip evaluation (the paper's skip rows); the
+    schedule is Table 9's 120,000-step horizon over the 28,611 steps of 15B tokens."""
+    cmds = dry_run_commands("deconstructing_paper.toml")
+    train = {k: v for k, v in cmds.items() if k[1] == "train"}
+    skips = {k: v for k, v in cmds.items() if k[1].startswith("skip-")}
+    assert len(train) == 13 and len(skips) == 12
+    for key, argv in list(train.items()) + list(skips.items()):
+        assert flag_value(argv, "--deconstructing-setup") == "1", key
+        assert flag_value(argv, "--indicator-context") == "0", key
+        sets = flag_value(argv, "--eval-sets")
+        assert sets and [os.path.basename(p)[:-4] for p in sets.split(",")] == TABLE1_SETS, (key, sets)
+    for argv in train.values():
+        assert flag_value(argv, "--steps") == "28611"
+        import train_san
+        a = train_san.parse_args([x for f in ("--preset", "--deconstructing-setup", "--steps") for x in (f, flag_value(argv, f))])
+        assert a.schedule_steps == 120000 and a.schedule == "cosine"
+
+
+def test_san_paper_dry_run_trains_the_papers_steps(tmp_path):
+    """studies/san_paper.toml: "105B" is the paper code's 100,000 steps of 512 x 2048 tokens (not
+    105e9 / 1,048,576 = 100,136), and every run scores Table 4's tasks; the budget ladder's rungs
+    are 5,000, 30,000 and 100,000 steps, each a run of its own."""
+    cmds = dry_run_commands("san_paper.toml")
+    for key, argv in cmds.items():
+        if key[1] == "train":
+            assert flag_value(argv, "--steps") == "100000", key
+            assert [os.path.basename(p)[:-4] for p in flag_value(argv, "--eval-sets").split(",")] == \
+                ["lambada", "lambada_standard", "sciq", "hellaswag", "arc_easy", "piqa", "mmlu"]
+    from study import ladder
+    rungs = ladder.write_rung_files(os.path.join(ROOT, "studies", "ladders", "san_paper_budgets.toml"), out=str(tmp_path))
+    assert [study.load_study(f).steps for _, f in rungs] == [5000, 30000, 100000]
+
+
 def test_the_trainers_make_targets():
     """A trainer under build/ is named (and built) by its make target with its precision: the
     Makefile's build directory follows PRECISION, so the target exists only with it; `make -n`
