@@ -19,7 +19,7 @@ import glob
 import math
 import os
 
-from study import attention_patterns, curves, findings, match, spectra
+from study import attention_patterns, curves, findings, match, paper_tables, spectra
 from study import runs as run_files
 from study.findings import Rule, with_interval
 from study.plots import figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers, plt, save
@@ -767,7 +767,8 @@ def write_report(study, why, out=None):
     md += [f"Study file `{study.path}`; {len(study.runs)} runs of {study.steps} steps x "
            f"{study.tokens_per_step:,} tokens ({study.steps * study.tokens_per_step:,} tokens each); "
            f"baseline arm `{study.baseline}`. Definitions: doc/study.md (\"Report\").", ""]
-    md += runs_section(r) + final_loss_section(r) + eval_sets_section(r) + context_length_section(study, r.summaries)
+    md += runs_section(r) + final_loss_section(r) + eval_sets_section(r) + paper_tables.paper_sections(r)
+    md += context_length_section(study, r.summaries)
     md += rate_sweep_section(r) + region_sections(r) + measurements_section(r) + spectra_sections(r)
     md += skip_section(study, r.summaries) + findings_section(r)
     path = os.path.join(out, "report.md")

@@ -31,6 +31,11 @@ alone, as lm-eval does (the file's per-choice length).
   rte        nyu-mll/glue rte (validation; lm-eval's "rte"): "{sentence1}\\nQuestion:
              {sentence2} True or False?\\nAnswer:", choices "True" (entailment, label 0),
              "False"
+  SAN paper, Table 4 (its tasks at chance):
+  mmlu       cais/mmlu ("all", test; lm-eval's mmlu, 0-shot): "The following are multiple choice
+             questions (with answers) about {subject, _ as spaces}.\n\n{question}\nA. {choice 0}
+             \nB. ...\nD. {choice 3}\nAnswer:", choices "A".."D", gold = answer; one set of all
+             57 subjects (lm-eval's mmlu acc weights the subjects by their size: the same mean)
   wikitext   EleutherAI/wikitext_document_level wikitext-2-raw-v1 (test): rolling; each page
              detokenized as lm-eval's wikitext task does, scored whole in the model's
              windows; word perplexity over the words of the original page
@@ -61,6 +66,7 @@ SOURCES = {
     "boolq": ("aps/super_glue", ["boolq/validation*.parquet", "*boolq*validation*.parquet"]),
     "copa": ("aps/super_glue", ["copa/validation*.parquet", "*copa*validation*.parquet"]),
     "rte": ("nyu-mll/glue", ["rte/validation*.parquet", "*rte*validation*.parquet"]),
+    "mmlu": ("cais/mmlu", ["all/test-*.parquet", "*all*test*.parquet"]),
     "wikitext": ("EleutherAI/wikitext_document_level", ["wikitext-2-raw-v1/test*.parquet",
                                                         "*wikitext-2-raw-v1*test*.parquet"]),
 }
@@ -123,6 +129,16 @@ def rte_example(row):
     return f"{first}\nQuestion: {second} True or False?\nAnswer:", ["True", "False"], int(row["label"])
 
 
+def mmlu_example(row):
+    subject = " ".join(row["subject"].split("_"))
+    c = list(row["choices"])
+    if len(c) != 4:
+        raise RuntimeError(f"an MMLU row with {len(c)} choices (expected 4): {row['question'][:60]!r}")
+    ctx = (f"The following are multiple choice questions (with answers) about {subject}.\n\n"
+           f"{row['question'].strip()}\nA. {c[0]}\nB. {c[1]}\nC. {c[2]}\nD. {c[3]}\nAnswer:")
+    return ctx, ["A", "B", "C", "D"], int(row["answer"])
+
+
 # lm-eval's wikitext detokenizer: the rules that undo WikiText's tokenization, in order
 _WIKITEXT_RULES = [
     ("str", "s '", "s'"), ("re", r"/' [0-9]/", r"/'[0-9]/"),
@@ -159,7 +175,8 @@ EXAMPLES = {"lambada": (lambada_example, KIND_CLOZE), "lambada_standard": (lamba
             "sciq": (sciq_example, KIND_MC),
             "hellaswag": (hellaswag_example, KIND_MC), "arc_easy": (arc_example, KIND_MC),
             "piqa": (piqa_example, KIND_MC), "boolq": (boolq_example, KIND_MC), "copa": (copa_example, KIND_MC),
-            "rte": (rte_example, KIND_MC), "wikitext": (wikitext_example, KIND_ROLLING)}
+            "rte": (rte_example, KIND_MC), "mmlu": (mmlu_example, KIND_MC),
+            "wikitext": (wikitext_example, KIND_ROLLING)}
 
 
 def encode_example(task: str, row, tok) -> dict:

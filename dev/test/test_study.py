@@ -1051,18 +1051,19 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
 
 @needs_bin
 def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
-    """studies/san_paper.toml passes LAMBADA (both variants) and SciQ to every run: built here
-    by dev/data/evals.py from --files fixtures (the Hub is out of reach) with a small
-    SentencePiece tokenizer, substituted for the study's paths in a one-run toy study (its
-    --eval-sets list taken from the shipped file's run command), whose report shows LAMBADA's
-    acc and perplexity and SciQ's acc and acc_norm, equal to the run's logged eval record."""
+    """studies/san_paper.toml passes LAMBADA (both variants), SciQ and Table 4's other tasks
+    (HellaSwag, ARC-easy, PIQA, MMLU) to every run: built here by dev/data/evals.py from --files
+    fixtures (the Hub is out of reach) with a small SentencePiece tokenizer, substituted for the
+    study's paths in a one-run toy study (its --eval-sets list taken from the shipped file's run
+    command), whose report shows each set's metrics equal to the run's logged eval record."""
     import evals
     from attnref.tokenizer import train_sentencepiece
     paper = study.load_study(os.path.join(ROOT, "studies", "san_paper.toml"))
     lists = {tuple(c[c.index("--eval-sets") + 1].split(",")) for c in (study.run_command(paper, r) for r in paper.runs)}
     assert len(lists) == 1  # every run scores the same sets
     shipped = lists.pop()
-    assert [os.path.basename(p) for p in shipped] == ["lambada.bin", "lambada_standard.bin", "sciq.bin"]
+    sets = ["lambada", "lambada_standard", "sciq", "hellaswag", "arc_easy", "piqa", "mmlu"]
+    assert [os.path.basename(p) for p in shipped] == [f"{name}.bin" for name in sets]
     words = ["the", "old", "man", "looked", "at", "sea", "and", "said", "hello", "boat", "water", "cells", "energy"]
     rng = np.random.default_rng(3)
     texts = [" ".join(rng.choice(words, size=9)) for _ in range(6)]
@@ -1073,10 +1074,21 @@ def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
     (fixtures / "sciq.jsonl").write_text("".join(json.dumps(
         {"support": t, "question": "what did he say?", "distractor1": "sea", "distractor2": "boat",
          "distractor3": "cells", "correct_answer": "hello"}) + "\n" for t in texts[:4]))
+    (fixtures / "hellaswag.jsonl").write_text("".join(json.dumps(
+        {"activity_label": "Sailing", "ctx_a": t, "ctx_b": "the man", "endings": ["looked", "said", "boat", "sea"],
+         "label": "1"}) + "\n" for t in texts[:3]))
+    (fixtures / "arc_easy.jsonl").write_text("".join(json.dumps(
+        {"question": t + "?", "choices": {"text": ["sea", "boat", "water"], "label": ["A", "B", "C"]}, "answerKey": "C"})
+        + "\n" for t in texts[:3]))
+    (fixtures / "piqa.jsonl").write_text("".join(json.dumps({"goal": t, "sol1": "the sea", "sol2": "the boat", "label": 0})
+                                                 + "\n" for t in texts[:3]))
+    (fixtures / "mmlu.jsonl").write_text("".join(json.dumps(
+        {"question": t + "?", "subject": "sea_and_boats", "choices": ["sea", "boat", "water", "cells"], "answer": 2})
+        + "\n" for t in texts[:3]))
     tok = train_sentencepiece(texts * 20 + words, tmp_path / "tok", vocab_size=300, num_threads=1,
                               hard_vocab_limit=False)
-    evals.main(["--tokenizer", str(tmp_path / "tok.model"), "--out", str(tmp_path / "evals"), "--only", "lambada",
-                "lambada_standard", "sciq", "--files"] + [f"{t}={fixtures / t}.jsonl" for t in ("lambada", "lambada_standard", "sciq")])
+    evals.main(["--tokenizer", str(tmp_path / "tok.model"), "--out", str(tmp_path / "evals"), "--only", *sets,
+                "--files"] + [f"{t}={fixtures / t}.jsonl" for t in sets])
     built = ",".join(str(tmp_path / "evals" / os.path.basename(p)) for p in shipped)
     # one toy run (the tokenizer's vocabulary; the toy corpus's tokens are below it)
     data = tmp_path / "toy"
@@ -1111,9 +1123,13 @@ preset = "tiny"
     report = (out / "report" / "report.md").read_text()
     logged = run_files.read_evals(out / "runs" / "san_s7" / "log.jsonl")[2]
     row = md_table(report[report.index("## Eval sets"):], "arm")[0]
-    for name, metric in (("lambada", "acc"), ("lambada", "perplexity"), ("lambada_standard", "acc"),
-                         ("lambada_standard", "perplexity"), ("sciq", "acc"), ("sciq", "acc_norm")):
-        assert abs(float(row[f"{name} {metric}"]) - logged[name][metric]) <= 5e-5, (name, metric)
+    checked = 0
+    for name in sets:
+        for metric in ("acc", "acc_norm", "perplexity"):
+            if metric in logged[name]:
+                assert abs(float(row[f"{name} {metric}"]) - logged[name][metric]) <= 5e-5, (name, metric)
+                checked += 1
+    assert checked == 2 * len(sets)  # cloze: acc, perplexity; multiple choice: acc, acc_norm
 
 
 # ----------------------------------------------------------------------------------------
@@ -1225,6 +1241,104 @@ ffn = "ffn"
     assert sweeps["other"]["lr 0.02, other 0.001"] == "4.4000" and sweeps["other"]["lr 0.02, other 0.004"] == "4.2000"
     assert sweeps["swept"]["lr 0.002"] == "4.2500" and sweeps["swept"]["lr 0.02, other 0.004"] == "—"
     assert arms["other"]["rates"] == "muon 0.02 (rest 0.008)"
+
+
+def append_eval(path, step, evals):
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": step, "eval": evals}) + "\n")
+
+
+def table1_evals(base):
+    """An eval record of Table 1's sets whose numbers follow from `base`."""
+    accs = {name: base + 0.01 * i for i, name in enumerate(["arc_easy", "boolq", "copa", "piqa", "sciq", "rte", "hellaswag"])}
+    out = {name: {"acc": a, "acc_norm": a + 0.05} for name, a in accs.items()}
+    out["wikitext"] = {"word_perplexity": 40.0 / base, "token_perplexity": 20.0 / base}
+    out["lambada"] = {"acc": base / 2, "perplexity": 30.0 / base}
+    return out
+
+
+def test_report_writes_the_deconstructing_papers_table1(tmp_path):
+    """study.paper = "deconstructing": the report writes Table 1 (ten columns and the NLU average
+    of the seven accuracies, in %), a row per arm and a "(skip)" row per hybrid from its
+    skip-block evaluation, with the paper's NLU average and WikiText perplexity beside each."""
+    out = tmp_path / "out"
+    path = tmp_path / "decon.toml"
+    path.write_text(f"""
+[study]
+name = "decon"
+out = "{out}"
+paper = "deconstructing"
+seeds = [1, 2]
+batch_size = 4
+seq_len = 32
+steps = 40
+skip_eval = true
+
+[[arm]]
+name = "standard"
+preset = "tiny"
+
+[[arm]]
+name = "mlp-hybrid"
+preset = "tiny"
+flags = ["--attention", "mlp", "--layout", "hybrid"]
+""")
+    losses = [5.0 - 0.02 * s for s in range(40)]
+    bases = {("standard", 1): 0.50, ("standard", 2): 0.54, ("mlp-hybrid", 1): 0.40, ("mlp-hybrid", 2): 0.44}
+    for (arm, seed), base in bases.items():
+        run_dir = out / "runs" / f"{arm}_s{seed}"
+        write_fake_run(run_dir, header_record(4e-4, 4e-4), 4e-4, losses, [4.5, 4.2])
+        append_eval(run_dir / "log.jsonl", 20, table1_evals(0.1))  # a milestone's: not the end's
+        append_eval(run_dir / "log.jsonl", 40, table1_evals(base))
+    for seed, base in ((1, 0.26), (2, 0.28)):  # the hybrid without its variant blocks
+        run_dir = out / "runs" / f"mlp-hybrid_s{seed}"
+        append_eval(run_dir / "eval_skip-block.jsonl", 0, table1_evals(base))
+        (run_dir / "eval_skip-block.json").write_text(json.dumps({"flags": []}))
+    assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
+    report = (out / "report" / "report.md").read_text()
+    rows = {r["arm"]: r for r in md_table(report, "arm", "## The Deconstructing paper's Table 1")}
+    assert list(rows) == ["standard", "mlp-hybrid", "mlp-hybrid (skip)"]
+    for arm, b, paper in (("standard", (0.50, 0.54), ("51.9", "38.1")), ("mlp-hybrid", (0.40, 0.44), ("48.7", "45.8")),
+                          ("mlp-hybrid (skip)", (0.26, 0.28), ("37.8", "200000"))):
+        row, base = rows[arm], sum(b) / 2
+        assert float(row["ARC-E"]) == pytest.approx(100 * base, abs=0.05)
+        assert float(row["HellaSwag"]) == pytest.approx(100 * (base + 0.06), abs=0.05)
+        assert float(row["NLU avg"]) == pytest.approx(100 * (base + 0.03), abs=0.05)  # the mean of base + 0.00 .. 0.06
+        assert float(row["WikiText ppl"]) == pytest.approx(sum(40.0 / x for x in b) / 2, abs=0.005)
+        assert float(row["LAMBADA acc"]) == pytest.approx(100 * base / 2, abs=0.05)
+        assert float(row["LAMBADA ppl"]) == pytest.approx(sum(30.0 / x for x in b) / 2, abs=0.005)
+        assert (row["paper NLU avg"], row["paper WikiText ppl"]) == paper
+
+
+def test_report_of_the_san_paper_names_its_table4_and_budget_rows(tmp_path):
+    """study.paper = "san": the report tables Table 4's tasks at the end of the runs with each
+    task's chance accuracy, and says that milestone evaluations are not the paper's budget rows."""
+    out = tmp_path / "out"
+    path = tmp_path / "san.toml"
+    path.write_text(f"""
+[study]
+name = "san"
+out = "{out}"
+paper = "san"
+seeds = [1]
+batch_size = 4
+seq_len = 32
+steps = 40
+
+[[arm]]
+name = "san"
+preset = "tiny"
+""")
+    run_dir = out / "runs" / "san_s1"
+    write_fake_run(run_dir, header_record(6e-4, 6e-4), 6e-4, [5.0 - 0.02 * s for s in range(40)], [4.5, 4.2])
+    append_eval(run_dir / "log.jsonl", 40, {"mmlu": {"acc": 0.2512}, "lambada": {"acc": 0.1, "perplexity": 90.0}})
+    assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
+    report = (out / "report" / "report.md").read_text()
+    rows = {r["arm"]: r for r in md_table(report, "arm", "## The SAN paper's Table 4 tasks")}
+    assert rows["san"] == {"arm": "san", "lambada acc": "0.1000", "lambada perplexity": "90.0000", "mmlu acc": "0.2512"}
+    assert rows["chance"]["mmlu acc"] == "0.25" and rows["chance"]["lambada acc"] == "—"
+    budget = report[report.index("## Budget rows"):]
+    assert "not those rows" in budget and "studies/ladders/san_paper_budgets.toml" in budget
 
 
 def test_final_loss_figure_is_readable(tmp_path):

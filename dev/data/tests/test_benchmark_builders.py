@@ -1,4 +1,5 @@
-"""The benchmark eval-set builders (evals.py) and the SlimPajama shard builder on fixture
+"""The benchmark eval-set builders (evals.py; MMLU from the files a user provides, as every
+builder here) and the SlimPajama shard builder on fixture
 files written here in each dataset's published format (parquet with the Hub's columns,
 zstandard JSON lines for SlimPajama): prompts, choices, gold and normalisation lengths are
 compared with lm-evaluation-harness's own task files (its YAML templates and Python
@@ -26,7 +27,8 @@ from lm_eval.utils import apply_template, get_rolling_token_windows, make_disjoi
 TASKS_DIR = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
 LM_EVAL_YAML = {"piqa": "piqa/piqa.yaml", "boolq": "super_glue/boolq/default.yaml",
                 "copa": "super_glue/copa/default.yaml", "rte": "glue/rte/default.yaml",
-                "sciq": "sciq/sciq.yaml", "arc_easy": "arc/arc_easy.yaml"}
+                "sciq": "sciq/sciq.yaml", "arc_easy": "arc/arc_easy.yaml",
+                "mmlu": "mmlu/default/mmlu_high_school_biology.yaml"}
 
 # rows in each dataset's schema (the columns of the published parquet files)
 ROWS = {
@@ -46,6 +48,10 @@ ROWS = {
               "correct_answer": "food", "support": "  Plants make food."}],
     "arc_easy": [{"id": "x", "question": "Which is a gas?", "choices": {"text": ["rock", "steam", "ice"],
                                                                          "label": ["A", "B", "C"]}, "answerKey": "B"}],
+    "mmlu": [{"question": " Which organelle makes energy? ", "subject": "high_school_biology",
+              "choices": ["nucleus", "mitochondria", "ribosome", "cell wall"], "answer": 1},
+             {"question": "What is 2 + 2?", "subject": "high_school_biology", "choices": ["3", "4", "5", "22"],
+              "answer": 1}],
 }
 
 WIKI_PAGE = (" = Valkyria Chronicles III = \n \n Senjō no Valkyria 3 : Unrecorded Chronicles ( Japanese : 戦場のヴァルキュリア3 "
@@ -68,7 +74,7 @@ def lm_eval_requests(task, row):
         if spec in row:
             return row[spec]
         return apply_template(spec, row)
-    ctx = render(cfg["doc_to_text"])
+    ctx = cfg.get("description", "") + render(cfg["doc_to_text"])  # 0-shot: the description, then the doc
     choices = render(cfg["doc_to_choice"])
     if isinstance(choices, str):
         choices = ast.literal_eval(choices)
@@ -100,6 +106,13 @@ def test_multiple_choice_items_are_lm_eval_requests(task, small_tok, tmp_path):
         assert it["gold"] == gold
     if task == "copa":  # lm-eval's choices carry a space and the delimiter adds one
         assert all(small_tok.decode(c).startswith("  ") for c in es["items"][0]["choices"])
+
+
+def test_mmlu_refuses_a_row_without_four_choices(small_tok, tmp_path):
+    src = write_parquet(tmp_path / "mmlu_test.parquet", [dict(ROWS["mmlu"][0], choices=["a", "b", "c"])])
+    with pytest.raises(SystemExit, match=r"mmlu: an MMLU row with 3 choices \(expected 4\)"):
+        evals.main(["--tokenizer", small_tok.model_file, "--out", str(tmp_path), "--only", "mmlu",
+                    "--files", f"mmlu={src}"])
 
 
 def test_rte_from_superglue_fields_and_boolq_from_the_original_release():
