@@ -8,7 +8,7 @@ published numbers beside each row where the paper gives them (papers/*.md, quote
                   BoolQ, COPA, PIQA, SciQ, RTE, HellaSwag (acc, %), their mean (NLU avg), WikiText
                   (word perplexity), LAMBADA OpenAI (acc %, perplexity); beside them the paper's
                   NLU average and WikiText perplexity of that kind and layout.
-  san             Table 4's tasks: LAMBADA (both releases), SciQ, HellaSwag, ARC-E, PIQA, MMLU
+  san             Table 4's tasks: LAMBADA (both releases), SciQ, HellaSwag, ARC-E, PIQA, Winogrande, MMLU
                   at the end of each arm's runs, with each task's chance level; and what the
                   milestone evaluations are not (the paper's budget rows are runs of their own).
 Seed means at each arm's rate (report.ArmSummary); "—" unless every run has the number.
@@ -44,7 +44,8 @@ PAPER_CHANCE = 39.9  # the paper's chance NLU average
 # The SAN paper's Table 4 tasks: (eval set, metrics, chance accuracy or None)
 TABLE4 = (("lambada", ("acc", "perplexity"), None), ("lambada_standard", ("acc", "perplexity"), None),
           ("sciq", ("acc", "acc_norm"), 0.25), ("hellaswag", ("acc", "acc_norm"), 0.25),
-          ("arc_easy", ("acc", "acc_norm"), 0.25), ("piqa", ("acc", "acc_norm"), 0.5), ("mmlu", ("acc",), 0.25))
+          ("arc_easy", ("acc", "acc_norm"), 0.25), ("piqa", ("acc", "acc_norm"), 0.5), ("winogrande", ("acc",), 0.5),
+          ("mmlu", ("acc",), 0.25))
 
 
 def arm_flag(arm, flag, default):

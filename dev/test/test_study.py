@@ -1052,7 +1052,7 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
 @needs_bin
 def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
     """studies/san_paper.toml passes LAMBADA (both variants), SciQ and Table 4's other tasks
-    (HellaSwag, ARC-easy, PIQA, MMLU) to every run: built here by dev/data/evals.py from --files
+    (HellaSwag, ARC-easy, PIQA, Winogrande, MMLU) to every run: built here by dev/data/evals.py from --files
     fixtures (the Hub is out of reach) with a small SentencePiece tokenizer, substituted for the
     study's paths in a one-run toy study (its --eval-sets list taken from the shipped file's run
     command), whose report shows each set's metrics equal to the run's logged eval record."""
@@ -1062,7 +1062,7 @@ def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
     lists = {tuple(c[c.index("--eval-sets") + 1].split(",")) for c in (study.run_command(paper, r) for r in paper.runs)}
     assert len(lists) == 1  # every run scores the same sets
     shipped = lists.pop()
-    sets = ["lambada", "lambada_standard", "sciq", "hellaswag", "arc_easy", "piqa", "mmlu"]
+    sets = ["lambada", "lambada_standard", "sciq", "hellaswag", "arc_easy", "piqa", "winogrande", "mmlu"]
     assert [os.path.basename(p) for p in shipped] == [f"{name}.bin" for name in sets]
     words = ["the", "old", "man", "looked", "at", "sea", "and", "said", "hello", "boat", "water", "cells", "energy"]
     rng = np.random.default_rng(3)
@@ -1082,6 +1082,9 @@ def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
         + "\n" for t in texts[:3]))
     (fixtures / "piqa.jsonl").write_text("".join(json.dumps({"goal": t, "sol1": "the sea", "sol2": "the boat", "label": 0})
                                                  + "\n" for t in texts[:3]))
+    (fixtures / "winogrande.jsonl").write_text("".join(json.dumps(
+        {"sentence": "the old man looked at _ and said hello", "option1": "sea", "option2": "boat", "answer": "1"})
+        + "\n" for _ in range(3)))
     (fixtures / "mmlu.jsonl").write_text("".join(json.dumps(
         {"question": t + "?", "subject": "sea_and_boats", "choices": ["sea", "boat", "water", "cells"], "answer": 2})
         + "\n" for t in texts[:3]))
@@ -1129,7 +1132,7 @@ preset = "tiny"
             if metric in logged[name]:
                 assert abs(float(row[f"{name} {metric}"]) - logged[name][metric]) <= 5e-5, (name, metric)
                 checked += 1
-    assert checked == 2 * len(sets)  # cloze: acc, perplexity; multiple choice: acc, acc_norm
+    assert checked == 2 * len(sets) - 1  # cloze: acc, perplexity; multiple choice: acc, acc_norm; partial: acc
 
 
 # ----------------------------------------------------------------------------------------
@@ -1482,7 +1485,7 @@ def test_san_paper_dry_run_trains_the_papers_steps(tmp_path):
         if key[1] == "train":
             assert flag_value(argv, "--steps") == "100000", key
             assert [os.path.basename(p)[:-4] for p in flag_value(argv, "--eval-sets").split(",")] == \
-                ["lambada", "lambada_standard", "sciq", "hellaswag", "arc_easy", "piqa", "mmlu"]
+                ["lambada", "lambada_standard", "sciq", "hellaswag", "arc_easy", "piqa", "winogrande", "mmlu"]
     from study import ladder
     rungs = ladder.write_rung_files(os.path.join(ROOT, "studies", "ladders", "san_paper_budgets.toml"), out=str(tmp_path))
     assert [study.load_study(f).steps for _, f in rungs] == [5000, 30000, 100000]
