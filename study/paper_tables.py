@@ -8,9 +8,12 @@ published numbers beside each row where the paper gives them (papers/*.md, quote
                   BoolQ, COPA, PIQA, SciQ, RTE, HellaSwag (acc, %), their mean (NLU avg), WikiText
                   (word perplexity), LAMBADA OpenAI (acc %, perplexity); beside them the paper's
                   NLU average and WikiText perplexity of that kind and layout.
-  san             Table 4's tasks: LAMBADA (both releases), SciQ, HellaSwag, ARC-E, PIQA, Winogrande, MMLU
-                  at the end of each arm's runs, with each task's chance level; and what the
-                  milestone evaluations are not (the paper's budget rows are runs of their own).
+  san             the gap of each matched partner (SAN - partner, final validation loss) with the
+                  paper's at this study's budget (its step count: 5,000 / 30,000 / 100,000, the
+                  paper code's "5B" / "31B" / "105B"); Table 4's tasks: LAMBADA (both releases),
+                  SciQ, HellaSwag, ARC-E, PIQA, Winogrande, MMLU at the end of each arm's runs, with
+                  each task's chance level; and what the milestone evaluations are not (the
+                  paper's budget rows are runs of their own).
 Seed means at each arm's rate (report.ArmSummary); "—" unless every run has the number.
 """
 import os
@@ -40,6 +43,11 @@ PAPER_TABLE1 = {
     ("staticembqk", "skip"): (39.7, 7e4),
 }
 PAPER_CHANCE = 39.9  # the paper's chance NLU average
+
+# The SAN paper's gaps (papers/SAN.md, finding 1), SAN - partner in nats, by the budget's steps
+PAPER_GAPS = {5000: {"iso_param": 0.046}, 30000: {"iso_param": 0.019},
+              100000: {"iso_depth": 0.47, "iso_flop": 0.26, "iso_param": 0.005}}
+GAP_ROLES = (("iso_depth", "iso-depth"), ("iso_flop", "iso-FLOP"), ("iso_param", "iso-param"))
 
 # The SAN paper's Table 4 tasks: (eval set, metrics, chance accuracy or None)
 TABLE4 = (("lambada", ("acc", "perplexity"), None), ("lambada_standard", ("acc", "perplexity"), None),
@@ -118,6 +126,28 @@ def deconstructing_table1(r):
             table(headers, rows), ""]
 
 
+def san_gaps(r):
+    """The gap_ordering finding's gaps (seed means at each arm's rate) beside the paper's at this
+    study's step count, where the paper gives one."""
+    finding = next((f for f in r.study.findings if f["kind"] == "gap_ordering"), None)
+    if finding is None:
+        return []
+    san = r.summaries[finding["san"]]
+    paper = PAPER_GAPS.get(r.study.steps, {})
+    rows = []
+    for role, label in GAP_ROLES:
+        partner = r.summaries[finding[role]]
+        gap = san.mean - partner.mean if san.ok and partner.ok else None
+        rows.append([label, finding[role], fmt(gap, 4, signed=True),
+                     fmt(paper.get(role), 3, signed=True) if role in paper else "—"])
+    return ["## The SAN paper's gaps at this budget", "",
+            f"SAN − partner in final validation loss (nats; positive: the SAN is worse), seed means at each arm's "
+            f"rate, after {r.study.steps:,} steps; beside it the paper's at that budget (papers/SAN.md: iso-param "
+            "0.046 at 5B, 0.019 at 31B, 0.005 at 105B, and iso-depth ~0.47, iso-FLOP ~0.26 at 105B; the paper "
+            "code's budgets are 5,000, 30,000 and 100,000 steps of 1,048,576 tokens).", "",
+            table(["matching", "partner", "gap", "paper"], rows), ""]
+
+
 def san_table4(r):
     """The SAN paper's Table 4 tasks at the end of each arm's runs, and what the milestone
     evaluations are not."""
@@ -152,5 +182,5 @@ def paper_sections(r):
     if r.study.paper == "deconstructing":
         return deconstructing_table1(r)
     if r.study.paper == "san":
-        return san_table4(r)
+        return san_gaps(r) + san_table4(r)
     return []

@@ -1314,10 +1314,13 @@ flags = ["--attention", "mlp", "--layout", "hybrid"]
 
 
 def test_report_of_the_san_paper_names_its_table4_and_budget_rows(tmp_path):
-    """study.paper = "san": the report tables Table 4's tasks at the end of the runs with each
-    task's chance accuracy, and says that milestone evaluations are not the paper's budget rows."""
+    """study.paper = "san": the report tables the gap to each matched partner beside the paper's
+    at the study's budget (5,000 steps: iso-param 0.046, the others not given), Table 4's tasks
+    at the end of the runs with each task's chance accuracy, and says that milestone
+    evaluations are not the paper's budget rows."""
     out = tmp_path / "out"
     path = tmp_path / "san.toml"
+    arms = "".join(f'\n[[arm]]\nname = "{a}"\npreset = "tiny"\n' for a in ("san", "depth", "flop", "param"))
     path.write_text(f"""
 [study]
 name = "san"
@@ -1326,17 +1329,28 @@ paper = "san"
 seeds = [1]
 batch_size = 4
 seq_len = 32
-steps = 40
-
-[[arm]]
-name = "san"
-preset = "tiny"
+steps = 5000
+{arms}
+[[finding]]
+kind = "gap_ordering"
+san = "san"
+iso_depth = "depth"
+iso_flop = "flop"
+iso_param = "param"
 """)
+    finals = {"san": 4.2, "depth": 3.7, "flop": 3.95, "param": 4.15}
+    for arm, final in finals.items():
+        run_dir = out / "runs" / f"{arm}_s1"
+        write_fake_run(run_dir, header_record(6e-4, 6e-4), 6e-4, [5.0 - 1e-4 * s for s in range(5000)], [4.5, final],
+                       steps=5000)
     run_dir = out / "runs" / "san_s1"
-    write_fake_run(run_dir, header_record(6e-4, 6e-4), 6e-4, [5.0 - 0.02 * s for s in range(40)], [4.5, 4.2])
-    append_eval(run_dir / "log.jsonl", 40, {"mmlu": {"acc": 0.2512}, "lambada": {"acc": 0.1, "perplexity": 90.0}})
+    append_eval(run_dir / "log.jsonl", 5000, {"mmlu": {"acc": 0.2512}, "lambada": {"acc": 0.1, "perplexity": 90.0}})
     assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
     report = (out / "report" / "report.md").read_text()
+    gaps = {r["matching"]: r for r in md_table(report, "matching", "## The SAN paper's gaps at this budget")}
+    for label, arm in (("iso-depth", "depth"), ("iso-FLOP", "flop"), ("iso-param", "param")):
+        assert float(gaps[label]["gap"]) == pytest.approx(finals["san"] - finals[arm], abs=5e-5)
+    assert [gaps[k]["paper"] for k in ("iso-depth", "iso-FLOP", "iso-param")] == ["—", "—", "+0.046"]
     rows = {r["arm"]: r for r in md_table(report, "arm", "## The SAN paper's Table 4 tasks")}
     assert rows["san"] == {"arm": "san", "lambada acc": "0.1000", "lambada perplexity": "90.0000", "mmlu acc": "0.2512"}
     assert rows["chance"]["mmlu acc"] == "0.25" and rows["chance"]["lambada acc"] == "—"
