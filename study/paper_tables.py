@@ -7,7 +7,8 @@ published numbers beside each row where the paper gives them (papers/*.md, quote
                   hybrid's skip evaluation (skip-block: the paper's layers "removed"): ARC-E,
                   BoolQ, COPA, PIQA, SciQ, RTE, HellaSwag (acc, %), their mean (NLU avg), WikiText
                   (word perplexity), LAMBADA OpenAI (acc %, perplexity); beside them the paper's
-                  NLU average and WikiText perplexity of that kind and layout.
+                  NLU average and WikiText perplexity of that kind and layout; and its Table 4
+                  (WikiText by context, report.context_length_section) gets the paper's rows.
   san             the gap of each matched partner (SAN - partner, final validation loss) with the
                   paper's at this study's budget (its step count: 5,000 / 30,000 / 100,000, the
                   paper code's "5B" / "31B" / "105B"); Table 4's tasks: LAMBADA (both releases),
@@ -43,6 +44,9 @@ PAPER_TABLE1 = {
     ("staticembqk", "skip"): (39.7, 7e4),
 }
 PAPER_CHANCE = 39.9  # the paper's chance NLU average
+# Its appendix C, Table 4 (papers/DECONSTRUCTING.md): WikiText perplexity by context, the values given
+PAPER_TABLE4 = {"paper: standard": {128: 69.9, 2048: 38.1},
+                "paper: mlp uniform": dict.fromkeys((128, 256, 512, 1024, 2048), 993.5)}
 
 # The SAN paper's gaps (papers/SAN.md, finding 1), SAN - partner in nats, by the budget's steps
 PAPER_GAPS = {5000: {"iso_param": 0.046}, 30000: {"iso_param": 0.019},
@@ -92,6 +96,15 @@ def table1_cells(evals):
     cols = [mean(name, metric, pct) for _, name, metric, pct in TABLE1]
     nlu = [mean(name, "acc", True) for name in NLU]
     return cols, (sum(nlu) / len(nlu) if None not in nlu else None)
+
+
+def context_rows(study, set_name, contexts):
+    """The paper's rows of the context-length table of `set_name` (WikiText only), "—" where the
+    paper gives no number."""
+    if study.paper != "deconstructing" or set_name != "wikitext":
+        return []
+    return [[label] + [fmt(values[n], 1) if n in values else "—" for n in contexts]
+            for label, values in PAPER_TABLE4.items()]
 
 
 def deconstructing_table1(r):

@@ -738,7 +738,7 @@ def context_length_section(study, summaries):
     for path in study.context_eval["sets"]:
         name = os.path.basename(path)[:-4] if path.endswith(".bin") else os.path.basename(path)
         rows = [[s.arm.name] + [fmt(word_perplexity(s, name, n), 2) for n in contexts]
-                for s in summaries.values() if s.ok]
+                for s in summaries.values() if s.ok] + paper_tables.context_rows(study, name, contexts)
         md += [f"`{name}` ({path}):", "", table(["arm"] + [str(n) for n in contexts], rows), ""]
     return md
 

@@ -984,6 +984,40 @@ def test_context_length_table(tmp_path):
     assert md[0] == "## Perplexity by context length"
 
 
+def test_context_length_table_sets_the_papers_rows_beside(tmp_path):
+    """study.paper = "deconstructing": the WikiText context table has the paper's Table 4 rows
+    (standard 69.9 at 128 and 38.1 at 2,048; uniform mlp 993.5 at every context), "—" where the
+    paper gives none; another set, or a study without the paper, has none."""
+    from study import report as study_report
+    path = tmp_path / "d.toml"
+    for paper, name in (("deconstructing", "wikitext"), ("deconstructing", "other"), ("", "wikitext")):
+        path.write_text(f"""
+[study]
+name = "d"
+out = "{tmp_path / 'out'}"
+{f'paper = "{paper}"' if paper else ""}
+seeds = [1]
+batch_size = 2
+seq_len = 2048
+steps = 2
+
+[study.context_eval]
+sets = ["{tmp_path / name}.bin"]
+contexts = [128, 512, 2048]
+
+[[arm]]
+name = "standard"
+preset = "qwen-500m"
+""")
+        md = "\n".join(study_report.context_length_section(study.load_study(str(path)), {}))
+        rows = {r["arm"]: r for r in md_table(md, "arm")}
+        if (paper, name) == ("deconstructing", "wikitext"):
+            assert rows["paper: standard"] == {"arm": "paper: standard", "128": "69.9", "512": "—", "2048": "38.1"}
+            assert [rows["paper: mlp uniform"][n] for n in ("128", "512", "2048")] == ["993.5"] * 3
+        else:
+            assert not rows
+
+
 @pytest.mark.parametrize("table, message", [
     ('{sets = ["w.bin"], contexts = [8, 128]}', "[study.context_eval].contexts: 128 is longer than arm 'san''s context 64"),
     ('{sets = ["w.bin"], contexts = [8, 8]}', "[study.context_eval].contexts repeats a context"),
