@@ -120,10 +120,10 @@ def deconstructing_table1(r):
         if layout != "uniform" and kind != "standard":
             skips = skip_evals(s)
             if any(e is not None for e in skips):
-                lines.append((s.arm.name + " (skip)", "skip", skips))
+                lines.append((s.arm.name + " (skip)", "skip" if layout == "hybrid" else None, skips))
         for name, how, evals in lines:
             cols, nlu = table1_cells(evals)
-            paper = PAPER_TABLE1.get((kind, how))  # (a layout of the layout ablation: no row of Table 1)
+            paper = PAPER_TABLE1.get((kind, how))  # (the layout ablation's layouts: no row of Table 1)
             rows.append([name] + [fmt(c, 1 if i != 7 and i != 9 else 2) for i, c in enumerate(cols)] + [fmt(nlu, 1)]
                         + ([fmt(paper[0], 1), f"{paper[1]:g}"] if paper else ["—", "—"]))
     if not rows:
