@@ -4,7 +4,7 @@ lm-eval-style encoding of (context, continuation) pairs.
 
 File: header 256 x int32
   [0] EVAL_MAGIC  [1] version 2  [2] number of items  [3] kind (0 multiple choice, 1 cloze,
-  2 rolling)
+  2 rolling, 3 partial)
   [4] vocab size of the tokenizer  [5] most choices in an item  [6] most tokens in an item
   (context + longest continuation)  [7] 1 if every context starts with BOS  [8] byte length
   of the description  [9] CRC-32 (zlib.crc32, as the int32 with its bits) of the whole file
@@ -20,6 +20,11 @@ of the original document. A cloze item has one choice (the target) and gold 0. A
 item (lm-eval's loglikelihood_rolling, e.g. WikiText) has one choice, the whole document's
 tokens, gold 0 and a one-token context, the prefix token (BOS) that the first window
 conditions on; the scorer cuts the document into the model's windows (rolling_requests).
+A partial item (lm-eval's partial evaluation, Winogrande: one context per option, one shared
+continuation) has the shared prefix (BOS) as its context and per choice the tokens of that
+option's own context followed by the continuation's; its n_chars is how many of those tokens
+are the option's context (not scored, at least one token left to score), and acc is the argmax
+of the continuation's log-likelihood.
 """
 from __future__ import annotations
 
@@ -38,8 +43,9 @@ EVAL_VERSION_NO_CRC = 1  # still read, with a note
 EVAL_CRC_SLOT = 9
 EVAL_TOKENIZER_SLOT = 10  # the tokenizer's fingerprint; [11] its flag (1 = recorded)
 ITEM_MIN_INTS = 7        # the smallest item: three counts, a context token, a choice's two counts and a token
-KIND_MC, KIND_CLOZE, KIND_ROLLING = 0, 1, 2
-KIND_NAMES = {KIND_MC: "multiple choice", KIND_CLOZE: "cloze", KIND_ROLLING: "rolling"}
+KIND_MC, KIND_CLOZE, KIND_ROLLING, KIND_PARTIAL = 0, 1, 2, 3
+KIND_NAMES = {KIND_MC: "multiple choice", KIND_CLOZE: "cloze", KIND_ROLLING: "rolling", KIND_PARTIAL: "partial"}
+MULTI_CHOICE_KINDS = (KIND_MC, KIND_PARTIAL)  # the kinds whose items have several choices
 
 
 def encode_pair(tok, context: str, continuation: str, bos: bool = True) -> tuple[list[int], list[int]]:
@@ -90,6 +96,24 @@ def make_rolling_item(tok, text: str, words: int, bos: bool = True) -> dict:
     return {"context": [tok.bos_id], "choices": [ids], "choice_chars": [int(words)], "gold": 0}
 
 
+def make_partial_item(tok, contexts: list[str], continuation: str, gold: int) -> dict:
+    """A partial-evaluation item (lm-eval's Winogrande): the continuation scored after each of
+    `contexts`, each request encoded as encode_pair does; BOS is the shared context, and each
+    choice holds its context's tokens (counted in choice_chars) then the continuation's."""
+    choices, own = [], []
+    for c in contexts:
+        cx, ct = encode_pair(tok, c, continuation, bos=True)
+        choices.append(cx[1:] + ct)
+        own.append(len(cx) - 1)
+    return {"context": [tok.bos_id], "choices": choices, "choice_chars": own, "gold": int(gold)}
+
+
+def partial_request(item: dict, c: int) -> tuple[list[int], list[int]]:
+    """(context, continuation) of choice c of a partial item."""
+    k = item["choice_chars"][c]
+    return list(item["context"]) + list(item["choices"][c][:k]), list(item["choices"][c][k:])
+
+
 def rolling_requests(prefix: int, tokens: list[int], max_len: int) -> list[tuple[list[int], list[int]]]:
     """lm-eval's loglikelihood_rolling as (context, continuation) pairs for a model of context
     max_len (its rolling windows with context_len 1, each made disjoint): the first pair
@@ -119,7 +143,7 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
     """`tokenizer`: the fingerprint of the tokenizer that made the tokens
     (tokenizer.tokenizer_fingerprint), which the trainer compares with its --tokenizer."""
     if kind not in KIND_NAMES:
-        raise ValueError("kind must be KIND_MC, KIND_CLOZE or KIND_ROLLING")
+        raise ValueError("kind must be KIND_MC, KIND_CLOZE, KIND_ROLLING or KIND_PARTIAL")
     desc = description.encode("utf-8")
     h = np.zeros(256, dtype="<i4")
     h[0], h[1], h[2], h[3], h[4] = EVAL_MAGIC, EVAL_VERSION, len(items), kind, vocab_size
@@ -133,8 +157,10 @@ def write_evalset(path, items: list[dict], kind: int, vocab_size: int, descripti
         nc = len(it["choices"])
         if nc < 1 or not 0 <= it["gold"] < nc or len(it["choice_chars"]) != nc:
             raise ValueError(f"item {i}: bad choices/gold")
-        if kind != KIND_MC and nc != 1:
+        if kind not in MULTI_CHOICE_KINDS and nc != 1:
             raise ValueError(f"item {i}: a {KIND_NAMES[kind]} item has exactly one continuation")
+        if kind == KIND_PARTIAL and not all(0 <= n < len(c) for c, n in zip(it["choices"], it["choice_chars"])):
+            raise ValueError(f"item {i}: a partial choice's own context must leave a token to score")
         if kind == KIND_ROLLING and len(it["context"]) != 1:
             raise ValueError(f"item {i}: a rolling item's context is the one prefix token")
         toks = list(it["context"]) + [t for c in it["choices"] for t in c]
@@ -215,7 +241,7 @@ def read_evalset(path) -> dict:
 
     for _ in range(n_items):
         nc = count("number of choices", 1, max_choices)
-        if kind != KIND_MC and nc != 1:
+        if kind not in MULTI_CHOICE_KINDS and nc != 1:
             raise ValueError(f"{path}: {KIND_NAMES[kind]} item {len(items)} has {nc} continuations")
         if nc * 3 > len(v) - j:
             raise ValueError(f"{path}: truncated or corrupt in item {len(items)}: {nc} choices announced, "
@@ -228,6 +254,9 @@ def read_evalset(path) -> dict:
             nt = count("continuation length", 1, max_tokens - nctx)
             chars.append(count("continuation characters", 0, 1 << 30))
             choices.append(tokens(nt, "continuation"))
+            if kind == KIND_PARTIAL and chars[-1] >= nt:
+                raise ValueError(f"{path}: partial item {len(items)}: {chars[-1]} context tokens of a {nt}-token "
+                                 "choice leave nothing to score")
         items.append({"context": ctx, "choices": choices, "choice_chars": chars, "gold": gold})
     if j != len(v):
         raise ValueError(f"{path}: {len(v) - j} trailing int32 after the last item")

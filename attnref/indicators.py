@@ -6,7 +6,7 @@ the reference model's own queries and keys: the PyTorch side of the trainer's me
 
     qk = layer_queries_keys(model, idx)      per layer: (q, k, mask) of the real rows, or None
     attention_weights(form, q, k, mask)      (B, Hq, T, T) the weights, or None
-    indicators(A, mask)                      {"entropy", "conc", "sink", "locfoc", "headdiv"}
+    indicators(A, mask)                      {"entropy", "conc", "sink", "sink_doc", "locfoc", "headdiv"}
     logit_summary(form, q, k, mask)          {"quantiles", "hist"} of |q.k| / sqrt(hd)
     measure(model, idx)                      every layer's, as the trainer logs them
 """
@@ -85,14 +85,15 @@ def attention_weights(form, q, k, mask):
 
 
 def indicators(A, mask):
-    """Per head (entropy, conc, sink, locfoc[N]) and per layer (headdiv) from A (B,H,T,T)."""
+    """Per head (entropy, conc, sink, sink_doc, locfoc[N]) and per layer (headdiv) from A (B,H,T,T)."""
     B, H, T, _ = A.shape
     vis = mask.reshape(mask.shape[0], 1, T, T).expand(B, 1, T, T)
     plogp = torch.where(A > 0, A * torch.log(torch.where(A > 0, A, torch.ones_like(A))), torch.zeros_like(A))
     entropy = -plogp.sum((-1, -2)).mean(0)
     conc = torch.linalg.matrix_norm(A, ord="fro").mean(0)
+    sink = A[..., 0].mean((0, 2))                           # the paper's A[:,1]/L: the row's first token
     first = vis.to(torch.int64).argmax(-1)                  # (B,1,T): the first key each query sees
-    sink = A.gather(-1, first.expand(B, H, T)[..., None])[..., 0].mean((0, 2))
+    sink_doc = A.gather(-1, first.expand(B, H, T)[..., None])[..., 0].mean((0, 2))
     locfoc = []
     for n in range(LOCFOC):
         a = torch.diagonal(A, offset=-n, dim1=-2, dim2=-1)     # (B,H,T-n): a[t][t-n]
@@ -100,7 +101,7 @@ def indicators(A, mask):
         locfoc.append((a * v).sum((0, 2)) / v.sum())
     spread = A.std(dim=1, unbiased=False)                      # (B,T,T) over the heads
     headdiv = spread[vis[:, 0]].mean()
-    return {"entropy": entropy.tolist(), "conc": conc.tolist(), "sink": sink.tolist(),
+    return {"entropy": entropy.tolist(), "conc": conc.tolist(), "sink": sink.tolist(), "sink_doc": sink_doc.tolist(),
             "locfoc": [l.tolist() for l in locfoc], "headdiv": float(headdiv)}
 
 

@@ -173,35 +173,43 @@ def round_steps(frac, total):
     return int(math.floor(frac * total + 0.5))
 
 
+def floor_steps(frac, total):
+    """The schedule's step counts: floor(frac * total), as the SAN paper code's int(), with 1e-9
+    of slack so that a fraction written for a whole count (2,000 of 120,000) gives that count."""
+    return int(math.floor(frac * total + 1e-9))
+
+
 def lr_multiplier(step, total, kind, warmup_frac=0.05, decay_frac=0.15, final_frac=0.05, horizon=0):
     """Multiplier of the peak rate at optimizer step `step` (0-based) of `total`; with a
     `horizon` > 0 (--schedule-steps) the schedule runs over that many steps instead and the
     steps past it keep its last rate (as llmc/optim/schedule.h).
-    W = round(warmup_frac * total): steps 0..W-1 ramp linearly as (step+1)/W.
-    wsd: constant 1 until step total-D-1, D = round(decay_frac * total); then with
-         p = (step - (total-D) + 1) / D in (0, 1], f = final + (1-final)(1+cos(pi p))/2.
-    cosine / linear: after warmup, p = (step - W + 1) / (total - W) and
+    Step s runs at the rate of progress s (the SAN paper code's optax convention): the first
+    update of a warmup runs at rate 0.
+    W = floor(warmup_frac * total): steps 0..W-1 ramp linearly as step/W.
+    wsd: constant 1 until step total-D-1, D = floor(decay_frac * total); then with
+         p = (step - (total-D)) / D in [0, 1), f = final + (1-final)(1+cos(pi p))/2.
+    cosine / linear: after warmup, p = (step - W) / (total - W) and
          f = final + (1-final)(1+cos(pi p))/2, resp. f = 1 - (1-final) p.
-    constant: 1 after warmup. The last step of wsd/cosine/linear is exactly `final`."""
+    constant: 1 after warmup. The last step of wsd/cosine/linear is one step short of `final`."""
     if not 0 <= step < total:
         raise ValueError(f"step {step} outside [0, {total})")
     if horizon > 0:
         step, total = min(step, horizon - 1), horizon
-    W = round_steps(warmup_frac, total)
-    D = round_steps(decay_frac, total) if kind == "wsd" else 0
+    W = floor_steps(warmup_frac, total)
+    D = floor_steps(decay_frac, total) if kind == "wsd" else 0
     if W + D > total:
         raise ValueError(f"warmup ({W}) + decay ({D}) steps exceed total ({total})")
     if step < W:
-        return (step + 1) / W
+        return step / W
     if kind == "constant":
         return 1.0
     if kind == "wsd":
         start = total - D
         if step < start:
             return 1.0
-        p = (step - start + 1) / D
+        p = (step - start) / D
         return final_frac + (1 - final_frac) * 0.5 * (1 + math.cos(math.pi * p))
-    p = (step - W + 1) / (total - W)
+    p = (step - W) / (total - W)
     if kind == "cosine":
         return final_frac + (1 - final_frac) * 0.5 * (1 + math.cos(math.pi * p))
     if kind == "linear":

@@ -19,7 +19,7 @@ import glob
 import math
 import os
 
-from study import attention_patterns, curves, findings, match, spectra
+from study import attention_patterns, curves, findings, match, paper_tables, spectra
 from study import runs as run_files
 from study.findings import Rule, with_interval
 from study.plots import (figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers,
@@ -745,7 +745,7 @@ def context_length_section(study, summaries):
     for path in study.context_eval["sets"]:
         name = os.path.basename(path)[:-4] if path.endswith(".bin") else os.path.basename(path)
         rows = [[s.arm.name] + [fmt(word_perplexity(s, name, n), 2) for n in contexts]
-                for s in summaries.values() if s.ok]
+                for s in summaries.values() if s.ok] + paper_tables.context_rows(study, name, contexts)
         md += [f"`{name}` ({path}):", "", table(["arm"] + [str(n) for n in contexts], rows), ""]
     return md
 
@@ -774,7 +774,8 @@ def write_report(study, why, out=None):
     md += [f"Study file `{study.path}`; {len(study.runs)} runs of {study.steps} steps x "
            f"{study.tokens_per_step:,} tokens ({study.steps * study.tokens_per_step:,} tokens each); "
            f"baseline arm `{study.baseline}`. Definitions: doc/study.md (\"Report\").", ""]
-    md += runs_section(r) + final_loss_section(r) + eval_sets_section(r) + context_length_section(study, r.summaries)
+    md += runs_section(r) + final_loss_section(r) + eval_sets_section(r) + paper_tables.paper_sections(r)
+    md += context_length_section(study, r.summaries)
     md += rate_sweep_section(r) + region_sections(r) + measurements_section(r) + spectra_sections(r)
     md += skip_section(study, r.summaries) + findings_section(r)
     path = os.path.join(out, "report.md")

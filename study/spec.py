@@ -27,7 +27,8 @@ RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "s
 
 STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size", "seq_len", "grad_accum", "global_batch",
               "val_every", "save_every", "milestones", "flags", "baseline", "gpus", "keep_checkpoints", "note",
-              "skip_eval", "context_eval", "data_build"}
+              "skip_eval", "context_eval", "data_build", "paper"}
+PAPERS = ("san", "deconstructing")  # study.paper: whose tables the report writes (study/paper_tables.py)
 CONTEXT_EVAL_KEYS = {"sets", "contexts"}
 ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "lr_other", "optional", "note", "seeds"}
 FINDING_KINDS = {
@@ -118,6 +119,7 @@ class Study:
     runs: list = field(default_factory=list)
     context_eval: dict = None  # [study.context_eval]: {"sets": [...], "contexts": [...]} (Table 4), or None
     data_build: list = None    # the command that builds the runs' input files (study.data_build), or None
+    paper: str = ""            # study.paper: the paper whose tables the report writes beside its numbers, or ""
 
     @property
     def rows_per_step(self):
@@ -269,7 +271,14 @@ def _study_fields(path, s, binary):
         out=_typed(path, "study.out", s.get("out", os.path.join("logs", "studies", name)), str, "a string"),
         binary=binary or _typed(path, "study.binary", s.get("binary", "./train_san"), str, "a string"),
         note=_typed(path, "study.note", s.get("note", ""), str, "a string"),
-        skip_eval=_typed(path, "study.skip_eval", s.get("skip_eval", False), bool, "true or false"))
+        skip_eval=_typed(path, "study.skip_eval", s.get("skip_eval", False), bool, "true or false"),
+        paper=_paper(path, s.get("paper", "")))
+
+
+def _paper(path, value):
+    if value not in ("",) + PAPERS:
+        _fail(path, f"study.paper must be one of {', '.join(repr(p) for p in PAPERS)}, not {value!r}")
+    return value
 
 
 def _arm(path, i, a, arms, common, seeds):

@@ -31,6 +31,15 @@ alone, as lm-eval does (the file's per-choice length).
   rte        nyu-mll/glue rte (validation; lm-eval's "rte"): "{sentence1}\\nQuestion:
              {sentence2} True or False?\\nAnswer:", choices "True" (entailment, label 0),
              "False"
+  SAN paper, Table 4 (its tasks at chance):
+  winogrande allenai/winogrande (winogrande_xl, validation; lm-eval's winogrande): partial
+             evaluation: per option, the sentence up to "_" with the option in its place as the
+             context, and the same continuation " " + the rest of the sentence (stripped)
+             scored after each; gold = answer - 1
+  mmlu       cais/mmlu ("all", test; lm-eval's mmlu, 0-shot): "The following are multiple choice
+             questions (with answers) about {subject, _ as spaces}.\n\n{question}\nA. {choice 0}
+             \nB. ...\nD. {choice 3}\nAnswer:", choices "A".."D", gold = answer; one set of all
+             57 subjects (lm-eval's mmlu acc weights the subjects by their size: the same mean)
   wikitext   EleutherAI/wikitext_document_level wikitext-2-raw-v1 (test): rolling; each page
              detokenized as lm-eval's wikitext task does, scored whole in the model's
              windows; word perplexity over the words of the original page
@@ -45,8 +54,8 @@ import glob
 import os
 import re
 
-from attnref.evalset import (KIND_CLOZE, KIND_MC, KIND_ROLLING, make_item, make_rolling_item,  # noqa: E402
-                     write_evalset)
+from attnref.evalset import (KIND_CLOZE, KIND_MC, KIND_PARTIAL, KIND_ROLLING, make_item,  # noqa: E402
+                     make_partial_item, make_rolling_item, write_evalset)
 from attnref.tokenizer import tokenizer_fingerprint  # noqa: E402
 
 # (repo, file patterns) per task; the first pattern that matches files decides
@@ -61,6 +70,8 @@ SOURCES = {
     "boolq": ("aps/super_glue", ["boolq/validation*.parquet", "*boolq*validation*.parquet"]),
     "copa": ("aps/super_glue", ["copa/validation*.parquet", "*copa*validation*.parquet"]),
     "rte": ("nyu-mll/glue", ["rte/validation*.parquet", "*rte*validation*.parquet"]),
+    "mmlu": ("cais/mmlu", ["all/test-*.parquet", "*all*test*.parquet"]),
+    "winogrande": ("allenai/winogrande", ["winogrande_xl/validation-*.parquet", "*winogrande_xl*validation*.parquet"]),
     "wikitext": ("EleutherAI/wikitext_document_level", ["wikitext-2-raw-v1/test*.parquet",
                                                         "*wikitext-2-raw-v1*test*.parquet"]),
 }
@@ -123,6 +134,25 @@ def rte_example(row):
     return f"{first}\nQuestion: {second} True or False?\nAnswer:", ["True", "False"], int(row["label"])
 
 
+def mmlu_example(row):
+    subject = " ".join(row["subject"].split("_"))
+    c = list(row["choices"])
+    if len(c) != 4:
+        raise RuntimeError(f"an MMLU row with {len(c)} choices (expected 4): {row['question'][:60]!r}")
+    ctx = (f"The following are multiple choice questions (with answers) about {subject}.\n\n"
+           f"{row['question'].strip()}\nA. {c[0]}\nB. {c[1]}\nC. {c[2]}\nD. {c[3]}\nAnswer:")
+    return ctx, ["A", "B", "C", "D"], int(row["answer"])
+
+
+def winogrande_example(row):
+    sentence = row["sentence"]
+    if sentence.count("_") != 1 or str(row["answer"]) not in ("1", "2"):
+        raise RuntimeError(f"a Winogrande row needs one '_' and answer 1 or 2: {sentence[:60]!r}")
+    i = sentence.index("_")
+    contexts = [sentence[:i] + row["option1"], sentence[:i] + row["option2"]]
+    return contexts, DELIMITER + sentence[i + 1:].strip(), int(row["answer"]) - 1
+
+
 # lm-eval's wikitext detokenizer: the rules that undo WikiText's tokenization, in order
 _WIKITEXT_RULES = [
     ("str", "s '", "s'"), ("re", r"/' [0-9]/", r"/'[0-9]/"),
@@ -159,7 +189,9 @@ EXAMPLES = {"lambada": (lambada_example, KIND_CLOZE), "lambada_standard": (lamba
             "sciq": (sciq_example, KIND_MC),
             "hellaswag": (hellaswag_example, KIND_MC), "arc_easy": (arc_example, KIND_MC),
             "piqa": (piqa_example, KIND_MC), "boolq": (boolq_example, KIND_MC), "copa": (copa_example, KIND_MC),
-            "rte": (rte_example, KIND_MC), "wikitext": (wikitext_example, KIND_ROLLING)}
+            "rte": (rte_example, KIND_MC), "mmlu": (mmlu_example, KIND_MC),
+            "winogrande": (winogrande_example, KIND_PARTIAL),
+            "wikitext": (wikitext_example, KIND_ROLLING)}
 
 
 def encode_example(task: str, row, tok) -> dict:
@@ -167,6 +199,9 @@ def encode_example(task: str, row, tok) -> dict:
     if kind == KIND_ROLLING:
         text, words = fn(row)
         return make_rolling_item(tok, text, words)
+    if kind == KIND_PARTIAL:
+        contexts, continuation, gold = fn(row)
+        return make_partial_item(tok, contexts, continuation, gold)
     ctx, choices, gold = fn(row)
     if kind == KIND_CLOZE:
         return make_item(tok, ctx, choices, gold)
@@ -182,7 +217,7 @@ def build(task: str, rows, tok, path, limit: int = 0) -> int:
         items.append(encode_example(task, row, tok))
         if limit and len(items) >= limit:
             break
-    how = {KIND_MC: "0-shot multiple choice", KIND_CLOZE: "0-shot cloze",
+    how = {KIND_MC: "0-shot multiple choice", KIND_CLOZE: "0-shot cloze", KIND_PARTIAL: "0-shot partial evaluation",
            KIND_ROLLING: "rolling log-likelihood, word perplexity"}[kind]
     write_evalset(path, items, kind, tok.vocab_size, f"{task}: lm-eval-style {how}, BOS prepended; {len(items)} items",
                   tokenizer=tokenizer_fingerprint(tok))

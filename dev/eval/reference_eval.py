@@ -14,6 +14,8 @@ field [7]), which is where lm-eval's tokenizer puts it (attnref/hf_tokenizer.py)
   multiple choice: acc = argmax log-likelihood is gold; acc_norm = argmax of
                    log-likelihood / the file's length of the choice (lm-eval's: its
                    characters without the target delimiter; first index on ties);
+  partial:         each choice's own context, then the shared continuation (Winogrande);
+                   acc = argmax of the continuation's log-likelihood is gold.
   cloze:           acc = greedy; perplexity = exp(-mean log-likelihood).
   rolling:         the document in lm-eval's rolling windows of the model's context
                    (evalset.rolling_requests); word_perplexity = exp(-sum log-likelihood /
@@ -27,7 +29,7 @@ import sys
 
 import torch
 
-from attnref.evalset import KIND_CLOZE, KIND_ROLLING, read_evalset, rolling_requests  # noqa: E402
+from attnref.evalset import KIND_CLOZE, KIND_PARTIAL, KIND_ROLLING, partial_request, read_evalset, rolling_requests  # noqa: E402
 
 
 @torch.no_grad()
@@ -43,7 +45,7 @@ def continuation_scores(model, vocab_size, max_len, context, continuation):
 
 
 def score_evalset(model, vocab_size, max_len, es, limit=None):
-    """{'acc', 'acc_norm' (multiple choice), 'acc', 'perplexity' (cloze) or 'word_perplexity',
+    """{'acc', 'acc_norm' (multiple choice), 'acc' (partial), 'acc', 'perplexity' (cloze) or 'word_perplexity',
     'token_perplexity' (rolling), 'n', 'items': per item the (log-likelihood, greedy) of each
     choice (rolling: of the whole document)}."""
     items = es["items"][:limit] if limit else es["items"]
@@ -62,7 +64,10 @@ def score_evalset(model, vocab_size, max_len, es, limit=None):
                 "token_perplexity": math.exp(-ll_sum / tokens), "items": per_item}
     per_item, acc, acc_norm, lls = [], 0, 0, []
     for it in items:
-        res = [continuation_scores(model, vocab_size, max_len, it["context"], c) for c in it["choices"]]
+        if es["kind"] == KIND_PARTIAL:  # each choice its own context, one continuation
+            res = [continuation_scores(model, vocab_size, max_len, *partial_request(it, c)) for c in range(len(it["choices"]))]
+        else:
+            res = [continuation_scores(model, vocab_size, max_len, it["context"], c) for c in it["choices"]]
         per_item.append(res)
         if es["kind"] == KIND_CLOZE:
             acc += res[0][1]
@@ -70,13 +75,14 @@ def score_evalset(model, vocab_size, max_len, es, limit=None):
         else:
             ll = [r[0] for r in res]
             acc += max(range(len(ll)), key=lambda i: (ll[i], -i)) == it["gold"]
-            norm = [x / n for x, n in zip(ll, it["choice_chars"])]
-            acc_norm += max(range(len(norm)), key=lambda i: (norm[i], -i)) == it["gold"]
+            if es["kind"] != KIND_PARTIAL:
+                norm = [x / n for x, n in zip(ll, it["choice_chars"])]
+                acc_norm += max(range(len(norm)), key=lambda i: (norm[i], -i)) == it["gold"]
     n = len(items)
     out = {"n": n, "acc": acc / n, "items": per_item}
     if es["kind"] == KIND_CLOZE:
         out["perplexity"] = math.exp(-sum(lls) / n)
-    else:
+    elif es["kind"] != KIND_PARTIAL:  # (partial: acc only, as lm-eval's winogrande)
         out["acc_norm"] = acc_norm / n
     return out
 

@@ -78,12 +78,13 @@ def close(got, want):
 def compare(record, expected):
     for l, (ind, logits) in enumerate(expected):
         if ind is None:
-            for key in ("attn_entropy", "attn_conc", "attn_sink", "attn_locfoc", "attn_headdiv"):
+            for key in ("attn_entropy", "attn_conc", "attn_sink", "attn_sink_doc", "attn_locfoc", "attn_headdiv"):
                 assert record[key][l] is None, (l, key, record[key][l])
         else:
             close(record["attn_entropy"][l], ind["entropy"])
             close(record["attn_conc"][l], ind["conc"])
             close(record["attn_sink"][l], ind["sink"])
+            close(record["attn_sink_doc"][l], ind["sink_doc"])
             close(record["attn_locfoc"][l], ind["locfoc"])
             close(record["attn_headdiv"][l], ind["headdiv"])
         if logits is None:
@@ -127,6 +128,30 @@ def test_indicators_equal_the_references(data, tmp_path, case):
     for ind, _ in expected:  # the matrices are row-stochastic: LocFoc and Sink within [0, 1]
         if ind is not None:
             assert all(0.0 <= x <= 1.0 for x in ind["sink"] + sum(ind["locfoc"], []))
+
+
+def test_sink_is_the_papers_formula_under_the_document_mask(data, tmp_path):
+    """Sink is the paper's A[:,1]/L literally, the mean weight on the row's first token, also
+    under the document mask (where later documents give it 0); the document-aware variant is
+    logged beside it as attn_sink_doc. Both against a plain float64 softmax of the model's own
+    q and k, written here apart from attnref.indicators."""
+    _, record, ckpt = train_and_evaluate(data, tmp_path, ["--attention", "standard"])
+    model, _, _, _ = san.load_checkpoint(str(ckpt))
+    tokens = read_shard(data / "toy_val_000000.bin").astype(np.int64)
+    idx = torch.from_numpy(np.stack([tokens[r * T:(r + 1) * T] for r in range(ROWS)]))
+    for l, (q, k, mask) in enumerate(ref.layer_queries_keys(model, idx)):
+        q, k = q.double().numpy(), k.double().numpy()
+        k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+        x = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])         # (B, H, T, T)
+        vis = np.broadcast_to(mask.numpy().reshape(mask.shape[0], 1, T, T), x.shape)
+        e = np.where(vis, np.exp(x - np.where(vis, x, -np.inf).max(-1, keepdims=True)), 0.0)
+        A = e / e.sum(-1, keepdims=True)
+        literal = A[..., 0].mean(axis=(0, 2))                             # per head
+        first = vis.argmax(-1)                                            # each query's first visible key
+        doc_aware = np.take_along_axis(A, first[..., None], -1)[..., 0].mean(axis=(0, 2))
+        close(record["attn_sink"][l], literal)
+        close(record["attn_sink_doc"][l], doc_aware)
+        assert (doc_aware > 2 * literal).all(), (l, doc_aware, literal)  # documents of ~30 tokens in rows of 64
 
 
 def test_reference_indicators_of_known_matrices():

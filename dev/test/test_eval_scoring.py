@@ -1,7 +1,8 @@
 """Eval-set scoring inside the trainers (--eval-sets, --eval-every; llmc/train/eval_scoring.h)
 against an independent scoring of the same checkpoint and files by the PyTorch reference
-(dev/eval/reference_eval.py): multiple choice (acc, acc_norm), cloze (acc, perplexity) and
-rolling (word and token perplexity, with documents longer than the window), for train_san
+(dev/eval/reference_eval.py): multiple choice (acc, acc_norm), cloze (acc, perplexity),
+rolling (word and token perplexity, with documents longer than the window) and partial
+(Winogrande's: each choice its own context, one continuation; acc), for train_san
 and train_gpt2, fp32 host builds (TRAIN_SAN_FP32_BIN; train_gpt2 next to it).
 
 Tolerance: perplexities rtol 1e-4 (the trainers' fp32 logits differ from PyTorch's by ~1e-6
@@ -20,7 +21,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 sys.path.insert(0, os.path.join(ROOT, "dev", "eval"))
-from attnref.evalset import KIND_CLOZE, KIND_MC, KIND_ROLLING, read_evalset, write_evalset  # noqa: E402
+from attnref.evalset import KIND_CLOZE, KIND_MC, KIND_PARTIAL, KIND_ROLLING, read_evalset, write_evalset  # noqa: E402
 from attnref.shards import write_shard  # noqa: E402
 
 SAN = os.environ.get("TRAIN_SAN_FP32_BIN")
@@ -38,7 +39,7 @@ def binary(trainer):
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    """Training data of four repeated patterns, and eval sets of the three kinds drawn from them."""
+    """Training data of four repeated patterns, and eval sets of the four kinds drawn from them."""
     rng = np.random.default_rng(1)
     patterns = [list(rng.integers(3, VOCAB, size=n)) for n in (3, 4, 5, 6)]
     d = tmp_path_factory.mktemp("evaldata")
@@ -68,7 +69,16 @@ def toy(tmp_path_factory):
         n = int(rng.integers(1, 3 * WINDOW + 5))
         rolling.append({"context": [BOS], "choices": [doc(i % 4, n)], "gold": 0,
                         "choice_chars": [int(rng.integers(1, n + 1))]})
-    sets = {"mc": (mc, KIND_MC), "cloze": (cloze, KIND_CLOZE), "rolling": (rolling, KIND_ROLLING)}
+    partial = []
+    for i in range(24):  # the pattern's continuation after its own prefix, or after noise of another length
+        k, m = int(rng.integers(4)), int(rng.integers(2, 9))
+        cont = doc(k, m + 3)[m:]
+        own = [doc(k, m), list(rng.integers(3, VOCAB, size=int(rng.integers(1, 9))))]
+        order = rng.permutation(2)
+        partial.append({"context": [BOS], "choices": [own[j] + cont for j in order],
+                        "choice_chars": [len(own[j]) for j in order], "gold": int(np.argmin(order))})
+    sets = {"mc": (mc, KIND_MC), "cloze": (cloze, KIND_CLOZE), "rolling": (rolling, KIND_ROLLING),
+            "partial": (partial, KIND_PARTIAL)}
     for name, (items, kind) in sets.items():
         write_evalset(d / f"{name}.bin", items, kind, VOCAB, f"test set {name}")
     return d
@@ -88,7 +98,7 @@ def eval_records(log):
 
 
 def eval_sets(toy):
-    return ",".join(str(toy / f"{n}.bin") for n in ("mc", "cloze", "rolling"))
+    return ",".join(str(toy / f"{n}.bin") for n in ("mc", "cloze", "rolling", "partial"))
 
 
 @pytest.fixture(scope="module")
@@ -123,10 +133,10 @@ def acc_norm_with(es, ref, extra):
 
 def assert_no_near_ties(es, ref):
     for it, res in zip(es["items"], ref["items"]):
-        if es["kind"] != KIND_MC:
+        if es["kind"] not in (KIND_MC, KIND_PARTIAL):
             continue
         ll = [r[0] for r in res]
-        for vals in (ll, [x / n for x, n in zip(ll, it["choice_chars"])]):
+        for vals in (ll, [x / n for x, n in zip(ll, it["choice_chars"])]) if es["kind"] == KIND_MC else (ll,):
             top = sorted(vals, reverse=True)
             assert top[0] - top[1] > 1e-3, "a near tie: choose another seed"
 
@@ -137,7 +147,7 @@ def test_trainer_scores_equal_the_reference(trainer, trained, toy):
     assert sorted(records) == [15, 30]  # --eval-every 15, and the end of the run
     final = records[30]
     worst = 0.0
-    for name in ("mc", "cloze", "rolling"):
+    for name in ("mc", "cloze", "rolling", "partial"):
         es, ref = reference_scores(trained[trainer] / "final.bin", toy / f"{name}.bin")
         got = final[name]
         assert got["n"] == ref["n"]
@@ -154,7 +164,8 @@ def test_trainer_scores_equal_the_reference(trainer, trained, toy):
             assert acc_norm_with(es, ref, 0) == ref["acc_norm"] != acc_norm_with(es, ref, 1)
     print(f"{trainer}: largest relative perplexity difference to the reference {worst:.2e}")
     # a trained model is not at chance: the cloze targets that follow the pattern are greedy
-    assert 0.2 < final["cloze"]["acc"] < 1 and final["mc"]["acc"] > 0.5
+    assert 0.2 < final["cloze"]["acc"] < 1 and final["mc"]["acc"] > 0.5 and final["partial"]["acc"] > 0.5
+    assert set(final["partial"]) == {"n", "acc"}  # as lm-eval's winogrande
     assert records[15] != records[30]
 
 

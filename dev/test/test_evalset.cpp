@@ -71,6 +71,13 @@ int main() {
     es = load_evalset(p);
     CHECK(es.kind == EVAL_ROLLING && same_items(es.items, rolling));
 
+    // partial (Winogrande): per choice its own context's tokens (choice_chars), then the continuation's
+    std::vector<EvalItem> partial = {{{2}, {{8, 9, 10}, {11, 10}}, {2, 1}, 1}};
+    p = dir + "/partial.bin";
+    write_bytes(p, evalset_bytes(partial, EVAL_PARTIAL, 64, "winogrande"));
+    es = load_evalset(p);
+    CHECK(es.kind == EVAL_PARTIAL && same_items(es.items, partial));
+
     auto fails = [&](const std::vector<uint8_t>& bytes, const char* name, std::vector<std::string> needles) {
         std::string path = dir + "/" + name;
         write_bytes(path, bytes);
@@ -92,6 +99,10 @@ int main() {
     CHECK(fails(evalset_bytes(mc, 5, 64, ""), "kind.bin", {"unknown kind 5"}));
     CHECK(fails(evalset_bytes(mc, EVAL_ROLLING, 64, ""), "rolling2.bin", {"rolling item 0 has 4 continuations"}));
     CHECK(fails(evalset_bytes(cloze, EVAL_ROLLING, 64, ""), "rollingctx.bin", {"item 0", "context length is 4"}));
+    std::vector<EvalItem> unscored = partial;  // a choice that is all context: nothing to score
+    unscored[0].choice_chars[0] = 3;
+    CHECK(fails(evalset_bytes(unscored, EVAL_PARTIAL, 64, ""), "partial0.bin",
+                {"item 0", "continuation characters is 3, outside 0..2"}));
     // a huge count in a corrupt file fails cleanly instead of allocating
     std::vector<uint8_t> huge = good;
     size_t ctx_len_at = 1024 + 1 + 8;  // header, description "d", then n_choices, gold, n_ctx

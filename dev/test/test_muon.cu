@@ -15,7 +15,8 @@ plain C++ double references written here from doc/san-model.md ("Optimizers",
   rates_*          default rates per optimizer and the N-GPU scaling (train_san.py's
                    opt_from_args);
   schedule_*       f(s) at the boundaries of warmup, plateau and decay, derived from the
-                   definition, and the W + D > S error.
+                   definition (the SAN paper code's convention, at its 100,000 steps too),
+                   and the W + D > S error.
 The NS coefficients here are literals (3.4445, -4.7750, 2.0315), not muon.cuh's constant,
 so a wrong coefficient there fails, as does a wrong orientation of tall matrices.
 */
@@ -59,54 +60,71 @@ static Schedule make_schedule(const char* kind, double warmup, double decay, dou
     } while (0)
 
 TEST_CASE(schedule_wsd_defaults) {
+    // step s runs at the rate of progress s (the SAN paper code's optax schedule): the first
+    // update of the warmup at rate 0, the decay's first step still at the peak
     Schedule s = make_schedule("wsd", 0.05, 0.15, 0.05);  // S = 100: W = 5, D = 15
-    CHECK_F(s, 0, 100, 1.0 / 5);
-    CHECK_F(s, 3, 100, 4.0 / 5);
-    CHECK_F(s, 4, 100, 1.0);  // last warmup step reaches the peak
+    CHECK_F(s, 0, 100, 0.0);
+    CHECK_F(s, 3, 100, 3.0 / 5);
+    CHECK_F(s, 4, 100, 4.0 / 5);  // last warmup step
     CHECK_F(s, 5, 100, 1.0);
-    CHECK_F(s, 84, 100, 1.0);  // s = S - D - 1: last plateau step
-    CHECK_F(s, 85, 100, cosine_to(0.05, 1.0 / 15));
-    CHECK_F(s, 92, 100, cosine_to(0.05, 8.0 / 15));
-    CHECK_F(s, 99, 100, 0.05);  // the last step runs at exactly final x peak
-    // S = 10 (the debug states): W = round(0.5) = 1, D = round(1.5) = 2
+    CHECK_F(s, 85, 100, 1.0);  // s = S - D: the decay's progress 0
+    CHECK_F(s, 86, 100, cosine_to(0.05, 1.0 / 15));
+    CHECK_F(s, 92, 100, cosine_to(0.05, 7.0 / 15));
+    CHECK_F(s, 99, 100, cosine_to(0.05, 14.0 / 15));  // one step short of final
+    // S = 10 (the debug states): W = floor(0.5) = 0, D = floor(1.5) = 1
     CHECK_F(s, 0, 10, 1.0);
-    CHECK_F(s, 7, 10, 1.0);
-    CHECK_F(s, 8, 10, cosine_to(0.05, 0.5));
-    CHECK_F(s, 9, 10, 0.05);
+    CHECK_F(s, 9, 10, 1.0);  // the one decay step at progress 0
+}
+
+TEST_CASE(schedule_paper_length) {
+    // the SAN paper's "105B": 100,000 steps; W = 5,000, D = 15,000 (0.05 and 0.15 of them)
+    Schedule s = make_schedule("wsd", 0.05, 0.15, 0.05);
+    CHECK_F(s, 0, 100000, 0.0);
+    CHECK_F(s, 1, 100000, 1.0 / 5000);
+    CHECK_F(s, 4999, 100000, 4999.0 / 5000);
+    CHECK_F(s, 5000, 100000, 1.0);
+    CHECK_F(s, 85000, 100000, 1.0);
+    CHECK_F(s, 85001, 100000, cosine_to(0.05, 1.0 / 15000));
+    CHECK_F(s, 99999, 100000, cosine_to(0.05, 14999.0 / 15000));
 }
 
 TEST_CASE(schedule_cosine_linear_constant) {
     Schedule c = make_schedule("cosine", 0.1, 0.15, 0.1);  // S = 50: W = 5, 45 decay steps
-    CHECK_F(c, 4, 50, 1.0);
-    CHECK_F(c, 5, 50, cosine_to(0.1, 1.0 / 45));
-    CHECK_F(c, 27, 50, cosine_to(0.1, 23.0 / 45));
-    CHECK_F(c, 49, 50, 0.1);
+    CHECK_F(c, 4, 50, 4.0 / 5);
+    CHECK_F(c, 5, 50, 1.0);
+    CHECK_F(c, 6, 50, cosine_to(0.1, 1.0 / 45));
+    CHECK_F(c, 27, 50, cosine_to(0.1, 22.0 / 45));
+    CHECK_F(c, 49, 50, cosine_to(0.1, 44.0 / 45));
     Schedule l = make_schedule("linear", 0.1, 0.15, 0.1);
-    CHECK_F(l, 0, 50, 1.0 / 5);
-    CHECK_F(l, 5, 50, 1.0 - 0.9 / 45);
-    CHECK_F(l, 49, 50, 0.1);
+    CHECK_F(l, 0, 50, 0.0);
+    CHECK_F(l, 1, 50, 1.0 / 5);
+    CHECK_F(l, 6, 50, 1.0 - 0.9 / 45);
+    CHECK_F(l, 49, 50, 1.0 - 0.9 * 44 / 45);
     Schedule k = make_schedule("constant", 0.1, 0.15, 0.1);
-    CHECK_F(k, 0, 50, 1.0 / 5);
-    CHECK_F(k, 4, 50, 1.0);
+    CHECK_F(k, 0, 50, 0.0);
+    CHECK_F(k, 4, 50, 4.0 / 5);
+    CHECK_F(k, 5, 50, 1.0);
     CHECK_F(k, 49, 50, 1.0);
     Schedule k0 = make_schedule("constant", 0.0, 0.15, 0.1);  // no warmup: exactly 1 everywhere
     for (long step : {0L, 1L, 49L}) { CHECK_F(k0, step, 50, 1.0); }
-    Schedule c0 = make_schedule("cosine", 0.0, 0.0, 0.0);  // W = 0: p = (s + 1) / S
-    CHECK_F(c0, 0, 8, cosine_to(0.0, 1.0 / 8));
-    CHECK_F(c0, 7, 8, 0.0);
+    Schedule c0 = make_schedule("cosine", 0.0, 0.0, 0.0);  // W = 0: p = s / S
+    CHECK_F(c0, 0, 8, 1.0);
+    CHECK_F(c0, 7, 8, cosine_to(0.0, 7.0 / 8));
 }
 
-TEST_CASE(schedule_rounding_to_nearest) {
-    Schedule s = make_schedule("wsd", 0.29, 0.15, 0.05);  // 0.29 x 100 = 28.999...: 29 warmup steps
-    CHECK_F(s, 0, 100, 1.0 / 29);
-    CHECK_F(s, 27, 100, 28.0 / 29);
-    CHECK_F(s, 28, 100, 1.0);
-    Schedule h = make_schedule("wsd", 0.25, 0.25, 0.0);  // S = 10: W = round(2.5) = 3 (halves up), D = 3
+TEST_CASE(schedule_step_counts_floored) {
+    Schedule s = make_schedule("wsd", 0.29, 0.15, 0.05);  // 0.29 x 100 = 28.999...: 29 warmup steps (slack)
+    CHECK_F(s, 1, 100, 1.0 / 29);
+    CHECK_F(s, 28, 100, 28.0 / 29);
+    CHECK_F(s, 29, 100, 1.0);
+    Schedule h = make_schedule("wsd", 0.25, 0.25, 0.0);  // S = 10: W = floor(2.5) = 2, D = 2
+    CHECK_F(h, 1, 10, 1.0 / 2);
     CHECK_F(h, 2, 10, 1.0);
-    CHECK_F(h, 1, 10, 2.0 / 3);
-    CHECK_F(h, 6, 10, 1.0);
-    CHECK_F(h, 7, 10, cosine_to(0.0, 1.0 / 3));
-    CHECK_F(h, 9, 10, 0.0);
+    CHECK_F(h, 8, 10, 1.0);
+    CHECK_F(h, 9, 10, cosine_to(0.0, 1.0 / 2));
+    Schedule d = make_schedule("cosine", 2000.0 / 120000, 0.15, 0.1);  // a whole count as a fraction
+    CHECK_F(d, 1999, 120000, 1999.0 / 2000);
+    CHECK_F(d, 2000, 120000, 1.0);
 }
 
 // check() exits the process: run it in a child. These cases come first in the file (cases

@@ -991,6 +991,40 @@ def test_context_length_table(tmp_path):
     assert md[0] == "## Perplexity by context length"
 
 
+def test_context_length_table_sets_the_papers_rows_beside(tmp_path):
+    """study.paper = "deconstructing": the WikiText context table has the paper's Table 4 rows
+    (standard 69.9 at 128 and 38.1 at 2,048; uniform mlp 993.5 at every context), "—" where the
+    paper gives none; another set, or a study without the paper, has none."""
+    from study import report as study_report
+    path = tmp_path / "d.toml"
+    for paper, name in (("deconstructing", "wikitext"), ("deconstructing", "other"), ("", "wikitext")):
+        path.write_text(f"""
+[study]
+name = "d"
+out = "{tmp_path / 'out'}"
+{f'paper = "{paper}"' if paper else ""}
+seeds = [1]
+batch_size = 2
+seq_len = 2048
+steps = 2
+
+[study.context_eval]
+sets = ["{tmp_path / name}.bin"]
+contexts = [128, 512, 2048]
+
+[[arm]]
+name = "standard"
+preset = "qwen-500m"
+""")
+        md = "\n".join(study_report.context_length_section(study.load_study(str(path)), {}))
+        rows = {r["arm"]: r for r in md_table(md, "arm")}
+        if (paper, name) == ("deconstructing", "wikitext"):
+            assert rows["paper: standard"] == {"arm": "paper: standard", "128": "69.9", "512": "—", "2048": "38.1"}
+            assert [rows["paper: mlp uniform"][n] for n in ("128", "512", "2048")] == ["993.5"] * 3
+        else:
+            assert not rows
+
+
 @pytest.mark.parametrize("table, message", [
     ('{sets = ["w.bin"], contexts = [8, 128]}', "[study.context_eval].contexts: 128 is longer than arm 'san''s context 64"),
     ('{sets = ["w.bin"], contexts = [8, 8]}', "[study.context_eval].contexts repeats a context"),
@@ -1058,18 +1092,19 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
 
 @needs_bin
 def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
-    """studies/san_paper.toml passes LAMBADA (both variants) and SciQ to every run: built here
-    by dev/data/evals.py from --files fixtures (the Hub is out of reach) with a small
-    SentencePiece tokenizer, substituted for the study's paths in a one-run toy study (its
-    --eval-sets list taken from the shipped file's run command), whose report shows LAMBADA's
-    acc and perplexity and SciQ's acc and acc_norm, equal to the run's logged eval record."""
+    """studies/san_paper.toml passes LAMBADA (both variants), SciQ and Table 4's other tasks
+    (HellaSwag, ARC-easy, PIQA, Winogrande, MMLU) to every run: built here by dev/data/evals.py from --files
+    fixtures (the Hub is out of reach) with a small SentencePiece tokenizer, substituted for the
+    study's paths in a one-run toy study (its --eval-sets list taken from the shipped file's run
+    command), whose report shows each set's metrics equal to the run's logged eval record."""
     import evals
     from attnref.tokenizer import train_sentencepiece
     paper = study.load_study(os.path.join(ROOT, "studies", "san_paper.toml"))
     lists = {tuple(c[c.index("--eval-sets") + 1].split(",")) for c in (study.run_command(paper, r) for r in paper.runs)}
     assert len(lists) == 1  # every run scores the same sets
     shipped = lists.pop()
-    assert [os.path.basename(p) for p in shipped] == ["lambada.bin", "lambada_standard.bin", "sciq.bin"]
+    sets = ["lambada", "lambada_standard", "sciq", "hellaswag", "arc_easy", "piqa", "winogrande", "mmlu"]
+    assert [os.path.basename(p) for p in shipped] == [f"{name}.bin" for name in sets]
     words = ["the", "old", "man", "looked", "at", "sea", "and", "said", "hello", "boat", "water", "cells", "energy"]
     rng = np.random.default_rng(3)
     texts = [" ".join(rng.choice(words, size=9)) for _ in range(6)]
@@ -1080,10 +1115,24 @@ def test_san_paper_eval_sets_reach_the_runs_and_the_report(tmp_path):
     (fixtures / "sciq.jsonl").write_text("".join(json.dumps(
         {"support": t, "question": "what did he say?", "distractor1": "sea", "distractor2": "boat",
          "distractor3": "cells", "correct_answer": "hello"}) + "\n" for t in texts[:4]))
+    (fixtures / "hellaswag.jsonl").write_text("".join(json.dumps(
+        {"activity_label": "Sailing", "ctx_a": t, "ctx_b": "the man", "endings": ["looked", "said", "boat", "sea"],
+         "label": "1"}) + "\n" for t in texts[:3]))
+    (fixtures / "arc_easy.jsonl").write_text("".join(json.dumps(
+        {"question": t + "?", "choices": {"text": ["sea", "boat", "water"], "label": ["A", "B", "C"]}, "answerKey": "C"})
+        + "\n" for t in texts[:3]))
+    (fixtures / "piqa.jsonl").write_text("".join(json.dumps({"goal": t, "sol1": "the sea", "sol2": "the boat", "label": 0})
+                                                 + "\n" for t in texts[:3]))
+    (fixtures / "winogrande.jsonl").write_text("".join(json.dumps(
+        {"sentence": "the old man looked at _ and said hello", "option1": "sea", "option2": "boat", "answer": "1"})
+        + "\n" for _ in range(3)))
+    (fixtures / "mmlu.jsonl").write_text("".join(json.dumps(
+        {"question": t + "?", "subject": "sea_and_boats", "choices": ["sea", "boat", "water", "cells"], "answer": 2})
+        + "\n" for t in texts[:3]))
     tok = train_sentencepiece(texts * 20 + words, tmp_path / "tok", vocab_size=300, num_threads=1,
                               hard_vocab_limit=False)
-    evals.main(["--tokenizer", str(tmp_path / "tok.model"), "--out", str(tmp_path / "evals"), "--only", "lambada",
-                "lambada_standard", "sciq", "--files"] + [f"{t}={fixtures / t}.jsonl" for t in ("lambada", "lambada_standard", "sciq")])
+    evals.main(["--tokenizer", str(tmp_path / "tok.model"), "--out", str(tmp_path / "evals"), "--only", *sets,
+                "--files"] + [f"{t}={fixtures / t}.jsonl" for t in sets])
     built = ",".join(str(tmp_path / "evals" / os.path.basename(p)) for p in shipped)
     # one toy run (the tokenizer's vocabulary; the toy corpus's tokens are below it)
     data = tmp_path / "toy"
@@ -1118,9 +1167,13 @@ preset = "tiny"
     report = (out / "report" / "report.md").read_text()
     logged = run_files.read_evals(out / "runs" / "san_s7" / "log.jsonl")[2]
     row = md_table(report[report.index("## Eval sets"):], "arm")[0]
-    for name, metric in (("lambada", "acc"), ("lambada", "perplexity"), ("lambada_standard", "acc"),
-                         ("lambada_standard", "perplexity"), ("sciq", "acc"), ("sciq", "acc_norm")):
-        assert abs(float(row[f"{name} {metric}"]) - logged[name][metric]) <= 5e-5, (name, metric)
+    checked = 0
+    for name in sets:
+        for metric in ("acc", "acc_norm", "perplexity"):
+            if metric in logged[name]:
+                assert abs(float(row[f"{name} {metric}"]) - logged[name][metric]) <= 5e-5, (name, metric)
+                checked += 1
+    assert checked == 2 * len(sets) - 1  # cloze: acc, perplexity; multiple choice: acc, acc_norm; partial: acc
 
 
 # ----------------------------------------------------------------------------------------
@@ -1234,6 +1287,118 @@ ffn = "ffn"
     assert arms["other"]["rates"] == "muon 0.02 (rest 0.008)"
 
 
+def append_eval(path, step, evals):
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": step, "eval": evals}) + "\n")
+
+
+def table1_evals(base):
+    """An eval record of Table 1's sets whose numbers follow from `base`."""
+    accs = {name: base + 0.01 * i for i, name in enumerate(["arc_easy", "boolq", "copa", "piqa", "sciq", "rte", "hellaswag"])}
+    out = {name: {"acc": a, "acc_norm": a + 0.05} for name, a in accs.items()}
+    out["wikitext"] = {"word_perplexity": 40.0 / base, "token_perplexity": 20.0 / base}
+    out["lambada"] = {"acc": base / 2, "perplexity": 30.0 / base}
+    return out
+
+
+def test_report_writes_the_deconstructing_papers_table1(tmp_path):
+    """study.paper = "deconstructing": the report writes Table 1 (ten columns and the NLU average
+    of the seven accuracies, in %), a row per arm and a "(skip)" row per hybrid from its
+    skip-block evaluation, with the paper's NLU average and WikiText perplexity beside each."""
+    out = tmp_path / "out"
+    path = tmp_path / "decon.toml"
+    path.write_text(f"""
+[study]
+name = "decon"
+out = "{out}"
+paper = "deconstructing"
+seeds = [1, 2]
+batch_size = 4
+seq_len = 32
+steps = 40
+skip_eval = true
+
+[[arm]]
+name = "standard"
+preset = "tiny"
+
+[[arm]]
+name = "mlp-hybrid"
+preset = "tiny"
+flags = ["--attention", "mlp", "--layout", "hybrid"]
+""")
+    losses = [5.0 - 0.02 * s for s in range(40)]
+    bases = {("standard", 1): 0.50, ("standard", 2): 0.54, ("mlp-hybrid", 1): 0.40, ("mlp-hybrid", 2): 0.44}
+    for (arm, seed), base in bases.items():
+        run_dir = out / "runs" / f"{arm}_s{seed}"
+        write_fake_run(run_dir, header_record(4e-4, 4e-4), 4e-4, losses, [4.5, 4.2])
+        append_eval(run_dir / "log.jsonl", 20, table1_evals(0.1))  # a milestone's: not the end's
+        append_eval(run_dir / "log.jsonl", 40, table1_evals(base))
+    for seed, base in ((1, 0.26), (2, 0.28)):  # the hybrid without its variant blocks
+        run_dir = out / "runs" / f"mlp-hybrid_s{seed}"
+        append_eval(run_dir / "eval_skip-block.jsonl", 0, table1_evals(base))
+        (run_dir / "eval_skip-block.json").write_text(json.dumps({"flags": []}))
+    assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
+    report = (out / "report" / "report.md").read_text()
+    rows = {r["arm"]: r for r in md_table(report, "arm", "## The Deconstructing paper's Table 1")}
+    assert list(rows) == ["standard", "mlp-hybrid", "mlp-hybrid (skip)"]
+    for arm, b, paper in (("standard", (0.50, 0.54), ("51.9", "38.1")), ("mlp-hybrid", (0.40, 0.44), ("48.7", "45.8")),
+                          ("mlp-hybrid (skip)", (0.26, 0.28), ("37.8", "200000"))):
+        row, base = rows[arm], sum(b) / 2
+        assert float(row["ARC-E"]) == pytest.approx(100 * base, abs=0.05)
+        assert float(row["HellaSwag"]) == pytest.approx(100 * (base + 0.06), abs=0.05)
+        assert float(row["NLU avg"]) == pytest.approx(100 * (base + 0.03), abs=0.05)  # the mean of base + 0.00 .. 0.06
+        assert float(row["WikiText ppl"]) == pytest.approx(sum(40.0 / x for x in b) / 2, abs=0.005)
+        assert float(row["LAMBADA acc"]) == pytest.approx(100 * base / 2, abs=0.05)
+        assert float(row["LAMBADA ppl"]) == pytest.approx(sum(30.0 / x for x in b) / 2, abs=0.005)
+        assert (row["paper NLU avg"], row["paper WikiText ppl"]) == paper
+
+
+def test_report_of_the_san_paper_names_its_table4_and_budget_rows(tmp_path):
+    """study.paper = "san": the report tables the gap to each matched partner beside the paper's
+    at the study's budget (5,000 steps: iso-param 0.046, the others not given), Table 4's tasks
+    at the end of the runs with each task's chance accuracy, and says that milestone
+    evaluations are not the paper's budget rows."""
+    out = tmp_path / "out"
+    path = tmp_path / "san.toml"
+    arms = "".join(f'\n[[arm]]\nname = "{a}"\npreset = "tiny"\n' for a in ("san", "depth", "flop", "param"))
+    path.write_text(f"""
+[study]
+name = "san"
+out = "{out}"
+paper = "san"
+seeds = [1]
+batch_size = 4
+seq_len = 32
+steps = 5000
+{arms}
+[[finding]]
+kind = "gap_ordering"
+san = "san"
+iso_depth = "depth"
+iso_flop = "flop"
+iso_param = "param"
+""")
+    finals = {"san": 4.2, "depth": 3.7, "flop": 3.95, "param": 4.15}
+    for arm, final in finals.items():
+        run_dir = out / "runs" / f"{arm}_s1"
+        write_fake_run(run_dir, header_record(6e-4, 6e-4), 6e-4, [5.0 - 1e-4 * s for s in range(5000)], [4.5, final],
+                       steps=5000)
+    run_dir = out / "runs" / "san_s1"
+    append_eval(run_dir / "log.jsonl", 5000, {"mmlu": {"acc": 0.2512}, "lambada": {"acc": 0.1, "perplexity": 90.0}})
+    assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
+    report = (out / "report" / "report.md").read_text()
+    gaps = {r["matching"]: r for r in md_table(report, "matching", "## The SAN paper's gaps at this budget")}
+    for label, arm in (("iso-depth", "depth"), ("iso-FLOP", "flop"), ("iso-param", "param")):
+        assert float(gaps[label]["gap"]) == pytest.approx(finals["san"] - finals[arm], abs=5e-5)
+    assert [gaps[k]["paper"] for k in ("iso-depth", "iso-FLOP", "iso-param")] == ["—", "—", "+0.046"]
+    rows = {r["arm"]: r for r in md_table(report, "arm", "## The SAN paper's Table 4 tasks")}
+    assert rows["san"] == {"arm": "san", "lambada acc": "0.1000", "lambada perplexity": "90.0000", "mmlu acc": "0.2512"}
+    assert rows["chance"]["mmlu acc"] == "0.25" and rows["chance"]["lambada acc"] == "—"
+    budget = report[report.index("## Budget rows"):]
+    assert "not those rows" in budget and "studies/ladders/san_paper_budgets.toml" in budget
+
+
 def test_final_loss_figure_is_readable(tmp_path):
     """final_loss.png: bars from 0 or a broken axis whose lower panel starts at 0; the seeds
     drawn above the error bars; the legend and the title inside the figure, off the data."""
@@ -1338,6 +1503,62 @@ def test_a_dry_run_from_another_directory_says_where_paths_are_from(tmp_path):
     build = re.search(r"build them with `([^`]*)`", proc.stdout).group(1).split()
     assert os.path.isfile(os.path.join(tmp_path, build[1])) and build[1].endswith("dev/data/build_offline.py"), build
     assert "are taken from" not in study_cmd("run", os.path.join(ROOT, "studies", "mini_cpu.toml"), "--dry-run").stdout
+
+
+def dry_run_commands(name):
+    """{(run id, what): argv} of `python -m study run studies/NAME --dry-run` as it prints them
+    ("[i] ID: CMD" for a run, "[i] ID then eval NAME: CMD" for an evaluation of its checkpoint)."""
+    proc = study_cmd("run", os.path.join(ROOT, "studies", name), "--dry-run")
+    out = {}
+    for m in re.finditer(r"^\[\d+\] (\S+?)(?: then eval (\S+))?: (.*)$", proc.stdout, re.M):
+        out[(m.group(1), m.group(2) or "train")] = shlex.split(m.group(3))
+    assert out, proc.stdout + proc.stderr
+    return out
+
+
+def flag_value(argv, flag):
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+    return values[-1] if values else None
+
+
+TABLE1_SETS = ["arc_easy", "boolq", "copa", "piqa", "sciq", "rte", "hellaswag", "wikitext", "lambada"]
+
+
+def test_deconstructing_paper_dry_run_scores_table1_at_full_context():
+    """studies/deconstructing_paper.toml as a researcher runs it (--dry-run): every training
+    command runs the paper's recipe (--deconstructing-setup 1), measures the indicators over the
+    whole context (--indicator-context 0, not 257) and scores Table 1's eleven columns' sets
+    (--eval-sets), and so does every hybrid's skip evaluation (the paper's skip rows); the
+    schedule is Table 9's 120,000-step horizon over the 28,611 steps of 15B tokens."""
+    cmds = dry_run_commands("deconstructing_paper.toml")
+    train = {k: v for k, v in cmds.items() if k[1] == "train"}
+    skips = {k: v for k, v in cmds.items() if k[1].startswith("skip-")}
+    assert len(train) == 13 and len(skips) == 12
+    for key, argv in list(train.items()) + list(skips.items()):
+        assert flag_value(argv, "--deconstructing-setup") == "1", key
+        assert flag_value(argv, "--indicator-context") == "0", key
+        sets = flag_value(argv, "--eval-sets")
+        assert sets and [os.path.basename(p)[:-4] for p in sets.split(",")] == TABLE1_SETS, (key, sets)
+    for argv in train.values():
+        assert flag_value(argv, "--steps") == "28611"
+        import train_san
+        a = train_san.parse_args([x for f in ("--preset", "--deconstructing-setup", "--steps") for x in (f, flag_value(argv, f))])
+        assert a.schedule_steps == 120000 and a.schedule == "cosine"
+
+
+def test_san_paper_dry_run_trains_the_papers_steps(tmp_path):
+    """studies/san_paper.toml: "105B" is the paper code's 100,000 steps of 512 x 2048 tokens (not
+    105e9 / 1,048,576 = 100,136), and every run scores Table 4's tasks; the budget ladder's rungs
+    are 5,000, 30,000 and 100,000 steps, each a run of its own."""
+    cmds = dry_run_commands("san_paper.toml")
+    for key, argv in cmds.items():
+        if key[1] == "train":
+            assert flag_value(argv, "--steps") == "100000", key
+            assert [os.path.basename(p)[:-4] for p in flag_value(argv, "--eval-sets").split(",")] == \
+                ["lambada", "lambada_standard", "sciq", "hellaswag", "arc_easy", "piqa", "winogrande", "mmlu"]
+    from study import ladder
+    rungs = ladder.write_rung_files(os.path.join(ROOT, "studies", "ladders", "san_paper_budgets.toml"), out=str(tmp_path))
+    assert [study.load_study(f).steps for _, f in rungs] == [5000, 30000, 100000]
 
 
 def test_the_trainers_make_targets():

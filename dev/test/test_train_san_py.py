@@ -516,22 +516,29 @@ def cos_mix(p, final):
 
 
 def test_schedule_boundaries():
+    """Step s runs at the rate of progress s, step counts floored: the SAN paper code's optax
+    schedule (doc/san-model.md "Schedules")."""
     f = optim.lr_multiplier
     N = 100                                   # W = 5 warmup, D = 15 decay steps
-    assert f(0, N, "wsd") == pytest.approx(1 / 5)
-    assert f(4, N, "wsd") == 1.0
-    assert f(5, N, "wsd") == 1.0 and f(84, N, "wsd") == 1.0
-    assert f(85, N, "wsd") == pytest.approx(cos_mix(1 / 15, 0.05))
-    assert f(92, N, "wsd") == pytest.approx(cos_mix(8 / 15, 0.05))
-    assert f(99, N, "wsd") == pytest.approx(0.05)
-    assert f(5, N, "cosine") == pytest.approx(cos_mix(1 / 95, 0.05))
-    assert f(99, N, "cosine") == pytest.approx(0.05)
-    assert f(5, N, "linear") == pytest.approx(1 - 0.95 / 95)
-    assert f(99, N, "linear") == pytest.approx(0.05)
-    assert f(0, N, "constant") == pytest.approx(0.2) and f(99, N, "constant") == 1.0
+    assert f(0, N, "wsd") == 0.0              # the first update at rate 0
+    assert f(1, N, "wsd") == pytest.approx(1 / 5) and f(4, N, "wsd") == pytest.approx(4 / 5)
+    assert f(5, N, "wsd") == 1.0 and f(85, N, "wsd") == 1.0
+    assert f(86, N, "wsd") == pytest.approx(cos_mix(1 / 15, 0.05))
+    assert f(92, N, "wsd") == pytest.approx(cos_mix(7 / 15, 0.05))
+    assert f(99, N, "wsd") == pytest.approx(cos_mix(14 / 15, 0.05))
+    assert f(5, N, "cosine") == 1.0 and f(6, N, "cosine") == pytest.approx(cos_mix(1 / 95, 0.05))
+    assert f(99, N, "cosine") == pytest.approx(cos_mix(94 / 95, 0.05))
+    assert f(6, N, "linear") == pytest.approx(1 - 0.95 / 95)
+    assert f(99, N, "linear") == pytest.approx(1 - 0.95 * 94 / 95)
+    assert f(1, N, "constant") == pytest.approx(0.2) and f(99, N, "constant") == 1.0
     assert f(0, N, "wsd", warmup_frac=0.0) == 1.0
-    # rounding is to nearest: 0.29 * 100 = 28.999999999999996 -> 29 warmup steps
-    assert f(28, N, "wsd", warmup_frac=0.29) == 1.0 and f(27, N, "wsd", warmup_frac=0.29) == pytest.approx(28 / 29)
+    # floored, with slack for a fraction written for a whole count: 0.29 * 100 = 28.999999999999996
+    # -> 29 warmup steps; 0.25 * 10 = 2.5 -> 2
+    assert f(29, N, "wsd", warmup_frac=0.29) == 1.0 and f(28, N, "wsd", warmup_frac=0.29) == pytest.approx(28 / 29)
+    assert f(2, 10, "wsd", warmup_frac=0.25) == 1.0 and f(1, 10, "wsd", warmup_frac=0.25) == 0.5
+    # the SAN paper's 100,000 steps: W = 5,000, D = 15,000
+    assert f(4999, 100_000, "wsd") == pytest.approx(4999 / 5000) and f(85_000, 100_000, "wsd") == 1.0
+    assert f(85_001, 100_000, "wsd") == pytest.approx(cos_mix(1 / 15_000, 0.05))
     for kind in ("wsd", "cosine", "linear"):
         vals = [f(s, N, kind) for s in range(5, N)]
         assert all(a >= b for a, b in zip(vals, vals[1:])), kind

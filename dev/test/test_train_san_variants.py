@@ -282,7 +282,7 @@ def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
     the reference's."""
     import json
     import train_san
-    from attnref.optim import group_lrs, lr_multiplier, round_steps
+    from attnref.optim import floor_steps, group_lrs, lr_multiplier
     args = ["--preset", "tiny", "--train-data", str(data / "toy_train_*.bin"), "--val-data", "", "--sample-tokens",
             "0", "--checkpoint-dir", str(tmp_path), "--deconstructing-setup", "1", "--steps", "2", "--batch-size", "4",
             "--global-batch", "8", "--overwrite", "1"]  # (its runs share the directory)
@@ -303,11 +303,11 @@ def test_deconstructing_recipe_in_both_trainers(data, tmp_path):
     assert (a.optimizer, a.lr, a.weight_decay, a.decay_embedding, a.grad_clip, a.schedule, a.final_frac, a.global_batch,
             a.beta2, a.schedule_steps) == ("adamw", 1e-3, 0.1, 1, 1.0, "cosine", 0.1, 256, 0.9999, 16777)
     assert "(embeddings too)" not in run(args + ["--decay-embedding", "0"]).stdout  # a flag given wins
-    assert round_steps(a.warmup_frac, a.schedule_steps) == 280  # 4000 x 2000 / 28611 = 279.6
+    assert floor_steps(a.warmup_frac, a.schedule_steps) == 279  # 4000 x 2000 / 28611 = 279.6, floored
     # at the paper's own length: its 120,000-step horizon and 2,000 warmup steps, and the rate
     # at the last step still near 0.89x peak (the cosine has fallen to 0.88 of its span)
     a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "28611"])
-    assert a.schedule_steps == 120000 and round_steps(a.warmup_frac, a.schedule_steps) == 2000
+    assert a.schedule_steps == 120000 and floor_steps(a.warmup_frac, a.schedule_steps) == 2000
     end = lr_multiplier(28610, 28611, "cosine", a.warmup_frac, 0.15, a.final_frac, horizon=a.schedule_steps)
     assert 0.1 + 0.9 * 0.87 < end < 0.1 + 0.9 * 0.89, end
     a = train_san.parse_args(["--deconstructing-setup", "1", "--steps", "100", "--schedule-steps", "1000"])

@@ -1,9 +1,11 @@
 /*
 Eval-set loader: reads an eval .bin written by attnref/evalset.py (doc/formats.md, "Eval
 sets"): multiple-choice items (context tokens + several continuations, gold index, each
-choice's character length for acc_norm), cloze items (one continuation, the target) or
+choice's character length for acc_norm), cloze items (one continuation, the target),
 rolling items (a whole document as the one continuation after a one-token prefix, and its
-word count; scored in the model's windows, lm-eval's loglikelihood_rolling). The scorer
+word count; scored in the model's windows, lm-eval's loglikelihood_rolling) or partial items
+(lm-eval's partial evaluation, Winogrande: per choice its own context's tokens, counted in
+its choice_chars, then the shared continuation's). The scorer
 (llmc/train/eval_scoring.h) scores continuation tokens given context + preceding continuation
 tokens, lm-eval style. Host-only C++17; every check names the file and the item.
 
@@ -28,13 +30,18 @@ constexpr int EVAL_VERSION = 2;         // what the writer writes: with a CRC
 constexpr int EVAL_VERSION_NO_CRC = 1;  // still read, with a note
 constexpr int EVAL_CRC_SLOT = 9;        // header int holding the CRC (version 2)
 constexpr int EVAL_TOKENIZER_SLOT = 10; // the tokenizer's fingerprint; [11] its flag (version 2)
-enum EvalKind { EVAL_MULTIPLE_CHOICE = 0, EVAL_CLOZE = 1, EVAL_ROLLING = 2 };
+enum EvalKind { EVAL_MULTIPLE_CHOICE = 0, EVAL_CLOZE = 1, EVAL_ROLLING = 2, EVAL_PARTIAL = 3 };
+inline const char* eval_kind_name(int kind) {
+    static const char* names[] = {"multiple-choice", "cloze", "rolling", "partial"};
+    return kind >= 0 && kind <= EVAL_PARTIAL ? names[kind] : "unknown";
+}
 
 struct EvalItem {
     std::vector<int> context;               // starts with BOS when EvalSet::bos
     std::vector<std::vector<int>> choices;  // continuation tokens, one list per choice
     std::vector<int> choice_chars;          // what the metric normalises by: characters (multiple
-                                            // choice), words of the document (rolling)
+                                            // choice), words of the document (rolling); partial:
+                                            // the choice's own context tokens (not scored)
     int gold = 0;
 };
 
@@ -96,7 +103,7 @@ inline EvalSet load_evalset(const std::string& path) {
         fatal("eval set '%s': bad header (items %d, vocab %d, choices %d, tokens %d, description %d)", path.c_str(),
               n_items, es.vocab_size, es.max_choices, es.max_tokens, desc_len);
     }
-    if (es.kind != EVAL_MULTIPLE_CHOICE && es.kind != EVAL_CLOZE && es.kind != EVAL_ROLLING) {
+    if (es.kind != EVAL_MULTIPLE_CHOICE && es.kind != EVAL_CLOZE && es.kind != EVAL_ROLLING && es.kind != EVAL_PARTIAL) {
         fatal("eval set '%s': unknown kind %d", path.c_str(), es.kind);
     }
     // an item takes at least 28 bytes (three counts, a context token, a continuation's two
@@ -137,9 +144,8 @@ inline EvalSet load_evalset(const std::string& path) {
             fatal("eval set '%s' is truncated or corrupt in item %d: %d choices announced, %ld bytes left", path.c_str(),
                   i, nc, size - f.tell());
         }
-        if (es.kind != EVAL_MULTIPLE_CHOICE && nc != 1) {
-            fatal("eval set '%s': %s item %d has %d continuations", path.c_str(),
-                  es.kind == EVAL_CLOZE ? "cloze" : "rolling", i, nc);
+        if (es.kind != EVAL_MULTIPLE_CHOICE && es.kind != EVAL_PARTIAL && nc != 1) {
+            fatal("eval set '%s': %s item %d has %d continuations", path.c_str(), eval_kind_name(es.kind), i, nc);
         }
         it.gold = count("gold index", i, 0, nc - 1);
         int nctx = count("context length", i, 1, es.kind == EVAL_ROLLING ? 1 : es.max_tokens);
@@ -148,7 +154,8 @@ inline EvalSet load_evalset(const std::string& path) {
         it.choice_chars.resize(nc);
         for (int c = 0; c < nc; c++) {
             int nt = count("continuation length", i, 1, es.max_tokens - nctx);
-            it.choice_chars[c] = count("continuation characters", i, 0, 1 << 30);
+            // (partial: the choice's own context tokens, leaving at least one to score)
+            it.choice_chars[c] = count("continuation characters", i, 0, es.kind == EVAL_PARTIAL ? nt - 1 : 1 << 30);
             tokens(it.choices[c], nt, i, "continuation");
         }
     }

@@ -16,8 +16,10 @@ under the document mask, the same document; x = q[t].k[tau] / sqrt(hd)):
 For each row b of the slice and query head h, A = a (Tn x Tn, zero where not visible):
     entropy   = -sum_{t,tau} a log a (the whole matrix, 0 log 0 = 0)      per head, mean over rows
     conc      = ||A||_F = sqrt(sum_{t,tau} a^2)                           per head, mean over rows
-    sink      = mean over (b, t) of a[t][first(t)], first(t) = the first key t sees
-                (position 0 of the row without the document mask)        per head
+    sink      = mean over (b, t) of a[t][0], the row's first token: the paper's A[:,1]/L,
+                literally (under the document mask a[t][0] = 0 past the first document)   per head
+    sink_doc  = mean over (b, t) of a[t][first(t)], first(t) = the first key t sees (its
+                document's first token; = sink without the document mask)   per head
     locfoc[N] = mean over the (b, t) whose key t - N is visible of a[t][t - N], N = 0..3   per head
     headdiv   = mean over the visible (b, t, tau) of the std over the heads of a_h[t][tau]
                 (population std); with every causal pair visible that is the paper's
@@ -76,7 +78,7 @@ struct HostScores {
 };
 
 struct HeadIndicators {
-    double entropy = 0.0, conc = 0.0, sink = 0.0;
+    double entropy = 0.0, conc = 0.0, sink = 0.0, sink_doc = 0.0;
     std::array<double, kLocFocDistances> locfoc{};
 };
 struct LayerIndicators {
@@ -145,7 +147,8 @@ inline void add_head(const HostScores& s, int b, const std::vector<double>& A, H
             sq += a * a;
             if (s.visible(b, t, tau)) { first = std::min(first, tau); }
         }
-        m.sink += row[first];
+        m.sink += row[0];
+        m.sink_doc += row[first];
         for (int n = 0; n < kLocFocDistances && n <= t; n++) {
             if (!s.visible(b, t, t - n)) { continue; }
             m.locfoc[n] += row[t - n];
@@ -224,6 +227,7 @@ inline LayerPatterns attention_patterns(const HostScores& s) {
         m.entropy /= s.Bn;
         m.conc /= s.Bn;
         m.sink /= (double)s.Bn * T;
+        m.sink_doc /= (double)s.Bn * T;
         for (int n = 0; n < kLocFocDistances; n++) { m.locfoc[n] = loc_count[n] > 0 ? m.locfoc[n] / loc_count[n] : 0.0; }
     }
     if (ind.has) { ind.headdiv = div_sum / (double)div_count; }
@@ -260,13 +264,14 @@ void append_per_head(std::string& out, const char* key, const std::vector<LayerI
     out += "]";
 }
 
-// attn_entropy, attn_conc, attn_sink: [layer][head]; attn_locfoc: [layer][N][head];
+// attn_entropy, attn_conc, attn_sink, attn_sink_doc: [layer][head]; attn_locfoc: [layer][N][head];
 // attn_headdiv: [layer]
 inline void append_indicators_json(std::string& out, const std::vector<LayerIndicators>& layers) {
     if (layers.empty()) { return; }
     append_per_head(out, "attn_entropy", layers, [](const HeadIndicators& m) { return m.entropy; });
     append_per_head(out, "attn_conc", layers, [](const HeadIndicators& m) { return m.conc; });
     append_per_head(out, "attn_sink", layers, [](const HeadIndicators& m) { return m.sink; });
+    append_per_head(out, "attn_sink_doc", layers, [](const HeadIndicators& m) { return m.sink_doc; });
     out += ", \"attn_locfoc\": [";
     for (size_t l = 0; l < layers.size(); l++) {
         out += l > 0 ? ", " : "";

@@ -3,11 +3,13 @@ Learning-rate schedules (doc/san-model.md, "Schedules"): the multiplier f(s) of 
 rate at optimizer step s over a horizon of S steps: the run's steps, or --schedule-steps
 (`horizon`) when given, e.g. Deconstructing Attention's cosine over 120,000 steps of runs
 stopped near 28,611 (doc/deconstructing.md "Recipe"). Steps past the horizon keep its last
-rate. Linear warmup over W = round(warmup_frac * S) steps, then
-    wsd       constant, and over the last D = round(decay_frac * S) steps a cosine from 1
-              down to final_frac (reached exactly at the last step);
-    cosine    cosine from 1 to final_frac over the steps after warmup;
-    linear    linear from 1 to final_frac over the steps after warmup;
+rate. The SAN paper code's convention (optax's, and Hugging Face's schedulers'): step s (0-based)
+runs at the rate of progress s, so the first update of a warmup runs at rate 0, and step counts
+are floored. Linear warmup f = s / W over W = floor(warmup_frac * S) steps, then
+    wsd       constant, and over the last D = floor(decay_frac * S) steps a cosine from 1 towards
+              final_frac: f = cos_to_final((s - (S - D)) / D), the last step one step short of it;
+    cosine    cosine from 1 towards final_frac over the steps after warmup, p = (s - W) / (S - W);
+    linear    linear from 1 towards final_frac over the same p;
     constant  1 (after the warmup).
 Host-only C++17.
 */
@@ -32,8 +34,12 @@ struct Schedule {
     long steps(long run_steps) const { return horizon > 0 ? horizon : run_steps; }
 
     const char* name() const { return kScheduleKinds.name(kind); }
-    // Rounds to nearest, halves up (floor(x + 0.5)), as the reference does.
+    // Rounds to nearest, halves up (floor(x + 0.5)), as the reference does (the horizon of
+    // --deconstructing-setup).
     static long round_steps(double fraction, long total) { return (long)std::floor(fraction * total + 0.5); }
+    // The schedule's step counts W, D: floor(fraction * total), as the SAN paper code's int(); 1e-9
+    // of slack so that a fraction written for a whole count (2,000 of 120,000) gives that count.
+    static long floor_steps(double fraction, long total) { return (long)std::floor(fraction * total + 1e-9); }
 
     void check_fractions() const {
         if (!(warmup_frac >= 0.0 && warmup_frac <= 1.0)) { fatal("--warmup-frac must be in [0, 1], got %g", warmup_frac); }
@@ -44,7 +50,7 @@ struct Schedule {
     void check(long run_steps) const {
         const long total = steps(run_steps);
         if (total <= 0) { fatal("schedule: the number of steps must be positive, got %ld", total); }
-        long W = round_steps(warmup_frac, total), D = kind == ScheduleKind::WSD ? round_steps(decay_frac, total) : 0;
+        long W = floor_steps(warmup_frac, total), D = kind == ScheduleKind::WSD ? floor_steps(decay_frac, total) : 0;
         if (W + D > total) {
             fatal("schedule: warmup (%ld steps) + decay (%ld steps) exceed the %ld steps of the %s", W, D, total,
                   horizon > 0 ? "schedule (--schedule-steps)" : "run");
@@ -54,16 +60,16 @@ struct Schedule {
     double multiplier(long s, long run_steps) const {
         const long total = steps(run_steps);
         s = std::min(s, total - 1);  // past the horizon: its last rate
-        long W = round_steps(warmup_frac, total);
-        if (s < W) { return (double)(s + 1) / W; }
+        long W = floor_steps(warmup_frac, total);
+        if (s < W) { return (double)s / W; }
         if (kind == ScheduleKind::Constant) { return 1.0; }
         auto cosine = [&](double p) { return final_frac + (1.0 - final_frac) * 0.5 * (1.0 + std::cos(M_PI * p)); };
         if (kind == ScheduleKind::WSD) {
-            long D = round_steps(decay_frac, total);
+            long D = floor_steps(decay_frac, total);
             if (s < total - D) { return 1.0; }
-            return cosine((double)(s - (total - D) + 1) / D);
+            return cosine((double)(s - (total - D)) / D);
         }
-        double p = (double)(s - W + 1) / (double)(total - W);
+        double p = (double)(s - W) / (double)(total - W);
         return kind == ScheduleKind::Cosine ? cosine(p) : 1.0 - (1.0 - final_frac) * p;
     }
 };

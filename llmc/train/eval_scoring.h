@@ -11,6 +11,9 @@ real vocabulary, fp32 logits); "greedy" when each continuation token is the argm
                    acc_norm = the choice of largest log-likelihood / characters of the choice
                               (lm-eval's acc_norm; the file stores that length) is gold;
                    first index on ties, as numpy's argmax.
+  partial (Winogrande): each choice's own context (its first choice_chars tokens) then the
+                   shared continuation, one request per choice; acc = the choice whose
+                   continuation is likeliest is gold (lm-eval's winogrande: acc only).
   cloze (LAMBADA): acc = the target is greedy; perplexity = exp(-mean log-likelihood).
   rolling (WikiText): the document in lm-eval's rolling windows (rolling_requests, below);
                    word_perplexity = exp(-sum log-likelihood / sum words),
@@ -95,6 +98,13 @@ inline std::vector<EvalRequest> eval_requests(const EvalSet& es, int T) {
         const EvalItem& it = es.items[i];
         if (es.kind == EVAL_ROLLING) {
             for (const auto& pair : rolling_requests(it.context[0], it.choices[0], T)) { add(i, 0, pair.first, pair.second); }
+        } else if (es.kind == EVAL_PARTIAL) {
+            for (int c = 0; c < (int)it.choices.size(); c++) {
+                const std::vector<int>& ch = it.choices[c];
+                std::vector<int> ctx = it.context;
+                ctx.insert(ctx.end(), ch.begin(), ch.begin() + it.choice_chars[c]);
+                add(i, c, ctx, std::vector<int>(ch.begin() + it.choice_chars[c], ch.end()));
+            }
         } else {
             for (int c = 0; c < (int)it.choices.size(); c++) { add(i, c, it.context, it.choices[c]); }
         }
@@ -180,7 +190,17 @@ EvalSetScores score_evalset(Model& model, const EvalSet& es, const std::string& 
     s.kind = es.kind;
     s.n = (int)es.items.size();
     if (s.n == 0) { return s; }
-    if (es.kind == EVAL_MULTIPLE_CHOICE) {
+    if (es.kind == EVAL_PARTIAL) {
+        int hits = 0;
+        for (size_t i = 0; i < es.items.size(); i++) {
+            int best = 0;  // strict > keeps the first index on ties
+            for (int c = 1; c < (int)es.items[i].choices.size(); c++) {
+                if (ll[i][c] > ll[i][best]) { best = c; }
+            }
+            hits += best == es.items[i].gold;
+        }
+        s.acc = (double)hits / s.n;
+    } else if (es.kind == EVAL_MULTIPLE_CHOICE) {
         int hits = 0, hits_norm = 0;
         for (size_t i = 0; i < es.items.size(); i++) {
             const EvalItem& it = es.items[i];
@@ -270,7 +290,7 @@ struct EvalSuite {
                 if (other == name) { fatal("--eval-sets: two files are named '%s'; their results would mix", name.c_str()); }
             }
             printf("eval set %s: %zu %s items (%s)\n", name.c_str(), es.items.size(),
-                   es.kind == EVAL_MULTIPLE_CHOICE ? "multiple-choice" : es.kind == EVAL_CLOZE ? "cloze" : "rolling",
+                   eval_kind_name(es.kind),
                    path.c_str());
             sets.push_back(std::move(es));
             names.push_back(name);

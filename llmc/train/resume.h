@@ -433,7 +433,8 @@ inline void continue_saved_run(TrainOptions& o, const TensorFileReader& ckpt) {
                o.opt.lr * before);
         // a WSD run past the start of its decay climbs back up (its schedule is recomputed over
         // the new length, unless a --schedule-steps horizon holds it): its annealed gains are undone
-        const long decay_from = o.steps - Schedule::round_steps(sch.decay_frac, o.steps);
+        // (0-based step S - D still runs at the peak; the rate falls from the next one)
+        const long decay_from = o.steps - Schedule::floor_steps(sch.decay_frac, o.steps) + 1;
         if (sch.kind == ScheduleKind::WSD && sch.horizon == 0 && decay_from < o.steps && done > decay_from) {
             printf("hint: this WSD run was in its decay (from step %ld of %ld), so extending it raises the rate again; "
                    "WSD runs are best extended from a checkpoint before the decay (--save-every N or --milestones 1 "

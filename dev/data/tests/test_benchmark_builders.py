@@ -1,4 +1,5 @@
-"""The benchmark eval-set builders (evals.py) and the SlimPajama shard builder on fixture
+"""The benchmark eval-set builders (evals.py; MMLU from the files a user provides, as every
+builder here) and the SlimPajama shard builder on fixture
 files written here in each dataset's published format (parquet with the Hub's columns,
 zstandard JSON lines for SlimPajama): prompts, choices, gold and normalisation lengths are
 compared with lm-evaluation-harness's own task files (its YAML templates and Python
@@ -16,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import evals
-from attnref.evalset import KIND_MC, KIND_ROLLING, read_evalset, rolling_requests
+from attnref.evalset import (KIND_MC, KIND_PARTIAL, KIND_ROLLING, partial_request, read_evalset, rolling_requests,
+                             write_evalset)
 from attnref.shards import read_shard
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -26,7 +28,8 @@ from lm_eval.utils import apply_template, get_rolling_token_windows, make_disjoi
 TASKS_DIR = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
 LM_EVAL_YAML = {"piqa": "piqa/piqa.yaml", "boolq": "super_glue/boolq/default.yaml",
                 "copa": "super_glue/copa/default.yaml", "rte": "glue/rte/default.yaml",
-                "sciq": "sciq/sciq.yaml", "arc_easy": "arc/arc_easy.yaml"}
+                "sciq": "sciq/sciq.yaml", "arc_easy": "arc/arc_easy.yaml",
+                "mmlu": "mmlu/default/mmlu_high_school_biology.yaml"}
 
 # rows in each dataset's schema (the columns of the published parquet files)
 ROWS = {
@@ -46,6 +49,10 @@ ROWS = {
               "correct_answer": "food", "support": "  Plants make food."}],
     "arc_easy": [{"id": "x", "question": "Which is a gas?", "choices": {"text": ["rock", "steam", "ice"],
                                                                          "label": ["A", "B", "C"]}, "answerKey": "B"}],
+    "mmlu": [{"question": " Which organelle makes energy? ", "subject": "high_school_biology",
+              "choices": ["nucleus", "mitochondria", "ribosome", "cell wall"], "answer": 1},
+             {"question": "What is 2 + 2?", "subject": "high_school_biology", "choices": ["3", "4", "5", "22"],
+              "answer": 1}],
 }
 
 WIKI_PAGE = (" = Valkyria Chronicles III = \n \n Senjō no Valkyria 3 : Unrecorded Chronicles ( Japanese : 戦場のヴァルキュリア3 "
@@ -68,7 +75,7 @@ def lm_eval_requests(task, row):
         if spec in row:
             return row[spec]
         return apply_template(spec, row)
-    ctx = render(cfg["doc_to_text"])
+    ctx = cfg.get("description", "") + render(cfg["doc_to_text"])  # 0-shot: the description, then the doc
     choices = render(cfg["doc_to_choice"])
     if isinstance(choices, str):
         choices = ast.literal_eval(choices)
@@ -100,6 +107,54 @@ def test_multiple_choice_items_are_lm_eval_requests(task, small_tok, tmp_path):
         assert it["gold"] == gold
     if task == "copa":  # lm-eval's choices carry a space and the delimiter adds one
         assert all(small_tok.decode(c).startswith("  ") for c in es["items"][0]["choices"])
+
+
+def test_mmlu_refuses_a_row_without_four_choices(small_tok, tmp_path):
+    src = write_parquet(tmp_path / "mmlu_test.parquet", [dict(ROWS["mmlu"][0], choices=["a", "b", "c"])])
+    with pytest.raises(SystemExit, match=r"mmlu: an MMLU row with 3 choices \(expected 4\)"):
+        evals.main(["--tokenizer", small_tok.model_file, "--out", str(tmp_path), "--only", "mmlu",
+                    "--files", f"mmlu={src}"])
+
+
+WINOGRANDE_ROWS = [
+    {"sentence": "The trophy did not fit in the suitcase because _ was too big.", "option1": "the trophy",
+     "option2": "the suitcase", "answer": "1"},
+    {"sentence": "Sarah gave Maria a book because _ had finished reading it.", "option1": "Sarah", "option2": "Maria",
+     "answer": "2"},
+]
+
+
+def test_winogrande_items_are_lm_eval_partial_requests(small_tok, tmp_path):
+    """winogrande: lm-eval's partial evaluation (its preprocess_winogrande: doc_to_choice gives
+    one context per option, doc_to_target the shared continuation after the target delimiter,
+    doc_to_text the gold index): per choice, the option's context then the continuation; the
+    scored requests are exactly lm-eval's (context, continuation) pairs."""
+    from importlib import util
+    spec = util.spec_from_file_location("pwg", os.path.join(TASKS_DIR, "winogrande", "preprocess_winogrande.py"))
+    pw = util.module_from_spec(spec)
+    spec.loader.exec_module(pw)
+    cfg = load_yaml(os.path.join(TASKS_DIR, "winogrande", "default.yaml"))
+    assert cfg["output_type"] == "multiple_choice" and cfg["metric_list"][0]["metric"] == "acc"
+    src = write_parquet(tmp_path / "winogrande_validation.parquet", WINOGRANDE_ROWS)
+    evals.main(["--tokenizer", small_tok.model_file, "--out", str(tmp_path / "out"), "--only", "winogrande",
+                "--files", f"winogrande={src}"])
+    es = read_evalset(tmp_path / "out" / "winogrande.bin")
+    assert es["kind"] == KIND_PARTIAL and len(es["items"]) == 2
+    for row, it in zip(WINOGRANDE_ROWS, es["items"]):
+        contexts, target, gold = pw.doc_to_choice(row), " " + pw.doc_to_target(row), pw.doc_to_text(row)
+        assert it["gold"] == gold and it["context"] == [small_tok.bos_id]
+        for c, ctx in enumerate(contexts):
+            req_ctx, req_cont = partial_request(it, c)
+            assert req_ctx[0] == small_tok.bos_id and small_tok.decode(req_ctx[1:]) == ctx
+            assert small_tok.decode(req_cont) == target
+
+
+def test_partial_items_leave_a_token_to_score(tmp_path):
+    item = {"context": [2], "choices": [[5, 6], [7]], "choice_chars": [1, 1], "gold": 0}
+    with pytest.raises(ValueError, match="leave a token to score"):
+        write_evalset(tmp_path / "p.bin", [item], KIND_PARTIAL, 64, "")
+    write_evalset(tmp_path / "p.bin", [dict(item, choice_chars=[1, 0])], KIND_PARTIAL, 64, "")
+    assert partial_request(read_evalset(tmp_path / "p.bin")["items"][0], 0) == ([2, 5], [6])
 
 
 def test_rte_from_superglue_fields_and_boolq_from_the_original_release():
