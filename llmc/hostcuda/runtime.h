@@ -26,7 +26,9 @@ enum cudaError_t {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDeviceFunction = 98,
     cudaErrorInvalidDevice = 101,
+    cudaErrorNoKernelImageForDevice = 209,
     cudaErrorNotReady = 600,
 };
 typedef cudaError_t cudaError;
@@ -84,6 +86,13 @@ struct cudaDeviceProp {
     int minor;
 };
 
+struct cudaFuncAttributes {  // (the fields the project reads)
+    size_t sharedSizeBytes;
+    int maxThreadsPerBlock;
+    int numRegs;
+    int ptxVersion;  // the arch the running code was compiled for (10 x major + minor)
+};
+
 namespace hostcuda {
 
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
@@ -113,7 +122,9 @@ inline const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidValue: return "invalid argument";
         case cudaErrorMemoryAllocation: return "out of memory";
         case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidDeviceFunction: return "invalid device function";
         case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
         case cudaErrorNotReady: return "device not ready";
     }
     return "unknown error";
@@ -174,6 +185,17 @@ inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     long avail = sysconf(_SC_AVPHYS_PAGES) * sysconf(_SC_PAGESIZE);
     *free_bytes = static_cast<size_t>(avail);
     *total_bytes = static_cast<size_t>(total);
+    return cudaSuccess;
+}
+// Which of the binary's images runs the kernel on this card (emulated_device.h: HOSTCUDA_DEVICE,
+// HOSTCUDA_GPU_ARCHS); no kernel image, as the driver says, when none does.
+template <typename Kernel>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, Kernel*) {
+    int code_arch = hostcuda::emulated_code_arch();
+    if (code_arch == 0) { return hostcuda::set_error(cudaErrorNoKernelImageForDevice); }
+    memset(attributes, 0, sizeof(*attributes));
+    attributes->maxThreadsPerBlock = hostcuda::kMaxThreadsPerBlock;
+    attributes->ptxVersion = code_arch;
     return cudaSuccess;
 }
 template <typename Kernel>
