@@ -7,7 +7,8 @@ the card (cudaFuncGetAttributes of an empty kernel), then
 - keep the arch the running code was compiled for (card_code_arch()): a build for sm_75 runs on
   an sm_90 through its PTX, where the tensor-core kernels are trap stubs, so the attention asks
   this arch, not the card's, whether it may take them;
-- warn once, in bf16 builds, when the card or the code is older than sm_80 (no tensor cores).
+- warn once at a bf16 trainer's start (card_warn_once) when the card or the code is older than
+  sm_80 (no tensor cores).
 The host backend answers as the driver would for the card HOSTCUDA_DEVICE names and a build for
 HOSTCUDA_GPU_ARCHS (llmc/hostcuda/emulated_device.h), so all of this runs in the host tests.
 */
@@ -38,15 +39,9 @@ struct CardFacts {
     std::string build_archs;  // card_build_archs()
 };
 
-// The rebuild a card needs: `make GPU_ARCHS=<cc>` with this build's other switches.
-inline std::string card_rebuild_command(const CardFacts& f) {
-    std::string command = "make GPU_ARCHS=" + std::to_string(f.device_arch);
-    if (PRECISION_MODE == PrecisionMode::FP32) { command += " PRECISION=FP32"; }
-#if defined(ENABLE_CUDNN)
-    command += " USE_CUDNN=1";
-#endif
-    return command;
-}
+// The rebuild a card needs. (Nothing here depends on the build's precision: the kernel tests that
+// never touch floatX compile to one object for both, dev/test/test_build_config.py.)
+inline std::string card_rebuild_command(const CardFacts& f) { return "make GPU_ARCHS=" + std::to_string(f.device_arch); }
 
 // Why this build cannot run on the card ("" if it can): one line, with what to run.
 inline std::string card_refusal(const CardFacts& f) {
@@ -54,7 +49,8 @@ inline std::string card_refusal(const CardFacts& f) {
     char line[1024];
     snprintf(line, sizeof(line),
              "this GPU build has code for GPU_ARCHS=\"%s\" only; the GPU is %s (sm_%d), which runs none of it (no "
-             "kernel image for it): rebuild for it with `%s` (GPU_ARCHS=\"%s %d\" builds for both)",
+             "kernel image for it): rebuild for it with `%s` (GPU_ARCHS=\"%s %d\" builds for both; with this "
+             "build's PRECISION and USE_CUDNN where they are not the defaults)",
              f.build_archs.c_str(), f.name.c_str(), f.device_arch, card_rebuild_command(f).c_str(),
              f.build_archs.c_str(), f.device_arch);
     return line;
@@ -114,19 +110,27 @@ inline const CardFacts& card_facts() {
 // The arch the running code was compiled for (the attention's choice of kernels).
 inline int card_code_arch() { return card_facts().code_arch; }
 
-// Stops a build that cannot run on this card; warns once about what a bf16 run loses here.
-inline void card_check_at_start() {
-    const CardFacts& f = card_facts();
-    std::string refusal = card_refusal(f);
-    if (!refusal.empty()) { fatal("%s", refusal.c_str()); }
-    std::string warning = card_warning(f, PRECISION_MODE == PrecisionMode::BF16);
-    if (!warning.empty()) {
-        fflush(stdout);
-        fprintf(stderr, "warning: %s\n", warning.c_str());
-    }
+// Stops a build that cannot run on this card (before the first launch: LAUNCH calls it).
+inline void card_check_once() {
+    static const bool checked = [] {
+        std::string refusal = card_refusal(card_facts());
+        if (!refusal.empty()) { fatal("%s", refusal.c_str()); }
+        return true;
+    }();
+    (void)checked;
 }
 
-inline void card_check_once() {
-    static const bool checked = (card_check_at_start(), true);
-    (void)checked;
+// The trainers' start (a bf16 run's speed is theirs to warn about): what a bf16 run loses on this
+// card or with this build's code for it, once on stderr.
+inline void card_warn_once(bool bf16) {
+    static const bool warned = [bf16] {
+        card_check_once();
+        std::string warning = card_warning(card_facts(), bf16);
+        if (!warning.empty()) {
+            fflush(stdout);
+            fprintf(stderr, "warning: %s\n", warning.c_str());
+        }
+        return true;
+    }();
+    (void)warned;
 }
