@@ -164,11 +164,15 @@ ASAN_TEST_NAMES = test_fuzz_readers test_dataloader test_tokenizer test_evalset 
 # at start on a card newer than all of them (another GPU_ARCHS rebuilds: build-flags, below).
 $(foreach a,$(GPU_ARCHS),$(if $(shell echo '$(a)' | grep -E '^[0-9]{2,3}a?$$'),,\
   $(error GPU_ARCHS: '$(a)' is not a compute capability like 80, 86, 90 or 90a (GPU_ARCHS="$(GPU_ARCHS)"))))
+# An arch this nvcc cannot build is named here, not left to nvcc's own error (CUDA 13 dropped sm_70).
+NVCC_GPU_CODES := $(if $(NVCC),$(patsubst sm_%,%,$(filter sm_%,$(shell $(NVCC) --list-gpu-code 2>/dev/null))))
+$(foreach a,$(GPU_ARCHS),$(if $(NVCC_GPU_CODES),$(if $(filter $(patsubst %a,%,$(a)),$(NVCC_GPU_CODES)),,\
+  $(error GPU_ARCHS: this nvcc ($(NVCC)) cannot build sm_$(a); it builds sm_$(subst $(eval) , sm_,$(strip $(NVCC_GPU_CODES))) (a V100, sm_70, needs CUDA 12: CUDA 13 has no sm_70)))))
 GPU_ARCH_NEWEST := $(shell printf '%s\n' $(GPU_ARCHS) | sort -n | tail -n 1)
 NVCC_ARCH_FLAGS := $(foreach a,$(GPU_ARCHS),--generate-code arch=compute_$(a),code=sm_$(a)) \
   --generate-code arch=compute_$(GPU_ARCH_NEWEST),code=compute_$(GPU_ARCH_NEWEST)
 NVCC_COMMON_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo -Xcompiler -fdebug-prefix-map=$(CURDIR)=. $(PRECISION_FLAGS)
-NVCC_FLAGS = $(NVCC_COMMON_FLAGS) $(NVCC_ARCH_FLAGS)
+NVCC_FLAGS = $(NVCC_COMMON_FLAGS) $(NVCC_ARCH_FLAGS) -DLLMC_GPU_ARCHS='"$(GPU_ARCHS)"'  # (llmc/card_check.h names them)
 NVCC_LDFLAGS := -lcublas -lcublasLt
 
 ifeq ($(NVCC),)

@@ -161,6 +161,8 @@ __host__ __device__ inline T from_float(float x) {
     }
 }
 
+#include "card_check.h"  // defines: card_check_once (before the first launch), card_code_arch
+
 // ----------------------------------------------------------------------------------------
 // 128-bit packed loads and stores: one memory transaction per 16 bytes on the GPU
 

@@ -14,6 +14,7 @@ on the CPU, so that `make test` runs the real kernels on machines without a GPU
   hostcuda/device_memory.h     which memory is "device": copies, frees and kernel pointers checked against it
   hostcuda/racecheck.h         shared-memory race and bounds checking (racecheck builds)
   hostcuda/async_copy.h        cp.async: per-thread groups of copies that land at their wait
+  hostcuda/cost.h              HOSTCUDA_COST: each launch's tensor-core FLOPs and device-memory bytes (the cost model)
 
 Kernels are launched with LAUNCH(grid, block, shared_bytes, stream, kernel)(args...),
 which is kernel<<<grid, block, shared_bytes, stream>>>(args...) under nvcc. Dynamic

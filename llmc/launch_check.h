@@ -22,6 +22,8 @@ inline bool& sync_check() {
     return on;
 }
 
+inline void card_check_once();  // (llmc/card_check.h: the build's code runs on this card; once, before the first launch)
+
 struct LaunchSyncCheck {
     const char* kernel;
     dim3 grid, block;
@@ -31,7 +33,9 @@ struct LaunchSyncCheck {
     bool pending = true;  // the for loop's condition: one pass
 
     LaunchSyncCheck(const char* kernel_, dim3 grid_, dim3 block_, size_t shared_, const char* file_, int line_)
-        : kernel(kernel_), grid(grid_), block(block_), shared_bytes(shared_), file(file_), line(line_) {}
+        : kernel(kernel_), grid(grid_), block(block_), shared_bytes(shared_), file(file_), line(line_) {
+        card_check_once();
+    }
     ~LaunchSyncCheck() {
         if (!sync_check()) { return; }
         cudaError_t launched = cudaPeekAtLastError();  // a configuration error, left for cudaCheckLaunch too

@@ -2,7 +2,7 @@
 # GPU speed figures, side by side in one run (issue 10's bar): train_san san20 bf16 tokens/s
 # and MFU with the document mask off and on, the attention playgrounds' TFLOP/s for every
 # kernel version (causal forward FLOPs = 2 B Hq T^2 hd, backward 2.5x), and train_gpt2 at
-# GPT-2 124M. Runs on random tokens (no data files needed), from the bf16 GPU builds.
+# GPT-2 124M with llm.c's batch (64 x 1024, 524,288 tokens a step). Runs on random tokens (no data files needed), from the bf16 GPU builds.
 #   scripts/bench_gpu.sh [STEPS]      (default 30 steps per trainer run)
 # The PyTorch side is train_san.py's speed path (bf16 autocast, torch.compile, SDPA flash or
 # FlexAttention) on the same config, data and batch; the ratio of tokens/s is printed.
@@ -63,9 +63,17 @@ fi
 echo "== attention playgrounds (bf16; every version validates first, then the benchmark table)"
 $attention_dir/attention_forward | sed -n '/^benchmark/,$p'
 $attention_dir/attention_backward | sed -n '/^benchmark/,$p'
-echo "== train_gpt2 gpt2 (124M), bf16, B 8 x T 1024, $steps steps"
-build/gpu-bf16/train_gpt2 --preset gpt2 --train-data "$dir/gpt2_*.bin" --batch-size 8 --steps "$steps" --val-every 0 \
-  --sample-tokens 0 --log-every 1 | last_progress
+# llm.c's GPT-2 124M runs take micro-batches of 64 x 1024 and 524,288 tokens a step (-b 64 -t 1024
+# -d 524288): the same here, so that the tokens/s and MFU compare with its figures; B 32 x 16 if
+# B 64 does not fit the card's memory
+echo "== train_gpt2 gpt2 (124M), bf16, B 64 x T 1024 x 8 micro-batches (524,288 tokens a step, as llm.c), $steps steps"
+for batch in "64 8" "32 16"; do
+  set -- $batch
+  line=$(build/gpu-bf16/train_gpt2 --preset gpt2 --train-data "$dir/gpt2_*.bin" --batch-size $1 --grad-accum $2 \
+         --steps "$steps" --val-every 0 --sample-tokens 0 --log-every 1 --run-dir "" | last_progress)
+  [ -n "$line" ] && { echo "B $1 x T 1024 x $2: $line"; break; }
+  echo "B $1 x T 1024 x $2: no progress line (out of memory?)"
+done
 # last, as the least important figures (a short lease may end here): 10 steps per optimizer
 opt_steps=$(( steps < 10 ? steps : 10 ))
 echo "== the optimizer's share of a step: train_san san20, bf16, B 8 x T 2048, $opt_steps steps each"

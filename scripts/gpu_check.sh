@@ -12,18 +12,24 @@
 # the smaller of its own cap and what is left of the budget (less GPU_CHECK_RESERVE, default 20 s,
 # kept for packing), a stage with under 10 s left skipped; so a run cut short still says what
 # works and still returns its logs:
-#   machine      nvidia-smi, nvcc --version (cap 20 s)
+#   machine      nvidia-smi, nvcc --version, the CUDA tools found (cap 20 s)
 #   build        ONE make -j of every binary the later stages run (the cuDNN attention playgrounds
-#                too where the cudnn-frontend headers are at hand), with the PyTorch debug states
-#                written beside it (cap 300 s)
-#   kernel-tests test_mma, test_attention, test_backend, then compute-sanitizer racecheck and
-#                initcheck on test_attention's hd 64 cases (tensor-core kernels) (cap 150 s)
+#                too where the cudnn-frontend headers are at hand), with the PyTorch debug states and
+#                the training shard (dev/gpu_check_data.py) written beside it (cap 300 s)
+#   kernel-tests test_mma, test_attention, test_backend (cap 120 s)
+#   sanitizer    compute-sanitizer racecheck and initcheck on test_attention's hd 64 cases
+#                (tensor-core kernels) (cap 90 s)
 #   debug-states test_san and test_gpt2 against the PyTorch debug states (cap 90 s)
 #   train        20 steps of train_san san20 (B 4 x T 2048, document mask) with --sync-check 1 (cap 90 s)
+#   profile      ncu, one metric (gpu__time_duration.sum), every kernel of 2 steps of san20 (B 4 x
+#                T 2048), then the time per kernel: profile.csv, profile.txt (dev/gpu_profile.py) (cap 150 s)
 #   bench        scripts/bench_gpu.sh 10 (cap: what is left)
-# With OUT set (the device tool's folder of returned files), LOG_DIR is also packed into at most
-# two files there: $OUT/summary.txt and $OUT/gpu-check-logs.tar.gz (every stage's log, the
-# per-test logs, the training log), since at most 8 files come back from a lease.
+# A stage whose tool is missing (compute-sanitizer, ncu: looked for on PATH, beside nvcc and in
+# /opt/nvidia) or whose budget is spent shows "skipped" in the summary, and the check then exits 1:
+# it never passes by skipping. With OUT set (the device tool's folder of returned files), LOG_DIR
+# is also packed into at most three files there: $OUT/summary.txt, $OUT/profile.txt and
+# $OUT/gpu-check-logs.tar.gz (every stage's log, the per-test logs, the training log, the profile),
+# since at most 8 files come back from a lease.
 # The full check is cut into stages that each build what they run, for leases with a
 # per-command limit:
 #   bf16        every .cu file built in bf16, every GPU test
@@ -51,7 +57,21 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no NVIDIA GPU here (nvidia-smi -L failed): nothing to check; make test covers the CPU" >&2
   exit 1
 fi
-command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || { echo "gpu_check: nvcc not found" >&2; exit 1; }
+# nvcc ($NVCC, on PATH or /usr/local/cuda/bin), and CUDA's tools beside it when PATH lacks them
+nvcc=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)}
+[ -n "$nvcc" ] && [ -x "$nvcc" ] || { echo "gpu_check: nvcc not found (PATH, /usr/local/cuda/bin or \$NVCC)" >&2; exit 1; }
+export NVCC=$nvcc
+cuda_bin=$(dirname "$(readlink -f "$nvcc")")
+find_tool() {  # find_tool NAME: its path, or nothing
+  command -v "$1" 2>/dev/null && return
+  local candidate
+  for candidate in "$cuda_bin/$1" "$(dirname "$cuda_bin")/$1/$1" "$(dirname "$cuda_bin")"/nsight-compute*/"$1" \
+                   /opt/nvidia/nsight-compute/*/"$1"; do
+    [ -x "$candidate" ] && { echo "$candidate"; return; }
+  done
+}
+sanitizer=$(find_tool compute-sanitizer)
+ncu=$(find_tool ncu)
 if [ $quick = 1 ]; then
   log_dir=${1:-doc/gpu-runs/$(date +%Y-%m-%d)-quick}
 else
@@ -62,6 +82,7 @@ export PYTHON=${PYTHON:-python3}
 jobs=$(nproc 2>/dev/null || echo 8)
 summary=()
 failed=0
+skipped=0
 check_start=$(date +%s)
 
 # step NAME TIMEOUT_SECONDS COMMAND...: runs COMMAND with output in LOG_DIR/NAME.log
@@ -83,13 +104,22 @@ step() {
   summary+=("$(printf '%-40s %-10s %8.1f' "$name" "$status" "$secs")")
 }
 
+# skip NAME WHY: a stage that did not run: "skipped" in the summary, and the check does not pass
+skip() {
+  summary+=("$(printf '%-40s %-10s %8s' "$1" "skipped" "-") ($2)")
+  skipped=$(( skipped + 1 ))
+}
+
 print_summary() {
   local total=$(( $(date +%s) - check_start ))
   echo
   echo "gpu_check summary (logs in $log_dir)"
   printf '%-40s %-10s %8s\n' step status seconds
   for row in "${summary[@]}"; do echo "$row"; done
-  echo "total ${total}s; $([ $failed = 0 ] && echo 'all steps passed' || echo 'SOME STEPS FAILED')"
+  local verdict="all steps passed"
+  [ $skipped = 0 ] || verdict="$skipped STEPS SKIPPED (not checked)"
+  [ $failed = 0 ] || verdict="SOME STEPS FAILED$([ $skipped = 0 ] || echo ", $skipped skipped")"
+  echo "total ${total}s; $verdict"
 }
 
 if [ $quick = 1 ]; then
@@ -102,8 +132,7 @@ if [ $quick = 1 ]; then
     shift 2
     left=$(( deadline - reserve - $(date +%s) ))
     if [ "$left" -lt 10 ]; then
-      summary+=("$(printf '%-40s %-10s %8s' "$name" "skipped" "-") (budget spent)")
-      failed=1
+      skip "$name" "budget spent"
       return
     fi
     step "$name" "$(( cap < left ? cap : left ))" "$@"
@@ -115,50 +144,60 @@ if [ $quick = 1 ]; then
   if [ -n "$(make -s print-CUDNN_FRONTEND USE_CUDNN=1 2>/dev/null)" ]; then
     build_list="$build_list build/gpu-bf16-cudnn/attention_forward build/gpu-bf16-cudnn/attention_backward"
   fi
-  echo "gpu_check --quick: budget ${budget}s (stages machine, build, kernel-tests, debug-states, train, bench)"
-  staged machine 20 bash -c 'nvidia-smi; nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv; nvcc --version; echo; uname -a; nproc'
+  echo "gpu_check --quick: budget ${budget}s (stages machine, build, kernel-tests, sanitizer, debug-states, train, profile, bench)"
+  staged machine 20 bash -c 'set -e; nvidia-smi; nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
+    "$NVCC" --version; echo; uname -a; nproc
+    echo "compute-sanitizer: '"${sanitizer:-not found}"'"; echo "ncu: '"${ncu:-not found}"'"'
   staged build 300 bash -c '
     mkdir -p build/debug-states build/debug-states-gpt2
     ('"$PYTHON"' dev/test/make_debug_states.py build/debug-states && touch build/debug-states/.complete &&
-     '"$PYTHON"' dev/test/make_gpt2_debug_states.py build/debug-states-gpt2 && touch build/debug-states-gpt2/.complete
+     '"$PYTHON"' dev/test/make_gpt2_debug_states.py build/debug-states-gpt2 && touch build/debug-states-gpt2/.complete &&
+     '"$PYTHON"' dev/gpu_check_data.py build/gpu-check-data
     ) > '"$log_dir"'/debug-states-written.log 2>&1 &
     writer=$!
     make --no-print-directory -j'"$jobs"' PRECISION=BF16 '"$(echo $build_list)"'
     built=$?
-    wait $writer || { echo "gpu_check: writing the debug states failed (debug-states-written.log)"; exit 1; }
+    wait $writer || { echo "gpu_check: writing the debug states or the training shard failed (debug-states-written.log)"; exit 1; }
     exit $built'
-  staged kernel-tests 150 bash -c '
-    bash scripts/run_tests.sh build/gpu-bf16 test_mma test_attention test_backend || exit 1
-    if ! command -v compute-sanitizer >/dev/null 2>&1; then echo "compute-sanitizer: not installed, skipped"; exit 0; fi
-    for tool in racecheck initcheck; do
-      echo "--- compute-sanitizer --tool $tool test_attention hd64"
-      compute-sanitizer --tool $tool --error-exitcode 1 build/gpu-bf16/test_attention hd64 || exit 1
-    done'
+  staged kernel-tests 120 bash scripts/run_tests.sh build/gpu-bf16 test_mma test_attention test_backend
+  if [ -z "$sanitizer" ]; then
+    skip sanitizer "compute-sanitizer not found on PATH, beside $NVCC or in /opt/nvidia"
+  else
+    staged sanitizer 90 bash -c '
+      for tool in racecheck initcheck; do
+        echo "--- compute-sanitizer --tool $tool test_attention hd64"
+        "'"$sanitizer"'" --tool $tool --error-exitcode 1 build/gpu-bf16/test_attention hd64 || exit 1
+      done'
+  fi
   staged debug-states 90 bash scripts/run_tests.sh build/gpu-bf16 test_san test_gpt2
-  staged train 90 bash -c '
-    set -e
-    mkdir -p build/gpu-check-data
-    '"$PYTHON"' - <<PY
-import numpy as np
-from attnref.shards import write_shard
-rng = np.random.default_rng(0)
-tokens = rng.integers(3, 16384, size=4 * 2049 * 20)
-tokens[::1024] = 2  # a document start every 1024 tokens
-write_shard("build/gpu-check-data/san_000000.bin", tokens)
-PY
-    build/gpu-bf16/train_san --preset san20 --train-data "build/gpu-check-data/san_*.bin" --batch-size 4 \
-      --steps 20 --val-every 0 --sample-tokens 0 --log-every 1 --sync-check 1 --run-dir "" \
-      --log "'"$log_dir"'/train.jsonl"'
+  staged train 90 build/gpu-bf16/train_san --preset san20 --train-data "build/gpu-check-data/san_*.bin" \
+    --batch-size 4 --steps 20 --val-every 0 --sample-tokens 0 --log-every 1 --sync-check 1 --run-dir "" \
+    --log "$log_dir/train.jsonl"
+  if [ -z "$ncu" ]; then
+    skip profile "ncu not found on PATH, beside $NVCC or in /opt/nvidia"
+  else
+    # one metric, every kernel of 2 steps (--launch-count bounds a run that launches more), the
+    # card's own clocks (--clock-control none: ncu leaves them alone); then the time per kernel
+    staged profile 150 bash -c '
+      set -e
+      "'"$ncu"'" --metrics gpu__time_duration.sum --clock-control none --print-units base --csv \
+        --launch-count 6000 --log-file "'"$log_dir"'/profile.csv" \
+        build/gpu-bf16/train_san --preset san20 --train-data "build/gpu-check-data/san_*.bin" --batch-size 4 \
+        --steps 2 --val-every 0 --sample-tokens 0 --log-every 1 --run-dir ""
+      '"$PYTHON"' dev/gpu_profile.py "'"$log_dir"'/profile.csv" --steps 2 | tee "'"$log_dir"'/profile.txt"'
+  fi
   staged bench 600 bash scripts/bench_gpu.sh 10
   [ -d build/gpu-bf16/logs ] && cp -r build/gpu-bf16/logs "$log_dir/test-logs"
   print_summary | tee "$log_dir/summary.txt"
-  if [ -n "${OUT:-}" ]; then  # at most 8 files come back from a lease: two
+  if [ -n "${OUT:-}" ]; then  # at most 8 files come back from a lease: three
     mkdir -p "$OUT"
     cp "$log_dir/summary.txt" "$OUT/summary.txt"
+    [ -f "$log_dir/profile.txt" ] && cp "$log_dir/profile.txt" "$OUT/profile.txt"
     tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$(dirname "$log_dir")" "$(basename "$log_dir")"
-    echo "gpu_check: packed into $OUT: summary.txt, gpu-check-logs.tar.gz"
+    echo "gpu_check: packed into $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
   fi
-  exit $failed
+  [ $failed = 0 ] && [ $skipped = 0 ]
+  exit $?
 fi
 
 debug_states() {  # the PyTorch references' debug states for test_san and test_gpt2 (needs torch)
@@ -178,8 +217,8 @@ build_and_test() {
 }
 
 sanitizer_stage() {
-  if ! command -v compute-sanitizer >/dev/null 2>&1; then
-    summary+=("$(printf '%-40s %-10s %8s' compute-sanitizer "skipped" "-") (not installed)")
+  if [ -z "$sanitizer" ]; then
+    skip compute-sanitizer "not found on PATH, beside $NVCC or in /opt/nvidia"
     return
   fi
   debug_states
@@ -189,16 +228,16 @@ sanitizer_stage() {
     $(for t in $tests test_san; do echo build/gpu-bf16/$t; done)
   # memcheck on every test binary; race and sync checks on the backend tests, which exercise
   # shared memory and barriers; the trainer test runs many steps, so one configuration only
-  step sanitizer-memcheck 240 env TEST_WRAPPER="compute-sanitizer --tool memcheck --error-exitcode 1" \
+  step sanitizer-memcheck 240 env TEST_WRAPPER="$sanitizer --tool memcheck --error-exitcode 1" \
     bash scripts/run_tests.sh build/gpu-bf16 $tests
-  step sanitizer-memcheck-test_san 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
+  step sanitizer-memcheck-test_san 150 "$sanitizer" --tool memcheck --error-exitcode 1 \
     build/gpu-bf16/test_san build/debug-states san
-  step sanitizer-racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 1 build/gpu-bf16/test_backend
-  step sanitizer-synccheck 60 compute-sanitizer --tool synccheck --error-exitcode 1 build/gpu-bf16/test_backend
+  step sanitizer-racecheck 60 "$sanitizer" --tool racecheck --error-exitcode 1 build/gpu-bf16/test_backend
+  step sanitizer-synccheck 60 "$sanitizer" --tool synccheck --error-exitcode 1 build/gpu-bf16/test_backend
   # and the tensor-core attention kernels' shared memory and barriers, on small cases
-  step sanitizer-racecheck-attention 120 compute-sanitizer --tool racecheck --error-exitcode 1 \
+  step sanitizer-racecheck-attention 120 "$sanitizer" --tool racecheck --error-exitcode 1 \
     build/gpu-bf16/test_attention mha_hd16_T_not_multiple
-  step sanitizer-synccheck-attention 120 compute-sanitizer --tool synccheck --error-exitcode 1 \
+  step sanitizer-synccheck-attention 120 "$sanitizer" --tool synccheck --error-exitcode 1 \
     build/gpu-bf16/test_attention mha_hd16_T_not_multiple
 }
 
@@ -217,7 +256,7 @@ bench_stage() {
   step bench-trainers 180 bash scripts/bench_gpu.sh 20
 }
 
-step machine 60 bash -c 'nvidia-smi; nvcc --version; echo; uname -a; nproc'
+step machine 60 bash -c 'set -e; nvidia-smi; "$NVCC" --version; echo; uname -a; nproc'
 for stage in $stages; do
   case $stage in
     bf16) build_and_test BF16 ;;
@@ -227,4 +266,5 @@ for stage in $stages; do
   esac
 done
 print_summary | tee "$log_dir/summary.txt"
-exit $failed
+[ $failed = 0 ] && [ $skipped = 0 ]
+exit $?

@@ -715,4 +715,92 @@ TEST_CASE(events_measure_elapsed_time) {
     cudaCheck(cudaFree(d_r));
 }
 
+// ----------------------------------------------------------------------------------------
+// the start-up card check (llmc/card_check.h): which image runs, and what it says
+
+#if HOST_BACKEND
+// The driver's choice, emulated (hostcuda::select_image), against the compatibility rules of the
+// CUDA Programming Guide worked out by hand: machine code for X.Y runs on X.Z, Z >= Y, and is
+// preferred; the PTX of the newest arch is compiled for any newer card; an 'a' arch on itself only.
+TEST_CASE(card_check_image_selection) {
+    struct Case { int device; const char* archs; int code; };
+    const Case cases[] = {
+        {80, "90", 0},       // an sm_90 build on an A100: nothing runs
+        {86, "80", 80},      // sm_80 machine code on an sm_86
+        {89, "80 86", 86},   // the newest machine code of the card's major
+        {90, "80", 80},      // no sm_9x machine code: the compute_80 PTX, compiled at start
+        {120, "90", 90},     // a card newer than the build: the PTX
+        {75, "75", 75},      {90, "75", 75},   // a T4 build on an H100: compute_75 PTX (trap stubs)
+        {80, "86", 0},       // sm_86 code needs 8.6 or newer of major 8; compute_86 PTX too
+        {75, "80 90", 0},    // a T4 and an sm_80+ build
+        {90, "90a", 90},     {100, "90a", 0},  // arch-specific code: that card alone
+        {100, "80 90a", 0},  // the PTX is compute_90a: sm_90 alone
+        {121, "120", 120},   {90, "80 86 89 90", 90},
+    };
+    for (const Case& c : cases) {
+        int got = hostcuda::select_image(c.device, c.archs);
+        if (got != c.code) {
+            CHECK_EQ(got, c.code);
+            fprintf(stderr, "    (device sm_%d, GPU_ARCHS \"%s\")\n", c.device, c.archs);
+        }
+    }
+    for (const char* bad : {"", "9", "80x", "1000", "80,90", "a"}) { CHECK_EQ(hostcuda::select_image(90, bad), -1); }
+}
+#else
+__global__ void code_arch_kernel(int* out) {
+#if defined(__CUDA_ARCH__)  // (the device passes of nvcc)
+    *out = __CUDA_ARCH__ / 10;
+#endif
+}
+#endif
+
+// What the check saw on this device: on a GPU, the arch the running kernels were compiled for
+// (a kernel's __CUDA_ARCH__); on the host backend the emulated card's (no HOSTCUDA_GPU_ARCHS).
+TEST_CASE(card_check_sees_the_running_code) {
+    int id = 0, major = 0, minor = 0;
+    cudaCheck(cudaGetDevice(&id));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, id));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, id));
+    CHECK_EQ(card_facts().device_arch, 10 * major + minor);
+#if HOST_BACKEND
+    if (hostcuda::emulated_build_archs() == nullptr) { CHECK_EQ(card_code_arch(), 10 * major + minor); }
+#else
+    int* d_arch = cudaMallocElements(int, 1);
+    LAUNCH(1, 1, 0, 0, code_arch_kernel)(d_arch);
+    cudaCheckLaunch();
+    CHECK_EQ(copy_from_device(d_arch, 1)[0], card_code_arch());
+    cudaCheck(cudaFree(d_arch));
+#endif
+}
+
+// The refusal and the warnings name the card, the build's archs and the make line to run.
+TEST_CASE(card_check_messages) {
+    auto has = [](const std::string& text, const std::string& part) {
+        bool found = text.find(part) != std::string::npos;
+        if (!found) { fprintf(stderr, "    '%s' lacks '%s'\n", text.c_str(), part.c_str()); }
+        return found;
+    };
+    CardFacts a100{"NVIDIA A100-SXM4-80GB", 80, 0, "90"};
+    std::string refusal = card_refusal(a100);
+    CHECK(has(refusal, "GPU_ARCHS=\"90\" only; the GPU is NVIDIA A100-SXM4-80GB (sm_80)"));
+    CHECK(has(refusal, "`make GPU_ARCHS=80`") && has(refusal, "GPU_ARCHS=\"90 80\" builds for both"));
+    CHECK(refusal.find('\n') == std::string::npos);
+    CHECK(card_warning(a100, true).empty());
+
+    CardFacts h100{"NVIDIA H100 80GB HBM3", 90, 90, "90"};
+    CHECK(card_refusal(h100).empty() && card_warning(h100, true).empty() && card_warning(h100, false).empty());
+
+    CardFacts stubs{"NVIDIA H100 80GB HBM3", 90, 75, "75"};
+    CHECK(card_refusal(stubs).empty());
+    CHECK(has(card_warning(stubs, true), "(sm_90), is compute_75 (GPU_ARCHS=\"75\")"));
+    CHECK(has(card_warning(stubs, true), "`make GPU_ARCHS=90` builds them"));
+    CHECK(card_warning(stubs, false).empty());  // (fp32 runs the scalar attention on every card)
+
+    CardFacts t4{"Tesla T4", 75, 75, "75"};
+    CHECK(card_refusal(t4).empty());
+    CHECK(has(card_warning(t4, true), "Tesla T4 (sm_75), older than sm_80"));
+    CHECK(has(card_warning(t4, true), "scalar kernels") && has(card_warning(t4, true), "GEMMs run without tensor cores"));
+    CHECK(card_warning(t4, false).empty());
+}
+
 TEST_MAIN()

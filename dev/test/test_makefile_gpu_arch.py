@@ -12,9 +12,11 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# nvcc: records its command line, creates what -o names (answers --version: the build stamp asks)
+# nvcc: records its command line, creates what -o names (answers --version: the build stamp asks;
+# --list-gpu-code as CUDA 13.0's nvcc does: the Makefile checks GPU_ARCHS against it)
 FAKE_NVCC = """#!/usr/bin/env bash
 [ "$1" = --version ] && { echo "Build cuda_0.0 (a stand-in)"; exit 0; }
+[ "$1" = --list-gpu-code ] && { printf 'sm_%s\\n' 75 80 86 87 88 89 90 100 110 103 120 121; exit 0; }  # CUDA 13.0's
 echo "$*" >> "$FAKE_CALLS"
 while [ $# -gt 0 ]; do
   if [ "$1" = -o ]; then touch "$2"; fi
@@ -109,3 +111,16 @@ def test_a_bad_arch_is_refused(tree):
     set_card(tmp, None)
     proc = make(root, env, "-s", "print-GPU_ARCHS", "GPU_ARCHS=8.6", check=False)
     assert proc.returncode != 0 and "GPU_ARCHS: '8.6' is not a compute capability" in proc.stderr
+
+
+def test_an_arch_this_nvcc_cannot_build_is_named(tree):
+    """(issue 55) CUDA 13 has no sm_70: `make GPU_ARCHS=70` for a V100 failed inside nvcc without
+    saying so; the Makefile now names the arch, what this nvcc builds, and the CUDA 12 a V100 needs."""
+    root, env, tmp = tree
+    set_card(tmp, "7.0")
+    proc = make(root, env, "build/gpu-bf16/train_x", check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "GPU_ARCHS: this nvcc" in proc.stderr and "cannot build sm_70; it builds sm_75 sm_80" in proc.stderr
+    assert "a V100, sm_70, needs CUDA 12" in proc.stderr
+    assert nvcc_calls(tmp) == []
+    make(root, env, "build/gpu-bf16/train_x", "GPU_ARCHS=75 90a")  # (an 'a' arch is its base arch's)

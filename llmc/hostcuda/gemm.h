@@ -405,6 +405,17 @@ void host_gemm(TOut* C, const TIn* A, const TIn* B, const GemmShape& shape, floa
 #endif
         default: gemm_own(C, A, B, shape, alpha, beta);
     }
+    if (CostRecorder* cost = CostRecorder::instance()) {  // (HOSTCUDA_COST: a GPU's cuBLAS call, by its sizes)
+        uint64_t flops = 2ull * shape.M * shape.N * shape.K * shape.batch;
+        uint64_t a = (uint64_t)shape.M * shape.K * sizeof(TIn), b = (uint64_t)shape.K * shape.N * sizeof(TIn);
+        uint64_t c = (uint64_t)shape.M * shape.N * sizeof(TOut);
+        // (a broadcast operand, stride 0, is read once)
+        uint64_t read = (shape.stride_a == 0 ? a : a * shape.batch) + (shape.stride_b == 0 ? b : b * shape.batch) +
+                        (beta != 0.0f ? c * shape.batch : 0);
+        bool tensor = sizeof(TIn) == 2;
+        cost->add(tensor ? "gemm (bf16, tensor cores)" : "gemm (fp32)", tensor ? flops : 0, tensor ? 0 : flops, read,
+                  c * shape.batch);
+    }
     if (profile != nullptr) {
         // (one line per transpose case and backend: the profile's rows are the kernels' names)
         static const char* names[3][2][2] = {

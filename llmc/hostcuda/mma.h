@@ -84,6 +84,7 @@ struct MmaLane {
 };
 
 inline void mma_m16n8k16_exchange(const uint64_t* lane_values, uint32_t) {
+    CostRecorder::count_tensor_flops(2 * 16 * 8 * 16);  // (HOSTCUDA_COST: cost.h)
     float a[16][16], b[16][8], c[16][8];
     for (int lane = 0; lane < kWarpSize; lane++) {
         const MmaLane& in = *reinterpret_cast<const MmaLane*>(lane_values[lane]);

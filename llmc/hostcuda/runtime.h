@@ -26,7 +26,9 @@ enum cudaError_t {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDeviceFunction = 98,
     cudaErrorInvalidDevice = 101,
+    cudaErrorNoKernelImageForDevice = 209,
     cudaErrorNotReady = 600,
 };
 typedef cudaError_t cudaError;
@@ -84,6 +86,13 @@ struct cudaDeviceProp {
     int minor;
 };
 
+struct cudaFuncAttributes {  // (the fields the project reads)
+    size_t sharedSizeBytes;
+    int maxThreadsPerBlock;
+    int numRegs;
+    int ptxVersion;  // the arch the running code was compiled for (10 x major + minor)
+};
+
 namespace hostcuda {
 
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
@@ -113,7 +122,9 @@ inline const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidValue: return "invalid argument";
         case cudaErrorMemoryAllocation: return "out of memory";
         case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidDeviceFunction: return "invalid device function";
         case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
         case cudaErrorNotReady: return "device not ready";
     }
     return "unknown error";
@@ -176,6 +187,17 @@ inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = static_cast<size_t>(total);
     return cudaSuccess;
 }
+// Which of the binary's images runs the kernel on this card (emulated_device.h: HOSTCUDA_DEVICE,
+// HOSTCUDA_GPU_ARCHS); no kernel image, as the driver says, when none does.
+template <typename Kernel>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, Kernel*) {
+    int code_arch = hostcuda::emulated_code_arch();
+    if (code_arch == 0) { return hostcuda::set_error(cudaErrorNoKernelImageForDevice); }
+    memset(attributes, 0, sizeof(*attributes));
+    attributes->maxThreadsPerBlock = hostcuda::kMaxThreadsPerBlock;
+    attributes->ptxVersion = code_arch;
+    return cudaSuccess;
+}
 template <typename Kernel>
 cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, int value) {
     if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize) {
@@ -194,9 +216,13 @@ cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, in
 inline cudaError_t hostcuda_allocate(void** ptr, size_t size, hostcuda::MemoryKind kind) {
     *ptr = nullptr;
     if (size == 0) { return cudaSuccess; }
-    void* p = aligned_alloc(256, (size + 255) / 256 * 256);
+    // (the cost counts protect device memory page by page: whole pages of its own there, cost.h)
+    hostcuda::CostRecorder* cost = kind != hostcuda::MemoryKind::Pinned ? hostcuda::CostRecorder::instance() : nullptr;
+    size_t align = cost != nullptr ? hostcuda::kCostPage : 256;
+    void* p = aligned_alloc(align, (size + align - 1) / align * align);
     if (p == nullptr) { return hostcuda::set_error(cudaErrorMemoryAllocation); }
     hostcuda::register_allocation(p, size, kind);
+    if (cost != nullptr) { cost->add_allocation(p, size); }
     *ptr = p;
     return cudaSuccess;
 }
@@ -215,6 +241,7 @@ cudaError_t cudaMallocManaged(T** ptr, size_t size, unsigned = 1) {
 inline cudaError_t cudaFree(void* ptr) {
     if (ptr == nullptr) { return cudaSuccess; }
     hostcuda::release_allocation(ptr, false, "cudaFree");
+    if (hostcuda::CostRecorder* cost = hostcuda::CostRecorder::instance()) { cost->remove_allocation(ptr); }
     free(ptr);
     return cudaSuccess;
 }
@@ -224,24 +251,46 @@ inline cudaError_t cudaFreeHost(void* ptr) {
     free(ptr);
     return cudaSuccess;
 }
+namespace hostcuda {
+// A copy's or memset's bytes for the cost counts (cost.h), under a name per direction.
+inline void count_copy(const char* call, const void* dst, const void* src, size_t count, int kind) {
+    CostRecorder* cost = CostRecorder::instance();
+    if (cost == nullptr) { return; }
+    bool unused;
+    bool dst_device = is_device_side(dst, 0, &unused), src_device = src != nullptr && is_device_side(src, 0, &unused);
+    if (src == nullptr) {
+        cost->add(call, 0, 0, 0, dst_device ? count : 0);
+    } else if (dst_device && src_device) {
+        cost->add("cudaMemcpy device to device", 0, 0, count, count);
+    } else if (dst_device || src_device) {
+        cost->add(dst_device ? "cudaMemcpy host to device" : "cudaMemcpy device to host", 0, 0, count, count);
+    }
+    (void)kind;
+}
+}  // namespace hostcuda
+
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
     hostcuda::check_copy("cudaMemcpy", dst, src, count, static_cast<int>(kind));
+    hostcuda::count_copy("cudaMemcpy", dst, src, count, static_cast<int>(kind));
     if (count > 0) { memmove(dst, src, count); }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                    cudaStream_t = nullptr) {
     hostcuda::check_copy("cudaMemcpyAsync", dst, src, count, static_cast<int>(kind));
+    hostcuda::count_copy("cudaMemcpyAsync", dst, src, count, static_cast<int>(kind));
     if (count > 0) { memmove(dst, src, count); }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* dst, int value, size_t count) {
     hostcuda::check_device_range("cudaMemset", dst, count);
+    hostcuda::count_copy("cudaMemset", dst, nullptr, count, 0);
     if (count > 0) { memset(dst, value, count); }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t = nullptr) {
     hostcuda::check_device_range("cudaMemsetAsync", dst, count);
+    hostcuda::count_copy("cudaMemset", dst, nullptr, count, 0);
     if (count > 0) { memset(dst, value, count); }
     return cudaSuccess;
 }

@@ -45,6 +45,7 @@ under every schedule.
 #include <thread>
 #include <vector>
 
+#include "cost.h"  // defines: CostRecorder (HOSTCUDA_COST: each launch's FLOPs and bytes)
 #include "fiber.h"
 #include "types.h"
 
@@ -735,7 +736,11 @@ inline void run_grid(GridLaunch launch) {
     if (num_blocks * threads_per_block < 4096) { chunk = num_blocks; }
     KernelProfile* profile = KernelProfile::instance();
     auto start = profile != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    pool.parallel_for(num_blocks, chunk, run_block_task, &launch);
+    if (CostRecorder* cost = CostRecorder::instance()) {
+        cost->measure(launch.kernel_name, [&] { pool.parallel_for(num_blocks, chunk, run_block_task, &launch); });
+    } else {
+        pool.parallel_for(num_blocks, chunk, run_block_task, &launch);
+    }
     if (profile != nullptr) {
         profile->add(launch.kernel_name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
@@ -763,7 +768,12 @@ void run_elementwise(const char* name, size_t n, Body body) {
     KernelProfile* profile = KernelProfile::instance();
     auto start = profile != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     std::pair<Body, size_t> ctx{body, n};
-    Pool::instance().parallel_for(((int64_t)n + kElementwiseChunk - 1) / kElementwiseChunk, 1, elementwise_chunk<Body>, &ctx);
+    int64_t chunks = ((int64_t)n + kElementwiseChunk - 1) / kElementwiseChunk;
+    if (CostRecorder* cost = CostRecorder::instance()) {
+        cost->measure(name, [&] { Pool::instance().parallel_for(chunks, 1, elementwise_chunk<Body>, &ctx); });
+    } else {
+        Pool::instance().parallel_for(chunks, 1, elementwise_chunk<Body>, &ctx);
+    }
     if (profile != nullptr) {
         profile->add(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }

@@ -345,21 +345,22 @@ void attention_allow_shared(Kernel* kernel, size_t bytes) {
 }
 
 // The device's limits that decide which attention kernels can run on it, read once: its compute
-// capability (the tensor-core kernels' bf16 mma.sync needs sm_80) and the shared memory a block
-// may opt in to (99 KiB on sm_86, sm_89 and sm_120, 64 KiB on sm_75). The host backend reports
-// those of the device HOSTCUDA_DEVICE names (llmc/hostcuda/emulated_device.h; default sm_90).
+// capability and that of the code running on it (the tensor-core kernels' bf16 mma.sync needs
+// sm_80 on both: llmc/card_check.h) and the shared memory a block may opt in to (99 KiB on sm_86,
+// sm_89 and sm_120, 64 KiB on sm_75). The host backend reports those of the device
+// HOSTCUDA_DEVICE names and a build for HOSTCUDA_GPU_ARCHS (llmc/hostcuda/emulated_device.h).
 struct AttentionDevice {
     int arch;             // 10 x major + minor
+    int code_arch;        // what the code that runs on it was compiled for (<= arch)
     size_t shared_optin;  // bytes per block
 };
 inline const AttentionDevice& attention_device() {
     static const AttentionDevice device = [] {
-        int id = 0, major = 0, minor = 0, optin = 0;
+        card_check_once();
+        int id = 0, optin = 0;
         cudaCheck(cudaGetDevice(&id));
-        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, id));
-        cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, id));
         cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, id));
-        return AttentionDevice{10 * major + minor, (size_t)optin};
+        return AttentionDevice{card_facts().device_arch, card_code_arch(), (size_t)optin};
     }();
     return device;
 }
@@ -471,6 +472,10 @@ inline const char* attention_tc_device_refusal(int hd) {
         if (d.arch < 80) {
             snprintf(why, sizeof(why), "the device is sm_%d; the tensor-core kernels need sm_80 or newer (bf16 mma.sync)",
                      d.arch);
+        } else if (d.code_arch < 80) {
+            snprintf(why, sizeof(why),
+                     "this build's code for the device (sm_%d) is compute_%d, where the tensor-core kernels are "
+                     "trap stubs (bf16 mma.sync needs sm_80 code)", d.arch, d.code_arch);
         } else if (needed > d.shared_optin) {
             snprintf(why, sizeof(why),
                      "the tensor-core kernels need %zu B of shared memory per block; the device (sm_%d) allows %zu",

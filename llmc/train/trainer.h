@@ -403,6 +403,7 @@ inline void load_saved_tokenizer(const TrainOptions& t, StartFiles& start, int m
 // --cudnn, --attention-kernels and --sync-check: the process-wide kernel switches.
 template <typename Config>
 void set_kernel_switches(const TrainOptions& t, const Config& c) {
+    card_warn_once(PRECISION_MODE == PrecisionMode::BF16);  // a card or build without bf16 tensor cores (llmc/card_check.h)
     // (a run whose every attention call would run our kernels must not be logged as a cuDNN run)
     if (t.cudnn != 0 && config_doc_mask(c)) {
         fatal("--cudnn 1: cuDNN attention has no same-document mask, and this model has --doc-mask 1 (every "
