@@ -12,10 +12,12 @@ with a rate grid and writes the final loss per arm and rate, and each arm's best
 
 The verdicts are fixed before the ladder's runs (issue 31) and are not changed to fit them; the
 rules are study/findings.py's, shared with the study report (issue 44 made them statistical,
-2026-12-05). Numbers are final validation losses (nats per token, whole held-out documents)
-unless said otherwise; a gap is SAN minus partner, paired by seed (same seed: same
-initialisation and data order), printed as its mean over seeds and 95% Student-t interval
-(n − 1 dof). The noise floor of a rung is the larger of the pooled seed-to-seed sd of the arms'
+2026-12-05, issue 57 the over-ladder rules and their family, 2026-12-07). Numbers are final
+validation losses in nats per token: the gaps and the noise floor on the held-out windows (the
+paper's headline), every region and localisation number on whole documents (held-out ones,
+--val-whole-docs 1 or 2; training ones, --train-doc-eval), windows never unless named. A gap
+is SAN minus partner, paired by seed (same seed: same initialisation and data order), printed
+as its mean over seeds and 95% Student-t interval (n − 1 dof). The noise floor of a rung is the larger of the pooled seed-to-seed sd of the arms'
 losses and |SAN - SAN-RMSNorm| (the paper's optimizer-equivalence control) where that rung has
 the control. A difference *clears* when at least 3 seeds have it, its interval excludes zero in
 the paper's direction and its mean exceeds the floor; with fewer than 3 seeds a rung's verdict
@@ -29,7 +31,7 @@ is "too few seeds (n)".
     its slope against log tokens is negative beyond its interval; *trend* when the slope is,
     with the gap's mean positive at every rung.
   Localisation (finding 2: the SAN's deficit against its iso-param partner sits on query
-    tokens), on held-out and, separately, training documents. At a rung it *shows* when the
+    tokens), on whole held-out and, separately, whole training documents. At a rung it *shows* when the
     query delta clears (a SAN deficit there) and so do both margins, query delta minus the trace
     and minus the answer delta.
   Spectra (finding 3: routing matrices W_q, W_k freeze early, content matrices keep gaining
@@ -95,14 +97,14 @@ class Rung:
     def has_arm(self, name):
         return self.study.arm(name) is not None
 
-    def arm_mean(self, name, key="val_loss", docs="held_out"):
+    def arm_mean(self, name, key="val_loss", docs="windows"):
         return mean_sd([d.value(key, docs) for d in self.arm_runs(name).values()])
 
-    def values(self, name, key="val_loss", docs="held_out"):
+    def values(self, name, key="val_loss", docs="windows"):
         """{seed: a key of the arm's final validation} (findings.paired pairs them by seed)."""
         return {seed: d.value(key, docs) for seed, d in self.arm_runs(name).items()}
 
-    def paired(self, a, b, key="val_loss", docs="held_out"):
+    def paired(self, a, b, key="val_loss", docs="windows"):
         """findings.Diff over seeds of a - b, paired by seed."""
         return paired(self.values(a, key, docs), self.values(b, key, docs))
 
@@ -246,7 +248,7 @@ def plot_gaps(points, floors, out):
 
 def plot_regions(points, floors, out):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True, layout="constrained")
-    for ax, docs in zip(axes, ("held_out", "train_docs")):
+    for ax, docs in zip(axes, ("whole_docs", "train_docs")):
         pts = [(t, r[docs]) for t, r in points if r.get(docs)]
         for i, region in enumerate(REGIONS):
             ax.errorbar([t for t, _ in pts], [r["deltas"][region][0] for _, r in pts],
@@ -258,7 +260,7 @@ def plot_regions(points, floors, out):
             ax.fill_between(ft, [-v for v in fv], fv, color="grey", alpha=0.25, label="noise floor")
         ax.axhline(0, color="black", lw=0.5)
         ax.set(xscale="log", xlabel="training tokens per run",
-               title="held-out documents" if docs == "held_out" else "training documents")
+               title="held-out documents (whole)" if docs == "whole_docs" else "training documents (whole)")
     axes[0].set_ylabel("SAN − iso-param, per region (nats)")
     figure_legend(fig, axes)
     return save(fig, out, "regions_vs_tokens.png", tight=False)
@@ -473,9 +475,12 @@ def localisation_section(lad, verdicts):
         return []
     lines = ["## Localisation (SAN paper finding 2)", "",
              f"SAN − {fl_['ffn']} per region, and the query margins (query delta minus the trace / answer delta), "
-             "mean over seeds [95% t-interval], paired by seed.", ""]
+             "mean over seeds [95% t-interval], paired by seed, on whole documents (windows are not used here: "
+             "they count only the targets of documents that begin in the window, a sample that favours "
+             "document beginnings and short documents).", ""]
     reg_points = []
-    for docs, title in (("held_out", "held-out documents"), ("train_docs", "training documents (--train-doc-eval)")):
+    for docs, title in (("whole_docs", "held-out documents (whole: --val-whole-docs)"),
+                        ("train_docs", "training documents (whole: --train-doc-eval)")):
         rows, pts = [], []
         for rung in lad.rungs:
             r = localisation(rung, fl_["san"], fl_["ffn"], docs, Rule("paired", lad.floor_of[rung.tokens]))
@@ -485,7 +490,8 @@ def localisation_section(lad, verdicts):
             rows.append([f"{rung.tokens:,}", with_interval(r["overall"]), *(with_interval(r["deltas"][k]) for k in REGIONS),
                          with_interval(r["margins"]["trace"]), with_interval(r["margins"]["answer"]), r["verdict"]])
         lines += [f"{title}:", "", table(["rung", "overall", "query", "trace", "answer", "query − trace",
-                                          "query − answer", "at rung"], rows), ""]
+                                          "query − answer", "at rung"], rows) if rows else
+                  "(no rung's runs logged these documents' region losses: nothing to judge)", ""]
         for t, r in pts:
             for p in reg_points:
                 if p[0] == t:
