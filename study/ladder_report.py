@@ -411,7 +411,7 @@ VERDICTS_TEXT = ("Over the ladder (study/findings.py `over_ladder`, `judge_famil
                  "rule asks to clear holds when it clears at the largest rung, or when its slope against log tokens is "
                  "above zero beyond its interval with its mean at the largest rung above zero; its p is twice the "
                  "smaller of the two one-sided p-values, and the finding's p is the largest of its numbers'. The {m} "
-                 "findings judged are one family: Holm's step-down at {alpha} one-sided (the 95% intervals' side) "
+                 "findings judged are one family: Holm's step-down at {alpha:g} one-sided (the 95% intervals' side) "
                  "decides which hold — *shows* when every number also clears at the largest rung at that threshold, "
                  "else *trend* — so that a ladder with no effect gets a false verdict in at most 2.5% of ladders. The "
                  "\"at rung\" verdicts above are each rung's own rule, not adjusted for the family.")
