@@ -353,7 +353,7 @@ def variants_behind(diffs, rule):
 
 
 # ----------------------------------------------------------------------------------------
-# across the rungs of a ladder (doc/study.md "Verdict rules", "Over a ladder")
+# across the rungs of a ladder (doc/study.md "Scale ladder": the verdict rules over a ladder)
 
 # A finding over the ladder: p, the one-sided p-value of its claim that every number its per-rung
 # rule asks to clear holds (trend or better); p_shows, that of its per-rung rule at the largest
