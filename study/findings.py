@@ -12,8 +12,10 @@ The rules (RULES_DATE; doc/study.md "Verdict rules", amendments in doc/study-run
                the conservative min(n) − 1 dof)
   clears       the interval excludes zero in the paper's direction and the mean exceeds the
                noise floor (when there is one)
-  trend        over >= 3 rungs, the least-squares slope of the finding's per-seed quantity
-               against log tokens, its 95% interval excluding zero in the paper's direction
+  over ladder  every number the per-rung rule asks to clear must hold: clear at the largest rung,
+               or rise (least-squares slope against log tokens beyond its interval) with its
+               mean above zero there; one p-value per finding, and Holm's step-down over the
+               findings of one report (a family, FAMILY_ALPHA one-sided): shows / trend / not
 
   gap_ordering     SAN paper finding 1: SAN behind each partner, iso-depth > iso-FLOP > iso-param
   localisation     finding 2: a SAN deficit on query tokens, larger than on trace and answer
@@ -22,7 +24,9 @@ The rules (RULES_DATE; doc/study.md "Verdict rules", amendments in doc/study-run
   qk_norm          finding 4: deep attention stacks diverge (or train unstably) without QK-norm
   variants_behind  Deconstructing Attention: uniform variants behind standard, mlp the most, and
                    each hybrid recovers at least half of its uniform arm's gap
-  over_ladder      a finding across the rungs: shows / trend / does not show / too few seeds
+  over_ladder      a finding across the rungs: its p-value (or too few seeds / cannot tell)
+  iso_param_shrinks  the iso-param gap falls with tokens from above zero, its p-value
+  judge_family     the verdicts of a report's findings over its ladder, Holm-controlled
 """
 import functools
 import math
@@ -30,7 +34,7 @@ from collections import namedtuple
 
 from study.tables import mean_sd
 
-RULES_DATE = "2026-12-05"
+RULES_DATE = "2026-12-07"
 MIN_SEEDS = 3
 LEVEL = 0.95
 SHOWS, DOES_NOT_SHOW, CANNOT_TELL, TREND = "shows", "does not show", "cannot tell", "trend"
@@ -192,7 +196,9 @@ class Rule:
                    else "unpaired (Welch's standard error, min(n) − 1 dof)")
         floor = (f", and its mean is above {floor_text}" if floor_text else
                  f", and its mean is above the noise floor {self.floor:.4f}" if self.floor is not None else "")
-        across = "; a trend is a slope over >= 3 rungs whose interval excludes zero" if trend else ""
+        across = ("; over the ladder, every such number must clear at the largest rung or rise beyond its "
+                  "interval with its mean above zero there, and the report's findings are one family (Holm)"
+                  if trend else "")
         return (f"Verdict rules: at least {self.min_seeds} seeds per arm (fewer: \"too few seeds\"); a difference "
                 f"counts when its {self.level:.0%} t-interval, {pairing}, excludes zero in the paper's direction{floor}"
                 f"{across} (study/findings.py, {RULES_DATE}).")
@@ -347,7 +353,28 @@ def variants_behind(diffs, rule):
 
 
 # ----------------------------------------------------------------------------------------
-# across the rungs of a ladder
+# across the rungs of a ladder (doc/study.md "Scale ladder": the verdict rules over a ladder)
+
+# A finding over the ladder: p, the one-sided p-value of its claim that every number its per-rung
+# rule asks to clear holds (trend or better); p_shows, that of its per-rung rule at the largest
+# rung; status: None when judged (judge_family turns p into the verdict), else the verdict itself
+# ("too few seeds (n)", "cannot tell"). numbers: {name: (p, p at the largest rung, p of the slope)}.
+OverLadder = namedtuple("OverLadder", "p p_shows status numbers")
+FAMILY_ALPHA = (1 - LEVEL) / 2  # one-sided, as a 95% interval excluding zero on the paper's side
+
+
+def p_positive(diff, floor=None):
+    """The one-sided p-value that a Diff's true value is above zero (1 − t_cdf(mean / se)); 1 when
+    its mean is not above the floor, or without an interval. p <= (1 − level) / 2 exactly when its
+    two-sided interval excludes zero on the positive side (and the mean is above the floor)."""
+    if diff is None or diff.mean is None or diff.se is None or diff.dof is None or diff.dof < 1:
+        return 1.0
+    if floor is not None and diff.mean <= floor:
+        return 1.0
+    if diff.se == 0:
+        return 0.0 if diff.mean > 0 else 1.0
+    return 1.0 - t_cdf(diff.mean / diff.se, int(math.floor(diff.dof)))
+
 
 def trend_slope(points):
     """The least-squares slope of values against log4(tokens) (per 4x tokens) as a Diff with
@@ -365,38 +392,83 @@ def trend_slope(points):
     return Diff(slope, None, n, se, n - 2 if n > 2 else None)
 
 
-def over_ladder(per_rung, verdict_of, seed_quantity, rule):
-    """A finding across the rungs. per_rung: [(tokens, result)] of the rungs that could be judged,
-    smallest first; verdict_of(result) -> its verdict at the rung; seed_quantity(result) -> the
-    per-seed values of the number that moves the paper's way when it grows. "shows" when it
-    shows at the largest rung; "too few seeds (n)" when that rung has fewer than min_seeds;
-    "trend" when the slope of the quantity over >= 3 rungs is positive beyond its 95% interval;
-    else "does not show"; "cannot tell" without a rung."""
-    if not per_rung:
-        return CANNOT_TELL
-    last = verdict_of(per_rung[-1][1])
-    if last == SHOWS:
-        return SHOWS
-    if last.startswith("too few"):
-        return last
-    ci = interval(trend_slope([(t, seed_quantity(r)) for t, r in per_rung]), rule.level)
-    return TREND if ci is not None and ci[0] > 0 else DOES_NOT_SHOW
+def over_ladder(points, rule):
+    """A finding across the rungs. points: [(tokens, {number: [per-seed values]})] of the rungs that
+    could be judged, smallest first; the numbers are every paired contrast its per-rung rule asks to
+    clear (gaps, margins, the query deficit, W_o's gain ...), per seed; rule: pairing "paired" and the
+    largest rung's floor. Each number holds over the ladder when it clears at the largest rung, or
+    when its slope against log tokens is above zero beyond its interval *and* its mean at the largest
+    rung is above zero (the per-rung rule's sign condition: a number rising while below zero, a W_o
+    that loses less rank, is not the paper's finding): its p-value is twice the smaller of the two
+    (either way counts). The finding's p is the largest of its numbers' (every one must hold);
+    p_shows the largest at the largest rung. "too few seeds (n)" when that rung has fewer than
+    min_seeds; "cannot tell" without a rung."""
+    if not points:
+        return OverLadder(None, None, CANNOT_TELL, {})
+    last = points[-1][1]
+    n = min((len([v for v in values if v is not None]) for values in last.values()), default=0)
+    if n < rule.min_seeds:
+        return OverLadder(None, None, too_few(n), {})
+    numbers = {}
+    for name, values in last.items():
+        at_last = contrast_paired([(1, dict(enumerate(values)))])
+        p_last = p_positive(at_last, rule.floor)
+        slope = trend_slope([(t, nums[name]) for t, nums in points if name in nums])
+        p_slope = p_positive(slope) if at_last.mean is not None and at_last.mean > 0 else 1.0
+        numbers[name] = (min(1.0, 2 * min(p_last, p_slope)), p_last, p_slope)
+    return OverLadder(max(q for q, _, _ in numbers.values()), max(p for _, p, _ in numbers.values()), None, numbers)
 
 
 def iso_param_shrinks(points, rule):
     """The iso-param gap shrinks with tokens from above zero (the paper: 0.046 at 5B, 0.019 at
     30B, 0.005 at 105B). points: [(tokens, gap Diff, [per-seed gaps])], smallest rung first.
-    "shows" when the gap clears at every rung and its slope against log tokens is negative beyond
-    its interval; "trend" when the slope is, with the gap's mean positive at every rung; "cannot
-    tell" under 3 rungs; else "does not show"."""
+    Its claim: the slope against log tokens is below zero beyond its interval, the gap clears at
+    the smallest rung (it starts above zero) and its mean is above zero at every rung; p is the
+    larger of the slope's and the first gap's p-values (1 when a mean is not above zero); p_shows
+    adds every rung's gap, which must all clear. "cannot tell" under 3 rungs."""
     if len(points) < 3:
-        return CANNOT_TELL
+        return OverLadder(None, None, CANNOT_TELL, {})
     if not rule.enough(points[-1][1]):
-        return too_few(rule.seeds(points[-1][1]))
-    ci = interval(trend_slope([(t, values) for t, _, values in points]), rule.level)
-    falls = ci is not None and ci[1] < 0
-    if falls and all(rule.clears(g) for _, g, _ in points):
-        return SHOWS
-    if falls and all(g.mean is not None and g.mean > 0 for _, g, _ in points):
-        return TREND
-    return DOES_NOT_SHOW
+        return OverLadder(None, None, too_few(rule.seeds(points[-1][1])), {})
+    slope = trend_slope([(t, [-v for v in values if v is not None]) for t, _, values in points])
+    p_fall = p_positive(slope)
+    p_gaps = [p_positive(g, rule.floor) for _, g, _ in points]
+    if not all(g.mean is not None and g.mean > 0 for _, g, _ in points):
+        p_fall = 1.0
+    numbers = {"slope": (p_fall, None, p_fall), "first gap": (p_gaps[0], p_gaps[0], None)}
+    return OverLadder(max(p_fall, p_gaps[0]), max([p_fall] + p_gaps), None, numbers)
+
+
+def holm(pvalues, alpha=FAMILY_ALPHA):
+    """Holm's step-down over a family of p-values: [the threshold each was compared with, or None
+    when the step-down stopped before it] in the order given. The k-th smallest p (from 1) passes at
+    alpha / (m − k + 1) while every smaller one has passed; the chance that any true null passes
+    is at most alpha, whatever the dependence between them."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    thresholds, m = [None] * len(pvalues), len(pvalues)
+    for k, i in enumerate(order):
+        thresholds[i] = alpha / (m - k)
+        if pvalues[i] > thresholds[i]:
+            break
+    return thresholds
+
+
+def judge_family(results, alpha=FAMILY_ALPHA):
+    """The verdicts of a family of findings over one ladder (OverLadder each, the report's order):
+    Holm over the p of those judged. A finding passes when its p is at most its Holm threshold:
+    "shows" when p_shows is too (every number clears at the largest rung at that level), else
+    "trend"; "does not show" when it does not pass; the status of one not judged. Returns
+    [(verdict, threshold or None)]."""
+    judged = [i for i, r in enumerate(results) if r.status is None]
+    thresholds = dict(zip(judged, holm([results[i].p for i in judged], alpha)))
+    out = []
+    for i, r in enumerate(results):
+        if r.status is not None:
+            out.append((r.status, None))
+            continue
+        thr = thresholds[i]
+        if thr is None or r.p > thr:
+            out.append((DOES_NOT_SHOW, thr))
+        else:
+            out.append((SHOWS if r.p_shows <= thr else TREND, thr))
+    return out

@@ -12,10 +12,12 @@ with a rate grid and writes the final loss per arm and rate, and each arm's best
 
 The verdicts are fixed before the ladder's runs (issue 31) and are not changed to fit them; the
 rules are study/findings.py's, shared with the study report (issue 44 made them statistical,
-2026-12-05). Numbers are final validation losses (nats per token, whole held-out documents)
-unless said otherwise; a gap is SAN minus partner, paired by seed (same seed: same
-initialisation and data order), printed as its mean over seeds and 95% Student-t interval
-(n − 1 dof). The noise floor of a rung is the larger of the pooled seed-to-seed sd of the arms'
+2026-12-05, issue 57 the over-ladder rules and their family, 2026-12-07). Numbers are final
+validation losses in nats per token: the gaps and the noise floor on the held-out windows (the
+paper's headline), every region and localisation number on whole documents (held-out ones,
+--val-whole-docs 1 or 2; training ones, --train-doc-eval), windows never unless named. A gap
+is SAN minus partner, paired by seed (same seed: same initialisation and data order), printed
+as its mean over seeds and 95% Student-t interval (n − 1 dof). The noise floor of a rung is the larger of the pooled seed-to-seed sd of the arms'
 losses and |SAN - SAN-RMSNorm| (the paper's optimizer-equivalence control) where that rung has
 the control. A difference *clears* when at least 3 seeds have it, its interval excludes zero in
 the paper's direction and its mean exceeds the floor; with fewer than 3 seeds a rung's verdict
@@ -29,7 +31,7 @@ is "too few seeds (n)".
     its slope against log tokens is negative beyond its interval; *trend* when the slope is,
     with the gap's mean positive at every rung.
   Localisation (finding 2: the SAN's deficit against its iso-param partner sits on query
-    tokens), on held-out and, separately, training documents. At a rung it *shows* when the
+    tokens), on whole held-out and, separately, whole training documents. At a rung it *shows* when the
     query delta clears (a SAN deficit there) and so do both margins, query delta minus the trace
     and minus the answer delta.
   Spectra (finding 3: routing matrices W_q, W_k freeze early, content matrices keep gaining
@@ -41,12 +43,18 @@ is "too few seeds (n)".
     clears, and every uniform - 2 hybrid + standard clears (the hybrid recovers more than half of
     the gap). The floor is the ladder file's ([ladder].deconstructing.floor) where it states one.
 
-For a finding over the ladder: *shows* when it shows at the largest rung that ran; "too few
-seeds" when that rung has fewer than 3; *trend* when not, but the least-squares slope of its
-per-seed quantity against log tokens, over >= 3 rungs, is positive beyond its 95% interval
-(the quantity: the smallest of the three gaps and two ordering margins; the smaller
-localisation margin; the spectra margin; the smallest uniform gap); *does not show* otherwise,
-and *cannot tell* when the runs are missing.
+For a finding over the ladder (issue 57): each number its per-rung rule asks to clear (the three
+gaps and two ordering margins; the query deficit and both query margins; W_o's gain, the spectra
+margin and SAN W_o − FFN W_o; every uniform gap, recovery and mlp margin) holds when it clears at
+the largest rung, or when its least-squares slope against log tokens over >= 3 rungs is above zero
+beyond its interval *and* its mean at the largest rung is above zero (the per-rung rule's sign:
+a number still below zero is not the paper's finding, however it moves). Its p-value is twice the
+smaller one-sided p of the two, the finding's the largest of its numbers'. The findings of the
+report are one family: Holm's step-down at 0.025 one-sided decides which hold — *shows* when every
+number also clears at the largest rung at that threshold, else *trend*; *does not show*
+otherwise; "too few seeds" when the largest rung has fewer than 3; *cannot tell* when the runs
+are missing. The iso-param gap's p is its slope's (falling) and its smallest rung's gap's, with its
+mean above zero at every rung; it *shows* when every rung's gap clears too.
 
 Each rule is one function of study/findings.py; how the rules were amended, when and why:
 doc/study-runs/README.md ("Verdict rules").
@@ -89,14 +97,14 @@ class Rung:
     def has_arm(self, name):
         return self.study.arm(name) is not None
 
-    def arm_mean(self, name, key="val_loss", docs="held_out"):
+    def arm_mean(self, name, key="val_loss", docs="windows"):
         return mean_sd([d.value(key, docs) for d in self.arm_runs(name).values()])
 
-    def values(self, name, key="val_loss", docs="held_out"):
+    def values(self, name, key="val_loss", docs="windows"):
         """{seed: a key of the arm's final validation} (findings.paired pairs them by seed)."""
         return {seed: d.value(key, docs) for seed, d in self.arm_runs(name).items()}
 
-    def paired(self, a, b, key="val_loss", docs="held_out"):
+    def paired(self, a, b, key="val_loss", docs="windows"):
         """findings.Diff over seeds of a - b, paired by seed."""
         return paired(self.values(a, key, docs), self.values(b, key, docs))
 
@@ -119,8 +127,8 @@ def noise_floor(rung, names, control=None):
 # the findings
 
 def gap_ordering(rung, f, rule):
-    """{role: Diff of SAN − partner}, the ordering margins, the verdict at the rung, and the
-    trend's per-seed quantity: the smallest of the five numbers that must all be positive."""
+    """{role: Diff of SAN − partner}, the ordering margins, the verdict at the rung, and the five
+    numbers that must all clear, per seed (findings.over_ladder judges them over the rungs)."""
     g = {role: rung.paired(f["san"], f[role]) for role in ROLES}
     if any(v.mean is None for v in g.values()):
         return None
@@ -128,18 +136,18 @@ def gap_ordering(rung, f, rule):
     m2 = rung.paired(f["iso_param"], f["iso_flop"])   # iso-FLOP gap - iso-param gap
     per_arm = {role: rung.values(f[role]) for role in ("san",) + tuple(ROLES)}
     seeds = sorted(set.intersection(*(set(k for k, v in values.items() if v is not None) for values in per_arm.values())))
-    def five(s):
-        v = {role: values[s] for role, values in per_arm.items()}
-        return min(v["san"] - v["iso_depth"], v["san"] - v["iso_flop"], v["san"] - v["iso_param"],
-                   v["iso_flop"] - v["iso_depth"], v["iso_param"] - v["iso_flop"])
+    v = {role: [values[s] for s in seeds] for role, values in per_arm.items()}
+    numbers = {f"SAN − {ROLES[role]}": [a - b for a, b in zip(v["san"], v[role])] for role in ROLES}
+    numbers["depth − FLOP"] = [a - b for a, b in zip(v["iso_flop"], v["iso_depth"])]
+    numbers["FLOP − param"] = [a - b for a, b in zip(v["iso_param"], v["iso_flop"])]
     verdict = findings.gap_ordering(g, (m1, m2), rule).verdict
-    return {"gaps": g, "margins": (m1, m2), "verdict": verdict, "floor": rule.floor,
-            "smallest": [five(s) for s in seeds], "iso_param_seeds": [per_arm["san"][s] - per_arm["iso_param"][s] for s in seeds]}
+    return {"gaps": g, "margins": (m1, m2), "verdict": verdict, "floor": rule.floor, "numbers": numbers,
+            "iso_param_seeds": numbers["SAN − iso-param"]}
 
 
 def localisation(rung, san, ffn, docs, rule):
     """SAN − FFN per region, the query margins (query delta − region delta, paired by seed), the
-    verdict at the rung and the trend's per-seed quantity (the smaller margin)."""
+    verdict at the rung and its three numbers per seed (the query deficit and both margins)."""
     d = {r: rung.paired(san, ffn, f"val_loss_{r}", docs) for r in REGIONS}
     if any(v.mean is None for v in d.values()):
         return None
@@ -151,8 +159,9 @@ def localisation(rung, san, ffn, docs, rule):
         return value[san, "query"][s] - value[ffn, "query"][s] - value[san, r][s] + value[ffn, r][s]
     _, verdict = findings.localisation(d["query"], margins, rule)
     overall = rung.paired(san, ffn, "val_loss", docs)
-    return {"deltas": d, "margins": margins, "verdict": verdict, "overall": overall,
-            "smallest": [min(margin(s, "trace"), margin(s, "answer")) for s in seeds]}
+    numbers = {"query deficit": [value[san, "query"][s] - value[ffn, "query"][s] for s in seeds],
+               **{f"query − {r}": [margin(s, r) for s in seeds] for r in ("trace", "answer")}}
+    return {"deltas": d, "margins": margins, "verdict": verdict, "overall": overall, "numbers": numbers}
 
 
 def spectra_finding(rung, san, ffn, rule):
@@ -172,14 +181,16 @@ def spectra_finding(rung, san, ffn, rule):
     rows = [{"seed": seed, "growth": g, "margin": findings.spectra_margin(g),
              "ffn_wo": ffn_growth[seed]["attn.wo"] if seed in ffn_growth else None} for seed, g in san_growth.items()]
     diffs = findings.spectra_diffs(san_growth, ffn_growth, rule)
+    numbers = {"W_o gain": [r["growth"]["attn.wo"] for r in rows], "margin": [r["margin"] for r in rows],
+               "SAN W_o − FFN W_o": [r["growth"]["attn.wo"] - r["ffn_wo"] for r in rows if r["ffn_wo"] is not None]}
     return {"rows": rows, "diffs": diffs, "verdict": findings.spectra(diffs, rule, partner_needed=True),
-            "smallest": [r["margin"] for r in rows]}
+            "numbers": numbers}
 
 
 def deconstructing(rung, standard, kinds, rule):
     """{kind: (uniform delta, hybrid delta)} vs standard (seed means), their Diffs
-    (findings.variant_diffs), the verdict, and the trend's per-seed quantity (the smallest
-    uniform gap)."""
+    (findings.variant_diffs), the verdict, and the numbers that must all clear, per seed (each
+    uniform gap, each recovery, mlp-uniform − each other uniform)."""
     std, _ = rung.arm_mean(standard)
     if std is None:
         return None
@@ -187,10 +198,16 @@ def deconstructing(rung, standard, kinds, rule):
     diffs = findings.variant_diffs(values, standard, kinds, rule)
     d = {k: (diffs[k]["uniform"].mean, diffs[k]["hybrid"].mean) if k in diffs else (None, None) for k in kinds}
     seeds = sorted(set.intersection(*(set(k for k, v in values[a].items() if v is not None)
-                                      for a in [standard] + [f"{k}-uniform" for k in diffs])))
-    smallest = [min(values[f"{k}-uniform"][s] - values[standard][s] for k in diffs) for s in seeds] if diffs else []
+                                      for a in [standard] + [f"{k}-{l}" for k in diffs for l in ("uniform", "hybrid")])))
+    numbers = {}
+    for k in diffs:
+        uni, hyb, std_ = (values[f"{k}-uniform"], values[f"{k}-hybrid"], values[standard])
+        numbers[f"{k} uniform"] = [uni[s] - std_[s] for s in seeds]
+        numbers[f"{k} recovery"] = [uni[s] - 2 * hyb[s] + std_[s] for s in seeds]
+        if k != "mlp" and "mlp" in diffs:
+            numbers[f"mlp − {k}"] = [values["mlp-uniform"][s] - uni[s] for s in seeds]
     return {"deltas": d, "diffs": diffs, "verdict": findings.variants_behind(diffs, rule), "standard": std,
-            "smallest": smallest}
+            "numbers": numbers}
 
 
 def indicator_mean(per_layer, locfoc=False):
@@ -231,7 +248,7 @@ def plot_gaps(points, floors, out):
 
 def plot_regions(points, floors, out):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True, layout="constrained")
-    for ax, docs in zip(axes, ("held_out", "train_docs")):
+    for ax, docs in zip(axes, ("whole_docs", "train_docs")):
         pts = [(t, r[docs]) for t, r in points if r.get(docs)]
         for i, region in enumerate(REGIONS):
             ax.errorbar([t for t, _ in pts], [r["deltas"][region][0] for _, r in pts],
@@ -243,7 +260,7 @@ def plot_regions(points, floors, out):
             ax.fill_between(ft, [-v for v in fv], fv, color="grey", alpha=0.25, label="noise floor")
         ax.axhline(0, color="black", lw=0.5)
         ax.set(xscale="log", xlabel="training tokens per run",
-               title="held-out documents" if docs == "held_out" else "training documents")
+               title="held-out documents (whole)" if docs == "whole_docs" else "training documents (whole)")
     axes[0].set_ylabel("SAN − iso-param, per region (nats)")
     figure_legend(fig, axes)
     return save(fig, out, "regions_vs_tokens.png", tight=False)
@@ -376,14 +393,37 @@ def write_report(path, out=None):
               "no decay on gains: the paper's optimizer-equivalence control, 0.0015 nats there) where the rung has it; "
               "the floor is the larger.", ""]
     lines += [table(["rung", "pooled seed sd", "|ZCN − RMSNorm|", "floor"], lad.floor_rows), ""]
-    verdicts = []
+    judged = []  # [(finding, findings.OverLadder)]
     for section in (gap_sections, localisation_section, spectra_section, measurements_section,
                     deconstructing_section):
-        lines += section(lad, verdicts)
-    lines += ["## Verdicts", "", table(["finding", "verdict"], verdicts), ""]
+        lines += section(lad, judged)
+    verdicts = findings.judge_family([r for _, r in judged])
+    lines += ["## Verdicts", "", VERDICTS_TEXT.format(alpha=findings.FAMILY_ALPHA, m=sum(r.status is None for _, r in judged)), ""]
+    lines += [table(["finding", "verdict", "p", "Holm threshold", "its numbers: p (at the largest rung, of the slope)"],
+                    [[name, v, fmt_p(r.p), fmt_p(thr), numbers_text(r.numbers)]
+                     for (name, r), (v, thr) in zip(judged, verdicts)]), ""]
     with open(os.path.join(lad.out, "ladder.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    return os.path.join(lad.out, "ladder.md"), verdicts
+    return os.path.join(lad.out, "ladder.md"), [(name, v) for (name, _), (v, _) in zip(judged, verdicts)]
+
+
+VERDICTS_TEXT = ("Over the ladder (study/findings.py `over_ladder`, `judge_family`): each number a finding's per-rung "
+                 "rule asks to clear holds when it clears at the largest rung, or when its slope against log tokens is "
+                 "above zero beyond its interval with its mean at the largest rung above zero; its p is twice the "
+                 "smaller of the two one-sided p-values, and the finding's p is the largest of its numbers'. The {m} "
+                 "findings judged are one family: Holm's step-down at {alpha:g} one-sided (the 95% intervals' side) "
+                 "decides which hold — *shows* when every number also clears at the largest rung at that threshold, "
+                 "else *trend* — so that a ladder with no effect gets a false verdict in at most 2.5% of ladders. The "
+                 "\"at rung\" verdicts above are each rung's own rule, not adjusted for the family.")
+
+
+def fmt_p(p):
+    return "—" if p is None else f"{p:.3g}"
+
+
+def numbers_text(numbers):
+    """"query deficit 0.21 (0.21, 0.6); ...": each number's p, its p at the largest rung and of its slope."""
+    return "; ".join(f"{name} {fmt_p(q)} ({fmt_p(last)}, {fmt_p(slope)})" for name, (q, last, slope) in numbers.items()) or "—"
 
 
 def gap_sections(lad, verdicts):
@@ -407,8 +447,7 @@ def gap_sections(lad, verdicts):
                      "at rung"], rows), ""]
     if gap_points:
         lines += [f"![gaps]({plot_gaps(gap_points, lad.floors, lad.out)})", ""]
-    v = findings.over_ladder(gap_points, lambda r: r["verdict"], lambda r: r["smallest"], Rule("paired"))
-    verdicts.append(("Gap ordering iso-depth > iso-FLOP > iso-param", v))
+    verdicts.append(("Gap ordering iso-depth > iso-FLOP > iso-param", over_ladder(gap_points, lad.floor_of)))
     verdicts.append(("iso-param gap shrinks with tokens", iso_param_shrinks(gap_points, lad.floor_of)))
     return lines
 
@@ -421,6 +460,14 @@ def iso_param_shrinks(gap_points, floor_of):
     return findings.iso_param_shrinks(points, Rule("paired", max(floors) if floors else None))
 
 
+def over_ladder(points, floor_of=None):
+    """findings.over_ladder of a section's [(tokens, result)] (results with "numbers"), the largest
+    rung judged against its floor; a rung whose finding cannot be told there is left out."""
+    points = [(t, r) for t, r in points if r["verdict"] != findings.CANNOT_TELL]
+    floor = floor_of.get(points[-1][0]) if points and floor_of else None
+    return findings.over_ladder([(t, r["numbers"]) for t, r in points], Rule("paired", floor))
+
+
 def localisation_section(lad, verdicts):
     """Finding 2 on held-out documents and, separately, on training documents."""
     fl_ = _finding(lad.raw, "localisation")
@@ -428,9 +475,12 @@ def localisation_section(lad, verdicts):
         return []
     lines = ["## Localisation (SAN paper finding 2)", "",
              f"SAN − {fl_['ffn']} per region, and the query margins (query delta minus the trace / answer delta), "
-             "mean over seeds [95% t-interval], paired by seed.", ""]
+             "mean over seeds [95% t-interval], paired by seed, on whole documents (windows are not used here: "
+             "they count only the targets of documents that begin in the window, a sample that favours "
+             "document beginnings and short documents).", ""]
     reg_points = []
-    for docs, title in (("held_out", "held-out documents"), ("train_docs", "training documents (--train-doc-eval)")):
+    for docs, title in (("whole_docs", "held-out documents (whole: --val-whole-docs)"),
+                        ("train_docs", "training documents (whole: --train-doc-eval)")):
         rows, pts = [], []
         for rung in lad.rungs:
             r = localisation(rung, fl_["san"], fl_["ffn"], docs, Rule("paired", lad.floor_of[rung.tokens]))
@@ -440,7 +490,8 @@ def localisation_section(lad, verdicts):
             rows.append([f"{rung.tokens:,}", with_interval(r["overall"]), *(with_interval(r["deltas"][k]) for k in REGIONS),
                          with_interval(r["margins"]["trace"]), with_interval(r["margins"]["answer"]), r["verdict"]])
         lines += [f"{title}:", "", table(["rung", "overall", "query", "trace", "answer", "query − trace",
-                                          "query − answer", "at rung"], rows), ""]
+                                          "query − answer", "at rung"], rows) if rows else
+                  "(no rung's runs logged these documents' region losses: nothing to judge)", ""]
         for t, r in pts:
             for p in reg_points:
                 if p[0] == t:
@@ -448,8 +499,7 @@ def localisation_section(lad, verdicts):
                     break
             else:
                 reg_points.append((t, {docs: r}))
-        v = findings.over_ladder(pts, lambda r: r["verdict"], lambda r: r["smallest"], Rule("paired"))
-        verdicts.append((f"Localisation on query tokens ({title.split(' (')[0]})", v))
+        verdicts.append((f"Localisation on query tokens ({title.split(' (')[0]})", over_ladder(pts, lad.floor_of)))
     if reg_points:
         lines += [f"![regions]({plot_regions(reg_points, lad.floors, lad.out)})", ""]
     return lines
@@ -478,8 +528,7 @@ def spectra_section(lad, verdicts):
                        r["verdict"]])
     lines += [table(["rung", "seed", "W_q", "W_k", "W_v", "W_o", "margin", "FFN W_o"], rows), ""]
     lines += [table(["rung", "W_o gain", "margin", "SAN W_o − FFN W_o", "at rung"], judged), ""]
-    verdicts.append(("Spectra: routing freezes, content (W_o) keeps gaining",
-                     findings.over_ladder(pts, lambda r: r["verdict"], lambda r: r["smallest"], Rule("paired"))))
+    verdicts.append(("Spectra: routing freezes, content (W_o) keeps gaining", over_ladder(pts)))
     return lines
 
 
@@ -542,8 +591,8 @@ def deconstructing_section(lad, verdicts):
                                                                "attn_locfoc")])
     lines += [table(["rung", "arm", "entropy", "concentration", "sink", "head diversity", "local focus (N=0)"],
                     rows), ""]
-    verdicts.append(("Uniform variants behind standard (mlp most), hybrids recover",
-                     findings.over_ladder(pts, lambda r: r["verdict"], lambda r: r["smallest"], Rule("paired"))))
+    floors = {t: fd.get("floor", lad.floor_of.get(t)) for t, _ in pts}
+    verdicts.append(("Uniform variants behind standard (mlp most), hybrids recover", over_ladder(pts, floors)))
     return lines
 
 

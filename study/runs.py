@@ -283,6 +283,12 @@ def swept_axis(arms):
     return "lr"
 
 
+# What a run's validation ran over (RunData.value): held-out windows, whole held-out documents, and
+# the sample of whole training documents. Region and localisation measures read whole documents
+# (issue 57): in a window whose document began in an earlier one, the query is not visible.
+DOCS = ("windows", "whole_docs", "train_docs")
+
+
 class RunData:
     """One run as the reports read it: its state, the log's records (train, val, header), the
     rates it trained with, its final validation record and its eval-set scores at the end.
@@ -320,10 +326,22 @@ class RunData:
         """The rates it trained with; a run with no log yet shows the study's request."""
         return fmt_rates(self.rates) if self.rates else rate_label(self.run.rate_point)
 
-    def value(self, key, docs="held_out"):
-        """A key of its final validation record, on held-out documents or on the sample of
+    def value(self, key, docs="windows"):
+        """A key of its final validation record: on the held-out windows (docs="windows": the
+        headline), on whole held-out documents (docs="whole_docs": --val-whole-docs 2 logs them
+        as "whole_docs", --val-whole-docs 1 validates on nothing else) or on the sample of whole
         training documents (docs="train_docs", --train-doc-eval); None when it has none."""
         if self.final is None:
             return None
-        rec = self.final if docs == "held_out" else self.final.get("train_docs", {})
-        return rec.get(key)
+        return self.validation(docs).get(key)
+
+    def validation(self, docs):
+        """Its final validation's keys on `docs` (value()), {} when the run did not log them."""
+        if docs not in DOCS:
+            raise ValueError(f"docs is one of {', '.join(DOCS)}, not {docs!r}")
+        if self.final is None:
+            return {}
+        if docs == "whole_docs" and "whole_docs" not in self.final:
+            whole = str(((self.header or {}).get("config") or {}).get("val-whole-docs", "0")) == "1"
+            return self.final if whole else {}
+        return self.final if docs == "windows" else self.final.get(docs, {})

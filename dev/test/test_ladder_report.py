@@ -75,13 +75,16 @@ ffn = "ffn-iso-param"
 """
 
 
-def fake_run(run, steps, loss, regions=None):
-    """A finished run whose last validation (at `steps`) has `loss`, and per-region losses."""
+def fake_run(run, steps, loss, regions=None, windows=None):
+    """A finished run whose last validation (at `steps`) has `loss`, and per-region losses on whole
+    held-out and training documents (--val-whole-docs 2, --train-doc-eval); on the windows the
+    same, or `windows` where given."""
     os.makedirs(run.dir, exist_ok=True)
     regions = regions or {"query": loss, "trace": loss, "answer": loss}
+    whole = {"val_loss": loss, **{f"val_loss_{r}": v for r, v in regions.items()}}
     rec = {"step": steps, "val_loss": loss, "gate_attn_mean": 0.5, "erank_mean": 10.0,
-           **{f"val_loss_{r}": v for r, v in regions.items()},
-           "train_docs": {"val_loss": loss, **{f"val_loss_{r}": v for r, v in regions.items()}}}
+           **{f"val_loss_{r}": v for r, v in (windows or regions).items()},
+           "whole_docs": whole, "train_docs": whole}
     with open(os.path.join(run.dir, "log.jsonl"), "w") as f:
         f.write(json.dumps({"run": {"executor": "test"}}) + "\n")
         for s in range(1, steps + 1):
@@ -104,7 +107,8 @@ def seeds_of(value, arm):
 
 
 def make_ladder(tmp_path, losses, seeds=SEEDS):
-    """losses: {tokens: {arm: [a loss per seed] or ([...], regions per seed)}} (rungs left out: no runs)."""
+    """losses: {tokens: {arm: [a loss per seed] or ([...], regions per seed[, window regions per seed])}}
+    (rungs left out: no runs)."""
     path = tmp_path / "ladder.toml"
     path.write_text(LADDER.format(out=str(tmp_path / "out"), seeds=seeds))
     for tokens, f in ladder.write_rung_files(str(path)):
@@ -113,9 +117,9 @@ def make_ladder(tmp_path, losses, seeds=SEEDS):
             spec = losses.get(tokens, {}).get(run.arm.name)
             if spec is None:
                 continue
-            values, regions = spec if isinstance(spec, tuple) else (spec, None)
+            values, regions, windows = (spec + (None,) * (3 - len(spec))) if isinstance(spec, tuple) else (spec, None, None)
             k = s.seeds.index(run.seed)
-            fake_run(run, s.steps, values[k], regions[k] if regions else None)
+            fake_run(run, s.steps, values[k], regions[k] if regions else None, windows[k] if windows else None)
     return str(path)
 
 
@@ -171,7 +175,7 @@ def test_gaps_floor_and_shows(tmp_path):
     assert v["iso-param gap shrinks with tokens"] == "shows"
     text = open(report).read()
     assert "gaps_vs_tokens.png" in text and os.path.exists(os.path.join(os.path.dirname(report), "gaps_vs_tokens.png"))
-    assert "Verdict rules: at least 3 seeds" in text and "(study/findings.py, 2026-12-05)" in text
+    assert "Verdict rules: at least 3 seeds" in text and "(study/findings.py, 2026-12-07)" in text
     # every gap is printed with its interval
     from study.findings import interval
     lo, hi = interval(d)
@@ -187,9 +191,11 @@ def test_too_few_seeds(tmp_path):
 
 
 def test_trend_and_does_not_show(tmp_path):
-    # the ordering fails at every rung (iso-depth gap not above iso-FLOP's), but its smallest
-    # number rises by 0.05 a rung: trend; the iso-param gap 0.15 -> 0.1 -> 0.05: shows
-    path = make_ladder(tmp_path, {64: gaps(0.2, 0.3, 0.15), 256: gaps(0.25, 0.3, 0.1), 1024: gaps(0.3, 0.3, 0.05)})
+    # the ordering fails at every rung (iso-depth gap not above iso-FLOP's: its margin −0.1, −0.05,
+    # +0.003, under the floor at the largest rung), but that margin rises beyond its interval and is
+    # above zero at the largest rung, and every other number clears there: trend; the iso-param
+    # gap 0.15 -> 0.1 -> 0.05: shows
+    path = make_ladder(tmp_path, {64: gaps(0.2, 0.3, 0.15), 256: gaps(0.25, 0.3, 0.1), 1024: gaps(0.303, 0.3, 0.05)})
     v = dict(ladder_report.write_report(path)[1])
     assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "trend"
     assert v["iso-param gap shrinks with tokens"] == "shows"
@@ -223,7 +229,7 @@ def test_localisation(tmp_path):
     assert v["Localisation on query tokens (held-out documents)"] == "shows"
     assert v["Localisation on query tokens (training documents)"] == "shows"
     _, rungs = ladder_report.load_rungs(path)
-    r = ladder_report.localisation(rungs[2], "san", "ffn-iso-param", "held_out", Rule("paired", 0.01))
+    r = ladder_report.localisation(rungs[2], "san", "ffn-iso-param", "whole_docs", Rule("paired", 0.01))
     assert r["margins"]["answer"].mean == pytest.approx(0.25) and r["verdict"] == "shows"
     # the SAN ahead on every region, least on query tokens: positive margins beyond noise, but no
     # deficit on query tokens to place, so it does not show
@@ -232,9 +238,24 @@ def test_localisation(tmp_path):
     os.makedirs(tmp_path / "ahead")
     path = make_ladder(tmp_path / "ahead", {64: base, 256: base, 1024: ahead})
     _, rungs = ladder_report.load_rungs(path)
-    r = ladder_report.localisation(rungs[2], "san", "ffn-iso-param", "held_out", Rule("paired", 0.01))
+    r = ladder_report.localisation(rungs[2], "san", "ffn-iso-param", "whole_docs", Rule("paired", 0.01))
     assert r["deltas"]["query"].mean == pytest.approx(-0.01, abs=0.002) and r["margins"]["trace"].mean == pytest.approx(0.29)
     assert Rule("paired", 0.01).clears(r["margins"]["trace"]) and r["verdict"] == "does not show"
+    # a deficit on the windows' query tokens only (which count only documents that begin in a window) and
+    # none on whole documents: the localisation reads whole documents, so it does not show (issue
+    # 57: the ladder report read the windows); the windows are still there when named
+    level = arm(3.9, reg(4.0, 3.9, 3.9), "san")
+    windowed = dict(base, san=(*level, arm(4.0, reg(4.3, 3.9, 3.95), "san")[1]),
+                    **{"ffn-iso-param": arm(3.9, reg(4.0, 3.9, 3.9), "ffn-iso-param")})
+    os.makedirs(tmp_path / "windows")
+    path = make_ladder(tmp_path / "windows", {64: base, 256: base, 1024: windowed})
+    v = dict(ladder_report.write_report(path)[1])
+    assert v["Localisation on query tokens (held-out documents)"] == "does not show"
+    _, rungs = ladder_report.load_rungs(path)
+    r = ladder_report.localisation(rungs[2], "san", "ffn-iso-param", "whole_docs", Rule("paired", 0.01))
+    assert abs(r["deltas"]["query"].mean) < 0.01
+    r = ladder_report.localisation(rungs[2], "san", "ffn-iso-param", "windows", Rule("paired", 0.01))
+    assert r["deltas"]["query"].mean > 0.2 and r["verdict"] == "shows"
 
 
 @pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "studies", "ladders")) if f.endswith(".toml")))
@@ -392,14 +413,15 @@ def test_negative_gaps_are_not_the_papers_way(tmp_path):
     v = dict(ladder_report.write_report(path)[1])
     assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
     assert v["iso-param gap shrinks with tokens"] == "does not show"
-    # the gaps moving toward zero from below: the smallest number grows beyond noise (a trend of
-    # the quantity), but an iso-param gap below zero is the SAN ahead, not the paper's shrinking
-    # (since 2026-12-05: before, |gap| falling was a trend)
+    # the gaps moving toward zero from below: every number grows beyond noise, but the gaps are
+    # still below zero at the largest rung, the SAN ahead: not a trend of the paper's ordering
+    # (issue 57: a rising number counts only with its mean above zero at the largest rung; before,
+    # the smallest number's slope alone made this "trend"); nor is it the paper's shrinking
     os.makedirs(tmp_path / "b")
     path = make_ladder(tmp_path / "b", {64: gaps(-0.1, -0.2, -0.3), 256: gaps(-0.05, -0.1, -0.2),
                                         1024: gaps(-0.002, -0.01, -0.1)})
     v = dict(ladder_report.write_report(path)[1])
-    assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "trend"
+    assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
     assert v["iso-param gap shrinks with tokens"] == "does not show"
 
 

@@ -163,6 +163,8 @@ def validation(step, loss, ffn):
            "erank": [10.0 + l for l in range(N_LAYER)], "max_logit": [3.0 * (l + 1) for l in range(N_LAYER)]}
     if ffn:
         rec["gate_ffn"] = [0.4 + 0.1 * l for l in range(N_LAYER)]
+    # --val-whole-docs 2: the same on whole documents, which the region plots read
+    rec["whole_docs"] = {k: v for k, v in rec.items() if k.startswith("val_")}
     return rec
 
 
@@ -354,8 +356,8 @@ def test_ladder_plots(tmp_path, drawn):
 
     # only the training-document panel has a rung with the regions: its entries were absent from the legend
     deltas = {"deltas": {r: (0.01, 0.002) for r in ladder_report.REGIONS}}
-    ladder_report.plot_regions([(64, {"held_out": None, "train_docs": deltas}),
-                                (256, {"held_out": None, "train_docs": deltas})], floors, out)
+    ladder_report.plot_regions([(64, {"whole_docs": None, "train_docs": deltas}),
+                                (256, {"whole_docs": None, "train_docs": deltas})], floors, out)
     fig = drawn["regions_vs_tokens.png"]
     assert set(legend_labels(fig)) == set(ladder_report.REGIONS) | {"noise floor"}
     assert "nats" in data_axes(fig)[0].get_ylabel() and all("tokens" in ax.get_xlabel() for ax in data_axes(fig))

@@ -105,14 +105,20 @@ class SplitMix64:
         return (self.next() * n) >> 64
 
 
-def training_tokens(data):
-    """The training shards back to back: tokens, regions, exercise names per token."""
+def training_tokens(data, globs=("synth/synth_train_*.bin",)):
+    """The training shards back to back, sorted by path as the loader takes them: tokens, regions,
+    exercise names per token (a shard without sidecars: region 0, exercise "none")."""
     toks, regs, exs = [], [], []
-    for path in sorted((data / "synth").glob("synth_train_*.bin")):
+    for path in sorted(p for g in globs for p in data.glob(g)):
         toks.append(read_shard(path).astype(np.int64))
-        regs.append(read_regions(str(path)[:-4] + ".regions"))
-        ids, names = read_exercises(str(path)[:-4] + ".exercises")
-        exs.append(np.array(names, dtype=object)[ids])
+        side = str(path)[:-4]
+        n = len(toks[-1])
+        regs.append(read_regions(side + ".regions") if os.path.exists(side + ".regions") else np.zeros(n, np.uint8))
+        if os.path.exists(side + ".exercises"):
+            ids, names = read_exercises(side + ".exercises")
+            exs.append(np.array(names, dtype=object)[ids])
+        else:
+            exs.append(np.array(["none"] * n, dtype=object))
     return np.concatenate(toks), np.concatenate(regs), np.concatenate(exs)
 
 
@@ -125,6 +131,25 @@ def draw(tokens, bos, n, seed):
             drawn.append((a, b - a))
         elif (j := rng.below(i + 1)) < n:
             drawn[j] = (a, b - a)
+    return sorted(drawn)
+
+
+def exercise_draw(tokens, regions, bos, n, seed, longest):
+    """--train-doc-draw exercises, written again: (the exercises it draws from, the drawn ones in
+    file order), an exercise being a document of at most `longest` tokens with a query token."""
+    starts = list(np.flatnonzero(tokens == bos)) + [len(tokens)]
+    fits = [(a, b - a) for a, b in zip(starts[:-1], starts[1:]) if b - a <= longest and (regions[a:b] == 1).any()]
+    return len(fits), draw_from(fits, n, seed)
+
+
+def draw_from(documents, n, seed):
+    """Reservoir sampling (SplitMix64) of n of the documents, returned in file order."""
+    rng, drawn = SplitMix64(seed), []
+    for i, doc in enumerate(documents):
+        if i < n:
+            drawn.append(doc)
+        elif (j := rng.below(i + 1)) < n:
+            drawn[j] = doc
     return sorted(drawn)
 
 
@@ -144,9 +169,9 @@ def paper_draw(tokens, bos, n, seed, longest):
     return visited, sampled, kept
 
 
-def reference_decomposition(model, data, docs):
+def reference_decomposition(model, data, docs, globs=("synth/synth_train_*.bin",)):
     """The validation record's numbers over `docs`, each document evaluated alone in float64."""
-    tokens, regions, exercises = training_tokens(data)
+    tokens, regions, exercises = training_tokens(data, globs)
     total, count = 0.0, 0
     by_region = {r: [0.0, 0] for r in REGIONS}
     by_exercise = {}
@@ -313,3 +338,37 @@ def test_paper_draw_equals_a_python_rendering_of_the_rule(data, runs, tmp_path):
     assert (f"1 in 10 of the first {visited} documents: {sampled} sampled, {sampled - len(kept)} longer than {T + 1} "
             f"tokens skipped, {len(kept)} packed") in out and "(the data ends before that many are kept)" in out, out
     assert read_log(path)[-1]["train_docs"]["val_tokens"] == sum(m - 1 for _, m in kept)
+
+
+def test_exercise_draw_packs_n_exercises(data, runs, tmp_path):
+    """--train-doc-draw exercises on data that mixes exercises with other documents (the KJV
+    chapters of the build, no regions, beside the SYNTH exercises, as the knowledge build's mixed/
+    interleaves entries and exercises): N exercises are evaluated, drawn uniformly from those of at
+    most T+1 tokens, where the uniform draw packs fewer (issue 57: 31 of 256 on the knowledge build);
+    the decomposition equals the reference's over a Python rendering of the draw."""
+    d, _, _ = runs["with"]
+    model, _, _, _ = san.load_checkpoint(str(d / "final.bin"))
+    model = model.double().eval()
+    globs = ("kjv/kjv_train_*.bin", "synth/synth_train_*.bin")
+    tokens, regions, _ = training_tokens(data, globs)
+    bos = model.cfg.bos_id
+    uniform = [(a, m) for a, m in draw(tokens, bos, N, SEED) if m <= T + 1]
+    assert sum((regions[a:a + m] == 1).any() for a, m in uniform) < N  # what the uniform draw would evaluate
+    starts = list(np.flatnonzero(tokens == bos)) + [len(tokens)]
+    short_other = [a for a, b in zip(starts[:-1], starts[1:]) if b - a <= T + 1 and not (regions[a:b] == 1).any()]
+    assert short_other  # documents that fit but hold no question: the draw must pass them over
+    drawable, drawn = exercise_draw(tokens, regions, bos, N, SEED, T + 1)
+    assert len(drawn) == N and not set(a for a, _ in drawn) & set(short_other)
+    path = tmp_path / "exercises.jsonl"
+    train = ",".join(str(data / g) for g in globs)
+    args = flags(data, "--steps", 0, "--init-from", d / "final.bin", "--train-doc-eval", N, "--train-doc-seed", SEED,
+                 "--train-doc-draw", "exercises", "--log", path)
+    args[args.index("--train-data") + 1] = train
+    out = run(args).stdout
+    assert (f"(--train-doc-eval {N}, --train-doc-draw exercises, seed {SEED}): {N} drawn of the {drawable} exercises "
+            f"of at most {T + 1} tokens (a query token)") in out, out
+    assert_close(read_log(path)[-1]["train_docs"], reference_decomposition(model, data, drawn, globs))
+    # data without a question anywhere: a clear error naming the flag
+    args[args.index("--train-data") + 1] = str(data / "kjv" / "kjv_train_*.bin")
+    proc = run(args, check=False)
+    assert proc.returncode != 0 and "--train-doc-eval" in proc.stderr and "no exercise to draw" in proc.stderr, proc.stderr

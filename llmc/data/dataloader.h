@@ -16,8 +16,9 @@ windows from s*B*P + r*B, so the processes together read each window of an epoch
 
 Whole documents (cfg.whole_documents, for evaluation): documents (BOS to BOS, across shard ends)
 packed unsplit into rows of T+1 tokens, padding with target -1, the rows dealt as windows are;
-cfg.sample_documents = N keeps a seeded sample of N (cfg.sample_draw: uniform, or the SAN paper
-code's draw). doc/data.md "Whole-document evaluation" has the rules and the draws.
+cfg.sample_documents = N keeps a seeded sample of N (cfg.sample_draw: uniform, the exercises that
+fit a row, or the SAN paper code's draw). doc/data.md "Whole-document evaluation" has the rules
+and the draws.
 
 Per batch (row-major, row b at b*(T+1)):
   tokens  B x (T+1) int32   the windows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]
@@ -397,10 +398,12 @@ inline void seeded_permutation(std::vector<int64_t>& p, int64_t n, uint64_t seed
     for (int64_t i = n - 1; i > 0; i--) { std::swap(p[i], p[(int64_t)rng.below(i + 1)]); }
 }
 
-// How whole-document mode draws sample_documents: uniformly over the data (reservoir), or as
-// the SAN paper's eval code, 1 in kPaperSampleEvery of the head of the data until N are kept
-// (the top of this file).
-enum class DocDraw { Uniform, PaperHead };
+// How whole-document mode draws sample_documents: uniformly over the data (reservoir), as the
+// SAN paper's eval code, 1 in kPaperSampleEvery of the head of the data until N are kept, or
+// uniformly over the exercises that fit a row (documents of at most T+1 tokens with a query
+// token: on data that mixes exercises with other documents, N exercises are packed; the top of
+// this file).
+enum class DocDraw { Uniform, PaperHead, Exercises };
 constexpr int kPaperSampleEvery = 10;
 
 struct DataLoaderConfig {
@@ -519,6 +522,8 @@ public:
     // with sample_documents: the documents the draw went through (DocDraw::PaperHead: the head
     // of the data up to the N-th kept; DocDraw::Uniform: all of them)
     int64_t num_documents_visited() const { return num_documents_visited_; }
+    // DocDraw::Exercises: the documents it drew from (at most T+1 tokens, a query token)
+    int64_t num_drawable_documents() const { return num_drawable_documents_; }
     size_t num_shards() const { return shards_.size(); }
     // the shard this process's first row of the last batch came from (-1: whole documents, or none
     // yet): where the data changes corpus, the divergence guard says so (llmc/train/training.h)
@@ -748,8 +753,17 @@ private:
         SplitMix64 rng(cfg_.sample_seed);
         PythonRandom head_rng(cfg_.sample_seed);
         const bool head = n > 0 && cfg_.sample_draw == DocDraw::PaperHead;
-        int64_t index = 0, kept = 0;  // the document visited, from 0; PaperHead: those packed
+        const bool exercises = n > 0 && cfg_.sample_draw == DocDraw::Exercises;
+        std::vector<int32_t> span_tok((size_t)T + 1);
+        std::vector<uint8_t> span_reg((size_t)T + 1), span_ex((size_t)T + 1);
+        auto is_exercise = [&](int64_t start, int64_t len) {  // fits a row and holds a query token
+            if (len > T + 1) { return false; }
+            read_span(start, (int)len, span_tok.data(), span_reg.data(), span_ex.data());
+            return std::find(span_reg.begin(), span_reg.begin() + len, (uint8_t)REGION_QUERY) != span_reg.begin() + len;
+        };
+        int64_t index = 0, kept = 0;  // the document visited (Exercises: drawable), from 0; PaperHead: those packed
         const int64_t seen = for_each_document([&](int64_t start, int64_t len) {
+            if (exercises && !is_exercise(start, len)) { return; }
             const int64_t i = index++;
             if (head) {  // (for_each_document visits every document: past the N-th kept, none is drawn)
                 if (kept == n) { return; }
@@ -770,6 +784,11 @@ private:
                   cfg_.pattern.c_str(), cfg_.doc_start_token);
         }
         if (n > 0 && !head) { num_documents_visited_ = seen; }
+        if (exercises && index == 0) {
+            fatal("data '%s' has no exercise to draw: no document of at most %d tokens holds a query token "
+                  "(the draw of exercises needs region sidecars)", cfg_.pattern.c_str(), T + 1);
+        }
+        if (exercises) { num_drawable_documents_ = index; }
         std::sort(drawn.begin(), drawn.end());
         for (const auto& [start, len] : drawn) { pack(start, len); }
         num_rows_ = (int64_t)row_begin_.size();
@@ -808,6 +827,7 @@ private:
     std::vector<uint8_t> row_scored_;
     int64_t num_skipped_documents_ = 0;
     int64_t num_documents_visited_ = 0;
+    int64_t num_drawable_documents_ = 0;  // DocDraw::Exercises: the exercises that fit a row
     uint64_t fingerprint_ = 0;
     int64_t epoch_ = -1, step_ = 0;
     int64_t batch_shard_ = -1;  // batch_shard()

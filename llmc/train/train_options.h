@@ -25,7 +25,7 @@ resume keeps of them, in llmc/train/resume.h. Host-only C++17.
 enum class AttentionKernels { Auto, TensorCores, Scalar };
 inline const Choices<AttentionKernels> kAttentionKernels{{"auto", "tensor-cores", "scalar"}};
 // --train-doc-draw: how --train-doc-eval draws its documents (DataLoaderConfig::sample_draw)
-inline const Choices<DocDraw> kDocDraws{{"uniform", "paper"}};
+inline const Choices<DocDraw> kDocDraws{{"uniform", "paper", "exercises"}};
 
 struct TrainOptions {
     OptimizerConfig opt = [] {
@@ -129,7 +129,7 @@ inline void add_training_flags(std::vector<Flag>& flags, TrainOptions& o, bool w
         make_flag("--val-whole-docs", &o.val_whole_docs, "validate on rows of whole documents (none split; longer ones skipped) 0|1, or 2: on windows and also on whole documents (logged as whole_docs)"),
         make_flag("--train-doc-eval", &o.train_doc_eval, "at each validation, also the loss per region and exercise over a seeded sample of N whole documents of --train-data (those longer than --seq-len + 1 tokens skipped; logged as train_docs; 0: none)"),
         make_flag("--train-doc-seed", &o.train_doc_seed, "seed of the --train-doc-eval sample (the same documents at every validation, on resume, and for every run with the same data and seed; --paper-setup 1: 3407, the SAN paper code's)"),
-        make_flag("--train-doc-draw", &o.train_doc_draw, kDocDraws, "how --train-doc-eval draws: uniform over all training documents, or paper: the SAN paper code's 1 in 10 of the training data's head in file order (Python's random with --train-doc-seed) until N are kept (--paper-setup 1 sets it)"),
+        make_flag("--train-doc-draw", &o.train_doc_draw, kDocDraws, "how --train-doc-eval draws: uniform over all training documents; paper: the SAN paper code's 1 in 10 of the training data's head in file order (Python's random with --train-doc-seed) until N are kept (--paper-setup 1 sets it); or exercises: uniform over the documents of at most --seq-len + 1 tokens with a query token, so that N exercises are evaluated on data that mixes them with other documents"),
         make_flag("--eval-sets", &o.eval_sets, "eval .bin files to score (comma list; dev/data/evals.py): acc, acc_norm, perplexity, word perplexity"),
         make_flag("--eval-every", &o.eval_every, "score the eval sets every N steps (and at the end; 0: only at the end)"),
         make_flag("--indicator-context", &o.indicator_context, "tokens per window of the attention-pattern indicators and logit distribution at validation: 4 windows of min(N, --seq-len) (0: --seq-len, the training context; --deconstructing-setup 1 sets 0; 257: the SAN paper code's measurement slice, which the effective ranks and max_logit keep)"),

@@ -313,6 +313,13 @@ private:
                    (long long)s.num_rows(), packed < o.train_doc_eval ? " (the data ends before that many are kept)" : "");
             return;
         }
+        if (o.train_doc_draw == DocDraw::Exercises) {  // (the exercises that fit a row, whatever else the data holds)
+            printf("training documents (--train-doc-eval %d, --train-doc-draw exercises, seed %llu): %lld drawn of the "
+                   "%lld exercises of at most %d tokens (a query token), packed into %lld rows%s\n",
+                   o.train_doc_eval, (unsigned long long)o.train_doc_seed, packed, (long long)s.num_drawable_documents(),
+                   o.seq_len + 1, (long long)s.num_rows(), packed < o.train_doc_eval ? " (every one: the data holds fewer)" : "");
+            return;
+        }
         printf("training documents (--train-doc-eval %d, seed %llu): %lld drawn, %lld longer than %d tokens skipped, "
                "%lld packed into %lld rows\n", o.train_doc_eval, (unsigned long long)o.train_doc_seed, packed + skipped,
                skipped, o.seq_len + 1, packed, (long long)s.num_rows());
