@@ -15,6 +15,10 @@ whole prediction of the attribute (study/capacity.py turns those losses into bit
                                    token is region answer, the document's exercise the attribute
   vocab.txt (one token a line, the id is the line), world.json (sizes, people), manifest.json
 
+--fresh-values writes the control world: the same people, templates and counts, but every
+biography draws its values anew, so no biography states a fact the others repeat; the probes
+ask the world's values, which nothing in training fixes (a sound measure reads about 0 bits).
+
 Every biography has BIO_TOKENS tokens, so --seq-len a multiple of it puts whole biographies in
 every training window (the training data is one shard, and one EOS after the last biography
 completes the last window): with N x E x BIO_TOKENS / seq-len windows a whole multiple of the
@@ -93,13 +97,16 @@ def sentence(attr: str, template: int, value: str) -> list[str]:
     return ATTRS[attr][1][template].split() + [value, "."]
 
 
-def biography(world: World, person: int, rng: random.Random) -> list[str]:
-    """One exposure: the name, then every attribute once, in a fresh order, each in a fresh template."""
+def biography(world: World, person: int, rng: random.Random, fresh: bool = False) -> list[str]:
+    """One exposure: the name, then every attribute once, in a fresh order, each in a fresh template;
+    fresh: each value drawn anew from rng instead of the person's (the control world)."""
     words = list(world.names[person])
     order = list(ATTRS)
     rng.shuffle(order)
     for attr in order:
-        words += sentence(attr, rng.randrange(len(ATTRS[attr][1])), ATTRS[attr][0][world.values[attr][person]])
+        values = ATTRS[attr][0]
+        value = rng.randrange(len(values)) if fresh else world.values[attr][person]
+        words += sentence(attr, rng.randrange(len(ATTRS[attr][1])), values[value])
     return words
 
 
@@ -111,7 +118,7 @@ def probes(world: World):
                 yield list(name) + sentence(attr, t, values[world.values[attr][person]]), attr
 
 
-def build(out: str, people: int, exposures: int, seed: int) -> dict:
+def build(out: str, people: int, exposures: int, seed: int, fresh: bool = False) -> dict:
     from attnref.shards import ANSWER, OTHER, ShardWriter
     if exposures < 1:
         raise ValueError(f"--exposures must be positive, not {exposures}")
@@ -125,7 +132,7 @@ def build(out: str, people: int, exposures: int, seed: int) -> dict:
     total = len(order) * BIO_TOKENS + 1
     w = ShardWriter(out, "capacity", "train", total, len(vocab))  # one shard: no window lost at a shard end
     for person in order:
-        w.add([BOS] + [ids[x] for x in biography(world, person, rng)] + [EOS])
+        w.add([BOS] + [ids[x] for x in biography(world, person, rng, fresh)] + [EOS])
     w.add([EOS])  # the last window's last target: windows of T + 1 tokens at k T then cover every biography
     w.close()
     v = ShardWriter(out, "capacity", "val", 1 << 20, len(vocab), with_regions=True, with_exercises=True)
@@ -136,7 +143,7 @@ def build(out: str, people: int, exposures: int, seed: int) -> dict:
         v.add(toks, regions, attr)
     v.close()
     sizes = {attr: len(values) for attr, (values, _) in ATTRS.items()}
-    manifest = {"people": people, "exposures": exposures, "seed": seed, "vocab_size": len(vocab),
+    manifest = {"people": people, "exposures": exposures, "seed": seed, "fresh_values": fresh, "vocab_size": len(vocab),
                 "bio_tokens": BIO_TOKENS, "biographies": len(order), "train_tokens": w.total_tokens,
                 "val_docs": v.total_docs, "val_tokens": v.total_tokens, "values": sizes,
                 "templates": {a: len(t) for a, (_, t) in ATTRS.items()},
@@ -162,9 +169,11 @@ def main(argv=None):
     ap.add_argument("--people", type=int, default=1000, help="N, people in the world")
     ap.add_argument("--exposures", type=int, default=100, help="biographies per person in the training data")
     ap.add_argument("--seed", type=int, default=1, help="seed of the world and of the biographies")
+    ap.add_argument("--fresh-values", action="store_true",
+                    help="the control world: every biography draws its values anew (no fact to store)")
     args = ap.parse_args(argv)
     try:
-        m = build(args.out, args.people, args.exposures, args.seed)
+        m = build(args.out, args.people, args.exposures, args.seed, args.fresh_values)
     except ValueError as e:
         sys.exit(f"bios.py: {e}")
     print(f"{args.out}: {m['people']:,} people x {m['exposures']} exposures = {m['biographies']:,} biographies, "

@@ -110,6 +110,29 @@ def test_windows_hold_whole_biographies(world_dir):
     assert all(ids[k * T] == bios.BOS for k in range(windows))
 
 
+def test_control_world_states_no_fact(tmp_path):
+    """--fresh-values: the same people, counts and layout, but a person's biographies disagree on
+    their values (so no value is a fact), and the values stay uniform."""
+    import bios
+    out = tmp_path / "control"
+    subprocess.run([sys.executable, os.path.join(REPO, "dev/data/bios.py"), "--out", str(out), "--people", "30",
+                    "--exposures", "20", "--fresh-values"], check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": REPO})
+    vocab = (out / "vocab.txt").read_text().split("\n")[:-1]
+    _, docs = documents(out / "capacity_train_000000.bin", bios.BOS)
+    told = {}
+    for d in docs:
+        words = [vocab[t] for t in d[1:bios.BIO_TOKENS - 1]]
+        for k in range(len(bios.ATTRS)):
+            s = words[2 + k * 5: 7 + k * 5]
+            attr = next(a for a, (_, ts) in bios.ATTRS.items() if " ".join(s[:3]) in ts)
+            told.setdefault((words[0], words[1], attr), []).append(s[3])
+    assert len(told) == 30 * len(bios.ATTRS) and all(len(v) == 20 for v in told.values())
+    born = [len(set(v)) for (_, _, a), v in told.items() if a == "born"]
+    assert min(born) >= 10  # 20 draws of 64 years: a fact would give 1
+    assert json.loads((out / "manifest.json").read_text())["fresh_values"] is True
+
+
 def test_bad_arguments(tmp_path):
     for flag, value, what in (("--people", "0", "--people must be positive"),
                               ("--people", "100000", "more people than the name pools"),
