@@ -80,10 +80,13 @@ def arm_table(study, manifest):
     return table
 
 
-def _mean_sd(values):
+def _mean_sd(values, form):
+    """"m ± sd" over seeds in format form ("m" alone for one seed)."""
     m = sum(values) / len(values)
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else float("nan")
-    return m, sd
+    if len(values) < 2:
+        return format(m, form)
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    return f"{format(m, form)} ± {format(sd, form)}"
 
 
 def report(study, manifest):
@@ -102,11 +105,20 @@ def report(study, manifest):
             lines.append(f"| {arm.name} | 0 | | | | | |")
             continue
         rows = list(seeds.values())
-        b, bsd = _mean_sd([r["bits"] for r in rows])
-        p, psd = _mean_sd([r["per_param"] for r in rows])
-        pa, pasd = _mean_sd([r["per_param_all"] for r in rows])
-        lines.append(f"| {arm.name} | {len(rows)} | {rows[0]['non_embedding']:,} | {b:,.0f} ± {bsd:,.0f} | "
-                     f"{b / manifest['bits']:.1%} | {p:.3f} ± {psd:.3f} | {pa:.3f} ± {pasd:.3f} |")
+        bits = [r["bits"] for r in rows]
+        share = sum(bits) / len(bits) / manifest["bits"]
+        lines.append(f"| {arm.name} | {len(rows)} | {rows[0]['non_embedding']:,} | {_mean_sd(bits, ',.0f')} | "
+                     f"{share:.1%} | {_mean_sd([r['per_param'] for r in rows], '.3f')} | "
+                     f"{_mean_sd([r['per_param_all'] for r in rows], '.3f')} |")
+    attrs = list(manifest["values"])
+    lines += ["", "Bits stored per attribute, mean over seeds (of N log2 D):", "",
+              "| arm | " + " | ".join(f"{a} (of {manifest['people'] * math.log2(manifest['values'][a]):,.0f})"
+                                     for a in attrs) + " |", "|---|" + "---|" * len(attrs)]
+    for arm in study.arms:
+        rows = list(table.get(arm.name, {}).values())
+        if rows:
+            lines.append(f"| {arm.name} | " + " | ".join(
+                f"{sum(r['by_attribute'][a] for r in rows) / len(rows):,.0f}" for a in attrs) + " |")
     base = study.baseline
     lines += ["", f"Paired by seed, {base} − partner, mean [95% t-interval] (study/findings.py):", "",
               "| partner | bits stored | bits / non-emb param | bits / param (all) |", "|---|---|---|---|"]
