@@ -7,11 +7,11 @@
 #
 # The trainer (make build/gpu-bf16/train_san, or $BINARY), both worlds at once (dev/data/bios.py:
 # the capacity world and its no-fact control), then the runs in an order that a cut leaves paired:
-# the SAN / FFN-3 pair seed by seed (42, 43, 44), the control's pair seed by seed, then the
-# iso-depth FFN-15; then the reports. Budget CAPACITY_GPU_BUDGET seconds from the start (default
+# the SAN / FFN-3 pair seed by seed (42, 43, 44), the pair at half its rates seed by seed, the
+# control's pair seed by seed, then the iso-depth FFN-15; then the reports. Budget CAPACITY_GPU_BUDGET seconds from the start (default
 # 540: the run tool's 600 less a minute), runs stopped CAPACITY_GPU_RESERVE (default 30) seconds
 # before its end. Returned in $OUT (else logs/capacity-gpu-out): stages.txt, capacity.md,
-# capacity_control.md, logs.tar.gz (each run's log.jsonl and status.json, the runner's output).
+# capacity_half.md, capacity_control.md, logs.tar.gz (each run's log.jsonl and status.json, the runner's output).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo" || exit 2
@@ -55,10 +55,12 @@ runs() {  # STUDY ONLY: the listed runs, in that order, within what is left
   stage "$1 --only $2: exit $? ($t s were left)"
 }
 runs studies/capacity_gpu.toml 0,3,1,4,2,5
+runs studies/capacity_gpu_half.toml 0,3,1,4,2,5
 runs studies/capacity_gpu_control.toml 0,3,1,4,2,5
 runs studies/capacity_gpu.toml 6,7,8
 
 $python -m study capacity studies/capacity_gpu.toml --out "$out/capacity.md" > /dev/null
+$python -m study capacity studies/capacity_gpu_half.toml --out "$out/capacity_half.md" > /dev/null
 $python -m study capacity studies/capacity_gpu_control.toml --out "$out/capacity_control.md" > /dev/null
 tar czf "$out/logs.tar.gz" logs/capacity-gpu-runs.log logs/capacity-gpu*/runs/*/log.jsonl \
   logs/capacity-gpu*/runs/*/status.json 2> /dev/null
