@@ -8,6 +8,7 @@ python -m study COMMAND ...: the study layer's one command line (doc/study.md).
   ladder report LADDER.toml [--out DIR]                  each finding against tokens
   sweep STUDY.toml [--out DIR]                           a rate sweep's table and each arm's best rates
   match [--preset P] [--n-layer N] ...                   iso-depth / iso-param / iso-FLOP partners
+  capacity STUDY.toml [--world DIR] [--out FILE]         bits of knowledge stored, per arm and parameter
   spectra CKPT... --out DIR                              singular values and stable ranks
   compare RUN... [--out PNG]                             runs side by side: final losses, rates, curves
   tensorboard RUN... --out DIR [--follow]                TensorBoard event files from JSONL logs
@@ -44,6 +45,7 @@ COMMANDS = {
     "ladder": _ladder,
     "sweep": _sweep,
     "match": _module_main("match"),
+    "capacity": _module_main("capacity"),
     "spectra": _module_main("spectra"),
     "compare": _module_main("compare"),
     "tensorboard": _module_main("to_tensorboard"),

@@ -47,6 +47,10 @@ from attnref.tokenizer import export_tokenizer_bin, tokenizer_fingerprint, train
 # eval sets record their tokenizer's fingerprint. 5: --knowledge builds write mixed/ (the
 # training entries and exercises interleaved).
 BUILD_FORMAT = 5
+# The knowledge files' own format, in a --knowledge build's marker only (a default build stays
+# current). 2: held out by headword group (shared WordNet glosses), no val fact in training
+# lookups or distractors, facts counted by kind with bits (dev/data/knowledge.py).
+KNOWLEDGE_FORMAT = 2
 MARKER = ".complete"
 
 
@@ -57,6 +61,7 @@ def marker_text(args) -> str:
     fields = {"build_format": BUILD_FORMAT, "region_convention": args.region_convention}
     if args.knowledge:  # only then: a default build's marker stays what it was
         fields["knowledge"] = True
+        fields["knowledge_format"] = KNOWLEDGE_FORMAT
     return json.dumps(fields) + "\n"
 
 

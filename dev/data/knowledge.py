@@ -17,26 +17,37 @@ Facts (EXTRACTORS: wordnet_facts, gcide_facts, ...), each a question with one an
   etymology  the bracket after a GCIDE entry's part of speech ("[AS. docga; akin to ...]")
   category   FOLDOC's <category> of a headword
 
-Split (split_of): by headword, lower-cased, so every database's entry for a word lands on
-the same side: crc32(headword) % VAL_EVERY == VAL_EVERY - 1 is held out (about 5%). The
-held-out entries' documents are the val documents; their facts are asked only in context
-(dict_lookup: the entry is in the query). The training entries' facts are split again, by
-fact: 1 in VAL_EVERY is asked in val exercises only, so a val parametric question asks a
-fact that training states only in its entry document, never in an exercise.
+Split (split_groups, split_of): by headword group, so every database's entry for a word lands
+on the same side, and so does every word that shares a WordNet gloss with it (a gloss belongs
+to a synset, and each member's entry states it): words joined by shared glosses form a group,
+and crc32(the group's first key) % VAL_EVERY == VAL_EVERY - 1 holds the group out (about 5%).
+One group is far larger than the rest (WordNet's core vocabulary, 27,699 of 220,526 keys): a
+group of more than MAX_HELD_GROUP keys always trains. The held-out entries' documents are the
+val documents; their facts are asked only in context (dict_lookup: the entry is in the query).
+The training entries' facts are split again, 1 in VAL_EVERY (fact_unit: a WordNet gloss as a
+whole, so a synset's members' questions fall together): those are asked in val exercises only,
+so a val parametric question asks a fact that training states only in entry documents (its
+own, and a shared gloss's synset members'), never in an exercise: training lookups quote no
+entry that states a val fact, and MCQ distractors are drawn from the split's own facts.
 
 Exercises (SYNTH columns, ChatML regions as synth_generator's):
   parametric  dict_define, dict_pos, dict_synonym, dict_antonym, dict_etymology,
               dict_category: a bare question; dict_mcq: a WordNet gloss among four
   in-context  dict_lookup: the entry's text, then a question whose answer is in it
 
+fact_counts: distinct facts per database and kind, and per kind the entropy of its answers
+(bits per fact: a part of speech is one of 39 answers, 1.7 bits).
+
 Cost: load() of all four databases takes about 15 s of one core and 1.5 GB of memory
 (288K entries, 64M characters, 772K facts).
 """
 from __future__ import annotations
 
+import math
 import random
 import re
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 
 from dictd import Entry, read_database
@@ -44,6 +55,7 @@ from dictd import Entry, read_database
 DATABASES = ("gcide", "wn", "foldoc", "jargon")
 SOURCE_NAME = {"gcide": "Webster's dictionary", "wn": "WordNet", "foldoc": "FOLDOC", "jargon": "the Jargon File"}
 VAL_EVERY = 20
+MAX_HELD_GROUP = 1000  # a headword group larger than this is never held out (split_groups)
 MAX_ANSWER_CHARS = 320
 PARAMETRIC = ("dict_define", "dict_pos", "dict_synonym", "dict_antonym", "dict_etymology", "dict_category",
               "dict_mcq")
@@ -271,12 +283,49 @@ EXTRACTORS = {"wn": wordnet_facts, "gcide": gcide_facts, "foldoc": foldoc_facts,
 class Corpus:
     documents: list[dict]   # {"source", "word", "key", "split", "text"}, one per entry
     facts: list[Fact]       # distinct facts (fact_id), in reading order
+    key_split: dict         # headword key -> 'train' | 'val' (split_groups)
+    val_every: int = VAL_EVERY
+
+    def fact_split(self, fact: Fact) -> str:
+        """Which exercises may ask a fact: 'context' for held-out entries, else 'train' or 'val'."""
+        if self.key_split[fact.key] == "val":
+            return "context"
+        return split_of(fact_unit(fact), self.val_every)
 
 
 def display_word(entry: Entry) -> str:
     """The headword as the block's first line writes it (the indexes lower-case it)."""
     first = entry.text.split("\n", 1)[0].split("\\")[0].strip()
     return first if first.lower() == entry.headwords[0] else entry.headwords[0]
+
+
+def fact_unit(fact: Fact) -> str:
+    """What the fact split holds out together: a WordNet gloss with every sense that states it
+    (its synset's members), any other fact alone."""
+    if fact.source == "wn" and fact.kind == "define":
+        return "wn\tdefine\t" + fact.answer
+    return "\t".join(map(str, fact.fact_id()))
+
+
+def split_groups(keys, facts: list[Fact], val_every: int = VAL_EVERY) -> dict:
+    """key -> 'train' | 'val': keys that share a WordNet gloss are one group (union-find), held out
+    together by split_of(the group's first key); a group of more than MAX_HELD_GROUP keys trains."""
+    parent = {k: k for k in keys}
+
+    def root(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+    first_key = {}
+    for f in facts:
+        if f.source == "wn" and f.kind == "define":
+            other = first_key.setdefault(f.answer, f.key)
+            a, b = root(other), root(f.key)
+            if a != b:
+                parent[max(a, b)] = min(a, b)  # the root is the group's first key
+    size = Counter(root(k) for k in parent)
+    return {k: "train" if size[root(k)] > MAX_HELD_GROUP else split_of(root(k), val_every) for k in parent}
 
 
 def load(directory: str, databases=DATABASES, val_every: int = VAL_EVERY) -> Corpus:
@@ -288,13 +337,15 @@ def load(directory: str, databases=DATABASES, val_every: int = VAL_EVERY) -> Cor
                 continue  # a headword without a definition
             word, key = display_word(entry), headword_key(entry.headwords[0])
             index = len(documents)
-            documents.append({"source": name, "word": word, "key": key, "split": split_of(key, val_every),
-                              "text": document_text(lines)})
+            documents.append({"source": name, "word": word, "key": key, "text": document_text(lines)})
             for fact in EXTRACTORS[name](word, lines, key, index):
                 if fact.fact_id() not in seen:
                     seen.add(fact.fact_id())
                     facts.append(fact)
-    return Corpus(documents, facts)
+    key_split = split_groups(sorted({d["key"] for d in documents}), facts, val_every)
+    for d in documents:
+        d["split"] = key_split[d["key"]]
+    return Corpus(documents, facts, key_split, val_every)
 
 
 KIND_NAME = {"pos": "part of speech", "define": "definition", "synonym": "synonyms", "antonym": "antonyms",
@@ -359,13 +410,6 @@ def lookup_exercise(fact: Fact, entry_text: str, rng: random.Random) -> tuple[st
     return "dict_lookup", query, reasoning, answer_sentence(fact)
 
 
-def fact_split(fact: Fact, val_every: int = VAL_EVERY) -> str:
-    """Which exercises may ask a fact: 'context' for held-out entries, else 'train' or 'val'."""
-    if split_of(fact.key, val_every) == "val":
-        return "context"
-    return split_of("\t".join(map(str, fact.fact_id())), val_every)
-
-
 MAX_LOOKUP_CHARS = 1200  # entries longer than this are not quoted in a query
 LOOKUP_SHARE, MCQ_SHARE = 0.25, 0.1
 # which kind of fact a question asks (then a fact of that kind, uniformly): by the facts' counts
@@ -385,19 +429,23 @@ def _pick(pools: dict[str, list[Fact]], rng: random.Random) -> Fact:
     return rng.choice(pools[rng.choices(kinds, [KIND_WEIGHTS[k] for k in kinds])[0]])
 
 
-def exercises(corpus: Corpus, split: str, num_docs: int, seed: int, val_every: int = VAL_EVERY):
+def exercises(corpus: Corpus, split: str, num_docs: int, seed: int):
     """Yields num_docs SYNTH-format documents for split ('train' or 'val'), deterministic in seed.
 
-    train: questions about the training facts (parametric, mcq) and lookups of training entries;
-    val: parametric questions about the held-out facts of training entries, lookups of held-out entries.
-    Shares: LOOKUP_SHARE lookups, MCQ_SHARE four-way WordNet definitions, the rest bare questions.
+    train: questions about the training facts (parametric, mcq) and lookups of training entries
+    that state no val fact; val: parametric questions about the held-out facts of training
+    entries, lookups of held-out entries. Shares: LOOKUP_SHARE lookups, MCQ_SHARE four-way
+    WordNet definitions (the distractors: other glosses the split asks), the rest bare questions.
     """
     rng = random.Random(seed)
-    asked = _by_kind([f for f in corpus.facts if fact_split(f, val_every) == split])
-    quoted = _by_kind([f for f in corpus.facts if fact_split(f, val_every) == ("context" if split == "val" else "train")
-                       and len(corpus.documents[f.entry]["text"]) <= MAX_LOOKUP_CHARS])
+    side = {id(f): corpus.fact_split(f) for f in corpus.facts}
+    asked = _by_kind([f for f in corpus.facts if side[id(f)] == split])
+    states_val = {f.entry for f in corpus.facts if side[id(f)] == "val"}  # (a shared gloss: every member's)
+    quoted = _by_kind([f for f in corpus.facts if len(corpus.documents[f.entry]["text"]) <= MAX_LOOKUP_CHARS
+                       and (side[id(f)] == "context" if split == "val"
+                            else side[id(f)] == "train" and f.entry not in states_val)])
     mcq = [f for f in asked.get("define", []) if f.source == "wn"]
-    glosses = sorted({f.answer for f in corpus.facts if f.source == "wn" and f.kind == "define"})
+    glosses = sorted({f.answer for f in mcq})
     if not asked or not quoted:
         raise ValueError(f"no {split} facts to ask (facts: {len(corpus.facts)}); the dictionaries are too small")
     for i in range(num_docs):
@@ -421,10 +469,25 @@ def exercises(corpus: Corpus, split: str, num_docs: int, seed: int, val_every: i
                "meta": {"source": fact.source, "kind": fact.kind, "key": fact.key, "answer": fact.answer}}
 
 
+def answer_bits(answers: list[str]) -> float:
+    """The entropy (bits) of the answers' empirical distribution: what naming one answer among
+    the kind's answers carries, on average (a fact's text may carry more; none carries less)."""
+    n = len(answers)
+    return -sum(c / n * math.log2(c / n) for c in Counter(answers).values()) if n else 0.0
+
+
 def fact_counts(corpus: Corpus) -> dict:
-    """Distinct facts per database and kind, and in all."""
+    """Distinct facts per database and kind, and in all; per kind its facts, distinct answers and
+    answer entropy (bits per fact, and bits = facts x bits per fact)."""
     counts: dict = {}
+    answers: dict = {}
     for f in corpus.facts:
         counts.setdefault(f.source, {}).setdefault(f.kind, 0)
         counts[f.source][f.kind] += 1
-    return {"total": len(corpus.facts), "by_source": counts}
+        answers.setdefault(f.kind, []).append(f.answer)
+    by_kind = {}
+    for kind, a in sorted(answers.items()):
+        bits = answer_bits(a)
+        by_kind[kind] = {"facts": len(a), "answers": len(set(a)), "bits_per_fact": round(bits, 3),
+                         "bits": round(bits * len(a))}
+    return {"total": len(corpus.facts), "by_source": counts, "by_kind": by_kind}

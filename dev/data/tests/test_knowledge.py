@@ -94,7 +94,17 @@ def wordnet_words(n):
     for i in range(n):
         w = f"zorb{i}"
         blocks.append(([w], f"{w}\n    n 1: a made-up thing number {i} used in\n         tests [syn: {{{w}}}, "
-                            f"{{zorbling {i}}}]\n    v 1: to make thing {i}\n"))
+                            f"{{zorbling {i}}}]\n    v 1: to make thing {i} again\n"))
+    return blocks
+
+
+def synset_pairs(n):
+    """n pairs of made-up WordNet words whose one sense shares its gloss (a synset's members, each
+    with its own entry, as WordNet's are): some pairs straddle a split by headword."""
+    blocks = []
+    for i in range(n):
+        for a, b in ((f"blip{i}", f"blop{i}"), (f"blop{i}", f"blip{i}")):
+            blocks.append(([a], f"{a}\n    n 1: a thing that blip {i} and blop {i} share [syn: {{{b}}}]\n"))
     return blocks
 
 
@@ -102,7 +112,7 @@ def wordnet_words(n):
 def dictd_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("dictd")
     info = (["00-database-info"], "00-database-info\nThis file was converted from the original database\n")
-    write_dictd(d, "wn", [info, (["dog"], WN_DOG), (["hot"], WN_HOT)] + wordnet_words(240))
+    write_dictd(d, "wn", [info, (["dog"], WN_DOG), (["hot"], WN_HOT)] + wordnet_words(240) + synset_pairs(60))
     write_dictd(d, "gcide", [info, (["dog"], GCIDE_DOG), (["spade", "spades"], GCIDE_SPADE)])
     write_dictd(d, "foldoc", [info, (["lisp"], FOLDOC_LISP)], compress=False)
     write_dictd(d, "jargon", [(["hack"], JARGON_HACK)])
@@ -125,7 +135,7 @@ def test_read_database(dictd_dir):
     assert gcide[0].text == GCIDE_DOG
     assert "caf\u2019 style" in gcide[1].text  # the Windows-1252 byte of an older database
     assert read_database(dictd_dir, "foldoc")[0].text == FOLDOC_LISP  # a plain .dict
-    assert len(read_database(dictd_dir, "wn")) == 2 + 240
+    assert len(read_database(dictd_dir, "wn")) == 2 + 240 + 120
 
 
 def test_read_database_errors(tmp_path):
@@ -176,22 +186,82 @@ def test_facts(dictd_dir):
     assert facts[("jargon", "pos", "'hack' in the Jargon File")] == "noun"
     assert facts[("jargon", "define", "'hack' in the Jargon File")] == \
         "Originally, a quick job that produces what is needed, but not well."
-    # distinct: 4 WordNet facts per made-up word (pos, define n, define v, synonym); WordNet's dog 7 (pos,
-    # 3 senses with a definition and synonyms), hot 3; GCIDE's Dog and Spade 3 each; FOLDOC and Jargon 2 each
-    assert len(corpus.facts) == len(set(f.fact_id() for f in corpus.facts)) == 4 * 240 + 7 + 3 + 3 + 3 + 2 + 2
+    # distinct: 4 WordNet facts per made-up word (pos, define n, define v, synonym), 3 per synset member
+    # (pos, define, synonym); WordNet's dog 7 (pos, 3 senses with a definition and synonyms), hot 3;
+    # GCIDE's Dog and Spade 3 each; FOLDOC and Jargon 2 each
+    assert len(corpus.facts) == len(set(f.fact_id() for f in corpus.facts)) == \
+        4 * 240 + 3 * 120 + 7 + 3 + 3 + 3 + 2 + 2
     assert knowledge.fact_counts(corpus)["total"] == len(corpus.facts)
 
 
 def test_split_by_headword(dictd_dir):
     import knowledge
     corpus = knowledge.load(dictd_dir)
-    want = {d["key"]: "val" if zlib.crc32(d["key"].encode()) % 20 == 19 else "train" for d in corpus.documents}
+    group = {d["key"]: d["key"].replace("blop", "blip") for d in corpus.documents}  # a pair's first key
+    want = {k: "val" if zlib.crc32(g.encode()) % 20 == 19 else "train" for k, g in group.items()}
     assert [d["split"] for d in corpus.documents] == [want[d["key"]] for d in corpus.documents]
     sides = {}
     for d in corpus.documents:
         sides.setdefault(d["key"], set()).add(d["split"])
     assert all(len(s) == 1 for s in sides.values()) and len(sides["dog"]) == 1  # dog: wn and gcide together
     assert 5 <= sum(s == {"val"} for s in sides.values()) <= 30
+    straddle = [i for i in range(60) if (want[f"blip{i}"] == "val") != (zlib.crc32(f"blop{i}".encode()) % 20 == 19)]
+    assert straddle  # what a split by headword alone would do to a synset: the fixture has such pairs
+
+
+def exercise_text(d):
+    return "\n".join((d["query"], d["synthetic_reasoning"], d["synthetic_answer"]))
+
+
+def test_held_out_glosses_stay_out_of_training(dictd_dir):
+    """A held-out word's WordNet glosses appear in no training entry and no training exercise
+    (a gloss shared with a training word would, and so would a distractor drawn from it)."""
+    import knowledge
+    corpus = knowledge.load(dictd_dir)
+    held = {f.answer for f in corpus.facts if f.source == "wn" and f.kind == "define"
+            and corpus.fact_split(f) == "context"}
+    assert len(held) >= 10
+    train_texts = [d["text"] for d in corpus.documents if d["split"] == "train"]
+    train_texts += [exercise_text(d) for d in knowledge.exercises(corpus, "train", 3000, 5)]
+    assert not [g for g in held if any(g in t for t in train_texts)]
+
+
+def test_val_facts_only_in_entries(dictd_dir):
+    """A val parametric question's fact is in no training exercise: its gloss is neither asked (a
+    shared gloss is held out with its synset) nor a distractor, and no training lookup quotes an
+    entry that states a val fact; val MCQ options are val glosses, none seen in a training exercise."""
+    import knowledge
+    corpus = knowledge.load(dictd_dir)
+    val = list(knowledge.exercises(corpus, "val", 400, 6))
+    train = list(knowledge.exercises(corpus, "train", 3000, 5))
+    train_text = [exercise_text(d) for d in train]
+    glosses = {d["meta"]["answer"] for d in val if d["meta"]["kind"] == "define" and d["exercise"] != "dict_lookup"}
+    assert len(glosses) >= 10 and any(d["exercise"] == "dict_mcq" for d in val)
+    assert not [g for g in glosses if any(g in t for t in train_text)]
+    stating = {corpus.documents[f.entry]["text"] for f in corpus.facts if corpus.fact_split(f) == "val"}
+    quoted = [d["query"].split("\n\n", 1)[1].rsplit("\n\nQuestion: ", 1)[0] for d in train
+              if d["exercise"] == "dict_lookup"]
+    assert len(quoted) > 300 and not stating & set(quoted)
+    for d in val:
+        if d["exercise"] == "dict_mcq":
+            options = [line[3:] for line in d["query"].split("\n")[1:]]
+            assert len(options) == 4 and not [o for o in options if any(o in t for t in train_text)]
+
+
+def test_fact_counts_bits_by_kind(dictd_dir):
+    from scipy.stats import entropy
+    import knowledge
+    corpus = knowledge.load(dictd_dir)
+    counts = knowledge.fact_counts(corpus)
+    kinds = counts["by_kind"]
+    assert sum(k["facts"] for k in kinds.values()) == counts["total"] == len(corpus.facts)
+    for kind, got in kinds.items():
+        answers = [f.answer for f in corpus.facts if f.kind == kind]
+        freq = np.unique(answers, return_counts=True)[1]
+        assert got["facts"] == len(answers) and got["answers"] == len(freq)
+        assert got["bits_per_fact"] == pytest.approx(entropy(freq, base=2), abs=1e-3)
+        assert got["bits"] == pytest.approx(entropy(freq, base=2) * len(answers), abs=1)
+    assert kinds["pos"]["answers"] < 10 < kinds["define"]["answers"]  # few parts of speech, many glosses
 
 
 def test_exercises(dictd_dir):
