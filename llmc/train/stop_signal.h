@@ -199,3 +199,17 @@ inline void set_stop_notes(std::string first, std::string second) {
 
 // The signal that asked the run to stop, or 0.
 inline int stop_signal() { return stop_signal_state().signal.load(); }
+
+// The signal that asked the run to stop, or 0; when 0, `first` and `second` become the notes of
+// the step that follows. One lock with the signal's note: a signal named step N in its note
+// stops the run at N's boundary, never one step later.
+inline int stop_signal_or_next_notes(std::string first, std::string second) {
+    StopSignalState& s = stop_signal_state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const int sig = s.signal.load();
+    if (sig == 0) {
+        s.first_note = std::move(first);
+        s.second_note = std::move(second);
+    }
+    return sig;
+}

@@ -149,8 +149,9 @@ public:
             return 0;
         }
         begin_steps();
+        const auto [first_note, second_note] = stop_notes(first_step + 1);
+        set_stop_notes(first_note, second_note);
         for (long step = first_step; step < o.steps; step++) {
-            update_stop_notes(step + 1);
             drop_lost_console();  // (its reader gone, the run goes on: llmc/train/stop_signal.h)
             Timer timer;
             model.zero_grad();
@@ -950,8 +951,9 @@ private:
         }
     }
 
-    // What Ctrl-C (or SIGTERM, SIGHUP) says during step `done` (llmc/train/stop_signal.h prints it).
-    void update_stop_notes(long done) {
+    // What Ctrl-C (or SIGTERM, SIGHUP) says during step `done` (llmc/train/stop_signal.h prints
+    // it): the first signal's note, and a second's.
+    std::pair<std::string, std::string> stop_notes(long done) const {
         const std::string step = "step " + std::to_string(done) + " of " + std::to_string(o.steps);
         std::string first;
         if (o.checkpoint_dir.empty()) {
@@ -961,7 +963,7 @@ private:
         }
         first += world > 1 ? " (every rank stops there; a repeated signal is ignored)" : " (again: stop at once, without saving)";
         if (!o.checkpoint_dir.empty()) { first += "; " + save_clock.fit(newest_checkpoint_path()); }
-        set_stop_notes(first, "stopped without saving; " + lost_since_last_save(done));
+        return {first, "stopped without saving; " + lost_since_last_save(done)};
     }
 
     // Over several ranks, after a step in which rank 0 could not write the log: every rank saves
@@ -990,7 +992,13 @@ private:
     int stop_if_signalled(long done) {
         // (with it, over several ranks, whether rank 0's log failed: LogFile::deferred; 1000 + ...)
         const bool log_failed = !log.failure().empty();
-        const int seen = world > 1 ? (int)comm->max((double)stop_signal() + (log_failed ? 1000.0 : 0.0)) : stop_signal();
+        // (the signal read with the next step's notes set in one lock: a note names the step it stops at)
+        int local = stop_signal();
+        if (done < o.steps) {
+            auto [first, second] = stop_notes(done + 1);
+            local = stop_signal_or_next_notes(std::move(first), std::move(second));
+        }
+        const int seen = world > 1 ? (int)comm->max((double)local + (log_failed ? 1000.0 : 0.0)) : local;
         if (seen >= 1000) { stop_for_the_log(done); }
         const int stop = seen;
         if (stop == 0 || done >= o.steps) { return 0; }
