@@ -462,10 +462,11 @@ $(DEBUG_STATES_GPT2): train_gpt2.py $(ATTNREF) dev/test/make_gpt2_debug_states.p
 # do not depend on PRECISION); the dev/cuda playgrounds (every llmc kernel they validate runs in
 # FP32 inside test_san, test_gpt2 and the kernel tests; ~60 s of CPU to build in FP32); the
 # kernel tests that do not use floatX (PRECISION_FREE: their FP32 object is the BF16 one, byte
-# for byte; dev/test/test_build_config.py checks it). In both, unless TEST_ALL=1 (make
+# for byte; dev/test/test_build_config.py checks it; test_comm is not: its no-GPU message names
+# the host build of its precision). In both, unless TEST_ALL=1 (make
 # test-all): the playgrounds, which make test runs under the race checker (test-racecheck: the
 # same validations, instrumented, under a random thread order), not twice. `make host` builds all.
-PRECISION_FREE := test_backend test_backend_misuse test_comm test_gemm test_mma test_racecheck
+PRECISION_FREE := test_backend test_backend_misuse test_gemm test_mma test_racecheck
 PLAYGROUNDS := $(notdir $(basename $(wildcard dev/cuda/*.cu)))
 TEST_HOST_OMITS := $(if $(filter FP32,$(PRECISION)),$(notdir $(basename $(CPP_TESTS))) $(PLAYGROUNDS) $(PRECISION_FREE)) \
   $(if $(filter 1,$(TEST_ALL)),,$(PLAYGROUNDS))

@@ -56,11 +56,13 @@ def lrs(out):
 
 @pytest.fixture(scope="module")
 def finished(data, tmp_path_factory):
-    """A 10-step run of each trainer, with a checkpoint at step 6 and at the end."""
+    """A 10-step run of each trainer, with a checkpoint at step 6 and at the end; its WSD decay
+    over the last 3 steps (0.3) lowers the rate of steps 9 and 10 (the first decay step runs at
+    the peak: llmc/optim/schedule.h; the default 0.15 of 10 steps floors to 1 step, no decay)."""
     out = {}
     for trainer in TRAINERS:
         d = tmp_path_factory.mktemp(f"run_{trainer}")
-        proc = run(trainer, common(data, d) + ["--steps", 10, "--save-every", 6])
+        proc = run(trainer, common(data, d) + ["--steps", 10, "--save-every", 6, "--decay-frac", 0.3])
         out[trainer] = (d, proc.stdout)
     return out
 
