@@ -1,13 +1,8 @@
 """
-The GPT-2 baseline (doc/gpt2.md), the numerical twin of train_gpt2.cu: learned token and
-position embeddings, pre-LayerNorm blocks (LayerNorm with bias, eps 1e-5), multi-head
-causal attention with a fused qkv projection, a GELU (tanh approximation) MLP of width 4d,
-biases on every linear layer, a final LayerNorm, and the LM head tied to the token
-embedding. The vocabulary is padded to a multiple of 128 (padded rows are zero; the loss
-and the softmax use the real V only).
-
-Reads top to bottom: config and presets -> parameters -> model -> optimizer groups ->
-checkpoint load. llm.c model files and Hugging Face weights are in gpt2_files.py.
+The GPT-2 baseline (doc/gpt2.md), the numerical twin of train_gpt2.cu: learned positions,
+LayerNorm with bias, fused-qkv causal MHA, a GELU MLP of width 4d, a tied LM head, the
+vocabulary padded to a multiple of 128. Reads top to bottom: config and presets -> init (the
+parameter list is sizes.py's) -> model -> optimizer groups -> checkpoint load.
 """
 
 import math
@@ -18,11 +13,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnref import presets
+from attnref import presets, sizes
 from attnref.container import KIND_CHECKPOINT, load_params_into, read_container
 from attnref.ops import attention_mask, gqa_attention, san_loss
 from attnref.optim import Optimizer
-from attnref.params import ModelConfig, SpecModel, palm_flops_per_token
+from attnref.params import ModelConfig, SpecModel
 
 # -----------------------------------------------------------------------------------------
 # Configuration
@@ -84,26 +79,12 @@ PRESETS = {name: preset_config(p) for name, p in PRESET_FILES.items()}
 
 
 # -----------------------------------------------------------------------------------------
-# Parameters: names, shapes, order and init. This list IS the contract with train_gpt2.cu.
+# Parameters: names, shapes and order are attnref/sizes.py's, beside the SAN's (without torch);
+# that list IS the contract with train_gpt2.cu. The init is here.
 
-LAYER_FIELDS = [  # (name, shape as a function of d), PyTorch (out, in) layout
-    ("ln_1.weight", lambda d: (d,)), ("ln_1.bias", lambda d: (d,)),
-    ("attn.c_attn.weight", lambda d: (3 * d, d)), ("attn.c_attn.bias", lambda d: (3 * d,)),
-    ("attn.c_proj.weight", lambda d: (d, d)), ("attn.c_proj.bias", lambda d: (d,)),
-    ("ln_2.weight", lambda d: (d,)), ("ln_2.bias", lambda d: (d,)),
-    ("mlp.c_fc.weight", lambda d: (4 * d, d)), ("mlp.c_fc.bias", lambda d: (4 * d,)),
-    ("mlp.c_proj.weight", lambda d: (d, 4 * d)), ("mlp.c_proj.bias", lambda d: (d,)),
-]
-
-
-def parameter_spec(cfg):
-    """[(name, shape)] in canonical order (the order of tensors in every file)."""
-    d = cfg.n_embd
-    spec = [("wte", (cfg.padded_vocab_size, d)), ("wpe", (cfg.seq_len, d))]
-    for i in range(cfg.n_layer):
-        spec += [(f"layers.{i}.{name}", shape(d)) for name, shape in LAYER_FIELDS]
-    spec += [("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
-    return spec
+parameter_spec = sizes.gpt2_parameter_spec
+count_parameters = sizes.gpt2_parameter_counts  # (total, non-embedding: without wte and wpe)
+flops_per_token = sizes.gpt2_flops_per_token
 
 
 def is_matrix_param(name, shape):
@@ -127,18 +108,6 @@ def init_value(cfg, name, shape, gen):
     if name.endswith(".bias"):
         return torch.zeros(shape)
     raise AssertionError(f"no init rule for {name}")
-
-
-def count_parameters(cfg):
-    """(total, non-embedding) counts; total includes the padded wte rows, non-embedding
-    excludes wte and wpe."""
-    total = sum(math.prod(s) for _, s in parameter_spec(cfg))
-    return total, total - (cfg.padded_vocab_size + cfg.seq_len) * cfg.n_embd
-
-
-def flops_per_token(cfg):
-    """Training FLOPs per token (PaLM convention, params.palm_flops_per_token)."""
-    return palm_flops_per_token(cfg, count_parameters(cfg)[1])
 
 
 # -----------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ import struct
 import numpy as np
 
 from attnref.container import ContainerError, bf16_bits_to_fp32, fp32_to_bf16_bits, load_params_into
-from attnref.gpt2 import GPT2, LAYER_FIELDS, PRESETS, GPT2Config, parameter_spec
+from attnref.gpt2 import GPT2, PRESETS, GPT2Config, parameter_spec
+from attnref.sizes import GPT2_LAYER_FIELDS
 
 # -----------------------------------------------------------------------------------------
 # llm.c model files (doc/formats.md "GPT-2 checkpoints", llm.c compatibility)
@@ -66,7 +67,7 @@ def read_llmc(path, bos_id=None):
                      bos_id=bos_id if bos_id is not None else (50256 if V == 50257 else 0))
     d = C
     shapes = [("wte", (Vp, d)), ("wpe", (maxT, d))]
-    shapes += [(name, (L,) + dict(LAYER_FIELDS)[name](d)) for name in LLMC_LAYER_ORDER]
+    shapes += [(name, (L,) + dict(GPT2_LAYER_FIELDS)[name](d)) for name in LLMC_LAYER_ORDER]
     shapes += [("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
     itemsize = 4 if header[1] == LLMC_VERSION_FP32 else 2
     expected = 1024 + sum(math.prod(s) for _, s in shapes) * itemsize

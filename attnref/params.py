@@ -1,9 +1,8 @@
 """
-Canonical parameters. Each model keeps one list, parameter_spec(cfg) -> [(name, shape)],
-that fixes the names, shapes and file order of its parameters (the contract with its CUDA
-trainer); SpecModel draws the initial values in that order and hands the parameters out in
-it, so files, optimizer state and init agree by construction. ModelConfig is what both
-config dataclasses share: the derived sizes and the config text of doc/formats.md.
+Canonical parameters. Each model has one list, parameter_spec(cfg) -> [(name, shape)]
+(attnref/sizes.py), that fixes the names, shapes and file order of its parameters; SpecModel
+draws the initial values in that order and hands the parameters out in it, so files, optimizer
+state and init agree by construction. ModelConfig: what both config dataclasses share.
 """
 
 from typing import ClassVar
@@ -12,8 +11,7 @@ import torch
 import torch.nn as nn
 
 from attnref.container import config_from_meta, config_to_meta
-
-VOCAB_PAD = 128  # the embedding / logits are padded to a multiple of this (both models)
+from attnref.sizes import padded_vocab
 
 
 class ModelConfig:
@@ -27,7 +25,7 @@ class ModelConfig:
 
     @property
     def padded_vocab_size(self):
-        return (self.vocab_size + VOCAB_PAD - 1) // VOCAB_PAD * VOCAB_PAD
+        return padded_vocab(self.vocab_size)
 
     def to_meta(self):
         return config_to_meta(self.MODEL, self)
@@ -61,8 +59,3 @@ class SpecModel(nn.Module):
         params = dict(self.named_parameters())
         return [(n, params[n]) for n, _ in self.parameter_spec(self.cfg)]
 
-
-def palm_flops_per_token(cfg, non_embedding):
-    """Training FLOPs per token, PaLM convention: 6 * (non-embedding params + LM head V*d)
-    + 12 * L * T * d for attention scores and values (full T x T, no causal halving)."""
-    return 6 * (non_embedding + cfg.vocab_size * cfg.n_embd) + 12 * cfg.n_layer * cfg.seq_len * cfg.n_embd

@@ -1,12 +1,8 @@
 """
-The SAN family (doc/san-model.md): attention-only
-"Simple Attention Networks" and their SwiGLU-FFN control arm, the numerical twin of
-train_san.cu. Explicit maths (our own masked GQA attention, RoPE, ZCN/RMS norms); fp32 by
-default, fp64 for the debug-state references.
-
-Reads top to bottom: config and presets -> parameters (names, shapes, order, init) ->
-norms and RoPE -> the attention sub-layer (Attention) -> the FFN (SwiGLU) -> the block
-(residual modes) -> the model -> checkpoint load.
+The SAN family (doc/san-model.md): attention-only Simple Attention Networks and their
+SwiGLU-FFN control arm, the numerical twin of train_san.cu in explicit maths (fp32, fp64 for
+the debug states). Reads top to bottom: config and presets -> init (the parameter list is
+sizes.py's) -> norms and RoPE -> attention -> FFN -> block -> model -> checkpoint load.
 """
 
 import math
@@ -18,13 +14,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnref import presets
+from attnref import presets, sizes
 from attnref.container import KIND_CHECKPOINT, ContainerError, load_params_into, read_container
 from attnref.ops import (attention_mask, document_ids, fast_attention, fast_attention_mask, gqa_attention, san_loss,
                          sdpa_attention)
 from attnref.params import ModelConfig, SpecModel
 from attnref.data import debug_batch
-from attnref.variants import (FIXED_QK_KINDS, TAYLOR_NORMS, MlpMixer, fixed_input_std, layer_kinds, mlp_width,
+from attnref.variants import (FIXED_QK_KINDS, TAYLOR_NORMS, MlpMixer, fixed_input_std, layer_kinds,
                               nonapprox_attention, taylor_attention)
 
 # -----------------------------------------------------------------------------------------
@@ -141,42 +137,12 @@ PRESETS = {name: preset_config(p) for name, p in PRESET_FILES.items()}
 
 
 # -----------------------------------------------------------------------------------------
-# Parameters: names, shapes, order and init. This list IS the contract with train_san.cu.
+# Parameters: names, shapes and order are attnref/sizes.py's (without torch, so that study/match.py
+# counts with them); that list IS the contract with train_san.cu. The init is here.
 
-def parameter_spec(cfg):
-    """[(name, shape)] in canonical order (the order of tensors in every file)."""
-    d, hd = cfg.n_embd, cfg.head_dim
-    dq, dkv = cfg.n_head * hd, cfg.n_kv_head * hd
-    has_gate = cfg.residual in ("gated", "rezero")
-    spec = [("wte", (cfg.padded_vocab_size, d))]
-    for i in range(cfg.n_layer):
-        p = f"layers.{i}."
-        spec += [(p + "attn_norm.weight", (d,))]
-        if cfg.kinds[i] == "mlp":      # token mixing removed: a SwiGLU in the attention's place
-            m = mlp_width(cfg)
-            spec += [(p + "attn.w_gate", (m, d)), (p + "attn.w_up", (m, d)), (p + "attn.w_down", (d, m))]
-        else:                          # every other kind keeps standard attention's tensors
-            spec += [(p + "attn.wq", (dq, d)),
-                     (p + "attn.wk", (dkv, d)),
-                     (p + "attn.wv", (dkv, d))]
-            if cfg.qk_norm:
-                spec += [(p + "attn.q_norm.weight", (hd,)), (p + "attn.k_norm.weight", (hd,))]
-            spec += [(p + "attn.wo", (d, dq))]
-        if cfg.sandwich:
-            spec += [(p + "attn_post_norm.weight", (d,))]
-        if has_gate:
-            spec += [(p + "attn_gate", (1,))]
-        if cfg.ffn == "swiglu":
-            spec += [(p + "ffn_norm.weight", (d,)),
-                     (p + "ffn.w_gate", (cfg.d_ff, d)),
-                     (p + "ffn.w_up", (cfg.d_ff, d)),
-                     (p + "ffn.w_down", (d, cfg.d_ff))]
-            if cfg.sandwich:
-                spec += [(p + "ffn_post_norm.weight", (d,))]
-            if has_gate:
-                spec += [(p + "ffn_gate", (1,))]
-    spec += [("final_norm.weight", (d,))]
-    return spec
+parameter_spec = sizes.san_parameter_spec
+count_parameters = sizes.san_parameter_counts      # (total, non-embedding)
+flops_per_token = sizes.san_flops_per_token
 
 
 def is_matrix_param(name, shape):
@@ -201,20 +167,6 @@ def init_value(cfg, name, shape, gen):
     if name.endswith("_gate"):                        # residual gate scalars (gated/rezero)
         return torch.zeros(shape)
     raise AssertionError(f"no init rule for {name}")
-
-
-def count_parameters(cfg):
-    """(total, non-embedding) parameter counts, padded embedding included in total."""
-    total = sum(math.prod(s) for _, s in parameter_spec(cfg))
-    return total, total - cfg.padded_vocab_size * cfg.n_embd
-
-
-def flops_per_token(cfg):
-    """Training FLOPs per token, PaLM convention: 6 * (non-embedding params + LM head V*d) +
-    12 * T * d for the scores and values of each layer that mixes over T x T pairs (standard,
-    approximate, staticembqk; not mlp, nor nonapprox with its one score per position)."""
-    pairwise = sum(k not in ("mlp", "nonapprox") for k in cfg.kinds)
-    return 6 * (count_parameters(cfg)[1] + cfg.vocab_size * cfg.n_embd) + 12 * pairwise * cfg.seq_len * cfg.n_embd
 
 
 # -----------------------------------------------------------------------------------------

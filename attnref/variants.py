@@ -1,9 +1,8 @@
 """
-The attention variants of "Deconstructing Attention" (doc/deconstructing.md) for the SAN
-family, the reference of train_san.cu's per-layer attention kinds (llmc/mixers/attention_kinds.h for
-the layouts, llmc/kernels/attention_variants.cuh for the kernels): the kinds and layouts, the mlp
-mixer's width, the fixed-QK kinds' input scale, and the token mixers written out as explicit T x T weights (no running
-maximum, no suffix sums: the kernels' tricks are theirs, this file is the plain maths).
+The attention variants of "Deconstructing Attention" (doc/deconstructing.md), the reference of
+train_san.cu's per-layer attention kinds: the kinds and layouts (llmc/mixers/attention_kinds.h),
+the fixed-QK kinds' input scale, and the token mixers as explicit T x T weights: the plain maths
+of llmc/kernels/attention_variants.cuh, without the kernels' running maxima and suffix sums.
 """
 
 import math
@@ -11,6 +10,8 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from attnref.sizes import mlp_width  # the mlp mixer's width (parameter counts need it without torch)
 
 KINDS = ("standard", "mlp", "approximate", "nonapprox", "rndembqk", "fixedseqqk", "staticembqk")
 # the kinds whose queries and keys come from a fixed input run through the network (attnref/san.py
@@ -73,13 +74,6 @@ def layer_kinds(attention, layout, n_layer):
         raise ValueError(f"layout {layout} keeps standard attention in all {n_layer} layers: "
                          f"attention {attention} would be used nowhere")
     return ["standard" if i + 1 in keep else attention for i in range(n_layer)]
-
-
-def mlp_width(cfg):
-    """The SwiGLU width m of an mlp layer: 3 d m weights as near as integers allow to W_q, W_k,
-    W_v, W_o's d (2 Hq hd + 2 Hkv hd), i.e. m = round((2 Hq hd + 2 Hkv hd) / 3), halves up."""
-    per_d = 2 * cfg.n_head * cfg.head_dim + 2 * cfg.n_kv_head * cfg.head_dim
-    return (2 * per_d + 3) // 6
 
 
 class MlpMixer(nn.Module):

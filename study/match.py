@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """
 match.py: the matched partners of one SAN-family arm (the SAN paper, "Question").
 
@@ -13,18 +12,8 @@ with their parameter counts, FLOPs per token, their mismatch against the arm and
 flags that build them. --exact-depths N lists the depths whose iso-param partner is exact (within
 1%), so that a study can choose a SAN depth whose iso-param gap needs no caveat.
 
-Counts and FLOPs are closed forms written here from doc/san-model.md's parameter list, not
-taken from the trainers (dev/test/test_study.py checks they equal train_san.cu's and
-train_san.py's):
-  per layer   attention  d*qd + 2*d*kvd + qd*d   (W_q, W_k, W_v, W_o; qd = Hq*hd, kvd = Hkv*hd)
-                         + d (pre-norm) + 2*hd (QK-norm gains) + d (sandwich) + 1 (gate)
-              FFN        3*d*d_ff (W_gate, W_up, W_down) + d (pre-norm) + d (sandwich) + 1 (gate)
-  final norm  d;   embedding  Vp*d (tied; Vp = V padded to a multiple of 128)
-  non-embedding = everything but the embedding
-FLOP convention (the trainer's MFU, PaLM's): training FLOPs per token =
-  6 * (non-embedding parameters + V*d for the LM head) + 12 * L * T * d
-(forward + backward of every matmul, plus the T x T attention scores and values, no causal
-halving).
+Counts and FLOPs are attnref/sizes.py's (the trainers' parameter lists, PaLM's FLOP convention
+of the trainers' MFU), which need no torch; an arm here has standard attention in every layer.
 
     python -m study match --preset san20
     python -m study match --preset demo --n-embd 64 --vocab-size 2048 --exact-depths 16
@@ -35,7 +24,8 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 
-VOCAB_PAD = 128
+from attnref import sizes
+from attnref.presets import load_presets
 
 
 @dataclass(frozen=True)
@@ -54,7 +44,12 @@ class Arm:
     sandwich: int = 0
 
     def resolved_d_ff(self):
-        return self.d_ff if self.d_ff > 0 else 4 * self.n_embd
+        return sizes.ffn_width(self)
+
+    @property
+    def kinds(self):
+        """The attention kind of each layer (attnref/sizes.py counts by it)."""
+        return ("standard",) * self.n_layer
 
     def check(self):
         def need(ok, what):
@@ -71,8 +66,6 @@ class Arm:
 
 # train_san's presets: presets/NAME.conf, the files train_san compiles in, read by attnref/presets.py
 # (no torch); an Arm takes the fields that decide counts and FLOPs.
-from attnref.presets import load_presets  # noqa: E402
-
 
 def arm_of_preset(preset):
     """The Arm of an attnref.presets.Preset, from its flags' text (--max-seq-len is seq_len)."""
@@ -91,33 +84,8 @@ FLAG_OF_FIELD = {"ffn": "--ffn", "n_layer": "--n-layer", "n_embd": "--n-embd", "
                  "d_ff": "--d-ff", "qk_norm": "--qk-norm", "residual": "--residual", "sandwich": "--sandwich"}
 
 
-def padded_vocab(arm):
-    return -(-arm.vocab_size // VOCAB_PAD) * VOCAB_PAD
-
-
-def layer_parameters(arm):
-    """(attention block, FFN block) parameters of one layer; the FFN block is 0 for a SAN."""
-    d, hd = arm.n_embd, arm.n_embd // arm.n_head
-    qd, kvd = arm.n_head * hd, arm.n_kv_head * hd
-    gate = 1 if arm.residual in ("gated", "rezero") else 0
-    attention = d * qd + 2 * d * kvd + qd * d + d + (2 * hd if arm.qk_norm else 0) + (d if arm.sandwich else 0) + gate
-    ffn = 0
-    if arm.ffn == "swiglu":
-        ffn = 3 * d * arm.resolved_d_ff() + d + (d if arm.sandwich else 0) + gate
-    return attention, ffn
-
-
-def parameter_counts(arm):
-    """(total, non-embedding); total includes the padded embedding rows, as the trainers count."""
-    attention, ffn = layer_parameters(arm)
-    nonemb = arm.n_layer * (attention + ffn) + arm.n_embd
-    return nonemb + padded_vocab(arm) * arm.n_embd, nonemb
-
-
-def flops_per_token(arm):
-    """Training FLOPs per token (see the module docstring for the convention)."""
-    nonemb = parameter_counts(arm)[1]
-    return 6 * (nonemb + arm.vocab_size * arm.n_embd) + 12 * arm.n_layer * arm.seq_len * arm.n_embd
+parameter_counts = sizes.san_parameter_counts  # (total, non-embedding) of an Arm
+flops_per_token = sizes.san_flops_per_token
 
 
 def partner_kind(arm):
