@@ -1,20 +1,19 @@
 """
-ckpt_diff.py -- whether two files of ours (checkpoints or debug states, doc/formats.md) hold the
-same state: every tensor bit for bit (names, order, shapes, values) and every key of the config
-text except the run.* ones, which say how a run was set up (cadence, data patterns, ranks) and
-may differ between two ways to the same state (straight, or interrupted and resumed).
+ckpt_diff.py -- whether two checkpoints or debug states hold the same state: every tensor bit
+for bit and every config key but run.* (how a run was set up, which may differ between two
+ways to the same state: straight, or interrupted and resumed).
 
   python -m attnref.ckpt_diff A.bin B.bin [--all-keys]
 
-Exit status: 0 the same, 1 different (each difference printed, then whether the model's
-parameters, the tensors but the optimizer state opt.*, are the same), 2 a file cannot be read.
+Exit status: 0 the same, 1 different (each difference, then whether the parameters are the
+same), 2 a file cannot be read.
 """
 import argparse
 import sys
 
 import numpy as np
 
-from attnref.container import ContainerError, read_container  # noqa: E402
+from attnref.container import ContainerError, read_container
 
 
 def bits(a):

@@ -1,12 +1,8 @@
 """
-The tensor container of doc/formats.md ("Model checkpoints", "Debug state"): one file type
-for checkpoints and debug states of both references. Layout: a 64-byte header (magic
-ATTNFILE, version, kind, sizes), the config text ("key=value" lines), a table of 128-byte
-tensor entries (name, dtype, shape, offset, bytes), then the tensor data, each tensor
-64-byte aligned. Version 2 (written here) adds CRC-32s (zlib.crc32): one in the header over the
-header, config text and tensor table, one per tensor over its data; padding must be zero;
-version 1 (no checksums) still reads, with a one-line note on stderr. Also the config-text helpers that turn a config dataclass into those
-lines and back, and the model-level checkpoint save and parameter load.
+The tensor container of both references' checkpoints and debug states (layout: doc/formats.md
+"Model checkpoints"): header, config text, tensor table, then the tensors, 64-byte aligned,
+with CRC-32s from version 2 (version 1 still reads, with a note). Also the config text <->
+dataclass helpers, the checkpoint save and the parameter load.
 """
 
 import math

@@ -13,7 +13,7 @@ import torch
 
 # attnref/shards.py holds the token-shard and sidecar formats (magic numbers, readers,
 # writers) for the data scripts and for us: one implementation of each.
-from attnref.shards import REGION_NAMES, read_regions, read_shard, regions_path  # noqa: E402,F401 (REGION_NAMES: for evaluation)
+from attnref.shards import REGION_NAMES, read_regions, read_shard, regions_path  # noqa: F401 (REGION_NAMES: for evaluation)
 
 
 class ShardLoader:

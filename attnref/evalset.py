@@ -1,30 +1,7 @@
 """
-Eval sets: the .bin format read by llmc/data/evalset.h (doc/formats.md, "Eval sets"), and the
-lm-eval-style encoding of (context, continuation) pairs.
-
-File: header 256 x int32
-  [0] EVAL_MAGIC  [1] version 2  [2] number of items  [3] kind (0 multiple choice, 1 cloze,
-  2 rolling, 3 partial)
-  [4] vocab size of the tokenizer  [5] most choices in an item  [6] most tokens in an item
-  (context + longest continuation)  [7] 1 if every context starts with BOS  [8] byte length
-  of the description  [9] CRC-32 (zlib.crc32, as the int32 with its bits) of the whole file
-  but this int  [10] the fingerprint of the tokenizer that made the tokens
-  (tokenizer.tokenizer_fingerprint)  [11] 1 when [10] holds one; rest 0 (version 1, still read
-  with a note: the same without [9..11])
-then the description (UTF-8, e.g. "SANITY SET ..."), then per item, all int32:
-  n_choices, gold, n_ctx, ctx[n_ctx], and per choice: n_tok, n_chars, tok[n_tok]
-n_chars is the length the metric normalises by: for multiple choice the characters of the
-choice as lm-eval's doc_to_choice gives it (acc_norm divides by it; the continuation may
-also carry lm-eval's target delimiter, which is not counted); for a rolling item the words
-of the original document. A cloze item has one choice (the target) and gold 0. A rolling
-item (lm-eval's loglikelihood_rolling, e.g. WikiText) has one choice, the whole document's
-tokens, gold 0 and a one-token context, the prefix token (BOS) that the first window
-conditions on; the scorer cuts the document into the model's windows (rolling_requests).
-A partial item (lm-eval's partial evaluation, Winogrande: one context per option, one shared
-continuation) has the shared prefix (BOS) as its context and per choice the tokens of that
-option's own context followed by the continuation's; its n_chars is how many of those tokens
-are the option's context (not scored, at least one token left to score), and acc is the argmax
-of the continuation's log-likelihood.
+Eval sets: the .bin files that llmc/data/evalset.h reads (layout and the four item kinds:
+doc/formats.md "Eval sets"), their writer and reader, and the lm-eval-style encoding of
+(context, continuation) pairs, rolling windows and partial items.
 """
 from __future__ import annotations
 

@@ -1,40 +1,11 @@
 """
-export_hf.py -- a model checkpoint of ours (doc/formats.md "Model checkpoints", "GPT-2
-checkpoints") as a Hugging Face transformers directory: config.json + model.safetensors
-(+ generation_config.json, + the tokenizer with --tokenizer), which
-AutoModelForCausalLM.from_pretrained(OUTDIR) loads offline, so transformers, lm-eval and
-vLLM can run the model.
+export_hf.py -- a checkpoint of ours as a Hugging Face transformers directory (config.json,
+model.safetensors, optionally the tokenizer) that transformers, lm-eval and vLLM load offline.
+SAN and FFN arms become Qwen3 decoders (Llama without QK-norm) by exact folding, GPT-2 a
+GPT2LMHeadModel; what they cannot express is refused. The mapping, the folding and why
+import_hf gets the checkpoint back bit for bit: doc/export.md.
 
   python -m attnref.export_hf CKPT OUTDIR [--tokenizer data/offline/tokenizer.model]
-
-SAN and FFN-arm checkpoints become Qwen3 decoders (Llama when qk_norm=0), up to folding:
-  * the residual gate is a scalar on the sub-layer output, so it folds into the sub-layer's
-    last matrix: W_o <- sigma(g) W_o (gated), g W_o (rezero), W_o (standard); the same for
-    W_down in the FFN arm;
-  * ZCN's gain (1 + gamma) is an RMSNorm weight (same eps 1e-6, same fp32 maths:
-    x * rsqrt(mean(x^2) + eps) * weight); an rms gain is copied;
-  * QK-norm is Qwen3's q_norm/k_norm (RMSNorm over head_dim, one weight for all heads);
-    RoPE is rotate-half with our theta (transformers computes the angles in fp32, we in
-    fp64: the logits differ by rounding only); GQA maps head for head (query head h reads
-    kv head h // (Hq/Hkv) in both);
-  * the tied embedding, multiplied by sqrt(d) or 1 after lookup (embed_scale), becomes an
-    untied pair embed_tokens = sqrt(d) E or E, lm_head = E (import_hf reads the scale back
-    from the pair);
-  * the padded vocabulary rows (ours: Vp, a multiple of 128) are dropped: vocab_size is the
-    real V, so transformers' softmax runs over the ids ours does;
-  * the SAN has no MLP: intermediate_size 0. transformers builds empty (0 x d) MLP weights
-    whose output is exactly zero, so each layer adds exactly nothing after attention.
-What transformers' decoders cannot express stops with a message: sandwich norms,
-residual=none, and config keys this exporter does not know (e.g. other attention kinds).
-The document mask has no counterpart either: the exported model attends to the whole
-input, which equals ours on any input whose only BOS is its first token (one document, as
-in every eval item); the exporter says so when doc_mask=1.
-
-GPT-2 checkpoints become GPT2LMHeadModel (its Conv1D weights are (in, out): transposed).
-
-config.json also keeps our config text under "attn_c"; where folding changed a tensor, the
-original values go to attn_c_unfolded.safetensors (transformers ignores both), so that
-attnref/import_hf.py gives back the checkpoint bit for bit. Weights are written in fp32.
 """
 from __future__ import annotations
 
@@ -49,8 +20,8 @@ import zlib
 import numpy as np
 import torch
 
-from attnref import container, gpt2, gpt2_files, san  # noqa: E402
-from attnref.tokenizer import TOKENIZER_MAGIC, SPTokenizer, tokenizer_fingerprint  # noqa: E402
+from attnref import container, gpt2, gpt2_files, san
+from attnref.tokenizer import TOKENIZER_MAGIC, SPTokenizer, tokenizer_fingerprint
 
 META_KEY = "attn_c"                                   # our config text inside config.json
 UNFOLDED_FILE = "attn_c_unfolded.safetensors"         # originals of the tensors folding changed

@@ -1,32 +1,12 @@
 """
-Our SentencePiece tokenizer (attnref/tokenizer.py, doc/formats.md "Tokenizer") as a Hugging
-Face fast tokenizer, so that AutoTokenizer.from_pretrained(DIR) encodes and decodes token for
-token as SentencePiece does.
-
-Why the pieces below reproduce SentencePiece exactly:
-- normalisation: ours is the identity, and the only rewrite SentencePiece makes is space ->
-  "▁" (no dummy prefix, no whitespace collapsing), so the normaliser is that one Replace;
-- the model: SentencePiece BPE encodes by repeatedly merging the adjacent pair whose
-  concatenation is the highest-scoring vocabulary piece (leftmost on ties). A BPE model
-  with one merge rule per way of splitting each piece into two vocabulary pieces, ranked by
-  the merged piece's score, makes the same choice at every step. Characters outside the
-  vocabulary become their UTF-8 bytes (<0xAB> pieces: byte fallback), as in SentencePiece;
-- user-defined pieces (<|im_start|>, <|im_end|>, <think>, </think>) are matched in the raw
-  text before BPE, as SentencePiece does: they are added tokens, not "special" ones, so
-  decoding keeps them;
-- control pieces (<pad>, </s>, <s>) and <unk> are special tokens: SentencePiece never makes
-  them from text and prints nothing for them, so the tokenizer is saved with
-  split_special_tokens (the text "<s>" is spelled out, not read as BOS) and decode with
-  skip_special_tokens=True drops them;
-- the post-processor puts BOS in front of every encoded text (add_special_tokens=True, the
-  transformers default and what lm-eval uses): our documents and eval contexts start with
-  BOS. encode(text, add_special_tokens=False) is SentencePiece's encode(text).
-The decoder maps "▁" back to a space and fuses byte pieces into UTF-8.
+Our SentencePiece tokenizer (attnref/tokenizer.py) as a Hugging Face fast tokenizer that
+encodes and decodes token for token as SentencePiece does, so that AutoTokenizer and lm-eval
+read exported models' text as ours (doc/export.md "Tokenizer"; why each piece matches: the
+comments of sentencepiece_to_hf).
 """
 from __future__ import annotations
 
-
-from attnref.tokenizer import SP_SPACE, T_CONTROL, T_NORMAL, T_UNKNOWN, T_USER, SPTokenizer  # noqa: E402
+from attnref.tokenizer import SP_SPACE, T_CONTROL, T_NORMAL, T_UNKNOWN, T_USER, SPTokenizer
 
 
 def sentencepiece_to_hf(model_file, model_max_length=None):
@@ -42,8 +22,11 @@ def sentencepiece_to_hf(model_file, model_max_length=None):
     pieces = [sp.id_to_piece(i) for i in range(sp_tok.vocab_size)]
     types = [sp_tok.piece_bytes(i)[0] for i in range(sp_tok.vocab_size)]
     vocab = {p: i for i, p in enumerate(pieces)}
-    # merge rules: every split of a normal piece into two normal pieces; the rank order is
-    # the merged piece's score, highest first (SentencePiece's choice), then its id
+    # merge rules: every split of a normal piece into two normal pieces, ranked by the merged
+    # piece's score, highest first, then its id. SentencePiece BPE merges the adjacent pair whose
+    # concatenation is the highest-scoring piece (leftmost on ties), so a BPE model with these
+    # ranks makes the same choice at every step; characters outside the vocabulary become their
+    # UTF-8 bytes (<0xAB> pieces) in both: byte fallback
     mergeable = {p for p, t in zip(pieces, types) if t == T_NORMAL}
     merges = []
     for i, p in enumerate(pieces):
@@ -57,11 +40,18 @@ def sentencepiece_to_hf(model_file, model_max_length=None):
     unk = pieces[sp_tok.unk_id] if sp_tok.unk_id >= 0 else None
     tok = Tokenizer(BPE(vocab=vocab, merges=[m[3] for m in merges], unk_token=unk, byte_fallback=True,
                         fuse_unk=True))
+    # ours normalises nothing (no dummy prefix, no whitespace collapsing): space -> "▁" is the one rewrite
     tok.normalizer = normalizers.Replace(" ", SP_SPACE)
     tok.decoder = decoders.Sequence([decoders.Replace(SP_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    # BOS first, as add_special_tokens=True (the transformers default, and lm-eval's) asks: our
+    # documents and eval contexts start with it; encode(text, add_special_tokens=False) is SentencePiece's
     bos = pieces[sp_tok.bos_id]
     tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
                                                        special_tokens=[(bos, sp_tok.bos_id)])
+    # control pieces and <unk> are special: SentencePiece never makes them from text and prints
+    # nothing for them (hence split_special_tokens below: the text "<s>" is spelled out, not read
+    # as BOS; skip_special_tokens=True drops them). The user pieces (the ChatML/think markers) are
+    # matched in the raw text before BPE, as SentencePiece does, and kept on decode: added tokens.
     specials = [AddedToken(pieces[i], special=True, normalized=False)
                 for i, t in enumerate(types) if t in (T_CONTROL, T_UNKNOWN)]
     users = [AddedToken(pieces[i], special=False, normalized=False, single_word=False, lstrip=False, rstrip=False)

@@ -1,23 +1,10 @@
 """
-import_hf.py -- a Hugging Face transformers directory (config.json + safetensors) as a model
-checkpoint of ours (doc/formats.md), the reverse of attnref/export_hf.py.
+import_hf.py -- a Hugging Face transformers directory as a checkpoint of ours, the reverse of
+export_hf.py: bit for bit for a directory it wrote, else Qwen3/Llama decoders of the SAN
+family's shapes and GPT-2 models as they stand (what is accepted, and why the round trip is
+exact: doc/export.md).
 
   python -m attnref.import_hf DIR CKPT
-
-Accepted: Qwen3 and Llama decoders of the SAN family's shapes (no biases, SiLU MLP or none
-(intermediate_size 0), RMSNorm eps 1e-6, head_dim = hidden_size / heads, plain RoPE, full
-attention, and an input embedding tied to the LM head, equal to it, or exactly sqrt(d) times it:
-the forms of our tied embedding with --embed-scale 1 and sqrt-d), and GPT-2 models
-(GPT2LMHeadModel layout, tied head).
-
-A directory written by export_hf.py comes back bit for bit: its config.json carries our
-config text ("attn_c") and attn_c_unfolded.safetensors the original values of the tensors
-that folding changed (gates, ZCN gains, the projections the gates were folded into). They
-are used only after a check that folding them again gives exactly the directory's weights;
-when that fails (the weights were changed after the export) or they are absent (any other
-Qwen3/Llama model), the weights are imported as they stand: norm=rms (gains copied),
-residual=standard (nothing to unfold), the same function. Keys transformers has no notion of
-(doc_mask, z_loss) come from "attn_c" or else take the SAN defaults, as the output says.
 """
 from __future__ import annotations
 
@@ -30,9 +17,8 @@ from dataclasses import replace
 
 import torch
 
-from attnref import export_hf
-from attnref import container, gpt2, gpt2_files, san  # noqa: E402
-from attnref.export_hf import META_KEY  # noqa: E402
+from attnref import container, export_hf, gpt2, gpt2_files, san
+from attnref.export_hf import META_KEY
 
 
 class ImportHFError(ValueError):

@@ -1,8 +1,8 @@
-"""The attention-pattern indicators of "Deconstructing Attention" (section 4.4, the radar plots
-of its figures 1 and 8) and the distribution of the pre-softmax logits (figures 2 and 6), from
-the reference model's own queries and keys: the PyTorch side of the trainer's measurement
-(llmc/model/attention_indicators.h; the definitions and choices: doc/deconstructing.md
-"Attention-pattern indicators"). Written apart from the C++, in whole-tensor float64 maths.
+"""
+The attention-pattern indicators and logit statistics of "Deconstructing Attention" (its
+radar plots and logit figures) from the reference model's queries and keys, in whole-tensor
+float64: the independent side of llmc/model/attention_indicators.h (definitions:
+doc/deconstructing.md "Attention-pattern indicators").
 
     qk = layer_queries_keys(model, idx)      per layer: (q, k, mask) of the real rows, or None
     attention_weights(form, q, k, mask)      (B, Hq, T, T) the weights, or None

@@ -1,18 +1,9 @@
 """
-The presets and recipes as data, read for the Python side from the files the Makefile compiles into
-the trainers (llmc/train/preset_files.h): presets/NAME.conf (a train_san model preset), presets/gpt2/NAME.conf
-(a train_gpt2 one) and presets/recipes/NAME.conf (--paper-setup, --deconstructing-setup). The format is --config's (llmc/config_file.h): `key = value`
-lines, `#` comments, a value in double quotes keeps its spaces and reads \\" \\\\ \\n as escapes.
-
-A preset file sets every model flag of its trainer (without the --); a train_san one may add
-  swept-by, swept-study, swept-report, swept-vocab-size   the sweep that chose its default rates
-  swept-[ffn-KIND-]muon, -muon-other, -adamw               the rates of the preset's arm (or of it with --ffn KIND)
-  tuned-for                                                 the recipe its default rates were tuned for
-A rates file (presets/rates/NAME.conf: san-paper, the SAN paper's locked rates; gpt2) has per arm
-ARM-source, ARM-adamw and (a trainer with Muon) ARM-muon, ARM-muon-other: read_rates.
-A recipe file sets train_san flags, PRESET.flag for one preset only, and its own keys (resume-keeps,
-paper-*-steps; train_san.cu apply_recipe). Model settings stay text here: model_config types them as the
-fields of a model's config (attnref/san.py, attnref/gpt2.py).
+The presets and recipes as data for the Python side, read from the files the Makefile compiles
+into the trainers: presets/NAME.conf (train_san), presets/gpt2/NAME.conf (train_gpt2),
+presets/rates/NAME.conf (default rates) and presets/recipes/NAME.conf (--paper-setup,
+--deconstructing-setup). The format is --config's (doc/formats.md "Config files"); model
+settings stay text here until model_config types them as a config's fields.
 """
 import os
 from dataclasses import dataclass, field, fields
@@ -86,6 +77,10 @@ class Preset:
 
 
 def read_preset(path):
+    """A Preset: every model flag of its trainer (without the --), and for a train_san preset
+    optionally tuned-for (the recipe its default rates were tuned for) and the sweep that chose
+    its default rates: swept-by, swept-study, swept-report, swept-vocab-size, and the rates of its
+    arm (or of it with --ffn KIND) swept-[ffn-KIND-]muon, -muon-other, -adamw."""
     name = os.path.basename(path)[:-len(".conf")]
     model, swept, tuned_for, seen = {}, {}, "", set()
     for key, value, line in read_conf(path):
@@ -142,8 +137,9 @@ class DefaultRates:
 
 
 def read_rates(name, arm, directory=RATES_DIR):
-    """The DefaultRates of `arm` in presets/rates/NAME.conf, checked as llmc/train/preset_files.h
-    compiled_default_rates checks the file."""
+    """The DefaultRates of `arm` in presets/rates/NAME.conf (san-paper: the SAN paper's locked
+    rates; gpt2), which has per arm ARM-source, ARM-adamw and, for a trainer with Muon, ARM-muon
+    and ARM-muon-other; checked as llmc/train/preset_files.h compiled_default_rates checks it."""
     path = os.path.join(directory, name + ".conf")
     arms = {}    # {arm: {field: (value, line)}}
     for key, value, line in read_conf(path):
@@ -182,7 +178,8 @@ def load_presets(directory=PRESET_DIR):
 
 
 def read_recipe(name, directory=RECIPE_DIR):
-    """[(key, value, line)] of presets/recipes/NAME.conf."""
+    """[(key, value, line)] of presets/recipes/NAME.conf: train_san flags, PRESET.flag for one
+    preset only, and the recipe's own keys (resume-keeps, paper-*-steps; train_san.cu apply_recipe)."""
     return read_conf(os.path.join(directory, name + ".conf"))
 
 

@@ -1,32 +1,9 @@
 """
-Token shards and their region and exercise sidecars: the binary files the C++ data loader (llmc/data/dataloader.h)
-reads. Formats (documented in doc/formats.md):
-
-  token shard  <name>.bin      header 256 x int32: [0] 20240520, [1] version (1 = uint16
-                               tokens, 2 = uint32 tokens), [2] number of tokens, [3] CRC-32
-                               of the token bytes (zlib.crc32), [4] 1 (the CRC is present),
-                               [5] the fingerprint of the tokenizer that made the tokens
-                               (tokenizer.tokenizer_fingerprint), [6] 1 when [5] holds one,
-                               rest 0; then the tokens, little-endian.
-  region file  <name>.regions  header 256 x int32: [0] REGIONS_MAGIC, [1] 1, [2] number of
-                               tokens (equal to its shard's), [3] CRC-32 of the labels, [4] 1,
-                               rest 0; then one uint8 per token: 0 other, 1 query,
-                               2 trace, 3 answer.
-  exercise file <name>.exercises  header 256 x int32: [0] EXERCISES_MAGIC, [1] 1, [2] number
-                               of tokens, [3] number of names K, [4] bytes S of the name
-                               table, [5] CRC-32 of the name table and the ids, [6] 1,
-                               rest 0; then the names (UTF-8, each ended by a NUL;
-                               name 0 is "none"); then one uint8 per token: the index of the
-                               exercise (task kind) of the document the token belongs to.
-The CRCs are stored as the int32 with the same bits. The int after a CRC is its flag: 1 = the
-CRC is present (every writer here sets it), so a CRC slot of 0 is checked like any other value;
-0 = a file from before the flag, whose slot holds its CRC, or 0 for none (older shards, llm.c's),
-read unchecked with a note on stderr. Readers check every header slot that has no field is 0.
-
-A ShardWriter takes documents (token ids, optional region labels, optional exercise name)
-and cuts them into shards of a fixed number of tokens named <prefix>_<split>_<index:06d>.bin,
-so that train and validation files are told apart by the patterns *_train_*.bin and *_val_*.bin.
-Documents are packed back to back; a document may continue in the next shard.
+Token shards and their region and exercise sidecars: the files the C++ data loader
+(llmc/data/dataloader.h) reads (layouts: doc/formats.md "Token shards", "Region sidecars",
+"Exercise sidecars"), one reader and writer of each for the data scripts and the references.
+ShardWriter packs documents back to back into shards of a fixed size named
+<prefix>_<split>_<index:06d>.bin, so that *_train_*.bin and *_val_*.bin tell the splits apart.
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """
-Tokenizers for the data pipeline, behind one small interface (encode/decode/ids of the
-special tokens), and export of either kind to the tokenizer .bin that the C++ side
-(llmc/data/tokenizer.h) reads to decode token ids. Format in doc/formats.md ("Tokenizer").
-
-- SentencePiece BPE as in the SAN paper: byte fallback, identity normalisation, no
-  whitespace collapsing and no dummy prefix (so decode(encode(x)) == x for any text),
-  pad 0 / eos 1 / bos 2 / unk 3, and the ChatML/think markers as atomic user-defined
-  pieces 4..7. train_sentencepiece() trains one; the CLI is dev/data/train_tokenizer.py.
-- GPT-2 BPE through tiktoken (needs its BPE files: network or TIKTOKEN_CACHE_DIR).
+Tokenizers for the data pipeline behind one small interface (encode, decode, special ids):
+SentencePiece BPE as in the SAN paper (train_sentencepiece; CLI: dev/data/train_tokenizer.py)
+and GPT-2 BPE through tiktoken; and the export of either to the tokenizer .bin that
+llmc/data/tokenizer.h reads (doc/formats.md "Tokenizer", settings and special ids there).
 """
 from __future__ import annotations
 
@@ -120,7 +115,8 @@ class SPTokenizer:
 
 
 class TiktokenTokenizer:
-    """GPT-2 BPE via tiktoken; <|endoftext|> (50256) serves as bos and eos, as in GPT-2."""
+    """GPT-2 BPE via tiktoken (its BPE files need the network once, or TIKTOKEN_CACHE_DIR);
+    <|endoftext|> (50256) serves as bos and eos, as in GPT-2."""
     kind = KIND_TIKTOKEN
 
     def __init__(self, enc=None):

@@ -1,12 +1,8 @@
 """
-What the two reference CLIs share around their models: the debug state (a fixed batch,
-its gradients and a short trajectory, doc/formats.md "Debug state"), the training loop on
-token shards with its progress lines, validation (overall and per region), sampling, the
-tokenizer .bin, and the command-line flags and run sequence both scripts have.
-
-Every function takes the model (SAN or GPT2: cfg, ordered_parameters, forward(idx,
-targets) -> (logits, (loss, ce, lse_sq))) and, where it builds one, the optimizer factory
-of the model (optim.Optimizer for the SAN, gpt2.make_optimizer for GPT-2).
+What the two reference CLIs share around their models: the debug state (doc/formats.md "Debug
+state"), the training loop on token shards, validation, sampling, and the flags and run
+sequence of both scripts. A model here is SAN or GPT2 (cfg, ordered_parameters,
+forward(idx, targets) -> (logits, (loss, ce, lse_sq))), with its optimizer factory.
 """
 
 import argparse

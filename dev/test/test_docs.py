@@ -12,6 +12,7 @@ and doc/*.md mention (the dated records under doc/*-runs/ aside: they say what w
   binaries) uses only flags their `-h` lists; every other --flag is one that some tool of the
   repository takes (an option string in its Python or shell sources, or the binaries' -h) or
   one of the outside tools' listed below.
+- The package map: attnref/__init__.py names each of the package's modules.
 Needs TRAIN_SAN_BIN and TRAIN_GPT2_BIN (make test sets them); skipped without them.
 """
 import glob
@@ -192,3 +193,10 @@ def test_every_flag_named_is_some_tools():
         for lineno, line in enumerate(open(doc, encoding="utf-8").read().splitlines(), 1):
             unknown += [f"{rel(doc)}:{lineno}: {flag}" for flag in FLAG.findall(line) if flag not in known]
     assert not unknown, "flags in the docs that no tool takes:\n  " + "\n  ".join(unknown)
+
+
+def test_attnref_names_its_modules():
+    import attnref
+    listed = set(re.findall(r"^  (\w+\.py) ", attnref.__doc__, re.M))
+    modules = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "attnref", "*.py"))} - {"__init__.py"}
+    assert listed == modules, f"attnref/__init__.py lists {sorted(listed - modules)} but not {sorted(modules - listed)}"
