@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
+# dev/data and dev/eval hold script modules (kjv, synth_generator, reference_eval, ...) that tests import
+for _sub in ("data", "eval"):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), _sub))
 # the programs the tests start (python -m study, dev/data/*.py) import this checkout's packages
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))

@@ -22,8 +22,8 @@ import sys
 
 import torch
 
-import attnref.san as san  # noqa: E402
-from attnref.data import ShardLoader  # noqa: E402
+import attnref.san as san
+from attnref.data import ShardLoader
 
 kappas = []  # (layer index, kappa per row) of the run being recorded; None: not recording
 

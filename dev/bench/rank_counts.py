@@ -14,7 +14,8 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "dev", "test")]  # run as a file: this checkout's attnref, trainer_cli
 from trainer_cli import run_binary, write_pattern_corpus  # noqa: E402
 
 

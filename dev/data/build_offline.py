@@ -32,14 +32,14 @@ import random
 import sys
 import time
 
-import kjv  # noqa: E402
-import knowledge  # noqa: E402
-from dictd import DEFAULT_DIR as DICTD_DIR  # noqa: E402
-from chatml import DocTokenizer  # noqa: E402
-from sanity_evals import build_all  # noqa: E402
-from attnref.shards import OTHER, ShardWriter  # noqa: E402
-from synth_generator import World, generate  # noqa: E402
-from attnref.tokenizer import export_tokenizer_bin, tokenizer_fingerprint, train_sentencepiece  # noqa: E402
+import kjv
+import knowledge
+from dictd import DEFAULT_DIR as DICTD_DIR
+from chatml import DocTokenizer
+from sanity_evals import build_all
+from attnref.shards import OTHER, ShardWriter
+from synth_generator import World, generate
+from attnref.tokenizer import export_tokenizer_bin, tokenizer_fingerprint, train_sentencepiece
 
 # Bump when the files a build writes change, so that older builds are rebuilt (scripts/demo.sh
 # asks --is-current). 2: paper region convention by default, .exercises sidecars. 3: tokenizer

@@ -54,9 +54,9 @@ import glob
 import os
 import re
 
-from attnref.evalset import (KIND_CLOZE, KIND_MC, KIND_PARTIAL, KIND_ROLLING, make_item,  # noqa: E402
-                     make_partial_item, make_rolling_item, write_evalset)
-from attnref.tokenizer import tokenizer_fingerprint  # noqa: E402
+from attnref.evalset import (KIND_CLOZE, KIND_MC, KIND_PARTIAL, KIND_ROLLING, make_item,
+                             make_partial_item, make_rolling_item, write_evalset)
+from attnref.tokenizer import tokenizer_fingerprint
 
 # (repo, file patterns) per task; the first pattern that matches files decides
 SOURCES = {

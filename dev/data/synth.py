@@ -23,7 +23,7 @@ import json
 import os
 from multiprocessing import Pool
 
-from attnref.shards import ShardWriter  # noqa: E402
+from attnref.shards import ShardWriter
 
 COLUMNS = ["synth_id", "language", "exercise", "query", "synthetic_reasoning", "synthetic_answer"]
 

@@ -12,7 +12,7 @@ writes <out>.model, <out>.vocab and <out>.bin (only <out>.bin with --gpt2).
 import argparse
 import os
 
-from attnref.tokenizer import TiktokenTokenizer, export_tokenizer_bin, train_sentencepiece  # noqa: E402
+from attnref.tokenizer import TiktokenTokenizer, export_tokenizer_bin, train_sentencepiece
 
 
 def iter_lines(paths, max_bytes):

@@ -29,7 +29,7 @@ import sys
 
 import torch
 
-from attnref.evalset import KIND_CLOZE, KIND_PARTIAL, KIND_ROLLING, partial_request, read_evalset, rolling_requests  # noqa: E402
+from attnref.evalset import KIND_CLOZE, KIND_PARTIAL, KIND_ROLLING, partial_request, read_evalset, rolling_requests
 
 
 @torch.no_grad()

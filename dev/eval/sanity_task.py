@@ -18,9 +18,8 @@ add_special_tokens=True, and the exported tokenizer's post-processor puts <s> fi
 """
 from __future__ import annotations
 
-
-from attnref.evalset import KIND_CLOZE, KIND_MC, read_evalset  # noqa: E402
-from attnref.tokenizer import SPTokenizer  # noqa: E402
+from attnref.evalset import KIND_CLOZE, KIND_MC, read_evalset
+from attnref.tokenizer import SPTokenizer
 
 
 def lm_eval_split(tok, context, continuation):

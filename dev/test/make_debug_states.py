@@ -10,10 +10,11 @@ and FFN arms, GQA shapes, with clipping) check the Muon step (issue 5).
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-import torch  # noqa: E402
+import torch
 
+# train_san.py is a file at the repository root, not in an installed package: run as a file, this
+# script has only dev/test/ on its path
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import train_san  # noqa: E402
 
 # The rates are pinned so that the FFN states do not take the FFN arm's larger defaults:

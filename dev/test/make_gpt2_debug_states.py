@@ -9,10 +9,11 @@ parameters under OUT_DIR/llmc/<name>.<dtype>.llmc.
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-import torch  # noqa: E402
+import torch
 
+# train_gpt2.py is a file at the repository root, not in an installed package: run as a file, this
+# script has only dev/test/ on its path
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import train_gpt2  # noqa: E402
 
 MATRIX = {

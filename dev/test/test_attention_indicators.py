@@ -16,18 +16,16 @@ fp32 ones by rounding only.
 """
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
 import torch
 
-from trainer_cli import ROOT, run_binary, write_pattern_corpus
-from attnref.shards import read_shard  # noqa: E402
+from trainer_cli import run_binary, write_pattern_corpus
+from attnref.shards import read_shard
+from attnref import indicators as ref
+from attnref import san
 
-sys.path.insert(0, ROOT)
-from attnref import indicators as ref  # noqa: E402
-from attnref import san  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")

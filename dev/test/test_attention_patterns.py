@@ -12,8 +12,9 @@ import sys
 import numpy as np
 import pytest
 
+from study import attention_patterns as ap
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from study import attention_patterns as ap  # noqa: E402
 
 EDGES = [10.0 ** (i / 4) for i in range(-12, 17)]
 

@@ -2,16 +2,14 @@
 equal (NaNs included, bit for bit), and each kind of difference is named: a value (one bit of
 one float), a key outside run.* (those only with --all-keys), a tensor missing, a shape; the
 command's exit status is 0 / 1 / 2 (the same, different, unreadable)."""
-import os
 import subprocess
 import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-from attnref import ckpt_diff  # noqa: E402
-from attnref.container import KIND_CHECKPOINT, write_container  # noqa: E402
+from attnref import ckpt_diff
+from attnref.container import KIND_CHECKPOINT, write_container
+
 
 META = [("model", "san"), ("n_layer", "2"), ("run.save_every", "0"), ("resume.data_step", "7")]
 

@@ -23,9 +23,9 @@ import sys
 import numpy as np
 import pytest
 
+from attnref.shards import ShardWriter
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-from attnref.shards import ShardWriter  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it

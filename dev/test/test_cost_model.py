@@ -4,13 +4,11 @@ card), then the whole tool on the host train_san (TRAIN_SAN_BIN) at the tiny pre
 whose GEMM FLOPs per step are known by hand: 6 x tokens x (the matrices' parameters + the
 classifier's V_pad x d), and whose other kernels' counts must grow with the batch."""
 import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev"))
-import cost_model  # noqa: E402
+import cost_model
+
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 

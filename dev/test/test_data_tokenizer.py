@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from trainer_cli import run_binary
-from attnref.shards import read_shard, shard_tokenizer, write_shard  # noqa: E402
-from attnref.evalset import KIND_MC, read_evalset, write_evalset  # noqa: E402
+from attnref.shards import read_shard, shard_tokenizer, write_shard
+from attnref.evalset import KIND_MC, read_evalset, write_evalset
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")

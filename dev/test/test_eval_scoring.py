@@ -13,16 +13,14 @@ decision is expected). About 25 s on 2 cores, most of it the two 30-step trainin
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from attnref.evalset import KIND_CLOZE, KIND_MC, KIND_PARTIAL, KIND_ROLLING, read_evalset, write_evalset
+from attnref.shards import write_shard
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-sys.path.insert(0, os.path.join(ROOT, "dev", "eval"))
-from attnref.evalset import KIND_CLOZE, KIND_MC, KIND_PARTIAL, KIND_ROLLING, read_evalset, write_evalset  # noqa: E402
-from attnref.shards import write_shard  # noqa: E402
 
 SAN = os.environ.get("TRAIN_SAN_FP32_BIN")
 pytestmark = pytest.mark.skipif(not SAN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")

@@ -12,12 +12,13 @@ import filecmp
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+from attnref import container, export_hf, gpt2, import_hf, optim, san
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -25,11 +26,6 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[2]
-for sub in ("", "dev/data", "dev/eval"):
-    sys.path.insert(0, str(ROOT / sub))
-from attnref import export_hf  # noqa: E402
-from attnref import import_hf  # noqa: E402
-from attnref import container, gpt2, optim, san  # noqa: E402
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)

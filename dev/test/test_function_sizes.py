@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
+import function_sizes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev"))
-import function_sizes  # noqa: E402
 
 SAMPLE = r'''
 #include <vector>   // { in a comment

@@ -20,11 +20,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from trainer_cli import ROOT, run_binary, write_pattern_corpus
-
-import sys
-sys.path.insert(0, ROOT)
-from attnref.container import read_container, write_container  # noqa: E402
+from trainer_cli import run_binary, write_pattern_corpus
+from attnref.container import read_container, write_container
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")

@@ -31,16 +31,14 @@ Cost: 33 runs of the tiny model (4 of them refused at start), 25-45 s on 2 cores
 import json
 import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, ROOT, VOCAB, run_binary, write_pattern_corpus, state_differences
+from trainer_cli import BOS, VOCAB, run_binary, write_pattern_corpus, state_differences
+from attnref.container import read_container
+from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset
 
-sys.path.insert(0, ROOT)
-from attnref.container import read_container  # noqa: E402
-from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
 # make sets HAS_MPIRUN=0 when mpirun or the MPI build is missing

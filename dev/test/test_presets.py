@@ -28,19 +28,17 @@ import math
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from study import match
+from study import runner as study
+import train_san as ts
+from attnref import presets, san
+from attnref.shards import write_shard
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-sys.path.insert(0, ROOT)
-from study import match  # noqa: E402
-from study import runner as study  # noqa: E402
-import train_san as ts  # noqa: E402
-from attnref import presets, san  # noqa: E402
-from attnref.shards import write_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN", "")
 needs_bin = pytest.mark.skipif(not BIN or not os.path.exists(os.path.join(ROOT, BIN)),

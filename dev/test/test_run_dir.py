@@ -11,15 +11,12 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
 
 from trainer_cli import ROOT, run_binary, state_differences, write_pattern_corpus
+from attnref.container import read_container
 
-sys.path.insert(0, os.path.join(ROOT, "attnref"))
-sys.path.insert(0, ROOT)
-from attnref.container import read_container  # noqa: E402
 
 SAN = os.environ.get("TRAIN_SAN_BIN")
 GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, ROOT, VOCAB, hangup_ends, run_binary
-from attnref.shards import write_shard  # noqa: E402
+from attnref.shards import write_shard
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = [pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)"),

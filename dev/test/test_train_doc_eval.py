@@ -34,13 +34,12 @@ import numpy as np
 import pytest
 import torch
 
+from attnref import ops, san
+from attnref.container import read_container
+from attnref.shards import read_exercises, read_regions, read_shard
+from trainer_cli import run_binary
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-from attnref import ops, san  # noqa: E402
-from attnref.container import read_container  # noqa: E402
-from attnref.shards import read_exercises, read_regions, read_shard  # noqa: E402
-from trainer_cli import run_binary  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_FP32_BIN not set (make test-python sets it)")

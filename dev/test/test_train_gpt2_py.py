@@ -6,17 +6,14 @@ no network). Run: .venv/bin/python -m pytest dev/test/test_train_gpt2_py.py"""
 import json
 import math
 import struct
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from attnref import container, gpt2, gpt2_files, optim, san  # noqa: E402
+from attnref import container, gpt2, gpt2_files, optim, san
+
 
 torch.set_num_threads(1)
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from attnref.shards import read_shard, write_shard
 from trainer_cli import ROOT, VOCAB, run_binary, write_pattern_corpus
-from study import runs as run_files  # noqa: E402
+from study import runs as run_files
 
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_FP32_BIN not set (make test sets it)")

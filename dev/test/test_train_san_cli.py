@@ -217,7 +217,6 @@ def logged_lrs(path):
 
 
 def checkpoint_meta(path):
-    sys.path.insert(0, ROOT)
     from attnref.container import KIND_CHECKPOINT, read_container
     return read_container(path, KIND_CHECKPOINT)[1]
 
@@ -229,7 +228,6 @@ def test_schedule_steps_set_the_horizon(data, tmp_path):
     from a file without one), one that leaves it continues at the same rates, and --extend-to
     keeps the horizon, past which the last rate holds."""
     import math
-    sys.path.insert(0, ROOT)
     from attnref.optim import lr_multiplier
     lr, H, W, final = 3e-3, 12, 2, 0.1
     expect = {s + 1: lr * (s / W if s < W else final + (1 - final) * 0.5 * (1 + math.cos(math.pi * (s - W) / (H - W))))
@@ -302,7 +300,6 @@ def test_paper_preset_without_paper_setup_warns(data, tmp_path, preset):
         assert "warning: --preset" not in run(base + more).stdout
     assert "warning: --preset" not in run(base[2:] + ["--preset", "tiny"]).stdout
     # the reference (train_san.py) warns for the same flags with the same line
-    sys.path.insert(0, ROOT)
     import train_san
     for more in ([], ["--paper-setup", "1", "--global-batch", "4", "--lr-scale-gpus", "1"], ["--muon-order", "paper"],
                  ["--optimizer", "adamw"]):
@@ -387,8 +384,6 @@ def test_attention_kernels_switch_takes_the_path_it_names(data, tmp_path, kernel
     assert other not in profiled, proc.stderr
     run_record = json.loads(log.read_text().splitlines()[0])
     assert run_record["run"]["attention_kernels"] == kernels and run_record["run"]["precision"] == "bf16"
-
-
 
 
 HEAD_DIM_128 = ["--n-embd", "256", "--n-head", "2", "--n-kv-head", "1", "--steps", "1", "--val-every", "0"]

@@ -20,13 +20,12 @@ import numpy as np
 import pytest
 import torch
 
+import train_san as ts
+from attnref import container, ops, san, training
+from attnref.data import ShardLoader
+from attnref.shards import read_exercises, read_regions, read_shard
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-import train_san as ts  # noqa: E402
-from attnref import container, ops, san, training  # noqa: E402
-from attnref.data import ShardLoader  # noqa: E402
-from attnref.shards import read_exercises, read_regions, read_shard  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 BIN32 = os.environ.get("TRAIN_SAN_FP32_BIN")

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from attnref import container, data, ops, optim, san, training
+import train_san as ts
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from attnref import container, data, ops, optim, san, training  # noqa: E402
-import train_san as ts  # noqa: E402
 
 torch.set_num_threads(1)   # tiny tensors: threads only add contention
 

@@ -23,10 +23,9 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus, state_differences
-from attnref.shards import write_shard  # noqa: E402
+from attnref.shards import write_shard
+from attnref.variants import KINDS, layer_kinds, standard_layers
 
-sys.path.insert(0, ROOT)
-from attnref.variants import KINDS, layer_kinds, standard_layers  # noqa: E402
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 needs_bin = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")

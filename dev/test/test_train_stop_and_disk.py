@@ -43,9 +43,8 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, MPIRUN, ROOT, VOCAB, hangup_ends, run_binary, state_differences
-from attnref.shards import write_shard  # noqa: E402
-
-from attnref import ckpt_diff  # noqa: E402
+from attnref import ckpt_diff
+from attnref.shards import write_shard
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from trainer_cli import BOS, ROOT, run_binary, write_pattern_corpus, state_differences
-from attnref.shards import write_shard  # noqa: E402
+from attnref.shards import write_shard
 
 SAN = os.environ.get("TRAIN_SAN_BIN")
 GPT2 = os.environ.get("TRAIN_GPT2_BIN") or (SAN and os.path.join(os.path.dirname(SAN), "train_gpt2"))
@@ -420,7 +420,7 @@ def test_prompt_encoding_matches_sentencepiece(offline, offline_models):
     corpus (SYNTH with its markers and newlines, and the KJV text)."""
     spm = pytest.importorskip("sentencepiece")
     sp = spm.SentencePieceProcessor(model_file=str(offline / "tokenizer.model"))
-    from attnref.shards import read_shard  # noqa: E402
+    from attnref.shards import read_shard
     texts = []
     for shard in (offline / "synth" / "synth_val_000000.bin", offline / "kjv" / "kjv_val_000000.bin"):
         tokens = np.asarray(read_shard(shard))
@@ -523,7 +523,6 @@ def test_reference_vocabulary(offline, offline_models, tmp_path):
     ref = reference("train_san.py", ["--tokenizer", offline / "tokenizer.model"])
     assert ref.returncode == 1 and "not a readable tokenizer .bin" in ref.stderr, ref.stderr
     # the validation default is the C++ trainers' 8 batches
-    sys.path.insert(0, ROOT)
     import train_gpt2
     import train_san
     assert train_san.build_parser().parse_args([]).val_batches == 8
@@ -557,7 +556,6 @@ def test_demo_arms_write_their_own_run_directories(offline, tmp_path):
         assert (run_dir / "final.bin").exists() and (run_dir / "log.jsonl").exists()
     ffn_log = (tmp_path / runs[0] / "log.jsonl").read_text()
     assert (tmp_path / runs[1] / "log.jsonl").read_text() != ffn_log
-
 
 
 def demo(offline, demo_dir, args, **kw):
@@ -654,7 +652,6 @@ def test_gpu_check_stops_at_once_without_a_gpu(tmp_path):
 def test_reference_and_trainer_have_the_same_presets(trainer):
     proc = run(trainer, ["--preset", "no-such-preset"], check=False)
     listed = proc.stderr.split("presets: ", 1)[1].rstrip().rstrip(")").split(", ")
-    sys.path.insert(0, ROOT)
     import train_gpt2
     import train_san
     assert sorted(listed) == sorted((train_san if trainer == "san" else train_gpt2).PRESETS)

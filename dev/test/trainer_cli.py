@@ -7,14 +7,13 @@ counts vary (documents end at different positions of a row)."""
 import os
 import signal
 import subprocess
-import sys
 
 import numpy as np
 
+from attnref.shards import write_shard
+from attnref import ckpt_diff
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-from attnref.shards import write_shard  # noqa: E402
-from attnref import ckpt_diff  # noqa: E402
 
 
 def hangup_ends():

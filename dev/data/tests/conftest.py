@@ -1,12 +1,10 @@
-"""Shared fixtures for the data tests: import path and a small trained tokenizer (the KJV text: dev/conftest.py)."""
+"""Shared fixtures for the data tests: a small trained tokenizer (the KJV text and the import
+path of dev/data's modules: dev/conftest.py)."""
 import os
-import sys
 
 import pytest
 
-DATA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REPO = os.path.dirname(os.path.dirname(DATA_DIR))
-sys.path.insert(0, DATA_DIR)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture(scope="session")
