@@ -38,6 +38,7 @@ RULES_DATE = "2026-12-07"
 MIN_SEEDS = 3
 LEVEL = 0.95
 SHOWS, DOES_NOT_SHOW, CANNOT_TELL, TREND = "shows", "does not show", "cannot tell", "trend"
+SHOWS_SHORT = "shows, short of a divergence"  # qk_norm: instabilities, not divergences, tell
 
 # a contrast of arms: its mean, sd over seeds of the paired values (None unpaired), seeds (the
 # fewest of any arm), standard error and degrees of freedom of its t-interval (None: no interval)
@@ -48,6 +49,10 @@ ATTENTION_MATRICES = ("attn.wq", "attn.wk", "attn.wv", "attn.wo")
 
 def too_few(n):
     return f"too few seeds ({n or 0})"
+
+
+def is_too_few(verdict):
+    return verdict.startswith("too few")
 
 
 # ----------------------------------------------------------------------------------------
@@ -320,7 +325,7 @@ def qk_norm(runs_with, runs_without, diverged_with, diverged_without, unstable_w
     if diverged_with or diverged_without:
         return SHOWS if more_often_p(diverged_without, runs_without, diverged_with, runs_with) <= alpha else DOES_NOT_SHOW
     if (unstable_with or unstable_without) and more_often_p(unstable_without, runs_without, unstable_with, runs_with) <= alpha:
-        return "shows, short of a divergence"
+        return SHOWS_SHORT
     return DOES_NOT_SHOW
 
 
@@ -472,3 +477,40 @@ def judge_family(results, alpha=FAMILY_ALPHA):
         else:
             out.append((SHOWS if r.p_shows <= thr else TREND, thr))
     return out
+
+
+# ----------------------------------------------------------------------------------------
+# the finding kinds: the one place a kind is defined. A study file's [[finding]] names a kind
+# and, for each role, an arm; the ladder's `[ladder].deconstructing` is a variants_behind finding.
+
+Kind = namedtuple("Kind", "roles optional rule title over_ladder")
+# roles: the arms it needs (a [[finding]]'s fields), optional: arms it uses when given; rule:
+# the function of this module that judges it; title: its heading in a study report; over_ladder:
+# the verdicts a ladder report gives it across the rungs (none: judged per study only)
+KINDS = {
+    "gap_ordering": Kind(("san", "iso_depth", "iso_flop", "iso_param"), (), gap_ordering,
+                         "Gap ordering: iso-depth > iso-FLOP > iso-param (SAN paper, finding 1)",
+                         ("Gap ordering iso-depth > iso-FLOP > iso-param", "iso-param gap shrinks with tokens")),
+    "localisation": Kind(("san", "ffn"), (), localisation,
+                         "The SAN's deficit sits on query tokens (SAN paper, finding 2)",
+                         ("Localisation on query tokens (held-out documents)",
+                          "Localisation on query tokens (training documents)")),
+    "qk_norm": Kind(("with_qk_norm", "without_qk_norm"), (), qk_norm,
+                    "Deep attention stacks diverge without QK-norm (SAN paper, finding 4)", ()),
+    "mlp_collapse": Kind(("standard", "uniform", "hybrid"), (), variants_behind,
+                         "Uniform mlp collapses, the hybrid recovers (Deconstructing Attention)", ()),
+    "spectra": Kind(("san",), ("ffn",), spectra,
+                    "Routing matrices freeze early, content matrices keep gaining stable rank (SAN paper, finding 3)",
+                    ("Spectra: routing freezes, content (W_o) keeps gaining",)),
+    # standard is an arm; KIND-uniform and KIND-hybrid are the arms of each of `kinds`
+    "variants_behind": Kind(("standard",), (), variants_behind,
+                            "Uniform variants behind standard (mlp most), hybrids recover (Deconstructing Attention)",
+                            ("Uniform variants behind standard (mlp most), hybrids recover",)),
+}
+STUDY_KINDS = ("gap_ordering", "localisation", "qk_norm", "mlp_collapse", "spectra")  # a study file's [[finding]]s
+
+
+def arms_of(finding):
+    """The arm names a finding (a [[finding]] table) reads, role by role."""
+    kind = KINDS[finding["kind"]]
+    return [finding[role] for role in kind.roles + kind.optional if role in finding]

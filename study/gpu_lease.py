@@ -36,7 +36,6 @@ STUDY_OUT-Nsteps), never among the study's own runs.
 """
 import argparse
 import glob
-import json
 import math
 import os
 import shutil
@@ -51,7 +50,7 @@ import tomllib
 from study import checkout_env, match
 from study import runner
 from study.runs import read_log, read_status
-from study.spec import StudyError, load_study
+from study.spec import StudyError, load_study, write_study
 
 PRIOR_MS_FIXED = 1.5        # per step: launches, host-side work (issue 45: the embedding's bucket sort alone ~1.3 ms)
 PRIOR_TFLOPS = 100.0        # effective bf16 rate of a d-256 model on an H100 (about 10% of its peak; a guess)
@@ -69,29 +68,7 @@ TINY_FLAGS = {"--n-embd": "64", "--max-seq-len": "64", "--val-batches": "2", "--
 # ----------------------------------------------------------------------------------------
 # study files
 
-def toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a TOML basic string for the characters study files use
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML form for {v!r}")
-
-
-def dump_study(raw):
-    """A study file's text from its parsed tables ([study], [[arm]], [[finding]]; flat values)."""
-    lines = ["# written by study/gpu_lease.py from a study file of studies/ (its header says what it is)", "[study]"]
-    for k, v in raw["study"].items():
-        if isinstance(v, dict):
-            raise TypeError(f"study.{k}: nested tables are not written here")
-        lines.append(f"{k} = {toml_value(v)}")
-    for table in ("arm", "finding"):
-        for entry in raw.get(table, []):
-            lines += ["", f"[[{table}]]"] + [f"{k} = {toml_value(v)}" for k, v in entry.items()]
-    return "\n".join(lines) + "\n"
+HEADER = "written by study/gpu_lease.py from a study file of studies/ (its header says what it is)"
 
 
 def set_flag(flags, name, value):
@@ -118,13 +95,6 @@ def adapt(raw, steps=None, tiny=False):
         for name, value in TINY_FLAGS.items():
             s["flags"] = set_flag(s.get("flags", []), name, value)
     return dict(raw, study=s)
-
-
-def write_study(raw, path):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(dump_study(raw))
-    return path
 
 
 def check_pair(sweep, main):
@@ -272,7 +242,7 @@ def main(argv=None):
         print(f"[gpu_lease] {line}", flush=True)
         lease_log.write(line + "\n")
 
-    sweep_path = write_study(raw_sweep, os.path.join(lease_dir, "sweep.toml"))
+    sweep_path = write_study(raw_sweep, os.path.join(lease_dir, "sweep.toml"), HEADER)
     sweep = load_study(sweep_path, args.binary)
     log(f"start: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(started))}; deadline in "
         f"{args.deadline - started:.0f} s, runs stop {args.reserve:.0f} s before it; {sweep.steps} steps x "
@@ -335,7 +305,7 @@ def main(argv=None):
     for a in raw_main["arm"]:
         if a["name"] in best:
             a["lr_other"] = best[a["name"]]
-    main_path = write_study(raw_main, os.path.join(lease_dir, "main.toml"))
+    main_path = write_study(raw_main, os.path.join(lease_dir, "main.toml"), HEADER)
     main_study = load_study(main_path, args.binary)
     seeds = sorted({r.seed for r in main_study.runs})
     todo = [r for s in seeds for r in main_study.runs if r.seed == s and r.arm.name in best]

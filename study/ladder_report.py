@@ -68,12 +68,11 @@ import os
 import sys
 
 from study import findings
-from study import ladder as ladder_files
 from study import runs as run_files
-from study import runner as study_runner
 from study.findings import Rule, paired, with_interval
 from study.plots import figure_legend, plt, save
 from study.runs import RunData
+from study.spec import LadderError, StudyError, load_ladder, load_study
 from study.tables import fmt, mean_sd, pm, table
 
 REGIONS = ("query", "trace", "answer")
@@ -85,9 +84,9 @@ ROLES = {"iso_depth": "iso-depth", "iso_flop": "iso-FLOP", "iso_param": "iso-par
 # numbers
 
 class Rung:
-    def __init__(self, tokens, path):
+    def __init__(self, tokens, study):
         self.tokens = tokens
-        self.study = study_runner.load_study(path)
+        self.study = study
         self.runs = [RunData(r, final_step=self.study.steps) for r in self.study.runs]
 
     def arm_runs(self, name):
@@ -335,17 +334,9 @@ SWEEP_AXIS_LABEL = {"lr": "peak rate of the matrices (--lr)",
 # the reports
 
 def load_rungs(path):
-    raw, _, _, _, table_ = ladder_files.load_ladder(path)
-    raw["ladder"] = table_
-    rungs = [Rung(t, f) for t, f in ladder_files.write_rung_files(path)]
-    return raw, rungs
-
-
-def _finding(raw, kind):
-    for f in raw.get("finding", []):
-        if f["kind"] == kind:
-            return f
-    return None
+    """(the ladder file's spec.Ladder, its Rungs): each rung's study as its file would load, none written."""
+    ladder = load_ladder(path)
+    return ladder, [Rung(t, ladder.rung_study(t)) for t, _ in ladder.rungs]
 
 
 def runs_table(rungs):
@@ -360,16 +351,16 @@ def runs_table(rungs):
     return [table(["rung (tokens)", "run", "state", "steps", "final val loss", "ms/step"], rows)]
 
 
-class Ladder:
-    """What every section of the ladder report reads: the ladder file's tables, its rungs, the
+class LadderReport:
+    """What every section of the ladder report reads: the ladder (spec.Ladder), its rungs, the
     output directory and each rung's noise floor (floors: [(tokens, floor)], floor_of by tokens)."""
 
     def __init__(self, path, out):
         self.path = path
-        self.raw, self.rungs = load_rungs(path)
-        self.out = out or os.path.join(self.raw["study"].get("out", "logs"), "report")
-        self.control = self.raw["ladder"].get("norm_control")
-        gaps = _finding(self.raw, "gap_ordering")
+        self.ladder, self.rungs = load_rungs(path)
+        self.out = out or os.path.join(self.ladder.out, "report")
+        self.control = self.ladder.norm_control
+        gaps = self.ladder.finding("gap_ordering")
         self.quartet = [gaps[r] for r in ("san", "iso_depth", "iso_flop", "iso_param")] if gaps else []
         self.floors, self.floor_rows = [], []
         for rung in self.rungs:
@@ -382,9 +373,9 @@ class Ladder:
 
 def write_report(path, out=None):
     """ladder.md and its figures in `out` (default OUT/report); returns (its path, [(finding, verdict)])."""
-    lad = Ladder(path, out)
+    lad = LadderReport(path, out)
     os.makedirs(lad.out, exist_ok=True)
-    lines = [f"# Scale ladder: {lad.raw['study']['name']}", "", lad.raw["study"].get("note", ""), "",
+    lines = [f"# Scale ladder: {lad.ladder.name}", "", lad.ladder.tables["study"].get("note", ""), "",
              f"Ladder file `{path}`; rungs " + ", ".join(f"{r.tokens:,}" for r in lad.rungs)
              + " tokens per run.", "", Rule("paired").describe("the rung's noise floor"), ""]
     lines += ["## Runs", ""] + runs_table(lad.rungs) + [""]
@@ -428,7 +419,7 @@ def numbers_text(numbers):
 
 def gap_sections(lad, verdicts):
     """Finding 1 at each rung and over the ladder, and the iso-param gap's shrinking."""
-    fg = _finding(lad.raw, "gap_ordering")
+    fg = lad.ladder.finding("gap_ordering")
     if not fg:
         return []
     lines = ["## Gap ordering (SAN paper finding 1)", "",
@@ -447,8 +438,9 @@ def gap_sections(lad, verdicts):
                      "at rung"], rows), ""]
     if gap_points:
         lines += [f"![gaps]({plot_gaps(gap_points, lad.floors, lad.out)})", ""]
-    verdicts.append(("Gap ordering iso-depth > iso-FLOP > iso-param", over_ladder(gap_points, lad.floor_of)))
-    verdicts.append(("iso-param gap shrinks with tokens", iso_param_shrinks(gap_points, lad.floor_of)))
+    ordering, shrinks = findings.KINDS["gap_ordering"].over_ladder
+    verdicts.append((ordering, over_ladder(gap_points, lad.floor_of)))
+    verdicts.append((shrinks, iso_param_shrinks(gap_points, lad.floor_of)))
     return lines
 
 
@@ -470,7 +462,7 @@ def over_ladder(points, floor_of=None):
 
 def localisation_section(lad, verdicts):
     """Finding 2 on held-out documents and, separately, on training documents."""
-    fl_ = _finding(lad.raw, "localisation")
+    fl_ = lad.ladder.finding("localisation")
     if not fl_:
         return []
     lines = ["## Localisation (SAN paper finding 2)", "",
@@ -479,8 +471,9 @@ def localisation_section(lad, verdicts):
              "they count only the targets of documents that begin in the window, a sample that favours "
              "document beginnings and short documents).", ""]
     reg_points = []
-    for docs, title in (("whole_docs", "held-out documents (whole: --val-whole-docs)"),
-                        ("train_docs", "training documents (whole: --train-doc-eval)")):
+    for docs, title, verdict in zip(("whole_docs", "train_docs"), ("held-out documents (whole: --val-whole-docs)",
+                                    "training documents (whole: --train-doc-eval)"),
+                                    findings.KINDS["localisation"].over_ladder):
         rows, pts = [], []
         for rung in lad.rungs:
             r = localisation(rung, fl_["san"], fl_["ffn"], docs, Rule("paired", lad.floor_of[rung.tokens]))
@@ -499,14 +492,14 @@ def localisation_section(lad, verdicts):
                     break
             else:
                 reg_points.append((t, {docs: r}))
-        verdicts.append((f"Localisation on query tokens ({title.split(' (')[0]})", over_ladder(pts, lad.floor_of)))
+        verdicts.append((verdict, over_ladder(pts, lad.floor_of)))
     if reg_points:
         lines += [f"![regions]({plot_regions(reg_points, lad.floors, lad.out)})", ""]
     return lines
 
 
 def spectra_section(lad, verdicts):
-    fs = _finding(lad.raw, "spectra")
+    fs = lad.ladder.finding("spectra")
     if not fs:
         return []
     lines = ["## Spectra (SAN paper finding 3)", "",
@@ -528,7 +521,7 @@ def spectra_section(lad, verdicts):
                        r["verdict"]])
     lines += [table(["rung", "seed", "W_q", "W_k", "W_v", "W_o", "margin", "FFN W_o"], rows), ""]
     lines += [table(["rung", "W_o gain", "margin", "SAN W_o − FFN W_o", "at rung"], judged), ""]
-    verdicts.append(("Spectra: routing freezes, content (W_o) keeps gaining", over_ladder(pts)))
+    verdicts.append((findings.KINDS["spectra"].over_ladder[0], over_ladder(pts)))
     return lines
 
 
@@ -553,7 +546,7 @@ def measurements_section(lad, verdicts):
 
 def deconstructing_section(lad, verdicts):
     """Each variant kind, uniform and hybrid, against standard attention; its attention patterns."""
-    fd = lad.raw["ladder"].get("deconstructing")
+    fd = lad.ladder.finding("variants_behind")
     if not fd:
         return []
     kinds = fd["kinds"]
@@ -592,7 +585,7 @@ def deconstructing_section(lad, verdicts):
     lines += [table(["rung", "arm", "entropy", "concentration", "sink", "head diversity", "local focus (N=0)"],
                     rows), ""]
     floors = {t: fd.get("floor", lad.floor_of.get(t)) for t, _ in pts}
-    verdicts.append(("Uniform variants behind standard (mlp most), hybrids recover", over_ladder(pts, floors)))
+    verdicts.append((findings.KINDS["variants_behind"].over_ladder[0], over_ladder(pts, floors)))
     return lines
 
 
@@ -600,7 +593,7 @@ def write_sweep(path, out=None):
     """The sweep's table and figure: final loss per arm and rate point (lr, lr_other), the best of
     each arm, and whether it lies at the edge of the arm's grid in a rate the arm sweeps. Returns
     (path, {arm: (rate point, loss, edge)})."""
-    study = study_runner.load_study(path)
+    study = load_study(path)
     data = [RunData(r, study.steps) for r in study.runs]
     out = out or os.path.join(study.out, "report-sweep")
     os.makedirs(out, exist_ok=True)
@@ -662,7 +655,7 @@ def main(argv=None):
             path, best = write_sweep(args.file, args.out)
             for name, (point, loss, edge) in best.items():
                 print(f"  {name}: {run_files.rate_label(point)} ({loss:.4f})" + (" at the grid's edge" if edge else ""))
-    except (ladder_files.LadderError, study_runner.StudyError) as e:
+    except (LadderError, StudyError) as e:
         sys.stderr.write(f"ladder_report.py: {e}\n")
         return 2
     print(f"wrote {path}")
