@@ -1,32 +1,12 @@
 """
-The findings of both papers, each judged once. The study report (study/report.py: one study,
-arms compared unpaired) and the ladder report (study/ladder_report.py: arms paired by seed, at
-each rung and across the rungs) build a Rule — its pairing and noise floor — and pass it to the
-same rule functions, with each arm's values by seed.
+The findings of both papers, each judged once (doc/study.md "Verdict rules"; amendments, with
+RULES_DATE, in doc/study-runs/README.md). The study report (arms unpaired) and the ladder report
+(paired by seed, per rung and across the rungs) build a Rule, its pairing and noise floor, and
+pass it to the same rule functions with each arm's values by seed.
 
-The rules (RULES_DATE; doc/study.md "Verdict rules", amendments in doc/study-runs/README.md):
-  seeds        a verdict needs at least MIN_SEEDS seeds in every arm it compares; with fewer it
-               is "too few seeds (n)", never a judgement
-  difference   a contrast of arms' final values (a gap, a margin) with its 95% Student-t
-               interval: paired by seed (n − 1 dof), or unpaired (Welch's standard error with
-               the conservative min(n) − 1 dof)
-  clears       the interval excludes zero in the paper's direction and the mean exceeds the
-               noise floor (when there is one)
-  over ladder  every number the per-rung rule asks to clear must hold: clear at the largest rung,
-               or rise (least-squares slope against log tokens beyond its interval) with its
-               mean above zero there; one p-value per finding, and Holm's step-down over the
-               findings of one report (a family, FAMILY_ALPHA one-sided): shows / trend / not
-
-  gap_ordering     SAN paper finding 1: SAN behind each partner, iso-depth > iso-FLOP > iso-param
-  localisation     finding 2: a SAN deficit on query tokens, larger than on trace and answer
-  spectra          finding 3: W_o gains stable rank after the 25% milestone, more than the
-                   routing matrices (W_q, W_k), and more than the FFN partner's W_o
-  qk_norm          finding 4: deep attention stacks diverge (or train unstably) without QK-norm
-  variants_behind  Deconstructing Attention: uniform variants behind standard, mlp the most, and
-                   each hybrid recovers at least half of its uniform arm's gap
-  over_ladder      a finding across the rungs: its p-value (or too few seeds / cannot tell)
-  iso_param_shrinks  the iso-param gap falls with tokens from above zero, its p-value
-  judge_family     the verdicts of a report's findings over its ladder, Holm-controlled
+Layout: Student's t; contrasts of arms; one function per finding's rule; the rules across a
+ladder and Holm over a report's family; KINDS, the one table of finding kinds (their arms, rule
+and wording), read by study/spec.py and both reports.
 """
 import functools
 import math

@@ -1,67 +1,13 @@
-#!/usr/bin/env python3
 """
-ladder_report.py: the findings of a scale ladder (study/ladder.py) against tokens, and the
-rate sweep that chose each arm's rate.
+ladder_report.py: a scale ladder's findings against tokens, and a rate sweep's table.
 
-    python -m study ladder report studies/ladders/cpu.toml [--out DIR]
-    python -m study sweep studies/ladder_cpu_lr.toml [--out DIR]
+    python -m study ladder report studies/ladders/cpu.toml [--out DIR]   # OUT/report/ladder.md
+    python -m study sweep studies/ladder_cpu_lr.toml [--out DIR]         # OUT/report-sweep/sweep.md
 
-`report` reads every rung's runs (OUT/rung-TOKENS/runs/*/log.jsonl and status.json, through
-study/runs.py) and writes OUT/report/ladder.md with PNG figures; `sweep` reads one study
-with a rate grid and writes the final loss per arm and rate, and each arm's best rate.
-
-The verdicts are fixed before the ladder's runs (issue 31) and are not changed to fit them; the
-rules are study/findings.py's, shared with the study report (issue 44 made them statistical,
-2026-12-05, issue 57 the over-ladder rules and their family, 2026-12-07). Numbers are final
-validation losses in nats per token: the gaps and the noise floor on the held-out windows (the
-paper's headline), every region and localisation number on whole documents (held-out ones,
---val-whole-docs 1 or 2; training ones, --train-doc-eval), windows never unless named. A gap
-is SAN minus partner, paired by seed (same seed: same initialisation and data order), printed
-as its mean over seeds and 95% Student-t interval (n − 1 dof). The noise floor of a rung is the larger of the pooled seed-to-seed sd of the arms'
-losses and |SAN - SAN-RMSNorm| (the paper's optimizer-equivalence control) where that rung has
-the control. A difference *clears* when at least 3 seeds have it, its interval excludes zero in
-the paper's direction and its mean exceeds the floor; with fewer than 3 seeds a rung's verdict
-is "too few seeds (n)".
-
-  Gap ordering (SAN paper finding 1: iso-depth > iso-FLOP > iso-param, SAN behind each).
-    At a rung it *shows* when the three gaps and both ordering margins (iso-depth - iso-FLOP,
-    iso-FLOP - iso-param) clear.
-  iso-param gap shrinks with tokens (paper: 0.046 at 5B, 0.019 at 30B, 0.005 at 105B).
-    Over >= 3 rungs: *shows* when the gap clears at every rung (against the largest floor) and
-    its slope against log tokens is negative beyond its interval; *trend* when the slope is,
-    with the gap's mean positive at every rung.
-  Localisation (finding 2: the SAN's deficit against its iso-param partner sits on query
-    tokens), on whole held-out and, separately, whole training documents. At a rung it *shows* when the
-    query delta clears (a SAN deficit there) and so do both margins, query delta minus the trace
-    and minus the answer delta.
-  Spectra (finding 3: routing matrices W_q, W_k freeze early, content matrices keep gaining
-    stable rank, in the SAN on W_o). Per run, the relative change of the layer-mean stable rank
-    from the 25% milestone to the end. At a rung it *shows* when W_o's growth clears (content
-    gains), the margin W_o - max(W_q, W_k) clears, and SAN W_o - FFN W_o clears.
-  Uniform variants behind standard attention, the hybrids recover (Deconstructing Attention).
-    At a rung it *shows* when every uniform - standard clears, mlp-uniform - each other uniform
-    clears, and every uniform - 2 hybrid + standard clears (the hybrid recovers more than half of
-    the gap). The floor is the ladder file's ([ladder].deconstructing.floor) where it states one.
-
-For a finding over the ladder (issue 57): each number its per-rung rule asks to clear (the three
-gaps and two ordering margins; the query deficit and both query margins; W_o's gain, the spectra
-margin and SAN W_o − FFN W_o; every uniform gap, recovery and mlp margin) holds when it clears at
-the largest rung, or when its least-squares slope against log tokens over >= 3 rungs is above zero
-beyond its interval *and* its mean at the largest rung is above zero (the per-rung rule's sign:
-a number still below zero is not the paper's finding, however it moves). Its p-value is twice the
-smaller one-sided p of the two, the finding's the largest of its numbers'. The findings of the
-report are one family: Holm's step-down at 0.025 one-sided decides which hold — *shows* when every
-number also clears at the largest rung at that threshold, else *trend*; *does not show*
-otherwise; "too few seeds" when the largest rung has fewer than 3; *cannot tell* when the runs
-are missing. The iso-param gap's p is its slope's (falling) and its smallest rung's gap's, with its
-mean above zero at every rung; it *shows* when every rung's gap clears too.
-
-Each rule is one function of study/findings.py; how the rules were amended, when and why:
-doc/study-runs/README.md ("Verdict rules").
-
-Gates and hidden-state effective ranks are reported against tokens without a verdict (the paper
-gives them as diagnostics; "neutral for loss" needs a residual-ablation arm this ladder does not
-have).
+Reads each rung's runs through the ladder's spec.Ladder and writes only the report and its
+figures. Per rung, study/findings.py's rules with arms paired by seed against the rung's noise
+floor; over the rungs, each finding's p-value, its numbers judged as one Holm family. The rules
+were fixed before the runs (issue 31) and are stated in doc/study.md "Scale ladder".
 """
 import argparse
 import os

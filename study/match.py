@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """
 match.py: the matched partners of one SAN-family arm (the SAN paper, "Question").
 
@@ -34,6 +33,8 @@ import argparse
 import dataclasses
 import sys
 from dataclasses import dataclass
+
+from attnref.presets import load_presets
 
 VOCAB_PAD = 128
 
@@ -71,7 +72,6 @@ class Arm:
 
 # train_san's presets: presets/NAME.conf, the files train_san compiles in, read by attnref/presets.py
 # (no torch); an Arm takes the fields that decide counts and FLOPs.
-from attnref.presets import load_presets  # noqa: E402
 
 
 def arm_of_preset(preset):

@@ -1,19 +1,10 @@
 """
-study_report.py: the report of a study (python -m study report): report.md and PNG plots
-in OUT/report/, computed from the runs' JSONL logs (doc/formats.md "Training log") and final
-checkpoints (weight spectra, study/spectra.py).
+report.py: a study's report (`python -m study report`): OUT/report/report.md and its PNG plots,
+from the runs' JSONL logs (doc/formats.md "Training log") and checkpoints (study/spectra.py).
 
-Definitions (doc/study.md says the same for readers of the report):
-  final validation loss of a run   val_loss of its last validation record (the end of training)
-  an arm's rate                    the rate whose seed-mean final loss is lowest (its own best)
-  an arm's loss                    mean over its seeds at that rate; sd = sample sd (ddof 1)
-  noise floor                      the pooled seed sd over arms at their rates:
-                                   sqrt(sum (n_i - 1) sd_i^2 / sum (n_i - 1))
-  differences                      arm - baseline (positive: the arm is worse), seed means
-  representative run               an arm's first seed at its rate (gates, ranks, logits, spectra)
-  a run's rates                    the peak rates it trained with, from its log's header record
-                                   (older logs: the largest rate its training records logged)
-Only runs that finished (status done) enter the loss tables; diverged runs are listed apart.
+Layout: each arm's summary at its best rate; its sections in the report's order, figures beside
+the tables; the findings, judged by study/findings.py. What each number means (an arm's rate and
+loss, the noise floor, the representative run): doc/study.md "Report".
 """
 import glob
 import math

@@ -18,11 +18,11 @@ import tomllib
 import numpy as np
 import pytest
 
+from attnref.shards import write_exercises, write_regions, write_shard
+from study import gpu_lease, spec
+from study.spec import StudyError, load_study
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-from attnref.shards import write_exercises, write_regions, write_shard  # noqa: E402
-from study import gpu_lease, spec  # noqa: E402
-from study.spec import StudyError, load_study  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_study.sh")
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN", os.path.join(ROOT, "build", "host-fp32", "train_san"))

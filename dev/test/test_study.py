@@ -1,23 +1,8 @@
-"""Checks of the study layer (study/match.py, study.py, study_report.py, spectra.py).
-
-- match.py: the SAN paper's Table 1 (non-embedding counts of the partners, and that the
-  calculator names ffn20 / ffn4 / ffn9); its closed-form counts and FLOPs equal train_san.py's
-  (which walk the parameter list) over a grid of configs, and train_san's printed ones.
-- A two-run toy study (tiny SAN vs tiny FFN on a small corpus with region and exercise
-  sidecars): the report's tables are recomputed here from the runs' JSONL logs, its plots
-  exist; a second `run` skips finished runs; a run whose final checkpoint and status are
-  removed resumes from its step checkpoint and ends with the same validation record.
-- The report's eval-set table (the runs score two toy sets at the end) is their seed means.
-- A stopped study: SIGTERM to the runner alone is passed on (the trainer saves); Ctrl-C to the
-  runner and its trainer together lets the trainer's own first-signal save finish, records the
-  stop in status.json ("interrupted", with the step kept) and prints the command that continues,
-  which resumes there.
-- Broken study files stop with an error naming the file and the problem before any run.
-- skip_eval: a hybrid's final checkpoint evaluated without its variant layers (both modes),
-  once; the report's skip table equals those evaluations' logs.
-- spectra.py against torch.linalg on the parameters of a checkpoint.
-The trainer tests need TRAIN_SAN_BIN (make test sets it) and are skipped without it.
-About 30 s on 2 busy cores (the eval sets add about 1 s).
+"""Checks of the study layer (study/match.py, spec.py, runner.py, report.py, spectra.py): match.py
+against the SAN paper's Table 1 and the trainers' own counts; a toy study trained, resumed,
+stopped and reported, its report's tables recomputed here from the runs' logs; broken study
+files refused before any run; skip evaluations; spectra against torch.linalg. The trainer tests
+need TRAIN_SAN_BIN (make test sets it) and are skipped without it; about 30 s on 2 busy cores.
 """
 import dataclasses
 import itertools
@@ -36,16 +21,15 @@ import numpy as np
 import pytest
 import torch
 
+from attnref import container, san
+from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset
+from attnref.shards import ShardWriter, read_shard, write_shard
+from study import match, spectra
+from study import runner as study
+from study import runs as run_files
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-sys.path.insert(0, ROOT)
-from study import match  # noqa: E402
-from study import runs as run_files  # noqa: E402
-from study import spectra  # noqa: E402
-from study import runner as study  # noqa: E402
-from attnref import container, san  # noqa: E402
-from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
-from attnref.shards import ShardWriter, read_shard, write_shard  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))  # dev/data's evals, imported where a test builds eval sets
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it
