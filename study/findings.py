@@ -183,7 +183,8 @@ class Rule:
                  f", and its mean is above the noise floor {self.floor:.4f}" if self.floor is not None else "")
         across = ("; over the ladder, every such number must clear at the largest rung or rise beyond its "
                   "interval with its mean above zero there, and the report's findings are one family (Holm)"
-                  if trend else "")
+                  if trend else "; the report's findings are one family: each one's p (twice the largest one-sided p "
+                  f"of the differences it needs, or its Fisher p) must pass Holm's step-down at {1 - self.level:.0%}")
         return (f"Verdict rules: at least {self.min_seeds} seeds per arm (fewer: \"too few seeds\"); a difference "
                 f"counts when its {self.level:.0%} t-interval, {pairing}, excludes zero in the paper's direction{floor}"
                 f"{across} (study/findings.py, {RULES_DATE}).")
@@ -199,14 +200,24 @@ def _judged(diffs, rule, shows):
 # ----------------------------------------------------------------------------------------
 # the findings of one study (or one rung)
 
+def gap_ordering_numbers(gaps, margins):
+    """The differences the gap ordering needs to clear: the three gaps and both margins."""
+    return list(gaps.values()) + list(margins)
+
+
 def gap_ordering(gaps, margins, rule):
     """gaps: {"iso_depth", "iso_flop", "iso_param": Diff of SAN − partner}; margins: the two
     ordering margins (iso-depth gap − iso-FLOP gap, iso-FLOP gap − iso-param gap) as Diffs.
     It shows when every gap and both margins clear: the SAN behind each partner, in the paper's order."""
-    diffs = list(gaps.values()) + list(margins)
+    diffs = gap_ordering_numbers(gaps, margins)
     return GapOrdering(verdict=_judged(diffs, rule, lambda: all(rule.clears(d) for d in diffs)),
                        ahead=[role for role, g in gaps.items() if g.mean is not None and g.mean <= 0],
                        ordered=all(m.mean is not None and m.mean > 0 for m in margins))
+
+
+def localisation_numbers(query, margins):
+    """The differences the localisation needs to clear: the query deficit and each margin."""
+    return [query] + list(margins.values())
 
 
 def localisation(query, margins, rule):
@@ -214,7 +225,7 @@ def localisation(query, margins, rule):
     that region's delta}. Returns (behind, verdict): whether the SAN's mean is behind on query
     tokens at all, and the verdict: it shows when the query deficit clears (a positive deficit
     beyond noise) and so does every margin (the deficit largest on query tokens)."""
-    diffs = [query] + list(margins.values())
+    diffs = localisation_numbers(query, margins)
     behind = query.mean is not None and query.mean > 0
     return behind, _judged(diffs, rule, lambda: all(rule.clears(d) for d in diffs))
 
@@ -262,10 +273,15 @@ def spectra_diffs(san_growth, ffn_growth, rule):
     return {"gain": gain, "margin": margin, "partner": partner}
 
 
+def spectra_numbers(diffs):
+    """The differences the spectra finding needs to clear: W_o's gain, the margin and (given) the partner's."""
+    return [diffs["gain"], diffs["margin"]] + ([diffs["partner"]] if diffs["partner"] is not None else [])
+
+
 def spectra(diffs, rule, partner_needed):
     """Shows when W_o gains stable rank, more than W_q and W_k, and more than the FFN partner's
     W_o (without partner growths: does not show if the partner is needed)."""
-    judged = [diffs["gain"], diffs["margin"]] + ([diffs["partner"]] if diffs["partner"] is not None else [])
+    judged = spectra_numbers(diffs)
     if diffs["partner"] is None and partner_needed:
         return DOES_NOT_SHOW
     return _judged(judged, rule, lambda: all(rule.clears(d) for d in judged))
@@ -302,11 +318,19 @@ def qk_norm(runs_with, runs_without, diverged_with, diverged_without, unstable_w
     if min(runs_with, runs_without) < rule.min_seeds:
         return too_few(min(runs_with, runs_without))
     alpha = 1 - rule.level + 1e-12  # (3 of 3 against 0 of 3 is exactly 0.05)
+    if qk_norm_p(runs_with, runs_without, diverged_with, diverged_without, unstable_with, unstable_without) > alpha:
+        return DOES_NOT_SHOW
+    return SHOWS if diverged_with or diverged_without else SHOWS_SHORT
+
+
+def qk_norm_p(runs_with, runs_without, diverged_with, diverged_without, unstable_with, unstable_without):
+    """The one-sided Fisher p qk_norm judges: of the divergences when a run diverged, else of the
+    instabilities; 1 with neither."""
     if diverged_with or diverged_without:
-        return SHOWS if more_often_p(diverged_without, runs_without, diverged_with, runs_with) <= alpha else DOES_NOT_SHOW
-    if (unstable_with or unstable_without) and more_often_p(unstable_without, runs_without, unstable_with, runs_with) <= alpha:
-        return SHOWS_SHORT
-    return DOES_NOT_SHOW
+        return more_often_p(diverged_without, runs_without, diverged_with, runs_with)
+    if unstable_with or unstable_without:
+        return more_often_p(unstable_without, runs_without, unstable_with, runs_with)
+    return 1.0
 
 
 def variant_diffs(values, standard, kinds, rule):
@@ -327,13 +351,18 @@ def variant_diffs(values, standard, kinds, rule):
     return out
 
 
+def variant_numbers(diffs):
+    """The differences variants_behind needs to clear: each uniform gap, recovery and mlp margin."""
+    return [d[key] for d in diffs.values() for key in ("uniform", "recovery", "mlp_most") if d[key] is not None]
+
+
 def variants_behind(diffs, rule):
     """diffs: variant_diffs with mlp among them. Shows when every uniform arm is behind standard,
     mlp-uniform further behind than every other uniform arm, and every hybrid recovers more than
     half of its uniform arm's gap: every one of those differences clears."""
     if "mlp" not in diffs:
         return CANNOT_TELL
-    judged = [d[key] for d in diffs.values() for key in ("uniform", "recovery", "mlp_most") if d[key] is not None]
+    judged = variant_numbers(diffs)
     return _judged(judged, rule, lambda: all(rule.clears(d) for d in judged))
 
 
@@ -457,6 +486,30 @@ def judge_family(results, alpha=FAMILY_ALPHA):
         else:
             out.append((SHOWS if r.p_shows <= thr else TREND, thr))
     return out
+
+
+
+# ----------------------------------------------------------------------------------------
+# the findings of one study report, one family (issue 57)
+
+STUDY_ALPHA = 1 - LEVEL  # a finding alone shows exactly when its p is at most this
+
+
+def p_all_clear(diffs, rule):
+    """The p-value of a finding that needs every one of diffs to clear: twice the largest one-sided
+    p_positive against the rule's floor (an intersection-union test), so that p <= 1 − level
+    exactly when every diff clears."""
+    return min(1.0, 2 * max((p_positive(d, rule.floor) for d in diffs), default=1.0))
+
+
+def judge_study(results, alpha=STUDY_ALPHA):
+    """The verdicts of a study report's findings as one family. results: [(verdict, p)] in the
+    report's order, each its own rule's verdict and p-value (p_all_clear, qk_norm_p; None when not
+    judged: too few seeds, cannot tell). Holm over the p of those judged (judge_family): a finding
+    keeps its own verdict when its p passes its threshold, else it does not show; one not judged
+    keeps its status. Returns [(verdict, threshold or None)]."""
+    family = [OverLadder(p, p, None if p is not None else verdict, {}) for verdict, p in results]
+    return [(own if v == SHOWS else v, thr) for (own, _), (v, thr) in zip(results, judge_family(family, alpha))]
 
 
 # ----------------------------------------------------------------------------------------
