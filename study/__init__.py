@@ -3,12 +3,12 @@ study: the study layer as a package: controlled studies of train_san arms, scale
 their reports, run as `python -m study COMMAND ...` (study/__main__.py lists the commands;
 doc/study.md is the manual).
 
-  spec.py                the study and ladder files: Study / Arm / Run, one TOML reader
+  spec.py                the study and ladder files: Study / Arm / Run, Ladder; one reader, one writer
   runner.py              run (resumable), slurm, the evaluations of finished runs
   ladder.py              a study at several token budgets (the rungs of a scale ladder)
   gpu_lease.py           a study sized to one short GPU lease (scripts/gpu_study.sh): budget-aware
   runs.py                reading a run directory: log.jsonl, status.json, eval records
-  findings.py            the verdict of each finding of both papers (95% t-intervals, >= 3 seeds), used by both reports
+  findings.py            the finding kinds (KINDS) and the verdict of each (95% t-intervals, >= 3 seeds, Holm)
   tables.py, plots.py    markdown numbers and tables; figure helpers
   report.py              a study's report.md and plots
   ladder_report.py       a ladder's findings against tokens; a rate sweep's table

@@ -1,38 +1,20 @@
 """
-attention_patterns.py: the attention-pattern indicators of "Deconstructing Attention" (its
-section 4.4; radar plots as its figures 1 and 8) and the pre-softmax logit distribution per layer
-(its figures 2 and 6), drawn from the validation records train_san logs (keys attn_*,
-logit_abs_*: doc/formats.md, definitions in doc/deconstructing.md "Attention-pattern indicators").
-
-  radar_values(records, layer, reference)  per run: the radar's axes for one layer (the paper's scaling)
-  plot_radars(records, out, name, title, reference)  one radar per layer, every run a polygon
-  plot_logits(records, out, name)  one panel per layer: each run's |logit| distribution
-  indicator_rows(records)          a table's rows: per layer and run, the raw head means
-  groups_of_arms(arms)             a study's arms by attention kind, with the standard arms
-  report_section(groups, out, over)  the study report's section (study/report.py)
-
-`records` maps a run's label to its validation record (a dict of the JSONL line). As the paper:
-Entropy, Conc and HeadDiv are min-max normalised (per layer; where they are all equal, 0.5),
-Sink and LocFoc are absolute, LocFoc x 2 for visibility. The paper does not say over what set
-the min-max is taken; by default it is the runs drawn together (so with two runs every
-normalised axis is exactly 0 or 1); with `reference` (more records: all the runs of a study, or
-a fixed reference set) it is over the drawn runs and those together, so a plot of two runs keeps
-the scale of the larger set. Each figure's title says which.
+attention_patterns.py: the attention-pattern indicators of "Deconstructing Attention" (radar
+plots, its figures 1 and 8) and the pre-softmax logit distribution per layer (figures 2 and 6),
+from the validation records train_san logs (attn_*, logit_abs_*: doc/formats.md).
 
     python -m study patterns --out DIR LABEL=LOG.jsonl ... [--reference LABEL=LOG.jsonl ...]
-prints the table of each run's last validation record and writes DIR/attention_radar.png and
-DIR/logit_distribution.png (scripts/deconstructing_demo.sh calls it).
+
+Layout: the radar's values (the paper's scaling), the figures, a table's rows, the study report's
+section. The min-max set of the normalised axes, and why: doc/deconstructing.md
+"Attention-pattern indicators".
 """
 import argparse
 import math
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from study import runs as run_files  # noqa: E402  (scripts/: the JSONL log's records)
+from study import runs as run_files  # the JSONL log's records
+from study.plots import plt  # pyplot on the Agg backend
 
 AXES = ("Entropy", "Conc", "HeadDiv", "Sink", "LocFoc 0", "LocFoc 1", "LocFoc 2", "LocFoc 3")
 NORMALISED = ("Entropy", "Conc", "HeadDiv")

@@ -1,27 +1,20 @@
-#!/usr/bin/env python3
 """
-compare.py: training runs side by side. Prints a table of what each ran (steps, tokens, the
-rates it trained with) and where it ended (the last validation loss, overall and per target
-region; on the sample of training documents when it logged one, --train-doc-eval), then what
-made each (the command, commit and build of its log header), and writes a PNG of their loss
-curves (training loss, smoothed, and validation loss; one colour per run).
+compare.py: training runs side by side: a table of what each ran and where it ended (overall and
+per region, on held-out and training documents), what made each (its log header), and a PNG of
+their loss curves.
 
     python -m study compare RUN... [--out PATH] [--x tokens|steps]
 
-A RUN is a run directory (the trainer's runs/<preset>-<arm>-<time>/, a study's
-OUT/runs/<id>/: anything that holds log.jsonl), a JSONL log itself (doc/formats.md
-"Training log"), or a study's output directory (study.out: each of its runs). The rates and tokens per step come from each log's header record; a log
-written before the header held them shows the largest rate its training records logged
-(marked "max logged") and is plotted against steps. For the curves while a run trains, see
-study/to_tensorboard.py.
+A RUN is a run directory, a JSONL log, or a study's output directory (doc/study.md "Comparing
+runs"); for curves while runs train, study/to_tensorboard.py.
 """
 import argparse
 import glob
 import os
 import sys
 
-from study import curves  # noqa: E402
-from study import runs as run_files  # noqa: E402
+from study import curves
+from study import runs as run_files
 
 REGIONS = ("query", "trace", "answer")
 

@@ -1,32 +1,12 @@
 """
-The findings of both papers, each judged once. The study report (study/report.py: one study,
-arms compared unpaired) and the ladder report (study/ladder_report.py: arms paired by seed, at
-each rung and across the rungs) build a Rule — its pairing and noise floor — and pass it to the
-same rule functions, with each arm's values by seed.
+The findings of both papers, each judged once (doc/study.md "Verdict rules"; amendments, with
+RULES_DATE, in doc/study-runs/README.md). The study report (arms unpaired) and the ladder report
+(paired by seed, per rung and across the rungs) build a Rule, its pairing and noise floor, and
+pass it to the same rule functions with each arm's values by seed.
 
-The rules (RULES_DATE; doc/study.md "Verdict rules", amendments in doc/study-runs/README.md):
-  seeds        a verdict needs at least MIN_SEEDS seeds in every arm it compares; with fewer it
-               is "too few seeds (n)", never a judgement
-  difference   a contrast of arms' final values (a gap, a margin) with its 95% Student-t
-               interval: paired by seed (n − 1 dof), or unpaired (Welch's standard error with
-               the conservative min(n) − 1 dof)
-  clears       the interval excludes zero in the paper's direction and the mean exceeds the
-               noise floor (when there is one)
-  over ladder  every number the per-rung rule asks to clear must hold: clear at the largest rung,
-               or rise (least-squares slope against log tokens beyond its interval) with its
-               mean above zero there; one p-value per finding, and Holm's step-down over the
-               findings of one report (a family, FAMILY_ALPHA one-sided): shows / trend / not
-
-  gap_ordering     SAN paper finding 1: SAN behind each partner, iso-depth > iso-FLOP > iso-param
-  localisation     finding 2: a SAN deficit on query tokens, larger than on trace and answer
-  spectra          finding 3: W_o gains stable rank after the 25% milestone, more than the
-                   routing matrices (W_q, W_k), and more than the FFN partner's W_o
-  qk_norm          finding 4: deep attention stacks diverge (or train unstably) without QK-norm
-  variants_behind  Deconstructing Attention: uniform variants behind standard, mlp the most, and
-                   each hybrid recovers at least half of its uniform arm's gap
-  over_ladder      a finding across the rungs: its p-value (or too few seeds / cannot tell)
-  iso_param_shrinks  the iso-param gap falls with tokens from above zero, its p-value
-  judge_family     the verdicts of a report's findings over its ladder, Holm-controlled
+Layout: Student's t; contrasts of arms; one function per finding's rule; the rules across a
+ladder and Holm over a report's family; KINDS, the one table of finding kinds (their arms, rule
+and wording), read by study/spec.py and both reports.
 """
 import functools
 import math
@@ -38,6 +18,7 @@ RULES_DATE = "2026-12-07"
 MIN_SEEDS = 3
 LEVEL = 0.95
 SHOWS, DOES_NOT_SHOW, CANNOT_TELL, TREND = "shows", "does not show", "cannot tell", "trend"
+SHOWS_SHORT = "shows, short of a divergence"  # qk_norm: instabilities, not divergences, tell
 
 # a contrast of arms: its mean, sd over seeds of the paired values (None unpaired), seeds (the
 # fewest of any arm), standard error and degrees of freedom of its t-interval (None: no interval)
@@ -48,6 +29,10 @@ ATTENTION_MATRICES = ("attn.wq", "attn.wk", "attn.wv", "attn.wo")
 
 def too_few(n):
     return f"too few seeds ({n or 0})"
+
+
+def is_too_few(verdict):
+    return verdict.startswith("too few")
 
 
 # ----------------------------------------------------------------------------------------
@@ -198,7 +183,8 @@ class Rule:
                  f", and its mean is above the noise floor {self.floor:.4f}" if self.floor is not None else "")
         across = ("; over the ladder, every such number must clear at the largest rung or rise beyond its "
                   "interval with its mean above zero there, and the report's findings are one family (Holm)"
-                  if trend else "")
+                  if trend else "; the report's findings are one family: each one's p (twice the largest one-sided p "
+                  f"of the differences it needs, or its Fisher p) must pass Holm's step-down at {1 - self.level:.0%}")
         return (f"Verdict rules: at least {self.min_seeds} seeds per arm (fewer: \"too few seeds\"); a difference "
                 f"counts when its {self.level:.0%} t-interval, {pairing}, excludes zero in the paper's direction{floor}"
                 f"{across} (study/findings.py, {RULES_DATE}).")
@@ -214,14 +200,24 @@ def _judged(diffs, rule, shows):
 # ----------------------------------------------------------------------------------------
 # the findings of one study (or one rung)
 
+def gap_ordering_numbers(gaps, margins):
+    """The differences the gap ordering needs to clear: the three gaps and both margins."""
+    return list(gaps.values()) + list(margins)
+
+
 def gap_ordering(gaps, margins, rule):
     """gaps: {"iso_depth", "iso_flop", "iso_param": Diff of SAN − partner}; margins: the two
     ordering margins (iso-depth gap − iso-FLOP gap, iso-FLOP gap − iso-param gap) as Diffs.
     It shows when every gap and both margins clear: the SAN behind each partner, in the paper's order."""
-    diffs = list(gaps.values()) + list(margins)
+    diffs = gap_ordering_numbers(gaps, margins)
     return GapOrdering(verdict=_judged(diffs, rule, lambda: all(rule.clears(d) for d in diffs)),
                        ahead=[role for role, g in gaps.items() if g.mean is not None and g.mean <= 0],
                        ordered=all(m.mean is not None and m.mean > 0 for m in margins))
+
+
+def localisation_numbers(query, margins):
+    """The differences the localisation needs to clear: the query deficit and each margin."""
+    return [query] + list(margins.values())
 
 
 def localisation(query, margins, rule):
@@ -229,7 +225,7 @@ def localisation(query, margins, rule):
     that region's delta}. Returns (behind, verdict): whether the SAN's mean is behind on query
     tokens at all, and the verdict: it shows when the query deficit clears (a positive deficit
     beyond noise) and so does every margin (the deficit largest on query tokens)."""
-    diffs = [query] + list(margins.values())
+    diffs = localisation_numbers(query, margins)
     behind = query.mean is not None and query.mean > 0
     return behind, _judged(diffs, rule, lambda: all(rule.clears(d) for d in diffs))
 
@@ -277,10 +273,15 @@ def spectra_diffs(san_growth, ffn_growth, rule):
     return {"gain": gain, "margin": margin, "partner": partner}
 
 
+def spectra_numbers(diffs):
+    """The differences the spectra finding needs to clear: W_o's gain, the margin and (given) the partner's."""
+    return [diffs["gain"], diffs["margin"]] + ([diffs["partner"]] if diffs["partner"] is not None else [])
+
+
 def spectra(diffs, rule, partner_needed):
     """Shows when W_o gains stable rank, more than W_q and W_k, and more than the FFN partner's
     W_o (without partner growths: does not show if the partner is needed)."""
-    judged = [diffs["gain"], diffs["margin"]] + ([diffs["partner"]] if diffs["partner"] is not None else [])
+    judged = spectra_numbers(diffs)
     if diffs["partner"] is None and partner_needed:
         return DOES_NOT_SHOW
     return _judged(judged, rule, lambda: all(rule.clears(d) for d in judged))
@@ -317,11 +318,19 @@ def qk_norm(runs_with, runs_without, diverged_with, diverged_without, unstable_w
     if min(runs_with, runs_without) < rule.min_seeds:
         return too_few(min(runs_with, runs_without))
     alpha = 1 - rule.level + 1e-12  # (3 of 3 against 0 of 3 is exactly 0.05)
+    if qk_norm_p(runs_with, runs_without, diverged_with, diverged_without, unstable_with, unstable_without) > alpha:
+        return DOES_NOT_SHOW
+    return SHOWS if diverged_with or diverged_without else SHOWS_SHORT
+
+
+def qk_norm_p(runs_with, runs_without, diverged_with, diverged_without, unstable_with, unstable_without):
+    """The one-sided Fisher p qk_norm judges: of the divergences when a run diverged, else of the
+    instabilities; 1 with neither."""
     if diverged_with or diverged_without:
-        return SHOWS if more_often_p(diverged_without, runs_without, diverged_with, runs_with) <= alpha else DOES_NOT_SHOW
-    if (unstable_with or unstable_without) and more_often_p(unstable_without, runs_without, unstable_with, runs_with) <= alpha:
-        return "shows, short of a divergence"
-    return DOES_NOT_SHOW
+        return more_often_p(diverged_without, runs_without, diverged_with, runs_with)
+    if unstable_with or unstable_without:
+        return more_often_p(unstable_without, runs_without, unstable_with, runs_with)
+    return 1.0
 
 
 def variant_diffs(values, standard, kinds, rule):
@@ -342,13 +351,18 @@ def variant_diffs(values, standard, kinds, rule):
     return out
 
 
+def variant_numbers(diffs):
+    """The differences variants_behind needs to clear: each uniform gap, recovery and mlp margin."""
+    return [d[key] for d in diffs.values() for key in ("uniform", "recovery", "mlp_most") if d[key] is not None]
+
+
 def variants_behind(diffs, rule):
     """diffs: variant_diffs with mlp among them. Shows when every uniform arm is behind standard,
     mlp-uniform further behind than every other uniform arm, and every hybrid recovers more than
     half of its uniform arm's gap: every one of those differences clears."""
     if "mlp" not in diffs:
         return CANNOT_TELL
-    judged = [d[key] for d in diffs.values() for key in ("uniform", "recovery", "mlp_most") if d[key] is not None]
+    judged = variant_numbers(diffs)
     return _judged(judged, rule, lambda: all(rule.clears(d) for d in judged))
 
 
@@ -472,3 +486,64 @@ def judge_family(results, alpha=FAMILY_ALPHA):
         else:
             out.append((SHOWS if r.p_shows <= thr else TREND, thr))
     return out
+
+
+
+# ----------------------------------------------------------------------------------------
+# the findings of one study report, one family (issue 57)
+
+STUDY_ALPHA = 1 - LEVEL  # a finding alone shows exactly when its p is at most this
+
+
+def p_all_clear(diffs, rule):
+    """The p-value of a finding that needs every one of diffs to clear: twice the largest one-sided
+    p_positive against the rule's floor (an intersection-union test), so that p <= 1 − level
+    exactly when every diff clears."""
+    return min(1.0, 2 * max((p_positive(d, rule.floor) for d in diffs), default=1.0))
+
+
+def judge_study(results, alpha=STUDY_ALPHA):
+    """The verdicts of a study report's findings as one family. results: [(verdict, p)] in the
+    report's order, each its own rule's verdict and p-value (p_all_clear, qk_norm_p; None when not
+    judged: too few seeds, cannot tell). Holm over the p of those judged (judge_family): a finding
+    keeps its own verdict when its p passes its threshold, else it does not show; one not judged
+    keeps its status. Returns [(verdict, threshold or None)]."""
+    family = [OverLadder(p, p, None if p is not None else verdict, {}) for verdict, p in results]
+    return [(own if v == SHOWS else v, thr) for (own, _), (v, thr) in zip(results, judge_family(family, alpha))]
+
+
+# ----------------------------------------------------------------------------------------
+# the finding kinds: the one place a kind is defined. A study file's [[finding]] names a kind
+# and, for each role, an arm; the ladder's `[ladder].deconstructing` is a variants_behind finding.
+
+Kind = namedtuple("Kind", "roles optional rule title over_ladder")
+# roles: the arms it needs (a [[finding]]'s fields), optional: arms it uses when given; rule:
+# the function of this module that judges it; title: its heading in a study report; over_ladder:
+# the verdicts a ladder report gives it across the rungs (none: judged per study only)
+KINDS = {
+    "gap_ordering": Kind(("san", "iso_depth", "iso_flop", "iso_param"), (), gap_ordering,
+                         "Gap ordering: iso-depth > iso-FLOP > iso-param (SAN paper, finding 1)",
+                         ("Gap ordering iso-depth > iso-FLOP > iso-param", "iso-param gap shrinks with tokens")),
+    "localisation": Kind(("san", "ffn"), (), localisation,
+                         "The SAN's deficit sits on query tokens (SAN paper, finding 2)",
+                         ("Localisation on query tokens (held-out documents)",
+                          "Localisation on query tokens (training documents)")),
+    "qk_norm": Kind(("with_qk_norm", "without_qk_norm"), (), qk_norm,
+                    "Deep attention stacks diverge without QK-norm (SAN paper, finding 4)", ()),
+    "mlp_collapse": Kind(("standard", "uniform", "hybrid"), (), variants_behind,
+                         "Uniform mlp collapses, the hybrid recovers (Deconstructing Attention)", ()),
+    "spectra": Kind(("san",), ("ffn",), spectra,
+                    "Routing matrices freeze early, content matrices keep gaining stable rank (SAN paper, finding 3)",
+                    ("Spectra: routing freezes, content (W_o) keeps gaining",)),
+    # standard is an arm; KIND-uniform and KIND-hybrid are the arms of each of `kinds`
+    "variants_behind": Kind(("standard",), (), variants_behind,
+                            "Uniform variants behind standard (mlp most), hybrids recover (Deconstructing Attention)",
+                            ("Uniform variants behind standard (mlp most), hybrids recover",)),
+}
+STUDY_KINDS = ("gap_ordering", "localisation", "qk_norm", "mlp_collapse", "spectra")  # a study file's [[finding]]s
+
+
+def arms_of(finding):
+    """The arm names a finding (a [[finding]] table) reads, role by role."""
+    kind = KINDS[finding["kind"]]
+    return [finding[role] for role in kind.roles + kind.optional if role in finding]

@@ -1,42 +1,20 @@
-#!/usr/bin/env python3
 """
-gpu_lease.py (`python -m study.gpu_lease`, run by scripts/gpu_study.sh): a rate sweep and then a
-seeded study, as many runs as fit before a deadline, in one command of a GPU lease.
+gpu_lease.py (`python -m study.gpu_lease`, run by scripts/gpu_study.sh): a rate sweep, then a
+seeded study at each arm's best rate, as many runs as fit before a deadline in one GPU lease.
 
     python -m study.gpu_lease --sweep studies/mini_gpu_other.toml --main studies/mini_gpu.toml \
         --binary build/gpu-bf16/train_san --deadline EPOCH_SECONDS [--reserve 45] [--pack OUT] [--tiny]
 
-1. The sweep file (one seed, an lr_other grid per arm) and the main file (the same arms, one
-   lr_other each, several seeds) are written to STUDY_OUT/lease/{sweep,main}.toml, with
-   `--steps` or `--tiny` applied. They share study.out, so the main study's run at an arm's best
-   rate and the sweep's seed are the same run (the same id and command).
-2. The sweep's runs, rate by rate (the grid's middle value first, then outwards), every arm at
-   each rate; then the main file with each arm's lr_other replaced by its best sweep rate (the
-   lowest final validation loss among its finished sweep runs), its other seeds in seed order,
-   every arm at each seed. Before each run its wall time is predicted (an arm measured before:
-   its wall time; else milliseconds per step from a measured arm scaled by FLOPs per token, plus
-   the mean start-up and evaluation time; before any measurement, a prior of PRIOR_MS_FIXED ms +
-   the step's FLOPs at PRIOR_TFLOPS, plus PRIOR_OVERHEAD_S); a run is launched only when 1.25 x
-   that plus 3 s fits before the deadline less the reserve, and every run is stopped (as SIGTERM
-   stops a study: no status, the report calls it unfinished) at that point, or once it has run
-   SLOW times its prediction (at least SLOW_FLOOR_S): then the steps it logged still measure its
-   arm for the predictions that follow, so one run far slower than the estimate cannot take the
-   whole lease. After MAX_FAILURES
-   runs failed one after another (a trainer that does not work there) nothing more is launched.
-3. The sweep's table (`python -m study sweep`), the main study's report (`python -m study
-   report`) and summary.txt (every run's state, wall time, measured ms per step and tokens per
-   second beside the prediction, what was skipped and why) are written whatever ran; with --pack,
-   at most 8 files are copied there (the device tool returns 8): summary.txt, report.md,
-   sweep.md, final_loss.png, loss_curves.png, regions.png, sweep.png and logs.tar.gz (every run's
-   command, logs and status, both study files, both report folders, the lease's own logs).
-
---tiny (scripts/gpu_study.sh --host) shrinks the same plan to seconds on the host backend: 6 steps
-of 2 x 64 tokens at d 64, two validation batches, in STUDY_OUT-dry-run (and --steps N in
-STUDY_OUT-Nsteps), never among the study's own runs.
+The two study files are written to STUDY_OUT/lease/ (sharing study.out, so the main study's run
+at an arm's best rate is the sweep's); the sweep runs middle rate first, every arm at each rate,
+then the main study's other seeds. A run starts only when its predicted time (Clock) fits before
+the deadline less the reserve, and is stopped there or at SLOW times its prediction. The sweep
+table, the report and summary.txt are written whatever ran; --pack copies at most 8 files (PACKED).
+--tiny (gpu_study.sh --host) shrinks the plan to seconds on the host backend, in STUDY_OUT-dry-run.
+Manual: doc/gpu-runs/README.md "The GPU study".
 """
 import argparse
 import glob
-import json
 import math
 import os
 import shutil
@@ -51,7 +29,7 @@ import tomllib
 from study import checkout_env, match
 from study import runner
 from study.runs import read_log, read_status
-from study.spec import StudyError, load_study
+from study.spec import StudyError, load_study, write_study
 
 PRIOR_MS_FIXED = 1.5        # per step: launches, host-side work (issue 45: the embedding's bucket sort alone ~1.3 ms)
 PRIOR_TFLOPS = 100.0        # effective bf16 rate of a d-256 model on an H100 (about 10% of its peak; a guess)
@@ -69,29 +47,7 @@ TINY_FLAGS = {"--n-embd": "64", "--max-seq-len": "64", "--val-batches": "2", "--
 # ----------------------------------------------------------------------------------------
 # study files
 
-def toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a TOML basic string for the characters study files use
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML form for {v!r}")
-
-
-def dump_study(raw):
-    """A study file's text from its parsed tables ([study], [[arm]], [[finding]]; flat values)."""
-    lines = ["# written by study/gpu_lease.py from a study file of studies/ (its header says what it is)", "[study]"]
-    for k, v in raw["study"].items():
-        if isinstance(v, dict):
-            raise TypeError(f"study.{k}: nested tables are not written here")
-        lines.append(f"{k} = {toml_value(v)}")
-    for table in ("arm", "finding"):
-        for entry in raw.get(table, []):
-            lines += ["", f"[[{table}]]"] + [f"{k} = {toml_value(v)}" for k, v in entry.items()]
-    return "\n".join(lines) + "\n"
+HEADER = "written by study/gpu_lease.py from a study file of studies/ (its header says what it is)"
 
 
 def set_flag(flags, name, value):
@@ -118,13 +74,6 @@ def adapt(raw, steps=None, tiny=False):
         for name, value in TINY_FLAGS.items():
             s["flags"] = set_flag(s.get("flags", []), name, value)
     return dict(raw, study=s)
-
-
-def write_study(raw, path):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(dump_study(raw))
-    return path
 
 
 def check_pair(sweep, main):
@@ -179,7 +128,10 @@ def median_ms(run):
 
 
 class Clock:
-    """Predicted wall seconds of a run, from what has run so far."""
+    """Predicted wall seconds of a run, from what has run so far: an arm measured before, its wall
+    time; else ms per step from a measured arm scaled by FLOPs per token, plus the mean start-up
+    and evaluation time; before any measurement, PRIOR_MS_FIXED ms + the step's FLOPs at
+    PRIOR_TFLOPS, plus PRIOR_OVERHEAD_S. A run stopped for being slow still measures its arm."""
 
     def __init__(self):
         self.wall = {}       # arm name -> wall seconds of its last finished run
@@ -272,7 +224,7 @@ def main(argv=None):
         print(f"[gpu_lease] {line}", flush=True)
         lease_log.write(line + "\n")
 
-    sweep_path = write_study(raw_sweep, os.path.join(lease_dir, "sweep.toml"))
+    sweep_path = write_study(raw_sweep, os.path.join(lease_dir, "sweep.toml"), HEADER)
     sweep = load_study(sweep_path, args.binary)
     log(f"start: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(started))}; deadline in "
         f"{args.deadline - started:.0f} s, runs stop {args.reserve:.0f} s before it; {sweep.steps} steps x "
@@ -335,7 +287,7 @@ def main(argv=None):
     for a in raw_main["arm"]:
         if a["name"] in best:
             a["lr_other"] = best[a["name"]]
-    main_path = write_study(raw_main, os.path.join(lease_dir, "main.toml"))
+    main_path = write_study(raw_main, os.path.join(lease_dir, "main.toml"), HEADER)
     main_study = load_study(main_path, args.binary)
     seeds = sorted({r.seed for r in main_study.runs})
     todo = [r for s in seeds for r in main_study.runs if r.seed == s and r.arm.name in best]

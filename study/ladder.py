@@ -1,111 +1,32 @@
-#!/usr/bin/env python3
 """
-ladder.py: one study (study/runner.py's format) trained at several token budgets, the rungs of
-a scale ladder, so that a finding can be followed against tokens (issue 31; doc/study.md "Scale
-ladder").
+ladder.py: one study trained at several token budgets, the rungs of a scale ladder, so that a
+finding can be followed against tokens (doc/study.md "Scale ladder"; the file's format and the
+Ladder it loads to: study/spec.py).
 
     python -m study ladder run studies/ladders/cpu.toml [--up-to TOKENS] [--dry-run]
     python -m study ladder files studies/ladders/cpu.toml      # write the rung study files only
 
-Ladder files live in studies/ladders/ (they are not study files: study/runner.py refuses the
-[ladder] table). A ladder file is a study file with `tokens` left out of [study] and a [ladder] table:
-
-    [ladder]
-    tokens = [102_400, 409_600, 1_638_400]   # the rungs, smallest first
-    evaluations = 4                          # validations (and checkpoints) per run: val_every =
-                                             # save_every = steps // evaluations (and at the end)
-    arm_rungs = { san-rms = [1_638_400] }    # an arm trained only at these rungs (default: all)
-    norm_control = { zcn = "san", rms = "san-rms" }          # for study/ladder_report.py: the
-    deconstructing = { standard = "standard", kinds = [...] } # noise-floor control, the variant grid
-
-For each rung, `files` writes OUT/rung-TOKENS/study.toml (the study with that budget, out =
-OUT/rung-TOKENS, name NAME-rTOKENS) and `run` runs `python -m study run` on each rung in
-order, smallest first; that skips finished runs and resumes interrupted ones, so an interrupted
-ladder continues where it stopped. `python -m study ladder report` reports across the rungs
-(study/ladder_report.py).
+`files` writes OUT/rung-TOKENS/study.toml for each rung; `run` runs `python -m study run` on
+each, smallest first, which skips finished runs and resumes interrupted ones.
 """
 import argparse
-import os
 import signal
 import subprocess
 import sys
 
 from study import checkout_env
-from study.spec import LadderError, load_ladder  # noqa: F401  (LadderError: what its callers catch)
-
-
-def _toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise LadderError(f"cannot write {v!r} to TOML")
-
-
-def _toml_table(lines, header, table):
-    lines.append(header)
-    subtables = []
-    for key, value in table.items():
-        if isinstance(value, dict):
-            subtables.append((key, value))
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    for key, value in subtables:
-        _toml_table(lines, f"[{header.strip('[]')}.{key}]", value)
-
-
-def dumps(doc):
-    """The TOML of a study file's tables: [study] (with subtables), [[arm]], [[finding]]."""
-    lines = []
-    _toml_table(lines, "[study]", doc["study"])
-    for kind in ("arm", "finding"):
-        for table in doc.get(kind, []):
-            lines.append("")
-            _toml_table(lines, f"[[{kind}]]", table)
-    return "\n".join(lines) + "\n"
-
-
-def rung_dir(raw, tokens):
-    out = raw["study"].get("out", os.path.join("logs", "studies", raw["study"]["name"]))
-    return os.path.join(out, f"rung-{tokens}")
-
-
-def rung_study(raw, tokens, steps, arm_rungs, evaluations):
-    """The study file's tables for one rung."""
-    study = dict(raw["study"])
-    study.update(name=f"{study['name']}-r{tokens}", out=rung_dir(raw, tokens), tokens=tokens,
-                 val_every=steps // evaluations, save_every=steps // evaluations)
-    arms = [a for a in raw["arm"] if tokens in arm_rungs.get(a["name"], [tokens])]
-    names = {a["name"] for a in arms}
-    # a finding whose arms are not all at this rung is left to the rungs that have them
-    findings = [f for f in raw.get("finding", [])
-                if all(v in names for k, v in f.items() if k not in ("kind", "title"))]
-    doc = {"study": study, "arm": arms}
-    if findings:
-        doc["finding"] = findings
-    return doc
+from study.spec import LadderError, load_ladder, write_study
 
 
 def write_rung_files(path, out=None):
     """Writes each rung's study file (under `out` in place of the ladder's [study].out when
     given); returns [(tokens, file)]."""
-    raw, rungs, arm_rungs, evaluations, _ = load_ladder(path)
+    ladder = load_ladder(path)
     if out is not None:
-        raw["study"]["out"] = out
-    files = []
-    for tokens, steps in rungs:
-        d = rung_dir(raw, tokens)
-        os.makedirs(d, exist_ok=True)
-        f = os.path.join(d, "study.toml")
-        with open(f, "w") as out:
-            out.write(f"# rung {tokens:,} tokens ({steps} steps) of {path}, written by study/ladder.py\n")
-            out.write(dumps(rung_study(raw, tokens, steps, arm_rungs, evaluations)))
-        files.append((tokens, f))
-    return files
+        ladder.tables["study"]["out"] = out
+    return [(tokens, write_study(ladder.rung_tables(tokens), ladder.rung_file(tokens),
+                                 f"rung {tokens:,} tokens ({steps} steps) of {path}, written by study/ladder.py"))
+            for tokens, steps in ladder.rungs]
 
 
 def run_forwarding_signals(cmd):

@@ -1,79 +1,24 @@
-#!/usr/bin/env python3
 """
-ladder_report.py: the findings of a scale ladder (study/ladder.py) against tokens, and the
-rate sweep that chose each arm's rate.
+ladder_report.py: a scale ladder's findings against tokens, and a rate sweep's table.
 
-    python -m study ladder report studies/ladders/cpu.toml [--out DIR]
-    python -m study sweep studies/ladder_cpu_lr.toml [--out DIR]
+    python -m study ladder report studies/ladders/cpu.toml [--out DIR]   # OUT/report/ladder.md
+    python -m study sweep studies/ladder_cpu_lr.toml [--out DIR]         # OUT/report-sweep/sweep.md
 
-`report` reads every rung's runs (OUT/rung-TOKENS/runs/*/log.jsonl and status.json, through
-study/runs.py) and writes OUT/report/ladder.md with PNG figures; `sweep` reads one study
-with a rate grid and writes the final loss per arm and rate, and each arm's best rate.
-
-The verdicts are fixed before the ladder's runs (issue 31) and are not changed to fit them; the
-rules are study/findings.py's, shared with the study report (issue 44 made them statistical,
-2026-12-05, issue 57 the over-ladder rules and their family, 2026-12-07). Numbers are final
-validation losses in nats per token: the gaps and the noise floor on the held-out windows (the
-paper's headline), every region and localisation number on whole documents (held-out ones,
---val-whole-docs 1 or 2; training ones, --train-doc-eval), windows never unless named. A gap
-is SAN minus partner, paired by seed (same seed: same initialisation and data order), printed
-as its mean over seeds and 95% Student-t interval (n − 1 dof). The noise floor of a rung is the larger of the pooled seed-to-seed sd of the arms'
-losses and |SAN - SAN-RMSNorm| (the paper's optimizer-equivalence control) where that rung has
-the control. A difference *clears* when at least 3 seeds have it, its interval excludes zero in
-the paper's direction and its mean exceeds the floor; with fewer than 3 seeds a rung's verdict
-is "too few seeds (n)".
-
-  Gap ordering (SAN paper finding 1: iso-depth > iso-FLOP > iso-param, SAN behind each).
-    At a rung it *shows* when the three gaps and both ordering margins (iso-depth - iso-FLOP,
-    iso-FLOP - iso-param) clear.
-  iso-param gap shrinks with tokens (paper: 0.046 at 5B, 0.019 at 30B, 0.005 at 105B).
-    Over >= 3 rungs: *shows* when the gap clears at every rung (against the largest floor) and
-    its slope against log tokens is negative beyond its interval; *trend* when the slope is,
-    with the gap's mean positive at every rung.
-  Localisation (finding 2: the SAN's deficit against its iso-param partner sits on query
-    tokens), on whole held-out and, separately, whole training documents. At a rung it *shows* when the
-    query delta clears (a SAN deficit there) and so do both margins, query delta minus the trace
-    and minus the answer delta.
-  Spectra (finding 3: routing matrices W_q, W_k freeze early, content matrices keep gaining
-    stable rank, in the SAN on W_o). Per run, the relative change of the layer-mean stable rank
-    from the 25% milestone to the end. At a rung it *shows* when W_o's growth clears (content
-    gains), the margin W_o - max(W_q, W_k) clears, and SAN W_o - FFN W_o clears.
-  Uniform variants behind standard attention, the hybrids recover (Deconstructing Attention).
-    At a rung it *shows* when every uniform - standard clears, mlp-uniform - each other uniform
-    clears, and every uniform - 2 hybrid + standard clears (the hybrid recovers more than half of
-    the gap). The floor is the ladder file's ([ladder].deconstructing.floor) where it states one.
-
-For a finding over the ladder (issue 57): each number its per-rung rule asks to clear (the three
-gaps and two ordering margins; the query deficit and both query margins; W_o's gain, the spectra
-margin and SAN W_o − FFN W_o; every uniform gap, recovery and mlp margin) holds when it clears at
-the largest rung, or when its least-squares slope against log tokens over >= 3 rungs is above zero
-beyond its interval *and* its mean at the largest rung is above zero (the per-rung rule's sign:
-a number still below zero is not the paper's finding, however it moves). Its p-value is twice the
-smaller one-sided p of the two, the finding's the largest of its numbers'. The findings of the
-report are one family: Holm's step-down at 0.025 one-sided decides which hold — *shows* when every
-number also clears at the largest rung at that threshold, else *trend*; *does not show*
-otherwise; "too few seeds" when the largest rung has fewer than 3; *cannot tell* when the runs
-are missing. The iso-param gap's p is its slope's (falling) and its smallest rung's gap's, with its
-mean above zero at every rung; it *shows* when every rung's gap clears too.
-
-Each rule is one function of study/findings.py; how the rules were amended, when and why:
-doc/study-runs/README.md ("Verdict rules").
-
-Gates and hidden-state effective ranks are reported against tokens without a verdict (the paper
-gives them as diagnostics; "neutral for loss" needs a residual-ablation arm this ladder does not
-have).
+Reads each rung's runs through the ladder's spec.Ladder and writes only the report and its
+figures. Per rung, study/findings.py's rules with arms paired by seed against the rung's noise
+floor; over the rungs, each finding's p-value, its numbers judged as one Holm family. The rules
+were fixed before the runs (issue 31) and are stated in doc/study.md "Scale ladder".
 """
 import argparse
 import os
 import sys
 
 from study import findings
-from study import ladder as ladder_files
 from study import runs as run_files
-from study import runner as study_runner
 from study.findings import Rule, paired, with_interval
 from study.plots import figure_legend, plt, save
 from study.runs import RunData
+from study.spec import LadderError, StudyError, load_ladder, load_study
 from study.tables import fmt, mean_sd, pm, table
 
 REGIONS = ("query", "trace", "answer")
@@ -85,9 +30,9 @@ ROLES = {"iso_depth": "iso-depth", "iso_flop": "iso-FLOP", "iso_param": "iso-par
 # numbers
 
 class Rung:
-    def __init__(self, tokens, path):
+    def __init__(self, tokens, study):
         self.tokens = tokens
-        self.study = study_runner.load_study(path)
+        self.study = study
         self.runs = [RunData(r, final_step=self.study.steps) for r in self.study.runs]
 
     def arm_runs(self, name):
@@ -335,17 +280,9 @@ SWEEP_AXIS_LABEL = {"lr": "peak rate of the matrices (--lr)",
 # the reports
 
 def load_rungs(path):
-    raw, _, _, _, table_ = ladder_files.load_ladder(path)
-    raw["ladder"] = table_
-    rungs = [Rung(t, f) for t, f in ladder_files.write_rung_files(path)]
-    return raw, rungs
-
-
-def _finding(raw, kind):
-    for f in raw.get("finding", []):
-        if f["kind"] == kind:
-            return f
-    return None
+    """(the ladder file's spec.Ladder, its Rungs): each rung's study as its file would load, none written."""
+    ladder = load_ladder(path)
+    return ladder, [Rung(t, ladder.rung_study(t)) for t, _ in ladder.rungs]
 
 
 def runs_table(rungs):
@@ -360,16 +297,16 @@ def runs_table(rungs):
     return [table(["rung (tokens)", "run", "state", "steps", "final val loss", "ms/step"], rows)]
 
 
-class Ladder:
-    """What every section of the ladder report reads: the ladder file's tables, its rungs, the
+class LadderReport:
+    """What every section of the ladder report reads: the ladder (spec.Ladder), its rungs, the
     output directory and each rung's noise floor (floors: [(tokens, floor)], floor_of by tokens)."""
 
     def __init__(self, path, out):
         self.path = path
-        self.raw, self.rungs = load_rungs(path)
-        self.out = out or os.path.join(self.raw["study"].get("out", "logs"), "report")
-        self.control = self.raw["ladder"].get("norm_control")
-        gaps = _finding(self.raw, "gap_ordering")
+        self.ladder, self.rungs = load_rungs(path)
+        self.out = out or os.path.join(self.ladder.out, "report")
+        self.control = self.ladder.norm_control
+        gaps = self.ladder.finding("gap_ordering")
         self.quartet = [gaps[r] for r in ("san", "iso_depth", "iso_flop", "iso_param")] if gaps else []
         self.floors, self.floor_rows = [], []
         for rung in self.rungs:
@@ -382,9 +319,9 @@ class Ladder:
 
 def write_report(path, out=None):
     """ladder.md and its figures in `out` (default OUT/report); returns (its path, [(finding, verdict)])."""
-    lad = Ladder(path, out)
+    lad = LadderReport(path, out)
     os.makedirs(lad.out, exist_ok=True)
-    lines = [f"# Scale ladder: {lad.raw['study']['name']}", "", lad.raw["study"].get("note", ""), "",
+    lines = [f"# Scale ladder: {lad.ladder.name}", "", lad.ladder.tables["study"].get("note", ""), "",
              f"Ladder file `{path}`; rungs " + ", ".join(f"{r.tokens:,}" for r in lad.rungs)
              + " tokens per run.", "", Rule("paired").describe("the rung's noise floor"), ""]
     lines += ["## Runs", ""] + runs_table(lad.rungs) + [""]
@@ -428,7 +365,7 @@ def numbers_text(numbers):
 
 def gap_sections(lad, verdicts):
     """Finding 1 at each rung and over the ladder, and the iso-param gap's shrinking."""
-    fg = _finding(lad.raw, "gap_ordering")
+    fg = lad.ladder.finding("gap_ordering")
     if not fg:
         return []
     lines = ["## Gap ordering (SAN paper finding 1)", "",
@@ -447,8 +384,9 @@ def gap_sections(lad, verdicts):
                      "at rung"], rows), ""]
     if gap_points:
         lines += [f"![gaps]({plot_gaps(gap_points, lad.floors, lad.out)})", ""]
-    verdicts.append(("Gap ordering iso-depth > iso-FLOP > iso-param", over_ladder(gap_points, lad.floor_of)))
-    verdicts.append(("iso-param gap shrinks with tokens", iso_param_shrinks(gap_points, lad.floor_of)))
+    ordering, shrinks = findings.KINDS["gap_ordering"].over_ladder
+    verdicts.append((ordering, over_ladder(gap_points, lad.floor_of)))
+    verdicts.append((shrinks, iso_param_shrinks(gap_points, lad.floor_of)))
     return lines
 
 
@@ -470,7 +408,7 @@ def over_ladder(points, floor_of=None):
 
 def localisation_section(lad, verdicts):
     """Finding 2 on held-out documents and, separately, on training documents."""
-    fl_ = _finding(lad.raw, "localisation")
+    fl_ = lad.ladder.finding("localisation")
     if not fl_:
         return []
     lines = ["## Localisation (SAN paper finding 2)", "",
@@ -479,8 +417,9 @@ def localisation_section(lad, verdicts):
              "they count only the targets of documents that begin in the window, a sample that favours "
              "document beginnings and short documents).", ""]
     reg_points = []
-    for docs, title in (("whole_docs", "held-out documents (whole: --val-whole-docs)"),
-                        ("train_docs", "training documents (whole: --train-doc-eval)")):
+    for docs, title, verdict in zip(("whole_docs", "train_docs"), ("held-out documents (whole: --val-whole-docs)",
+                                    "training documents (whole: --train-doc-eval)"),
+                                    findings.KINDS["localisation"].over_ladder):
         rows, pts = [], []
         for rung in lad.rungs:
             r = localisation(rung, fl_["san"], fl_["ffn"], docs, Rule("paired", lad.floor_of[rung.tokens]))
@@ -499,14 +438,14 @@ def localisation_section(lad, verdicts):
                     break
             else:
                 reg_points.append((t, {docs: r}))
-        verdicts.append((f"Localisation on query tokens ({title.split(' (')[0]})", over_ladder(pts, lad.floor_of)))
+        verdicts.append((verdict, over_ladder(pts, lad.floor_of)))
     if reg_points:
         lines += [f"![regions]({plot_regions(reg_points, lad.floors, lad.out)})", ""]
     return lines
 
 
 def spectra_section(lad, verdicts):
-    fs = _finding(lad.raw, "spectra")
+    fs = lad.ladder.finding("spectra")
     if not fs:
         return []
     lines = ["## Spectra (SAN paper finding 3)", "",
@@ -528,7 +467,7 @@ def spectra_section(lad, verdicts):
                        r["verdict"]])
     lines += [table(["rung", "seed", "W_q", "W_k", "W_v", "W_o", "margin", "FFN W_o"], rows), ""]
     lines += [table(["rung", "W_o gain", "margin", "SAN W_o − FFN W_o", "at rung"], judged), ""]
-    verdicts.append(("Spectra: routing freezes, content (W_o) keeps gaining", over_ladder(pts)))
+    verdicts.append((findings.KINDS["spectra"].over_ladder[0], over_ladder(pts)))
     return lines
 
 
@@ -553,7 +492,7 @@ def measurements_section(lad, verdicts):
 
 def deconstructing_section(lad, verdicts):
     """Each variant kind, uniform and hybrid, against standard attention; its attention patterns."""
-    fd = lad.raw["ladder"].get("deconstructing")
+    fd = lad.ladder.finding("variants_behind")
     if not fd:
         return []
     kinds = fd["kinds"]
@@ -592,7 +531,7 @@ def deconstructing_section(lad, verdicts):
     lines += [table(["rung", "arm", "entropy", "concentration", "sink", "head diversity", "local focus (N=0)"],
                     rows), ""]
     floors = {t: fd.get("floor", lad.floor_of.get(t)) for t, _ in pts}
-    verdicts.append(("Uniform variants behind standard (mlp most), hybrids recover", over_ladder(pts, floors)))
+    verdicts.append((findings.KINDS["variants_behind"].over_ladder[0], over_ladder(pts, floors)))
     return lines
 
 
@@ -600,7 +539,7 @@ def write_sweep(path, out=None):
     """The sweep's table and figure: final loss per arm and rate point (lr, lr_other), the best of
     each arm, and whether it lies at the edge of the arm's grid in a rate the arm sweeps. Returns
     (path, {arm: (rate point, loss, edge)})."""
-    study = study_runner.load_study(path)
+    study = load_study(path)
     data = [RunData(r, study.steps) for r in study.runs]
     out = out or os.path.join(study.out, "report-sweep")
     os.makedirs(out, exist_ok=True)
@@ -662,7 +601,7 @@ def main(argv=None):
             path, best = write_sweep(args.file, args.out)
             for name, (point, loss, edge) in best.items():
                 print(f"  {name}: {run_files.rate_label(point)} ({loss:.4f})" + (" at the grid's edge" if edge else ""))
-    except (ladder_files.LadderError, study_runner.StudyError) as e:
+    except (LadderError, StudyError) as e:
         sys.stderr.write(f"ladder_report.py: {e}\n")
         return 2
     print(f"wrote {path}")

@@ -1,21 +1,8 @@
 """
-The papers' own tables in a study's report (study.paper; doc/study.md "The papers' tables"):
-the eval-set numbers the runs logged, laid out as the paper lays them out, with the paper's
-published numbers beside each row where the paper gives them (papers/*.md, quoted in doc/).
-
-  deconstructing  Table 1: a row per arm (its --attention kind, uniform or hybrid) and per
-                  hybrid's skip evaluation (skip-block: the paper's layers "removed"): ARC-E,
-                  BoolQ, COPA, PIQA, SciQ, RTE, HellaSwag (acc, %), their mean (NLU avg), WikiText
-                  (word perplexity), LAMBADA OpenAI (acc %, perplexity); beside them the paper's
-                  NLU average and WikiText perplexity of that kind and layout; and its Table 4
-                  (WikiText by context, report.context_length_section) gets the paper's rows.
-  san             the gap of each matched partner (SAN - partner, final validation loss) with the
-                  paper's at this study's budget (its step count: 5,000 / 30,000 / 100,000, the
-                  paper code's "5B" / "31B" / "105B"); Table 4's tasks: LAMBADA (both releases),
-                  SciQ, HellaSwag, ARC-E, PIQA, Winogrande, MMLU at the end of each arm's runs, with
-                  each task's chance level; and what the milestone evaluations are not (the
-                  paper's budget rows are runs of their own).
-Seed means at each arm's rate (report.ArmSummary); "—" unless every run has the number.
+The papers' own tables in a study's report (study.paper = "deconstructing" or "san"): the eval
+numbers the runs logged, laid out as the paper lays them out, with the paper's published numbers
+beside each row where it gives them (papers/*.md). Which tables and columns, and why: doc/study.md
+"The papers' tables". Seed means at each arm's rate; "—" unless every run has the number.
 """
 import os
 

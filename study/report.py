@@ -1,19 +1,10 @@
 """
-study_report.py: the report of a study (python -m study report): report.md and PNG plots
-in OUT/report/, computed from the runs' JSONL logs (doc/formats.md "Training log") and final
-checkpoints (weight spectra, study/spectra.py).
+report.py: a study's report (`python -m study report`): OUT/report/report.md and its PNG plots,
+from the runs' JSONL logs (doc/formats.md "Training log") and checkpoints (study/spectra.py).
 
-Definitions (doc/study.md says the same for readers of the report):
-  final validation loss of a run   val_loss of its last validation record (the end of training)
-  an arm's rate                    the rate whose seed-mean final loss is lowest (its own best)
-  an arm's loss                    mean over its seeds at that rate; sd = sample sd (ddof 1)
-  noise floor                      the pooled seed sd over arms at their rates:
-                                   sqrt(sum (n_i - 1) sd_i^2 / sum (n_i - 1))
-  differences                      arm - baseline (positive: the arm is worse), seed means
-  representative run               an arm's first seed at its rate (gates, ranks, logits, spectra)
-  a run's rates                    the peak rates it trained with, from its log's header record
-                                   (older logs: the largest rate its training records logged)
-Only runs that finished (status done) enter the loss tables; diverged runs are listed apart.
+Layout: each arm's summary at its best rate; its sections in the report's order, figures beside
+the tables; the findings, judged by study/findings.py. What each number means (an arm's rate and
+loss, the noise floor, the representative run): doc/study.md "Report".
 """
 import glob
 import math
@@ -21,7 +12,8 @@ import os
 
 from study import attention_patterns, curves, findings, match, paper_tables, spectra
 from study import runs as run_files
-from study.findings import Rule, with_interval
+from study.findings import (CANNOT_TELL, DOES_NOT_SHOW, SHOWS, SHOWS_SHORT, Rule, is_too_few,
+                            with_interval)
 from study.plots import (figure_legend, grid_of_axes, layer_axis, layer_colorbar, layer_colormap, layer_numbers,
                          plain_log_ticks, plt, save)
 from study.runs import RunData  # noqa: F401  (the run as the report reads it)
@@ -180,7 +172,7 @@ def skip_section(study, summaries):
 
 
 # ----------------------------------------------------------------------------------------
-# findings: each returns (verdict, text); verdict is "shows", "does not show" or "cannot tell"
+# findings: each returns (verdict, text); verdict is SHOWS, DOES_NOT_SHOW or CANNOT_TELL
 
 def _need(summaries, f, roles, why, diverged_counts=False):
     """Why a finding cannot be judged (an arm skipped, then an arm without finished runs), or
@@ -198,7 +190,7 @@ def _need(summaries, f, roles, why, diverged_counts=False):
 def finding_gap_ordering(f, summaries, floor, why):
     missing = _need(summaries, f, ("san", "iso_depth", "iso_flop", "iso_param"), why)
     if missing:
-        return "cannot tell", missing
+        return CANNOT_TELL, missing, None
     rule = Rule("unpaired", floor)
     loss = {role: summaries[f[role]].by_seed() for role in ("san", "iso_depth", "iso_flop", "iso_param")}
     gaps = {role: rule.diff(loss["san"], loss[role]) for role in ("iso_depth", "iso_flop", "iso_param")}
@@ -208,48 +200,50 @@ def finding_gap_ordering(f, summaries, floor, why):
             f"105B tokens: +0.47, +0.26, +0.005); ordering margins iso-depth − iso-FLOP {with_interval(margins[0])}, "
             f"iso-FLOP − iso-param {with_interval(margins[1])}; noise floor {fmt(floor)}.")
     result = findings.gap_ordering(gaps, margins, rule)
-    if result.verdict.startswith("too few"):
-        return result.verdict, text + f" Every arm needs at least {rule.min_seeds} seeds to judge the gaps."
+    p = findings.p_all_clear(findings.gap_ordering_numbers(gaps, margins), rule)
+    if is_too_few(result.verdict):
+        return result.verdict, text + f" Every arm needs at least {rule.min_seeds} seeds to judge the gaps.", p
     ahead = [role.replace("iso_", "iso-").replace("flop", "FLOP") for role in result.ahead]
     if ahead:  # the paper's finding is a SAN behind each partner, not only the gaps' order
-        return "does not show", text + (f" The SAN is not behind its {', '.join(ahead)} partner"
-                                        f"{'s' if len(ahead) > 1 else ''}; the paper has it behind each"
-                                        + (", though the gaps keep the paper's order." if result.ordered else "."))
-    if result.verdict != "shows":
-        return "does not show", text + (" Not every gap and margin is positive beyond its interval"
-                                        + (" and the noise floor." if floor is not None else "."))
-    return "shows", text + " Every gap and both ordering margins are positive beyond their intervals" + (
-        " and the noise floor." if floor is not None else ".")
+        return DOES_NOT_SHOW, text + (f" The SAN is not behind its {', '.join(ahead)} partner"
+                                      f"{'s' if len(ahead) > 1 else ''}; the paper has it behind each"
+                                      + (", though the gaps keep the paper's order." if result.ordered else ".")), p
+    if result.verdict != SHOWS:
+        return DOES_NOT_SHOW, text + (" Not every gap and margin is positive beyond its interval"
+                                      + (" and the noise floor." if floor is not None else ".")), p
+    return SHOWS, text + " Every gap and both ordering margins are positive beyond their intervals" + (
+        " and the noise floor." if floor is not None else "."), p
 
 
 def finding_localisation(f, summaries, floor, why):
     missing = _need(summaries, f, ("san", "ffn"), why)
     if missing:
-        return "cannot tell", missing
+        return CANNOT_TELL, missing, None
     san, ffn = summaries[f["san"]], summaries[f["ffn"]]
     rule = Rule("unpaired", floor)
     regions = [r for r in ("query", "trace", "answer")
                if san.final_mean(f"val_loss_{r}", REGION_DOCS) is not None and ffn.final_mean(f"val_loss_{r}", REGION_DOCS) is not None]
     if "query" not in regions or len(regions) < 2:
-        return "cannot tell", ("the logs have no per-region losses on whole documents (runs without --val-whole-docs "
-                               "1 or 2, or validation data without region sidecars)")
-    d, margins, behind, verdict = region_localisation(san, ffn, regions, rule)
+        return CANNOT_TELL, ("the logs have no per-region losses on whole documents (runs without --val-whole-docs "
+                               "1 or 2, or validation data without region sidecars)"), None
+    d, margins, behind, verdict, p = region_localisation(san, ffn, regions, rule)
     text = (f"SAN − FFN ({f['ffn']}) per region [95% t-interval]: " + ", ".join(f"{r} {with_interval(v)}" for r, v in d.items())
             + " nats; query margins " + ", ".join(f"query − {r} {with_interval(m)}" for r, m in margins.items())
             + f" (overall {san.mean - ffn.mean:+.4f}).")
     text += localisation_on_training_documents(san, ffn, rule) + localisation_on_eval_sets(san, ffn)
-    if verdict.startswith("too few"):
-        return verdict, text + f" Both arms need at least {rule.min_seeds} seeds to judge the regions."
+    if is_too_few(verdict):
+        return verdict, text + f" Both arms need at least {rule.min_seeds} seeds to judge the regions.", p
     if not behind:
-        return "does not show", text + " The SAN has no deficit on query tokens to place (it is not behind there)."
-    if verdict == "shows":
-        return "shows", text + " The deficit is positive on query tokens and larger there than on the other regions, beyond the intervals."
-    return "does not show", text + " The deficit is not shown, beyond the intervals, to be positive on query tokens and largest there."
+        return DOES_NOT_SHOW, text + " The SAN has no deficit on query tokens to place (it is not behind there).", p
+    if verdict == SHOWS:
+        return SHOWS, text + " The deficit is positive on query tokens and larger there than on the other regions, beyond the intervals.", p
+    return DOES_NOT_SHOW, text + " The deficit is not shown, beyond the intervals, to be positive on query tokens and largest there.", p
 
 
 def region_localisation(san, ffn, regions, rule, docs=REGION_DOCS):
     """findings.localisation of SAN − FFN per region (of the final validation on whole held-out
-    documents, or on the sample of training documents, docs="train_docs"): (deltas, query margins, behind on query tokens, verdict). A margin is the
+    documents, or on the sample of training documents, docs="train_docs"): (deltas, query margins,
+    behind on query tokens, verdict, p). A margin is the
     query delta minus a region's delta: each arm's per-seed query − region loss, then SAN − FFN."""
     def values(arm, r):
         return arm.by_seed(f"val_loss_{r}", docs)
@@ -261,7 +255,7 @@ def region_localisation(san, ffn, regions, rule, docs=REGION_DOCS):
     d = {r: rule.diff(values(san, r), values(ffn, r)) for r in regions}
     margins = {r: rule.diff(query_minus(san, r), query_minus(ffn, r)) for r in regions if r != "query"}
     behind, verdict = findings.localisation(d["query"], margins, rule)
-    return d, margins, behind, verdict
+    return d, margins, behind, verdict, findings.p_all_clear(findings.localisation_numbers(d["query"], margins), rule)
 
 
 def train_docs_mean(summary, key):
@@ -295,10 +289,10 @@ def localisation_on_training_documents(san, ffn, rule):
                if train_docs_mean(san, f"val_loss_{r}") is not None and train_docs_mean(ffn, f"val_loss_{r}") is not None]
     if "query" not in regions:
         return ""
-    d, _, behind, verdict = region_localisation(san, ffn, regions, rule, docs="train_docs")
+    d, _, behind, verdict, _ = region_localisation(san, ffn, regions, rule, docs="train_docs")
     judged = ("no deficit on query tokens" if not behind else
-              f"{verdict} to judge" if verdict.startswith("too few") else
-              "the deficit is positive and largest on query tokens beyond the intervals" if verdict == "shows" else
+              f"{verdict} to judge" if is_too_few(verdict) else
+              "the deficit is positive and largest on query tokens beyond the intervals" if verdict == SHOWS else
               "the deficit is not shown to be positive and largest on query tokens")
     return " On training documents (--train-doc-eval): " + ", ".join(f"{r} {with_interval(v)}" for r, v in d.items()) + f" ({judged})."
 
@@ -324,7 +318,7 @@ def localisation_on_eval_sets(san, ffn):
 def finding_qk_norm(f, summaries, floor, why):
     missing = _need(summaries, f, ("with_qk_norm", "without_qk_norm"), why, diverged_counts=True)
     if missing:
-        return "cannot tell", missing
+        return CANNOT_TELL, missing, None
     w, wo = summaries[f["with_qk_norm"]], summaries[f["without_qk_norm"]]
     n_w, n_wo = len(w.diverged), len(wo.diverged)
     parts = [f"diverged runs: with QK-norm {n_w} of {len(w.all_runs)}, without {n_wo} of {len(wo.all_runs)}"]
@@ -346,31 +340,30 @@ def finding_qk_norm(f, summaries, floor, why):
     unstable_with, unstable_without = ([(d.run.id, u) for d in s.runs if (u := findings.instability(d.val, d.train, floor))]
                                        for s in (w, wo))
     rule = Rule("unpaired", floor)
-    verdict = findings.qk_norm(len(w.all_runs), len(wo.all_runs), n_w, n_wo, len(unstable_with), len(unstable_without), rule)
-    if verdict.startswith("too few"):
+    counts = (len(w.all_runs), len(wo.all_runs), n_w, n_wo, len(unstable_with), len(unstable_without))
+    verdict, p = findings.qk_norm(*counts, rule), findings.qk_norm_p(*counts)  # (the Fisher p it judges)
+    if is_too_few(verdict):
         return verdict, text + (f" Each stack needs at least {rule.min_seeds} runs for a divergence count to tell "
-                                "from chance (one-sided Fisher exact test).")
+                                "from chance (one-sided Fisher exact test)."), p
     if n_w or n_wo:
-        p = findings.more_often_p(n_wo, len(wo.all_runs), n_w, len(w.all_runs))
         return verdict, text + (f" The stack without QK-norm diverged more often (one-sided Fisher p = {p:.3f})."
-                                if verdict == "shows" else
-                                f" Not more divergences without QK-norm than chance allows (one-sided Fisher p = {p:.3f}).")
+                                if verdict == SHOWS else
+                                f" Not more divergences without QK-norm than chance allows (one-sided Fisher p = {p:.3f})."), p
     said = " ".join(f"{name}: {why_unstable}." for name, why_unstable in unstable_without + unstable_with)
-    if verdict == "shows, short of a divergence":
-        return verdict, text + " No run diverged, but the stack without QK-norm trained unstably more often than chance allows: " + said
+    if verdict == SHOWS_SHORT:
+        return verdict, text + " No run diverged, but the stack without QK-norm trained unstably more often than chance allows: " + said, p
     if unstable_with:
-        return verdict, text + " No run diverged; runs with QK-norm trained unstably too: " + said
+        return verdict, text + " No run diverged; runs with QK-norm trained unstably too: " + said, p
     if unstable_without:
-        p = findings.more_often_p(len(unstable_without), len(wo.all_runs), 0, len(w.all_runs))
         return verdict, text + (f" No run diverged; runs without QK-norm trained unstably, but not more often than "
-                                f"chance allows (one-sided Fisher p = {p:.3f}): " + said)
-    return verdict, text + " No run without QK-norm diverged or trained unstably at this depth, scale and rate."
+                                f"chance allows (one-sided Fisher p = {p:.3f}): " + said), p
+    return verdict, text + " No run without QK-norm diverged or trained unstably at this depth, scale and rate.", p
 
 
 def finding_mlp_collapse(f, summaries, floor, why):
     missing = _need(summaries, f, ("standard", "uniform", "hybrid"), why)
     if missing:
-        return "cannot tell", missing
+        return CANNOT_TELL, missing, None
     rule = Rule("unpaired", floor)
     values = {"standard": summaries[f["standard"]].by_seed(), "mlp-uniform": summaries[f["uniform"]].by_seed(),
               "mlp-hybrid": summaries[f["hybrid"]].by_seed()}
@@ -380,20 +373,20 @@ def finding_mlp_collapse(f, summaries, floor, why):
     text = (f"final loss: standard {std:.4f}, uniform mlp {uni:.4f} ({with_interval(d['uniform'])}), hybrid mlp "
             f"{hyb:.4f} ({with_interval(d['hybrid'])}); uniform − 2 hybrid + standard {with_interval(d['recovery'])} "
             "(positive: the hybrid recovers more than half of the uniform gap); [95% t-intervals].")
-    verdict = findings.variants_behind(diffs, rule)
-    if verdict == "shows":
-        return "shows", text + " Uniform mlp (no token mixing) collapses; the hybrid recovers most of the gap."
-    return verdict, text
+    verdict, p = findings.variants_behind(diffs, rule), findings.p_all_clear(findings.variant_numbers(diffs), rule)
+    if verdict == SHOWS:
+        return SHOWS, text + " Uniform mlp (no token mixing) collapses; the hybrid recovers most of the gap.", p
+    return verdict, text, p
 
 
 def finding_spectra(f, summaries, floor, why, milestones):
     missing = _need(summaries, f, ("san",), why)
     if missing:
-        return "cannot tell", missing
+        return CANNOT_TELL, missing, None
     # the FFN partner is optional (the verdict does not need it): without its runs, judged without it
     no_partner = _need(summaries, f, ("ffn",), why) if "ffn" in f else None
     if f["san"] not in milestones or len(milestones[f["san"]]) < 3:
-        return "cannot tell", f"arm {f['san']} has no milestone checkpoints (study.milestones = true writes them)"
+        return CANNOT_TELL, f"arm {f['san']} has no milestone checkpoints (study.milestones = true writes them)", None
     rule = Rule("unpaired", None)  # relative changes of stable rank: the loss's noise floor is not theirs
 
     def growths(arm):
@@ -410,10 +403,11 @@ def finding_spectra(f, summaries, floor, why, milestones):
              + (f", SAN W_o − {f['ffn']} W_o {with_interval(diffs['partner'], 1, percent=True)}" if diffs["partner"] else "")
              + " [95% t-intervals]." + (f" Without the FFN partner: {no_partner}." if no_partner else ""))
     verdict = findings.spectra(diffs, rule, partner_needed=False)
-    if verdict == "shows":
-        return "shows", text + " W_o keeps gaining stable rank, more than the routing matrices (W_q, W_k)" + (
-            ", and more than the FFN arm's W_o." if diffs["partner"] else ".")
-    return verdict, text
+    p = findings.p_all_clear(findings.spectra_numbers(diffs), rule)
+    if verdict == SHOWS:
+        return SHOWS, text + " W_o keeps gaining stable rank, more than the routing matrices (W_q, W_k)" + (
+            ", and more than the FFN arm's W_o." if diffs["partner"] else "."), p
+    return verdict, text, p
 
 
 def finding_rates(f, summaries):
@@ -431,12 +425,8 @@ def finding_rates(f, summaries):
     return [line, ""]
 
 
-FINDINGS = {"gap_ordering": ("Gap ordering: iso-depth > iso-FLOP > iso-param (SAN paper, finding 1)", finding_gap_ordering),
-            "localisation": ("The SAN's deficit sits on query tokens (SAN paper, finding 2)", finding_localisation),
-            "qk_norm": ("Deep attention stacks diverge without QK-norm (SAN paper, finding 4)", finding_qk_norm),
-            "mlp_collapse": ("Uniform mlp collapses, the hybrid recovers (Deconstructing Attention)", finding_mlp_collapse),
-            "spectra": ("Routing matrices freeze early, content matrices keep gaining stable rank (SAN paper, finding 3)",
-                        finding_spectra)}
+JUDGES = {"gap_ordering": finding_gap_ordering, "localisation": finding_localisation, "qk_norm": finding_qk_norm,
+          "mlp_collapse": finding_mlp_collapse, "spectra": finding_spectra}  # by kind (findings.KINDS)
 
 
 # ----------------------------------------------------------------------------------------
@@ -983,14 +973,32 @@ def spectra_sections(r):
 
 
 def findings_section(r):
+    """Each finding by its own rule, then the report's findings as one family (findings.judge_study):
+    one that would show alone but does not pass its Holm threshold does not show."""
     if not r.study.findings:
         return []
-    md = ["## Findings", "", Rule("unpaired", r.floor).describe(trend=False), ""]
+    judged = []  # [(verdict, text, p)] by the finding's own rule
     for f in r.study.findings:
-        title, judge = FINDINGS[f["kind"]]
-        if f["kind"] == "spectra":
-            verdict, text = judge(f, r.summaries, r.floor, r.why, r.milestones)
-        else:
-            verdict, text = judge(f, r.summaries, r.floor, r.why)
-        md += [f"### {f.get('title', title)}", "", f"**{verdict}.** {text}", ""] + finding_rates(f, r.summaries)
+        milestones = (r.milestones,) if f["kind"] == "spectra" else ()
+        judged.append(JUDGES[f["kind"]](f, r.summaries, r.floor, r.why, *milestones))
+    results = [(v, p if v in (SHOWS, SHOWS_SHORT, DOES_NOT_SHOW) else None) for v, _, p in judged]
+    family, m = findings.judge_study(results), sum(p is not None for _, p in results)
+    md = ["## Findings", "", Rule("unpaired", r.floor).describe(trend=False), ""]
+    for f, (own, text, p), (verdict, thr) in zip(r.study.findings, judged, family):
+        if own in (SHOWS, SHOWS_SHORT, DOES_NOT_SHOW):
+            text += family_text(own, verdict, p, thr, m)
+        md += [f"### {f.get('title', findings.KINDS[f['kind']].title)}", "", f"**{verdict}.** {text}", ""]
+        md += finding_rates(f, r.summaries)
     return md
+
+
+def family_text(own, verdict, p, thr, m):
+    """The sentence on a judged finding's place in the report's family of m findings."""
+    if verdict != own:
+        return (f" Alone it would show, but its p = {p:.3g} does not pass its Holm threshold "
+                + (f"{thr:.3g}" if thr is not None else "(the step-down stopped before it)")
+                + f" among the report's {m} findings, one family: it does not show.")
+    if verdict == DOES_NOT_SHOW:
+        return f" Its p = {p:.3g}" + (f" (Holm threshold {thr:.3g})." if thr is not None else
+                                      " (Holm's step-down stopped before it).")
+    return f" Its p = {p:.3g} passes its Holm threshold {thr:.3g} (the report's {m} findings are one family)."

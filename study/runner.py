@@ -1,24 +1,14 @@
-#!/usr/bin/env python3
 """
-runner.py (`python -m study run|slurm|report`): runs a controlled study of train_san arms from one TOML file, and reports on it.
+runner.py (`python -m study run|slurm|report`): runs a controlled study of train_san arms from
+one TOML file (study/spec.py reads it) and reports on it (study/report.py).
 
     python -m study run STUDY.toml [--binary ./train_san] [--only i,j] [--dry-run]
     python -m study slurm STUDY.toml [--partition P] [--time 24:00:00] ...
     python -m study report STUDY.toml
 
-A study is arms (a train_san preset plus flags) x learning rates x seeds, every run with the
-same token budget. `run` trains them one after another (through mpirun when a run asks for
-several GPUs), skips finished runs and resumes interrupted ones from their latest checkpoint;
-`slurm` writes an sbatch job-array script whose task i is `python -m study run --only i`; `report`
-reads the runs' JSONL logs (doc/formats.md "Training log") and writes report.md with PNG
-plots (study/report.py). The file format (study/spec.py reads it) is in doc/study.md.
-
-Everything about one run lives in OUT/runs/<run id>/: command.txt, stdout.log, stderr.log,
-log.jsonl, ckpt/ (final.bin, milestones, step_N.bin while it runs) and status.json
-({"state": "done" | "diverged" | "guard" | "failed" | "interrupted", ...}) once the trainer has exited; and for each
-evaluation the study asks of a finished run (post_evals: `--steps 0 --init-from final.bin`:
-[study.context_eval], skip_eval) eval_NAME.jsonl (its log), eval_NAME.log (its output) and
-eval_NAME.json (written when it succeeded: its flags, so that it is not run again).
+`run` trains the runs one after another (mpirun for several GPUs), skipping finished runs and
+resuming interrupted ones; `slurm` writes a job array, task i = `--only i`. A run's files
+(OUT/runs/<id>/: command, logs, checkpoints, status.json, evaluations): doc/study.md.
 """
 import argparse
 import glob

@@ -8,13 +8,14 @@ same token budget; a ladder file is a study file without `tokens` and with a [la
 token budgets (study/ladder.py writes one study file per rung).
 """
 import dataclasses
+import json
 import math
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 
-from study import match
+from study import findings, match
 
 # flags the runner sets itself from study fields; a study that sets them in `flags` is refused
 RUNNER_FLAGS = {"--preset": "arm.preset", "--seed": "study.seeds", "--steps": "study.tokens or study.steps",
@@ -31,16 +32,6 @@ STUDY_KEYS = {"name", "out", "binary", "seeds", "tokens", "steps", "batch_size",
 PAPERS = ("san", "deconstructing")  # study.paper: whose tables the report writes (study/paper_tables.py)
 CONTEXT_EVAL_KEYS = {"sets", "contexts"}
 ARM_KEYS = {"name", "preset", "flags", "lr", "lr_scale", "lr_other", "optional", "note", "seeds"}
-FINDING_KINDS = {
-    # kind: (required arm roles, optional roles)
-    "gap_ordering": (("san", "iso_depth", "iso_flop", "iso_param"), ()),
-    "localisation": (("san", "ffn"), ()),
-    "qk_norm": (("with_qk_norm", "without_qk_norm"), ()),
-    "mlp_collapse": (("standard", "uniform", "hybrid"), ()),
-    "spectra": (("san",), ("ffn",)),
-}
-
-
 
 
 class StudyError(Exception):
@@ -201,7 +192,11 @@ def read_toml(path, error=StudyError):
 
 def load_study(path, binary=None):
     """Parses and checks a study file; every problem raises StudyError naming the file."""
-    raw = read_toml(path)
+    return study_from_tables(path, read_toml(path), binary)
+
+
+def study_from_tables(path, raw, binary=None):
+    """The Study of a study file's tables (as tomllib reads them); `path` names it in errors."""
     _check_keys(path, "the file", raw, {"study", "arm", "finding"}, ("study", "arm"))
     s = raw["study"]
     _check_keys(path, "[study]", s, STUDY_KEYS, ("name", "seeds", "batch_size", "seq_len"))
@@ -215,7 +210,7 @@ def load_study(path, binary=None):
     baseline = _typed(path, "study.baseline", s.get("baseline", arms[0].name), str, "a string")
     if not any(a.name == baseline for a in arms):
         _fail(path, f"study.baseline '{baseline}' is not an arm")
-    study = Study(path=path, arms=arms, baseline=baseline, findings=_findings(path, raw.get("finding", []), arms),
+    study = Study(path=path, arms=arms, baseline=baseline, findings=_findings(path, raw.get("finding", []), [a.name for a in arms]),
                   **fields)
     if "context_eval" in s:
         study.context_eval = _context_eval(path, s["context_eval"], arms)
@@ -321,22 +316,23 @@ def _arm(path, i, a, arms, common, seeds):
 
 
 def _findings(path, raw_findings, arms):
-    """The [[finding]] tables, each checked: a known kind, its roles naming arms."""
-    findings = []
+    """The [[finding]] tables, each checked against findings.KINDS: a kind a study judges, its
+    roles naming arms (`arms`: the arm names)."""
+    out = []
     for i, f in enumerate(raw_findings):
         where = f"[[finding]] #{i + 1}"
         if not isinstance(f, dict) or "kind" not in f:
             _fail(path, f"{where}: missing field 'kind'")
         kind = f["kind"]
-        if kind not in FINDING_KINDS:
-            _fail(path, f"{where}: unknown kind '{kind}' (known: {', '.join(FINDING_KINDS)})")
-        required, optional = FINDING_KINDS[kind]
-        _check_keys(path, f"{where} ({kind})", f, {"kind", "title", *required, *optional}, required)
-        for role in (*required, *optional):
-            if role in f and not any(a.name == f[role] for a in arms):
+        if kind not in findings.STUDY_KINDS:
+            _fail(path, f"{where}: unknown kind '{kind}' (known: {', '.join(findings.STUDY_KINDS)})")
+        roles, optional = findings.KINDS[kind].roles, findings.KINDS[kind].optional
+        _check_keys(path, f"{where} ({kind})", f, {"kind", "title", *roles, *optional}, roles)
+        for role in (*roles, *optional):
+            if role in f and f[role] not in arms:
                 _fail(path, f"{where} ({kind}): {role} = '{f[role]}' is not an arm")
-        findings.append(dict(f))
-    return findings
+        out.append(dict(f))
+    return out
 
 
 def _runs(arms, out):
@@ -375,52 +371,185 @@ def _context_eval(path, table, arms):
 
 
 # ----------------------------------------------------------------------------------------
+# writing derived study files (a ladder's rungs, a GPU lease's pair): the one writer
+
+def _toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):  # a JSON string is a TOML basic string once DEL is escaped too
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise StudyError(f"cannot write {v!r} to TOML")
+
+
+def _toml_table(lines, header, table):
+    lines.append(header)
+    subtables = []
+    for key, value in table.items():
+        if isinstance(value, dict):
+            subtables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in subtables:
+        _toml_table(lines, f"[{header.strip('[]')}.{key}]", value)
+
+
+def dumps_study(tables, header):
+    """A study file's text: `header` (a comment line saying where it came from), then its tables
+    [study] (with subtables), [[arm]], [[finding]]; read back, it gives the same tables."""
+    lines = ["# " + header]
+    _toml_table(lines, "[study]", tables["study"])
+    for kind in ("arm", "finding"):
+        for table in tables.get(kind, []):
+            lines.append("")
+            _toml_table(lines, f"[[{kind}]]", table)
+    return "\n".join(lines) + "\n"
+
+
+def write_study(tables, path, header):
+    """Writes dumps_study(tables, header) to path (making its directory); returns path."""
+    if os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(dumps_study(tables, header))
+    return path
+
+
+# ----------------------------------------------------------------------------------------
 # ladder files
 
 LADDER_KEYS = {"tokens", "evaluations", "arm_rungs", "norm_control", "deconstructing"}
 
 
+@dataclass
+class Ladder:
+    """A ladder file: its study tables (without [ladder], no budget) and each rung's budget."""
+    path: str
+    tables: dict         # [study], [[arm]], [[finding]] as read
+    rungs: list          # [(tokens, steps)], smallest first
+    evaluations: int     # validations (and checkpoints) per run
+    arm_rungs: dict      # {arm: [tokens]}: an arm trained only at these rungs
+    norm_control: dict = None  # {"zcn": arm, "rms": arm}: the noise-floor control, or None
+    findings: list = field(default_factory=list)  # the [[finding]]s, and [ladder].deconstructing as variants_behind
+
+    @property
+    def name(self):
+        return self.tables["study"]["name"]
+
+    @property
+    def out(self):
+        return self.tables["study"].get("out", os.path.join("logs", "studies", self.name))
+
+    def finding(self, kind):
+        """The first finding of a kind (a dict), or None."""
+        return next((f for f in self.findings if f["kind"] == kind), None)
+
+    def rung_dir(self, tokens):
+        return os.path.join(self.out, f"rung-{tokens}")
+
+    def rung_file(self, tokens):
+        return os.path.join(self.rung_dir(tokens), "study.toml")
+
+    def rung_tables(self, tokens):
+        """The study file's tables of one rung: its budget, name NAME-rTOKENS, out the rung's
+        folder, the arms trained there and the findings whose arms all are."""
+        steps = dict(self.rungs)[tokens]
+        study = dict(self.tables["study"])
+        study.update(name=f"{study['name']}-r{tokens}", out=self.rung_dir(tokens), tokens=tokens,
+                     val_every=steps // self.evaluations, save_every=steps // self.evaluations)
+        arms = [a for a in self.tables["arm"] if tokens in self.arm_rungs.get(a["name"], [tokens])]
+        names = {a["name"] for a in arms}
+        # a finding whose arms are not all at this rung is left to the rungs that have them
+        kept = [f for f in self.tables.get("finding", []) if all(a in names for a in findings.arms_of(f))]
+        return {"study": study, "arm": arms, **({"finding": kept} if kept else {})}
+
+    def rung_study(self, tokens, binary=None):
+        """The Study of one rung (as its file, rung_file, would load)."""
+        return study_from_tables(self.rung_file(tokens), self.rung_tables(tokens), binary)
+
+
+def _ladder_fail(path, msg):
+    raise LadderError(f"{path}: {msg}")
+
+
 def load_ladder(path):
-    """(the study tables without [ladder], the rungs [(tokens, steps)], arm_rungs, evaluations,
-    the [ladder] table)."""
+    """Parses and checks a ladder file; every problem raises LadderError naming the file."""
     raw = read_toml(path, LadderError)
     ladder = raw.pop("ladder", None)
     if not isinstance(ladder, dict):
-        raise LadderError(f"{path}: needs a [ladder] table (tokens = [...])")
+        _ladder_fail(path, "needs a [ladder] table (tokens = [...])")
     unknown = set(ladder) - LADDER_KEYS
     if unknown:
-        raise LadderError(f"{path}: [ladder]: unknown field(s) {', '.join(sorted(unknown))} "
-                          f"(known: {', '.join(sorted(LADDER_KEYS))})")
+        _ladder_fail(path, f"[ladder]: unknown field(s) {', '.join(sorted(unknown))} "
+                           f"(known: {', '.join(sorted(LADDER_KEYS))})")
     study = raw.get("study", {})
     for key in ("tokens", "steps", "val_every", "save_every"):
         if key in study:
-            raise LadderError(f"{path}: [study].{key} is set per rung by the ladder; leave it out")
+            _ladder_fail(path, f"[study].{key} is set per rung by the ladder; leave it out")
     tokens = ladder.get("tokens")
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, int) and t > 0 for t in tokens) \
             or sorted(set(tokens)) != tokens:
-        raise LadderError(f"{path}: [ladder].tokens must be increasing positive integers")
+        _ladder_fail(path, "[ladder].tokens must be increasing positive integers")
     evaluations = ladder.get("evaluations", 4)
     if not isinstance(evaluations, int) or evaluations <= 0:
-        raise LadderError(f"{path}: [ladder].evaluations must be a positive integer")
+        _ladder_fail(path, "[ladder].evaluations must be a positive integer")
     arm_rungs = ladder.get("arm_rungs", {})
     names = [a.get("name") for a in raw.get("arm", [])]
     for arm, rungs in arm_rungs.items():
         if arm not in names:
-            raise LadderError(f"{path}: [ladder].arm_rungs: '{arm}' is not an arm")
+            _ladder_fail(path, f"[ladder].arm_rungs: '{arm}' is not an arm")
         if not isinstance(rungs, list) or not all(t in tokens for t in rungs):
-            raise LadderError(f"{path}: [ladder].arm_rungs.{arm} must list rungs of [ladder].tokens")
+            _ladder_fail(path, f"[ladder].arm_rungs.{arm} must list rungs of [ladder].tokens")
     rows = study.get("batch_size", 0) * study.get("grad_accum", 1) * study.get("gpus", 1)
     if "global_batch" in study:
         rows = study["global_batch"]
     per_step = rows * study.get("seq_len", 0)
     if per_step <= 0:
-        raise LadderError(f"{path}: [study] needs batch_size and seq_len")
+        _ladder_fail(path, "[study] needs batch_size and seq_len")
     rungs = []
     for t in tokens:
         if t % per_step:
-            raise LadderError(f"{path}: rung {t:,} is not a whole number of {per_step:,}-token steps")
+            _ladder_fail(path, f"rung {t:,} is not a whole number of {per_step:,}-token steps")
         steps = t // per_step
         if steps < evaluations:
-            raise LadderError(f"{path}: rung {t:,} has {steps} steps, fewer than {evaluations} evaluations")
+            _ladder_fail(path, f"rung {t:,} has {steps} steps, fewer than {evaluations} evaluations")
         rungs.append((t, steps))
-    return raw, rungs, arm_rungs, evaluations, ladder
+    try:
+        found = _findings(path, raw.get("finding", []), names)
+    except StudyError as e:
+        raise LadderError(str(e)) from None
+    return Ladder(path=path, tables=raw, rungs=rungs, evaluations=evaluations, arm_rungs=arm_rungs,
+                  norm_control=_norm_control(path, ladder.get("norm_control"), names),
+                  findings=found + _deconstructing(path, ladder.get("deconstructing"), names))
+
+
+def _norm_control(path, table, names):
+    """[ladder].norm_control = { zcn = ARM, rms = ARM }, or None."""
+    if table is None:
+        return None
+    if not isinstance(table, dict) or set(table) != {"zcn", "rms"} or not all(v in names for v in table.values()):
+        _ladder_fail(path, "[ladder].norm_control must be { zcn = ARM, rms = ARM } naming two arms")
+    return dict(table)
+
+
+def _deconstructing(path, table, names):
+    """[ladder].deconstructing = { standard = ARM, kinds = [...], floor = NATS }: a variants_behind
+    finding (findings.KINDS) over the arms KIND-uniform and KIND-hybrid of each kind; [] without it."""
+    if table is None:
+        return []
+    where = "[ladder].deconstructing"
+    if not isinstance(table, dict) or not set(table) <= {"standard", "kinds", "floor"} or "standard" not in table \
+            or "kinds" not in table:
+        _ladder_fail(path, f"{where} must be {{ standard = ARM, kinds = [...] }} with an optional floor")
+    if table["standard"] not in names:
+        _ladder_fail(path, f"{where}.standard = '{table['standard']}' is not an arm")
+    kinds = table["kinds"]
+    if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
+        _ladder_fail(path, f"{where}.kinds must be a non-empty list of variant kinds")
+    floor = table.get("floor")
+    if floor is not None and (not isinstance(floor, (int, float)) or isinstance(floor, bool) or floor < 0):
+        _ladder_fail(path, f"{where}.floor must be a non-negative number (nats)")
+    return [{"kind": "variants_behind", **table}]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """
 spectra.py: singular values of every weight matrix of every layer of SAN-family checkpoints,
 and their stable rank over training (SAN paper, finding 3: routing matrices W_q, W_k freeze
@@ -23,7 +22,7 @@ import sys
 
 import numpy as np
 
-from attnref.container import KIND_CHECKPOINT, ContainerError, read_container  # noqa: E402
+from attnref.container import KIND_CHECKPOINT, ContainerError, read_container
 
 MATRIX_KINDS = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "ffn.w_gate", "ffn.w_up", "ffn.w_down",
                 "attn.w_gate", "attn.w_up", "attn.w_down")  # the last three: an mlp layer's sub-layer

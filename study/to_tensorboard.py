@@ -1,29 +1,13 @@
-#!/usr/bin/env python3
 """
-to_tensorboard.py: TensorBoard event files from training runs' JSONL logs, for those who watch
-curves in TensorBoard; with --follow, kept up to date while the runs train.
+to_tensorboard.py: TensorBoard event files from training runs' JSONL logs; with --follow, kept up
+to date while the runs train (`tensorboard --logdir DIR` shows them).
 
     python -m study tensorboard RUN... --out DIR [--follow [--interval 5]]
-    tensorboard --logdir DIR
 
-A RUN is a run directory holding log.jsonl, a JSONL log, or a study's output directory (as
-study/compare.py takes them);
-each becomes DIR/<run name>/, named as compare.py names it. The scalars, at each record's step:
-
-  train/loss, train/lr, train/grad_norm, train/ms          each training step
-  val/loss, val/z_loss, val/loss_<region>, val/<m>_mean    each validation (regions: other, query,
-                                                           trace, answer; m: gate_attn, erank, ...)
-  val_exercise/<exercise>/<region>                         per SYNTH exercise (region "all": every target)
-  whole_docs/..., train_docs/...                           the same keys of those validations
-  eval/<set>/<metric>                                      eval-set records (--eval-sets)
-
-and the log header (command, config, rates, commit) as text under "run"; each event at the time
-the log gives its record (the header's start time plus the steps' ms), not the conversion's. A
-log already written is converted as its readers see it (study/runs.py step_records: a resumed
-run's superseded records left out); while following, a resume record writes a SessionLog START at the step after
-its checkpoint, which makes TensorBoard drop the superseded steps it has shown.
-
-Needs the `tensorboard` package (requirements.txt; bash scripts/setup.sh installs it).
+RUNs and their names are compare.py's; each becomes DIR/<run name>/ with a scalar per number of
+its training, validation and eval records at their steps (SCALAR_KEYS, validation_scalars), the
+header as text, each event at the time the log gives it. doc/study.md "Comparing runs"; needs
+the `tensorboard` package (requirements.txt).
 """
 import argparse
 import calendar
@@ -33,8 +17,8 @@ import sys
 import time
 import types
 
-from study import runs as run_files  # noqa: E402
-from study.compare import CompareError, log_paths, name_runs  # noqa: E402  (the same RUN arguments and names)
+from study import runs as run_files
+from study.compare import CompareError, log_paths, name_runs  # the same RUN arguments and names
 
 SCALAR_KEYS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "ms": "train/ms"}
 

@@ -18,11 +18,11 @@ import tomllib
 import numpy as np
 import pytest
 
+from attnref.shards import write_exercises, write_regions, write_shard
+from study import gpu_lease, spec
+from study.spec import StudyError, load_study
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-from attnref.shards import write_exercises, write_regions, write_shard  # noqa: E402
-from study import gpu_lease  # noqa: E402
-from study.spec import StudyError, load_study  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_study.sh")
 BIN = os.environ.get("TRAIN_SAN_FP32_BIN", os.path.join(ROOT, "build", "host-fp32", "train_san"))
@@ -100,7 +100,7 @@ def test_sweep_order_is_middle_out():
 def test_toml_round_trip(tmp_path):
     raw = tomllib.load(open(os.path.join(ROOT, "studies", "mini_gpu.toml"), "rb"))
     tiny = gpu_lease.adapt(raw, tiny=True)
-    path = gpu_lease.write_study(tiny, str(tmp_path / "lease" / "main.toml"))
+    path = spec.write_study(tiny, str(tmp_path / "lease" / "main.toml"), gpu_lease.HEADER)
     assert tomllib.load(open(path, "rb")) == tiny
     flags = tiny["study"]["flags"]
     assert flags[flags.index("--n-embd") + 1] == "64" and tiny["study"]["steps"] == 6 and "tokens" not in tiny["study"]

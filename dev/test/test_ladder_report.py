@@ -5,15 +5,15 @@ checked on noise in dev/test/test_findings.py) on losses built to meet or miss t
 seeds, three rungs. A few seconds of CPU."""
 import json
 import os
-import sys
+import tomllib
 
 import pytest
 
+from study import ladder, ladder_report, spec
+from study import runner as study
+from study.findings import Rule
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from study import ladder  # noqa: E402
-from study import ladder_report  # noqa: E402
-from study import runner as study  # noqa: E402
-from study.findings import Rule  # noqa: E402
 
 LADDER = """
 [study]
@@ -132,6 +132,57 @@ def test_rung_files(tmp_path):
     assert [a.name for a in small.arms] == ["san", "ffn-iso-depth", "ffn-iso-flop", "ffn-iso-param"]
     assert large.arm("san-rms") is not None and large.out.endswith("rung-256")
     assert [r.id for r in small.runs][:2] == ["san_lr0.04_s42", "san_lr0.04_s43"]
+
+
+def test_one_writer_reads_back(tmp_path):
+    """spec.write_study, the writer of every derived study file, gives back the tables it was given,
+    subtables and strings that need escaping included (quotes, a backslash, a newline, non-ASCII)."""
+    tables = {"study": {"name": "w", "seeds": [42, 43], "batch_size": 2, "seq_len": 8, "tokens": 1024,
+                        "note": 'a "quoted" \\ back\nslash — ünïcode\ttab\x7f', "milestones": True,
+                        "context_eval": {"sets": ["a.bin"], "contexts": [8]}},
+              "arm": [{"name": "san", "preset": "tiny", "flags": ["--norm", "rms"], "lr": [0.01, 0.02], "lr_other": 1e-05}],
+              "finding": [{"kind": "spectra", "san": "san"}]}
+    path = spec.write_study(tables, str(tmp_path / "sub" / "s.toml"), "a header")
+    text = open(path).read()
+    assert text.startswith("# a header\n[study]\n") and tomllib.loads(text) == tables
+    assert spec.load_study(path).runs
+
+
+def test_ladder_spec_and_report_write_no_study_files(tmp_path):
+    """The ladder report reads the Ladder (study/spec.py) and writes nothing but its report: no rung
+    files appear; each rung's Study is the one its rung file loads to."""
+    rungs = {t: gaps(0.5, 0.3, 0.1) for t in (64, 256, 1024)}
+    path = make_ladder(tmp_path, rungs)
+    lad = spec.load_ladder(path)
+    for tokens, _ in lad.rungs:
+        from_file = study.load_study(lad.rung_file(tokens))
+        assert lad.rung_study(tokens) == from_file
+        os.remove(lad.rung_file(tokens))
+    report, verdicts = ladder_report.write_report(path)
+    assert not any(os.path.exists(lad.rung_file(t)) for t, _ in lad.rungs)
+    assert os.path.dirname(report) == os.path.join(lad.out, "report") and dict(verdicts)
+    assert [f["kind"] for f in lad.findings] == ["gap_ordering", "localisation", "spectra"]
+    assert lad.norm_control == {"zcn": "san", "rms": "san-rms"}
+
+
+def test_bad_ladder_findings(tmp_path):
+    """A ladder's findings are checked when it loads, against findings.KINDS, [ladder].deconstructing
+    (a variants_behind finding) too."""
+    path = tmp_path / "l.toml"
+    text = LADDER.format(out=str(tmp_path), seeds=SEEDS)
+    for change, message in ((('ffn = "ffn-iso-param"\n\n[[finding]]\nkind = "spectra"', 'ffn = "nope"\n\n[[finding]]\n'
+                              'kind = "spectra"'), "is not an arm"),
+                            (('kind = "spectra"', 'kind = "spectrum"'), "unknown kind 'spectrum'"),
+                            (("evaluations = 2", 'evaluations = 2\ndeconstructing = { standard = "nope", kinds = ["mlp"] }'),
+                             "deconstructing.standard = 'nope' is not an arm"),
+                            (("evaluations = 2", 'evaluations = 2\ndeconstructing = { standard = "san", kinds = "mlp" }'),
+                             "kinds must be a non-empty list")):
+        path.write_text(text.replace(*change))
+        with pytest.raises(ladder.LadderError, match=message):
+            spec.load_ladder(str(path))
+    path.write_text(text.replace("evaluations = 2", 'evaluations = 2\ndeconstructing = { standard = "san", kinds = ["mlp"] }'))
+    assert spec.load_ladder(str(path)).finding("variants_behind") == {"kind": "variants_behind", "standard": "san",
+                                                                      "kinds": ["mlp"]}
 
 
 def test_bad_ladder_files(tmp_path):

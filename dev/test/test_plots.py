@@ -18,19 +18,18 @@ No trainer; about 10 s.
 import json
 import re
 import os
-import sys
 import types
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.figure import Figure
 
-from attnref import container  # noqa: E402
-from study import attention_patterns, compare, curves, ladder_report, spectra  # noqa: E402
-from study import runner as study  # noqa: E402
+from attnref import container
+from study import attention_patterns, compare, curves, ladder_report, spectra
+from study import runner as study
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 N_LAYER = 3
 STEPS = 40

@@ -1,23 +1,8 @@
-"""Checks of the study layer (study/match.py, study.py, study_report.py, spectra.py).
-
-- match.py: the SAN paper's Table 1 (non-embedding counts of the partners, and that the
-  calculator names ffn20 / ffn4 / ffn9); its closed-form counts and FLOPs equal train_san.py's
-  (which walk the parameter list) over a grid of configs, and train_san's printed ones.
-- A two-run toy study (tiny SAN vs tiny FFN on a small corpus with region and exercise
-  sidecars): the report's tables are recomputed here from the runs' JSONL logs, its plots
-  exist; a second `run` skips finished runs; a run whose final checkpoint and status are
-  removed resumes from its step checkpoint and ends with the same validation record.
-- The report's eval-set table (the runs score two toy sets at the end) is their seed means.
-- A stopped study: SIGTERM to the runner alone is passed on (the trainer saves); Ctrl-C to the
-  runner and its trainer together lets the trainer's own first-signal save finish, records the
-  stop in status.json ("interrupted", with the step kept) and prints the command that continues,
-  which resumes there.
-- Broken study files stop with an error naming the file and the problem before any run.
-- skip_eval: a hybrid's final checkpoint evaluated without its variant layers (both modes),
-  once; the report's skip table equals those evaluations' logs.
-- spectra.py against torch.linalg on the parameters of a checkpoint.
-The trainer tests need TRAIN_SAN_BIN (make test sets it) and are skipped without it.
-About 30 s on 2 busy cores (the eval sets add about 1 s).
+"""Checks of the study layer (study/match.py, spec.py, runner.py, report.py, spectra.py): match.py
+against the SAN paper's Table 1 and the trainers' own counts; a toy study trained, resumed,
+stopped and reported, its report's tables recomputed here from the runs' logs; broken study
+files refused before any run; skip evaluations; spectra against torch.linalg. The trainer tests
+need TRAIN_SAN_BIN (make test sets it) and are skipped without it; about 30 s on 2 busy cores.
 """
 import dataclasses
 import itertools
@@ -36,16 +21,16 @@ import numpy as np
 import pytest
 import torch
 
+from attnref import container, san
+from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset
+from attnref.shards import ShardWriter, read_shard, write_shard
+from study import match, spectra
+from study import runner as study
+from study import runs as run_files
+from study.findings import Rule
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
-sys.path.insert(0, ROOT)
-from study import match  # noqa: E402
-from study import runs as run_files  # noqa: E402
-from study import spectra  # noqa: E402
-from study import runner as study  # noqa: E402
-from attnref import container, san  # noqa: E402
-from attnref.evalset import KIND_CLOZE, KIND_MC, write_evalset  # noqa: E402
-from attnref.shards import ShardWriter, read_shard, write_shard  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))  # dev/data's evals, imported where a test builds eval sets
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 BIN = os.path.join(ROOT, BIN) if BIN else None  # relative to the repository root, as make test sets it
@@ -811,24 +796,24 @@ def test_qk_norm_finding_without_a_divergence_judges_instability():
     exploding = arm("without_s", 5.5, [30.0, 100.0], [1.0, 170.0], [6.0, 5.6, 5.5])
     for without, reason in ((rising, "validation loss rose from 5.4000 to 5.5000"),
                             (exploding, "gradient norm grew from 1 to 170")):
-        verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": without}, 0.02, {})
-        assert verdict == "shows, short of a divergence", text
+        verdict, text, p = study_report.finding_qk_norm(f, {"with": stable, "without": without}, 0.02, {})
+        assert verdict == "shows, short of a divergence" and p == pytest.approx(1 / 20), text  # 1 / C(6, 3)
         assert f"without_s1: {reason}." in text and "with_s1:" not in text
         assert f"({5.5 - 4.0:+.4f} [{5.5 - 4.0:+.4f}, {5.5 - 4.0:+.4f}], {(5.5 - 4.0) / 0.02:+.0f} noise floors)" in text
     # a rise within the noise floor is not instability; neither is a norm up only 9-fold
     calm = arm("without_s", 5.5, [30.0, 100.0], [1.0, 9.0], [6.0, 5.49, 5.5])
-    verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": calm}, 0.02, {})
+    verdict, text, _ = study_report.finding_qk_norm(f, {"with": stable, "without": calm}, 0.02, {})
     assert verdict == "does not show" and "diverged or trained unstably" in text
     # both unstable: not the paper's finding
-    verdict, text = study_report.finding_qk_norm(f, {"with": exploding, "without": exploding}, None, {})
+    verdict, text, _ = study_report.finding_qk_norm(f, {"with": exploding, "without": exploding}, None, {})
     assert verdict == "does not show" and "with QK-norm trained unstably too" in text
     assert "noise floors" not in text and "(+0.0000 [+0.0000, +0.0000])" in text
     # one run of three without QK-norm unstable: not more often than chance (p = 0.5)
     once = arm("without_s", 5.5, [30.0, 100.0], [1.0, 170.0], [6.0, 5.6, 5.5], unstable_runs=1)
-    verdict, text = study_report.finding_qk_norm(f, {"with": stable, "without": once}, 0.02, {})
+    verdict, text, _ = study_report.finding_qk_norm(f, {"with": stable, "without": once}, 0.02, {})
     assert verdict == "does not show" and "not more often than chance allows (one-sided Fisher p = 0.500)" in text
     # one run a stack: no verdict
-    verdict, text = study_report.finding_qk_norm(f, {"with": arm("with_s", 4.0, [1.5], [1.0, 0.9], [6.0, 5.0, 4.0], runs=1),
+    verdict, text, _ = study_report.finding_qk_norm(f, {"with": arm("with_s", 4.0, [1.5], [1.0, 0.9], [6.0, 5.0, 4.0], runs=1),
                                                      "without": arm("without_s", 5.5, [30.0], [1.0, 170.0], [6.0, 5.6],
                                                                     runs=1)}, 0.02, {})
     assert verdict == "too few seeds (1)" and "at least 3 runs" in text
@@ -1079,7 +1064,7 @@ def test_training_document_regions_and_eval_sets_in_the_localisation(tmp_path):
         for r, v in regions.items():
             assert abs(float(rows[arm][r]) - v) <= 5e-5, (arm, r)
             assert abs(float(rows[arm][f"Δ {r}"]) - (v - want["san"][r])) <= 5e-5, (arm, r)
-    verdict, text = study_report.finding_localisation({"san": "san", "ffn": "ffn"}, summaries, None, {})
+    verdict, text, _ = study_report.finding_localisation({"san": "san", "ffn": "ffn"}, summaries, None, {})
     assert verdict == "too few seeds (1)"  # (judged on the held-out regions; one FFN run: no interval)
     assert (f"On training documents (--train-doc-eval): query {4.61 - 4.3:+.4f} [no interval], trace "
             f"{2.91 - 2.95:+.4f} [no interval], answer {3.31 - 3.25:+.4f} [no interval] (too few seeds (1) to judge)") in text
@@ -1402,6 +1387,46 @@ iso_param = "param"
     assert "not those rows" in budget and "studies/ladders/san_paper_budgets.toml" in budget
 
 
+def test_report_judges_its_findings_as_one_family(tmp_path):
+    """Two mlp-collapse findings, each of which would show alone (its p, from study/findings.py on
+    the same losses, between 0.025 and 0.05): judged as the report's family (Holm) neither passes,
+    and the report says why; the same study with one of them shows it."""
+    from study import findings
+    std = [3.0, 3.01, 2.99]
+    uni = [s + 1.0 + e for s, e in zip(std, (0.0, 0.004, -0.004))]
+
+    def hybrid(d):  # recovers d nats more than half the uniform gap, with some seed noise
+        return [(u + s - d) / 2 + e for u, s, e in zip(uni, std, (0.01, -0.01, 0.0))]
+
+    def p_of(hyb):
+        floor = findings.pooled_sd([std, uni, hyb, uni, hyb])
+        rule = Rule("unpaired", floor)
+        diffs = findings.variant_diffs({"standard": dict(enumerate(std)), "mlp-uniform": dict(enumerate(uni)),
+                                        "mlp-hybrid": dict(enumerate(hyb))}, "standard", ["mlp"], rule)
+        return findings.variants_behind(diffs, rule), findings.p_all_clear(findings.variant_numbers(diffs), rule)
+    hyb = next(h for h in (hybrid(0.002 * k) for k in range(1, 200)) if 0.03 < p_of(h)[1] <= 0.045)
+    assert p_of(hyb)[0] == "shows"
+    finding = '\n[[finding]]\nkind = "mlp_collapse"\nstandard = "standard"\nuniform = "uni{k}"\nhybrid = "hyb{k}"\n'
+    arms = "".join(f'\n[[arm]]\nname = "{a}"\npreset = "tiny"\n' for a in ("standard", "uni1", "hyb1", "uni2", "hyb2"))
+    for name, findings_text in (("two", finding.format(k=1) + finding.format(k=2)), ("one", finding.format(k=1))):
+        out = tmp_path / name
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'[study]\nname = "{name}"\nout = "{out}"\nseeds = [1, 2, 3]\nbatch_size = 4\nseq_len = 32\n'
+                        f'steps = 40\n{arms}{findings_text}')
+        for arm, losses in (("standard", std), ("uni1", uni), ("hyb1", hyb), ("uni2", uni), ("hyb2", hyb)):
+            for seed, final in zip((1, 2, 3), losses):
+                write_fake_run(out / "runs" / f"{arm}_s{seed}", header_record(6e-4, 6e-4), 6e-4, [5.0] * 40,
+                               [4.5, final])
+        assert study.main(["report", str(path), "--binary", "/nonexistent/train_san"]) == 0
+        report = (out / "report" / "report.md").read_text()
+        verdicts = re.findall(r"^\*\*(.+?)\.\*\* ", report[report.index("## Findings"):], re.M)
+        if name == "two":
+            assert verdicts == ["does not show", "does not show"]
+            assert report.count("Alone it would show, but its p = ") == 2 and "among the report's 2 findings" in report
+        else:
+            assert verdicts == ["shows"] and "passes its Holm threshold 0.05 " in report
+
+
 def test_final_loss_figure_is_readable(tmp_path):
     """final_loss.png: bars from 0 or a broken axis whose lower panel starts at 0; the seeds
     drawn above the error bars; the legend and the title inside the figure, off the data."""
@@ -1635,26 +1660,26 @@ def test_findings_need_the_san_behind():
         return [v + w for w in wobble]
     f = {"san": "san", "iso_depth": "d", "iso_flop": "f", "iso_param": "p"}
     ahead = {"san": arm(seeds(0.70)), "d": arm(seeds(0.705)), "f": arm(seeds(0.73)), "p": arm(seeds(0.74))}
-    verdict, text = study_report.finding_gap_ordering(f, ahead, 0.01, {})
+    verdict, text, _ = study_report.finding_gap_ordering(f, ahead, 0.01, {})
     assert verdict == "does not show" and "not behind its iso-depth, iso-FLOP, iso-param partners" in text \
         and "though the gaps keep the paper's order" in text
     behind = {"san": arm(seeds(0.90)), "d": arm(seeds(0.50, (0.003, 0.0, -0.002))), "f": arm(seeds(0.65, (0.0, -0.003, 0.004))),
               "p": arm(seeds(0.80, (-0.002, 0.002, 0.0)))}   # +0.40 > +0.25 > +0.10
-    verdict, text = study_report.finding_gap_ordering(f, behind, 0.005, {})
+    verdict, text, _ = study_report.finding_gap_ordering(f, behind, 0.005, {})
     assert verdict == "shows" and "iso-depth +0.4" in text and "[" in text
     two = {k: arm(list(a.by_seed().values())[:2]) for k, a in behind.items()}
-    verdict, text = study_report.finding_gap_ordering(f, two, 0.005, {})
+    verdict, text, _ = study_report.finding_gap_ordering(f, two, 0.005, {})
     assert verdict == "too few seeds (2)" and "[+" in text
     g = {"san": "san", "ffn": "p"}
     no_deficit = {"san": arm(seeds(0.70), {"query": seeds(1.10), "trace": seeds(0.50), "answer": seeds(0.70)}),
                   "p": arm(seeds(0.74), {"query": seeds(1.11), "trace": seeds(0.57), "answer": seeds(0.76)})}  # query -0.01
-    verdict, text = study_report.finding_localisation(g, no_deficit, None, {})
+    verdict, text, _ = study_report.finding_localisation(g, no_deficit, None, {})
     assert verdict == "does not show" and "no deficit on query tokens" in text
     deficit = {"san": arm(seeds(0.80), {"query": seeds(1.30), "trace": seeds(0.60), "answer": seeds(0.80)}),
                "p": arm(seeds(0.74, (0.002, -0.002, 0.0)), {"query": seeds(1.11, (0.002, -0.002, 0.0)),
                                                              "trace": seeds(0.57, (0.0, 0.003, 0.0)),
                                                              "answer": seeds(0.76, (-0.003, 0.0, 0.002))})}
-    verdict, text = study_report.finding_localisation(g, deficit, None, {})
+    verdict, text, _ = study_report.finding_localisation(g, deficit, None, {})
     assert verdict == "shows" and "query − trace +0.1" in text
 
 
@@ -1680,7 +1705,7 @@ def test_spectra_finding_over_every_seed(monkeypatch):
     milestones = {"san": [{}, {}, {}]}  # (the representative's series: only its length is asked)
     summaries = {"san": arm("san", (1, 2, 3)), "ffn": arm("ffn", (1, 2, 3))}
     growths(0.30, 0.0, 0.05)
-    verdict, text = study_report.finding_spectra(f, summaries, 0.01, {}, milestones)
+    verdict, text, _ = study_report.finding_spectra(f, summaries, 0.01, {}, milestones)
     assert verdict == "shows", text
     assert "mean over 3 seeds" in text and "W_o's gain +32.0% [" in text and "SAN W_o − ffn W_o +" in text
     growths(-0.10, -0.40, -0.30)  # W_o loses less than routing and than the FFN's, but loses
@@ -1689,11 +1714,11 @@ def test_spectra_finding_over_every_seed(monkeypatch):
     growths(0.30, 0.0, 0.05)
     assert study_report.finding_spectra(f, two, 0.01, {}, milestones)[0] == "too few seeds (2)"
     # the FFN partner is optional: skipped, or without finished runs, the SAN's spectra are judged alone
-    verdict, text = study_report.finding_spectra(f, summaries, 0.01, {"ffn": "not in --only"}, milestones)
+    verdict, text, _ = study_report.finding_spectra(f, summaries, 0.01, {"ffn": "not in --only"}, milestones)
     assert verdict == "shows" and "SAN W_o −" not in text, text
     assert " [95% t-intervals]. Without the FFN partner: arm ffn (ffn) was not run: not in --only. W_o keeps" in text, text
     failed = {**summaries, "ffn": types.SimpleNamespace(ok=False, diverged=[], runs=[])}
-    verdict, text = study_report.finding_spectra(f, failed, 0.01, {}, milestones)
+    verdict, text, _ = study_report.finding_spectra(f, failed, 0.01, {}, milestones)
     assert verdict == "shows" and "arm ffn (ffn) has no finished runs" in text, text
 
 
