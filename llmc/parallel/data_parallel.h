@@ -223,8 +223,9 @@ public:
         comm_->group_end();
     }
 
-    // The global gradient norm of the reduced gradients (see the top of the file): the same
-    // bits on every rank, for any rank count and zero mode. norm_sq: one device float;
+    // The global gradient norm of the reduced gradients: squares summed per 64-element unit, each
+    // on the rank holding its reduced gradient, in one fixed order (llmc/parallel/grad_norm.cuh),
+    // so the same bits on every rank, for any rank count and zero mode. norm_sq: one device float;
     // scratch: kReduceBlocks floats.
     template <typename T>
     float grad_norm(const T* grads, float* norm_sq, float* scratch, cudaStream_t stream) {
