@@ -145,7 +145,10 @@ def path_lookups(data, out, steps):
     a = args(data, out / "run", steps, "--milestones", 1)
     a[a.index("--run-dir=")] = f"--run-dir={out / 'run'}"
     cmd = ["strace", "-f", "-qq", "-e", "trace=%file,getdents64", "-o", str(trace), os.path.join(ROOT, BIN), *a]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "ptrace" in proc.stderr:
+        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     calls = {}
     for line in trace.read_text().splitlines():
         name = line.split(None, 1)[1].split("(", 1)[0] if " " in line else ""
