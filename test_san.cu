@@ -1,39 +1,19 @@
 /*
-test_san.cu: checks the CUDA trainer (train_san.cu, included with TESTING) against debug
-states written by the PyTorch reference train_san.py (doc/formats.md "Debug state"), on
-whichever executor built it (host backend in `make test`, the GPU in gpu_check.sh):
-
-  1. parameter count: the trainer's count, a count written out here from the
-     architecture, and the reference's tensors agree;
-  2. masks: the trainer's loss mask equals the reference's batch.loss_mask;
-  3. forward: logits and loss (ce, lse_sq parts);
-  4. backward: the gradient of every parameter tensor;
-  5. training: 10 optimizer steps (AdamW, or Muon in either order, as the state says) on
-     the debug batch: the loss and grad norm before each step, the scheduled rates, and
-     the final parameters;
-  6. resume: 4 steps, save a checkpoint, 6 more; versus load + the same 6: bit-identical
-     (parameters and optimizer state).
-Plus zcn_rms_pair_{adamw,muon}: the paper's noise-floor pair. A ZCN model and an RMSNorm
-model with the same matrices and gains mapped (zcn g <-> rms 1 + g; gains are never
-decayed) compute the same function, so 10 training steps give the same trajectory up to
-rounding (of 1 + g: in bf16 builds the RMS gains 1 + g are stored with 8 bits).
-
-Attention kernels: bf16 builds check every state through the tensor-core attention
-(llmc/kernels/attention_tc.cuh), which the host backend's trainer does not run by default
-(attention_tensor_cores()), so that make test keeps them under the trainer; and san.bin once
-more through the scalar kernels (san_scalar_attention), which the host trainer runs.
+test_san.cu: checks the CUDA trainer (train_san.cu, included with TESTING) against debug states
+written by the PyTorch reference train_san.py (doc/formats.md "Debug state"), on whichever
+executor built it: the parameter count, the loss mask, forward (logits, loss parts), backward
+(every gradient), 10 optimizer steps (loss, grad norm, rates, final parameters), and a resume
+bit for bit. Plus zcn_rms_pair_{adamw,muon}: a ZCN and an RMSNorm model mapped onto each other
+train the same trajectory up to rounding (the paper's noise-floor pair). bf16 builds run every
+state through the tensor-core attention too (attention_tc.cuh), san.bin once more through the
+scalar kernels, so make test keeps both under the trainer.
 
 Usage: test_san [DEBUG_STATE_DIR (default build/debug-states)] [name-filter]
-`make test` writes the debug states (dev/test/make_debug_states.py) before running it.
 
-Tolerances: |got - ref| <= atol * max|ref of that tensor| + rtol * |ref|. The reference is
-computed in fp64, so the fp32 figures are this trainer's own rounding error; bf16 keeps 8
-mantissa bits in every activation and gradient, hence its looser figures.
-Final parameters after 10 AdamW steps are compared twice: per tensor in relative L2
-norm (tight: catches any systematic error, e.g. a missing weight decay), and per element
-within a fraction of the learning rate. Adam divides each gradient by its own running
-RMS, so an element whose gradient is near zero may move by up to ~lr per step in either
-implementation on rounding noise alone; the element-wise bound allows for that and no more.
+Tolerances: |got - ref| <= atol * max|ref of that tensor| + rtol * |ref|, against an fp64
+reference (fp32 figures: this trainer's own rounding). Final parameters are compared per tensor
+in relative L2 (catches a systematic error) and per element within a fraction of the rate (Adam
+moves a near-zero-gradient element by up to ~lr a step on rounding noise alone).
 */
 #define TESTING
 #include "train_san.cu"
@@ -92,18 +72,13 @@ static int64_t expected_parameter_count(const SANConfig& c) {
 }
 
 // Muon's trajectories (6 states, tiny presets, lr 0.02), measured worst over the states:
-//   fp32: loss 9e-8 relative, grad norm (every step) 1.7e-7, final matrices L2
-//         1.9e-5 and per element 1e-4 lr, other group as AdamW (1.1e-4);
+//   fp32: loss 9e-8 relative, grad norm (every step) 1.7e-7, final matrices L2 1.9e-5 and
+//         per element 1e-4 lr (muon_gqa4's draw: Newton-Schulz grows a small singular value's
+//         rounding up to ~490x; other draws 8e-7 to 1.8e-6), other group as AdamW (1.1e-4);
 //   bf16 (NS in bf16): loss 5e-5, first-step grad norm 1.6e-3, matrices L2 1.3e-2 and per
 //         element 1.2e-3 (= 0.06 lr), other group 4.7e-2.
-// Tolerances are 4-10x those; forward/backward figures are kTol's (same code path).
-// The fp32 final matrices depend on the draw: Newton-Schulz maps a small singular value s
-// to about a s per step (a = 3.4445; 5 steps: up to ~490x), so where the momentum has one,
-// fp32 rounding grows by as much. Measured 2026-12-01 (torch 2.15's initial draw): muon_gqa4
-// (seed 42) 1.9e-5 L2 and 1.03e-4 lr per element; seeds 1-6 of muon_gqa4 and muon_san
-// 8e-7 to 1.8e-6 (an earlier torch's seed-42 draw: 1.9e-6). Muon's weight decay left out
-// (tried) moves muon_san's by 1.6e-3, 16x the bound; the paper-order states (lr 1e-3) only by
-// 8.5e-5, inside it, but both orders share that update line.
+// Tolerances are 4-10x those (forward/backward: kTol's); leaving out Muon's weight decay moves
+// muon_san's matrices 16x past the bound.
 #if defined(ENABLE_FP32)
 constexpr Tolerances kTolMuon = {
     .logits = {2e-6, 1e-5},

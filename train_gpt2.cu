@@ -6,7 +6,7 @@ LayerNorm and the LM head tied to the token embedding.
 
 Reads top to bottom: config -> parameters -> activations -> the model (forward, backward)
 -> llm.c's model files -> command line -> main, which hands the run to llmc/train/
-(trainer.h: main's set-up; training.h: the loop, the update, checkpoints). The kernels live
+(trainer.h: main's set-up; training.h: the loop; run_outputs.h: its files). The kernels live
 in llmc/ and are the SAN trainer's where the two models agree (attention, GEMM, embedding,
 classifier, residual add, AdamW); GPT-2's own pieces are llmc/kernels/layernorm.cuh,
 gelu.cuh, bias.cuh and position.cuh. Built by nvcc for the GPU and by g++ for the host backend from this one

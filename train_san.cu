@@ -5,7 +5,7 @@ arm, which differs only by a SwiGLU block after each attention block.
 
 Reads top to bottom: config -> parameters -> a block -> the model (forward, backward) ->
 command line (options, presets, recipes) -> main, which hands the run to llmc/train/
-(trainer.h: main's set-up; training.h: the loop, the update, checkpoints). The kernels live
+(trainer.h: main's set-up; training.h: the loop; run_outputs.h: its files). The kernels live
 in llmc/; every matmul goes through llmc/kernels/gemm.cuh. Built by nvcc for the GPU and by g++ for the host backend (llmc/hostcuda.h)
 from this one source; `test_san.cu` includes this file with TESTING defined and checks it
 against the PyTorch reference train_san.py.

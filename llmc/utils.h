@@ -13,6 +13,7 @@ checkpoint under the real name. Plain C++17, no CUDA.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,12 +23,18 @@ checkpoint under the real name. Plain C++17, no CUDA.
 // What the program is in the middle of, for fatal()'s message: while a FatalContext lives,
 // an error that does not name `subject` already ends with " (<what>)". So a value read from a
 // checkpoint that fails a check meant for flags ("--doc-mask must be 0 or 1") still names the
-// file it came from.
+// file it came from. `what` may be a function, called only when an error needs it (a checkpoint
+// save's "how to go on" costs path look-ups).
 struct FatalContext {
     std::string what, subject;
+    std::function<std::string()> what_later;  // (set: what fatal() says instead of `what`)
     FatalContext* outer;
     FatalContext(std::string what_, std::string subject_)
         : what(std::move(what_)), subject(std::move(subject_)), outer(current()) {
+        current() = this;
+    }
+    FatalContext(std::function<std::string()> what_, std::string subject_)
+        : subject(std::move(subject_)), what_later(std::move(what_)), outer(current()) {
         current() = this;
     }
     ~FatalContext() { current() = outer; }
@@ -48,8 +55,10 @@ struct FatalContext {
     vsnprintf(message, sizeof(message), fmt, args);
     va_end(args);
     const FatalContext* context = FatalContext::current();
+    FatalContext::current() = nullptr;  // (what_later fails alone: its own fatal() names no context)
     if (context != nullptr && strstr(message, context->subject.c_str()) == nullptr) {
-        fprintf(stderr, "error: %s (%s)\n", message, context->what.c_str());
+        const std::string what = context->what_later ? context->what_later() : context->what;
+        fprintf(stderr, "error: %s (%s)\n", message, what.c_str());
     } else {
         fprintf(stderr, "error: %s\n", message);
     }

@@ -11,6 +11,9 @@ the host train_san of TRAIN_SAN_BIN, which `make test` sets).
   the step is saved, exit 138; the note says whether the step and the last save fit in
   --stop-grace; a save longer than --stop-grace warns once; a --stop-grace below 0 is refused,
   naming it.
+- The stop notes, set at every step, look up no file: a run of 12 steps makes as many path
+  look-ups (open, stat, readlink, directory listings: strace) as one of 6 with the same saves
+  (skipped without strace).
 - A save killed with kill -9 in the middle leaves step_K.bin.tmp beside the whole checkpoint
   before it: the next start (here a resume of the directory) removes the .tmp, naming it, and
   continues from that checkpoint to the straight run's end.
@@ -132,6 +135,33 @@ def test_a_bad_stop_grace_is_refused_naming_the_flag(data, tmp_path):
     proc = run_binary(BIN, args(data, tmp_path / "ckpt", 2, "--stop-grace", "-1"), check=False)
     assert proc.returncode != 0 and "--stop-grace must be >= 0 seconds, got -1" in proc.stderr, proc.stderr
     assert not (tmp_path / "ckpt").exists()
+
+
+def path_lookups(data, out, steps):
+    """The path look-ups a run of `steps` steps makes (strace: the calls that take a file name, and
+    directory listings), by call; the run saves the same five milestones whatever its steps, into
+    a run directory (what the notes' command that continues names)."""
+    trace = out / "trace.txt"
+    a = args(data, out / "run", steps, "--milestones", 1)
+    a[a.index("--run-dir=")] = f"--run-dir={out / 'run'}"
+    cmd = ["strace", "-f", "-qq", "-e", "trace=%file,getdents64", "-o", str(trace), os.path.join(ROOT, BIN), *a]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "ptrace" in proc.stderr:
+        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = {}
+    for line in trace.read_text().splitlines():
+        name = line.split(None, 1)[1].split("(", 1)[0] if " " in line else ""
+        calls[name] = calls.get(name, 0) + 1
+    return calls
+
+
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace missing")
+def test_the_stop_notes_of_each_step_look_up_no_file(data, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    short, long = path_lookups(data, tmp_path / "a", 6), path_lookups(data, tmp_path / "b", 12)
+    assert short == long, {c: (short.get(c), long.get(c)) for c in set(short) | set(long) if short.get(c) != long.get(c)}
 
 
 def test_a_save_killed_midway_is_removed_at_the_next_start(data, tmp_path):

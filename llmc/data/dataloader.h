@@ -1,38 +1,23 @@
 /*
 Data loader over llm.c-style token shards and their region and exercise sidecars (the formats:
-doc/formats.md "Token shards", "Region sidecars", "Exercise sidecars"). Host-only C++17.
+doc/formats.md "Token shards", "Region sidecars", "Exercise sidecars"; the rules and draws of
+whole-document evaluation: doc/data.md "Whole-document evaluation"). Host-only C++17.
 
-Files: every file matching the comma-separated glob(s), sorted ("*.regions", "*.exercises",
-"*.tmp" skipped), is a shard "x.bin" with optional sidecars "x.regions", "x.exercises". Headers,
-tables, sizes and (cfg.verify_data, once per process and file) CRCs are checked when the loader
-opens; errors name the file. Exercise ids are remapped to one table for all shards,
-`exercise_names` (id 0 "none": no sidecar, padding; the rest in order of first appearance).
-
-Windows: a shard of n tokens holds (n - 1) / T windows of T+1 tokens, window k covering tokens
-[k*T, k*T + T] (every token is a target once). An epoch orders all windows (file order, or with
-shuffle shards and windows permuted from (seed, epoch)); at step s, process r of P gets the B
-windows from s*B*P + r*B, so the processes together read each window of an epoch at most once
-(the last partial global batch is skipped).
-
-Whole documents (cfg.whole_documents, for evaluation): documents (BOS to BOS, across shard ends)
-packed unsplit into rows of T+1 tokens, padding with target -1, the rows dealt as windows are;
-cfg.sample_documents = N keeps a seeded sample of N (cfg.sample_draw: uniform, the exercises that
-fit a row, or the SAN paper code's draw). doc/data.md "Whole-document evaluation" has the rules
-and the draws.
+Files: the shards matching the comma-separated glob(s), sorted; each is checked when the loader
+opens (headers, tables, sizes, and with cfg.verify_data the CRCs), errors naming the file.
+Windows: a shard of n tokens holds (n - 1) / T windows of T+1 tokens (every token a target once).
+An epoch orders all windows (file order, or permuted from (seed, epoch)); at step s, process r of
+P gets the B windows from s*B*P + r*B, so the processes together read each window at most once.
+cfg.whole_documents instead packs documents unsplit into rows (padding: target -1).
 
 Per batch (row-major, row b at b*(T+1)):
   tokens  B x (T+1) int32   the windows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]
-  inputs, targets  B x T int32 (copies, for trainers that want them apart; targets are -1
-                            where whole-document mode masks them, never otherwise)
-  regions B x (T+1) uint8   region labels of the same positions (0 where a shard has none)
-  exercises B x (T+1) uint8 exercise id of the same positions, an index into
-                            exercise_names (0 "none" where a shard has no sidecar)
-  doc_ids B x (T+1) int32   document index within the row: 0 at position 0, +1 at every
-                            token equal to doc_start_token (BOS); -1 disables (all 0). Causal
-                            document mask: i sees j iff j <= i and doc_ids[i] == doc_ids[j];
-                            the target of input t crosses a boundary iff doc_ids[t+1] != doc_ids[t].
-Resume: position() returns {epoch, step, fingerprint}; set_position() continues exactly
-there (the fingerprint checks that data, T, global batch B*P, shuffle and seed match).
+  inputs, targets  B x T    (copies; targets are -1 only where whole-document mode pads)
+  regions, exercises B x (T+1) uint8   the sidecars' labels of the same positions (0: none;
+                            exercises index exercise_names)
+  doc_ids B x (T+1) int32   document index within the row, +1 at every doc_start_token (BOS);
+                            the causal document mask: i sees j iff j <= i and doc_ids equal
+Resume: position() returns {epoch, step, fingerprint}; set_position() continues exactly there.
 */
 #pragma once
 

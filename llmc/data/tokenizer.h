@@ -1,26 +1,13 @@
 /*
-Tokenizer decoder: reads the tokenizer .bin written by attnref/tokenizer.py (SentencePiece
-or tiktoken GPT-2; doc/formats.md, "Tokenizer") and turns token ids back into text, e.g.
-to print samples. Host-only C++17. Version 2 (what attnref/tokenizer.py writes) holds in header
-int [9] the CRC-32 (llmc/data/crc32.h, zlib's) of the whole file but that int, checked before the
-pieces are parsed: a bos id flipped from 2 to 1 would otherwise change training silently. A 0
-there is a mismatch like any other value. Version 1 (no CRC) still loads, with a note.
-
-The file stores, for every id, its type and the bytes it decodes to: SentencePiece's "▁"
-is already a space and byte-fallback pieces (<0x0A>) are already the raw byte, so decoding
-is concatenation. Control tokens (pad, BOS, EOS, GPT-2's <|endoftext|>) decode to nothing
-unless asked for (then their name, e.g. "<s>"); <unk> decodes to " ⁇ " as SentencePiece's does.
-A byte-fallback token alone may be part of a UTF-8 character: decode sequences, not ids,
-when the text matters; complete_utf8() makes printed text valid UTF-8.
-
-Encoding (SentencePiece kind; the model attnref/tokenizer.py trains: identity
-normalisation, no dummy prefix, byte fallback) as SentencePiece's BPE does it: the text is
-split into characters, the user-defined pieces (the SYNTH markers) matched first, longest
-first, as single symbols; then, repeatedly, the adjacent pair whose concatenation is a piece
-of the highest score is merged (leftmost first among equals); symbols that are no piece end
-as their bytes' <0xXX> pieces. The .bin holds no scores: SentencePiece's BPE trainer gives
-the normal pieces decreasing scores in id order, so the lower id wins. O(n log n) with a
-heap of candidate pairs over a linked list of symbols.
+Tokenizer: reads the tokenizer .bin written by attnref/tokenizer.py (SentencePiece or tiktoken
+GPT-2; doc/formats.md, "Tokenizer"), decodes token ids to text (samples) and encodes a prompt
+(SentencePiece kind). Host-only C++17. Version 2 files carry a CRC-32 of the whole file
+(llmc/data/crc32.h), checked before parsing: a flipped bos id would otherwise change training
+silently; version 1 (no CRC) still loads, with a note.
+Decoding is concatenation: the file stores each id's bytes (SentencePiece's "▁" already a
+space, byte-fallback pieces already the byte); control tokens decode to nothing unless asked,
+<unk> to " ⁇ ". A byte-fallback token alone may be part of a UTF-8 character: decode sequences,
+not ids; complete_utf8() makes printed text valid UTF-8.
 */
 #pragma once
 
@@ -132,7 +119,13 @@ public:
         return out;
     }
 
-    // Token ids of `text` (no BOS), as SentencePiece encodes it (see the top of the file).
+    // Token ids of `text` (no BOS), as SentencePiece's BPE encodes it with the model
+    // attnref/tokenizer.py trains (identity normalisation, no dummy prefix, byte fallback): the
+    // text split into characters, the user-defined pieces (the SYNTH markers) matched first,
+    // longest first; then the adjacent pair whose concatenation is the piece of highest score
+    // merged, repeatedly (leftmost first among equals; the .bin holds no scores, but the trainer
+    // gives scores decreasing in id order, so the lower id wins); symbols that are no piece end
+    // as their bytes' <0xXX> pieces. O(n log n): a heap of candidate pairs over a linked list.
     std::vector<int> encode(const std::string& text) const {
         if (kind != TOKENIZER_SENTENCEPIECE) {
             fatal("tokenizer '%s': encoding is implemented for SentencePiece tokenizers only (this one is tiktoken's "

@@ -1,31 +1,16 @@
 /*
-Host backend: runs a kernel launch (grid of blocks of threads) on the CPU.
-
-Blocks are spread over a pool of OS threads ("workers"; HOSTCUDA_THREADS, default: all
-cores). A worker runs its blocks one after another. Inside a block, GPU threads run as
-fibers on the worker:
-
-- A fiber claims the next not-yet-started thread of the block and calls the kernel body
-  for it. If the thread returns without waiting for anybody, the same fiber claims the
-  next thread: a kernel without barriers or warp collectives costs one function call per
-  GPU thread and no context switch.
-- At __syncthreads, or in a warp collective (__shfl_*_sync, votes, __syncwarp), a thread
-  posts what it brings and, unless it is the last to arrive, parks its fiber and switches
-  to the worker's scheduler loop; a new fiber then starts the next threads. The last
-  thread to arrive completes the operation (computes every lane's shuffle result, or
-  releases the barrier) and queues all participants, itself included, in the schedule's
-  order (below).
-- A barrier releases when every thread of the block that has not exited has arrived, as
-  on the hardware, where exited threads no longer count.
-- If the run queue empties while threads are still parked, the block can never finish:
-  the backend prints what each parked thread waits for and aborts, instead of hanging.
-
-The order in which threads run is fixed by the launch and HOSTCUDA_SCHEDULE (forward, the
-default: ascending at the start and at every resumption; reverse; random:SEED: a permutation per
-block and a random pick from the run queue; doc/host-backend.md "Thread orders"), so results
-are deterministic for a given number of workers, and a kernel that silently relies on one order
-(a missing barrier) shows up under another. A race-free kernel gives bitwise the same results
-under every schedule.
+Host backend: runs a kernel launch (grid of blocks of threads) on the CPU (doc/host-backend.md
+"How it executes a launch", "Thread orders").
+Blocks are spread over a pool of OS threads ("workers"; HOSTCUDA_THREADS, default: all cores),
+each running its blocks one after another; inside a block, GPU threads run as fibers. A fiber
+runs threads until one waits (at __syncthreads or a warp collective): a kernel without barriers
+costs one function call per GPU thread and no context switch. The last thread to arrive
+completes the operation and queues every participant; a barrier counts only threads that have
+not exited, as on the hardware; a block whose run queue empties with threads still parked
+prints what each waits for and aborts instead of hanging.
+The order threads run in is fixed by the launch and HOSTCUDA_SCHEDULE (forward, reverse,
+random:SEED), so results are deterministic, and a kernel that relies on one order (a missing
+barrier) shows up under another.
 */
 #pragma once
 

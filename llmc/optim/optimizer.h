@@ -1,31 +1,16 @@
 /*
-The optimizer step shared by the trainers (doc/san-model.md, "Optimizers";
-doc/optimizers.md): parameters live in one device buffer in the order of a list of
-ParamSpec; each tensor is in the matrix group (2-D weights: weight decay, and the matrix
-optimizer) or the other group (embeddings, gains, gates, biases: no weight decay, own
-learning rate). With decay_embedding (--decay-embedding 1; Deconstructing Attention's recipe,
-Hugging Face-style: every matrix decays) the other group's 2-D tensors, the embeddings (wte;
-GPT-2's wpe), decay too, at their group's rate; gains, gates and biases never do.
-
-One step: global gradient norm over all tensors (deterministic, llmc/kernels/reduce.cuh), clip
-factor min(1, clip / (norm + 1e-6)), then
-  optimizer "adamw": AdamW per tensor with the group's rate and decay;
-  optimizer "muon":  Muon (llmc/kernels/muon.cuh, order keller or paper) on the matrix group with
-                     the matrix rate and decay, AdamW without decay on the other group.
-The optimizer is built with its OptimizerConfig (ModelParameters::build_optimizer) and
-keeps it: an update takes only the step's rates, a checkpoint writes the config it holds.
-The state is saved and loaded by name (doc/formats.md, "Model checkpoints"): fp32
-opt.m.<param> and opt.v.<param> for every AdamW tensor, fp32 opt.mom.<param> for every
-Muon matrix. All state buffers share the parameters' layout (offsets).
-
-Over N ranks (distribute(); llmc/parallel/data_parallel.h): the gradients are summed over ranks
-first (under ZeRO-1 each rank gets the sum only of what it updates), the norm is global,
-Muon matrices are updated by their owners, and ZeRO-1 keeps on each rank only the state it
-updates: m, v of its chunk (AdamW) or its pieces (Muon), the momentum of its matrices,
-and (bf16 builds) the fp32 master weights of both, which this class then holds in place of
-ModelParameters (shards_master()). The updated parameters are shared at the end of the
-step. A checkpoint gathers everything, so its file is the same for any rank count and zero
-mode: save() is then a collective that every rank calls.
+The optimizer step shared by the trainers (doc/optimizers.md; doc/san-model.md "Optimizers"):
+parameters live in one device buffer in the order of a list of ParamSpec; each tensor is in the
+matrix group (2-D weights: weight decay, the matrix optimizer) or the other group (embeddings,
+gains, gates, biases: no decay unless --decay-embedding 1 decays the embeddings; own rate).
+One step: global gradient norm (deterministic, llmc/kernels/reduce.cuh), clip factor
+min(1, clip / (norm + 1e-6)), then AdamW per tensor ("adamw"), or Muon on the matrix group and
+AdamW without decay on the other ("muon"; llmc/kernels/muon.cuh). The state is saved by name
+(opt.m/opt.v.<param>, opt.mom.<param>: doc/formats.md "Model checkpoints").
+Over N ranks (distribute(); llmc/parallel/data_parallel.h) the gradients are summed first, Muon
+matrices are updated by their owners and ZeRO-1 keeps on each rank only the state it updates
+(bf16: its fp32 master weights too, shards_master()); a checkpoint gathers everything, so save()
+is then a collective that every rank calls.
 */
 #pragma once
 

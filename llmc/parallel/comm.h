@@ -1,6 +1,9 @@
 /*
-Processes and collectives for data-parallel training (doc/multi-gpu.md): one process per
-GPU, started by mpirun (or srun); a plain start is a 1-rank run on the same code path.
+Processes and collectives for data-parallel training (doc/multi-gpu.md): one process per GPU,
+started by mpirun (or srun); a plain start is a 1-rank run on the same code path. The executors
+(doc/multi-gpu.md "Executors"): NCCL in a GPU build (MULTI_GPU); else, with MPI (USE_MPI), a
+host stand-in that sums each rank's share in fp32 pairwise by rank (llmc/parallel/sum_order.h:
+the same bits on every rank); without MPI, one rank.
 
   Comm comm(&argc, &argv);  rank, world, local_rank (the process's index on its node, which
                             picks the GPU), is_main() (rank 0: prints, logs, checkpoints)
@@ -19,22 +22,6 @@ Collectives on device buffers, in stream order (T = float or __nv_bfloat16):
   barrier()
 Several collectives between group_start() and group_end() form one NCCL group (they
 overlap; the host stand-in runs them in order).
-
-Executors (doc/multi-gpu.md "Executors"):
-  GPU build with NCCL (MULTI_GPU): NCCL, its unique id broadcast by MPI from rank 0; with one
-      rank and no MPI a 1-rank communicator, so a single-GPU run takes the multi-GPU code path.
-  host backend (and any build without NCCL) with MPI (USE_MPI): the stand-in, on host memory:
-      each rank's share gathered with MPI_Alltoallv and summed in fp32 pairwise by rank
-      (llmc/parallel/sum_order.h), so every rank gets the same bits and a run repeats bit for bit.
-  a build without MPI: one rank; asking for more is refused.
-
-A process counts as launched by an MPI starter when one of the starters' environment
-variables is set (OMPI_COMM_WORLD_SIZE: Open MPI's mpirun; PMI_SIZE: MPICH/Hydra and Slurm
-PMI-2; PMIX_RANK: PMIx, srun --mpi=pmix); otherwise MPI is not initialised at all (a
-singleton MPI_Init can be slow or fail where no MPI daemon may start).
-
-COMM_MUTATION_NO_AVERAGE (compile-time, tests only): op Avg returns the sum, the bug a
-forgotten division by the world size would be. The multi-rank tests must fail with it.
 */
 #pragma once
 
@@ -84,7 +71,10 @@ forgotten division by the world size would be. The multi-rank tests must fail wi
 
 enum class ReduceOp { Sum, Avg };
 
-// Whether an MPI starter launched this process (see the top of the file).
+// Whether an MPI starter launched this process: one of the starters' variables is set
+// (OMPI_COMM_WORLD_SIZE: Open MPI's mpirun; PMI_SIZE: MPICH/Hydra and Slurm PMI-2; PMIX_RANK:
+// PMIx, srun --mpi=pmix). Otherwise MPI is not initialised at all (a singleton MPI_Init can be
+// slow or fail where no MPI daemon may start).
 inline bool launched_by_mpi() {
     for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
         if (getenv(name) != nullptr) { return true; }
@@ -346,7 +336,8 @@ private:
         return std::is_same<T, float>::value ? ncclFloat32 : ncclBfloat16;
     }
     static ncclRedOp_t nccl_op(ReduceOp op) {
-#if defined(COMM_MUTATION_NO_AVERAGE)
+#if defined(COMM_MUTATION_NO_AVERAGE)  // (tests only: Avg returns the sum, the bug a forgotten division
+                                       // by the world size would be; the multi-rank tests must fail)
         (void)op;
         return ncclSum;
 #else

@@ -2,31 +2,14 @@
 Data parallelism around the optimizer step: what each rank reduces, updates, keeps and shares so
 that N ranks take the step one rank would take on the sum of their gradients (a sum, not a mean:
 the same bits on any rank count). Used by ParamOptimizer (llmc/optim/optimizer.h); one rank (no
-Comm) is the same code with identity collectives. doc/multi-gpu.md "What each rank does" has the
-whole account.
+Comm) is the same code with identity collectives. The whole account (zero 0, ZeRO-1 chunks, Muon
+owners, the gradient norm's order): doc/multi-gpu.md "What each rank does".
 
-Buffers: parameters and gradients share one layout of E elements, tensors on 64-element offsets
-(layout_parameters). Every piece of work is a Piece: elements [begin, end) of one tensor,
-updated by AdamW or (a whole matrix) by Muon, by its owner rank (or by every rank: owner -1),
-whose state (AdamW m and v, Muon momentum, bf16 builds' fp32 master weights) holds it at index
-`state`.
-  zero 0: gradients all-reduced; every rank holds the state in the full layout and updates
-          every AdamW tensor.
-  zero 1, AdamW (ZeRO-1): N equal chunks of C elements (C a multiple of 64; sharding.h),
-          reduce-scattered, updated by their rank and all-gathered; the tail [N*C, E)
-          all-reduced and updated by every rank. State buffers hold C + (E - N*C).
-  Muon: every matrix has one owner (balance_owners), who alone orthogonalises and updates it,
-          then broadcasts it. zero 1: the AdamW tensors are owned too (runs of 64-element
-          units), each piece's gradient is reduced to its owner only, and the owner's state is
-          compact (its pieces back to back on 64-element indices): no rank holds state it does
-          not update.
-A checkpoint gathers everything (gather_full), so a file never depends on the rank count or the
-zero mode. The gradient norm (llmc/parallel/grad_norm.cuh) sums squares per 64-element unit,
-each unit on the rank holding its reduced gradient, in one fixed order.
-
-DATA_PARALLEL_MUTATION_SKIP_MUON, DATA_PARALLEL_MUTATION_REDUCE_ROOT (tests only): the last rank
-skips the matrices it owns; each piece's gradient is reduced to the next rank, not its owner.
-The multi-rank tests must fail with either.
+Parameters and gradients share one layout, tensors on 64-element offsets (layout_parameters).
+Every piece of work is a Piece: elements [begin, end) of one tensor, updated by AdamW or (a
+whole matrix) by Muon, by its owner rank (or every rank: owner -1), its state at index `state`.
+A checkpoint gathers everything (gather_full): a file never depends on the rank count or zero
+mode. DATA_PARALLEL_MUTATION_* (tests only) break the ownership; the multi-rank tests must fail.
 */
 #pragma once
 
@@ -159,7 +142,7 @@ public:
 
     int owner(int tensor) const { return owner_[tensor]; }
     bool updates_matrix(int tensor) const {
-#if defined(DATA_PARALLEL_MUTATION_SKIP_MUON)
+#if defined(DATA_PARALLEL_MUTATION_SKIP_MUON)  // (tests only: the last rank skips the matrices it owns)
         if (world() > 1 && rank() == world() - 1) { return false; }
 #endif
         return owner_[tensor] == rank();
@@ -196,7 +179,7 @@ public:
             comm_->group_start();
             for (const Piece& p : pieces_) {
                 int root = p.owner;
-#if defined(DATA_PARALLEL_MUTATION_REDUCE_ROOT)
+#if defined(DATA_PARALLEL_MUTATION_REDUCE_ROOT)  // (tests only: reduced to the next rank, not the owner)
                 root = (root + 1) % world();
 #endif
                 comm_->reduce(grads + p.begin, p.end - p.begin, root, ReduceOp::Sum, stream);
@@ -240,8 +223,9 @@ public:
         comm_->group_end();
     }
 
-    // The global gradient norm of the reduced gradients (see the top of the file): the same
-    // bits on every rank, for any rank count and zero mode. norm_sq: one device float;
+    // The global gradient norm of the reduced gradients: squares summed per 64-element unit, each
+    // on the rank holding its reduced gradient, in one fixed order (llmc/parallel/grad_norm.cuh),
+    // so the same bits on every rank, for any rank count and zero mode. norm_sq: one device float;
     // scratch: kReduceBlocks floats.
     template <typename T>
     float grad_norm(const T* grads, float* norm_sq, float* scratch, cudaStream_t stream) {

@@ -1,31 +1,21 @@
 /*
 Gradient groups: the gradient of a step as a fixed sum of G group gradients, so that it has the
-same bits on every rank count that splits the groups evenly (doc/multi-gpu.md "The same bits on
-any rank count"; --grad-groups, default: the rank count).
-
-Every micro-batch's rows over all ranks (ranks x --batch-size, rank r's rows after rank r-1's)
-are cut into G groups of consecutive rows; rank r holds L = G / ranks of them. Each group has
-its own accumulator: its forward and backward passes over the micro-batches add into it exactly
-as a rank's own gradient buffer would, so a group's gradient has the same bits wherever it is
-computed (a row's forward pass does not depend on the other rows in its batch; the backward's
-sums over rows do, hence whole groups). The groups are then added pairwise by index
-(llmc/parallel/sum_order.h): a rank's L groups here (combine), the ranks' results by the sum over
-ranks (llmc/parallel/comm.h). With L a power of two, a rank's result is a node of the pairwise tree
-over all G groups, so 1 rank with G groups, G ranks with one each and every count in between
-that gives each rank a power of two of them give the same bits (G = 6: 1, 3 and 6 ranks; G = 4:
-1, 2 and 4). The loss of the step is summed the same way (per group, then in group order).
+same bits on every rank count that splits the groups evenly (--grad-groups, default: the rank
+count; why and how: doc/multi-gpu.md "The same bits on any rank count"). Every micro-batch's
+rows over all ranks are cut into G groups of consecutive rows, L = G / ranks on each rank, each
+with its own accumulator; the groups are added pairwise by index (llmc/parallel/sum_order.h), a
+rank's L here and the ranks' results in the sum over ranks, so with L a power of two every such
+rank count gives the same bits. The step's loss is summed the same way.
 
     GradientGroups groups(G, comm)    comm null: one rank
     groups.local()                    L: groups on this rank; rows per group = B / L
     groups.begin(model, g, micro)     the model's gradient buffer holds group g's sum so far
-    groups.end(model, g)              ... and is saved as group g's (L > 1 only: with one group
-                                      the buffer is the group's and nothing moves)
+    groups.end(model, g)              ... and is saved as group g's (L > 1 only)
     groups.combine(model)             the buffer = the pairwise sum of this rank's groups
     groups.total(losses)              the step's loss: the groups' losses (local[L]) in group order
 
 Cost with L > 1: L gradient buffers more, two copies of the gradients per group and micro-batch,
-and smaller GEMMs (B / L rows); with L = 1 nothing. `model` is a ModelParameters (its gradient
-buffer: grads_fp32 when it accumulates in fp32, else grads).
+and smaller GEMMs (B / L rows); with L = 1 nothing.
 */
 #pragma once
 

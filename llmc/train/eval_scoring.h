@@ -1,38 +1,13 @@
 /*
-Eval-set scoring inside the trainers (--eval-sets, --eval-every): the benchmarks of
-dev/data/evals.py and the sanity sets, scored as lm-evaluation-harness scores them
-(dev/eval/reference_eval.py is the independent PyTorch scoring of the same file).
-
+Eval-set scoring inside the trainers (--eval-sets, --eval-every, --eval-context): the sets of
+dev/data/evals.py scored as lm-evaluation-harness scores them (the metrics, per kind:
+doc/san-model.md "Eval sets"; dev/eval/reference_eval.py is the independent PyTorch scoring).
 Every item becomes requests (context, continuation) of token ids; a request reads
-(context + continuation)[-(T+1):], the model sees all but its last token, and the
-continuation's log-likelihood is the sum of its tokens' log-probabilities (softmax over the
-real vocabulary, fp32 logits); "greedy" when each continuation token is the argmax.
-  multiple choice: acc      = the choice of largest log-likelihood is gold;
-                   acc_norm = the choice of largest log-likelihood / characters of the choice
-                              (lm-eval's acc_norm; the file stores that length) is gold;
-                   first index on ties, as numpy's argmax.
-  partial (Winogrande): each choice's own context (its first choice_chars tokens) then the
-                   shared continuation, one request per choice; acc = the choice whose
-                   continuation is likeliest is gold (lm-eval's winogrande: acc only).
-  cloze (LAMBADA): acc = the target is greedy; perplexity = exp(-mean log-likelihood).
-  rolling (WikiText): the document in lm-eval's rolling windows (rolling_requests, below);
-                   word_perplexity = exp(-sum log-likelihood / sum words),
-                   token_perplexity = exp(-sum log-likelihood / sum tokens).
-T is the trainer's --seq-len (lm-eval uses the model's context; the same when --seq-len is
-the model's). Requests are packed one per row, up to --batch-size rows of the longest
-request's length per forward pass; the rest of a row is padding after the request, which
-a causal model never lets it see.
-
---eval-context N1,N2,... (the Deconstructing paper's appendix C, Table 4: WikiText perplexity at
-context lengths 128 ... 2048) scores every rolling set once more in windows of each N <= T,
-logged beside the scores at T as word_perplexity@N and token_perplexity@N (lm-eval's
-loglikelihood_rolling with max_length N). Multiple-choice and cloze sets are scored at T only:
-Table 4 is WikiText's, and their items are shorter than any context it lists, so cutting them
-to N would measure nothing the paper does.
-
-Cost: one forward pass per batch of requests (a multiple-choice item is one request per
-choice; a WikiText page of n tokens is ceil(n / T) requests), no backward; each --eval-context
-N adds the rolling sets' ceil(n / N) requests of at most N tokens.
+(context + continuation)[-(T+1):] with T = --seq-len, and the continuation's log-likelihood is
+the sum of its tokens' log-probabilities (softmax over the real vocabulary, fp32 logits).
+Requests are packed one per row, --batch-size rows per forward pass, no backward (a causal
+model never lets a request see the padding after it). --eval-context scores the rolling sets
+again in windows of each N <= T (the Deconstructing paper's Table 4 is WikiText's alone).
 */
 #pragma once
 

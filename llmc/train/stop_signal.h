@@ -1,41 +1,13 @@
 /*
-Graceful stop on SIGINT, SIGTERM, SIGHUP and SIGUSR1 (Ctrl-C, `kill`, a cluster's time limit, a
-closed terminal or a dropped ssh session; SIGUSR1 is the warning a launcher sends ahead of the kill:
-Slurm's `--signal=USR1@120`, scripts/mpirun.sh's copy of a stop, which Open MPI's mpirun passes
-on to every rank without killing them: doc/multi-gpu.md "Stopping on a cluster"): the training loop asks stop_signal() at each step boundary,
-writes a resumable checkpoint there and exits with 128 + the signal number, the shell's code for
-"ended by that signal", so a script (e.g. study/runner.py) sees an interrupted run as unfinished.
-
-The signals are taken by one thread that waits for them (sigwaitinfo), with them blocked in every
-other thread: a trainer calls start_stop_signal_thread() first thing, before any thread
-exists, so every thread it starts inherits the mask. A handler running on a compute thread
-is not safe here: interrupted inside oneDNN's JIT GEMM kernels, runs lost a gradient to NaN or
-corrupted the heap (about 1 run in 7 with SIGINT at a random step, none with OpenBLAS or the
-own GEMM). The waiting thread also may print, so the user hears at once what will happen:
-  - before training starts (and in an evaluation): the signal ends the process, as by default;
-  - the first during training: "stopping after step N ..." with what the stop will save;
-  - a second, one process: what is lost (the steps since the newest checkpoint) and the
-    command that continues from there, then the signal's default action;
-  - over several ranks (mpirun, srun) a repeated signal is only recorded: a launcher passes the
-    signal it received on to every rank, which the user or the cluster has often signalled
-    already (pkill, Ctrl-C to the process group, Slurm), and that second copy must not kill a
-    rank in the middle of the save. The launcher's own SIGKILL after its grace period (Open
-    MPI's odls_base_sigkill_timeout, Slurm's KillWait) is the hard stop. Each rank may see the
-    signal at a different step, or only one rank sees it, so the ranks agree before acting (a
-    max all-reduce of stop_signal() at the step boundary: llmc/train/training.h).
-  - a repeated SIGHUP is only recorded too: a hang-up reaches a job twice (the shell passes its
-    own on to its jobs, and the kernel signals the terminal's foreground group), and neither
-    copy is a person asking again. A run started under nohup (SIGHUP ignored) keeps ignoring it.
-  - so is the copy a parent process passes on (study/runner.py, a script's `trap 'kill $child'`):
-    Ctrl-C signals the terminal's whole foreground group, the parent too, and a cluster signals
-    every process of the job, so the trainer gets the signal itself and then its parent's copy.
-    A repeated signal counts as a second only when it comes from the same side (the parent, or
-    not) as the first: two Ctrl-C at the terminal, or two `kill PARENT`, still stop at once.
-
-The console may go away while the run goes on: `./train_san ... | tee train.log` loses its
-tee to the same Ctrl-C, a closed terminal takes stdout with it. SIGPIPE is ignored, so a
-write there fails (EPIPE, EIO) instead of killing the run before its save, and drop_lost_console()
-points such a stream at /dev/null: the run goes on, its --log file records it, a stop saves.
+Graceful stop on SIGINT, SIGTERM, SIGHUP and SIGUSR1 (Ctrl-C, `kill`, a closed terminal, a
+cluster's time limit or a launcher's warning ahead of its kill): the training loop asks
+stop_signal() at each step boundary, saves a checkpoint there and exits with 128 + the signal,
+so a script sees the run as unfinished. What each stop keeps: doc/trainer.md "Stopping, and what
+is kept"; on a cluster: doc/multi-gpu.md "Stopping on a cluster".
+One thread takes the signals (start_stop_signal_thread) and prints at once what the stop will
+do (set_stop_notes); a second signal stops at once (on_stop_signal says which copies count).
+A console that goes away (a `| tee` ended by the same Ctrl-C) is dropped, not fatal
+(drop_lost_console).
 */
 #pragma once
 
@@ -104,7 +76,15 @@ inline void drop_lost_console() {
     }
 }
 
-// `from_parent`: the parent process sent the signal (a copy of one it got, passed on).
+// A signal: before training (or in an evaluation) it ends the process, as by default; the first
+// during training prints what the stop will save; a second from one process prints what is lost
+// and the command that continues, then ends it. Only recorded, not a second: a repeat over
+// several ranks (a launcher passes on the signal the user or cluster already sent each rank, and
+// that copy must not kill a rank mid-save; the launcher's SIGKILL after its grace is the hard
+// stop), a repeated SIGHUP (a hang-up reaches a job twice: the shell's and the terminal's), and
+// a copy from the other side (`from_parent`: the parent process passed it on, as study/runner.py
+// does, while Ctrl-C signals the whole foreground group). The ranks agree on a stop at the step
+// boundary (a max all-reduce of stop_signal(): llmc/train/training.h).
 inline void on_stop_signal(int sig, bool from_parent) {
     StopSignalState& s = stop_signal_state();
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -137,9 +117,11 @@ inline bool sent_by_parent(const siginfo_t& info) {
 }
 
 // Blocks SIGINT, SIGTERM, SIGUSR1 and SIGHUP in the calling thread (and so in every thread it starts
-// after this) and starts the thread that takes them; ignores SIGPIPE. Call before any other
-// thread exists where possible; threads started earlier (OpenBLAS starts its pool when the
-// library loads) pass a signal on.
+// after this) and starts the thread that takes them (sigwaitinfo); ignores SIGPIPE, so a write to
+// a lost console fails instead of killing the run before its save. Why a thread: a handler that
+// interrupted oneDNN's JIT GEMM kernels lost a gradient to NaN or corrupted the heap (about 1 run
+// in 7 with SIGINT at a random step). Call before any other thread exists where possible;
+// threads started earlier (OpenBLAS starts its pool when the library loads) pass a signal on.
 inline void start_stop_signal_thread() {
     if (stop_signal_thread_started().exchange(true)) { return; }
     signal(SIGPIPE, SIG_IGN);

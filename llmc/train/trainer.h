@@ -1,18 +1,10 @@
 /*
 The skeleton of a trainer's main, what train_san.cu and train_gpt2.cu do alike, so that a
-trainer file holds its model and little else:
-
-  1. parse the flags over a preset's model config (llmc/cli.h parse_with_preset); check that
-     the files to read first exist (llmc/train/input_files.h check_start_files);
-  2. with --resume or --init-from, take the model config from the checkpoint (model flags
-     that contradict it are refused: llmc/train/resume.h check_model_flags); else a --tokenizer
-     sets the vocabulary size and, unless --bos-id is given, the BOS id;
-  3. check the config and the training options (check_training_options; a resume
-     continues the saved run's settings), then every other input file (check_run_files),
-     so that a wrong path fails before anything about the model is printed;
-  4. print the config, the parameter counts and FLOPs per token, and the optimizer;
-  5. build the model and its optimizer, load or initialise the parameters, and train
-     (llmc/train/training.h run_training).
+trainer file holds its model and little else: parse the flags over a preset (llmc/cli.h);
+take the model config from a --resume or --init-from checkpoint (contradicting flags refused:
+llmc/train/resume.h) or a --tokenizer's vocabulary; check the options, then every input file,
+before anything about the model is printed; print the config, counts and optimizer; build,
+initialise or load, and train (llmc/train/training.h run_training).
 
 A trainer's main is trainer_main<Trainer>(argc, argv, name, presets(), make_flags,
 read_config): its program name, the named model configs, its flags (the model's, then
