@@ -4,7 +4,7 @@ and exercise sidecars (llmc/data/dataloader.h), tokenizer files (llmc/data/token
 checkpoints and debug states (llmc/data/tensor_file.h) and eval sets (llmc/data/evalset.h).
 
 For each reader a valid seed file is written here from doc/formats.md and read back (it
-must be accepted); then FUZZ_CASES (default 300) mutants of it per reader are written and
+must be accepted); then FUZZ_CASES (default 300; 100 under ASan) mutants of it per reader are written and
 read, each in a forked child with a 10 s alarm. The child reads the file the way the
 trainers do (the data loader through a whole epoch, in window and whole-document mode;
 every tokenizer id decoded and a text encoded; every config key and tensor of a tensor
@@ -809,9 +809,10 @@ static void flip_every_byte(std::vector<Target>& targets) {
         if (!t.checksummed) { continue; }
         auto expect = flip_expectations(t);
         int missed = 0;
-        // (under ASan every other position: a fork costs ~5 ms there, and the plain build flips them all)
+        // (under ASan every 8th position: a fork costs ~5 ms of system time there, 2,121 forks
+        // took 133 s at every other one; the plain build flips them all)
 #if defined(__SANITIZE_ADDRESS__)
-        const size_t stride = 2;
+        const size_t stride = 8;
 #else
         const size_t stride = 1;
 #endif
@@ -889,7 +890,12 @@ static void check_files_before_checksums(std::vector<Target>& targets) {
 int main() {
     const char* cases_env = getenv("FUZZ_CASES");
     const char* seed_env = getenv("FUZZ_SEED");
-    const int cases = cases_env ? atoi(cases_env) : 300;
+#if defined(__SANITIZE_ADDRESS__)
+    const int default_cases = 100;  // a forked child per mutant: under ASan a third of the plain build's
+#else
+    const int default_cases = 300;
+#endif
+    const int cases = cases_env ? atoi(cases_env) : default_cases;
     const uint64_t fuzz_seed = seed_env ? strtoull(seed_env, nullptr, 10) : 1;
     std::string dir = make_temp_dir("fuzz");
     Timer timer;

@@ -17,12 +17,11 @@ import math
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, ROOT, run_binary, step_losses, write_pattern_corpus, state_differences
+from trainer_cli import BOS, ROOT, reference, run_binary, step_losses, write_pattern_corpus, state_differences
 from attnref.shards import write_shard
 from attnref.variants import KINDS, layer_kinds, standard_layers
 
@@ -192,23 +191,36 @@ def test_qwen_shaped_presets_train_with_a_variant(data, tmp_path, preset, shape)
     assert len(loss) == 2 and loss[1] < loss[0], out
 
 
+@pytest.fixture(scope="module")
+def hybrid_checkpoint(data, tmp_path_factory):
+    """kind -> final.bin of a hybrid of that kind trained 5 steps by the CUDA trainer (once per
+    kind for the module: the three skip modes evaluate the same checkpoint)."""
+    made = {}
+
+    def checkpoint(kind):
+        if kind not in made:
+            out = tmp_path_factory.mktemp(f"hybrid-{kind}")
+            run(common(data, out) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", kind, "--layout",
+                                     "hybrid", "--steps", "5"])
+            made[kind] = str(out / "final.bin")
+        return made[kind]
+    return checkpoint
+
+
 @needs_bin
 @pytest.mark.parametrize("kind", ["staticembqk", "rndembqk", "fixedseqqk"])
 @pytest.mark.parametrize("skip", ["none", "attention", "block"])
-def test_reference_evaluates_the_trainers_variant_checkpoint(data, tmp_path, skip, kind):
+def test_reference_evaluates_the_trainers_variant_checkpoint(data, hybrid_checkpoint, skip, kind):
     """A hybrid trained by the CUDA trainer, evaluated by train_san.py and by the trainer itself,
     whole and with --skip-nonstandard: the same validation loss (one batch; the trainer runs in
     floatX, the reference in fp32). rndembqk / fixedseqqk: the reference reads the fixed input
     from the checkpoint."""
-    run(common(data, tmp_path) + ["--ffn", "swiglu", "--d-ff", "128", "--attention", kind, "--layout",
-                                  "hybrid", "--steps", "5"])
-    ckpt, val = str(tmp_path / "final.bin"), str(data / "toy_val_*.bin")
+    ckpt, val = hybrid_checkpoint(kind), str(data / "toy_val_*.bin")
     out = run(["--steps", "0", "--init-from", ckpt, "--val-data", val, "--val-batches", "1", "--batch-size", "4",
                "--sample-tokens", "0"] + ([] if skip == "none" else ["--skip-nonstandard", skip])).stdout
     cuda_val = val_loss(out)
-    ref = subprocess.run([sys.executable, os.path.join(ROOT, "train_san.py"), "--load-checkpoint", ckpt, "--val-data",
-                          val, "--val-batches", "1", "--batch-size", "4", "--device", "cpu", "--skip-nonstandard", skip],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    ref = reference("train_san.py", ["--load-checkpoint", ckpt, "--val-data", val, "--val-batches", "1",
+                                     "--batch-size", "4", "--device", "cpu", "--skip-nonstandard", skip])
     assert ref.returncode == 0, ref.stderr
     ref_val = float([l for l in ref.stdout.splitlines() if l.startswith("val loss")][-1].split()[2])
     assert abs(cuda_val - ref_val) <= 5e-3 * ref_val, (cuda_val, ref_val)
@@ -472,9 +484,7 @@ def test_checkpoint_without_its_fixed_input_is_refused(data, tmp_path, kind, nam
         proc = run(["--steps", "0", "--init-from", str(tmp_path / broken), "--val-data", str(data / "toy_val_*.bin"),
                     "--val-batches", "1"], check=False)
         assert proc.returncode != 0 and str(tmp_path / broken) in proc.stderr and message in proc.stderr, proc.stderr
-        ref = subprocess.run([sys.executable, os.path.join(ROOT, "train_san.py"), "--load-checkpoint",
-                              str(tmp_path / broken), "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=300)
+        ref = reference("train_san.py", ["--load-checkpoint", tmp_path / broken, "--device", "cpu"])
         assert ref.returncode != 0 and str(tmp_path / broken) in ref.stderr and name in ref.stderr, ref.stderr
 
 

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from trainer_cli import BOS, ROOT, run_binary, write_pattern_corpus, state_differences
+from trainer_cli import BOS, ROOT, reference, run_binary, write_pattern_corpus, state_differences
 from attnref.shards import write_shard
 
 SAN = os.environ.get("TRAIN_SAN_BIN")
@@ -475,11 +475,6 @@ def test_kv_cache_greedy_samples_equal_recomputed_ones(trainer, repeats, tmp_pat
 
 
 # ---- one vocabulary for C++ and Python -----------------------------------------------------
-
-def reference(script, args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, script)] + [str(a) for a in args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-
 
 def region_losses(line):
     """{"val": x, "query": y, ...} of a "... val loss x | query y | ..." line."""

@@ -4,6 +4,9 @@ scripts/mpirun.sh) and writing the toy corpus they train on.
 The toy corpus is learnable in a few steps: each document is BOS followed by one of four
 fixed short token patterns repeated six times, so the loss falls fast and row target
 counts vary (documents end at different positions of a row)."""
+import contextlib
+import importlib
+import io
 import os
 import signal
 import subprocess
@@ -27,6 +30,21 @@ def state_differences(a, b):
     """How two checkpoints' states differ (attnref/ckpt_diff.py: tensors bit for bit, keys but
     run.*, which hold where each run wrote its outputs); [] for the same state."""
     return ckpt_diff.differences(a, b)
+
+def reference(script, args):
+    """`python SCRIPT ARGS` for the PyTorch references (train_san.py, train_gpt2.py), run in this
+    process: their main(argv) with stdout and stderr captured, as a CompletedProcess. A process
+    of its own would import torch again, ~3 s of CPU a run; pytest has it imported already."""
+    module = importlib.import_module(os.path.splitext(os.path.basename(script))[0])
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = module.main(argv)
+        except SystemExit as e:  # argparse's errors and -h
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return subprocess.CompletedProcess([script] + argv, rc or 0, out.getvalue(), err.getvalue())
+
 
 VOCAB = 250  # the toy corpus's tokens are 3 .. VOCAB-1 (the tiny presets' vocabulary is larger)
 BOS = 2
