@@ -4,11 +4,10 @@ resume — 8 steps straight, and 8 steps resumed from the straight run's step-4 
 must write byte-identical final checkpoints (model, AdamW state, data position and RNG)."""
 import os
 import subprocess
-import sys
 
 import pytest
 
-from trainer_cli import ROOT, run_binary, step_losses, write_pattern_corpus, state_differences
+from trainer_cli import ROOT, reference, run_binary, step_losses, write_pattern_corpus, state_differences
 
 BIN = os.environ.get("TRAIN_SAN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_BIN not set (make test sets it)")
@@ -200,10 +199,8 @@ def test_reference_reads_the_trainers_checkpoint(data, tmp_path):
     the trainer printed (one validation batch: both average over its counted targets)."""
     out = run(common(data, tmp_path) + ["--steps", "5", "--val-batches", "1"]).stdout
     cuda_val = float([l for l in out.splitlines() if l.startswith("step 5: val loss")][0].split()[4])
-    ref = subprocess.run([sys.executable, os.path.join(ROOT, "train_san.py"), "--load-checkpoint",
-                          str(tmp_path / "final.bin"), "--val-data", str(data / "toy_val_*.bin"),
-                          "--val-batches", "1", "--batch-size", "4", "--device", "cpu"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    ref = reference("train_san.py", ["--load-checkpoint", tmp_path / "final.bin", "--val-data", data / "toy_val_*.bin",
+                                     "--val-batches", "1", "--batch-size", "4", "--device", "cpu"])
     assert ref.returncode == 0, ref.stderr
     ref_val = float([l for l in ref.stdout.splitlines() if l.startswith("val loss")][-1].split()[2])
     # the trainer ran in floatX (bf16 activations in the default build); the reference in fp32
