@@ -301,8 +301,8 @@ class LadderReport:
     """What every section of the ladder report reads: the ladder (spec.Ladder), its rungs, the
     output directory and each rung's noise floor (floors: [(tokens, floor)], floor_of by tokens)."""
 
-    def __init__(self, path, out):
-        self.path = path
+    def __init__(self, path, out, figures=True):
+        self.path, self.figures = path, figures
         self.ladder, self.rungs = load_rungs(path)
         self.out = out or os.path.join(self.ladder.out, "report")
         self.control = self.ladder.norm_control
@@ -317,9 +317,10 @@ class LadderReport:
         self.floor_of = dict(self.floors)
 
 
-def write_report(path, out=None):
-    """ladder.md and its figures in `out` (default OUT/report); returns (its path, [(finding, verdict)])."""
-    lad = LadderReport(path, out)
+def write_report(path, out=None, figures=True):
+    """ladder.md and its figures in `out` (default OUT/report); returns (its path, [(finding, verdict)]).
+    figures=False: the text alone (drawing is most of a report's time; the verdicts do not need it)."""
+    lad = LadderReport(path, out, figures)
     os.makedirs(lad.out, exist_ok=True)
     lines = [f"# Scale ladder: {lad.ladder.name}", "", lad.ladder.tables["study"].get("note", ""), "",
              f"Ladder file `{path}`; rungs " + ", ".join(f"{r.tokens:,}" for r in lad.rungs)
@@ -383,7 +384,8 @@ def gap_sections(lad, verdicts):
     lines += [table(["rung", "iso-depth", "iso-FLOP", "iso-param", "depth − FLOP", "FLOP − param", "seeds",
                      "at rung"], rows), ""]
     if gap_points:
-        lines += [f"![gaps]({plot_gaps(gap_points, lad.floors, lad.out)})", ""]
+        if lad.figures:
+            lines += [f"![gaps]({plot_gaps(gap_points, lad.floors, lad.out)})", ""]
     ordering, shrinks = findings.KINDS["gap_ordering"].over_ladder
     verdicts.append((ordering, over_ladder(gap_points, lad.floor_of)))
     verdicts.append((shrinks, iso_param_shrinks(gap_points, lad.floor_of)))
@@ -440,7 +442,8 @@ def localisation_section(lad, verdicts):
                 reg_points.append((t, {docs: r}))
         verdicts.append((verdict, over_ladder(pts, lad.floor_of)))
     if reg_points:
-        lines += [f"![regions]({plot_regions(reg_points, lad.floors, lad.out)})", ""]
+        if lad.figures:
+            lines += [f"![regions]({plot_regions(reg_points, lad.floors, lad.out)})", ""]
     return lines
 
 
@@ -486,7 +489,8 @@ def measurements_section(lad, verdicts):
             rows.append([f"{rung.tokens:,}", arm, *(pm(*rung.arm_mean(arm, k), digits=3).lstrip("+")
                                                     for k in ("gate_attn_mean", "gate_ffn_mean", "erank_mean"))])
     lines += [table(["rung", "arm", "attn gate", "ffn gate", "effective rank"], rows), ""]
-    lines += [f"![measurements]({plot_measurements(lad.rungs, meas_arms, lad.out)})", ""]
+    if lad.figures:
+        lines += [f"![measurements]({plot_measurements(lad.rungs, meas_arms, lad.out)})", ""]
     return lines
 
 
@@ -514,7 +518,8 @@ def deconstructing_section(lad, verdicts):
     lines += [table(["rung", "kind", "uniform − standard", "hybrid − standard", "uniform − 2 hybrid + standard",
                      "mlp-uniform − uniform", "at rung"], rows), ""]
     if pts:
-        lines += [f"![deconstructing]({plot_deconstructing(pts, lad.out)})", ""]
+        if lad.figures:
+            lines += [f"![deconstructing]({plot_deconstructing(pts, lad.out)})", ""]
     lines += ["Attention-pattern indicators at the final validation (doc/deconstructing.md \"Attention-pattern "
               "indicators\"), the mean over the layers that have an attention matrix and their heads; local focus "
               "at distance 0 (the diagonal).", ""]

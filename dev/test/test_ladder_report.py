@@ -158,7 +158,7 @@ def test_ladder_spec_and_report_write_no_study_files(tmp_path):
         from_file = study.load_study(lad.rung_file(tokens))
         assert lad.rung_study(tokens) == from_file
         os.remove(lad.rung_file(tokens))
-    report, verdicts = ladder_report.write_report(path)
+    report, verdicts = ladder_report.write_report(path, figures=False)
     assert not any(os.path.exists(lad.rung_file(t)) for t, _ in lad.rungs)
     assert os.path.dirname(report) == os.path.join(lad.out, "report") and dict(verdicts)
     assert [f["kind"] for f in lad.findings] == ["gap_ordering", "localisation", "spectra"]
@@ -226,6 +226,10 @@ def test_gaps_floor_and_shows(tmp_path):
     assert v["iso-param gap shrinks with tokens"] == "shows"
     text = open(report).read()
     assert "gaps_vs_tokens.png" in text and os.path.exists(os.path.join(os.path.dirname(report), "gaps_vs_tokens.png"))
+    # without figures (as the other tests here): the same verdicts, no figure drawn or named
+    text_only, same = ladder_report.write_report(path, out=str(tmp_path / "text-only"), figures=False)
+    assert same == verdicts and os.listdir(tmp_path / "text-only") == ["ladder.md"]
+    assert ".png" not in open(text_only).read()
     assert "Verdict rules: at least 3 seeds" in text and "(study/findings.py, 2026-12-07)" in text
     # every gap is printed with its interval
     from study.findings import interval
@@ -236,7 +240,7 @@ def test_gaps_floor_and_shows(tmp_path):
 def test_too_few_seeds(tmp_path):
     """Two seeds: no verdict at a rung or over the ladder, however large the gaps."""
     rungs = {t: {arm: v[:2] for arm, v in gaps(0.5, 0.3, 0.1).items()} for t in (64, 256, 1024)}
-    v = dict(ladder_report.write_report(make_ladder(tmp_path, rungs, seeds=SEEDS[:2]))[1])
+    v = dict(ladder_report.write_report(make_ladder(tmp_path, rungs, seeds=SEEDS[:2]), figures=False)[1])
     assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "too few seeds (2)"
     assert v["iso-param gap shrinks with tokens"] == "too few seeds (2)"
 
@@ -247,19 +251,19 @@ def test_trend_and_does_not_show(tmp_path):
     # above zero at the largest rung, and every other number clears there: trend; the iso-param
     # gap 0.15 -> 0.1 -> 0.05: shows
     path = make_ladder(tmp_path, {64: gaps(0.2, 0.3, 0.15), 256: gaps(0.25, 0.3, 0.1), 1024: gaps(0.303, 0.3, 0.05)})
-    v = dict(ladder_report.write_report(path)[1])
+    v = dict(ladder_report.write_report(path, figures=False)[1])
     assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "trend"
     assert v["iso-param gap shrinks with tokens"] == "shows"
     # the ordering moves away, the iso-param gap grows: neither
     os.makedirs(tmp_path / "b")
     path = make_ladder(tmp_path / "b", {64: gaps(0.3, 0.3, 0.05), 256: gaps(0.25, 0.3, 0.1), 1024: gaps(0.2, 0.3, 0.15)})
-    v = dict(ladder_report.write_report(path)[1])
+    v = dict(ladder_report.write_report(path, figures=False)[1])
     assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
     assert v["iso-param gap shrinks with tokens"] == "does not show"
     # the smallest number up by less than the seeds' noise: no trend (the old rule's "grew" would say trend)
     os.makedirs(tmp_path / "c")
     path = make_ladder(tmp_path / "c", {64: gaps(0.3, 0.3, 0.05), 256: gaps(0.3, 0.3, 0.05), 1024: gaps(0.301, 0.3, 0.05)})
-    assert dict(ladder_report.write_report(path)[1])["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
+    assert dict(ladder_report.write_report(path, figures=False)[1])["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
 
 
 def test_localisation(tmp_path):
@@ -300,7 +304,7 @@ def test_localisation(tmp_path):
                     **{"ffn-iso-param": arm(3.9, reg(4.0, 3.9, 3.9), "ffn-iso-param")})
     os.makedirs(tmp_path / "windows")
     path = make_ladder(tmp_path / "windows", {64: base, 256: base, 1024: windowed})
-    v = dict(ladder_report.write_report(path)[1])
+    v = dict(ladder_report.write_report(path, figures=False)[1])
     assert v["Localisation on query tokens (held-out documents)"] == "does not show"
     _, rungs = ladder_report.load_rungs(path)
     r = ladder_report.localisation(rungs[2], "san", "ffn-iso-param", "whole_docs", Rule("paired", 0.01))
@@ -372,7 +376,7 @@ def test_deconstructing_verdict(tmp_path):
         s = study.load_study(f)
         for run in s.runs:
             fake_run(run, s.steps, losses[tokens][run.arm.name])
-    verdicts = dict(ladder_report.write_report(str(path))[1])
+    verdicts = dict(ladder_report.write_report(str(path), figures=False)[1])
     assert verdicts["Uniform variants behind standard (mlp most), hybrids recover"] == "too few seeds (1)"
 
 
@@ -461,7 +465,7 @@ def test_negative_gaps_are_not_the_papers_way(tmp_path):
     that falls from -0.04 to -0.06 grows in size: not the paper's shrinking."""
     path = make_ladder(tmp_path, {64: gaps(-0.005, -0.03, -0.04), 256: gaps(-0.007, -0.03, -0.05),
                                   1024: gaps(-0.009, -0.03, -0.06)})
-    v = dict(ladder_report.write_report(path)[1])
+    v = dict(ladder_report.write_report(path, figures=False)[1])
     assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
     assert v["iso-param gap shrinks with tokens"] == "does not show"
     # the gaps moving toward zero from below: every number grows beyond noise, but the gaps are
@@ -471,7 +475,7 @@ def test_negative_gaps_are_not_the_papers_way(tmp_path):
     os.makedirs(tmp_path / "b")
     path = make_ladder(tmp_path / "b", {64: gaps(-0.1, -0.2, -0.3), 256: gaps(-0.05, -0.1, -0.2),
                                         1024: gaps(-0.002, -0.01, -0.1)})
-    v = dict(ladder_report.write_report(path)[1])
+    v = dict(ladder_report.write_report(path, figures=False)[1])
     assert v["Gap ordering iso-depth > iso-FLOP > iso-param"] == "does not show"
     assert v["iso-param gap shrinks with tokens"] == "does not show"
 
@@ -496,11 +500,11 @@ def test_spectra_verdict(tmp_path, monkeypatch):
     losses = {t: gaps(0.5, 0.3, 0.1) for t in (64, 256, 1024)}
     path = make_ladder(tmp_path, losses)
     plant(path, 0.3, 0.0, 0.1)
-    report, verdicts = ladder_report.write_report(path)
+    report, verdicts = ladder_report.write_report(path, figures=False)
     assert dict(verdicts)["Spectra: routing freezes, content (W_o) keeps gaining"] == "shows"
     text = open(report).read()
     assert "| rung | W_o gain | margin | SAN W_o − FFN W_o | at rung |" in text and "| 1,024 | +30.0% [" in text
     os.makedirs(tmp_path / "b")
     path = make_ladder(tmp_path / "b", losses)
     plant(path, -0.2, -0.4, -0.3)   # every matrix loses rank, W_o less than routing and the FFN's: only the gain fails
-    assert dict(ladder_report.write_report(path)[1])["Spectra: routing freezes, content (W_o) keeps gaining"] == "does not show"
+    assert dict(ladder_report.write_report(path, figures=False)[1])["Spectra: routing freezes, content (W_o) keeps gaining"] == "does not show"
