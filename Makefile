@@ -350,12 +350,13 @@ $(addprefix $(GPU_DIR)/,$(TESTED_TRAINERS)): $(GPU_DIR)/train_%: $(GPU_DIR)/test
 # The trainers' device code for sm_80 and sm_90 where GPU_ARCHS lacks them (make test), so that
 # a construct one of them does not have (an sm_90-only instruction, an sm_80 resource limit)
 # cannot slip in: -cubin runs the front end and ptxas but no host compile, ~17 s of CPU a trainer
-# and arch (train_san, 2-core EPYC, 2026-12-05) where a whole build takes ~40 s.
+# and arch (train_san, 2-core EPYC, 2026-12-05) where a whole build takes ~40 s. (-c as well: ccache
+# takes a call without it for a link and runs nvcc every time, ~60 s of CPU in each warm make test.)
 GPU_ARCH_CHECKS := $(if $(NVCC),$(foreach a,$(filter-out $(GPU_ARCHS),80 90),\
   $(foreach t,$(TRAINERS),$(GPU_ARCH_CHECK_DIR)/$(t)-sm$(a).cubin)))
 define GPU_ARCH_CHECK_RULE
 $(GPU_ARCH_CHECK_DIR)/$(1)-sm$(2).cubin: $(1).cu $(GPU_ARCH_CHECK_DIR)/build-flags
-	$$(CCACHE) $$(NVCC) $$(NVCC_COMMON_FLAGS) -MT $$@ -arch=sm_$(2) -cubin $$< -o $$@
+	$$(CCACHE) $$(NVCC) $$(NVCC_COMMON_FLAGS) -MT $$@ -c -arch=sm_$(2) -cubin $$< -o $$@
 endef
 $(foreach a,80 90,$(foreach t,$(TRAINERS),$(eval $(call GPU_ARCH_CHECK_RULE,$(t),$(a)))))
 gpu-arch-check: $(GPU_ARCH_CHECKS)

@@ -100,8 +100,11 @@ def test_gpu_build_checks_the_trainers_for_sm_80_and_sm_90(tree):
     root, env, tmp = tree
     set_card(tmp, "8.6")
     make(root, env, "gpu-arch-check")
-    checks = sorted(re.search(r"-arch=(sm_\d+) -cubin train_x.cu", c).group(1) for c in nvcc_calls(tmp))
+    calls = nvcc_calls(tmp)
+    checks = sorted(re.search(r"-arch=(sm_\d+) -cubin train_x.cu", c).group(1) for c in calls)
     assert checks == ["sm_80", "sm_90"]
+    # with -c: ccache takes an nvcc call without it for a link and never caches it
+    assert all(" -c " in f" {c} " for c in calls), calls
     make(root, env, "gpu-arch-check", "GPU_ARCHS=80 90")  # built by the build itself: nothing more
     assert nvcc_calls(tmp) == []
 
