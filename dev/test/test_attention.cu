@@ -217,7 +217,7 @@ static Result run_kernels(const Shape& s, const Inputs& in, bool backward = true
         floatX* d_dq = copy_to_device(filled_with_nan<floatX>(s.q_size()));
         floatX* d_dk = copy_to_device(filled_with_nan<floatX>(s.kv_size()));
         floatX* d_dv = copy_to_device(filled_with_nan<floatX>(s.kv_size()));
-        float* d_scratch = copy_to_device(filled_with_nan<float>(s.stat_size()));
+        float* d_scratch = copy_to_device(filled_with_nan<float>(attention_backward_scratch_floats(s.B, s.T, s.Hq, s.hd)));
         attention_backward(shape, tensors, {d_dout, d_dq, d_dk, d_dv, d_scratch}, 0);
         cudaCheck(cudaDeviceSynchronize());
         r.dq = to_floats(copy_from_device(d_dq, s.q_size()));
