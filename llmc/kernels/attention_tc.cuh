@@ -62,7 +62,7 @@ former dq kernel's recomputation of S and dP, 3.5x, is gone). Its price: the dq 
 (B, T, Hq, hd) fp32 in the scratch, read and written once per (query tile, key block) pair but
 mostly in L2, and the prep kernel's pass over dout and out for D.
 Shared memory (double-buffered tiles): forward (64 + 4 x 64) (HD + 8) bf16 (45 KiB at HD 64,
-85 KiB at 128); backward 6 x 64 (HD + 8) bf16 + 64 x 72 bf16 + 1.5 KiB (64, 112.5 KiB).
+85 KiB at 128); backward 6 x 64 (HD + 8) bf16 + 64 x 72 bf16 + 1.5 KiB (64.5 KiB at HD 64, 112.5 KiB at 128).
 Each kernel's layout is one struct (FlashForwardSmem,
 FlashBackwardSmem) that the launcher takes the size from and the kernel its regions; above 48 KiB the launcher raises the limit, and it refuses a device that
 lacks sm_80 or the shared memory (attention.cuh, attention_tc_device_refusal). Registers per
