@@ -655,14 +655,15 @@ __device__ __forceinline__ void flash_dq_turn(flash_bf16* dq, float* partial, co
     constexpr int S = HD + 8;
     if (!has_ds && !last) { return; }
     // A fragments of dS (this warp's 16 queries x 64 keys) from the tile stored [key][query]:
-    // matrix m = lane / 8 is keys 16 kc + 8 (m / 2), queries 16 w + 8 (m % 2) (re-read per column
-    // chunk: keeping all four cost ~60 registers, ptxas sm_80)
+    // matrix m = lane / 8 is keys 16 kc + 8 (m / 2), queries 16 w + 8 (m % 2); re-read for each
+    // 16-column chunk rather than held across the chunks
     const int m = lane / 8;
     const flash_bf16* a_rows = ds_t + (8 * (m / 2) + lane % 8) * kFlashDsStride + 16 * warp + 8 * (m % 2);
     const int g = lane / 4, t4 = lane % 4;
-    // one chunk's loads of the partial sums in flight, not all of them (all unrolled: 240
-    // registers at HD 64, ptxas sm_80)
-#pragma unroll 1
+    // a chunk or two's loads of the partial sums in flight, not all of them (all unrolled: 240
+    // registers at HD 64, ptxas sm_80); by 2 (by 1 at HD 16 kept acc in a stack frame), by 1 at HD
+    // 128 (by 2 spilled more on sm_90)
+#pragma unroll(HD == 128 ? 1 : 2)
     for (int dp = 0; dp < HD / 16; dp++) {
         float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
         if (has_ds) {
@@ -768,8 +769,8 @@ __global__ void __launch_bounds__(kFlashThreads)
             *reinterpret_cast<uint32_t*>(ds_row + 8 * kFlashDsStride) = pack_bf16x2(dp[nt][2], dp[nt][3]);
         }
         __syncwarp();  // the warp's own dS^T rows are in ds_s
-        // dK += dS^T Q with dS^T from ds_s, so that dp is dead before dV's product (at HD 128 the
-        // registers of both fragment sets beside dK and dV spilled: ptxas sm_80 92 B -> see doc)
+        // dK += dS^T Q with dS^T from ds_s, so that dp is dead before dV's product (holding s and
+        // dp beside dK and dV spilled 92 B at HD 128, ptxas sm_80)
         flash_accumulate_shared<HD>(dk_acc, ds_s + 16 * warp * kFlashDsStride, tiles.q_s, lane);
         flash_accumulate<HD>(dv_acc, s, tiles.do_s, lane);  // dV += P^T dO
         __syncthreads();  // every warp's dS^T rows are in ds_s (read again only after next()'s barrier)
