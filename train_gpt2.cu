@@ -219,7 +219,8 @@ struct GPT2 : LanguageModel<GPT2Config> {
         lnf_mean = arena.alloc<float>(N);
         lnf_rstd = arena.alloc<float>(N);
         size_t scratch_floats = std::max({layernorm_backward_scratch_floats((int)N, (int)d),
-                                          bias_backward_scratch_floats((int)N, (int)(4 * d)), N * H,
+                                          bias_backward_scratch_floats((int)N, (int)(4 * d)),
+                                          attention_backward_scratch_floats(B, T, (int)H, (int)(d / H)),
                                           (size_t)kReduceBlocks + 1});
         scratch = arena.alloc<float>(scratch_floats);
     }

@@ -596,7 +596,8 @@ struct SAN : LanguageModel<SANConfig> {
         }
         size_t reduce_floats = std::max({norm_backward_scratch_floats((int)N, (int)d),
                                          norm_backward_scratch_floats((int)(N * cfg.n_head), cfg.head_dim()),
-                                         N * cfg.n_head, (size_t)kReduceBlocks + 1});
+                                         attention_backward_scratch_floats(B, T, cfg.n_head, cfg.head_dim()),
+                                         (size_t)kReduceBlocks + 1});
         scratch.reduce = arena.alloc<float>(reduce_floats);
     }
 

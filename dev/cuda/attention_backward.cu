@@ -229,7 +229,7 @@ bool validate_versions(int first, int last, int B, int T, int Hq, int Hkv, int h
     int* d_doc = use_docs ? copy_to_device(doc) : nullptr;
     floatX* d_out = cudaMallocElements(floatX, q_size);
     float* d_lse = cudaMallocElements(float, stat_size);
-    float* d_scratch = cudaMallocElements(float, stat_size);
+    float* d_scratch = cudaMallocElements(float, attention_backward_scratch_floats(B, T, Hq, hd));
     floatX* d_dq = cudaMallocElements(floatX, q_size);
     floatX* d_dk = cudaMallocElements(floatX, kv_size);
     floatX* d_dv = cudaMallocElements(floatX, kv_size);
@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
         int* d_doc = copy_to_device(make_doc_ids(B, T, 500, 10));
         floatX* d_out = cudaMallocElements(floatX, q_size);
         float* d_lse = cudaMallocElements(float, stat_size);
-        float* d_scratch = cudaMallocElements(float, stat_size);
+        float* d_scratch = cudaMallocElements(float, attention_backward_scratch_floats(B, T, Hq, hd));
         floatX* d_dq = cudaMallocElements(floatX, q_size);
         floatX* d_dk = cudaMallocElements(floatX, kv_size);
         floatX* d_dv = cudaMallocElements(floatX, kv_size);

@@ -9,7 +9,8 @@ explicit mask, a full softmax, and the analytic gradients written out term by te
 - backward: dq, dk, dv against the reference's analytic gradients (same cases);
 - fp32 build: a central finite-difference check of all three gradients on a tiny case;
 - gradients are overwritten (outputs and scratch filled with NaN before the call);
-- determinism: two runs are bitwise equal.
+- determinism: two runs are bitwise equal;
+- the tensor-core backward's dq turns over many key blocks (T 620, a GQA group of 4, documents).
 In the bf16 build the reference gets the same bf16-rounded inputs as the kernels (for the
 backward that includes the stored, rounded out, which enters D = dout . out). bf16 builds
 run the tensor-core kernels (llmc/kernels/attention_tc.cuh) at head dims that are multiples of 16
@@ -217,7 +218,7 @@ static Result run_kernels(const Shape& s, const Inputs& in, bool backward = true
         floatX* d_dq = copy_to_device(filled_with_nan<floatX>(s.q_size()));
         floatX* d_dk = copy_to_device(filled_with_nan<floatX>(s.kv_size()));
         floatX* d_dv = copy_to_device(filled_with_nan<floatX>(s.kv_size()));
-        float* d_scratch = copy_to_device(filled_with_nan<float>(s.stat_size()));
+        float* d_scratch = copy_to_device(filled_with_nan<float>(attention_backward_scratch_floats(s.B, s.T, s.Hq, s.hd)));
         attention_backward(shape, tensors, {d_dout, d_dq, d_dk, d_dv, d_scratch}, 0);
         cudaCheck(cudaDeviceSynchronize());
         r.dq = to_floats(copy_from_device(d_dq, s.q_size()));
@@ -386,6 +387,14 @@ static void check_documents(const Shape& s, uint32_t seed, const std::vector<std
 // for others; a document spans the first tile boundary; row 1 has a one-token document
 // exactly on a tile start (128) followed by a new one.
 TEST_CASE(doc_mask_tile_skipping) { check_documents({2, 260, 2, 1, 16}, 15, {{70, 140, 200}, {3, 128, 129}}); }
+
+// The tensor-core backward's dq turns (llmc/kernels/attention_tc.cuh): 10 key blocks add to
+// each late query tile in a fixed order, over a GQA group of 4 heads; in row 0 key block 0 does
+// not see tiles 2-9 (a document starts at 100) yet still writes their dq, in row 1 documents end
+// and start inside tiles and one starts on a tile boundary (320).
+TEST_CASE(dq_turns_many_key_blocks) {
+    check_documents({2, 620, 4, 1, 16}, 23, {{100, 400}, {30, 200, 320, 321, 590}});
+}
 
 // The last block holds a single row that starts a document: the only key it sees in its
 // own tile is itself (a tile skip that forgot the diagonal would drop it), and key 128 is

@@ -155,6 +155,8 @@ T atomicCAS(T* address, T compare, T val) {
 }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// a polling thread's pause: here it lets the other workers (whose blocks it waits for) run
+inline void __nanosleep(unsigned) { std::this_thread::yield(); }
 
 // ---------------------------------------------------------------------------------------
 // cache-hinted loads and stores: plain memory accesses on the CPU

@@ -19,7 +19,7 @@ Every row sees itself, so no softmax row is empty. Document ids are only compare
 equality (they need not be sorted).
 
 Backward (gradients are overwritten, not accumulated), with P = exp(s - lse):
-    D[t]     = dout[t] . out[t]                               (kept in `scratch`)
+    D[t]     = dout[t] . out[t]       (kept in `scratch`: attention_backward_scratch_floats)
     dS[t,tau]= P[t,tau] (dout[t] . v[tau] - D[t])
     dq[t]    = sum_tau dS[t,tau] k[tau] / sqrt(hd)
     dk[tau]  = sum over the query heads of its group, sum_t dS[t,tau] q[t] / sqrt(hd)
@@ -565,8 +565,21 @@ inline void attention_forward(const AttnShape& s, const AttnTensors& t, cudaStre
     attention_forward_scalar(s, t, stream);
 }
 
-// dq, dk, dv: OVERWRITTEN (not accumulated); g.scratch: at least B*Hq*T floats (holds
-// D = rowsum(dout * out)); t: the forward's tensors (out and lse as it left them).
+// The floats of fp32 scratch attention_backward needs at this shape: B*Hq*T for D (the scalar
+// kernels); in bf16 builds at head dims the tensor-core kernels take, also their dq partial
+// sums and turn counts (llmc/kernels/attention_tc.cuh FlashBackwardScratch; about 2x the size of
+// dq in bytes), whether or not this run takes them.
+inline size_t attention_backward_scratch_floats(int B, int T, int Hq, int hd) {
+    size_t floats = (size_t)B * Hq * T;
+    if (PRECISION_MODE == PrecisionMode::BF16 && flash_supports(hd)) {
+        floats = std::max(floats, flash_backward_scratch_floats(B, T, Hq, hd));
+    }
+    return floats;
+}
+
+// dq, dk, dv: OVERWRITTEN (not accumulated); g.scratch: attention_backward_scratch_floats(B, T,
+// Hq, hd) floats, 16-byte aligned, contents ignored; t: the forward's tensors (out and lse as it
+// left them).
 inline void attention_backward(const AttnShape& s, const AttnTensors& t, const AttnGrads& g, cudaStream_t stream) {
     attention_check_shapes("attention_backward", s);
 #if defined(ENABLE_CUDNN) && defined(__CUDACC__)

@@ -24,33 +24,47 @@ operand through ldmatrix, one stored [k][n] through ldmatrix.trans.
 - attention_forward_tc_kernel: grid (ceil(T/64), Hq, B), the latest query rows first. Per K/V
   tile: S = Q K^T, scale by log2(e)/sqrt(hd), mask, online softmax (exp2) in the fragments,
   O += P V; lse written in natural log.
-- attention_backward_dq_tc_kernel: grid (ceil(T/64), Hq, B). First D[t] = dout[t] . out[t]
-  (fp32, written to D), then per K/V tile: S = Q K^T, P = exp2(S scale - lse), dP = dO V^T,
-  dS = P (dP - D), dQ += dS K; dq = dQ / sqrt(hd).
-- attention_backward_dkdv_tc_kernel: grid (ceil(T/64), Hkv, B), a block owns 64 keys of kv
-  head j and iterates over the query heads of j's group and, per head, over the query tiles
-  from its first key on: S^T = K Q^T, P^T = exp2(S^T scale - lse), dP^T = V dO^T,
-  dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q; dk = dK / sqrt(hd). Runs after the dq
-  kernel (it reads D).
-No atomics: every output element is written once by one lane, in a fixed order, so results
-are bit-reproducible. Tiles wholly in the future are never visited; tiles that no row of the
-block can see (other documents) are skipped after a __syncthreads_or; edge tiles are masked.
+- attention_backward_prep_tc_kernel: one warp per (b, t, h) row: D[t] = dout[t] . out[t] (fp32),
+  and the dq turn counts set to 0.
+- attention_backward_tc_kernel: FlashAttention-2's backward, 5 products per tile. Grid
+  (ceil(T/64), Hkv, B); block x owns the 64 keys of key block j = gridDim.x - 1 - x of kv head
+  blockIdx.y and iterates over the query heads of the group and, per head, over the query tiles
+  from tile j on: S^T = K Q^T, P^T = exp2(S^T scale - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D),
+  dV += P^T dO, dK += dS^T Q (registers, as before); dS^T also goes to a shared [64][72] bf16
+  tile, from which each warp computes dQ = dS K for 16 of the tile's queries and adds it to the
+  tile's fp32 partial sums in the scratch (16 columns at a time, so no third HD accumulator).
+  dk = dK / sqrt(hd), dv = dV; the last block to add to a query tile writes dq = sum / sqrt(hd).
+Determinism without atomics on the data (FlashAttention-2 adds dQ with fp32 atomics, whose order
+varies run to run): query tile qt of head h takes the dQ of key blocks qt, qt - 1, ..., 0 in that
+order, each waiting until a per-tile count (turn_counts, raised after the previous block's
+partial sums are visible: __threadfence, then the count) says it is its turn. The diagonal block
+writes the partial sums (no memset), key block 0 writes dq. Since every block starts at its own
+diagonal tile and walks up, block j reaches tile qt after blocks qt .. j + 1 did (in a steady
+state nobody waits), and the blocks it waits for have lower linear block indices, so they are
+running or done when it waits: on a GPU because blocks are dispatched in increasing linear index
+(what the hardware does in practice but CUDA does not promise; not yet run on a GPU), on the
+host backend because its workers claim blocks in increasing order.
+A tile the block does not see (document mask) still takes its turn, adding nothing.
+No atomics on the data: every element of dk, dv and dq is written once by one lane, every partial
+sum in a fixed order, so results are bit-reproducible. Tiles wholly in the future are never
+visited; tiles that no row of the block can see (other documents) are skipped after a
+__syncthreads_or; edge tiles are masked.
 A and B fragments are read from shared memory with ldmatrix where they are used (not kept in
-registers), which keeps the backward kernels' registers for their accumulators.
+registers), which keeps the backward kernel's registers for its accumulators.
 
 Rounding (beyond fp32 accumulation): P (forward and backward) and dS are rounded to bf16 for
 their products, as in FlashAttention-2, so an element may move by 2^-8 of the sum of the
 absolute values of its terms (dev/test/test_attention.cu checks that bound).
 
 Cost: per 64 x 64 tile and warp, 2 x 8 x HD/16 mma per product (16 x 64 x HD); the forward
-does 2 products (S, PV), the backward 7 (dq kernel: S, dP, dQ; dk/dv kernel: S, dP, dV, dK):
-3.5x the forward's mma work where 2.5x is the minimum, the price of a separate dq pass without
-atomics (S and dP are computed in both kernels).
+does 2 products (S, PV), the backward 5 (S, dP, dV, dK, dQ): 2.5x the forward's mma work (the
+former dq kernel's recomputation of S and dP, 3.5x, is gone). Its price: the dq partial sums,
+(B, T, Hq, hd) fp32 in the scratch, read and written once per (query tile, key block) pair but
+mostly in L2, and the prep kernel's pass over dout and out for D.
 Shared memory (double-buffered tiles): forward (64 + 4 x 64) (HD + 8) bf16 (45 KiB at HD 64,
-85 KiB at 128); dq kernel 6 x 64 (HD + 8) bf16 + 768 B (54, 103 KiB); dk/dv kernel
-6 x 64 (HD + 8) bf16 + 1.5 KiB (55, 103 KiB). Each kernel's layout is one struct
-(FlashForwardSmem, FlashDqSmem, FlashDkdvSmem) that the launcher takes the size from and the
-kernel its regions; above 48 KiB the launcher raises the limit, and it refuses a device that
+85 KiB at 128); backward 6 x 64 (HD + 8) bf16 + 64 x 72 bf16 + 1.5 KiB (64.5 KiB at HD 64, 112.5 KiB at 128).
+Each kernel's layout is one struct (FlashForwardSmem,
+FlashBackwardSmem) that the launcher takes the size from and the kernel its regions; above 48 KiB the launcher raises the limit, and it refuses a device that
 lacks sm_80 or the shared memory (attention.cuh, attention_tc_device_refusal). Registers per
 thread (ptxas), the measured errors and the GPU status: doc/san-model.md "Attention kernels".
 On the host backend every mma/ldmatrix is a warp collective (doc/host-backend.md).
@@ -74,6 +88,7 @@ constexpr int kFlashWarps = kFlashRows / 16;  // one m16 tile per warp
 constexpr int kFlashThreads = 32 * kFlashWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;  // 1 / kLog2e: back from base 2 to natural logs
+constexpr int kFlashDsStride = kFlashTile + 8;  // row stride (elements) of the backward's shared dS^T tile
 
 typedef __nv_bfloat16 flash_bf16;
 
@@ -332,8 +347,8 @@ struct FlashQueryTiles : FlashTileStream<FlashQueryTiles<HD>> {
     const flash_bf16 *q, *dout;
     const float *lse, *D;
     int b, kv_head, group, block_key0, tiles_per_head, T, Hq, hd;
-    // the tile made current by next(): its first query and its shared copies
-    int start = 0;
+    // the tile made current by next(): its shared copies
+    int index = 0, start = 0;  // its index among the stream's tiles, its first query
     const flash_bf16 *q_s = nullptr, *do_s = nullptr;
     const float *lse_s = nullptr, *D_s = nullptr;
     const int* doc_s = nullptr;
@@ -370,6 +385,7 @@ struct FlashQueryTiles : FlashTileStream<FlashQueryTiles<HD>> {
     __device__ bool next() {
         int tile, tile_buf;
         if (!this->advance(tile, tile_buf)) { return false; }
+        index = tile;
         start = tile_start(tile);
         q_s = q_buf + tile_buf * kTile;
         do_s = do_buf + tile_buf * kTile;
@@ -388,23 +404,13 @@ struct FlashForwardSmem {
     static constexpr size_t bytes = keys + FlashKeyTiles<HD>::kSmemBytes;
 };
 
-// dq kernel: the block's queries and output gradients, the K/V tiles, the block's D (dout .
-// out per row).
+// backward kernel: the block's keys and values, its dS^T tile, then the query tiles.
 template <int HD>
-struct FlashDqSmem {
-    static constexpr size_t q = 0;                                        // [kFlashRows][HD + 8] bf16
-    static constexpr size_t dout = q + flash_tile_bytes<HD>(kFlashRows);     // [kFlashRows][HD + 8] bf16
-    static constexpr size_t keys = dout + flash_tile_bytes<HD>(kFlashRows);  // FlashKeyTiles<HD>
-    static constexpr size_t D = keys + FlashKeyTiles<HD>::kSmemBytes;        // [kFlashRows] float
-    static constexpr size_t bytes = D + kFlashRows * sizeof(float);
-};
-
-// dk/dv kernel: the block's keys and values, then the query tiles.
-template <int HD>
-struct FlashDkdvSmem {
+struct FlashBackwardSmem {
     static constexpr size_t k = 0;                                          // [kFlashRows][HD + 8] bf16
     static constexpr size_t v = k + flash_tile_bytes<HD>(kFlashRows);          // [kFlashRows][HD + 8] bf16
-    static constexpr size_t queries = v + flash_tile_bytes<HD>(kFlashRows);    // FlashQueryTiles<HD>
+    static constexpr size_t ds = v + flash_tile_bytes<HD>(kFlashRows);         // [kFlashRows][kFlashTile + 8] bf16
+    static constexpr size_t queries = ds + (size_t)kFlashRows * kFlashDsStride * sizeof(flash_bf16);  // FlashQueryTiles<HD>
     static constexpr size_t bytes = queries + FlashQueryTiles<HD>::kSmemBytes;
 };
 
@@ -440,6 +446,24 @@ __device__ __forceinline__ void flash_accumulate(float acc[HD / 8][4], const flo
     for (int p = 0; p < 4; p++) {
         uint32_t a[4] = {pack_bf16x2(x[2 * p][0], x[2 * p][1]), pack_bf16x2(x[2 * p][2], x[2 * p][3]),
                          pack_bf16x2(x[2 * p + 1][0], x[2 * p + 1][1]), pack_bf16x2(x[2 * p + 1][2], x[2 * p + 1][3])};
+        for (int dp = 0; dp < HD / 16; dp++) {
+            uint32_t bf[4];
+            ldmatrix_x4_trans(bf, b_tile + (16 * p + lane % 16) * S + 16 * dp + 8 * (lane / 16));
+            mma_m16n8k16_bf16(acc[2 * dp], a, &bf[0], acc[2 * dp]);
+            mma_m16n8k16_bf16(acc[2 * dp + 1], a, &bf[2], acc[2 * dp + 1]);
+        }
+    }
+}
+
+// acc (16 x HD) += X B as flash_accumulate, with X (16 x 64) read from shared memory: the warp's
+// 16 rows of a [.][kFlashDsStride] bf16 tile (x_rows points at its first row).
+template <int HD>
+__device__ __forceinline__ void flash_accumulate_shared(float acc[HD / 8][4], const flash_bf16* x_rows,
+                                                        const flash_bf16* b_tile, int lane) {
+    constexpr int S = HD + 8;
+    for (int p = 0; p < 4; p++) {
+        uint32_t a[4];
+        ldmatrix_x4(a, x_rows + (lane % 16) * kFlashDsStride + 16 * p + 8 * (lane / 16));
         for (int dp = 0; dp < HD / 16; dp++) {
             uint32_t bf[4];
             ldmatrix_x4_trans(bf, b_tile + (16 * p + lane % 16) * S + 16 * dp + 8 * (lane / 16));
@@ -556,99 +580,142 @@ __global__ void __launch_bounds__(kFlashThreads)
 }
 
 // ----------------------------------------------------------------------------------------
-// backward, kernel 1: D = rowsum(dout * out) and dq; 64 query rows of one head per block
+// backward: D = rowsum(dout * out), then dq, dk and dv in one pass over the key blocks
 
-template <int HD>
+// The backward's fp32 scratch (floats from g.scratch): D, (B, Hq, T); the dq turn counts,
+// (B, Hq, ceil(T / 64)) ints; the dq partial sums, (B, T, Hq, hd) floats. Each part starts
+// 16-byte aligned.
+struct FlashBackwardScratch {
+    size_t count_offset, accum_offset, floats;
+    FlashBackwardScratch(int B, int T, int Hq, int hd) {
+        auto round4 = [](size_t n) { return (n + 3) / 4 * 4; };
+        count_offset = round4((size_t)B * Hq * T);
+        accum_offset = count_offset + round4((size_t)B * Hq * CEIL_DIV(T, kFlashTile));
+        floats = accum_offset + (size_t)B * T * Hq * hd;
+    }
+};
+
+// D[b, h, t] = dout[b, t, h] . out[b, t, h] in fp32, one warp per row; also zeroes the n_counts
+// dq turn counts (every count is below the grid's thread count: n_counts <= rows).
 __global__ void __launch_bounds__(kFlashThreads)
-    attention_backward_dq_tc_kernel(flash_bf16* dq, float* D, const flash_bf16* dout, const flash_bf16* out,
-                                    const flash_bf16* q, const flash_bf16* k, const flash_bf16* v, const float* lse,
-                                    const int* doc_ids, int T, int Hq, int Hkv, int hd) {
-    constexpr int S = HD + 8;
-    using Smem = FlashDqSmem<HD>;
-    unsigned char* smem = dynamic_shared_memory<unsigned char>();
-    flash_bf16* q_s = flash_shared<flash_bf16, Smem::q>(smem);
-    flash_bf16* do_s = flash_shared<flash_bf16, Smem::dout>(smem);
-    float* D_s = flash_shared<float, Smem::D>(smem);
-
-    const FlashQueryBlock blk(doc_ids, T, Hq, Hkv);
-    const int warp = blk.warp, lane = blk.lane, t4 = blk.t4;
-    blk.load<HD>(q_s, q, T, Hq, hd);
-    blk.load<HD>(do_s, dout, T, Hq, hd);
-    cp_async_commit_group();  // Q and dO: one group, waited for below (wait_all alone would commit it implicitly)
-    {  // D: two threads per row, each half of the columns, in fp32 from global memory
-        int r = threadIdx.x / 2, half = threadIdx.x % 2, row = blk.block_row0 + r;
+    attention_backward_prep_tc_kernel(float* D, int* turn_counts, int n_counts, const flash_bf16* dout,
+                                      const flash_bf16* out, int B, int T, int Hq, int hd) {
+    const size_t thread = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t row = thread / 32;  // (b * T + t) * Hq + h
+    const int lane = threadIdx.x % 32;
+    if (row < (size_t)B * T * Hq) {  // warp-uniform
+        const __nv_bfloat162* o = reinterpret_cast<const __nv_bfloat162*>(out + (size_t)row * hd);
+        const __nv_bfloat162* d = reinterpret_cast<const __nv_bfloat162*>(dout + (size_t)row * hd);
         float sum = 0.0f;
-        if (row < T) {
-            size_t base = (((size_t)blk.b * T + row) * Hq + blk.h) * hd;
-            for (int e = half * (hd / 2); e < (half + 1) * (hd / 2); e++) {
-                sum += __bfloat162float(dout[base + e]) * __bfloat162float(out[base + e]);
-            }
+        for (int e = lane; e < hd / 2; e += 32) {
+            sum += __bfloat162float(d[e].x) * __bfloat162float(o[e].x) +
+                   __bfloat162float(d[e].y) * __bfloat162float(o[e].y);
         }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        if (half == 0) {
-            D_s[r] = sum;
-            if (row < T) { D[((size_t)blk.b * Hq + blk.h) * T + row] = sum; }
+        for (int offset = 16; offset > 0; offset /= 2) { sum += __shfl_xor_sync(0xffffffffu, sum, offset); }
+        if (lane == 0) {
+            size_t h = row % Hq, t = (row / Hq) % T, b = row / ((size_t)Hq * T);
+            D[((size_t)b * Hq + h) * T + t] = sum;
         }
     }
-    cp_async_wait_all();
-    __syncthreads();
-    // per lane: its rows' lse (log2 units; +inf past T: P = 0 there) and D
-    float row_lse[2], row_D[2];
-    for (int r = 0; r < 2; r++) {
-        row_lse[r] = blk.row(r) < T ? lse[((size_t)blk.b * Hq + blk.h) * T + blk.row(r)] * kLog2e : INFINITY;
-        row_D[r] = D_s[blk.row(r) - blk.block_row0];
-    }
-
-    float dq_acc[HD / 8][4];
-    for (int dt = 0; dt < HD / 8; dt++) {
-        for (int i = 0; i < 4; i++) { dq_acc[dt][i] = 0.0f; }
-    }
-    const float score_scale = kLog2e / sqrtf((float)hd);
-
-    FlashKeyTiles<HD> tiles(flash_shared<unsigned char, Smem::keys>(smem), k, v, blk, T, Hkv, hd);
-    tiles.begin();
-    while (tiles.next()) {
-        const int start = tiles.start;
-        if (blk.warp_before(start)) { continue; }
-
-        float s[8][4], dp[8][4];
-        flash_scores<HD>(s, q_s + 16 * warp * S, tiles.k_s, lane);    // S = Q K^T
-        flash_scores<HD>(dp, do_s + 16 * warp * S, tiles.v_s, lane);  // dP = dO V^T
-        bool needs_mask = blk.doc_row != nullptr || start + kFlashTile - 1 > blk.warp_row0;
-        for (int nt = 0; nt < 8; nt++) {
-            for (int i = 0; i < 4; i++) {
-                int r = i / 2, j = 8 * nt + 2 * t4 + i % 2;
-                bool visible = !needs_mask || blk.sees(r, start, j, tiles.doc_s);
-                float p = visible ? exp2f(s[nt][i] * score_scale - row_lse[r]) : 0.0f;
-                dp[nt][i] = p * (dp[nt][i] - row_D[r]);  // dS
-            }
-        }
-        flash_accumulate<HD>(dq_acc, dp, tiles.k_s, lane);  // dQ += dS K
-    }
-
-    float scale = 1.0f / sqrtf((float)hd);
-    float scales[2] = {scale, scale};
-    flash_store_rows<HD>(dq, dq_acc, blk, scales, blk.h, T, Hq, hd);
+    if (thread < (size_t)n_counts) { turn_counts[thread] = 0; }
 }
 
-// ----------------------------------------------------------------------------------------
-// backward, kernel 2: dk and dv; 64 keys of one kv head per block, over its group's query heads
+// Waits (thread 0 polls, the block's barrier passes it on) until *count == expected. The count
+// is raised by other blocks of the same launch (flash_dq_turn_done).
+__device__ __forceinline__ void flash_wait_for_turn(const int* count, int expected) {
+    if (threadIdx.x == 0) {
+        while (*reinterpret_cast<const volatile int*>(count) != expected) {
+#if HOST_BACKEND || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700)
+            __nanosleep(64);
+#endif
+        }
+        __threadfence();  // the earlier blocks' partial sums are read after their count
+    }
+    __syncthreads();
+}
+// Publishes the block's writes of its turn, then raises the count.
+__device__ __forceinline__ void flash_dq_turn_done(int* count) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) { atomicAdd(count, 1); }
+}
 
-// The block owns the 64 keys from blockIdx.x * 64 (the earliest keys, most query tiles, first)
-// of kv head blockIdx.y; FlashQueryTiles streams the query tiles of its group's heads that see them.
+// This block's turn at query tile `start` (64 queries) of head h: partial = partial + dS K, where
+// dS (64 queries x 64 keys) is the block's shared dS^T tile (ds_t, [key][query]) and K its 64
+// keys (k_s, [key][HD + 8]); warp w adds the rows of queries start + 16w .. + 15, in chunks of 16
+// columns (2 n8 tiles: the dk/dv accumulators stay the only large ones). The first turn (the
+// diagonal block) writes the partial sums without reading them; the last (key block 0) writes
+// dq = (partial + its own) * scale in bf16 instead. has_ds false: a tile the block does not see
+// (document mask): nothing to add, but the last turn still writes dq.
+template <int HD>
+__device__ __forceinline__ void flash_dq_turn(flash_bf16* dq, float* partial, const flash_bf16* ds_t,
+                                              const flash_bf16* k_s, bool has_ds, bool first, bool last, int b,
+                                              int start, int h, int T, int Hq, int hd, float scale, int warp,
+                                              int lane) {
+    constexpr int S = HD + 8;
+    if (!has_ds && !last) { return; }
+    // A fragments of dS (this warp's 16 queries x 64 keys) from the tile stored [key][query]:
+    // matrix m = lane / 8 is keys 16 kc + 8 (m / 2), queries 16 w + 8 (m % 2); re-read for each
+    // 16-column chunk rather than held across the chunks
+    const int m = lane / 8;
+    const flash_bf16* a_rows = ds_t + (8 * (m / 2) + lane % 8) * kFlashDsStride + 16 * warp + 8 * (m % 2);
+    const int g = lane / 4, t4 = lane % 4;
+    // a chunk or two's loads of the partial sums in flight, not all of them (all unrolled: 240
+    // registers at HD 64, ptxas sm_80); by 2 (by 1 at HD 16 kept acc in a stack frame), by 1 at HD
+    // 128 (by 2 spilled more on sm_90)
+#pragma unroll(HD == 128 ? 1 : 2)
+    for (int dp = 0; dp < HD / 16; dp++) {
+        float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        if (has_ds) {
+            for (int kc = 0; kc < 4; kc++) {
+                uint32_t a[4], bf[4];
+                ldmatrix_x4_trans(a, a_rows + 16 * kc * kFlashDsStride);
+                ldmatrix_x4_trans(bf, k_s + (16 * kc + lane % 16) * S + 16 * dp + 8 * (lane / 16));
+                mma_m16n8k16_bf16(acc[0], a, &bf[0], acc[0]);
+                mma_m16n8k16_bf16(acc[1], a, &bf[2], acc[1]);
+            }
+        }
+        for (int n = 0; n < 2; n++) {
+            for (int r = 0; r < 2; r++) {
+                int row = start + 16 * warp + g + 8 * r, col = 16 * dp + 8 * n + 2 * t4;
+                if (row >= T || col >= hd) { continue; }
+                size_t at = (((size_t)b * T + row) * Hq + h) * hd + col;
+                float2 x = make_float2(acc[n][2 * r], acc[n][2 * r + 1]);
+                if (!first) {  // the partial sums of the turns before (L2: written by other blocks)
+                    float2 old = __ldcg(reinterpret_cast<const float2*>(partial + at));
+                    x.x = old.x + x.x;
+                    x.y = old.y + x.y;
+                }
+                if (last) {
+                    *reinterpret_cast<__nv_bfloat162*>(dq + at) = __floats2bfloat162_rn(x.x * scale, x.y * scale);
+                } else {
+                    __stcg(reinterpret_cast<float2*>(partial + at), x);
+                }
+            }
+        }
+    }
+}
+
+// The block owns the 64 keys of key block j = gridDim.x - 1 - blockIdx.x (the latest keys
+// first: see the turns) of kv head blockIdx.y; FlashQueryTiles streams the query tiles of its
+// group's heads that see them, from tile j on. Per tile: S^T, dP^T, dS^T in registers, dS^T
+// also to shared memory; dV += P^T dO, dK += dS^T Q; then its dq turn.
 template <int HD>
 __global__ void __launch_bounds__(kFlashThreads)
-    attention_backward_dkdv_tc_kernel(flash_bf16* dk, flash_bf16* dv, const float* D, const flash_bf16* dout,
-                                      const flash_bf16* q, const flash_bf16* k, const flash_bf16* v,
-                                      const float* lse, const int* doc_ids, int T, int Hq, int Hkv, int hd) {
+    attention_backward_tc_kernel(flash_bf16* dq, flash_bf16* dk, flash_bf16* dv, float* partial, int* turn_counts,
+                                 const float* D, const flash_bf16* dout, const flash_bf16* q, const flash_bf16* k,
+                                 const flash_bf16* v, const float* lse, const int* doc_ids, int T, int Hq, int Hkv,
+                                 int hd) {
     constexpr int S = HD + 8;
-    using Smem = FlashDkdvSmem<HD>;
+    using Smem = FlashBackwardSmem<HD>;
     unsigned char* smem = dynamic_shared_memory<unsigned char>();
     flash_bf16* k_s = flash_shared<flash_bf16, Smem::k>(smem);
     flash_bf16* v_s = flash_shared<flash_bf16, Smem::v>(smem);
+    flash_bf16* ds_s = flash_shared<flash_bf16, Smem::ds>(smem);
 
-    int kv_head = blockIdx.y, group = Hq / Hkv;
-    const FlashLaneRows keys(blockIdx.x * kFlashRows, blockIdx.z, doc_ids, T);  // this lane's keys: keys.row(0), row(1)
+    const int kv_head = blockIdx.y, group = Hq / Hkv;
+    const int key_block = gridDim.x - 1 - blockIdx.x, n_tiles = gridDim.x;
+    const FlashLaneRows keys(key_block * kFlashRows, blockIdx.z, doc_ids, T);  // this lane's keys: keys.row(0), row(1)
     const int warp = keys.warp, lane = keys.lane, t4 = keys.t4;
     FlashQueryTiles<HD> tiles(flash_shared<unsigned char, Smem::queries>(smem), q, dout, lse, D, keys, kv_head, group,
                               T, Hq, hd);  // streaming starts at tiles.begin(), below
@@ -660,10 +727,27 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int dt = 0; dt < HD / 8; dt++) {
         for (int i = 0; i < 4; i++) { dk_acc[dt][i] = 0.0f, dv_acc[dt][i] = 0.0f; }
     }
-    const float score_scale = kLog2e / sqrtf((float)hd);
+    const float score_scale = kLog2e / sqrtf((float)hd), scale = 1.0f / sqrtf((float)hd);
+
+    // The dq turns: query tile qt of head h gets the dS K of key blocks qt, qt - 1, ..., 0 in that
+    // order (counted in turn_counts[b, h, qt]), so its sums are the same on every run without
+    // atomics on the data. Block j's turn at tile qt comes after blocks qt .. j + 1, which start
+    // the tile before it does (each streams its tiles from its own block on), so in a steady
+    // state nobody waits; the blocks it waits for have lower blockIdx.x (dispatched first).
+    // A tile of the stream the block does not see (document mask) still takes its turn.
+    int turns_taken = 0;
+    auto take_turn = [&](int i, bool has_ds) {
+        int h = kv_head * group + i / tiles.tiles_per_head, start = tiles.tile_start(i), qt = start / kFlashTile;
+        int* count = turn_counts + ((size_t)keys.b * Hq + h) * n_tiles + qt;
+        bool first = qt == key_block, last = key_block == 0;
+        if (!first) { flash_wait_for_turn(count, qt - key_block); }
+        flash_dq_turn<HD>(dq, partial, ds_s, k_s, has_ds, first, last, keys.b, start, h, T, Hq, hd, scale, warp, lane);
+        if (!last) { flash_dq_turn_done(count); }
+    };
 
     tiles.begin();
     while (tiles.next()) {
+        for (; turns_taken < tiles.index; turns_taken++) { take_turn(turns_taken, false); }
         const int start = tiles.start;
         // transposed tiles: rows are this warp's 16 keys, columns the tile's 64 queries
         float s[8][4], dp[8][4];
@@ -679,13 +763,22 @@ __global__ void __launch_bounds__(kFlashThreads)
                 s[nt][i] = p;
                 dp[nt][i] = p * (dp[nt][i] - tiles.D_s[j]);  // dS^T
             }
+            // dS^T, rounded to bf16 as the products below take it, to the shared tile for dQ
+            flash_bf16* ds_row = ds_s + (16 * warp + lane / 4) * kFlashDsStride + 8 * nt + 2 * t4;
+            *reinterpret_cast<uint32_t*>(ds_row) = pack_bf16x2(dp[nt][0], dp[nt][1]);
+            *reinterpret_cast<uint32_t*>(ds_row + 8 * kFlashDsStride) = pack_bf16x2(dp[nt][2], dp[nt][3]);
         }
+        __syncwarp();  // the warp's own dS^T rows are in ds_s
+        // dK += dS^T Q with dS^T from ds_s, so that dp is dead before dV's product (holding s and
+        // dp beside dK and dV spilled 92 B at HD 128, ptxas sm_80)
+        flash_accumulate_shared<HD>(dk_acc, ds_s + 16 * warp * kFlashDsStride, tiles.q_s, lane);
         flash_accumulate<HD>(dv_acc, s, tiles.do_s, lane);  // dV += P^T dO
-        flash_accumulate<HD>(dk_acc, dp, tiles.q_s, lane);  // dK += dS^T Q
+        __syncthreads();  // every warp's dS^T rows are in ds_s (read again only after next()'s barrier)
+        take_turn(turns_taken++, true);                     // dQ (+)= dS K
     }
+    for (; turns_taken < tiles.total; turns_taken++) { take_turn(turns_taken, false); }
     cp_async_wait_all();  // (nothing is in flight here unless the block had no visible tile)
 
-    float scale = 1.0f / sqrtf((float)hd);
     float dk_scales[2] = {scale, scale}, dv_scales[2] = {1.0f, 1.0f};
     flash_store_rows<HD>(dk, dk_acc, keys, dk_scales, kv_head, T, Hkv, hd);
     flash_store_rows<HD>(dv, dv_acc, keys, dv_scales, kv_head, T, Hkv, hd);
@@ -711,12 +804,12 @@ inline bool flash_supports(int hd) { return hd % 16 == 0 && hd >= 16 && hd <= 12
 
 // The most shared memory a block of the three kernels needs at head dim hd (flash_supports):
 // what the device must allow (cudaDevAttrMaxSharedMemoryPerBlockOptin) for them to run.
-// HD 128: 105,984 B (the dk/dv kernel), over the 101,376 of sm_86, sm_89 and sm_120.
+// HD 128: 115,200 B (the backward), over the 101,376 of sm_86, sm_89 and sm_120.
 inline size_t flash_shared_bytes(int hd) {
     size_t bytes = 0;
     flash_dispatch_head_dim(hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        bytes = std::max({FlashForwardSmem<HD>::bytes, FlashDqSmem<HD>::bytes, FlashDkdvSmem<HD>::bytes});
+        bytes = std::max(FlashForwardSmem<HD>::bytes, FlashBackwardSmem<HD>::bytes);
     });
     return bytes;
 }
@@ -734,22 +827,31 @@ inline void attention_forward_tc(const AttnShape& s, const AttnTensorsOf<flash_b
     cudaCheckLaunch();
 }
 
-// g.scratch: D, B*Hq*T floats (written by the dq kernel, read by the dk/dv kernel)
+// The floats of g.scratch the backward needs (FlashBackwardScratch).
+inline size_t flash_backward_scratch_floats(int B, int T, int Hq, int hd) {
+    return FlashBackwardScratch(B, T, Hq, hd).floats;
+}
+
+// g.scratch: flash_backward_scratch_floats(B, T, Hq, hd) floats, 16-byte aligned; none of it
+// needs to be set (the prep kernel zeroes the counts, the first turn writes the partial sums).
 inline void attention_backward_tc(const AttnShape& s, const AttnTensorsOf<flash_bf16>& t,
                                   const AttnGradsOf<flash_bf16>& g, cudaStream_t stream) {
+    const FlashBackwardScratch layout(s.B, s.T, s.Hq, s.hd);
+    float* D = g.scratch;
+    int* turn_counts = reinterpret_cast<int*>(g.scratch + layout.count_offset);
+    float* partial = g.scratch + layout.accum_offset;
+    const int n_tiles = CEIL_DIV(s.T, kFlashTile), rows = s.B * s.T * s.Hq;
+    LAUNCH(CEIL_DIV(rows, kFlashWarps), kFlashThreads, 0, stream, attention_backward_prep_tc_kernel)(
+        D, turn_counts, s.B * s.Hq * n_tiles, g.dout, t.out, s.B, s.T, s.Hq, s.hd);
+    cudaCheckLaunch();
     flash_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
-        constexpr size_t shared_dq = FlashDqSmem<HD>::bytes;
-        flash_allow_shared(attention_backward_dq_tc_kernel<HD>, shared_dq);
-        dim3 grid_dq(CEIL_DIV(s.T, kFlashRows), s.Hq, s.B);
-        LAUNCH(grid_dq, kFlashThreads, shared_dq, stream, attention_backward_dq_tc_kernel<HD>)(
-            g.dq, g.scratch, g.dout, t.out, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
-        cudaCheckLaunch();
-        constexpr size_t shared_dkdv = FlashDkdvSmem<HD>::bytes;
-        flash_allow_shared(attention_backward_dkdv_tc_kernel<HD>, shared_dkdv);
-        dim3 grid_dkdv(CEIL_DIV(s.T, kFlashRows), s.Hkv, s.B);
-        LAUNCH(grid_dkdv, kFlashThreads, shared_dkdv, stream, attention_backward_dkdv_tc_kernel<HD>)(
-            g.dk, g.dv, g.scratch, g.dout, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv, s.hd);
+        constexpr size_t shared = FlashBackwardSmem<HD>::bytes;
+        flash_allow_shared(attention_backward_tc_kernel<HD>, shared);
+        dim3 grid(n_tiles, s.Hkv, s.B);
+        LAUNCH(grid, kFlashThreads, shared, stream, attention_backward_tc_kernel<HD>)(
+            g.dq, g.dk, g.dv, partial, turn_counts, D, g.dout, t.q, t.k, t.v, t.stats, s.doc_ids, s.T, s.Hq, s.Hkv,
+            s.hd);
     });
     cudaCheckLaunch();
 }
