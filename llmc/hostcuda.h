@@ -21,8 +21,8 @@ which is kernel<<<grid, block, shared_bytes, stream>>>(args...) under nvcc. Dyna
 shared memory is reached through dynamic_shared_memory<T>() (llmc/cuda_common.h), not
 `extern __shared__`, which has no host equivalent.
 
-HOSTCUDA_SCHEDULE=forward|reverse|random:SEED picks the order threads run in
-(scheduler.h); binaries built with -DHOSTCUDA_RACECHECK -fsanitize=thread check every
+HOSTCUDA_SCHEDULE=forward|reverse|random:SEED picks the order threads run in, and
+HOSTCUDA_BLOCK_ORDER=forward|reverse the order of a launch's blocks (scheduler.h); binaries built with -DHOSTCUDA_RACECHECK -fsanitize=thread check every
 shared-memory access (racecheck.h). doc/host-backend.md describes both.
 
 What it does not model: concurrency between streams (everything is synchronous),

@@ -383,6 +383,24 @@ def test_attention_kernels_switch_takes_the_path_it_names(data, tmp_path, kernel
     assert run_record["run"]["attention_kernels"] == kernels and run_record["run"]["precision"] == "bf16"
 
 
+def test_tensor_core_backward_needs_no_block_order(data, tmp_path):
+    """The tensor-core backward's blocks wait for one another (the dq turns): with the blocks
+    taken last first on one worker (HOSTCUDA_BLOCK_ORDER=reverse, HOSTCUDA_THREADS=1) the run
+    ends, and with the same loss, as a GPU that dispatches blocks in any order needs; waiting on
+    lower blockIdx instead hangs there."""
+    args = common(data, tmp_path) + ["--steps", "2", "--val-every", "0", "--attention-kernels", "tensor-cores",
+                                     "--max-seq-len", "256", "--doc-mask", "0",  # 4 key blocks, each after the last
+                                     "--overwrite", "1"]  # (the three runs share the directory)
+    env = {**os.environ, "HOSTCUDA_THREADS": "1"}
+    forward = run_binary(BIN, args, check=True, env=env)
+    if "(host backend, bf16," not in forward.stdout:
+        pytest.skip("a bf16 build runs the tensor-core kernels")
+    reverse = run_binary(BIN, args, check=True, env={**env, "HOSTCUDA_BLOCK_ORDER": "reverse"}, timeout=60)
+    assert step_losses(reverse.stdout) == step_losses(forward.stdout)
+    bad = run_binary(BIN, args, check=False, env={**env, "HOSTCUDA_BLOCK_ORDER": "sideways"})
+    assert bad.returncode != 0 and "HOSTCUDA_BLOCK_ORDER='sideways'" in bad.stderr, bad.stderr
+
+
 HEAD_DIM_128 = ["--n-embd", "256", "--n-head", "2", "--n-kv-head", "1", "--steps", "1", "--val-every", "0"]
 
 

@@ -651,8 +651,25 @@ struct GridLaunch {
     uint64_t id;  // unique per launch, so a worker knows when to take the new parameters
 };
 
+// HOSTCUDA_BLOCK_ORDER=reverse: the blocks of a launch are taken last first. The workers take
+// blocks in increasing linear index, as GPUs do in practice but CUDA does not promise; a kernel
+// whose blocks wait for one another must not rely on it, and a run with one worker
+// (HOSTCUDA_THREADS=1) in reverse shows one that does: it waits forever.
+inline bool blocks_reversed() {
+    static const bool reversed = [] {
+        const char* env = getenv("HOSTCUDA_BLOCK_ORDER");
+        if (env == nullptr || env[0] == '\0' || strcmp(env, "forward") == 0) { return false; }
+        if (strcmp(env, "reverse") == 0) { return true; }
+        die("HOSTCUDA_BLOCK_ORDER='%s': expected forward or reverse", env);
+    }();
+    return reversed;
+}
+
 inline void run_block_task(void* ctx, int64_t block_linear) {
     const GridLaunch& launch = *static_cast<const GridLaunch*>(ctx);
+    if (blocks_reversed()) {
+        block_linear = static_cast<int64_t>(launch.grid.x) * launch.grid.y * launch.grid.z - 1 - block_linear;
+    }
     Worker& w = this_thread_worker();
     if (w.launch_id != launch.id) {
         w.launch_id = launch.id;

@@ -25,25 +25,27 @@ operand through ldmatrix, one stored [k][n] through ldmatrix.trans.
   tile: S = Q K^T, scale by log2(e)/sqrt(hd), mask, online softmax (exp2) in the fragments,
   O += P V; lse written in natural log.
 - attention_backward_prep_tc_kernel: one warp per (b, t, h) row: D[t] = dout[t] . out[t] (fp32),
-  and the dq turn counts set to 0.
+  and the dq turn counts and the ticket counter set to 0.
 - attention_backward_tc_kernel: FlashAttention-2's backward, 5 products per tile. Grid
-  (ceil(T/64), Hkv, B); block x owns the 64 keys of key block j = gridDim.x - 1 - x of kv head
-  blockIdx.y and iterates over the query heads of the group and, per head, over the query tiles
-  from tile j on: S^T = K Q^T, P^T = exp2(S^T scale - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D),
-  dV += P^T dO, dK += dS^T Q (registers, as before); dS^T also goes to a shared [64][72] bf16
-  tile, from which each warp computes dQ = dS K for 16 of the tile's queries and adds it to the
-  tile's fp32 partial sums in the scratch (16 columns at a time, so no third HD accumulator).
-  dk = dK / sqrt(hd), dv = dV; the last block to add to a query tile writes dq = sum / sqrt(hd).
+  (ceil(T/64), Hkv, B); block (x, y, z) (its ticket's place: below) owns the 64 keys of key
+  block j = gridDim.x - 1 - x of kv head y and iterates over the query heads of the group and,
+  per head, over the query tiles from tile j on: S^T = K Q^T, P^T = exp2(S^T scale - lse),
+  dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q (registers, as before);
+  dS^T also goes to a shared [64][72] bf16 tile, from which each warp computes dQ = dS K for 16
+  of the tile's queries and adds it to the tile's fp32 partial sums in the scratch (16 columns
+  at a time, so no third HD accumulator). dk = dK / sqrt(hd), dv = dV; the last block to add to
+  a query tile writes dq = sum / sqrt(hd).
 Determinism without atomics on the data (FlashAttention-2 adds dQ with fp32 atomics, whose order
 varies run to run): query tile qt of head h takes the dQ of key blocks qt, qt - 1, ..., 0 in that
 order, each waiting until a per-tile count (turn_counts, raised after the previous block's
 partial sums are visible: __threadfence, then the count) says it is its turn. The diagonal block
 writes the partial sums (no memset), key block 0 writes dq. Since every block starts at its own
 diagonal tile and walks up, block j reaches tile qt after blocks qt .. j + 1 did (in a steady
-state nobody waits), and the blocks it waits for have lower linear block indices, so they are
-running or done when it waits: on a GPU because blocks are dispatched in increasing linear index
-(what the hardware does in practice but CUDA does not promise; not yet run on a GPU), on the
-host backend because its workers claim blocks in increasing order.
+state nobody waits). A block's place in the grid is a ticket drawn when it starts (atomicAdd on
+a counter the prep kernel zeroes), not blockIdx: the blocks it waits for hold lower tickets, so
+they have started and, waiting only on lower tickets themselves, finish. (blockIdx would need
+blocks dispatched in increasing index, which hardware does in practice but CUDA does not promise,
+as in CUB's single-pass scan; not yet run on a GPU.)
 A tile the block does not see (document mask) still takes its turn, adding nothing.
 No atomics on the data: every element of dk, dv and dq is written once by one lane, every partial
 sum in a fixed order, so results are bit-reproducible. Tiles wholly in the future are never
@@ -589,14 +591,14 @@ struct FlashBackwardScratch {
     size_t count_offset, accum_offset, floats;
     FlashBackwardScratch(int B, int T, int Hq, int hd) {
         auto round4 = [](size_t n) { return (n + 3) / 4 * 4; };
-        count_offset = round4((size_t)B * Hq * T);
-        accum_offset = count_offset + round4((size_t)B * Hq * CEIL_DIV(T, kFlashTile));
+        count_offset = round4((size_t)B * Hq * T);  // the turn counts, then the ticket counter
+        accum_offset = count_offset + round4((size_t)B * Hq * CEIL_DIV(T, kFlashTile) + 1);
         floats = accum_offset + (size_t)B * T * Hq * hd;
     }
 };
 
 // D[b, h, t] = dout[b, t, h] . out[b, t, h] in fp32, one warp per row; also zeroes the n_counts
-// dq turn counts (every count is below the grid's thread count: n_counts <= rows).
+// ints of the dq turn counts and the ticket counter (n_counts <= rows + 1 < the grid's threads).
 __global__ void __launch_bounds__(kFlashThreads)
     attention_backward_prep_tc_kernel(float* D, int* turn_counts, int n_counts, const flash_bf16* dout,
                                       const flash_bf16* out, int B, int T, int Hq, int hd) {
@@ -696,8 +698,8 @@ __device__ __forceinline__ void flash_dq_turn(flash_bf16* dq, float* partial, co
     }
 }
 
-// The block owns the 64 keys of key block j = gridDim.x - 1 - blockIdx.x (the latest keys
-// first: see the turns) of kv head blockIdx.y; FlashQueryTiles streams the query tiles of its
+// The block owns the 64 keys of key block j = gridDim.x - 1 - x (the latest keys first: see the
+// turns) of kv head y, batch row z, (x, y, z) its ticket's place in the grid; FlashQueryTiles streams the query tiles of its
 // group's heads that see them, from tile j on. Per tile: S^T, dP^T, dS^T in registers, dS^T
 // also to shared memory; dV += P^T dO, dK += dS^T Q; then its dq turn.
 template <int HD>
@@ -713,9 +715,15 @@ __global__ void __launch_bounds__(kFlashThreads)
     flash_bf16* v_s = flash_shared<flash_bf16, Smem::v>(smem);
     flash_bf16* ds_s = flash_shared<flash_bf16, Smem::ds>(smem);
 
-    const int kv_head = blockIdx.y, group = Hq / Hkv;
-    const int key_block = gridDim.x - 1 - blockIdx.x, n_tiles = gridDim.x;
-    const FlashLaneRows keys(key_block * kFlashRows, blockIdx.z, doc_ids, T);  // this lane's keys: keys.row(0), row(1)
+    // the block's (x, y, z) from its ticket, x fastest (the header: why not blockIdx); the ticket
+    // counter follows the B * Hq * n_tiles turn counts
+    __shared__ int ticket_s;
+    if (threadIdx.x == 0) { ticket_s = atomicAdd(turn_counts + (size_t)gridDim.z * Hq * gridDim.x, 1); }
+    __syncthreads();
+    const int ticket = ticket_s, block_x = ticket % gridDim.x, block_z = ticket / (gridDim.x * gridDim.y);
+    const int kv_head = (ticket / gridDim.x) % gridDim.y, group = Hq / Hkv;
+    const int key_block = gridDim.x - 1 - block_x, n_tiles = gridDim.x;
+    const FlashLaneRows keys(key_block * kFlashRows, block_z, doc_ids, T);  // this lane's keys: keys.row(0), row(1)
     const int warp = keys.warp, lane = keys.lane, t4 = keys.t4;
     FlashQueryTiles<HD> tiles(flash_shared<unsigned char, Smem::queries>(smem), q, dout, lse, D, keys, kv_head, group,
                               T, Hq, hd);  // streaming starts at tiles.begin(), below
@@ -733,7 +741,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     // order (counted in turn_counts[b, h, qt]), so its sums are the same on every run without
     // atomics on the data. Block j's turn at tile qt comes after blocks qt .. j + 1, which start
     // the tile before it does (each streams its tiles from its own block on), so in a steady
-    // state nobody waits; the blocks it waits for have lower blockIdx.x (dispatched first).
+    // state nobody waits; the blocks it waits for hold lower tickets (started first).
     // A tile of the stream the block does not see (document mask) still takes its turn.
     int turns_taken = 0;
     auto take_turn = [&](int i, bool has_ds) {
@@ -842,7 +850,7 @@ inline void attention_backward_tc(const AttnShape& s, const AttnTensorsOf<flash_
     float* partial = g.scratch + layout.accum_offset;
     const int n_tiles = CEIL_DIV(s.T, kFlashTile), rows = s.B * s.T * s.Hq;
     LAUNCH(CEIL_DIV(rows, kFlashWarps), kFlashThreads, 0, stream, attention_backward_prep_tc_kernel)(
-        D, turn_counts, s.B * s.Hq * n_tiles, g.dout, t.out, s.B, s.T, s.Hq, s.hd);
+        D, turn_counts, s.B * s.Hq * n_tiles + 1, g.dout, t.out, s.B, s.T, s.Hq, s.hd);
     cudaCheckLaunch();
     flash_dispatch_head_dim(s.hd, [&](auto head_dim) {
         constexpr int HD = decltype(head_dim)::value;
