@@ -596,8 +596,9 @@ def cmd_run(args):
 
 
 def continue_command(args):
-    """The `run` command as given, which skips the finished runs and resumes the interrupted one."""
-    words = ["python", "-m", "study", "run", args.study] + (["--binary", args.binary] if args.binary else []) + (
+    """The `run` command as given, which skips the finished runs and resumes the interrupted one
+    (with this Python: the venv's, which a bare `python` may not be)."""
+    words = [from_here(sys.executable), "-m", "study", "run", args.study] + (["--binary", args.binary] if args.binary else []) + (
         ["--only", args.only] if args.only else [])
     return " ".join(shlex.quote(w) for w in words)
 

@@ -680,7 +680,7 @@ preset = "tiny"
     assert 1 <= k < steps and os.path.exists(run_dir / "ckpt" / f"step_{k}.bin"), status
     log = (run_dir / "stdout.log").read_text()
     assert f"Interrupt: stopping after step {k} of {steps}" in log and f"Interrupt: stopped after step {k} of" in log
-    again = f"python -m study run {path} --binary {BIN}"
+    again = f"{os.path.relpath(PYTHON, ROOT)} -m study run {path} --binary {BIN}"  # the venv's Python, as run
     assert (f"study toy: stopped by SIGINT during san_s7 (saved up to step {k} in {run_dir}/ckpt/step_{k}.bin); "
             f"continue the study with: {again}") in out, out
     resumed = study_cmd(*again.split()[3:])
