@@ -72,7 +72,7 @@ def until_step(proc, k):
 @pytest.mark.skipif(not HAS_MPI, reason="mpirun or an MPI build missing")
 def test_sigterm_to_the_launcher_alone_saves_a_step_of_seconds(data, tmp_path):
     ckpt = tmp_path / "ckpt"
-    proc = start([MPIRUN, "-np", "2", os.path.join(ROOT, BIN)] + args(data, ckpt, 1000, *SLOW, "--batch-size", 16))
+    proc = start([MPIRUN, "-np", "2", os.path.join(ROOT, BIN)] + args(data, ckpt, 1000, *SLOW, "--batch-size", 32))
     out = until_step(proc, 1)
     time.sleep(0.3)  # (in the middle of step 2)
     step_ms = float(out.splitlines()[-1].split("|")[4].split()[0])
@@ -93,7 +93,7 @@ def test_sigterm_to_the_launcher_alone_saves_a_step_of_seconds(data, tmp_path):
 @pytest.mark.skipif(not HAS_MPI, reason="mpirun or an MPI build missing")
 def test_a_second_stop_to_the_launcher_stops_at_once(data, tmp_path):
     ckpt = tmp_path / "ckpt"
-    proc = start([MPIRUN, "-np", "2", os.path.join(ROOT, BIN)] + args(data, ckpt, 1000, *SLOW, "--batch-size", 16))
+    proc = start([MPIRUN, "-np", "2", os.path.join(ROOT, BIN)] + args(data, ckpt, 1000, *SLOW, "--batch-size", 32))
     out = until_step(proc, 1)
     step_ms = float(out.splitlines()[-1].split("|")[4].split()[0])
     time.sleep(0.3)  # (in the middle of step 2: past step 1's end, where the ranks look for a stop)
@@ -103,7 +103,9 @@ def test_a_second_stop_to_the_launcher_stops_at_once(data, tmp_path):
     proc.send_signal(signal.SIGTERM)  # (again: SIGTERM to mpirun, which kills the ranks 1 s later)
     out += proc.communicate(timeout=120)[0]
     assert proc.returncode != 0 and "SIGTERM again: stopping at once" in out, out
-    if step_ms < 1500:
+    # the kill lands 1 s after the second signal (mpirun's grace), itself 0.5 s into step 2: a step
+    # of 1.8 s (a loaded machine) saved first once
+    if step_ms < 2500:
         pytest.skip(f"a step took {step_ms:.0f} ms here: the kill may come after the step's save")
     assert not list(ckpt.glob("step_*")), out  # (killed in the middle of step 2)
     assert time.time() - signalled < step_ms / 1e3, out
