@@ -13,7 +13,11 @@ The world's values are one token each, so L_a is the probes' answer-token loss o
 attribute's exercise in the run's final whole-document validation (val_exercise[a]["answer"]).
 bits/param divides the sum over attributes by the run's parameters (non-embedding, and all).
 
-  python -m study capacity studies/capacity_cpu.toml [--world data/capacity-n600] [--out FILE]
+  python -m study capacity studies/capacity_cpu.toml [--world data/capacity-n600] [--curve] [--out FILE]
+
+--curve adds the bits at every validation of the runs (the study's val_every), against the
+exposures a person has had by then: step x tokens per step / (N x tokens per biography). Before
+the end those points are on the schedule's way (a WSD run's stable rate), not decayed runs.
 """
 import argparse
 import json
@@ -80,6 +84,57 @@ def arm_table(study, manifest):
     return table
 
 
+def exposures_at(step, study, manifest):
+    """Biographies a person has been shown by step: every window holds whole biographies and an
+    epoch shows each once (dev/data/bios.py), so step x tokens per step / (N x tokens a biography)."""
+    return step * study.tokens_per_step / (manifest["people"] * manifest["bio_tokens"])
+
+
+def curve(study, manifest):
+    """{arm: {seed: {step: bits}}}: the bits at every validation of the study's finished runs."""
+    out = {}
+    for run in study.runs:
+        data = RunData(run, final_step=study.steps)
+        if data.final is None:
+            continue
+        points = {}
+        for rec in data.val:
+            bits = run_bits(rec, manifest)
+            if bits is not None:
+                points[rec["step"]] = sum(bits.values())
+        out.setdefault(run.arm.name, {})[run.seed] = points
+    return out
+
+
+def curve_report(study, manifest):
+    """Markdown: per validation step, the exposures by then, each arm's bits (mean ± sd over its
+    finished seeds) and bits per non-embedding parameter, and the baseline − partner difference in
+    bits per non-embedding parameter, paired by seed (95% t-interval)."""
+    points = curve(study, manifest)
+    table = arm_table(study, manifest)
+    arms = [a.name for a in study.arms if points.get(a.name)]
+    non_emb = {a: next(iter(table[a].values()))["non_embedding"] for a in arms}
+    base = study.baseline
+    partners = [a for a in arms if a != base] if base in arms else []
+    steps = sorted({s for seeds in points.values() for p in seeds.values() for s in p})
+    lines = ["", "Bits stored at each validation (mean ± sd over seeds; bits / non-emb param in brackets), and "
+             f"{base} − partner in bits / non-emb param paired by seed [95% t-interval]:", "",
+             "| step | exposures | " + " | ".join(f"{a} ({len(points[a])} seeds)" for a in arms) +
+             "".join(f" | {base} − {a}" for a in partners) + " |",
+             "|---|---|" + "---|" * (len(arms) + len(partners))]
+    for step in steps:
+        cells = []
+        for a in arms:
+            vals = [p[step] for p in points[a].values() if step in p]
+            cells.append(f"{_mean_sd(vals, ',.0f')} [{sum(vals) / len(vals) / non_emb[a]:.3f}]" if vals else "")
+        for a in partners:
+            diff = findings.paired(*({s: p[step] / non_emb[arm] for s, p in points[arm].items() if step in p}
+                                     for arm in (base, a)))
+            cells.append(findings.with_interval(diff, 3) if diff.n >= findings.MIN_SEEDS else findings.too_few(diff.n))
+        lines.append(f"| {step:,} | {exposures_at(step, study, manifest):g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _mean_sd(values, form):
     """"m ± sd" over seeds in format form ("m" alone for one seed)."""
     m = sum(values) / len(values)
@@ -141,11 +196,15 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("study", help="the study file (its runs trained on a capacity world)")
     ap.add_argument("--world", help="the world's directory (default: that of the study's --val-data)")
+    ap.add_argument("--curve", action="store_true", help="add the bits at every validation against exposures")
     ap.add_argument("--out", help="also write the report here")
     args = ap.parse_args(argv)
     try:
         study = load_study(args.study)
-        text = report(study, world_of(study, args.world))
+        manifest = world_of(study, args.world)
+        text = report(study, manifest)
+        if args.curve:
+            text += curve_report(study, manifest)
     except StudyError as e:
         sys.stderr.write(f"python -m study capacity: {e}\n")
         return 2

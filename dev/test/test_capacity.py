@@ -111,3 +111,45 @@ def test_missing_world(tmp_path, study_with_runs, capsys):
     assert capacity.main([study.path, "--world", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert "nowhere/manifest.json" in err and "bios.py" in err
+
+
+def test_curve_every_validation(study_with_runs):
+    """--curve: the bits of every validation record of a finished run, at exposures
+    step x tokens per step / (N x tokens a biography), and san − ffn per non-embedding parameter
+    paired by seed, exactly."""
+    study, manifest = study_with_runs
+    manifest = dict(manifest, bio_tokens=8)
+    ln2 = math.log(2)
+    # per (arm, seed): the losses in bits of a and b at step 5, then at step 10 (the final one);
+    # bits = 100 (4 - la) + 100 (2 - lb)
+    losses = {("san", 1): ((3.0, 1.5), (1.0, 0.5)), ("san", 2): ((2.5, 1.0), (1.0, 0.0)),
+              ("san", 3): ((3.5, 2.0), (2.0, 1.0)), ("ffn", 1): ((4.0, 2.0), (3.0, 1.0)),
+              ("ffn", 2): ((3.0, 2.0), (2.5, 1.5)), ("ffn", 3): ((3.5, 2.0), (3.0, 2.0))}
+    non_emb = {"san": 1000, "ffn": 500}
+    for run in study.runs:
+        (la5, lb5), (la, lb) = losses[run.arm.name, run.seed]
+        write_run(run, 2000, non_emb[run.arm.name], {"a": la * ln2, "b": lb * ln2}, done=True)
+        log = os.path.join(run.dir, "log.jsonl")
+        with open(log) as f:
+            header, *rest = f.readlines()
+        early = json.dumps({"step": 5, "val_loss": 1.0, "val_exercise": {
+            "a": {"answer": la5 * ln2}, "b": {"answer": lb5 * ln2}}}) + "\n"
+        with open(log, "w") as f:  # the step-5 validation before the final one, as the trainer logs them
+            f.writelines([header, early] + rest)
+    got = capacity.curve(study, manifest)
+    want = {(arm, seed): {step: 100 * (4 - la) + 100 * (2 - lb) for step, (la, lb) in zip((5, 10), pair)}
+            for (arm, seed), pair in losses.items()}
+    for (arm, seed), points in want.items():
+        assert got[arm][seed] == pytest.approx(points)
+    # batch 2 x seq 8 = 16 tokens a step; 100 people x 8 tokens: step 5 is 0.1 exposures, step 10 is 0.2
+    assert capacity.exposures_at(5, study, manifest) == pytest.approx(0.1)
+    assert capacity.exposures_at(10, study, manifest) == pytest.approx(0.2)
+    text = capacity.curve_report(study, manifest)
+    # step 5: san 150, 250, 50 bits (mean 150, sd 100); ffn 0, 100, 50 (mean 50, sd 50)
+    diff = findings.paired({s: want["san", s][5] / 1000 for s in (1, 2, 3)}, {s: want["ffn", s][5] / 500 for s in (1, 2, 3)})
+    assert f"| 5 | 0.1 | 150 ± 100 [0.150] | 50 ± 50 [0.100] | {findings.with_interval(diff, 3)} |" in text
+    assert "| 10 | 0.2 |" in text
+    # a seed that has not finished is left out of the curve, and the pairing says so
+    write_run(study.runs[-1], 2000, 500, {"a": 1.0, "b": 1.0}, done=False)
+    assert sorted(capacity.curve(study, manifest)["ffn"]) == [1, 2]
+    assert findings.too_few(2) in capacity.curve_report(study, manifest)
