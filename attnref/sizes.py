@@ -45,45 +45,53 @@ def mlp_width(cfg):
 
 def san_parameter_spec(cfg):
     """[(name, shape)] in canonical order (the order of tensors in every file)."""
+    spec = [("wte", (padded_vocab(cfg.vocab_size), cfg.n_embd))]
+    for i, kind in enumerate(cfg.kinds):
+        spec += san_layer_spec(cfg, kind, f"layers.{i}.")
+    return spec + [("final_norm.weight", (cfg.n_embd,))]
+
+
+def san_layer_spec(cfg, kind, p=""):
+    """[(name, shape)] of one layer whose token mixer is `kind`, names prefixed by p."""
     d, hd = cfg.n_embd, cfg.n_embd // cfg.n_head
     dq, dkv = cfg.n_head * hd, cfg.n_kv_head * hd
     has_gate = cfg.residual in ("gated", "rezero")
-    spec = [("wte", (padded_vocab(cfg.vocab_size), d))]
-    for i in range(cfg.n_layer):
-        p = f"layers.{i}."
-        spec += [(p + "attn_norm.weight", (d,))]
-        if cfg.kinds[i] == "mlp":      # token mixing removed: a SwiGLU in the attention's place
-            m = mlp_width(cfg)
-            spec += [(p + "attn.w_gate", (m, d)), (p + "attn.w_up", (m, d)), (p + "attn.w_down", (d, m))]
-        else:                          # every other kind keeps standard attention's tensors
-            spec += [(p + "attn.wq", (dq, d)),
-                     (p + "attn.wk", (dkv, d)),
-                     (p + "attn.wv", (dkv, d))]
-            if cfg.qk_norm:
-                spec += [(p + "attn.q_norm.weight", (hd,)), (p + "attn.k_norm.weight", (hd,))]
-            spec += [(p + "attn.wo", (d, dq))]
+    spec = [(p + "attn_norm.weight", (d,))]
+    if kind == "mlp":      # token mixing removed: a SwiGLU in the attention's place
+        m = mlp_width(cfg)
+        spec += [(p + "attn.w_gate", (m, d)), (p + "attn.w_up", (m, d)), (p + "attn.w_down", (d, m))]
+    else:                  # every other kind keeps standard attention's tensors
+        spec += [(p + "attn.wq", (dq, d)),
+                 (p + "attn.wk", (dkv, d)),
+                 (p + "attn.wv", (dkv, d))]
+        if cfg.qk_norm:
+            spec += [(p + "attn.q_norm.weight", (hd,)), (p + "attn.k_norm.weight", (hd,))]
+        spec += [(p + "attn.wo", (d, dq))]
+    if cfg.sandwich:
+        spec += [(p + "attn_post_norm.weight", (d,))]
+    if has_gate:
+        spec += [(p + "attn_gate", (1,))]
+    if cfg.ffn == "swiglu":
+        d_ff = ffn_width(cfg)
+        spec += [(p + "ffn_norm.weight", (d,)),
+                 (p + "ffn.w_gate", (d_ff, d)),
+                 (p + "ffn.w_up", (d_ff, d)),
+                 (p + "ffn.w_down", (d, d_ff))]
         if cfg.sandwich:
-            spec += [(p + "attn_post_norm.weight", (d,))]
+            spec += [(p + "ffn_post_norm.weight", (d,))]
         if has_gate:
-            spec += [(p + "attn_gate", (1,))]
-        if cfg.ffn == "swiglu":
-            d_ff = ffn_width(cfg)
-            spec += [(p + "ffn_norm.weight", (d,)),
-                     (p + "ffn.w_gate", (d_ff, d)),
-                     (p + "ffn.w_up", (d_ff, d)),
-                     (p + "ffn.w_down", (d, d_ff))]
-            if cfg.sandwich:
-                spec += [(p + "ffn_post_norm.weight", (d,))]
-            if has_gate:
-                spec += [(p + "ffn_gate", (1,))]
-    spec += [("final_norm.weight", (d,))]
+            spec += [(p + "ffn_gate", (1,))]
     return spec
 
 
 def san_parameter_counts(cfg):
-    """(total, non-embedding): total includes the padded embedding rows, as the trainers count."""
-    total = _numel(san_parameter_spec(cfg))
-    return total, total - padded_vocab(cfg.vocab_size) * cfg.n_embd
+    """(total, non-embedding): total includes the padded embedding rows, as the trainers count.
+    (Each kind's layer counted once: study/match.py asks this of hundreds of depths.)"""
+    kinds = list(cfg.kinds)
+    per_layer = {kind: _numel(san_layer_spec(cfg, kind)) for kind in set(kinds)}
+    embedding = padded_vocab(cfg.vocab_size) * cfg.n_embd
+    total = embedding + sum(per_layer[kind] for kind in kinds) + cfg.n_embd
+    return total, total - embedding
 
 
 def san_flops_per_token(cfg):
