@@ -408,7 +408,8 @@ debug-states: setup-venv
 	@$(MAKE) --no-print-directory $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 check-host-bf16 check-host-fp32: check-host-%:
 	@$(MAKE) --no-print-directory test-host PRECISION=$(call upper,$*)
-# (pytest as two processes, each half the tests: one left a core idle once the compiles were done)
+# (pytest as two processes, the tests dealt by their time: dev/conftest.py, --shard; one process left a
+# core idle once the compiles were done)
 check-python-1 check-python-2: check-python-%:
 	@$(MAKE) --no-print-directory test-python PYTEST_SHARD=--shard=$*/2
 check-gpu-bf16 check-gpu-fp32: check-gpu-%: $(if $(NVCC),gpu-build)
