@@ -408,10 +408,12 @@ debug-states: setup-venv
 	@$(MAKE) --no-print-directory $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 check-host-bf16 check-host-fp32: check-host-%:
 	@$(MAKE) --no-print-directory test-host PRECISION=$(call upper,$*)
-# (pytest as two processes, the tests dealt by their time: dev/conftest.py, --shard; one process left a
-# core idle once the compiles were done)
+# (pytest as two processes taking the test files from one queue, dev/pytest_queue.py: whichever is
+# free takes the next, so both end together however the compiles beside them load the cores; one
+# process left a core idle once the compiles were done. A queue of its own for each make.)
+PYTEST_QUEUE := build/pytest-queue/$(shell date +%s%N)
 check-python-1 check-python-2: check-python-%:
-	@$(MAKE) --no-print-directory test-python PYTEST_SHARD=--shard=$*/2
+	@mkdir -p $(dir $(PYTEST_QUEUE)) && $(MAKE) --no-print-directory test-python PYTEST_ARGS=--queue=$(PYTEST_QUEUE)
 check-gpu-bf16 check-gpu-fp32: check-gpu-%: $(if $(NVCC),gpu-build)
 	@$(MAKE) --no-print-directory test-gpu PRECISION=$(call upper,$*)
 upper = $(shell echo $(1) | tr a-z A-Z)
@@ -505,7 +507,7 @@ test-asan: $(addprefix $(ASAN_DIR)/,$(ASAN_TEST_NAMES))
 # eval-set scoring against the reference takes train_gpt2 from beside train_san)
 test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san $(HOST_DIR)/train_gpt2)
 	$(if $(wildcard train_san.cu),@$(MAKE) --no-print-directory build/host-fp32/train_san build/host-fp32/train_gpt2 PRECISION=FP32)
-	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest $(PYTEST_SHARD)
+	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest $(PYTEST_ARGS)
 
 # The backend tests must FAIL against a deliberately broken backend. (-O1: the mutants only have
 # to fail, and compile in ~60% of the time)

@@ -109,7 +109,9 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
     esac
     echo "setup: installing the '$tier' tier of requirements.txt into $venv ($about)"
     mapfile -t packages < <(tier_lines requirements.txt)
-    "$venv/bin/pip" install -q --disable-pip-version-check "${packages[@]}"
+    # (--no-compile: Python compiles a module when it is first imported; pip's compiling every
+    # module of the full tier was 60 of its 140 CPU-seconds, 2-core EPYC, 2026-12-07)
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-compile "${packages[@]}"
     touch "$venv/.complete-$tier"
   fi
   if [ "$tier" = full ]; then
