@@ -1,23 +1,11 @@
 /*
-Config files for the trainers (--config FILE): flat `key = value` lines whose keys are the
-flag names without `--`:
-
-    # the tiny SAN at a higher rate
-    preset = tiny
-    lr = 0.002
-    train-data = data/offline/synth/synth_train_*.bin
-    val-data = ""
-
-A line starting with `#` is a comment. A value in double quotes keeps its spaces and reads
-\" \\ \n as escapes; the writer quotes a value only where it must (empty, spaces at its
-ends, a quote first, a line break). The file's settings come before the command line's
-flags, so a flag given on the command line wins. A run directory's `config` is written in
-this format with every flag's resolved value (config_text), so `--config RUN/config` (or
-`--config RUN`) repeats the run. The presets and recipes (presets/NAME.conf, presets/recipes/NAME.conf) are written
-in it too, and compiled in (llmc/train/preset_files.h). Host-only C++17.
-
-    CommandLine args = with_config_file(argc, argv);   // argv with the file's settings first
-    check_config_keys(args, flags);                     // an unknown key names its file and line
+Config files for the trainers (--config FILE): flat `key = value` lines, the keys the flag names
+without `--`. with_config_file puts the file's settings before the command line's flags (so a
+flag given there wins); check_config_keys refuses an unknown key, naming the file and the line.
+A run directory's `config` is this format with every flag's resolved value (config_text), so
+`--config RUN` repeats the run; the presets and recipes (presets/NAME.conf, presets/recipes/) are
+written in it too and compiled in (llmc/train/preset_files.h). Host-only C++17. The syntax
+(comments, quoting) and the errors: doc/formats.md "Config files".
 */
 #pragma once
 

@@ -1,34 +1,11 @@
 /*
-The host backend: lets the host C++ compiler build and run the project's CUDA kernels
-on the CPU, so that `make test` runs the real kernels on machines without a GPU
-(doc/host-backend.md). Included by llmc/cuda_common.h when the compiler is not nvcc.
-
-  hostcuda/types.h             qualifiers (__global__, __shared__, ...), dim3, vector types
-  hostcuda/bf16.h              __nv_bfloat16 and its conversions and arithmetic
-  hostcuda/fiber.h             stacks and context switches
-  hostcuda/scheduler.h         blocks on a worker pool, threads as fibers, barriers, warp collectives
-  hostcuda/device_functions.h  threadIdx & co, __syncthreads, shuffles, votes, atomics, intrinsics
-  hostcuda/mma.h               tensor-core mma.sync and ldmatrix as warp collectives (for llmc/kernels/mma.cuh)
-  hostcuda/runtime.h           cudaMalloc, cudaMemcpy, streams, events, errors, device properties
-  hostcuda/emulated_device.h   which GPU's limits it reports (HOSTCUDA_DEVICE=sm_86, ...; default sm_90)
-  hostcuda/device_memory.h     which memory is "device": copies, frees and kernel pointers checked against it
-  hostcuda/racecheck.h         shared-memory race and bounds checking (racecheck builds)
-  hostcuda/async_copy.h        cp.async: per-thread groups of copies that land at their wait
-  hostcuda/cost.h              HOSTCUDA_COST: each launch's tensor-core FLOPs and device-memory bytes (the cost model)
-
-Kernels are launched with LAUNCH(grid, block, shared_bytes, stream, kernel)(args...),
-which is kernel<<<grid, block, shared_bytes, stream>>>(args...) under nvcc. Dynamic
-shared memory is reached through dynamic_shared_memory<T>() (llmc/cuda_common.h), not
-`extern __shared__`, which has no host equivalent.
-
-HOSTCUDA_SCHEDULE=forward|reverse|random:SEED picks the order threads run in, and
-HOSTCUDA_BLOCK_ORDER=forward|reverse the order of a launch's blocks (scheduler.h); binaries built with -DHOSTCUDA_RACECHECK -fsanitize=thread check every
-shared-memory access (racecheck.h). doc/host-backend.md describes both.
-
-What it does not model: concurrency between streams (everything is synchronous),
-cooperative groups, inline PTX and tensor-core intrinsics other than those of llmc/kernels/mma.cuh
-and llmc/kernels/async_copy.cuh (cp.async), texture memory, and the timing of a GPU (use dev/cuda
-benchmarks on a GPU for that).
+The host backend: lets the host C++ compiler build and run the project's CUDA kernels on the
+CPU, so that `make test` runs the real kernels on machines without a GPU. Included by
+llmc/cuda_common.h when the compiler is not nvcc; each include below says what it brings.
+What kernel code must do for it: launch with LAUNCH(grid, block, shared_bytes, stream, kernel)
+(args...), which is kernel<<<...>>> under nvcc, and reach dynamic shared memory through
+dynamic_shared_memory<T>() (llmc/cuda_common.h), not `extern __shared__` (no host equivalent).
+doc/host-backend.md: how a launch runs, every part, thread orders, race checking, not modelled.
 */
 #pragma once
 
@@ -36,15 +13,15 @@ benchmarks on a GPU for that).
 #include <type_traits>
 #include <utility>
 
-#include "hostcuda/async_copy.h"
-#include "hostcuda/bf16.h"
-#include "hostcuda/device_functions.h"
-#include "hostcuda/emulated_device.h"
-#include "hostcuda/mma.h"
-#include "hostcuda/racecheck.h"
-#include "hostcuda/runtime.h"
-#include "hostcuda/scheduler.h"
-#include "hostcuda/types.h"
+#include "hostcuda/async_copy.h"        // cp.async: per-thread groups of copies that land at their wait
+#include "hostcuda/bf16.h"              // __nv_bfloat16, its conversions and arithmetic
+#include "hostcuda/device_functions.h"  // threadIdx & co, __syncthreads, shuffles, votes, atomics
+#include "hostcuda/emulated_device.h"   // the GPU whose limits it reports (HOSTCUDA_DEVICE)
+#include "hostcuda/mma.h"               // mma.sync and ldmatrix as warp collectives
+#include "hostcuda/racecheck.h"         // shared-memory race and bounds checking (racecheck builds)
+#include "hostcuda/runtime.h"           // cudaMalloc, cudaMemcpy, streams, events, errors
+#include "hostcuda/scheduler.h"         // blocks on a worker pool, threads as fibers, barriers
+#include "hostcuda/types.h"             // __global__ & co, dim3, vector types
 
 namespace hostcuda {
 

@@ -1,23 +1,11 @@
 /*
-Host backend: fibers, i.e. stacks with a saved stack pointer that one OS thread switches
-between cooperatively. A GPU thread that waits at __syncthreads or in a warp collective
-is a fiber that switched away; the scheduler (scheduler.h) switches back when it may go on.
-
-x86-64 uses a hand-written switch: it saves the callee-saved registers (System V ABI),
-MXCSR and the x87 control word on the old stack, stores the stack pointer, loads the
-new one and restores the same set. About ten instructions, no system call, so a switch
-costs a few nanoseconds (dev/cuda/backend_overhead.cu measures it). Other
-architectures fall back to ucontext, which is correct but slower.
-
-Stacks come from mmap with a PROT_NONE guard page below them, so a kernel that
-overflows its stack crashes at once instead of corrupting a neighbour.
-
-Under AddressSanitizer (the build/asan-<precision> builds) every switch is announced with
-__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber, so ASan knows which
-stack is live: without that it takes a fiber's stack for a wild region of the OS thread's
-stack and reports false errors (or misses real ones) at exceptions and longjmp. A context
-learns its own stack bounds when it is first switched away from (the worker's scheduler
-runs on the OS thread's stack, whose bounds only ASan knows).
+Host backend: fibers, i.e. stacks with a saved stack pointer that one OS thread switches between
+cooperatively. A GPU thread that waits at __syncthreads or in a warp collective is a fiber that
+switched away; the scheduler (scheduler.h) switches back when it may go on. x86-64 switches in
+about ten hand-written instructions (a few ns, no system call), other architectures with
+ucontext; stacks have a guard page; under AddressSanitizer every switch is announced to it.
+Why each of these, next to its code below; doc/host-backend.md ("How it executes a launch",
+"AddressSanitizer and UBSan") has how launches use fibers and what ASan needed.
 */
 #pragma once
 
@@ -38,6 +26,8 @@ runs on the OS thread's stack, whose bounds only ASan knows).
 
 namespace hostcuda {
 
+// A stack from mmap with a PROT_NONE guard page below it, so that a kernel that overflows its
+// stack crashes at once instead of corrupting a neighbour.
 struct FiberStack {
     char* base = nullptr;  // lowest mapped address (the guard page)
     size_t size = 0;       // whole mapping, guard included
@@ -63,7 +53,10 @@ struct FiberStack {
 #if defined(__x86_64__)
 
 // switch_context(&from_sp, to_sp): save the current context on its stack, store the stack
-// pointer in *from_sp, resume the context whose stack pointer is to_sp.
+// pointer in *from_sp, resume the context whose stack pointer is to_sp. The context is the
+// callee-saved registers of the System V ABI, MXCSR and the x87 control word: about ten
+// instructions and no system call, so a switch costs a few nanoseconds
+// (dev/cuda/backend_overhead.cu measures it).
 extern "C" void hostcuda_switch_context(void** from_sp, void* to_sp);
 __asm__(
     ".text\n"
@@ -121,7 +114,7 @@ struct Context {
 };
 inline void raw_switch(Context& from, Context& to) { hostcuda_switch_context(&from.sp, to.sp); }
 
-#else  // portable fallback
+#else  // portable fallback: ucontext, correct but slower (a system call per switch)
 
 struct Context {
     ucontext_t uc;
@@ -142,6 +135,12 @@ inline void raw_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.u
 #endif
 
 #if defined(HOSTCUDA_ASAN_FIBERS)
+// ASan keeps its own idea of the current stack: told nothing, it takes a fiber's stack for a wild
+// region of the OS thread's stack and reports false errors (or misses real ones) at exceptions
+// and longjmp. So every switch is announced (__sanitizer_start_switch_fiber /
+// __sanitizer_finish_switch_fiber), and a context learns its own stack bounds when it is first
+// switched away from (the worker's scheduler runs on the OS thread's stack, whose bounds only
+// ASan knows).
 // The context that switched to the running one, whose stack bounds the switch's end records.
 inline thread_local Context* asan_switched_from = nullptr;
 

@@ -1,36 +1,10 @@
 /*
-Host backend: the warp-level tensor-core instructions that llmc/kernels/mma.cuh exposes, emulated as
-warp collectives with the fragment layouts of the PTX ISA.
-
-  mma_m16n8k16_bf16   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D = A * B + C,
-                      A 16x16 and B 16x8 in bf16, C and D 16x8 in fp32
-  ldmatrix<N, trans>  ldmatrix.sync.aligned.m8n8.xN{.trans}.shared.b16: N = 1, 2, 4 matrices of
-                      8x8 16-bit elements
-
-Each lane posts a pointer to its registers (and, for ldmatrix, its row address) and parks; the
-last lane of the warp to arrive gathers every lane's fragment into whole matrices, computes,
-and scatters each lane's part back (scheduler.h, CollectiveKind::Exchange). Both instructions
-are `.aligned`: the whole warp must execute them, so a block whose last warp is partial
-cannot use them (the hardware leaves that undefined; here it is an error).
-
-Layouts (lane = 32 lanes, g = lane >> 2 "groupID", t = lane & 3 "thread in group"; a .b32
-register holds two 16-bit elements, the lower-numbered one in the low half):
-- A (4 registers, elements a0..a7): element i sits at row g + 8 * bit1(i), column
-  2t + bit0(i) + 8 * bit2(i).
-- B (2 registers, b0..b3): element i sits at row (k) 2t + bit0(i) + 8 * bit1(i), column (n) g.
-- C, D (4 floats c0..c3): element i sits at row g + 8 * bit1(i), column 2t + bit0(i).
-- ldmatrix: lanes 8j..8j+7 give the addresses of rows 0..7 of matrix j (only lanes 0-7 for
-  .x1, 0-15 for .x2; the others' addresses are not read); register j of a lane holds matrix j's
-  row g, columns 2t and 2t+1, or with .trans its column g, rows 2t and 2t+1.
-
-Arithmetic: bf16 x bf16 products are exact in fp32; each D element is C plus the 16 products
-added in k order in fp32. The tensor core's internal order and rounding are unspecified, so
-GPU results may differ in the last bits.
-
-Compile-time mutations (scripts/mutation_check.sh requires dev/test/test_mma to fail):
-  HOSTCUDA_MUTATION_MMA_A_LAYOUT     A's registers 1 and 2 swap roles (a2,a3 read as
-                                     columns +8 of row g instead of row g+8)
-  HOSTCUDA_MUTATION_LDMATRIX_TRANS   .trans hands out the untransposed fragment
+Host backend: the tensor-core instructions of llmc/kernels/mma.cuh (mma.sync m16n8k16 bf16 ->
+fp32; ldmatrix x1/x2/x4, with and without .trans) emulated as warp collectives: each lane posts
+a pointer to its registers and parks, the last lane to arrive gathers the fragments into whole
+matrices by the PTX ISA layouts, computes and scatters each lane's part back (scheduler.h,
+CollectiveKind::Exchange). The layouts, the arithmetic and the mutations that test_mma must
+catch: doc/host-backend.md "Tensor-core fragments"; dev/test/test_mma.cu is the judge.
 */
 #pragma once
 
@@ -43,7 +17,13 @@ Compile-time mutations (scripts/mutation_check.sh requires dev/test/test_mma to 
 
 namespace hostcuda {
 
-// Index of element `i` of a lane's A fragment in a row-major 16x16 tile.
+// Where element i of a lane's fragment sits (PTX ISA, mma.m16n8k16; g = lane >> 2, t = lane & 3;
+// a register holds two 16-bit elements, the lower-numbered one in its low half):
+//   A (a0..a7 in 4 registers): row g + 8 * bit1(i), column 2t + bit0(i) + 8 * bit2(i)
+//   B (b0..b3 in 2 registers): row (k) 2t + bit0(i) + 8 * bit1(i), column (n) g
+//   C, D (c0..c3, floats):     row g + 8 * bit1(i), column 2t + bit0(i)
+// The mutation HOSTCUDA_MUTATION_MMA_A_LAYOUT swaps the roles of A's registers 1 and 2 (a2, a3
+// read as columns +8 of row g instead of row g + 8); test_mma's mma_* cases must fail.
 inline int mma_a_row(int lane, int i) {
 #if defined(HOSTCUDA_MUTATION_MMA_A_LAYOUT)
     return (lane >> 2) + 8 * ((i >> 2) & 1);
@@ -67,6 +47,8 @@ inline int mma_c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
 inline uint16_t reg_half(uint32_t reg, int half) { return static_cast<uint16_t>(reg >> (16 * half)); }
 inline float bf16_bits_to_float(uint16_t bits) { return static_cast<float>(__nv_bfloat16::from_bits(bits)); }
 
+// Both instructions are .aligned: the whole warp must execute them, so a block whose last warp
+// is partial cannot use them (undefined on the hardware; an error here).
 inline void require_full_warp(const char* name) {
     Worker& w = current_worker(name);
     if (active_lanes() != 0xffffffffu) {
@@ -96,8 +78,9 @@ inline void mma_m16n8k16_exchange(const uint64_t* lane_values, uint32_t) {
             c[mma_c_row(lane, i)][mma_c_col(lane, i)] = in.c[i];
         }
     }
-    // k outermost, so that the compiler vectorises over the 128 outputs; each output still
-    // adds its products to C in k order (the arithmetic stated above)
+    // bf16 x bf16 products are exact in fp32; each D element is C plus the 16 products added in
+    // k order (the GPU's order and rounding are unspecified: it may differ in the last bits).
+    // k outermost, so that the compiler vectorises over the 128 outputs.
     for (int k = 0; k < 16; k++) {
         for (int row = 0; row < 16; row++) {
             for (int col = 0; col < 8; col++) { c[row][col] += a[row][k] * b[k][col]; }
@@ -123,6 +106,9 @@ struct LdmatrixLane {
     uint32_t* out;    // `count` registers
 };
 
+// Lanes 8j..8j+7 give the addresses of rows 0..7 of matrix j; register j of a lane gets matrix
+// j's row g, columns 2t and 2t+1 (.trans: its column g, rows 2t and 2t+1). The mutation
+// HOSTCUDA_MUTATION_LDMATRIX_TRANS hands out the untransposed fragment (test_mma's ldmatrix_*).
 template <int count, bool trans>
 void ldmatrix_exchange(const uint64_t* lane_values, uint32_t) {
     uint16_t m[count][8][8];

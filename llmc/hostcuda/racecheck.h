@@ -1,23 +1,11 @@
 /*
 Host backend: shared-memory race and bounds checking (like compute-sanitizer's racecheck and the
-shared-memory part of memcheck), for binaries built with -DHOSTCUDA_RACECHECK and
--fsanitize=thread (the Makefile's build/racecheck-<precision>/ binaries). doc/host-backend.md
-"Race checking" has the rule, the choices weighed and the limits.
-
-Accesses: -fsanitize=thread makes the compiler call __tsan_read4(address), __tsan_write16(...),
-... before every load and store; we link no ThreadSanitizer runtime and define those entry points
-here. They return at once outside a block and for addresses outside the two shared windows:
-dynamic shared memory (with guard zones of Worker::kSharedGuardBytes on both sides) and the
-static __shared__ arrays (static thread_local: the worker's TLS block, found with
-dl_iterate_phdr, less the backend's own thread-locals). No kernel source changes.
-
-Shadow state: per byte of each window, the last writer and when, the readers since, and the
-cp.async in flight to it; time is a per-worker clock that ticks at every block start,
-__syncthreads release and __syncwarp. Reported: two threads' accesses not ordered by a
-__syncthreads (or, in one warp, a __syncwarp holding both lanes) with a write among them; an
-access to a cp.async's destination before its thread waited; an access to a guard zone. At the
-end of a launch with hazards the first ones are printed and the binary aborts, unless a
-RaceCapture is alive (tests); HOSTCUDA_RACECHECK=0 turns checking off.
+shared-memory part of memcheck) for binaries built with -DHOSTCUDA_RACECHECK -fsanitize=thread
+(the Makefile's build/racecheck-<precision>/). The compiler calls __tsan_read4(address), ...
+before every load and store; no ThreadSanitizer runtime is linked: those entry points are
+defined here, so no kernel source changes. A shadow per byte of the shared windows records
+writers, readers and cp.async; accesses a barrier does not order are reported at the launch's
+end. doc/host-backend.md "Race checking" has the rule, the choices weighed and the limits.
 */
 #pragma once
 
@@ -174,7 +162,10 @@ inline bool race_check_enabled() {
     return enabled;
 }
 
-// One byte of a shared window, as the checker sees it.
+// One byte of a shared window, as the checker sees it. The windows: dynamic shared memory with
+// guard zones of Worker::kSharedGuardBytes on both sides, and the static __shared__ arrays
+// (static thread_local: the worker's TLS block, less the backend's own thread-locals). Times are
+// the worker's clock, which ticks at every block start, __syncthreads release and __syncwarp.
 struct ShadowByte {
     uint32_t write_time;
     uint32_t read_time;

@@ -1,28 +1,10 @@
 /*
 A token mixer: what a SAN block runs between its pre-norm and its residual step
 (doc/san-model.md "Forward pass"): out = mixer(in), (N, d) -> (N, d), N = rows x positions.
-Standard attention is one; the variants of "Deconstructing Attention" (doc/deconstructing.md)
-are the others, one header each in this folder, listed in registry.h:
-
-    standard.h         softmax attention (AttentionMixer: the steps the attention kinds share)
-    approximate.h      exp replaced by its second-order Taylor polynomial
-    nonapprox.h        each position's own score q[t].k[t], a running softmax over the values
-    static_emb_qk.h    staticembqk: q, k from the token embedding x0 instead of the stream
-    fixed_qk.h         rndembqk, fixedseqqk: q, k from a fixed input run as one more row
-    mlp.h              no token mixing: a SwiGLU MLP in attention's place
-
-What a layer's mixer does (the model calls these in this order; llmc/model/layer_weights.h finds
-the tensors):
-    add_parameters(spec, prefix)   its tensors, appended under "layers.<l>.attn."
-    bind(weights)                  finds them and their gradients (names as added, with "attn.")
-    allocate(arena, N)             its activations for N positions, kept for backward
-    size_scratch(sizes)            the backward buffers it shares with every other layer
-    forward(pass, in, out)         out = mixer(in)
-    backward(pass, in, dout, din)  din = dL/d in, OVERWRITTEN; its gradients ACCUMULATE
-and what the model asks of it: score_inputs() (the q, k of the logged max-logit measurement,
-and what its weights are for the attention-pattern indicators), mixes_pairs() (FLOPs),
-decodes_with_cache() (sampling), reads_fixed_row() / reads_embedding() (what the model must
-provide), describe() (the run's banner).
+Standard attention is one; the variants of "Deconstructing Attention" are the others, one
+header each in this folder, listed in registry.h (doc/deconstructing.md has the table of kinds
+and headers, and how to add one). TokenMixer below is the interface the model calls, in the
+order its methods are declared; llmc/model/layer_weights.h finds a mixer's tensors.
 */
 #pragma once
 
@@ -102,20 +84,31 @@ struct ScoreInputs {
     bool own_position_only() const { return weights == AttnWeights::OwnScoreSoftmax; }
 };
 
+// What a layer's mixer does; the model calls these in this order.
 class TokenMixer {
 public:
     virtual ~TokenMixer() = default;
+    // its tensors, appended under "layers.<l>.attn."
     virtual void add_parameters(std::vector<ParamSpec>& spec, const std::string& prefix) const = 0;
+    // finds them and their gradients (names as added, with "attn.")
     virtual void bind(const LayerWeights& weights) = 0;
+    // its activations for N positions, kept for backward
     virtual void allocate(DeviceArena& arena, size_t N) = 0;
+    // the backward buffers it shares with every other layer
     virtual void size_scratch(ScratchSizes& sizes, int B, int T) const = 0;
+    // out = mixer(in)
     virtual void forward(const MixerPass& pass, const floatX* in, floatX* out) = 0;
+    // din = dL/d in, OVERWRITTEN; its gradients ACCUMULATE
     virtual void backward(const MixerPass& pass, const floatX* in, const floatX* dout, floatX* din) = 0;
 
+    // What the model asks of it:
+    // the q, k of the logged max-logit measurement, and what its weights are for the
+    // attention-pattern indicators
     virtual ScoreInputs score_inputs() const { return {}; }
     virtual bool mixes_pairs() const { return true; }  // costs 12 T d FLOPs per token (scores and values)
-    virtual bool decodes_with_cache() const { return false; }
+    virtual bool decodes_with_cache() const { return false; }  // sampling: one position from the KV cache
+    // what the model must provide: the fixed row (rndembqk, fixedseqqk), the token embedding x0
     virtual bool reads_fixed_row() const { return false; }
     virtual bool reads_embedding() const { return false; }
-    virtual std::string describe() const { return ""; }
+    virtual std::string describe() const { return ""; }  // for the run's banner
 };

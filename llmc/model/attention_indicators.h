@@ -1,36 +1,11 @@
 /*
-The attention-pattern indicators of "Deconstructing Attention" (its section 4.4 and radar plots,
-figures 1 and 8) and the distribution of the pre-softmax logits (its figures 2 and 6), from one
-layer's q and k on the host, in double (doc/deconstructing.md "Attention-pattern indicators").
-A measurement at validation time on a few rows, not a hot path: the trainer copies q and k
-from the device (the same on a GPU build) and calls these.
-
-The weights (AttnWeights, what a mixer says its weights are; visible(t, tau) = tau <= t and,
-under the document mask, the same document; x = q[t].k[tau] / sqrt(hd)):
-    Softmax          a[t][tau] = exp(x) / sum_visible exp(x)               standard, the QK kinds
-    TaylorJoint      a[t][tau] = f(x) / sum_visible f(x), f = 1 + x + x^2/2  approximate (joint)
-    OwnScoreSoftmax  a[t][tau] = exp(s[tau]) / sum_visible exp(s),
-                     s[tau] = q[tau].k[tau] / sqrt(hd)                     nonapprox
-    NotStochastic    pairwise logits, but no single non-negative row-stochastic matrix
-                     (approximate, separate: three matrices, the first-order one signed)
-For each row b of the slice and query head h, A = a (Tn x Tn, zero where not visible):
-    entropy   = -sum_{t,tau} a log a (the whole matrix, 0 log 0 = 0)      per head, mean over rows
-    conc      = ||A||_F = sqrt(sum_{t,tau} a^2)                           per head, mean over rows
-    sink      = mean over (b, t) of a[t][0], the row's first token: the paper's A[:,1]/L,
-                literally (under the document mask a[t][0] = 0 past the first document)   per head
-    sink_doc  = mean over (b, t) of a[t][first(t)], first(t) = the first key t sees (its
-                document's first token; = sink without the document mask)   per head
-    locfoc[N] = mean over the (b, t) whose key t - N is visible of a[t][t - N], N = 0..3   per head
-    headdiv   = mean over the visible (b, t, tau) of the std over the heads of a_h[t][tau]
-                (population std); with every causal pair visible that is the paper's
-                2 / (L (1 + L)) normalisation, L = Tn                       per layer
-The logits: |x| over the visible pairs (OwnScoreSoftmax: |s[t]| per position) of every row and
-query head; quantiles at kLogitLevels (nearest rank: the ceil(p n)-th smallest) and counts in
-the log-spaced bins of logit_bin_edges() (below the first edge: bin 0; from the last edge on:
-the last bin).
-attention_patterns computes both in one pass over the scores. Cost per layer: Bn Hq Tn (Tn + 1) / 2
-dot products of length hd in double; Hq Tn^2 doubles held for one row at a time (the heads'
-matrices, for headdiv) and the Bn Hq Tn (Tn + 1) / 2 |x| for the sort.
+The attention-pattern indicators of "Deconstructing Attention" (its section 4.4 and the radar
+plots of figures 1 and 8) and the distribution of the pre-softmax logits (its figures 2 and 6),
+from one layer's q and k, on the host in double. A measurement at validation time on a few rows,
+not a hot path: the trainer copies q and k from the device (the same on a GPU build) and calls
+attention_patterns, which computes both in one pass over the scores. The definitions as
+implemented, the context L and the cost: doc/deconstructing.md "Attention-pattern indicators";
+each formula is also next to the field that holds it below.
 */
 #pragma once
 
@@ -43,7 +18,14 @@ matrices, for headdiv) and the Bn Hq Tn (Tn + 1) / 2 |x| for the sort.
 #include <type_traits>
 #include <vector>
 
-// What a mixer's weights over the keys are (TokenMixer::score_inputs, llmc/mixers/mixer.h).
+// What a mixer's weights over the keys are (TokenMixer::score_inputs, llmc/mixers/mixer.h), with
+// x = q[t].k[tau] / sqrt(hd) and the sums over the keys tau visible from t:
+//   Softmax          a[t][tau] = exp(x) / sum exp(x)                        the QK kinds
+//   TaylorJoint      a[t][tau] = f(x) / sum f(x), f = 1 + x + x^2/2          approximate (joint)
+//   OwnScoreSoftmax  a[t][tau] = exp(s[tau]) / sum exp(s), s[tau] = q[tau].k[tau] / sqrt(hd)
+//                                                                            nonapprox
+//   NotStochastic    pairwise logits but no single non-negative row-stochastic matrix
+//                    (approximate, separate: three matrices, the first-order one signed)
 enum class AttnWeights { Softmax, TaylorJoint, OwnScoreSoftmax, NotStochastic };
 
 constexpr int kLocFocDistances = 4;  // LocFoc N for N = 0..3
@@ -77,6 +59,14 @@ struct HostScores {
     bool has_matrix() const { return weights != AttnWeights::NotStochastic; }
 };
 
+// One query head's indicators, from A = a (Tn x Tn, zero where not visible) of each row b:
+//   entropy    -sum_{t,tau} a log a over the whole matrix (0 log 0 = 0), mean over the rows
+//   conc       ||A||_F = sqrt(sum_{t,tau} a^2), mean over the rows
+//   sink       mean over (b, t) of a[t][0], the row's first token: the paper's A[:,1]/L literally
+//              (under the document mask a[t][0] = 0 past the row's first document)
+//   sink_doc   mean over (b, t) of a[t][first(t)], first(t) the first key t sees (its document's
+//              first token; = sink without the document mask)
+//   locfoc[N]  mean of a[t][t - N] over the (b, t) whose key t - N is visible, N = 0..3
 struct HeadIndicators {
     double entropy = 0.0, conc = 0.0, sink = 0.0, sink_doc = 0.0;
     std::array<double, kLocFocDistances> locfoc{};
@@ -84,6 +74,8 @@ struct HeadIndicators {
 struct LayerIndicators {
     bool has = false;  // false: the layer's weights are no attention matrix (logged as null)
     std::vector<HeadIndicators> head;
+    // mean over the visible (b, t, tau) of the std over the query heads of a_h[t][tau] (population
+    // std); with every causal pair visible, the paper's 2 / (L (1 + L)) normalisation, L = Tn
     double headdiv = 0.0;
 };
 struct LogitSummary {
@@ -159,7 +151,10 @@ inline void add_head(const HostScores& s, int b, const std::vector<double>& A, H
     m.conc += std::sqrt(sq);
 }
 
-// The logits' summary from |x| of every visible pair (sorted here).
+// The logits' summary from |x| of every visible pair of every row and query head (OwnScoreSoftmax:
+// |s[t]| per position), sorted here: quantiles at kLogitLevels (nearest rank: the ceil(p n)-th
+// smallest) and counts in the bins of logit_bin_edges() (below the first edge: bin 0; from the
+// last edge on: the last bin).
 inline LogitSummary summarise_logits(std::vector<double>& x) {
     LogitSummary r;
     if (x.empty()) { return r; }

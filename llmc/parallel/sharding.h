@@ -1,25 +1,9 @@
 /*
-How data-parallel ranks split the optimizer's work (doc/multi-gpu.md). Pure functions of
-sizes and the rank count, so every rank computes the same split without talking.
-
-ZeRO-1 flat chunks (flat_shards): the parameter, gradient and optimizer-state buffers
-share one layout of E elements (every tensor on a multiple of 64 elements,
-layout_parameters in llmc/model/parameters.h). Rank r owns elements [r*C, (r+1)*C) with
-    C = floor(E / (N * align)) * align,
-so every chunk starts aligned (vector loads, NCCL's 16-byte preference) and all chunks
-have the same size, as NCCL's reduce-scatter and all-gather require. The tail [N*C, E),
-fewer than N*align elements, belongs to every rank (llmc/parallel/data_parallel.h all-reduces it
-and every rank updates it): that keeps the chunks equal and aligned without padding the
-model's buffers. A chunk cuts tensors anywhere: pieces_in() lists the (tensor, range)
-pieces of a range, for element-wise optimizers (AdamW) that then update each piece with
-its tensor's settings.
-
-Muon ownership (balance_owners): Newton-Schulz needs a whole matrix, so matrices, not
-elements, are dealt out: largest first, each to the rank with the least total so far
-(ties: the earlier matrix, the lower rank). Greedy by the least loaded means no rank
-ends up more than one matrix ahead of another (max - min load <= the largest matrix),
-and largest-first keeps the max within 4/3 of the best possible split (Graham's bound).
-Loads are element counts, which is also what the all-gather of the results moves.
+How data-parallel ranks split the optimizer's work: ZeRO-1's flat chunks of the parameter,
+gradient and optimizer-state layout (flat_shards, pieces_in) and the Muon matrices' owners
+(balance_owners). Pure functions of sizes and the rank count, so every rank computes the same
+split without talking. The rules and why they hold are next to each function below;
+doc/multi-gpu.md "What each rank does" says how the optimizer uses them.
 */
 #pragma once
 
@@ -40,6 +24,13 @@ struct FlatShards {
     size_t end(int r) const { return chunk * (size_t)(r + 1); }
 };
 
+// ZeRO-1: the parameter, gradient and optimizer-state buffers share one layout of E elements
+// (every tensor on a multiple of 64: layout_parameters, llmc/model/parameters.h). Rank r owns
+// [r*C, (r+1)*C) with C = floor(E / (N*align)) * align, so every chunk starts aligned (vector
+// loads, NCCL's 16-byte preference) and all have the same size, as NCCL's reduce-scatter and
+// all-gather require. The tail [N*C, E), fewer than N*align elements, belongs to every rank
+// (llmc/parallel/data_parallel.h all-reduces it and every rank updates it): equal, aligned
+// chunks without padding the model's buffers.
 inline FlatShards flat_shards(size_t elements, int world, size_t align) {
     if (world < 1 || align < 1) { fatal("flat_shards: world %d and alignment %zu must be positive", world, align); }
     FlatShards s;
@@ -56,7 +47,8 @@ struct TensorPiece {
 };
 
 // The pieces of the tensors at [offsets[i], offsets[i] + sizes[i]) inside [begin, end), in
-// tensor order; gaps between tensors belong to none.
+// tensor order; gaps between tensors belong to none. A chunk cuts tensors anywhere: an
+// element-wise optimizer (AdamW) updates each piece with its tensor's settings.
 inline std::vector<TensorPiece> pieces_in(const std::vector<size_t>& offsets, const std::vector<size_t>& sizes,
                                           size_t begin, size_t end) {
     std::vector<TensorPiece> out;
@@ -67,7 +59,12 @@ inline std::vector<TensorPiece> pieces_in(const std::vector<size_t>& offsets, co
     return out;
 }
 
-// owner[i] in [0, world) for the matrix of sizes[i] elements.
+// owner[i] in [0, world) for the matrix of sizes[i] elements. Newton-Schulz needs a whole matrix,
+// so matrices, not elements, are dealt out: largest first, each to the rank with the least total
+// so far (ties: the earlier matrix, the lower rank). Greedy by the least loaded leaves no rank
+// more than one matrix ahead (max - min load <= the largest matrix); largest first keeps the max
+// within 4/3 of the best split (Graham's bound). Loads are element counts, which is also what the
+// all-gather of the results moves.
 inline std::vector<int> balance_owners(const std::vector<int64_t>& sizes, int world) {
     if (world < 1) { fatal("balance_owners: world %d must be positive", world); }
     std::vector<int> order(sizes.size());
