@@ -2,7 +2,8 @@
 source and fake nvcc and nvidia-smi, so that what is checked is the Makefile itself: the arch
 it detects (the first GPU's compute capability, 90 without one), the machine code for each arch
 of GPU_ARCHS plus the newest's PTX, a rebuild exactly when the arch changes (the flags stamp),
-and the sm_80/sm_90 device-code checks of `make gpu-build`."""
+and the sm_80/sm_90 device-code checks (make test-all's, make test's only on a GPU machine; none
+differs today: the last test keeps it so)."""
 import os
 import re
 import shutil
@@ -107,6 +108,35 @@ def test_gpu_build_checks_the_trainers_for_sm_80_and_sm_90(tree):
     assert all(" -c " in f" {c} " for c in calls), calls
     make(root, env, "gpu-arch-check", "GPU_ARCHS=80 90")  # built by the build itself: nothing more
     assert nvcc_calls(tmp) == []
+
+
+def test_without_a_gpu_the_arch_check_is_test_alls(tree):
+    root, env, tmp = tree
+    set_card(tmp, None)
+    make(root, env, "gpu-build")  # make test's nvcc build: for sm_90, no arch check
+    assert [c for c in nvcc_calls(tmp) if "-cubin" in c] == []
+    make(root, env, "gpu-build", "TEST_ALL=1")  # make test-all's
+    assert [re.search(r"-arch=(sm_\d+) -cubin", c).group(1) for c in nvcc_calls(tmp) if "-cubin" in c] == ["sm_80"]
+
+
+def test_no_code_path_differs_between_sm_80_and_sm_90():
+    """Why make test (no GPU) builds device code for sm_90 alone: no source compares __CUDA_ARCH__
+    with a value that tells sm_80 from sm_90. One that does needs the sm_80 check back in make
+    test (Makefile, gpu-build)."""
+    compare = re.compile(r"__CUDA_ARCH__\s*(>=|<=|==|!=|>|<)\s*(\d+)")
+    tells = {">=": lambda v: 800 < v <= 900, "<": lambda v: 800 < v <= 900, ">": lambda v: 800 <= v < 900,
+             "<=": lambda v: 800 <= v < 900, "==": lambda v: v in (800, 900), "!=": lambda v: v in (800, 900)}
+    found = []
+    for top, dirs, files in os.walk(ROOT):
+        if top == ROOT:  # (not the venv, the builds, runs and datasets)
+            dirs[:] = [d for d in dirs if d not in (".git", ".venv", "build", "logs", "data")]
+        for name in files:
+            if name.endswith((".cu", ".cuh", ".h")):
+                path = os.path.join(top, name)
+                for op, value in compare.findall(open(path, errors="replace").read()):
+                    if tells[op](int(value)):
+                        found.append(f"{os.path.relpath(path, ROOT)}: __CUDA_ARCH__ {op} {value}")
+    assert found == [], "code that differs between sm_80 and sm_90: " + "; ".join(found)
 
 
 def test_a_bad_arch_is_refused(tree):
