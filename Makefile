@@ -171,7 +171,12 @@ $(foreach a,$(GPU_ARCHS),$(if $(NVCC_GPU_CODES),$(if $(filter $(patsubst %a,%,$(
 GPU_ARCH_NEWEST := $(shell printf '%s\n' $(GPU_ARCHS) | sort -n | tail -n 1)
 NVCC_ARCH_FLAGS := $(foreach a,$(GPU_ARCHS),--generate-code arch=compute_$(a),code=sm_$(a)) \
   --generate-code arch=compute_$(GPU_ARCH_NEWEST),code=compute_$(GPU_ARCH_NEWEST)
-NVCC_COMMON_FLAGS := -std=c++17 -O3 -I. -MMD -MP -lineinfo -Xcompiler -fdebug-prefix-map=$(CURDIR)=. $(PRECISION_FLAGS)
+# nvcc's -O is the host code's (device code is optimised at any -O). Without a GPU, make test and
+# test-all build with nvcc only to prove the code compiles: at -O0 the device code is the same
+# (train_san's fat binary byte for byte) for ~30% less CPU (test_san.cu: 80 -> 55 s, 2026-12-07).
+NVCC_HOST_OPT ?= -O3
+NO_GPU_CHECK_BUILD := $(if $(filter 1,$(HAS_GPU)),,NVCC_HOST_OPT=-O0)
+NVCC_COMMON_FLAGS := -std=c++17 $(NVCC_HOST_OPT) -I. -MMD -MP -lineinfo -Xcompiler -fdebug-prefix-map=$(CURDIR)=. $(PRECISION_FLAGS)
 NVCC_FLAGS = $(NVCC_COMMON_FLAGS) $(NVCC_ARCH_FLAGS) -DLLMC_GPU_ARCHS='"$(GPU_ARCHS)"'  # (llmc/card_check.h names them)
 NVCC_LDFLAGS := -lcublas -lcublasLt
 
@@ -425,12 +430,13 @@ ifeq ($(HAS_GPU),1)
 	$(MAKE) --no-print-directory gpu gpu-arch-check PRECISION=BF16
 	$(MAKE) --no-print-directory gpu PRECISION=FP32
 else
-	$(MAKE) --no-print-directory $(addprefix build/gpu-bf16/,$(TRAINERS) $(TRAINER_TESTS)) $(if $(filter 1,$(TEST_ALL)),gpu-arch-check) PRECISION=BF16
+	$(MAKE) --no-print-directory $(addprefix build/gpu-bf16/,$(TRAINERS) $(TRAINER_TESTS)) $(if $(filter 1,$(TEST_ALL)),gpu-arch-check) \
+	  PRECISION=BF16 $(NO_GPU_CHECK_BUILD)
 endif
 test-all-gpu-builds: $(if $(NVCC),gpu-build)
 ifneq ($(NVCC),)
-	$(MAKE) --no-print-directory gpu PRECISION=BF16
-	$(MAKE) --no-print-directory $(addprefix build/gpu-fp32/,$(TRAINER_TESTS)) PRECISION=FP32
+	$(MAKE) --no-print-directory gpu PRECISION=BF16 $(NO_GPU_CHECK_BUILD)
+	$(MAKE) --no-print-directory $(addprefix build/gpu-fp32/,$(TRAINER_TESTS)) PRECISION=FP32 $(NO_GPU_CHECK_BUILD)
 endif
 
 setup-system:

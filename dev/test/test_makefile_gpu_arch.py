@@ -119,6 +119,38 @@ def test_without_a_gpu_the_arch_check_is_test_alls(tree):
     assert [re.search(r"-arch=(sm_\d+) -cubin", c).group(1) for c in nvcc_calls(tmp) if "-cubin" in c] == ["sm_80"]
 
 
+def test_without_a_gpu_the_nvcc_build_proves_it_compiles_at_host_O0(tree):
+    root, env, tmp = tree
+    set_card(tmp, None)
+    make(root, env, "gpu-build")
+    compile_line = [c for c in nvcc_calls(tmp) if " -c train_x.cu" in c][0]
+    assert " -O0 " in compile_line and " -O3 " not in compile_line
+    make(root, env, "build/gpu-bf16/train_x")  # a user's build: optimised, so rebuilt (the flags stamp)
+    compile_line = [c for c in nvcc_calls(tmp) if " -c train_x.cu" in c][0]
+    assert " -O3 " in compile_line and " -O0 " not in compile_line
+
+
+def test_nvccs_O_leaves_the_device_code_as_it_is(tmp_path):
+    """Why -O0 proves as much: nvcc's -O is the host code's; the fat binary (each arch's machine
+    code and PTX) is the same byte for byte."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.path.exists(nvcc) or not shutil.which("objcopy"):
+        pytest.skip("needs nvcc and objcopy")
+    (tmp_path / "k.cu").write_text(
+        "__global__ void axpy(float a, const float* x, float* y, int n) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    for (; i < n; i += gridDim.x * blockDim.x) { y[i] = a * x[i] + y[i] * y[i] / (1.0f + x[i]); }\n}\n"
+        "int main() { axpy<<<1, 32>>>(2.0f, nullptr, nullptr, 0); return 0; }\n")
+    fatbins = []
+    for opt in ("-O0", "-O3"):
+        obj, fatbin = tmp_path / f"k{opt}.o", tmp_path / f"k{opt}.fatbin"
+        subprocess.run([nvcc, opt, "--generate-code", "arch=compute_90,code=sm_90", "-c", str(tmp_path / "k.cu"),
+                        "-o", str(obj)], check=True, capture_output=True, timeout=300)
+        subprocess.run(["objcopy", "-O", "binary", "--only-section=.nv_fatbin", str(obj), str(fatbin)], check=True)
+        fatbins.append(fatbin.read_bytes())
+    assert fatbins[0] and fatbins[0] == fatbins[1]
+
+
 def test_no_code_path_differs_between_sm_80_and_sm_90():
     """Why make test (no GPU) builds device code for sm_90 alone: no source compares __CUDA_ARCH__
     with a value that tells sm_80 from sm_90. One that does needs the sm_80 check back in make
