@@ -12,6 +12,11 @@ this file (host backend with g++, GPU with nvcc), in either precision.
 - rope: the table against direct fp64 maths, forward and backward against a complex-number
   formulation (z1 + i z2) * exp(+-i angle) that does not use the table, backward(forward(x))
   == x, in-place operation, odd head dims, the FP32 adjoint identity <Rx, y> == <x, R^T y>.
+- qk_norm_rope (llmc/kernels/qk_norm_rope.cuh): the fused QK-norm + RoPE forward and backward
+  bit-identical to the two kernels they replace (norm then rope; rope's backward then the norm's),
+  out, rstd, dinp and dgain, for head dims on the 128-bit and the scalar paths and those the
+  fusion refuses, GQA's two head counts, a table from a later position (decoding), misaligned
+  pointers and the backward's grid-stride loop; dinp overwritten, dout left as it was.
 - swiglu: forward and backward against the double reference, tails and misaligned
   pointers, in-place aliasing, FP32 finite differences.
 
@@ -25,6 +30,7 @@ Usage: test_norm_rope_swiglu [name-filter]
 
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/norm.cuh"
+#include "llmc/kernels/qk_norm_rope.cuh"
 #include "llmc/kernels/rope.cuh"
 #include "llmc/kernels/swiglu.cuh"
 #include "dev/test/compare.h"
@@ -399,6 +405,106 @@ TEST_CASE(rope_adjoint_identity_fp32) {
     cudaCheck(cudaFree(d_table));
     cudaCheck(cudaFree(d_x));
     cudaCheck(cudaFree(d_y));
+}
+
+// ========================================================================================
+// qk_norm_rope: the fused kernels against the pair they replace, bit for bit
+
+struct QKCase {
+    int B, T, H, hd;
+    float offset;
+    int pos;       // the table from this position on (a decoding step's rows)
+    int misalign;  // element offset of every floatX pointer
+    uint32_t seed;
+};
+
+// Forward and backward of one case through qk_norm_rope_* and through the two kernels;
+// returns whether the fused kernels ran (else both are the two kernels).
+static bool check_qk_norm_rope_case(const QKCase& k) {
+    const int N = k.B * k.T * k.H, C = k.hd, m = k.misalign;
+    const size_t n = (size_t)N * C;
+    const float eps = 1e-6f;
+    Data x = random_data(n, k.seed, -2.0f, 2.0f);
+    Data g = random_data(C, k.seed + 1, k.offset == 1.0f ? -0.5f : 0.5f, k.offset == 1.0f ? 0.5f : 1.5f);
+    Data dout = random_data(n, k.seed + 2);
+    Data garbage = random_data(n, k.seed + 3);  // the fused backward overwrites dinp
+    Data dg0 = random_data(C, k.seed + 4);
+    auto upload = [m](const std::vector<floatX>& v) {
+        std::vector<floatX> padded(m, from_float<floatX>(0.0f));
+        padded.insert(padded.end(), v.begin(), v.end());
+        return copy_to_device(padded) + m;
+    };
+    float* d_table = copy_to_device(rope_table(k.pos + k.T, C, 10000.0));
+    const float* table = d_table + (size_t)k.pos * C;
+    floatX* d_x = upload(x.x);
+    floatX* d_g = upload(g.x);
+    floatX* d_dg = upload(dg0.x);
+    floatX* d_out = upload(std::vector<floatX>(n));
+    floatX* d_dout = upload(dout.x);
+    floatX* d_dinp = upload(garbage.x);
+    float* d_rstd = cudaMallocElements(float, N);
+    float* d_scratch = cudaMallocElements(float, norm_backward_scratch_floats(N, C));
+    GainNorm norm{{d_g, d_dg}, C, k.offset, eps};
+    bool fused = qk_norm_rope_fused(C, norm_layout(C, {d_out, d_x, d_g})) &&
+                 qk_norm_rope_fused(C, norm_layout(C, {d_dinp, d_dout, d_x, d_g}));
+
+    // the two kernels
+    norm.forward(d_out, d_rstd, d_x, N, 0);
+    rope_forward(d_out, d_out, table, k.B, k.T, k.H, C, 0);
+    std::vector<floatX> out_pair = copy_from_device(d_out, n);
+    std::vector<float> rstd_pair = copy_from_device(d_rstd, N);
+    cudaCheck(cudaMemset(d_dinp, 0, n * sizeof(floatX)));
+    rope_backward(d_dout, d_dout, table, k.B, k.T, k.H, C, 0);
+    norm.backward(d_dinp, d_dout, d_x, d_rstd, N, d_scratch, 0);
+    std::vector<floatX> dinp_pair = copy_from_device(d_dinp, n), dg_pair = copy_from_device(d_dg, C);
+
+    // fused, from the same inputs
+    cudaCheck(cudaMemcpy(d_dout, dout.x.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_dinp, garbage.x.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_dg, dg0.x.data(), C * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(d_out, 0, n * sizeof(floatX)));
+    cudaCheck(cudaMemset(d_rstd, 0, N * sizeof(float)));
+    qk_norm_rope_forward(norm, d_out, d_rstd, d_x, table, k.B, k.T, k.H, 0);
+    std::vector<float> rstd = copy_from_device(d_rstd, N);
+    CHECK(bits_equal(copy_from_device(d_out, n), out_pair));
+    CHECK(memcmp(rstd.data(), rstd_pair.data(), N * sizeof(float)) == 0);
+    qk_norm_rope_backward(norm, d_dinp, d_dout, d_x, d_rstd, table, k.B, k.T, k.H, d_scratch, 0);
+    CHECK(bits_equal(copy_from_device(d_dinp, n), dinp_pair));
+    CHECK(bits_equal(copy_from_device(d_dg, C), dg_pair));
+    if (fused) { CHECK(bits_equal(copy_from_device(d_dout, n), dout.x)); }  // read only
+
+    cudaCheck(cudaFree(d_table));
+    for (floatX* p : {d_x, d_g, d_dg, d_out, d_dout, d_dinp}) { cudaCheck(cudaFree(p - m)); }
+    cudaCheck(cudaFree(d_rstd));
+    cudaCheck(cudaFree(d_scratch));
+    return fused;
+}
+
+TEST_CASE(qk_norm_rope_fused_equals_pair_head_dims) {
+    // hd 64 and 128: the 128-bit path, 8 or 16 lanes a row on a GPU (1 on the host)
+    CHECK(check_qk_norm_rope_case({2, 37, 8, 64, 1.0f, 0, 0, 1}));  // ZCN, san20's query heads
+    CHECK(check_qk_norm_rope_case({2, 37, 4, 64, 1.0f, 0, 0, 2}));  // GQA: its key heads
+    CHECK(check_qk_norm_rope_case({3, 5, 4, 128, 0.0f, 0, 0, 3}));  // RMS
+    CHECK(check_qk_norm_rope_case({2, 9, 3, 32, 1.0f, 0, 0, 4}));
+    CHECK(check_qk_norm_rope_case({2, 9, 3, 16, 1.0f, 0, 0, 5}));  // 1-2 lanes a row
+    CHECK(check_qk_norm_rope_case({1, 2048, 1, 64, 1.0f, 0, 0, 6}));  // long context: large angles
+    // scalar path: hd % V != 0 (odd halves), or misaligned pointers
+    CHECK(check_qk_norm_rope_case({2, 9, 3, 6, 1.0f, 0, 0, 7}));
+    CHECK(check_qk_norm_rope_case({1, 7, 5, 2, 0.0f, 0, 0, 8}));
+    CHECK(check_qk_norm_rope_case({2, 13, 2, 64, 1.0f, 0, 1, 9}));
+    // hd 8 (bf16: 128-bit chunks of 8 straddle the halves) and 20 (fp32: chunks of 4, halves
+    // of 10): the two kernels run there; hd 8 in fp32 and hd 20 in bf16 (scalar) fuse
+    CHECK(check_qk_norm_rope_case({2, 11, 3, 8, 1.0f, 0, 0, 10}) == kFP32);
+    CHECK(check_qk_norm_rope_case({2, 11, 3, 20, 1.0f, 0, 0, 11}) == !kFP32);
+}
+
+TEST_CASE(qk_norm_rope_fused_equals_pair_decode_and_many_rows) {
+    CHECK(check_qk_norm_rope_case({4, 1, 8, 64, 1.0f, 0, 0, 19}));   // position 0 only: angle 0
+    CHECK(check_qk_norm_rope_case({1, 1, 8, 64, 1.0f, 37, 0, 20}));  // one decoding position: the table from 37 on
+    CHECK(check_qk_norm_rope_case({3, 1, 4, 64, 1.0f, 5, 0, 21}));
+    // more rows than kNormBackwardMaxBlocks blocks cover at once: the grid-stride loop (hd 64:
+    // 32 rows a block on a GPU, 128 on the host, where a row has one lane)
+    CHECK(check_qk_norm_rope_case({2, 2048, 17, 64, 1.0f, 0, 0, 22}));
 }
 
 // ========================================================================================

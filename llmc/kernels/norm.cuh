@@ -50,6 +50,24 @@ __device__ inline float norm_group_sum(float value, int lanes) {
     return value;
 }
 
+// The backward's per-element steps with their fused multiply-adds written out. A compiler may
+// contract a * b + c into an fma or not, and which product of a * b + c * d, as it likes (g++
+// did it one way in norm_backward_kernel<1> and another in <x128::size>); written out, the
+// fused QK-norm + RoPE backward (llmc/kernels/qk_norm_rope.cuh), which calls the same
+// functions, gives this kernel's results bit for bit on either executor. They are the
+// contractions g++ chose for the 128-bit path (its host results did not change; the scalar
+// path's fp32 results moved by an ulp in places).
+// backward, first pass: sum_dy_y += dy * y and acc += dout * y, dy = dout * (gain_offset + gain)
+__device__ inline void norm_backward_sums(float& sum_dy_y, float& acc, float d, float gain_plus_offset, float y) {
+    sum_dy_y = fmaf(d * gain_plus_offset, y, sum_dy_y);
+    acc = fmaf(d, y, acc);
+}
+// backward, second pass: di + rstd * (dy - y * mean(dy * y))
+__device__ inline float norm_backward_dinp(float di, float d, float gain_plus_offset, float x, float s,
+                                           float mean_dy_y) {
+    return fmaf(s, fmaf(-(x * s), mean_dy_y, d * gain_plus_offset), di);
+}
+
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of 32 and of `lanes`; C % V == 0.
 
@@ -111,9 +129,7 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
                 load_floats<V>(d, dout + offset + c);
                 load_floats<V>(g, gain + c);
                 for (int k = 0; k < V; k++) {
-                    float y = x[k] * s;
-                    sum_dy_y += d[k] * (gain_offset + g[k]) * y;
-                    acc[k * chunks + c / V] += d[k] * y;
+                    norm_backward_sums(sum_dy_y, acc[k * chunks + c / V], d[k], gain_offset + g[k], x[k] * s);
                 }
             }
         }
@@ -127,8 +143,7 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
                 load_floats<V>(g, gain + c);
                 load_floats<V>(di, dinp + offset + c);
                 for (int k = 0; k < V; k++) {
-                    float dy = d[k] * (gain_offset + g[k]);
-                    di[k] += s * (dy - (x[k] * s) * mean_dy_y);
+                    di[k] = norm_backward_dinp(di[k], d[k], gain_offset + g[k], x[k], s, mean_dy_y);
                 }
                 store_floats<V>(dinp + offset + c, di);
             }
@@ -202,6 +217,29 @@ inline int norm_backward_blocks(int N) { return N < kNormBackwardMaxBlocks ? N :
 
 inline size_t norm_backward_scratch_floats(int N, int C) { return (size_t)norm_backward_blocks(N) * C; }
 
+// The backward kernel's launch for N rows of C with `lanes` lanes a row: as many row groups a
+// block as their dgain rows fit in kNormMaxSharedBytes (at most 256 threads), at most
+// norm_backward_blocks(N) blocks. `who` names the caller in the error of a C too wide.
+struct NormBackwardLaunch {
+    int blocks, block_size;
+    size_t shared;
+};
+inline NormBackwardLaunch norm_backward_launch(int N, int C, int lanes, const char* who) {
+    int groups = 256 / lanes;
+    while (groups > 1 && (size_t)groups * C * sizeof(float) > (size_t)kNormMaxSharedBytes) { groups /= 2; }
+    if ((size_t)groups * C * sizeof(float) > (size_t)kNormMaxSharedBytes) {
+        fprintf(stderr, "%s: C = %d needs more than %d bytes of shared memory\n", who, C, kNormMaxSharedBytes);
+        exit(EXIT_FAILURE);
+    }
+    NormBackwardLaunch launch;
+    // lanes < 32 only for C < 32 * V, where groups stays 256 / lanes: block_size is a multiple of 32
+    launch.block_size = groups * lanes;
+    launch.blocks = CEIL_DIV(N, groups);
+    if (launch.blocks > norm_backward_blocks(N)) { launch.blocks = norm_backward_blocks(N); }
+    launch.shared = (size_t)groups * C * sizeof(float);
+    return launch;
+}
+
 // A norm as a model calls it: its gain tensor (and the gain's gradient), the row width C and
 // how the gains are stored. forward: out = norm(x) over N rows (rstd kept for backward);
 // backward: dx += dL/dx and gain.grad += dL/dgain, from dout = dL/d out and the forward's x, rstd.
@@ -218,25 +256,19 @@ struct GainNorm {
                   cudaStream_t stream) const {
         if (N <= 0) { return; }
         NormLayout layout = norm_layout(C, {dx, dout, x, gain.w});
-        int groups = 256 / layout.lanes;
-        while (groups > 1 && (size_t)groups * C * sizeof(float) > (size_t)kNormMaxSharedBytes) { groups /= 2; }
-        if ((size_t)groups * C * sizeof(float) > (size_t)kNormMaxSharedBytes) {
-            fprintf(stderr, "GainNorm::backward: C = %d needs more than %d bytes of shared memory\n", C, kNormMaxSharedBytes);
-            exit(EXIT_FAILURE);
-        }
-        int block_size = groups * layout.lanes;
-        // lanes < 32 only for C < 32 * V, where groups stays 256 / lanes: block_size is a multiple of 32
-        int blocks = CEIL_DIV(N, groups);
-        if (blocks > norm_backward_blocks(N)) { blocks = norm_backward_blocks(N); }
-        size_t shared = (size_t)groups * C * sizeof(float);
+        NormBackwardLaunch launch = norm_backward_launch(N, C, layout.lanes, "GainNorm::backward");
         if (layout.vector) {
-            LAUNCH(blocks, block_size, shared, stream, norm_backward_kernel<x128::size>)(
+            LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, norm_backward_kernel<x128::size>)(
                 dx, scratch, dout, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
         } else {
-            LAUNCH(blocks, block_size, shared, stream, norm_backward_kernel<1>)(dx, scratch, dout, x, gain.w, rstd, N,
-                                                                                 C, layout.lanes, gain_offset);
+            LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, norm_backward_kernel<1>)(
+                dx, scratch, dout, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
         }
         cudaCheckLaunch();
+        reduce_dgain(scratch, launch.blocks, stream);
+    }
+    // gain.grad += the sum of the backward kernel's per-block partials in scratch
+    void reduce_dgain(const float* scratch, int blocks, cudaStream_t stream) const {
         LAUNCH(CEIL_DIV(C, 32), dim3(32, 8), 0, stream, norm_dgain_reduce_kernel)(gain.grad, scratch, blocks, C);
         cudaCheckLaunch();
     }

@@ -38,6 +38,20 @@ inline std::vector<float> rope_table(int T, int hd, double theta) {
 }
 
 
+// The two halves of a rotated pair (z1, z2) = (z[i], z[half + i]) at one position, `row` its
+// table row: rope_first = z1 cos - z2 sin, rope_second = z2 cos + z1 sin, sin times `direction`
+// (+1 forward, -1 backward), the fma written out (as g++ contracted it before) so that the
+// fused QK-norm + RoPE kernels (llmc/kernels/qk_norm_rope.cuh), which call the same functions,
+// compute the same float operations whatever a compiler would contract.
+__device__ inline float rope_first(float z1, float z2, const float* row, int half, int i, float direction) {
+    float c = row[i], s = direction * row[half + i];
+    return fmaf(z1, c, -(z2 * s));
+}
+__device__ inline float rope_second(float z1, float z2, const float* row, int half, int i, float direction) {
+    float c = row[i], s = direction * row[half + i];
+    return fmaf(z2, c, z1 * s);
+}
+
 // direction +1: forward rotation; -1: backward (rotation by -angle). (hd/2) % V == 0.
 template <int V>
 __global__ void rope_kernel(floatX* out, const floatX* inp, const float* table, int B, int T, int H, int hd,
@@ -51,17 +65,13 @@ __global__ void rope_kernel(floatX* out, const floatX* inp, const float* table, 
     size_t head_vector = index / chunks_per_head;  // (b, t, h) flattened
     int t = (int)((head_vector / H) % T);
     size_t base = head_vector * hd;
-    float z1[V], z2[V], c[V], s[V];
+    float z1[V], z2[V], o1[V], o2[V];
     load_floats<V>(z1, inp + base + i);
     load_floats<V>(z2, inp + base + half + i);
+    const float* row = table + (size_t)t * hd;
     for (int k = 0; k < V; k++) {
-        c[k] = table[(size_t)t * hd + i + k];
-        s[k] = direction * table[(size_t)t * hd + half + i + k];
-    }
-    float o1[V], o2[V];
-    for (int k = 0; k < V; k++) {
-        o1[k] = z1[k] * c[k] - z2[k] * s[k];
-        o2[k] = z2[k] * c[k] + z1[k] * s[k];
+        o1[k] = rope_first(z1[k], z2[k], row, half, i + k, direction);
+        o2[k] = rope_second(z1[k], z2[k], row, half, i + k, direction);
     }
     store_floats<V>(out + base + i, o1);
     store_floats<V>(out + base + half + i, o2);

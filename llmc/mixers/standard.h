@@ -19,6 +19,7 @@ Sampling: one position per step, its k and v written into the KV cache (llmc/ker
 
 #include "llmc/kernels/attention.cuh"  // defines: attention_forward, attention_backward
 #include "llmc/kernels/gemm.cuh"       // defines: linear_forward, linear_backward_weight, linear_backward_input
+#include "llmc/kernels/qk_norm_rope.cuh"  // defines: qk_norm_rope_forward, qk_norm_rope_backward
 #include "llmc/kernels/rope.cuh"       // defines: rope_forward, rope_backward
 #include "mixer.h"
 
@@ -109,11 +110,11 @@ protected:
         floatX* q_rows = q + r.p0 * qd;
         floatX* k_rows = k_out(s) + r.p0 * kvd;
         const float* rope_rows = s.rope + (size_t)s.pos() * hd;  // the table from position pos on
-        if (D.qk_norm) {
-            q_norm.forward(q_rows, q_rstd + r.p0 * D.Hq, q_lin + r.p0 * qd, r.Nq * D.Hq, s.stream);
-            k_norm.forward(k_rows, k_rstd + r.p0 * D.Hkv, k_lin + r.p0 * kvd, r.Nq * D.Hkv, s.stream);
-            rope_forward(q_rows, q_rows, rope_rows, r.Rq, s.Tn, D.Hq, hd, s.stream);
-            rope_forward(k_rows, k_rows, rope_rows, r.Rq, s.Tn, D.Hkv, hd, s.stream);
+        if (D.qk_norm) {  // one pass each (llmc/kernels/qk_norm_rope.cuh)
+            qk_norm_rope_forward(q_norm, q_rows, q_rstd + r.p0 * D.Hq, q_lin + r.p0 * qd, rope_rows, r.Rq, s.Tn, D.Hq,
+                                 s.stream);
+            qk_norm_rope_forward(k_norm, k_rows, k_rstd + r.p0 * D.Hkv, k_lin + r.p0 * kvd, rope_rows, r.Rq, s.Tn,
+                                 D.Hkv, s.stream);
         } else {
             rope_forward(q_rows, q_lin + r.p0 * qd, rope_rows, r.Rq, s.Tn, D.Hq, hd, s.stream);
             rope_forward(k_rows, k_lin + r.p0 * kvd, rope_rows, r.Rq, s.Tn, D.Hkv, hd, s.stream);
@@ -141,9 +142,17 @@ protected:
         const BackwardScratch& g = *s.scratch;
         floatX* dq = g.d_q + r.p0 * D.qd();
         floatX* dk = g.d_k + r.p0 * D.kvd();
+        if (D.qk_norm) {  // one pass each, into d_q_lin, d_k_lin
+            QKGrads lin{g.d_q_lin + r.p0 * D.qd(), g.d_k_lin + r.p0 * D.kvd()};
+            qk_norm_rope_backward(q_norm, lin.dq, dq, q_lin + r.p0 * D.qd(), q_rstd + r.p0 * D.Hq, s.rope, r.Rq, s.Tn,
+                                  D.Hq, g.reduce, s.stream);
+            qk_norm_rope_backward(k_norm, lin.dk, dk, k_lin + r.p0 * D.kvd(), k_rstd + r.p0 * D.Hkv, s.rope, r.Rq,
+                                  s.Tn, D.Hkv, g.reduce, s.stream);
+            return lin;
+        }
         rope_backward(dq, dq, s.rope, r.Rq, s.Tn, D.Hq, D.hd, s.stream);
         rope_backward(dk, dk, s.rope, r.Rq, s.Tn, D.Hkv, D.hd, s.stream);
-        return qk_norm_backward(s, r, q_lin, {dq, dk});
+        return {dq, dk};
     }
     // through QK-norm (identity without it): `q_in` is the tensor q's norm read
     QKGrads qk_norm_backward(const MixerPass& s, const Rows& r, const floatX* q_in, QKGrads d) {

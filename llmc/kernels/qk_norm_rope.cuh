@@ -1,0 +1,221 @@
+/*
+Fused QK-norm + RoPE, forward and backward: q = RoPE(norm(q_lin)) per head in one pass over
+q_lin (and the same for k), where llmc/kernels/norm.cuh and llmc/kernels/rope.cuh take two
+passes and a third over the gradient (issue 55 target 4; doc/gpu-runs/fused-qk-norm-rope.md).
+
+    forward:  y = round((x * rstd) * (gain_offset + gain)),  out = round(RoPE(y))
+    backward: dy = round(RoPE^T(dout)),  dinp = norm's backward of dy (dinp OVERWRITTEN),
+              gain.grad += sum over rows of dy * x * rstd
+
+inp, out, dout, dinp: (B, T, H, hd) floatX, one row per head vector (N = B T H rows of C = hd,
+position t = (row / H) % T); gain: (hd), shared by the heads; rstd: (N) fp32; table: the RoPE
+table (rope_table, from the tensor's first position). round() is the rounding to floatX that
+the unfused pair stores between its two kernels: the fused kernels keep it, and every float
+operation of the pair in the same order (the rotation through rope.cuh's rope_first /
+rope_second and the norm's backward through norm.cuh's norm_backward_sums / norm_backward_dinp,
+whose fmas are written out; the forward's sum of squares and scaling as norm_forward_kernel
+writes them; the same lanes per row and the same dgain partials), so their results are the
+pair's bit for bit (dev/test/test_norm_rope_swiglu.cu).
+
+Launch layout: norm.cuh's (a row group of L lanes per row, V-element chunks, the norm's
+sums over the same lanes in the same order). Forward: after the row's rstd, each lane takes
+pairs (i, i + hd/2) V at a time and writes both halves. Backward: a lane's chunk at column c
+needs the partner chunk at c +- hd/2 to rotate its gradient (read twice, from the cache), so
+the chunks stay the norm's and the sums keep their order; dgain goes through the norm's
+shared-memory partials and norm_dgain_reduce_kernel. No chunk may straddle the halves: fused
+when hd is even and, on the 128-bit path, (hd/2) % V == 0; other head dims take the two
+kernels (qk_norm_rope_fused says which).
+
+Cost (counts of the host backend): forward reads x once and writes out once (the pair: x read,
+y written, y read, out written); backward reads dout and x once and writes dinp once (the pair:
+dout read and written by RoPE, dinp zeroed, read and written by the norm).
+*/
+#pragma once
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/norm.cuh"  // defines: norm_layout, norm_group_sum, norm_backward_launch, GainNorm
+#include "llmc/kernels/rope.cuh"  // defines: rope_first, rope_second, rope_forward, rope_backward
+
+// x rounded to floatX and back: what a store to a floatX tensor and its load give
+__device__ inline float round_to_floatX(float x) { return to_float(from_float<floatX>(x)); }
+
+// ----------------------------------------------------------------------------------------
+// kernels. blockDim.x is a multiple of 32 and of `lanes`; C even, (C / 2) % V == 0.
+
+template <int V>
+__global__ void qk_norm_rope_forward_kernel(floatX* out, float* rstd, const floatX* inp, const floatX* gain,
+                                            const float* table, int N, int T, int H, int C, int lanes,
+                                            float gain_offset, float eps) {
+    int lane = threadIdx.x % lanes;
+    int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
+    bool valid = r < N;
+    const floatX* row = inp + (size_t)(valid ? r : 0) * C;
+    float sum_sq = 0.0f;  // as norm_forward_kernel: the same chunks per lane, in the same order
+    if (valid) {
+        for (int c = lane * V; c < C; c += lanes * V) {
+            float x[V];
+            load_floats<V>(x, row + c);
+            for (int k = 0; k < V; k++) { sum_sq += x[k] * x[k]; }
+        }
+    }
+    sum_sq = norm_group_sum(sum_sq, lanes);  // the whole warp, valid or not
+    if (!valid) { return; }
+    float s = rsqrtf(sum_sq / C + eps);
+    const int half = C / 2;
+    const float* angles = table + (size_t)((r / H) % T) * C;
+    for (int i = lane * V; i < half; i += lanes * V) {
+        float x1[V], x2[V], g1[V], g2[V], o1[V], o2[V];
+        load_floats<V>(x1, row + i);  // second read hits the cache
+        load_floats<V>(x2, row + half + i);
+        load_floats<V>(g1, gain + i);
+        load_floats<V>(g2, gain + half + i);
+        for (int k = 0; k < V; k++) {
+            float y1 = round_to_floatX((x1[k] * s) * (gain_offset + g1[k]));
+            float y2 = round_to_floatX((x2[k] * s) * (gain_offset + g2[k]));
+            o1[k] = rope_first(y1, y2, angles, half, i + k, 1.0f);
+            o2[k] = rope_second(y1, y2, angles, half, i + k, 1.0f);
+        }
+        store_floats<V>(out + (size_t)r * C + i, o1);
+        store_floats<V>(out + (size_t)r * C + half + i, o2);
+    }
+    if (lane == 0 && rstd != nullptr) { rstd[r] = s; }
+}
+
+// The gradient of the norm's output at columns c .. c + V - 1 of one row: RoPE's backward
+// rotation of dout (`row`: dout's row, `angles`: its table row), rounded to floatX as
+// rope_backward's store rounds it. `direction` is -1, a run-time value as in rope_kernel.
+template <int V>
+__device__ inline void qk_rope_grad(float* d, const floatX* row, const float* angles, int half, int c,
+                                    float direction) {
+    float z1[V], z2[V];
+    if (c < half) {
+        load_floats<V>(z1, row + c);
+        load_floats<V>(z2, row + half + c);
+        for (int k = 0; k < V; k++) { d[k] = round_to_floatX(rope_first(z1[k], z2[k], angles, half, c + k, direction)); }
+    } else {
+        load_floats<V>(z1, row + c - half);
+        load_floats<V>(z2, row + c);
+        for (int k = 0; k < V; k++) {
+            d[k] = round_to_floatX(rope_second(z1[k], z2[k], angles, half, c - half + k, direction));
+        }
+    }
+}
+
+// Dynamic shared memory: (blockDim.x / lanes) * C floats. Writes scratch[blockIdx.x * C + c].
+// norm_backward_kernel with its dout rotated on the fly and dinp overwritten.
+template <int V>
+__global__ void qk_norm_rope_backward_kernel(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
+                                             const floatX* gain, const float* rstd, const float* table, int N,
+                                             int T, int H, int C, int lanes, float gain_offset, float direction) {
+    int groups = blockDim.x / lanes;
+    int group = threadIdx.x / lanes;
+    int lane = threadIdx.x % lanes;
+    const int chunks = C / V, half = C / 2;
+    float* acc = dynamic_shared_memory<float>() + (size_t)group * C;  // as norm_backward_kernel's
+    for (int c = lane * V; c < C; c += lanes * V) {
+        for (int k = 0; k < V; k++) { acc[k * chunks + c / V] = 0.0f; }
+    }
+    int stride = gridDim.x * groups;
+    int iterations = CEIL_DIV(N, stride);  // the same for every group of the block: shuffles stay converged
+    for (int it = 0; it < iterations; it++) {
+        int r = it * stride + blockIdx.x * groups + group;
+        bool valid = r < N;
+        size_t offset = (size_t)(valid ? r : 0) * C;
+        float s = valid ? rstd[r] : 0.0f;
+        const float* angles = table + (size_t)(((valid ? r : 0) / H) % T) * C;
+        float sum_dy_y = 0.0f;
+        if (valid) {
+            for (int c = lane * V; c < C; c += lanes * V) {
+                float x[V], d[V], g[V];
+                load_floats<V>(x, inp + offset + c);
+                qk_rope_grad<V>(d, dout + offset, angles, half, c, direction);
+                load_floats<V>(g, gain + c);
+                for (int k = 0; k < V; k++) {
+                    norm_backward_sums(sum_dy_y, acc[k * chunks + c / V], d[k], gain_offset + g[k], x[k] * s);
+                }
+            }
+        }
+        sum_dy_y = norm_group_sum(sum_dy_y, lanes);
+        if (valid) {
+            float mean_dy_y = sum_dy_y / C;
+            for (int c = lane * V; c < C; c += lanes * V) {
+                float x[V], d[V], g[V], di[V];
+                load_floats<V>(x, inp + offset + c);
+                qk_rope_grad<V>(d, dout + offset, angles, half, c, direction);
+                load_floats<V>(g, gain + c);
+                for (int k = 0; k < V; k++) {  // 0: the pair's zeroed dinp
+                    di[k] = norm_backward_dinp(0.0f, d[k], gain_offset + g[k], x[k], s, mean_dy_y);
+                }
+                store_floats<V>(dinp + offset + c, di);
+            }
+        }
+    }
+    __syncthreads();
+    const float* all = dynamic_shared_memory<float>();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = 0.0f;
+        int position = (c % V) * chunks + c / V;
+        for (int g = 0; g < groups; g++) { sum += all[(size_t)g * C + position]; }
+        scratch[(size_t)blockIdx.x * C + c] = sum;
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// launchers
+
+// Whether the fused kernels serve this head dim with this layout (else the two kernels run).
+inline bool qk_norm_rope_fused(int hd, const NormLayout& layout) {
+    return hd % 2 == 0 && (!layout.vector || (hd / 2) % x128::size == 0);
+}
+
+// out = RoPE(norm(inp)) over B T H head vectors of norm.C; rstd kept for the backward.
+// out must not alias inp.
+inline void qk_norm_rope_forward(const GainNorm& norm, floatX* out, float* rstd, const floatX* inp,
+                                 const float* table, int B, int T, int H, cudaStream_t stream) {
+    const int C = norm.C, N = B * T * H;
+    if (N <= 0) { return; }
+    NormLayout layout = norm_layout(C, {out, inp, norm.gain.w});  // norm_forward's
+    if (!qk_norm_rope_fused(C, layout)) {
+        norm.forward(out, rstd, inp, N, stream);
+        rope_forward(out, out, table, B, T, H, C, stream);
+        return;
+    }
+    const int block_size = 256;
+    int grid = CEIL_DIV(N, block_size / layout.lanes);
+    if (layout.vector) {
+        LAUNCH(grid, block_size, 0, stream, qk_norm_rope_forward_kernel<x128::size>)(
+            out, rstd, inp, norm.gain.w, table, N, T, H, C, layout.lanes, norm.gain_offset, norm.eps);
+    } else {
+        LAUNCH(grid, block_size, 0, stream, qk_norm_rope_forward_kernel<1>)(
+            out, rstd, inp, norm.gain.w, table, N, T, H, C, layout.lanes, norm.gain_offset, norm.eps);
+    }
+    cudaCheckLaunch();
+}
+
+// dinp = dL/d inp (OVERWRITTEN) and norm.gain.grad += dL/d gain, from dout = dL/d out and the
+// forward's inp, rstd. scratch: norm_backward_scratch_floats(B T H, norm.C) floats. dout is
+// rotated in place where the two kernels run (head dims qk_norm_rope_fused refuses). dinp
+// must not alias dout or inp.
+inline void qk_norm_rope_backward(const GainNorm& norm, floatX* dinp, floatX* dout, const floatX* inp,
+                                  const float* rstd, const float* table, int B, int T, int H, float* scratch,
+                                  cudaStream_t stream) {
+    const int C = norm.C, N = B * T * H;
+    if (N <= 0) { return; }
+    NormLayout layout = norm_layout(C, {dinp, dout, inp, norm.gain.w});  // GainNorm::backward's
+    if (!qk_norm_rope_fused(C, layout)) {
+        cudaCheck(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(floatX), stream));
+        rope_backward(dout, dout, table, B, T, H, C, stream);
+        norm.backward(dinp, dout, inp, rstd, N, scratch, stream);
+        return;
+    }
+    NormBackwardLaunch launch = norm_backward_launch(N, C, layout.lanes, "qk_norm_rope_backward");
+    if (layout.vector) {
+        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, qk_norm_rope_backward_kernel<x128::size>)(
+            dinp, scratch, dout, inp, norm.gain.w, rstd, table, N, T, H, C, layout.lanes, norm.gain_offset, -1.0f);
+    } else {
+        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, qk_norm_rope_backward_kernel<1>)(
+            dinp, scratch, dout, inp, norm.gain.w, rstd, table, N, T, H, C, layout.lanes, norm.gain_offset, -1.0f);
+    }
+    cudaCheckLaunch();
+    norm.reduce_dgain(scratch, launch.blocks, stream);
+}
