@@ -1,23 +1,11 @@
 /*
-Data loader over llm.c-style token shards and their region and exercise sidecars (the formats:
-doc/formats.md "Token shards", "Region sidecars", "Exercise sidecars"; the rules and draws of
-whole-document evaluation: doc/data.md "Whole-document evaluation"). Host-only C++17.
-
-Files: the shards matching the comma-separated glob(s), sorted; each is checked when the loader
-opens (headers, tables, sizes, and with cfg.verify_data the CRCs), errors naming the file.
-Windows: a shard of n tokens holds (n - 1) / T windows of T+1 tokens (every token a target once).
-An epoch orders all windows (file order, or permuted from (seed, epoch)); at step s, process r of
-P gets the B windows from s*B*P + r*B, so the processes together read each window at most once.
-cfg.whole_documents instead packs documents unsplit into rows (padding: target -1).
-
-Per batch (row-major, row b at b*(T+1)):
-  tokens  B x (T+1) int32   the windows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]
-  inputs, targets  B x T    (copies; targets are -1 only where whole-document mode pads)
-  regions, exercises B x (T+1) uint8   the sidecars' labels of the same positions (0: none;
-                            exercises index exercise_names)
-  doc_ids B x (T+1) int32   document index within the row, +1 at every doc_start_token (BOS);
-                            the causal document mask: i sees j iff j <= i and doc_ids equal
-Resume: position() returns {epoch, step, fingerprint}; set_position() continues exactly there.
+Data loader over llm.c-style token shards and their region and exercise sidecars. Host-only C++17.
+It opens the shards matching the comma-separated glob(s), sorted, and checks each (headers, tables,
+sizes, with cfg.verify_data the CRCs), errors naming the file. Each step, process r of P gets B
+rows of T+1 tokens: windows cut from one shard (every token a target once), or with
+cfg.whole_documents documents packed unsplit; next_batch() fills the batch arrays described at
+DataLoader's members. position() / set_position() resume exactly. The formats: doc/formats.md
+"Token shards" and the sidecars; windows, shuffling, resume and whole documents: doc/data.md.
 */
 #pragma once
 
@@ -490,6 +478,13 @@ public:
     const int B, T;
     bool has_regions = false;
     bool has_exercises = false;                // some shard has an exercise sidecar
+    // The batch, row-major, row b at b*(T+1) (at b*T in inputs and targets):
+    //   tokens  B x (T+1) int32   the rows; inputs = tokens[.., 0..T-1], targets = tokens[.., 1..T]
+    //   inputs, targets  B x T    (copies; targets are -1 only where whole-document mode pads)
+    //   regions, exercises B x (T+1) uint8   the sidecars' labels of the same positions (0: none;
+    //                             exercises index exercise_names)
+    //   doc_ids B x (T+1) int32   document index within the row, +1 at every doc_start_token (BOS);
+    //                             the causal document mask: i sees j iff j <= i and doc_ids equal
     std::vector<int32_t> tokens, inputs, targets, doc_ids;
     std::vector<uint8_t> regions, exercises;
     std::vector<std::string> exercise_names;   // exercise id -> name; [0] = "none"
@@ -548,7 +543,10 @@ public:
     }
 
     // Fills tokens/inputs/targets/regions/doc_ids with this process's rows of the current
-    // step, then advances (to the next epoch after its last step).
+    // step, then advances (to the next epoch after its last step). A shard of n tokens holds
+    // (n - 1) / T windows of T+1 tokens; an epoch orders all windows (file order, or permuted
+    // from (seed, epoch)); at step s, process r of P gets the B rows from s*B*P + r*B, so the
+    // processes together read each window at most once.
     void next_batch() {
         int64_t base = step_ * (int64_t)B * cfg_.nproc + (int64_t)cfg_.rank * B;
         batch_shard_ = -1;

@@ -1,23 +1,11 @@
 /*
 Host backend: what each kernel launch costs a GPU, counted while it runs on the CPU, for the
-roofline model of a training step (dev/cost_model.py, doc/gpu-runs/cost-model.md). On with
-HOSTCUDA_COST=FILE; at exit FILE gets one tab-separated line per kernel name:
-
-    name  launches  tensor_flops  fma_flops  bytes_read  bytes_written
-
-- tensor_flops: 2 x 16 x 8 x 16 per emulated mma.sync m16n8k16 (mma.h), and 2 M N K per matrix
-  of a bf16 GEMM (cuBLAS's tensor cores on a GPU; gemm.h). fma_flops: 2 M N K of an fp32 GEMM.
-  The scalar kernels' own arithmetic is not counted (no instruction is seen): the model takes
-  them as bound by their bytes.
-- bytes: the launch's footprint in device memory, in 4 KiB pages: every device allocation is
-  protected (PROT_NONE) before the launch and each page's first read or write faults once
-  (the x86-64 page-fault error code says which; a page read, then written, counts as both).
-  So a byte counts once per launch however often the kernel touches it (the floor of a GPU's
-  DRAM traffic, as if its caches kept everything within a launch), rounded up to pages. A
-  GEMM's bytes are its operands' sizes (A and B read, C written, and read when beta != 0);
-  cudaMemset's, cudaMemcpy's: their sizes (host <-> device copies under their own names).
-In this mode allocations are page-aligned and padded to whole pages (runtime.h). Launches run
-as always; only the counting is added (a few faults per page a launch touches).
+roofline model of a training step (dev/cost_model.py). On with HOSTCUDA_COST=FILE; at exit FILE
+gets one line per kernel name: launches, tensor-core and FMA FLOPs (mma.sync and GEMMs: the
+scalar kernels' own arithmetic is not seen), bytes read and written (the launch's footprint in
+device memory, in 4 KiB pages: each page's first read or write faults once, as the allocations
+are protected around the launch). Launches run as always; only the counting is added. What is
+counted and how the model uses it: doc/gpu-runs/cost-model.md "What is counted, per kernel launch".
 */
 #pragma once
 
@@ -52,7 +40,7 @@ public:
         return recorder;
     }
 
-    // allocations (page-aligned and padded in this mode) and frees
+    // allocations (page-aligned and padded to whole pages in this mode: runtime.h) and frees
     void add_allocation(void* p, size_t bytes) {
         std::lock_guard<std::mutex> lock(mutex_);
         size_t pages = (bytes + kCostPage - 1) / kCostPage;
@@ -63,7 +51,10 @@ public:
         regions_.erase(reinterpret_cast<uintptr_t>(p));
     }
 
-    // Around one launch (or host-side elementwise pass): protect, run, count, unprotect.
+    // Around one launch (or host-side elementwise pass): protect (PROT_NONE) every device
+    // allocation, run, count, unprotect. Each page's first read or write faults once (a page
+    // read, then written, counts as both), so a byte counts once per launch however often the
+    // kernel touches it, rounded up to pages; the cost is a few faults per page touched.
     template <typename Run>
     void measure(const char* name, Run run) {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -92,7 +83,10 @@ public:
         add_locked(name, tensor_flops_.load(), 0, read, written);
     }
 
-    // Work counted by formula (GEMMs, memsets, copies): outside any launch.
+    // Work counted by formula, outside any launch: a GEMM's 2 M N K (tensor FLOPs in bf16, as
+    // cuBLAS's tensor cores on a GPU; FMA FLOPs in fp32) and its operands' sizes (A and B read, C
+    // written, and read when beta != 0); cudaMemset's and cudaMemcpy's sizes (host <-> device
+    // copies under their own names).
     void add(const char* name, uint64_t tensor_flops, uint64_t fma_flops, uint64_t read, uint64_t written) {
         std::lock_guard<std::mutex> lock(mutex_);
         add_locked(name, tensor_flops, fma_flops, read, written);
@@ -108,7 +102,7 @@ public:
         return it == totals_.end() ? Totals{} : it->second;
     }
 
-    // An emulated mma.sync inside a measured launch.
+    // An emulated mma.sync inside a measured launch: 2 x 16 x 8 x 16 per m16n8k16 (mma.h).
     static void count_tensor_flops(uint64_t flops) {
         if (CostRecorder* r = current().load(std::memory_order_relaxed)) { r->tensor_flops_.fetch_add(flops, std::memory_order_relaxed); }
     }
@@ -170,6 +164,8 @@ private:
         signal(sig, SIG_DFL);  // (the access faults again, now fatally)
     }
 
+    // FILE, one tab-separated line per kernel name:
+    //     name  launches  tensor_flops  fma_flops  bytes_read  bytes_written
     void write() {
         std::string tmp = path_ + ".tmp";
         FILE* f = fopen(tmp.c_str(), "w");

@@ -1,22 +1,12 @@
 /*
 Host backend: the GPU whose limits the host backend reports, so that code which chooses its
 kernels by the device (compute capability, opt-in shared memory per block) runs its choices on
-the CPU too. HOSTCUDA_DEVICE=sm_75|sm_80|sm_86|sm_89|sm_90|sm_100|sm_120 names one; unset,
-the host backend is an sm_90 (the limits it has always reported). What follows from it:
-cudaGetDeviceProperties and cudaDeviceGetAttribute report its compute capability and shared
-memory; cudaFuncSetAttribute refuses a dynamic shared-memory limit above its opt-in maximum
-(as the driver does); a bf16 mma.sync stops the run below sm_80 (on the GPU its kernel
-traps: llmc/kernels/mma.cuh). Nothing else changes: the kernels run as they always do.
-
-HOSTCUDA_GPU_ARCHS="80 90" (the Makefile's GPU_ARCHS) pretends the binary is a GPU build for those
-archs: machine code for each, PTX of the newest. cudaFuncGetAttributes then answers as the driver
-does (select_image below): no kernel image for a card none of it runs on, else the arch of the code
-that runs (its ptxVersion), and a bf16 mma.sync in code below compute_80 stops the run as the
-GPU's trap stub would. Unset: code for every card (the host backend runs every kernel).
-
-Shared memory per block (opt-in) and per multiprocessor, in bytes, from the CUDA C++
-Programming Guide's table of compute capabilities: sm_75 64 KiB / 64 KiB; sm_80 163 / 164 KiB;
-sm_86, sm_89, sm_120 99 / 100 KiB; sm_90, sm_100 227 / 228 KiB.
+the CPU too. HOSTCUDA_DEVICE=sm_75|...|sm_120 names one (unset: sm_90); the device properties and
+attributes report it, cudaFuncSetAttribute refuses shared memory above its opt-in maximum and a
+bf16 mma.sync stops the run below sm_80, as on the card. HOSTCUDA_GPU_ARCHS="80 90" pretends a GPU
+build for those archs, so cudaFuncGetAttributes answers as the driver would (select_image).
+Nothing else changes: the kernels run as they always do. doc/host-backend.md ("Which GPU it
+pretends to be") and doc/build.md ("Which cards a build runs on") have the rest.
 */
 #pragma once
 
@@ -38,13 +28,16 @@ struct EmulatedDevice {
     int arch() const { return 10 * major + minor; }
 };
 
+// Shared memory per block (opt-in) and per multiprocessor, in bytes, from the CUDA C++
+// Programming Guide's table of compute capabilities: sm_75 64 KiB / 64 KiB; sm_80 163 / 164 KiB;
+// sm_86, sm_89, sm_120 99 / 100 KiB; sm_90, sm_100 227 / 228 KiB.
 constexpr EmulatedDevice kEmulatedDevices[] = {
     {"sm_75", 7, 5, 64 * 1024, 64 * 1024},   {"sm_80", 8, 0, 163 * 1024, 164 * 1024},
     {"sm_86", 8, 6, 99 * 1024, 100 * 1024},  {"sm_89", 8, 9, 99 * 1024, 100 * 1024},
     {"sm_90", 9, 0, 227 * 1024, 228 * 1024}, {"sm_100", 10, 0, 227 * 1024, 228 * 1024},
     {"sm_120", 12, 0, 99 * 1024, 100 * 1024},
 };
-constexpr int kDefaultEmulatedDevice = 4;  // sm_90
+constexpr int kDefaultEmulatedDevice = 4;  // sm_90 (unset: the limits it has always reported)
 
 // The device HOSTCUDA_DEVICE names (read once); an unknown name stops the run.
 inline const EmulatedDevice& emulated_device() {
@@ -89,7 +82,12 @@ inline int select_image(int device, const char* archs) {
     return ptx_runs ? newest : 0;
 }
 
-// HOSTCUDA_GPU_ARCHS (read once; nullptr: unset, code for every card); a bad value stops the run.
+// HOSTCUDA_GPU_ARCHS (read once; nullptr: unset, code for every card, as the host backend runs
+// every kernel); a bad value stops the run. Set ("80 90", the Makefile's GPU_ARCHS), the binary
+// counts as a GPU build for those archs: machine code for each, PTX of the newest.
+// cudaFuncGetAttributes then answers as the driver does (select_image): no kernel image for a card
+// none of it runs on, else the arch of the code that runs (its ptxVersion), and a bf16 mma.sync in
+// code below compute_80 stops the run as the GPU's trap stub would.
 inline const char* emulated_build_archs() {
     static const char* archs = [] {
         const char* env = getenv("HOSTCUDA_GPU_ARCHS");

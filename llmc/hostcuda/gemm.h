@@ -1,27 +1,11 @@
 /*
 Host backend: the GEMM behind llmc/kernels/gemm.cuh's gemm() (cuBLAS on the GPU), same contract:
-
-    C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]        row-major, fp32 accumulation
-
-    host_gemm(C, A, B, shape, alpha, beta)      shape: llmc/kernels/gemm_shape.h's GemmShape
-
-Three implementations, all spread over the host backend's worker pool (hostcuda::Pool, which
-owns the cores) in a fixed partition of C, so results do not depend on HOSTCUDA_THREADS:
-- oneDNN (-DHOSTCUDA_ONEDNN, which the Makefile sets where libdnnl-dev is installed; the
-  default then) and OpenBLAS (-DHOSTCUDA_OPENBLAS, where libopenblas-dev is): C in tiles of
-  kBlasTileRows x kBlasTileCols, each tile one single-threaded sgemm on a worker (bf16
-  operands converted to fp32 first, bf16 output rounded once). oneDNN is the default because
-  it picks its kernels from cpuid's feature bits (cpu_features.h reads the same bits, and
-  test_gemm checks the two agree), where OpenBLAS 0.3.21 picks them from a table of CPU
-  models and runs SSE3 kernels on an AVX-512 Xeon it does not know (doc/host-backend.md,
-  "Speed"). Both are several times faster than our own; their bits depend on the kernels
-  the CPU gets, so neither is the tests' reference.
-- gemm_own: our packed GEMM, a 4 x 32 register tile, parallel over column panels and row
-  blocks. Portable and the reference dev/test/test_gemm.cu holds the libraries to; the only
-  one without them (make HOST_GEMM=own).
-HOSTCUDA_GEMM=own|openblas|onednn picks one at run time; host_gemm_description() names the
-one in use and its instruction set (the trainers' banner, scripts/bench_cpu.sh).
-Not safe to call from two host threads at once.
+C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, fp32 accumulation; host_gemm(C, A,
+B, shape, alpha, beta) with llmc/kernels/gemm_shape.h's GemmShape. oneDNN (the default where the
+build has it), OpenBLAS, or our own packed GEMM (gemm_own: the tests' reference and the portable
+fallback), each over the worker pool in a fixed partition of C, so results do not depend on
+HOSTCUDA_THREADS; HOSTCUDA_GEMM=own|openblas|onednn picks one at run time. Not safe to call from
+two host threads at once. Why oneDNN first, the tiles, the tests: doc/host-backend.md, "GEMM".
 */
 #pragma once
 
@@ -148,6 +132,7 @@ void gemm_own(TOut* C, const TIn* A, const TIn* B, const GemmShape& s, float alp
 }
 
 // ---- a library's GEMM (oneDNN, OpenBLAS), one single-threaded call per tile of C --------
+// bf16 operands are converted to fp32 first (on the pool), a bf16 output rounded once.
 #if defined(HOSTCUDA_ONEDNN) || defined(HOSTCUDA_OPENBLAS)
 // C tile of one task: large enough that the library's packing of the tile's operands is a
 // small part of its work, small enough that a 1024 x 8192 product keeps every worker busy.
@@ -365,8 +350,8 @@ inline CpuIsa host_gemm_isa() {
     }
 }
 
-// What the banner and the bench print, e.g. "oneDNN 2.6.3 sgemm, avx512_core_bf16 kernels
-// (CPU: avx512_core_bf16)"
+// The GEMM in use and its instruction set, as the trainers' banner and scripts/bench_cpu.sh print
+// it, e.g. "oneDNN 2.6.3 sgemm, avx512_core_bf16 kernels (CPU: avx512_core_bf16)"
 inline std::string host_gemm_description() {
     char text[200];
     const char* cpu = cpu_isa_name(best_cpu_isa());

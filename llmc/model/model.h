@@ -1,22 +1,11 @@
 /*
 What every trainer's model has and does alike, so that the trainers' models hold only what
-differs:
-
-  ModelDims                    the sizes every config has (vocab, context, layers, width,
-                               heads, BOS), their checkpoint keys and their flags
-  LanguageModel<Config>        the base of a model: parameters (ModelParameters), the
-                               config, the residual stream, logits and loss buffers, the
-                               backward's stream gradient, the sampling cache; begin_forward()
-
-  count_parameters(cfg)        {total, non-embedding}; total includes the padded vocabulary rows
-  flops_per_token(cfg)         training FLOPs per token (PaLM convention, as the references)
-  count_loss_targets(model, targets, n)   the targets that enter the loss (model.counts_in_loss)
-  sample(model, tokens, n, temperature, rng, use_cache)   llmc/kernels/kv_cache.cuh sample_tokens
-  save_checkpoint(model, path, extra)     config (write_config), optimizer and parameters
-
-A config derives from ModelDims and adds embedding_numel() (the embedding tables'
-elements) and kv_width() (one position's keys); the trainer file defines
-parameter_spec(cfg) and write_config(writer, cfg), found here by argument-dependent lookup.
+differs: ModelDims (the sizes every config has, their checkpoint keys and flags), LanguageModel
+<Config> (the base of a model: parameters, config, residual stream, logits and loss, sampling
+cache), and what is computed from them: parameter counts, FLOPs per token, loss targets, samples,
+checkpoints. A config derives from ModelDims and adds embedding_numel() and kv_width(); the
+trainer file defines parameter_spec(cfg) and write_config(writer, cfg), found here by
+argument-dependent lookup. The SAN model itself: doc/san-model.md; the checkpoint: doc/formats.md.
 */
 #pragma once
 
@@ -99,6 +88,7 @@ struct ParameterCounts {
     int64_t total = 0, non_embedding = 0;
 };
 
+// {total, non-embedding}; total includes the padded vocabulary rows.
 template <typename Config>
 ParameterCounts count_parameters(const Config& c) {
     int64_t total = (int64_t)total_numel(parameter_spec(c));
@@ -113,6 +103,7 @@ double flops_per_token(const Config& c) {
     return 6.0 * (nonemb + (double)c.vocab_size * c.n_embd) + 12.0 * c.n_layer * (double)c.seq_len * c.n_embd;
 }
 
+// The targets that enter the loss (model.counts_in_loss).
 template <typename Model>
 int64_t count_loss_targets(const Model& model, const int* targets, int n) {
     int64_t count = 0;
@@ -130,8 +121,8 @@ std::vector<int> sample(Model& model, std::vector<int> tokens, int n, float temp
     return sample_tokens(model, std::move(tokens), n, temperature, rng, use_cache);
 }
 
-// The container of doc/formats.md (readable by the trainer's PyTorch reference); `extra`
-// adds keys such as the resume position.
+// The container of doc/formats.md (readable by the trainer's PyTorch reference): the config
+// (write_config), the optimizer and the parameters; `extra` adds keys such as the resume position.
 template <typename Model>
 void save_checkpoint(const Model& model, const std::string& path,
                      const std::vector<std::pair<std::string, std::string>>& extra = {}) {
@@ -139,7 +130,8 @@ void save_checkpoint(const Model& model, const std::string& path,
 }
 
 // The base of a trainer's model (SAN, GPT2): ModelParameters, and for B rows of T positions
-// the buffers every model has; the model adds its tensors' pointers and activations.
+// the buffers every model has (the residual stream, logits and loss buffers, the backward's
+// stream gradient, the sampling cache); the model adds its tensors' pointers and activations.
 template <typename Config>
 struct LanguageModel : ModelParameters {
     Config cfg;

@@ -1,27 +1,12 @@
 /*
-Processes and collectives for data-parallel training (doc/multi-gpu.md): one process per GPU,
-started by mpirun (or srun); a plain start is a 1-rank run on the same code path. The executors
-(doc/multi-gpu.md "Executors"): NCCL in a GPU build (MULTI_GPU); else, with MPI (USE_MPI), a
-host stand-in that sums each rank's share in fp32 pairwise by rank (llmc/parallel/sum_order.h:
-the same bits on every rank); without MPI, one rank.
-
-  Comm comm(&argc, &argv);  rank, world, local_rank (the process's index on its node, which
-                            picks the GPU), is_main() (rank 0: prints, logs, checkpoints)
-
-Collectives on device buffers, in stream order (T = float or __nv_bfloat16):
-  all_reduce(x, n, op)              x <- sum (op Sum) or mean (op Avg) over ranks, every rank
-  reduce_scatter(out, in, chunk, op) in: world x chunk elements on every rank; rank r gets
-                                    out = sum/mean over ranks of in[r*chunk, (r+1)*chunk)
-  all_gather(x, chunk)              in place: rank r contributes x[r*chunk, (r+1)*chunk) and
-                                    every rank ends with all world chunks
-  reduce(x, n, root, op)            root's x <- sum/mean over ranks (the all-reduce's bits); the
-                                    other ranks' x is left as it was
-  broadcast(x, n, root)             x <- root's x
-  sum(value), max(value)            a host double over ranks (metrics, token counts); the
-                                    same bits on every rank; sum(vector) element-wise
-  barrier()
-Several collectives between group_start() and group_end() form one NCCL group (they
-overlap; the host stand-in runs them in order).
+Processes and collectives for data-parallel training: one process per GPU, started by mpirun (or
+srun); a plain start is a 1-rank run on the same code path. Comm comm(&argc, &argv) gives rank,
+world, local_rank (which picks the GPU) and is_main() (rank 0: prints, logs, checkpoints); its
+collectives (all_reduce, reduce_scatter, all_gather, reduce, broadcast on device buffers in
+stream order; sum, max on host doubles) are described where they are declared. The executor is
+NCCL in a GPU build (MULTI_GPU); else, with MPI (USE_MPI), a host stand-in that sums in fp32
+pairwise by rank (llmc/parallel/sum_order.h), the same bits on every rank; else one rank.
+Launching, the executors and their tests: doc/multi-gpu.md "Launching", "Executors".
 */
 #pragma once
 
@@ -177,6 +162,8 @@ public:
     // "NCCL", "MPI stand-in" or "single process": what moves the data.
     const char* executor() const { return nccl_started() ? "NCCL" : (mpi_ ? "MPI stand-in" : "single process"); }
 
+    // Collectives on device buffers, in stream order (T = float or __nv_bfloat16).
+    // x <- sum (op Sum) or mean (op Avg) over ranks, on every rank.
     template <typename T>
     void all_reduce(T* x, size_t n, ReduceOp op, cudaStream_t stream) {
         check_type<T>();
@@ -193,6 +180,8 @@ public:
 #endif
     }
 
+    // in: world x chunk elements on every rank; rank r gets out = sum/mean over ranks of
+    // in[r*chunk, (r+1)*chunk).
     template <typename T>
     void reduce_scatter(T* out, const T* in, size_t chunk, ReduceOp op, cudaStream_t stream) {
         check_type<T>();
@@ -210,6 +199,8 @@ public:
 #endif
     }
 
+    // In place: rank r contributes x[r*chunk, (r+1)*chunk) and every rank ends with all world
+    // chunks.
     template <typename T>
     void all_gather(T* x, size_t chunk, cudaStream_t stream) {
         check_type<T>();
@@ -224,6 +215,7 @@ public:
 #endif
     }
 
+    // root's x <- sum/mean over ranks; the other ranks' x is left as it was.
     // Only the root gets the result (the Muon owner of a matrix, the rank that updates an
     // AdamW piece); the host stand-in sums exactly as all_reduce does, so the root's bits
     // equal the all-reduce's.
@@ -240,6 +232,7 @@ public:
 #endif
     }
 
+    // x <- root's x.
     template <typename T>
     void broadcast(T* x, size_t n, int root, cudaStream_t stream) {
         check_type<T>();
@@ -252,8 +245,9 @@ public:
 #endif
     }
 
-    // Several broadcasts from different roots as one batch (NCCL: one group, so they
-    // overlap); the host stand-in runs them in order.
+    // Several collectives between group_start() and group_end() (broadcasts from different
+    // roots, reduces) as one batch (NCCL: one group, so they overlap); the host stand-in runs
+    // them in order.
     void group_start() {
 #if COMM_NCCL
         if (world > 1) { ncclCheck(ncclGroupStart()); }
@@ -265,8 +259,8 @@ public:
 #endif
     }
 
-    // Host scalars over ranks: gathered and combined in rank order, so every rank gets the
-    // same bits.
+    // Host scalars over ranks (metrics, token counts): gathered and combined in rank order, so
+    // every rank gets the same bits.
     double sum(double value) const {
         double total = 0.0;
         for (double v : gather_scalars(value)) { total += v; }

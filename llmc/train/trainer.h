@@ -1,27 +1,11 @@
 /*
 The skeleton of a trainer's main, what train_san.cu and train_gpt2.cu do alike, so that a
-trainer file holds its model and little else: parse the flags over a preset (llmc/cli.h);
-take the model config from a --resume or --init-from checkpoint (contradicting flags refused:
-llmc/train/resume.h) or a --tokenizer's vocabulary; check the options, then every input file,
-before anything about the model is printed; print the config, counts and optimizer; build,
-initialise or load, and train (llmc/train/training.h run_training).
-
-A trainer's main is trainer_main<Trainer>(argc, argv, name, presets(), make_flags,
-read_config): its program name, the named model configs, its flags (the model's, then
-add_training_flags; Options holds `preset`, `model` (a Config) and `train` (TrainOptions))
-and the reader of a checkpoint's config. The trainer describes the rest with a struct
-(train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer):
-    Model                      the model type (llmc/model/model.h LanguageModel<Config>)
-    set_defaults(o, argc, argv)      switches read before the other flags (--paper-setup)
-    start_elsewhere(o, bos_given)    a model from a file other than a checkpoint (GPT-2's
-                                     --init-from-llmc) into o.model; returns whether there is one
-    default_rates(cfg)         the model's default peak rates (llmc/optim/optimizer.h DefaultRates)
-    print_model(o)             the config lines of the start-of-run summary
-    arm_name(cfg)              the model's kind in a run directory's name (runs/<preset>-<arm>-<time>)
-    init_parameters(model, o)  parameters of a fresh run (seeded init, or the other file's)
-and optionally
-    configure_model(model, o)  run settings that are not model config, once the model is built
-                               (train_san's --skip-nonstandard)
+trainer file holds its model and little else. trainer_main<Trainer>(argc, argv, name, presets(),
+make_flags, read_config) parses the flags over a preset, takes the model config from a checkpoint
+or a tokenizer, checks the options and every input file before printing anything about the model,
+prints the run's summary, then builds the model and trains (llmc/train/training.h run_training).
+A trainer describes its model with a struct (train_san.cu SANTrainer, train_gpt2.cu GPT2Trainer)
+whose members are listed at trainer_main. What a run does and refuses: doc/trainer.md.
 */
 #pragma once
 
@@ -450,7 +434,25 @@ void print_run_summary(Options& o, const char* name, const StartFiles& start) {
     }
 }
 
-// A trainer's main, steps 1-5 of the header's list.
+// A trainer's main, in five steps: (1) parse the flags over a preset (llmc/cli.h); (2) take the
+// model config from a --resume or --init-from checkpoint (contradicting flags refused:
+// llmc/train/resume.h) or a --tokenizer's vocabulary; (3) check the options, then every input
+// file, before anything about the model is printed; (4) print the config, counts and optimizer;
+// (5) build, initialise or load, and train (llmc/train/training.h run_training).
+// Its arguments: the program name, the named model configs, its flags (the model's, then
+// add_training_flags; Options holds `preset`, `model` (a Config) and `train` (TrainOptions)) and
+// the reader of a checkpoint's config. The trainer describes the rest with a struct:
+//     Model                      the model type (llmc/model/model.h LanguageModel<Config>)
+//     set_defaults(o, argc, argv)      switches read before the other flags (--paper-setup)
+//     start_elsewhere(o, bos_given)    a model from a file other than a checkpoint (GPT-2's
+//                                      --init-from-llmc) into o.model; returns whether there is one
+//     default_rates(cfg)         the model's default peak rates (llmc/optim/optimizer.h DefaultRates)
+//     print_model(o)             the config lines of the start-of-run summary
+//     arm_name(cfg)              the model's kind in a run directory's name (runs/<preset>-<arm>-<time>)
+//     init_parameters(model, o)  parameters of a fresh run (seeded init, or the other file's)
+// and optionally
+//     configure_model(model, o)  run settings that are not model config, once the model is built
+//                                (train_san's --skip-nonstandard)
 template <typename Trainer, typename Options, typename Config>
 int trainer_main(int argc, char** argv, const char* name, const std::map<std::string, Config>& presets,
                  std::vector<Flag> (*make_flags)(Options&), Config (*read_config)(const TensorFileReader&)) {
