@@ -1,19 +1,11 @@
 /*
-Eval-set loader: reads an eval .bin written by attnref/evalset.py (doc/formats.md, "Eval
-sets"): multiple-choice items (context tokens + several continuations, gold index, each
-choice's character length for acc_norm), cloze items (one continuation, the target),
-rolling items (a whole document as the one continuation after a one-token prefix, and its
-word count; scored in the model's windows, lm-eval's loglikelihood_rolling) or partial items
-(lm-eval's partial evaluation, Winogrande: per choice its own context's tokens, counted in
-its choice_chars, then the shared continuation's). The scorer
+Eval-set loader: reads an eval .bin written by attnref/evalset.py: multiple-choice, cloze, rolling
+(a whole document, lm-eval's loglikelihood_rolling) or partial (Winogrande) items, each a context
+and its choices' tokens with the gold index and the lengths the metrics normalise by. The scorer
 (llmc/train/eval_scoring.h) scores continuation tokens given context + preceding continuation
-tokens, lm-eval style. Host-only C++17; every check names the file and the item.
-
-Version 2 (what attnref/evalset.py writes) holds in header int [9] the CRC-32 (llmc/data/crc32.h,
-zlib's) of the whole file but that int; it is checked before the items are parsed, and a 0 there
-is a mismatch like any other value (a version-2 file always has its CRC). Version 1 (no CRC)
-still loads, with a note. Every count is checked against the bytes left in the file before
-anything is allocated for it, so a corrupt count is refused, never taken on trust.
+tokens, lm-eval style. The file's CRC-32 is checked first, and every count against the bytes left
+before anything is allocated for it, so a corrupt file is refused, never taken on trust; every
+check names the file and the item. Host-only C++17. The format: doc/formats.md "Eval sets".
 */
 #pragma once
 
@@ -28,6 +20,9 @@ anything is allocated for it, so a corrupt count is refused, never taken on trus
 constexpr int EVAL_MAGIC = 20260313;
 constexpr int EVAL_VERSION = 2;         // what the writer writes: with a CRC
 constexpr int EVAL_VERSION_NO_CRC = 1;  // still read, with a note
+// Version 2 holds in header int [9] the CRC-32 (llmc/data/crc32.h, zlib's) of the whole file but
+// that int, checked before the items are parsed; a 0 there is a mismatch like any other value.
+// Version 1 (no CRC) still loads, with a note.
 constexpr int EVAL_CRC_SLOT = 9;        // header int holding the CRC (version 2)
 constexpr int EVAL_TOKENIZER_SLOT = 10; // the tokenizer's fingerprint; [11] its flag (version 2)
 enum EvalKind { EVAL_MULTIPLE_CHOICE = 0, EVAL_CLOZE = 1, EVAL_ROLLING = 2, EVAL_PARTIAL = 3 };

@@ -1,19 +1,11 @@
 /*
-The attn.c tensor container (doc/formats.md, "Model checkpoints"): model checkpoints
-(kind 1), debug states (kind 2). A header with magic "ATTNFILE", version and kind, the
-config as "key=value\n" text, a table of named tensors (fp32, bf16 or int32, up to 4-D),
-and the 64-byte-aligned data. Host-only C++17.
-
-TensorFileReader reads and checks a whole file (every offset and size against the header
-and the file size; errors name the file and the problem) and hands out config values and
-tensors by name. TensorFileWriter collects config keys and tensors and writes them
-atomically (temp file + rename), so an interrupted save never replaces a good file.
-
-Version 2 (written here) carries CRC-32s (llmc/data/crc32.h, zlib's): one in the header over
-the header, config text, tensor table and the padding before the data, one per tensor over
-its data, and the padding between tensors must be zero, so a changed byte anywhere in the
-file is refused, naming the file and the tensor (or the header) and both CRCs. Version 1
-(no checksums) still reads, with a one-line note on stderr.
+The attn.c tensor container: model checkpoints (kind 1), debug states (kind 2). A header with
+magic "ATTNFILE", version and kind, the config as "key=value\n" text, a table of named tensors
+(fp32, bf16 or int32, up to 4-D), and the 64-byte-aligned data. TensorFileReader checks a whole
+file and hands out config values and tensors by name; TensorFileWriter writes one atomically.
+Version 2 carries CRC-32s over the header and each tensor, so a changed byte anywhere is refused,
+naming the file and the part; version 1 (no checksums) still reads, with a note. Host-only C++17.
+The layout and every check: doc/formats.md "Model checkpoints".
 */
 #pragma once
 
@@ -63,6 +55,9 @@ struct TensorEntry {
     }
 };
 
+// Reads and checks a whole file (every offset and size against the header and the file size;
+// errors name the file and the problem) and hands out config values and tensors by name.
+// Version 2: the header's CRC, each tensor's and the zero padding between tensors are checked.
 class TensorFileReader {
 public:
     TensorFileReader(const std::string& path, uint32_t expected_kind) : path_(path) {
@@ -304,6 +299,10 @@ private:
     std::map<std::string, size_t> index_;
 };
 
+// Collects config keys and tensors and writes them atomically (temp file + rename), so an
+// interrupted save never replaces a good file. Writes version 2, with its CRC-32s
+// (llmc/data/crc32.h, zlib's): one in the header over the header, config text, tensor table and
+// the padding before the data, one per tensor over its data.
 class TensorFileWriter {
 public:
     explicit TensorFileWriter(uint32_t kind) : kind_(kind) {}

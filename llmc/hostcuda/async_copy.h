@@ -1,19 +1,11 @@
 /*
-Host backend: cp.async (global -> shared copies that complete asynchronously), as the PTX
-ISA defines them, for llmc/kernels/async_copy.cuh:
-- each thread has its own sequence of groups: its copies since its last commit form the
-  open group; cp.async.commit_group closes it (an empty group is allowed);
-- cp.async.wait_group N returns when all but the N most recent committed groups of this
-  thread have completed; cp.async.wait_all = commit_group + wait_group 0;
-- stricter than the PTX ISA: a wait (wait_group or wait_all) with copies in the open group
-  dies. wait_group never waits for them, so a kernel that waits before committing reads
-  copies that may not have landed; and wait_all's implicit commit is easy to lose when the
-  code around it changes, so every kernel commits its copies explicitly;
-- nothing else completes a copy: not __syncthreads, not another thread's wait.
-The source is read when the copy is issued; the destination is written only when the
-issuing thread waits for its group (or exits). So a kernel that reads a destination too
-early reads stale data here too, and the race checker (racecheck.h) reports any access
-to a destination whose copy is still in flight.
+Host backend: cp.async (global -> shared copies that complete asynchronously), as the PTX ISA
+defines them, for llmc/kernels/async_copy.cuh. Each thread has its own sequence of groups; the
+source is read when the copy is issued, the destination written only when the issuing thread
+waits for its group (or exits), so a kernel that reads a destination too early reads stale data
+here too, and the race checker (racecheck.h) reports the access. Stricter than the PTX ISA: a wait
+with copies in the open group dies. The functions below say what each instruction does; why the
+stricter rule, and the tests: doc/host-backend.md "cp.async".
 */
 #pragma once
 
@@ -90,10 +82,16 @@ HOSTCUDA_UNINSTRUMENTED inline void async_copy_issue(void* dst, const void* src,
     t.in_flight.push_back(c);
 }
 
+// cp.async.commit_group: the thread's copies since its last commit form the open group; this
+// closes it (an empty group is allowed).
 HOSTCUDA_UNINSTRUMENTED inline void async_copy_commit_group() {
     async_copies_of_current_thread("cp_async_commit_group").committed++;
 }
 
+// A wait (wait_group or wait_all) with copies in the open group dies, stricter than the PTX ISA:
+// wait_group never waits for them, so a kernel that waits before committing reads copies that may
+// not have landed; and wait_all's implicit commit is easy to lose when the code around it
+// changes, so every kernel commits its copies explicitly.
 // Copies are kept in issue order, so the open group's are at the back.
 HOSTCUDA_UNINSTRUMENTED inline void async_copy_refuse_uncommitted(const AsyncThreadCopies& t, const char* wait) {
     if (!t.in_flight.empty() && t.in_flight.back().group == t.committed) {
@@ -102,6 +100,8 @@ HOSTCUDA_UNINSTRUMENTED inline void async_copy_refuse_uncommitted(const AsyncThr
     }
 }
 
+// cp.async.wait_group N: returns when all but the N most recent committed groups of this thread
+// have completed. Nothing else completes a copy: not __syncthreads, not another thread's wait.
 HOSTCUDA_UNINSTRUMENTED inline void async_copy_wait_group(uint32_t pending_groups_allowed) {
     AsyncThreadCopies& t = async_copies_of_current_thread("cp_async_wait_group");
     async_copy_refuse_uncommitted(t, "cp_async_wait_group");
@@ -110,6 +110,7 @@ HOSTCUDA_UNINSTRUMENTED inline void async_copy_wait_group(uint32_t pending_group
     }
 }
 
+// cp.async.wait_all = commit_group + wait_group 0.
 HOSTCUDA_UNINSTRUMENTED inline void async_copy_wait_all() {
     AsyncThreadCopies& t = async_copies_of_current_thread("cp_async_wait_all");
     async_copy_refuse_uncommitted(t, "cp_async_wait_all");

@@ -2,19 +2,10 @@
 Host backend: which addresses are "device" memory, so that host/device mix-ups fail here as
 they would on a GPU. On the host backend every pointer is a host pointer, so without this a
 kernel given `vector.data()`, a cudaMemcpy with the wrong kind or a cudaFree of a host
-buffer all run fine and fail only on the first GPU.
-
-  register_allocation(p, bytes, kind)   cudaMalloc / cudaMallocHost / cudaMallocManaged
-  release_allocation(p, kind, call)     cudaFree / cudaFreeHost: dies unless p came from them
-  check_kernel_pointer(kernel, i, p)    a kernel's pointer argument must lie in an allocation
-  check_copy(call, dst, src, n, kind)   a copy's ends must be where its kind says
-  check_device_range(call, p, n)        cudaMemset: device memory, in bounds
-
-The allocations are a sorted map from start to end (one lookup: O(log n), a few hundred
-allocations in a trainer); a launch costs one lookup per pointer argument. Pinned memory
-(cudaMallocHost) is host memory for copies but kernels may read it (mapped, as on the GPU);
-managed memory is both. Not seen: a host dereference of device memory (the host code reads
-it like any memory) and pointers a kernel receives inside a struct.
+buffer all run fine and fail only on the first GPU. The runtime registers each allocation
+(cudaMalloc, cudaMallocHost, cudaMallocManaged) in a sorted map and checks every kernel pointer
+argument, copy, memset and free against it (one lookup each). What is refused, what is not seen
+and the tests: doc/host-backend.md "Host and device memory".
 */
 #pragma once
 
@@ -39,6 +30,8 @@ struct Allocation {
     MemoryKind kind;
 };
 
+// From start to end: one lookup is O(log n), a few hundred allocations in a trainer; a launch
+// costs one lookup per pointer argument.
 struct AllocationMap {
     std::mutex mutex;
     std::map<uintptr_t, Allocation> by_start;
@@ -64,6 +57,8 @@ inline bool find_allocation(const void* p, size_t bytes, Allocation* found, uint
     return true;
 }
 
+// cudaMalloc / cudaMallocHost / cudaMallocManaged. Pinned memory (cudaMallocHost) is host memory
+// for copies but kernels may read it (mapped, as on the GPU); managed memory is both.
 inline void register_allocation(void* p, size_t bytes, MemoryKind kind) {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
     AllocationMap& m = allocations();
@@ -71,7 +66,7 @@ inline void register_allocation(void* p, size_t bytes, MemoryKind kind) {
     m.by_start[a] = Allocation{a + bytes, kind};
 }
 
-// Dies unless p is the start of an allocation of a kind `call` frees.
+// cudaFree / cudaFreeHost: dies unless p is the start of an allocation of a kind `call` frees.
 inline void release_allocation(void* p, bool pinned_call, const char* call) {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
     AllocationMap& m = allocations();
@@ -88,7 +83,8 @@ inline void release_allocation(void* p, bool pinned_call, const char* call) {
     m.by_start.erase(it);
 }
 
-// A pointer argument of a kernel: must point into memory a GPU kernel can reach.
+// A pointer argument of a kernel: must point into memory a GPU kernel can reach. (Pointers a
+// kernel receives inside a struct are not seen, nor a host dereference of device memory.)
 inline void check_kernel_pointer(const char* kernel, int index, const void* p) {
     if (p == nullptr) { return; }
     Allocation a;

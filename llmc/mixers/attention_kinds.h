@@ -1,19 +1,11 @@
 /*
-The attention kind of each layer, for the variants of "Deconstructing Attention"
-(doc/deconstructing.md): the kinds' names, and the layouts that say which layers keep standard
-attention. Host code: a model parses `--attention KIND` and `--layout SPEC` once, at its config
-check, into one AttnKind per layer.
-
-Layouts name the layers (counted from 1) that KEEP standard attention; every other layer gets
-the variant. With L layers, h = floor(L/2) and q = max(1, round(L/4)):
-    uniform        none                        hybrid, even   2, 4, 6, ...
-    odd            1, 3, 5, ...                top-simple     1 .. h
-    bottom-simple  h+1 .. L                    middle-simple  1 .. q and L-q+1 .. L
-    quarter        round(k L / q) for k = 1 .. q (every 4th layer, the last included)
-    first          1                           last           L
-    bilateral      1 and L                     "3,7,8"        an explicit list
-At L = 24 these are the paper's sets exactly (top-simple 1-12, middle-simple 1-6 and 19-24,
-bottom-simple 13-24, quarter 4, 8, ..., 24).
+The attention kind of each layer, for the variants of "Deconstructing Attention": the kinds'
+names, and the layouts that say which layers keep standard attention. Host code: a model parses
+`--attention KIND` and `--layout SPEC` once, at its config check, into one AttnKind per layer.
+A layout names the layers (counted from 1) that KEEP standard attention (uniform, hybrid, odd,
+top-/bottom-/middle-simple, quarter, first, last, bilateral, or a list like "3,7,8"); every other
+layer gets the variant. At L = 24 they are the paper's sets exactly. Each layout at any depth:
+doc/deconstructing.md "Layouts, at any depth".
 */
 #pragma once
 
@@ -34,7 +26,16 @@ inline const char* attn_layout_choices() {
 }
 
 // The layers (1-based, ascending) that keep standard attention under `layout` in a model of
-// L layers. On a bad layout returns false with `error` saying why.
+// L layers. On a bad layout returns false with `error` saying why. With h = floor(L/2) and
+// q = max(1, round(L/4)):
+//     uniform        none                        hybrid, even   2, 4, 6, ...
+//     odd            1, 3, 5, ...                top-simple     1 .. h
+//     bottom-simple  h+1 .. L                    middle-simple  1 .. q and L-q+1 .. L
+//     quarter        round(k L / q) for k = 1 .. q (every 4th layer, the last included)
+//     first          1                           last           L
+//     bilateral      1 and L                     "3,7,8"        an explicit list
+// At L = 24: top-simple 1-12, middle-simple 1-6 and 19-24, bottom-simple 13-24, quarter 4, 8,
+// ..., 24.
 inline bool standard_layers_of_layout(const std::string& layout, int L, std::vector<int>* layers, std::string* error) {
     layers->clear();
     const int h = L / 2, q = std::max(1, (L + 2) / 4);

@@ -1,19 +1,12 @@
 /*
-The trainable parameters of a model, shared by the trainers: every tensor of a ParamSpec
-list in one device buffer (canonical order, doc/formats.md), their gradients, the fp32
-master copy (bf16 builds: the optimizer updates it and rounds into the floatX copy), and
-the optimizer (llmc/optim/optimizer.h), built with its config by build_optimizer() before the
-first update or the load of a checkpoint's optimizer state. A trainer's model derives from ModelParameters and adds
-its activations, forward and backward.
-
-Values go in and out as fp32 host vectors in canonical order; checkpoints hold the master
-weights, so a bf16 run resumes bit for bit. Under ZeRO-1 (distribute(comm, 1)) the master
-weights are sharded with the optimizer state: the optimizer holds this rank's share,
-`master` is null, and get_parameters() gathers them (a collective: every rank calls it).
-
-Gradients: backward() accumulates into `grads` (floatX). With accumulate_in_fp32() (bf16
-builds, --grad-fp32 1) every micro-batch ends with end_micro_batch(), which moves them into
-the fp32 buffer `grads_fp32` that the optimizer then reads (llmc/kernels/grad_accumulate.cuh).
+The trainable parameters of a model, shared by the trainers: every tensor of a ParamSpec list in
+one device buffer (canonical order, doc/formats.md), their gradients, the fp32 master copy (bf16
+builds: the optimizer updates it and rounds into the floatX copy), and the optimizer
+(llmc/optim/optimizer.h), built by build_optimizer() before the first update or the load of a
+checkpoint's optimizer state. A trainer's model derives from ModelParameters and adds its
+activations, forward and backward. Values go in and out as fp32 host vectors in canonical order;
+checkpoints hold the master weights, so a bf16 run resumes bit for bit. Sharded master weights
+(ZeRO-1) and fp32 gradient accumulation: at the members below, and doc/multi-gpu.md.
 */
 #pragma once
 
@@ -39,8 +32,14 @@ public:
     size_t num_params = 0;        // values in canonical order (host vectors, files)
     size_t device_elements = 0;   // elements of each device buffer: tensors on aligned offsets
     floatX* params = nullptr;
+    // Gradients: backward() accumulates into `grads` (floatX). With accumulate_in_fp32() (bf16
+    // builds, --grad-fp32 1) every micro-batch ends with end_micro_batch(), which moves them into
+    // the fp32 buffer `grads_fp32` that the optimizer then reads (llmc/kernels/grad_accumulate.cuh).
     floatX* grads = nullptr;
     float* grads_fp32 = nullptr;  // the fp32 gradient accumulator, when accumulate_in_fp32() was called
+    // Under ZeRO-1 (distribute(comm, 1)) the master weights are sharded with the optimizer state:
+    // the optimizer holds this rank's share, `master` is null, and get_parameters() gathers them
+    // (a collective: every rank calls it).
     float* master = nullptr;  // fp32 copy of the parameters (bf16 builds only; null when sharded, above)
     std::unique_ptr<ParamOptimizer> optimizer;  // null until build_optimizer()
     cudaStream_t stream = nullptr;
@@ -108,7 +107,7 @@ public:
         }
         if (master_sharded()) { optimizer->load_master(laid_out); }
     }
-    // Under sharded master weights a collective (see the top of the file).
+    // Under sharded master weights a collective (see `master`).
     std::vector<float> get_parameters() const { return to_canonical(laid_out_parameters()); }
     // The same in the device layout (device_elements floats, zeros in the gaps).
     std::vector<float> laid_out_parameters() const {

@@ -1,19 +1,10 @@
 /*
-The trainers' samples: drawing the next token from a row of logits, and the loop that
-continues a sequence (with the KV cache of llmc/kernels/kv_cache.cuh, or recomputing the window).
-
-    sample_token(logits, V, temperature, rng)
-        temperature <= 0: argmax over logits[0:V] (first maximum);
-        else a draw from softmax(logits[0:V] / temperature), computed in double after
-        subtracting the maximum (std::discrete_distribution over the V weights).
-
-    sample_rng(seed, step)
-        the generator of the sample a run prints after `step` steps, seeded from (seed, step)
-        alone: a sample does not depend on what the run did before it (saves, an interruption,
-        earlier samples), so a resumed run samples exactly as the uninterrupted one.
-
-Only the first V (real) entries are considered: the padded vocabulary columns never win.
-sample_token is host-only C++17 (the logits are a host copy of one row).
+The trainers' samples: drawing the next token from a row of logits (sample_token, over the first
+V real entries only: the padded vocabulary columns never win), the generator of each printed
+sample (sample_rng), and the loop that continues a sequence (sample_tokens, with the KV cache of
+llmc/kernels/kv_cache.cuh, or recomputing the window). A sample depends only on (seed, step), so
+a resumed run samples exactly as the uninterrupted one. sample_token is host-only C++17 (the
+logits are a host copy of one row). Where the samples are printed and logged: doc/trainer.md.
 */
 #pragma once
 
@@ -26,12 +17,19 @@ sample_token is host-only C++17 (the logits are a host copy of one row).
 #include "llmc/cuda_common.h"
 #include "llmc/kernels/kv_cache.cuh"  // defines: KVCache
 
+// The generator of the sample a run prints after `step` steps, seeded from (seed, step) alone: a
+// sample does not depend on what the run did before it (saves, an interruption, earlier
+// samples), so a resumed run samples exactly as the uninterrupted one.
 inline std::mt19937_64 sample_rng(uint64_t seed, long step) {
     const uint64_t n = (uint64_t)step;
     std::seed_seq seq{(uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)n, (uint32_t)(n >> 32)};
     return std::mt19937_64(seq);
 }
 
+// temperature <= 0: argmax over logits[0:V] (first maximum); else a draw from
+// softmax(logits[0:V] / temperature), computed in double after subtracting the maximum
+// (std::discrete_distribution over the V weights). Only the first V (real) entries are
+// considered: the padded vocabulary columns never win.
 inline int sample_token(const float* logits, int V, float temperature, std::mt19937_64& rng) {
     const float* best = std::max_element(logits, logits + V);
     if (temperature <= 0.0f) { return (int)(best - logits); }

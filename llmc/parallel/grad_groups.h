@@ -1,21 +1,12 @@
 /*
 Gradient groups: the gradient of a step as a fixed sum of G group gradients, so that it has the
 same bits on every rank count that splits the groups evenly (--grad-groups, default: the rank
-count; why and how: doc/multi-gpu.md "The same bits on any rank count"). Every micro-batch's
-rows over all ranks are cut into G groups of consecutive rows, L = G / ranks on each rank, each
-with its own accumulator; the groups are added pairwise by index (llmc/parallel/sum_order.h), a
-rank's L here and the ranks' results in the sum over ranks, so with L a power of two every such
-rank count gives the same bits. The step's loss is summed the same way.
-
-    GradientGroups groups(G, comm)    comm null: one rank
-    groups.local()                    L: groups on this rank; rows per group = B / L
-    groups.begin(model, g, micro)     the model's gradient buffer holds group g's sum so far
-    groups.end(model, g)              ... and is saved as group g's (L > 1 only)
-    groups.combine(model)             the buffer = the pairwise sum of this rank's groups
-    groups.total(losses)              the step's loss: the groups' losses (local[L]) in group order
-
-Cost with L > 1: L gradient buffers more, two copies of the gradients per group and micro-batch,
-and smaller GEMMs (B / L rows); with L = 1 nothing.
+count). Every micro-batch's rows over all ranks are cut into G groups of consecutive rows, L = G /
+ranks on each rank, each with its own accumulator; the groups are added pairwise by index
+(llmc/parallel/sum_order.h), so with L a power of two every such rank count gives the same bits.
+GradientGroups' methods, in the order a step calls them, say what each does. Why, what holds and
+the cost (with L > 1: L gradient buffers more, two copies per group and micro-batch, smaller
+GEMMs): doc/multi-gpu.md "The same bits on any rank count".
 */
 #pragma once
 
@@ -63,6 +54,7 @@ inline bool grad_groups_fit(int groups, int ranks) {
 
 class GradientGroups {
 public:
+    // comm null: one rank
     GradientGroups(int groups, const Comm* comm)
         : comm_(comm), world_(comm != nullptr ? comm->world : 1), rank_(comm != nullptr ? comm->rank : 0),
           groups_(groups), local_(groups / world_) {
@@ -74,9 +66,10 @@ public:
     GradientGroups(const GradientGroups&) = delete;
     GradientGroups& operator=(const GradientGroups&) = delete;
 
-    int local() const { return local_; }
+    int local() const { return local_; }  // L: groups on this rank; rows per group = B / L
     int groups() const { return groups_; }
 
+    // The model's gradient buffer holds group g's sum so far (before micro-batch `micro`)...
     template <typename Model>
     void begin(Model& m, int g, int micro) {
         if (local_ == 1) { return; }
@@ -90,6 +83,7 @@ public:
             copy(m.grads, saved<floatX>(m, g), m.device_elements, m.stream);
         }
     }
+    // ... and is saved as group g's after it (L > 1 only).
     template <typename Model>
     void end(Model& m, int g) {
         if (local_ == 1) { return; }
@@ -99,6 +93,8 @@ public:
             copy(saved<floatX>(m, g), m.grads, m.device_elements, m.stream);
         }
     }
+    // The buffer = the pairwise sum of this rank's groups (the ranks' results are then summed in
+    // the same pairwise order, in the sum over ranks).
     template <typename Model>
     void combine(Model& m) {
         if (local_ == 1) { return; }

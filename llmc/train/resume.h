@@ -1,18 +1,12 @@
 /*
-What a run started from a checkpoint keeps (host-only C++17):
-  - --resume continues the saved run: its settings come from the checkpoint (run_settings:
-    one table of key, flags, value) and flags that would change them are refused by name
-    (continue_saved_run), unless --resume-override 1; its outputs (checkpoint directory,
-    log, tokenizer, samples, eval sets) come from it too, and flags given set them freely;
-    --extend-to N trains it on (a WSD run extended from inside its decay gets a hint:
-    extend from before the decay); a build of the other precision is refused
-    (check_build_precision);
-  - the data must continue where the saved run left off (data_difference);
-  - on another rank count, the rows per micro-batch over the ranks carry over
-    (continue_on_ranks: --batch-size becomes saved rows / ranks, or the resume is refused);
-  - with --resume or --init-from, model flags that contradict the checkpoint's config are
-    refused by name (check_model_flags).
-doc/formats.md "Resume state" lists the keys.
+What a run started from a checkpoint keeps (host-only C++17): --resume continues the saved run,
+its settings from the checkpoint (run_settings) and flags that would change them refused by name
+unless --resume-override 1 (continue_saved_run), its outputs from it too unless given, --extend-to
+N training it on; a build of the other precision is refused (check_build_precision); the data must
+continue where it left off (data_difference); on another rank count the rows per micro-batch carry
+over (continue_on_ranks); with --resume or --init-from, model flags that contradict the
+checkpoint's config are refused (check_model_flags). Each function says the rest; the keys:
+doc/formats.md "Resume state"; what a user sees: doc/trainer.md.
 */
 #pragma once
 
@@ -226,6 +220,8 @@ inline void add_output_settings(RunSettingTable& t) {
     t.integer("run.eval_every", {"--eval-every"}, &TrainOptions::eval_every);
 }
 
+// The saved run's settings: one table of key, flags, value (the trained settings, then the
+// outputs, which flags given set freely).
 inline std::vector<RunSetting> run_settings() {
     RunSettingTable t;
     add_trained_settings(t);

@@ -2,20 +2,11 @@
 The training loop shared by the trainers. run_training() builds a TrainingRun: its constructor
 reads the data, restores a --resume and readies the outputs; run() is the main loop (gradient
 accumulation under the learning-rate schedule, validation, eval sets, samples, the log and
-checkpoints that resume exactly: doc/formats.md "Resume state").
-Layout: constructor and run(), then the steps they take, top to bottom: setup, the step, eval,
-saves and stops, the end. Elsewhere: the files a run writes (output_places.h, run_outputs.h), its
-options (train_options.h, resume.h), main's sequence (trainer.h), what each rank does
-(doc/multi-gpu.md: rank 0 alone samples, scores eval sets and writes).
-
-What it asks of the model (besides llmc/model/model.h):
-    cfg.vocab_size, cfg.bos_id; int doc_start_token() (-1: none); bool counts_in_loss(int target)
-    LossStats forward(inputs, targets, B, T, dloss_scale, std::vector<float>* row_losses)
-    void backward();  double loss_value(const LossStats&);  double z_loss_coefficient();
-    const std::vector<int>& loss_targets() (< 0 where masked); float* logits ((B*T, Vp) fp32)
-    zero_grad(), update(lr_matrix, lr_other), steps_done(), first_nonfinite_tensor(),
-    accumulate_in_fp32(), end_micro_batch() (llmc/model/parameters.h ModelParameters)
-and optionally (SAN) LayerMeasurements measure(inputs, B, T), logged at every validation.
+checkpoints that resume exactly: doc/formats.md "Resume state"). Layout: constructor and run(),
+then the steps they take, top to bottom: setup, the step, eval, saves and stops, the end. What it
+asks of the model is listed at TrainingRun. Elsewhere: the files a run writes (output_places.h,
+run_outputs.h), its options (train_options.h, resume.h), main's sequence (trainer.h); what each
+rank does: doc/multi-gpu.md (rank 0 alone samples, scores eval sets and writes).
 */
 #pragma once
 
@@ -71,6 +62,15 @@ const char* attention_kernels_of(const Config& c) {
 // model has already loaded its state), or null. `comm`: the ranks (the model distributed
 // over them), or null for one. The constructor reads the data and checks where the run
 // will write, before any step; run() trains (or, with --steps 0, evaluates).
+//
+// What it asks of the model (besides llmc/model/model.h):
+//     cfg.vocab_size, cfg.bos_id; int doc_start_token() (-1: none); bool counts_in_loss(int target)
+//     LossStats forward(inputs, targets, B, T, dloss_scale, std::vector<float>* row_losses)
+//     void backward();  double loss_value(const LossStats&);  double z_loss_coefficient();
+//     const std::vector<int>& loss_targets() (< 0 where masked); float* logits ((B*T, Vp) fp32)
+//     zero_grad(), update(lr_matrix, lr_other), steps_done(), first_nonfinite_tensor(),
+//     accumulate_in_fp32(), end_micro_batch() (llmc/model/parameters.h ModelParameters)
+// and optionally (SAN) LayerMeasurements measure(inputs, B, T), logged at every validation.
 template <typename Model>
 class TrainingRun {
 public:
