@@ -1,16 +1,11 @@
 /*
-The start-up card check (doc/build.md, "Which cards a build runs on"): before the first kernel
-launch (LAUNCH calls card_check_once()), ask the driver which of the binary's images runs on
-the card (cudaFuncGetAttributes of an empty kernel), then
-- stop with one line naming the card, the build's archs and the `make GPU_ARCHS=<cc>` to run when
-  none does (else the first kernel dies with "no kernel image is available");
-- keep the arch the running code was compiled for (card_code_arch()): a build for sm_75 runs on
-  an sm_90 through its PTX, where the tensor-core kernels are trap stubs, so the attention asks
-  this arch, not the card's, whether it may take them;
-- warn once at a bf16 trainer's start (card_warn_once) when the card or the code is older than
-  sm_80 (no tensor cores).
-The host backend answers as the driver would for the card HOSTCUDA_DEVICE names and a build for
-HOSTCUDA_GPU_ARCHS (llmc/hostcuda/emulated_device.h), so all of this runs in the host tests.
+The start-up card check: before the first kernel launch (LAUNCH calls card_check_once()), ask the
+driver which of the binary's images runs on the card (cudaFuncGetAttributes of an empty kernel);
+stop with one line naming the card, the build's archs and the `make GPU_ARCHS=<cc>` to run when
+none does, keep the arch the running code was compiled for (card_code_arch()), and warn once at a
+bf16 trainer's start when the card or the code is older than sm_80. The host backend answers as
+the driver would (llmc/hostcuda/emulated_device.h), so all of this runs in the host tests. The
+cases and why we warn rather than refuse: doc/build.md "Which cards a build runs on".
 */
 #pragma once
 
@@ -107,10 +102,13 @@ inline const CardFacts& card_facts() {
     return facts;
 }
 
-// The arch the running code was compiled for (the attention's choice of kernels).
+// The arch the running code was compiled for (the attention's choice of kernels): a build for
+// sm_75 runs on an sm_90 through its PTX, where the tensor-core kernels are trap stubs, so the
+// attention asks this arch, not the card's, whether it may take them.
 inline int card_code_arch() { return card_facts().code_arch; }
 
-// Stops a build that cannot run on this card (before the first launch: LAUNCH calls it).
+// Stops a build that cannot run on this card (before the first launch: LAUNCH calls it), else
+// the first kernel would die with "no kernel image is available".
 inline void card_check_once() {
     static const bool checked = [] {
         std::string refusal = card_refusal(card_facts());
@@ -121,7 +119,7 @@ inline void card_check_once() {
 }
 
 // The trainers' start (a bf16 run's speed is theirs to warn about): what a bf16 run loses on this
-// card or with this build's code for it, once on stderr.
+// card or with this build's code for it (older than sm_80: no tensor cores), once on stderr.
 inline void card_warn_once(bool bf16) {
     static const bool warned = [bf16] {
         card_check_once();

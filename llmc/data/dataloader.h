@@ -374,8 +374,8 @@ inline void seeded_permutation(std::vector<int64_t>& p, int64_t n, uint64_t seed
 // How whole-document mode draws sample_documents: uniformly over the data (reservoir), as the
 // SAN paper's eval code, 1 in kPaperSampleEvery of the head of the data until N are kept, or
 // uniformly over the exercises that fit a row (documents of at most T+1 tokens with a query
-// token: on data that mixes exercises with other documents, N exercises are packed; the top of
-// this file).
+// token: on data that mixes exercises with other documents, N exercises are packed; doc/data.md
+// "Whole-document evaluation").
 enum class DocDraw { Uniform, PaperHead, Exercises };
 constexpr int kPaperSampleEvery = 10;
 
@@ -389,11 +389,13 @@ struct DataLoaderConfig {
     int vocab_size = 0;        // > 0: every token read is checked to be below it
     // Evaluation: rows of whole documents (delimited by doc_start_token), never split;
     // documents longer than T+1 skipped; the rest of a row padded with pad_token and
-    // target -1 (see the top of this file). Needs doc_start_token >= 0 and no shuffle.
+    // target -1 (doc/data.md "Whole-document evaluation"). Needs doc_start_token >= 0 and no
+    // shuffle.
     bool whole_documents = false;
     int pad_token = 0;         // input id of padding positions (any id: they come after every real token)
-    // Whole-document mode: > 0 reads a seeded sample of this many documents, not all (the top
-    // of this file); the same files, T, N and seed give the same sample on every machine.
+    // Whole-document mode: > 0 reads a seeded sample of this many documents, not all (doc/data.md
+    // "Whole-document evaluation"); the same files, T, N and seed give the same sample on every
+    // machine.
     int64_t sample_documents = 0;
     uint64_t sample_seed = 0;
     DocDraw sample_draw = DocDraw::Uniform;

@@ -1,16 +1,12 @@
 /*
-Host backend: runs a kernel launch (grid of blocks of threads) on the CPU (doc/host-backend.md
-"How it executes a launch", "Thread orders").
-Blocks are spread over a pool of OS threads ("workers"; HOSTCUDA_THREADS, default: all cores),
-each running its blocks one after another; inside a block, GPU threads run as fibers. A fiber
-runs threads until one waits (at __syncthreads or a warp collective): a kernel without barriers
-costs one function call per GPU thread and no context switch. The last thread to arrive
-completes the operation and queues every participant; a barrier counts only threads that have
-not exited, as on the hardware; a block whose run queue empties with threads still parked
-prints what each waits for and aborts instead of hanging.
-The order threads run in is fixed by the launch and HOSTCUDA_SCHEDULE (forward, reverse,
-random:SEED), so results are deterministic, and a kernel that relies on one order (a missing
-barrier) shows up under another.
+Host backend: runs a kernel launch (grid of blocks of threads) on the CPU. Blocks are spread over
+a pool of OS threads ("workers"; HOSTCUDA_THREADS, default: all cores); inside a block, GPU
+threads run as fibers, and a fiber runs threads until one waits (at __syncthreads or a warp
+collective), so a kernel without barriers costs one function call per GPU thread and no context
+switch. The order threads run in is fixed by the launch and HOSTCUDA_SCHEDULE (forward, reverse,
+random:SEED): results are deterministic, and a kernel that relies on one order (a missing
+barrier) shows up under another. Barriers, collectives, deadlock reports and the orders:
+doc/host-backend.md "How it executes a launch", "Thread orders".
 */
 #pragma once
 

@@ -1,16 +1,12 @@
 /*
 Standard attention (doc/san-model.md "Forward pass"), and the steps every attention kind shares:
-
     q_lin = u W_q^T, k_lin = u W_k^T, v = u W_v^T           (project)
     q, k  = rope(qk_norm(q_lin)), rope(qk_norm(k_lin))      (shape_qk; per head)
     o     = attention(q, k, v)                              (mix: causal GQA, llmc/kernels/attention.cuh)
     out   = o W_o^T
-
 AttentionMixer runs these in order; a variant overrides the step it changes (approximate.h:
 mix; nonapprox.h: shape_qk and mix; static_emb_qk.h: where q, k come from; fixed_qk.h: which
-rows compute q, k). Weights "attn.wq" (Hq hd, d), "attn.wk", "attn.wv" (Hkv hd, d), with
-QK-norm "attn.q_norm.weight", "attn.k_norm.weight" (hd), and "attn.wo" (d, Hq hd).
-Sampling: one position per step, its k and v written into the KV cache (llmc/kernels/kv_cache.cuh).
+rows compute q, k). The variants: doc/deconstructing.md.
 */
 #pragma once
 
@@ -27,6 +23,8 @@ class AttentionMixer : public TokenMixer {
 public:
     explicit AttentionMixer(const MixerDims& dims) : D(dims) {}
 
+    // Weights "attn.wq" (Hq hd, d), "attn.wk", "attn.wv" (Hkv hd, d), with QK-norm
+    // "attn.q_norm.weight", "attn.k_norm.weight" (hd), and "attn.wo" (d, Hq hd).
     void add_parameters(std::vector<ParamSpec>& spec, const std::string& prefix) const override {
         const int64_t d = D.d, qd = D.qd(), kvd = D.kvd();
         spec.push_back({prefix + "wq", {qd, d}, true, D.init_std, 0.0f});
@@ -83,6 +81,8 @@ public:
     }
 
     ScoreInputs score_inputs() const override { return {q, k, AttnWeights::Softmax}; }
+    // Sampling: one position per step, its k and v written into the KV cache
+    // (llmc/kernels/kv_cache.cuh).
     bool decodes_with_cache() const override { return true; }
 
 protected:

@@ -1,16 +1,11 @@
 /*
-The optimizer step shared by the trainers (doc/optimizers.md; doc/san-model.md "Optimizers"):
-parameters live in one device buffer in the order of a list of ParamSpec; each tensor is in the
-matrix group (2-D weights: weight decay, the matrix optimizer) or the other group (embeddings,
-gains, gates, biases: no decay unless --decay-embedding 1 decays the embeddings; own rate).
-One step: global gradient norm (deterministic, llmc/kernels/reduce.cuh), clip factor
-min(1, clip / (norm + 1e-6)), then AdamW per tensor ("adamw"), or Muon on the matrix group and
-AdamW without decay on the other ("muon"; llmc/kernels/muon.cuh). The state is saved by name
-(opt.m/opt.v.<param>, opt.mom.<param>: doc/formats.md "Model checkpoints").
-Over N ranks (distribute(); llmc/parallel/data_parallel.h) the gradients are summed first, Muon
-matrices are updated by their owners and ZeRO-1 keeps on each rank only the state it updates
-(bf16: its fp32 master weights too, shards_master()); a checkpoint gathers everything, so save()
-is then a collective that every rank calls.
+The optimizer step shared by the trainers: parameters live in one device buffer in the order of a
+list of ParamSpec; each tensor is in the matrix group (2-D weights: weight decay, the matrix
+optimizer) or the other group (embeddings, gains, gates, biases: no decay unless
+--decay-embedding 1 decays the embeddings; own rate). ParamOptimizer::update clips by the global
+gradient norm, then runs AdamW per tensor ("adamw"), or Muon on the matrix group and AdamW without
+decay on the other ("muon"). Over N ranks (distribute(); llmc/parallel/data_parallel.h) it
+updates only what this rank owns. doc/optimizers.md; doc/san-model.md "Optimizers".
 */
 #pragma once
 
@@ -244,6 +239,9 @@ public:
 
     // One step with the given rates; returns the gradient norm before clipping. When that
     // norm is not finite nothing is updated (the trainer stops and names the tensor).
+    // The step: global gradient norm (deterministic, llmc/kernels/reduce.cuh), clip factor
+    // min(1, clip / (norm + 1e-6)), then AdamW per tensor, or Muon on the matrix group
+    // (llmc/kernels/muon.cuh) and AdamW without decay on the other.
     float update(double lr_matrix, double lr_other, cudaStream_t stream) {
         const OptimizerConfig& opt = config_;
         allocate_state(opt.optimizer);
@@ -283,8 +281,12 @@ public:
         return norm;
     }
 
-    // A collective over the ranks (see the top of the file); also makes the master weights
-    // current on every rank, so get_parameters() after it reads the whole model.
+    // The state by name (opt.m/opt.v.<param>, opt.mom.<param>: doc/formats.md "Model
+    // checkpoints"). Over N ranks the gradients are summed first, Muon matrices are updated by
+    // their owners and ZeRO-1 keeps on each rank only the state it updates (bf16: its fp32
+    // master weights too, shards_master()); a checkpoint gathers everything, so save() is then a
+    // collective that every rank calls. It also makes the master weights current on every rank,
+    // so get_parameters() after it reads the whole model.
     void save(TensorFileWriter& w) {
         w.set("step", (long long)step);
         w.set("has_optimizer", has_state() ? 1 : 0);

@@ -1,17 +1,10 @@
 /*
-Learning-rate schedules (doc/san-model.md, "Schedules"): the multiplier f(s) of the peak
-rate at optimizer step s over a horizon of S steps: the run's steps, or --schedule-steps
-(`horizon`) when given, e.g. Deconstructing Attention's cosine over 120,000 steps of runs
-stopped near 28,611 (doc/deconstructing.md "Recipe"). Steps past the horizon keep its last
-rate. The SAN paper code's convention (optax's, and Hugging Face's schedulers'): step s (0-based)
-runs at the rate of progress s, so the first update of a warmup runs at rate 0, and step counts
-are floored. Linear warmup f = s / W over W = floor(warmup_frac * S) steps, then
-    wsd       constant, and over the last D = floor(decay_frac * S) steps a cosine from 1 towards
-              final_frac: f = cos_to_final((s - (S - D)) / D), the last step one step short of it;
-    cosine    cosine from 1 towards final_frac over the steps after warmup, p = (s - W) / (S - W);
-    linear    linear from 1 towards final_frac over the same p;
-    constant  1 (after the warmup).
-Host-only C++17.
+Learning-rate schedules: the multiplier f(s) of the peak rate at optimizer step s over a horizon
+of S steps (the run's steps, or --schedule-steps when given; steps past it keep its last rate).
+Linear warmup, then wsd, cosine, linear or constant (formulas at multiplier()). The SAN paper
+code's convention (optax's, and Hugging Face's schedulers'): step s (0-based) runs at the rate of
+progress s, so the first update of a warmup runs at rate 0, and step counts are floored.
+Host-only C++17. The formulas, defaults and why: doc/san-model.md "Schedules".
 */
 #pragma once
 
@@ -57,6 +50,13 @@ struct Schedule {
         }
     }
 
+    // f(s). Linear warmup f = s / W over W = floor(warmup_frac * S) steps, then
+    //     wsd       constant, and over the last D = floor(decay_frac * S) steps a cosine from 1
+    //               towards final_frac: f = cos_to_final((s - (S - D)) / D), the last step one
+    //               step short of it;
+    //     cosine    cosine from 1 towards final_frac over the steps after warmup, p = (s - W) / (S - W);
+    //     linear    linear from 1 towards final_frac over the same p;
+    //     constant  1 (after the warmup).
     double multiplier(long s, long run_steps) const {
         const long total = steps(run_steps);
         s = std::min(s, total - 1);  // past the horizon: its last rate

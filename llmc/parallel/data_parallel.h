@@ -2,14 +2,10 @@
 Data parallelism around the optimizer step: what each rank reduces, updates, keeps and shares so
 that N ranks take the step one rank would take on the sum of their gradients (a sum, not a mean:
 the same bits on any rank count). Used by ParamOptimizer (llmc/optim/optimizer.h); one rank (no
-Comm) is the same code with identity collectives. The whole account (zero 0, ZeRO-1 chunks, Muon
-owners, the gradient norm's order): doc/multi-gpu.md "What each rank does".
-
-Parameters and gradients share one layout, tensors on 64-element offsets (layout_parameters).
-Every piece of work is a Piece: elements [begin, end) of one tensor, updated by AdamW or (a
-whole matrix) by Muon, by its owner rank (or every rank: owner -1), its state at index `state`.
-A checkpoint gathers everything (gather_full): a file never depends on the rank count or zero
-mode. DATA_PARALLEL_MUTATION_* (tests only) break the ownership; the multi-rank tests must fail.
+Comm) is the same code with identity collectives. Every piece of work is a Piece of one tensor,
+updated by its owner rank; a checkpoint gathers everything, so a file never depends on the rank
+count or zero mode. The whole account (zero 0, ZeRO-1 chunks, Muon owners, the gradient norm's
+order): doc/multi-gpu.md "What each rank does".
 */
 #pragma once
 
@@ -30,9 +26,11 @@ public:
     struct Range {
         size_t begin, end, state;
     };
-    // A piece of work: elements [begin, end) of tensor `tensor`, updated by `owner` (-1:
+    // A piece of work: elements [begin, end) of tensor `tensor` (parameters and gradients share
+    // one layout, tensors on 64-element offsets: layout_parameters), updated by `owner` (-1:
     // every rank) with Muon (`muon`: a whole matrix) or AdamW; `state` indexes the owner's
-    // state buffer of that kind.
+    // state buffer of that kind. DATA_PARALLEL_MUTATION_* (tests only) break the ownership; the
+    // multi-rank tests must fail.
     struct Piece {
         int tensor;
         size_t begin, end, state;
@@ -277,7 +275,8 @@ public:
 
     // A state buffer of this rank (`which`: m or v, the momentum, sharded master weights) in
     // the full layout (E host floats, zeros where no tensor of that kind is): a collective
-    // (every rank calls it; every rank gets the whole).
+    // (every rank calls it; every rank gets the whole). Checkpoints gather everything this way,
+    // so a file never depends on the rank count or zero mode.
     std::vector<float> gather_full(const float* state, State which, cudaStream_t stream) {
         if (zero_ == 0) {
             if (which == State::Master) { fatal("DataParallel: the master weights are not sharded under --zero 0"); }

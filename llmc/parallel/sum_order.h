@@ -1,15 +1,11 @@
 /*
-The one order in which the parts of a gradient are added, wherever they live (doc/multi-gpu.md
-"The same bits on any rank count"): pairwise by index, level by level, the odd part out carried
-to the next level; every sum but the root rounded into T (the root is the caller's to round,
-once, as the host stand-in's mean needs). For 4 parts: (p0 + p1) + (p2 + p3); for 3:
-(p0 + p1) + p2.
-
-The parts are the G gradient groups of a step (llmc/parallel/grad_groups.h): a rank adds its own
-groups in this order (GradientGroups::combine) and the host stand-in adds the ranks' results in
-this order (llmc/parallel/comm.h). When each rank holds 2^k consecutive groups, its result is a
-node of the tree over all G groups, so the two levels together are that tree, whatever the rank
-count: the same bits on 1 rank and on G / 2^k ranks.
+The one order in which the parts of a gradient are added, wherever they live: pairwise by index,
+level by level, the odd part out carried to the next level; every sum but the root rounded into T
+(the root is the caller's to round, once, as the host stand-in's mean needs). For 4 parts:
+(p0 + p1) + (p2 + p3); for 3: (p0 + p1) + p2. The parts are the G gradient groups of a step: a
+rank adds its own groups in this order (llmc/parallel/grad_groups.h) and the host stand-in the
+ranks' results (llmc/parallel/comm.h): with 2^k groups per rank, one tree over all G groups, the
+same bits on any such rank count (doc/multi-gpu.md "The same bits on any rank count").
 */
 #pragma once
 

@@ -1,15 +1,11 @@
 /*
-One writer per output (host-only C++17): a run holds an exclusive flock on a lock file for
-each place it writes (its checkpoint directory and run directory: DIR/.lock; its log DIR/NAME:
-DIR/.NAME.lock) from before it writes anything there until it exits. A second run that would
-write there is refused at its start, naming the holder (the pid, host, start time and command
-the lock file holds), instead of two runs interleaving their checkpoints and log lines (two
-saves of step_6.bin at once left a corrupt file under its final name).
-The lock is the kernel's: it goes with the process, however the process ends (kill -9
-included), so a lock file left behind by a crash holds no lock and the next run takes it.
-The files are removed when the run exits (atexit: also after fatal()); one that a killed run
-left stays, harmless, until the next run there takes and removes it. After taking the lock the file is checked to still be the
-one under the name (a run exiting removes it): otherwise the lock is taken again.
+One writer per output (host-only C++17): a run holds an exclusive flock on a lock file for each
+place it writes (its checkpoint and run directories: DIR/.lock; its log DIR/NAME: DIR/.NAME.lock)
+from before it writes anything there until it exits. A second run that would write there is
+refused at its start, naming the holder, instead of two runs interleaving their checkpoints and
+log lines (two saves of step_6.bin at once left a corrupt file under its final name). The lock is
+the kernel's: it goes with the process however it ends (kill -9 included), so a lock file left by
+a crash holds no lock. What a run guarantees about its outputs: doc/formats.md "Run directory".
 */
 #pragma once
 
@@ -30,8 +26,10 @@ one under the name (a run exiting removes it): otherwise the lock is taken again
 class OutputLocks {
 public:
     // Locks `lock_path` for this process's lifetime; `what` names the output for the refusal
-    // (e.g. "--checkpoint-dir runs/x"); `holder` is what the file says of this run. Locking a
-    // path twice is a no-op.
+    // (e.g. "--checkpoint-dir runs/x"); `holder` is what the file says of this run (the pid,
+    // host, start time and command, which a refused run prints). Locking a path twice is a
+    // no-op. After taking the lock the file is checked to still be the one under the name (a run
+    // exiting removes it): otherwise the lock is taken again.
     static void take(const std::string& lock_path, const std::string& what, const std::string& holder) {
         OutputLocks& all = instance();
         for (const Held& h : all.held_) {
@@ -67,7 +65,9 @@ public:
     }
 
     // Removes the lock files while still holding them (a run that opened one meanwhile sees it
-    // gone once it has the lock, and takes a new one), then lets go. Run at exit, and by
+    // gone once it has the lock, and takes a new one), then lets go; one that a killed run left
+    // stays, harmless, until the next run there takes and removes it. Run at exit (also after
+    // fatal()), and by
     // trainer_main once the run is over (before leaving MPI: a launcher may kill a rank there).
     static void release() {
         for (const Held& h : instance().held_) {

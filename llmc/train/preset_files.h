@@ -1,16 +1,11 @@
 /*
 Presets and recipes as data: presets/NAME.conf (a train_san model preset), presets/gpt2/NAME.conf
 (a train_gpt2 one), presets/recipes/NAME.conf (a recipe such as --paper-setup) and
-presets/rates/NAME.conf (default rates per arm, such as the SAN paper's locked ones), in the
-`key = value` format of --config (llmc/config_file.h).
-The Makefile writes their text into build/generated/preset_files.inc, which this header
-compiles in, so a binary reads no file at run time; the Python side reads the same files
-(attnref/presets.py). A key that names a flag sets it; the other keys are the file's own
-(a preset's swept-* rates, a recipe's resume-keeps, a rates file's keys), read by the trainer.
-Host-only C++17.
-
-    const ConfigFile& f = compiled_config_file("presets/demo.conf");
-    apply_setting(f, entry, flags);   // parses entry's value into its flag, or fails naming file and line
+presets/rates/NAME.conf (default rates per arm), in the `key = value` format of --config. The
+Makefile writes their text into build/generated/preset_files.inc, which this header compiles in,
+so a binary reads no file at run time; the Python side reads the same files (attnref/presets.py).
+A key that names a flag sets it (apply_setting); the other keys are the file's own, read by the
+trainer. Host-only C++17. The format: doc/formats.md "Config files"; the rates: doc/san-model.md.
 */
 #pragma once
 
@@ -30,7 +25,9 @@ Host-only C++17.
 #error "build/generated/preset_files.inc is missing: build with make, which writes it from presets/**/*.conf"
 #endif
 
-// One compiled-in file: its path in the repository (presets/demo.conf) and its settings.
+// One compiled-in file: its path in the repository (presets/demo.conf) and its settings. Keys that
+// name no flag are the file's own: a preset's swept-* rates, a recipe's resume-keeps, a rates
+// file's keys (presets/rates/san-paper.conf: the SAN paper's locked rates).
 struct ConfigFile {
     std::string path;
     std::vector<ConfigEntry> entries;
@@ -93,6 +90,7 @@ inline std::string preset_flag_help(const std::string& folder) {
     return "model preset: " + names + "; each is " + folder + "NAME.conf (sizes and rates under the options), the flags below override it";
 }
 
+// The file compiled in from `path`, e.g. compiled_config_file("presets/demo.conf").
 inline const ConfigFile& compiled_config_file(const std::string& path) {
     for (const ConfigFile& f : compiled_config_files()) {
         if (f.path == path) { return f; }

@@ -4,12 +4,8 @@ fields every checkpoint holds as run.* keys (RunRecord: the command, every flag'
 value, the rates used, the commit and build, the host, the start time, the ranks), and its
 run directory (runs/<preset>-<arm>-<UTC time> by default: the resolved config, the log,
 the checkpoints, the samples), with the lookups --resume DIR and --resume auto make and the
-pruning --keep-last N does. doc/formats.md "Run directory" and "Log" describe the files.
-
-The commit comes from the build: the Makefile links every binary with a one-line object
-that defines attn_build_commit ("<12 hex digits>", with "+dirty" when the tree had changes
-to tracked files, or "unknown" outside git); a binary built without it (nvcc by hand) says
-"unknown".
+pruning --keep-last N does. The commit comes from the build (attn_build_commit).
+doc/formats.md "Run directory" and "Training log" describe the files.
 */
 #pragma once
 
@@ -71,6 +67,10 @@ inline std::string json_string(const std::string& text, bool ascii = false) {
     return out + "\"";
 }
 
+// The commit comes from the build: the Makefile links every binary with a one-line object that
+// defines attn_build_commit ("<12 hex digits>", with "+dirty" when the tree had changes to
+// tracked files, or "unknown" outside git); a binary built without it (nvcc by hand) says
+// "unknown".
 // (a weak default that the Makefile's build-commit object, linked into every binary, overrides;
 // not const, so that the compiler reads it rather than folding in the default)
 extern "C" {
