@@ -252,7 +252,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
         }
         cudaCheck(cudaMemcpy(d_inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_targets, targets, N * sizeof(int), cudaMemcpyHostToDevice));
-        if (dloss_scale != 0.0f) { buckets.build(inputs, N, stream); }
+        if (dloss_scale != 0.0f) { buckets.build(d_inputs, N, stream); }
 
         const int pos = cache != nullptr ? cache->pos : 0;
         embedding_forward(residual[0], d_inputs, P.wte, N, d, 1.0f, stream);

@@ -736,7 +736,7 @@ struct SAN : LanguageModel<SANConfig> {
         cudaCheck(cudaMemcpy(d_inputs, stream_inputs.data(), embedded * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_targets, masked.data(), Nh * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_doc_ids, doc_ids.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-        if (training) { buckets.build(stream_inputs.data(), embedded, stream); }
+        if (training) { buckets.build(d_inputs, embedded, stream); }
         embedding_forward(residual[0], d_inputs, wte().w, embedded, d, cfg.embed_multiplier(), stream);
         if (F && !fixed_tokens) {  // rndembqk: the fixed row starts as eps (its first Tn positions)
             cudaCheck(cudaMemcpyAsync(residual[0] + (size_t)Nh * d, fixed_eps, (size_t)Tn * d * sizeof(floatX),
