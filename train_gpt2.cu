@@ -291,9 +291,8 @@ struct GPT2 : LanguageModel<GPT2Config> {
         ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
         classifier_forward_backward(head, N, V, Vp, 0.0f, dloss_scale, stream);
 
-        std::vector<float> losses = copy_from_device(row_loss, N);
-        for (int i = 0; i < N; i++) { sums.ce_sum += losses[i]; }
-        if (row_losses != nullptr) { *row_losses = losses; }
+        sums.ce_sum = loss_sums(N, false).ce_sum;  // one sum back, not N rows
+        if (row_losses != nullptr) { *row_losses = copy_from_device(row_loss, N); }
         return sums;
     }
 

@@ -754,14 +754,9 @@ struct SAN : LanguageModel<SANConfig> {
         ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
         classifier_forward_backward(head, Nh, cfg.vocab_size, cfg.padded_vocab(), (float)cfg.z_loss, dloss_scale,
                                     stream);
-        std::vector<float> losses = copy_from_device(row_loss, Nh), lse_sq = copy_from_device(row_lse_sq, Nh);
-        LossStats stats;
-        for (int i = 0; i < Nh; i++) {
-            stats.ce_sum += losses[i];
-            stats.lse_sq_sum += lse_sq[i];
-        }
+        LossStats stats = loss_sums(Nh, true);  // two sums back, not 2 Nh rows
         stats.count = count;
-        if (row_losses != nullptr) { *row_losses = losses; }
+        if (row_losses != nullptr) { *row_losses = copy_from_device(row_loss, Nh); }
         return stats;
     }
 

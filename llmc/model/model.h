@@ -28,6 +28,7 @@ parameter_spec(cfg) and write_config(writer, cfg), found here by argument-depend
 
 #include "llmc/cli.h"
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/classifier.cuh"  // defines: LossStats, classifier_loss_sums
 #include "llmc/kernels/embedding.cuh"
 #include "llmc/kernels/kv_cache.cuh"
 #include "llmc/model/sampling.h"  // defines: sample_tokens
@@ -138,6 +139,17 @@ void save_checkpoint(const Model& model, const std::string& path,
     model.write_checkpoint(path, extra, [&](TensorFileWriter& w) { write_config(w, model.cfg); });
 }
 
+// Pinned host memory (cudaMallocHost): a copy from or into it is one DMA that the host can queue
+// on a stream (cudaMemcpyAsync) without waiting; freed with its owner.
+template <typename T>
+struct PinnedBuffer {
+    T* data = nullptr;
+    explicit PinnedBuffer(size_t count) { cudaCheck(cudaMallocHost(&data, std::max<size_t>(count, 1) * sizeof(T))); }
+    ~PinnedBuffer() { cudaFreeHost(data); }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+};
+
 // The base of a trainer's model (SAN, GPT2): ModelParameters, and for B rows of T positions
 // the buffers every model has; the model adds its tensors' pointers and activations.
 template <typename Config>
@@ -152,11 +164,14 @@ struct LanguageModel : ModelParameters {
     int *d_inputs = nullptr, *d_targets = nullptr;
     floatX *dx = nullptr, *dxf = nullptr;  // backward: dL/d(residual stream), dL/d(final norm output)
     EmbeddingBuckets buckets;             // the embedding backward's positions per token
+    PinnedBuffer<double> loss_host;  // the 2 loss sums back from the device (loss_sums)
+    double* d_loss_sums = nullptr;
     int last_B = 0, last_T = 0;           // the last forward's batch (what backward() differentiates)
     KVCache kv;                           // sampling's keys and values (sample() below)
 
     LanguageModel(const Config& config, int batch, int seq)
-        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
+        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq),
+          loss_host(2) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
         const size_t N = (size_t)B * T, d = cfg.n_embd, Vp = cfg.padded_vocab();
         for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
@@ -168,6 +183,13 @@ struct LanguageModel : ModelParameters {
         d_targets = arena.alloc<int>(N);
         dx = arena.alloc<floatX>(N * d);
         dxf = arena.alloc<floatX>(N * d);
+        d_loss_sums = arena.alloc<double>(2);
+    }
+
+    // The classifier's per-row outputs of the first N rows summed on the device (lse^2 too when
+    // asked); waits for the stream.
+    LossStats loss_sums(int N, bool with_lse_sq) {
+        return classifier_loss_sums(row_loss, with_lse_sq ? row_lse_sq : nullptr, N, d_loss_sums, loss_host.data, stream);
     }
 
     // A forward's batch: within the activations, or (sampling with `cache`) one position
