@@ -250,8 +250,11 @@ struct GPT2 : LanguageModel<GPT2Config> {
             if (targets[i] >= V) { fatal("target token %d at %d is outside the vocabulary of %d", targets[i], i, V); }
             sums.count += targets[i] >= 0;
         }
-        cudaCheck(cudaMemcpy(d_inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(d_targets, targets, N * sizeof(int), cudaMemcpyHostToDevice));
+        // through the pinned staging (model.h), copies queued on the stream
+        std::copy(inputs, inputs + N, staged_inputs());
+        std::copy(targets, targets + N, staged_targets());
+        upload_ids(d_inputs, staged_inputs(), N);
+        upload_ids(d_targets, staged_targets(), N);
         if (dloss_scale != 0.0f) { buckets.build(d_inputs, N, stream); }
 
         const int pos = cache != nullptr ? cache->pos : 0;

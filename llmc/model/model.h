@@ -164,6 +164,10 @@ struct LanguageModel : ModelParameters {
     int *d_inputs = nullptr, *d_targets = nullptr;
     floatX *dx = nullptr, *dxf = nullptr;  // backward: dL/d(residual stream), dL/d(final norm output)
     EmbeddingBuckets buckets;             // the embedding backward's positions per token
+    // A micro-batch's ids on their way up, 3 N ints (inputs | targets | document ids): the trainer
+    // fills them and queues their copies (upload_ids). Rewritten only by the next forward, after
+    // this one's loss copy waited for the stream, so never under a queued copy.
+    PinnedBuffer<int> staged_ids;
     PinnedBuffer<double> loss_host;  // the 2 loss sums back from the device (loss_sums)
     double* d_loss_sums = nullptr;
     int last_B = 0, last_T = 0;           // the last forward's batch (what backward() differentiates)
@@ -171,7 +175,7 @@ struct LanguageModel : ModelParameters {
 
     LanguageModel(const Config& config, int batch, int seq)
         : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq),
-          loss_host(2) {
+          staged_ids(3 * (size_t)batch * seq), loss_host(2) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
         const size_t N = (size_t)B * T, d = cfg.n_embd, Vp = cfg.padded_vocab();
         for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
@@ -186,6 +190,13 @@ struct LanguageModel : ModelParameters {
         d_loss_sums = arena.alloc<double>(2);
     }
 
+    int* staged_inputs() { return staged_ids.data; }
+    int* staged_targets() { return staged_ids.data + (size_t)B * T; }
+    int* staged_doc_ids() { return staged_ids.data + 2 * (size_t)B * T; }
+    // `count` staged ids to the device, queued on the stream
+    void upload_ids(int* device, const int* staged, int count) {
+        cudaCheck(cudaMemcpyAsync(device, staged, (size_t)count * sizeof(int), cudaMemcpyHostToDevice, stream));
+    }
     // The classifier's per-row outputs of the first N rows summed on the device (lse^2 too when
     // asked); waits for the stream.
     LossStats loss_sums(int N, bool with_lse_sq) {
