@@ -30,24 +30,15 @@ void embedding_forward(floatX* out, const int* idx, const floatX* wte, int N, in
 }
 
 // ---- the token buckets, built on the device from the device's token ids ----------------------
-// Positions grouped by token: bucket k is token[k] and positions [start[k], start[k + 1]) of
-// `positions`, ascending; the buckets in ascending token order. One int buffer of 3 N + 2 ints:
-//     [count | token (count) | start (count + 1) | positions (N)]
-// the same arrays as a stable sort of the positions by token id on the host (what the host built
-// before issue 55), with their count in front so that the backward reads it on the device.
-// How, deterministically and without atomics: each position n becomes the key
-// (token << 32 | n); the keys are distinct, so their ascending order is unique and is exactly the
-// stable order (by token, then position). Sorted by merging:
-//   1. embedding_sort_runs_kernel: one block per kBucketRun keys sorts them in shared memory,
-//      log2(kBucketRun) merge stages of runs 1, 2, 4, ... (ping-pong buffers);
-//   2. embedding_merge_runs_kernel: one thread per key and pass, runs kBucketRun, 2 kBucketRun, ...
-//      merged pairwise in global memory (ping-pong between the two halves of `keys`) until one run;
-//   3. embedding_bucket_compact_kernel: one block; each thread counts the bucket heads (a key whose
-//      token differs from its predecessor's) of its contiguous slice, thread 0 scans the counts in
-//      thread order, and each thread writes its slice's tokens, starts and positions.
-// A merge places key i of run r at (start of the pair) + (i's index in r) + (the keys of the other
-// run below it: a binary search); distinct keys make the places a permutation.
-// Cost: N log2 N binary-search steps, 2 + ceil(log2(N / kBucketRun)) launches; 16 N bytes of keys.
+// One int buffer of 3 N + 2: [count | token (count) | start (count + 1) | positions (N)]; bucket k
+// is token[k] at positions[start[k] .. start[k + 1]), tokens ascending, positions ascending: the
+// host stable sort's arrays, with the count in front for the backward to read on the device.
+// Each position n is the key (token << 32 | n); distinct keys have one ascending order, the stable
+// one, so merging is deterministic without atomics: a block sorts runs of kBucketRun keys in shared
+// memory, global passes merge pairs of runs (key i goes to the pair's start + its index in its run
+// + the other run's keys below it, by binary search), and one block compacts the sorted keys
+// (bucket heads counted per thread slice, scanned in thread order). 2 + ceil(log2(N / kBucketRun))
+// launches, 16 N bytes of keys. Design and tests: doc/gpu-runs/host-stalls.md.
 constexpr int kBucketRun = 1024;           // keys a block sorts in shared memory (16 KiB, two buffers)
 constexpr int kBucketSortThreads = 256;    // threads of the sort and merge kernels
 constexpr int kBucketCompactThreads = 256;  // threads of the one compaction block
