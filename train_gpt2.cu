@@ -250,9 +250,12 @@ struct GPT2 : LanguageModel<GPT2Config> {
             if (targets[i] >= V) { fatal("target token %d at %d is outside the vocabulary of %d", targets[i], i, V); }
             sums.count += targets[i] >= 0;
         }
-        cudaCheck(cudaMemcpy(d_inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(d_targets, targets, N * sizeof(int), cudaMemcpyHostToDevice));
-        if (dloss_scale != 0.0f) { buckets.build(inputs, N, stream); }
+        // through the pinned staging (model.h), copies queued on the stream
+        std::copy(inputs, inputs + N, staged_inputs());
+        std::copy(targets, targets + N, staged_targets());
+        upload_ids(d_inputs, staged_inputs(), N);
+        upload_ids(d_targets, staged_targets(), N);
+        if (dloss_scale != 0.0f) { buckets.build(d_inputs, N, stream); }
 
         const int pos = cache != nullptr ? cache->pos : 0;
         embedding_forward(residual[0], d_inputs, P.wte, N, d, 1.0f, stream);
@@ -291,9 +294,8 @@ struct GPT2 : LanguageModel<GPT2Config> {
         ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
         classifier_forward_backward(head, N, V, Vp, 0.0f, dloss_scale, stream);
 
-        std::vector<float> losses = copy_from_device(row_loss, N);
-        for (int i = 0; i < N; i++) { sums.ce_sum += losses[i]; }
-        if (row_losses != nullptr) { *row_losses = losses; }
+        sums.ce_sum = loss_sums(N, false).ce_sum;  // one sum back, not N rows
+        if (row_losses != nullptr) { *row_losses = copy_from_device(row_loss, N); }
         return sums;
     }
 

@@ -710,7 +710,10 @@ struct SAN : LanguageModel<SANConfig> {
     // document boundaries) and starts as rndembqk's eps or the embedding of fixedseqqk's tokens.
     int64_t embed_batch(const int* inputs, const int* targets, int Bn, int Tn, int F, KVCache* cache, bool training) {
         const int Nh = Bn * Tn, N = (Bn + F) * Tn, V = cfg.vocab_size, d = cfg.n_embd;
-        std::vector<int> doc_ids(N, 0), masked(Nh), stream_inputs(inputs, inputs + Nh);
+        // into the pinned staging (model.h), then up with copies queued on the stream
+        int *stream_inputs = staged_inputs(), *masked = staged_targets(), *doc_ids = staged_doc_ids();
+        std::copy(inputs, inputs + Nh, stream_inputs);
+        std::fill(doc_ids, doc_ids + N, 0);
         int64_t count = 0;
         for (int b = 0; b < Bn; b++) {
             int doc = 0;
@@ -727,16 +730,16 @@ struct SAN : LanguageModel<SANConfig> {
         if (cache != nullptr) {  // the document id continues the cached positions'
             cache->next_doc += inputs[0] == cfg.bos_id;
             doc_ids[0] = cache->next_doc;
-            cudaCheck(cudaMemcpy(cache->doc + cache->pos, doc_ids.data(), sizeof(int), cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpyAsync(cache->doc + cache->pos, doc_ids, sizeof(int), cudaMemcpyHostToDevice, stream));
         }
         const bool fixed_tokens = F && !fixed.random;
-        if (fixed_tokens) { stream_inputs.insert(stream_inputs.end(), fixed.tokens.begin(), fixed.tokens.begin() + Tn); }
+        if (fixed_tokens) { std::copy(fixed.tokens.begin(), fixed.tokens.begin() + Tn, stream_inputs + Nh); }
         const int embedded = fixed_tokens ? N : Nh;  // positions looked up in the embedding
-        host_targets_masked = masked;
-        cudaCheck(cudaMemcpy(d_inputs, stream_inputs.data(), embedded * sizeof(int), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(d_targets, masked.data(), Nh * sizeof(int), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(d_doc_ids, doc_ids.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-        if (training) { buckets.build(stream_inputs.data(), embedded, stream); }
+        host_targets_masked.assign(masked, masked + Nh);
+        upload_ids(d_inputs, stream_inputs, embedded);
+        upload_ids(d_targets, masked, Nh);
+        upload_ids(d_doc_ids, doc_ids, N);
+        if (training) { buckets.build(d_inputs, embedded, stream); }
         embedding_forward(residual[0], d_inputs, wte().w, embedded, d, cfg.embed_multiplier(), stream);
         if (F && !fixed_tokens) {  // rndembqk: the fixed row starts as eps (its first Tn positions)
             cudaCheck(cudaMemcpyAsync(residual[0] + (size_t)Nh * d, fixed_eps, (size_t)Tn * d * sizeof(floatX),
@@ -754,14 +757,9 @@ struct SAN : LanguageModel<SANConfig> {
         ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
         classifier_forward_backward(head, Nh, cfg.vocab_size, cfg.padded_vocab(), (float)cfg.z_loss, dloss_scale,
                                     stream);
-        std::vector<float> losses = copy_from_device(row_loss, Nh), lse_sq = copy_from_device(row_lse_sq, Nh);
-        LossStats stats;
-        for (int i = 0; i < Nh; i++) {
-            stats.ce_sum += losses[i];
-            stats.lse_sq_sum += lse_sq[i];
-        }
+        LossStats stats = loss_sums(Nh, true);  // two sums back, not 2 Nh rows
         stats.count = count;
-        if (row_losses != nullptr) { *row_losses = losses; }
+        if (row_losses != nullptr) { *row_losses = copy_from_device(row_loss, Nh); }
         return stats;
     }
 

@@ -7,6 +7,7 @@ per row of fp32 logits (N, Vp), over the first V columns,
 
 version 1: one thread per row, three plain passes (the baseline)
 version 2: llmc/kernels/classifier.cuh, one warp per row with shuffles
+and the rows' loss sums on the device (classifier_loss_sums) against the host's sequential sum.
 
     ./build/<dir>/classifier [version]
 */
@@ -94,6 +95,30 @@ int main(int argc, char** argv) {
         ok &= validate_result(d_lse_sq, lse_sq_ref.data(), "lse_sq", N, 1e-5f, 1e-5f);
         ok &= validate_result(d_dlogits, d_ref.data(), "dlogits", (size_t)N * Vp, 1e-9f, grad_eps);
     }
+    // the loss sums on the device (classifier_loss_sums) against the host's sequential double sums
+    // of the same rows (the trainers' sum before issue 55): within double rounding, and the same
+    // bits on a rerun; over all rows and over a count that leaves threads one row short
+    double* d_sums = cudaMallocElements(double, 2);
+    double* pinned = nullptr;
+    cudaCheck(cudaMallocHost(&pinned, 2 * sizeof(double)));
+    std::vector<float> rows = copy_from_device(d_losses, N), rows_sq = copy_from_device(d_lse_sq, N);
+    for (int count : {N, N - 5}) {
+        double ce = 0.0, sq = 0.0;
+        for (int n = 0; n < count; n++) {
+            ce += rows[n];
+            sq += rows_sq[n];
+        }
+        LossStats a = classifier_loss_sums(d_losses, d_lse_sq, count, d_sums, pinned, 0);
+        LossStats b = classifier_loss_sums(d_losses, d_lse_sq, count, d_sums, pinned, 0);
+        LossStats c = classifier_loss_sums(d_losses, nullptr, count, d_sums, pinned, 0);
+        double rel = std::max(std::fabs(a.ce_sum - ce) / ce, std::fabs(a.lse_sq_sum - sq) / sq);
+        bool same = memcmp(&a, &b, sizeof(a)) == 0 && c.ce_sum == a.ce_sum && c.lse_sq_sum == 0.0;
+        printf("  loss sums over %d rows: relative difference from the host's sequential sum %.2e, "
+               "rerun bit-identical: %s\n", count, rel, same ? "yes" : "NO");
+        ok &= rel <= 1e-12 && same;
+    }
+    cudaCheck(cudaFree(d_sums));
+    cudaCheck(cudaFreeHost(pinned));
     if (!ok) {
         printf("classifier: VALIDATION FAILED\n");
         return EXIT_FAILURE;

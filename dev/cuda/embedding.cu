@@ -2,12 +2,15 @@
 Scaled token embedding (llmc/kernels/embedding.cuh), forward and backward:
     out[n, :] = scale * wte[idx[n], :]
     dwte[v, :] += scale * sum over n with idx[n] == v of dout[n, :]
-The backward groups positions by token on the host (EmbeddingBuckets) and sums each
-group in order, so it is deterministic without atomics. Token ids repeat a lot here
-(a small vocabulary), as in real batches.
+The backward groups positions by token (EmbeddingBuckets: until issue 55 a stable sort on the
+host, now a merge sort of (token, position) keys on the device) and sums each group in order,
+so it is deterministic without atomics. Token ids repeat a lot here (a small vocabulary), as
+in real batches. dev/test/test_embedding.cu checks the buckets against the host's stable sort.
 
 version 1: llmc/kernels/embedding.cuh (forward: one thread per element; backward: one block per
            (token, 256-channel slice))
+version 2: the same kernels, the buckets built on the device and the backward's blocks striding
+           over them (the count stays on the device)
 
     ./build/<dir>/embedding
 */
@@ -39,7 +42,7 @@ int main() {
     floatX* d_dwte = copy_to_device(dwte_x);
     floatX* d_out = cudaMallocElements(floatX, (size_t)N * C);
     EmbeddingBuckets buckets;
-    buckets.build(idx.data(), N, 0);
+    buckets.build(d_idx, N, 0);
     embedding_forward(d_out, d_idx, d_wte, N, C, scale, 0);
     embedding_backward(d_dwte, d_dout, buckets, C, scale, 0);
 
@@ -64,6 +67,8 @@ int main() {
         print_table_header();
         float fwd = benchmark_kernel(20, embedding_forward, d_out, d_idx, d_wte, N, C, scale, (cudaStream_t)0);
         print_result_row("embedding_forward", 1, fwd, 2.0 * N * C * sizeof(floatX), fwd);
+        float build = benchmark_kernel(20, [&] { buckets.build(d_idx, N, 0); });
+        print_result_row("embedding buckets (device)", 2, build, 3.0 * N * sizeof(int) + 16.0 * N, build);
         float bwd = benchmark_kernel(20, embedding_backward, d_dwte, d_dout, std::cref(buckets), C, scale, (cudaStream_t)0);
         print_result_row("embedding_backward", 1, bwd, (double)N * C * sizeof(floatX) + 2.0 * V * C * sizeof(floatX), bwd);
     } else {

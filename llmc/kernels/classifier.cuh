@@ -10,8 +10,8 @@ For each row n with targets[n] >= 0:
     lse[n]    = logsumexp(logits[n, 0:V])
     losses[n] = lse[n] - logits[n, targets[n]]            (cross-entropy)
     lse_sq[n] = lse[n]^2                                  (z-loss term)
-and masked rows get 0 for both. The caller sums them (the batch loss is
-(sum losses + z_loss * sum lse_sq) / number of unmasked rows).
+and masked rows get 0 for both. classifier_loss_sums (below) sums them on the device and copies
+back the two sums (the batch loss is (sum losses + z_loss * sum lse_sq) / number of unmasked rows).
 If dlogits is not null, it receives d(loss * dloss_scale)/d logits, i.e. for j < V
     dloss_scale * (softmax_j - [j == target] + z_loss * 2 * lse * softmax_j)
 and 0 for masked rows and for the padded columns j >= V.
@@ -28,7 +28,7 @@ in a fixed order, so the result does not depend on the number of workers.
 
 #include "llmc/cuda_common.h"
 
-// The classifier's per-row outputs summed over a batch on the host (in double):
+// The classifier's per-row outputs summed over a batch (in double, classifier_loss_sums):
 // loss = (sum of cross-entropies + z_loss * sum of lse^2) / number of counted rows.
 struct LossStats {
     double ce_sum = 0.0, lse_sq_sum = 0.0;
@@ -186,4 +186,47 @@ inline void target_logprob(float* logprob, int* greedy, const float* logits, con
     LAUNCH(CEIL_DIV(N, kClassifierRowsPerBlock), kClassifierLanes * kClassifierRowsPerBlock, 0, stream,
            target_logprob_kernel)(logprob, greedy, logits, targets, N, V, Vp);
     cudaCheckLaunch();
+}
+
+// ---- the loss sums on the device --------------------------------------------------------------
+// sums[0] = sum of row_loss[0:N], sums[1] = sum of row_lse_sq[0:N] (0 when row_lse_sq is null), in
+// double. One block of kLossSumThreads threads: thread t adds rows t, t + kLossSumThreads, ... in
+// order, thread 0 adds the threads' sums in thread order: a fixed order, so deterministic, and
+// within double rounding of the sequential sum the host took before issue 55 (not bit for bit).
+// Two doubles come back instead of 2 N floats.
+constexpr int kLossSumThreads = HOST_BACKEND ? 32 : 512;
+
+__global__ void loss_sums_kernel(double* sums, const float* row_loss, const float* row_lse_sq, int N) {
+    __shared__ double partial[2][kLossSumThreads];
+    double ce = 0.0, lse_sq = 0.0;
+    for (int i = threadIdx.x; i < N; i += kLossSumThreads) {
+        ce += row_loss[i];
+        if (row_lse_sq != nullptr) { lse_sq += row_lse_sq[i]; }
+    }
+    partial[0][threadIdx.x] = ce;
+    partial[1][threadIdx.x] = lse_sq;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total[2] = {0.0, 0.0};
+        for (int t = 0; t < kLossSumThreads; t++) {
+            total[0] += partial[0][t];
+            total[1] += partial[1][t];
+        }
+        sums[0] = total[0];
+        sums[1] = total[1];
+    }
+}
+
+// The batch's loss sums (count left 0: the caller knows it). `scratch`: 2 doubles on the device;
+// `host`: 2 doubles the copy lands in (pinned, so the copy is one DMA). Waits for the stream.
+inline LossStats classifier_loss_sums(const float* row_loss, const float* row_lse_sq, int N, double* scratch, double* host,
+                                      cudaStream_t stream) {
+    LAUNCH(1, kLossSumThreads, 0, stream, loss_sums_kernel)(scratch, row_loss, row_lse_sq, N);
+    cudaCheckLaunch();
+    cudaCheck(cudaMemcpyAsync(host, scratch, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    LossStats stats;
+    stats.ce_sum = host[0];
+    stats.lse_sq_sum = host[1];
+    return stats;
 }

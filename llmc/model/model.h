@@ -17,6 +17,7 @@ argument-dependent lookup. The SAN model itself: doc/san-model.md; the checkpoin
 
 #include "llmc/cli.h"
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/classifier.cuh"  // defines: LossStats, classifier_loss_sums
 #include "llmc/kernels/embedding.cuh"
 #include "llmc/kernels/kv_cache.cuh"
 #include "llmc/model/sampling.h"  // defines: sample_tokens
@@ -129,6 +130,17 @@ void save_checkpoint(const Model& model, const std::string& path,
     model.write_checkpoint(path, extra, [&](TensorFileWriter& w) { write_config(w, model.cfg); });
 }
 
+// Pinned host memory (cudaMallocHost): a copy from or into it is one DMA that the host can queue
+// on a stream (cudaMemcpyAsync) without waiting; freed with its owner.
+template <typename T>
+struct PinnedBuffer {
+    T* data = nullptr;
+    explicit PinnedBuffer(size_t count) { cudaCheck(cudaMallocHost(&data, std::max<size_t>(count, 1) * sizeof(T))); }
+    ~PinnedBuffer() { cudaFreeHost(data); }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+};
+
 // The base of a trainer's model (SAN, GPT2): ModelParameters, and for B rows of T positions
 // the buffers every model has (the residual stream, logits and loss buffers, the backward's
 // stream gradient, the sampling cache); the model adds its tensors' pointers and activations.
@@ -144,11 +156,18 @@ struct LanguageModel : ModelParameters {
     int *d_inputs = nullptr, *d_targets = nullptr;
     floatX *dx = nullptr, *dxf = nullptr;  // backward: dL/d(residual stream), dL/d(final norm output)
     EmbeddingBuckets buckets;             // the embedding backward's positions per token
+    // A micro-batch's ids on their way up, 3 N ints (inputs | targets | document ids): the trainer
+    // fills them and queues their copies (upload_ids). Rewritten only by the next forward, after
+    // this one's loss copy waited for the stream, so never under a queued copy.
+    PinnedBuffer<int> staged_ids;
+    PinnedBuffer<double> loss_host;  // the 2 loss sums back from the device (loss_sums)
+    double* d_loss_sums = nullptr;
     int last_B = 0, last_T = 0;           // the last forward's batch (what backward() differentiates)
     KVCache kv;                           // sampling's keys and values (sample() below)
 
     LanguageModel(const Config& config, int batch, int seq)
-        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq) {
+        : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq),
+          staged_ids(3 * (size_t)batch * seq), loss_host(2) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
         const size_t N = (size_t)B * T, d = cfg.n_embd, Vp = cfg.padded_vocab();
         for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
@@ -160,6 +179,20 @@ struct LanguageModel : ModelParameters {
         d_targets = arena.alloc<int>(N);
         dx = arena.alloc<floatX>(N * d);
         dxf = arena.alloc<floatX>(N * d);
+        d_loss_sums = arena.alloc<double>(2);
+    }
+
+    int* staged_inputs() { return staged_ids.data; }
+    int* staged_targets() { return staged_ids.data + (size_t)B * T; }
+    int* staged_doc_ids() { return staged_ids.data + 2 * (size_t)B * T; }
+    // `count` staged ids to the device, queued on the stream
+    void upload_ids(int* device, const int* staged, int count) {
+        cudaCheck(cudaMemcpyAsync(device, staged, (size_t)count * sizeof(int), cudaMemcpyHostToDevice, stream));
+    }
+    // The classifier's per-row outputs of the first N rows summed on the device (lse^2 too when
+    // asked); waits for the stream.
+    LossStats loss_sums(int N, bool with_lse_sq) {
+        return classifier_loss_sums(row_loss, with_lse_sq ? row_lse_sq : nullptr, N, d_loss_sums, loss_host.data, stream);
     }
 
     // A forward's batch: within the activations, or (sampling with `cache`) one position
