@@ -71,6 +71,25 @@ __device__ inline float norm_backward_dinp(float di, float d, float gain_plus_of
     return fmaf(s, fmaf(-(x * s), mean_dy_y, d * gain_plus_offset), di);
 }
 
+// The forward's first pass: rstd = 1 / sqrt(mean(x^2) + eps) of row r of inp, the sum of
+// squares over the row group's lanes (each lane's V-element chunks in order, then
+// norm_group_sum). Every lane of the warp calls it; a row past N adds nothing (its result is
+// not used). The fused QK-norm + RoPE forward calls it too: the same float operations.
+template <int V>
+__device__ inline float norm_row_rstd(const floatX* inp, int r, int N, int C, int lane, int lanes, float eps) {
+    float sum_sq = 0.0f;
+    if (r < N) {
+        const floatX* row = inp + (size_t)r * C;
+        for (int c = lane * V; c < C; c += lanes * V) {
+            float x[V];
+            load_floats<V>(x, row + c);
+            for (int k = 0; k < V; k++) { sum_sq += x[k] * x[k]; }
+        }
+    }
+    sum_sq = norm_group_sum(sum_sq, lanes);
+    return rsqrtf(sum_sq / C + eps);
+}
+
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of 32 and of `lanes`; C % V == 0.
 
@@ -79,19 +98,9 @@ __global__ void norm_forward_kernel(floatX* out, float* rstd, const floatX* inp,
                                     int lanes, float gain_offset, float eps) {
     int lane = threadIdx.x % lanes;
     int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
-    bool valid = r < N;
-    const floatX* row = inp + (size_t)(valid ? r : 0) * C;
-    float sum_sq = 0.0f;
-    if (valid) {
-        for (int c = lane * V; c < C; c += lanes * V) {
-            float x[V];
-            load_floats<V>(x, row + c);
-            for (int k = 0; k < V; k++) { sum_sq += x[k] * x[k]; }
-        }
-    }
-    sum_sq = norm_group_sum(sum_sq, lanes);  // the whole warp, valid or not
-    if (!valid) { return; }
-    float s = rsqrtf(sum_sq / C + eps);
+    float s = norm_row_rstd<V>(inp, r, N, C, lane, lanes, eps);  // the whole warp, rows past N too
+    if (r >= N) { return; }
+    const floatX* row = inp + (size_t)r * C;
     for (int c = lane * V; c < C; c += lanes * V) {
         float x[V], g[V], y[V];
         load_floats<V>(x, row + c);  // second read hits the cache

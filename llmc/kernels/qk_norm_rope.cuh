@@ -12,10 +12,11 @@ position t = (row / H) % T); gain: (hd), shared by the heads; rstd: (N) fp32; ta
 table (rope_table, from the tensor's first position). round() is the rounding to floatX that
 the unfused pair stores between its two kernels: the fused kernels keep it, and every float
 operation of the pair in the same order (the rotation through rope.cuh's rope_first /
-rope_second, whose fmas are written out; the backward is norm.cuh's norm_backward_kernel itself,
-another instantiation, whose fmas are written out too; the forward's sum of squares and scaling
-as norm_forward_kernel writes them, with the same lanes per row), so their results are the
-pair's bit for bit (dev/test/test_norm_rope_swiglu.cu).
+rope_second, whose fmas are written out; the forward's rstd through norm_row_rstd, as
+norm_forward_kernel's, and its scaling as norm_forward_kernel writes it, with the same lanes per
+row; the backward is norm.cuh's norm_backward_kernel itself, another instantiation, whose fmas
+are written out too), so their results are the pair's bit for bit
+(dev/test/test_norm_rope_swiglu.cu).
 
 Launch layout: norm.cuh's (a row group of L lanes per row, V-element chunks, the norm's
 sums over the same lanes in the same order). Forward: after the row's rstd, each lane takes
@@ -34,7 +35,7 @@ dout read and written by RoPE, dinp zeroed, read and written by the norm).
 #pragma once
 
 #include "llmc/cuda_common.h"
-#include "llmc/kernels/norm.cuh"  // defines: norm_backward_kernel, NormDinp, norm_layout, norm_group_sum,
+#include "llmc/kernels/norm.cuh"  // defines: norm_row_rstd, norm_backward_kernel, NormDinp, norm_layout,
                                   // norm_backward_launch, GainNorm
 #include "llmc/kernels/rope.cuh"  // defines: rope_first, rope_second, rope_forward, rope_backward
 
@@ -50,19 +51,9 @@ __global__ void qk_norm_rope_forward_kernel(floatX* out, float* rstd, const floa
                                             float gain_offset, float eps) {
     int lane = threadIdx.x % lanes;
     int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
-    bool valid = r < N;
-    const floatX* row = inp + (size_t)(valid ? r : 0) * C;
-    float sum_sq = 0.0f;  // as norm_forward_kernel: the same chunks per lane, in the same order
-    if (valid) {
-        for (int c = lane * V; c < C; c += lanes * V) {
-            float x[V];
-            load_floats<V>(x, row + c);
-            for (int k = 0; k < V; k++) { sum_sq += x[k] * x[k]; }
-        }
-    }
-    sum_sq = norm_group_sum(sum_sq, lanes);  // the whole warp, valid or not
-    if (!valid) { return; }
-    float s = rsqrtf(sum_sq / C + eps);
+    float s = norm_row_rstd<V>(inp, r, N, C, lane, lanes, eps);  // as norm_forward_kernel: the whole warp
+    if (r >= N) { return; }
+    const floatX* row = inp + (size_t)r * C;
     const int half = C / 2;
     const float* angles = table + (size_t)((r / H) % T) * C;
     for (int i = lane * V; i < half; i += lanes * V) {
