@@ -20,6 +20,9 @@ Backward (dinp and dgain ACCUMULATED):
     y = inp * rstd,  dy = dout * (gain_offset + gain)
     dinp += rstd * (dy - y * mean(dy * y))          per row
     dgain += sum over rows of dout * y
+The backward kernel takes two template choices besides V: how it reads dout (Grad, NormDout:
+the tensor as it is; the fused QK-norm + RoPE backward passes one that rotates it back through
+RoPE first, llmc/kernels/qk_norm_rope.cuh) and whether dinp accumulates (NormDinp).
 Deterministic dgain without atomics: a grid of at most kNormBackwardMaxBlocks blocks; each
 row group loops over rows (grid-stride) accumulating dout*y into its own shared-memory row
 of C floats (each lane owns fixed columns, so no races); at the end the block sums its
@@ -53,10 +56,10 @@ __device__ inline float norm_group_sum(float value, int lanes) {
 // The backward's per-element steps with their fused multiply-adds written out. A compiler may
 // contract a * b + c into an fma or not, and which product of a * b + c * d, as it likes (g++
 // did it one way in norm_backward_kernel<1> and another in <x128::size>); written out, the
-// fused QK-norm + RoPE backward (llmc/kernels/qk_norm_rope.cuh), which calls the same
-// functions, gives this kernel's results bit for bit on either executor. They are the
-// contractions g++ chose for the 128-bit path (its host results did not change; the scalar
-// path's fp32 results moved by an ulp in places).
+// fused QK-norm + RoPE backward (llmc/kernels/qk_norm_rope.cuh: this kernel with another Grad
+// and NormDinp, so another instantiation) gives the plain one's results bit for bit on either
+// executor. They are the contractions g++ chose for the 128-bit path (its host results did not
+// change; the scalar path's fp32 results moved by an ulp in places).
 // backward, first pass: sum_dy_y += dy * y and acc += dout * y, dy = dout * (gain_offset + gain)
 __device__ inline void norm_backward_sums(float& sum_dy_y, float& acc, float d, float gain_plus_offset, float y) {
     sum_dy_y = fmaf(d * gain_plus_offset, y, sum_dy_y);
@@ -68,6 +71,25 @@ __device__ inline float norm_backward_dinp(float di, float d, float gain_plus_of
     return fmaf(s, fmaf(-(x * s), mean_dy_y, d * gain_plus_offset), di);
 }
 
+// The forward's first pass: rstd = 1 / sqrt(mean(x^2) + eps) of row r of inp, the sum of
+// squares over the row group's lanes (each lane's V-element chunks in order, then
+// norm_group_sum). Every lane of the warp calls it; a row past N adds nothing (its result is
+// not used). The fused QK-norm + RoPE forward calls it too: the same float operations.
+template <int V>
+__device__ inline float norm_row_rstd(const floatX* inp, int r, int N, int C, int lane, int lanes, float eps) {
+    float sum_sq = 0.0f;
+    if (r < N) {
+        const floatX* row = inp + (size_t)r * C;
+        for (int c = lane * V; c < C; c += lanes * V) {
+            float x[V];
+            load_floats<V>(x, row + c);
+            for (int k = 0; k < V; k++) { sum_sq += x[k] * x[k]; }
+        }
+    }
+    sum_sq = norm_group_sum(sum_sq, lanes);
+    return rsqrtf(sum_sq / C + eps);
+}
+
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of 32 and of `lanes`; C % V == 0.
 
@@ -76,19 +98,9 @@ __global__ void norm_forward_kernel(floatX* out, float* rstd, const floatX* inp,
                                     int lanes, float gain_offset, float eps) {
     int lane = threadIdx.x % lanes;
     int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
-    bool valid = r < N;
-    const floatX* row = inp + (size_t)(valid ? r : 0) * C;
-    float sum_sq = 0.0f;
-    if (valid) {
-        for (int c = lane * V; c < C; c += lanes * V) {
-            float x[V];
-            load_floats<V>(x, row + c);
-            for (int k = 0; k < V; k++) { sum_sq += x[k] * x[k]; }
-        }
-    }
-    sum_sq = norm_group_sum(sum_sq, lanes);  // the whole warp, valid or not
-    if (!valid) { return; }
-    float s = rsqrtf(sum_sq / C + eps);
+    float s = norm_row_rstd<V>(inp, r, N, C, lane, lanes, eps);  // the whole warp, rows past N too
+    if (r >= N) { return; }
+    const floatX* row = inp + (size_t)r * C;
     for (int c = lane * V; c < C; c += lanes * V) {
         float x[V], g[V], y[V];
         load_floats<V>(x, row + c);  // second read hits the cache
@@ -99,11 +111,24 @@ __global__ void norm_forward_kernel(floatX* out, float* rstd, const floatX* inp,
     if (lane == 0 && rstd != nullptr) { rstd[r] = s; }
 }
 
+// The backward's read of dL/d out (its Grad): load(d, r, offset, c) puts columns c .. c + V - 1
+// of row r (whose elements start at offset = r * C) into d. NormDout reads the tensor dout.
+struct NormDout {
+    const floatX* dout;
+    template <int V>
+    __device__ void load(float (&d)[V], int r, size_t offset, int c) const {
+        load_floats<V>(d, dout + offset + c);
+    }
+};
+
+// What the backward does with dinp: adds its gradient to it, or overwrites it (as a zeroed
+// dinp accumulated: the same float operations, without reading dinp)
+enum class NormDinp { accumulate, overwrite };
+
 // Dynamic shared memory: (blockDim.x / lanes) * C floats. Writes scratch[blockIdx.x * C + c].
-template <int V>
-__global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
-                                     const floatX* gain, const float* rstd, int N, int C, int lanes,
-                                     float gain_offset) {
+template <int V, class Grad = NormDout, NormDinp dinp_mode = NormDinp::accumulate>
+__global__ void norm_backward_kernel(floatX* dinp, float* scratch, Grad grad, const floatX* inp, const floatX* gain,
+                                     const float* rstd, int N, int C, int lanes, float gain_offset) {
     int groups = blockDim.x / lanes;
     int group = threadIdx.x / lanes;
     int lane = threadIdx.x % lanes;
@@ -126,7 +151,7 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
             for (int c = lane * V; c < C; c += lanes * V) {
                 float x[V], d[V], g[V];
                 load_floats<V>(x, inp + offset + c);
-                load_floats<V>(d, dout + offset + c);
+                grad.load(d, r, offset, c);
                 load_floats<V>(g, gain + c);
                 for (int k = 0; k < V; k++) {
                     norm_backward_sums(sum_dy_y, acc[k * chunks + c / V], d[k], gain_offset + g[k], x[k] * s);
@@ -139,9 +164,13 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, const floatX*
             for (int c = lane * V; c < C; c += lanes * V) {
                 float x[V], d[V], g[V], di[V];
                 load_floats<V>(x, inp + offset + c);
-                load_floats<V>(d, dout + offset + c);
+                grad.load(d, r, offset, c);
                 load_floats<V>(g, gain + c);
-                load_floats<V>(di, dinp + offset + c);
+                if constexpr (dinp_mode == NormDinp::accumulate) {
+                    load_floats<V>(di, dinp + offset + c);
+                } else {
+                    for (int k = 0; k < V; k++) { di[k] = 0.0f; }
+                }
                 for (int k = 0; k < V; k++) {
                     di[k] = norm_backward_dinp(di[k], d[k], gain_offset + g[k], x[k], s, mean_dy_y);
                 }
@@ -259,10 +288,10 @@ struct GainNorm {
         NormBackwardLaunch launch = norm_backward_launch(N, C, layout.lanes, "GainNorm::backward");
         if (layout.vector) {
             LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, norm_backward_kernel<x128::size>)(
-                dx, scratch, dout, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
+                dx, scratch, NormDout{dout}, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
         } else {
             LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, norm_backward_kernel<1>)(
-                dx, scratch, dout, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
+                dx, scratch, NormDout{dout}, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
         }
         cudaCheckLaunch();
         reduce_dgain(scratch, launch.blocks, stream);

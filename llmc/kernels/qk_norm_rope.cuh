@@ -12,19 +12,21 @@ position t = (row / H) % T); gain: (hd), shared by the heads; rstd: (N) fp32; ta
 table (rope_table, from the tensor's first position). round() is the rounding to floatX that
 the unfused pair stores between its two kernels: the fused kernels keep it, and every float
 operation of the pair in the same order (the rotation through rope.cuh's rope_first /
-rope_second and the norm's backward through norm.cuh's norm_backward_sums / norm_backward_dinp,
-whose fmas are written out; the forward's sum of squares and scaling as norm_forward_kernel
-writes them; the same lanes per row and the same dgain partials), so their results are the
-pair's bit for bit (dev/test/test_norm_rope_swiglu.cu).
+rope_second, whose fmas are written out; the forward's rstd through norm_row_rstd, as
+norm_forward_kernel's, and its scaling as norm_forward_kernel writes it, with the same lanes per
+row; the backward is norm.cuh's norm_backward_kernel itself, another instantiation, whose fmas
+are written out too), so their results are the pair's bit for bit
+(dev/test/test_norm_rope_swiglu.cu).
 
 Launch layout: norm.cuh's (a row group of L lanes per row, V-element chunks, the norm's
 sums over the same lanes in the same order). Forward: after the row's rstd, each lane takes
-pairs (i, i + hd/2) V at a time and writes both halves. Backward: a lane's chunk at column c
-needs the partner chunk at c +- hd/2 to rotate its gradient (read twice, from the cache), so
-the chunks stay the norm's and the sums keep their order; dgain goes through the norm's
-shared-memory partials and norm_dgain_reduce_kernel. No chunk may straddle the halves: fused
-when hd is even and, on the 128-bit path, (hd/2) % V == 0; other head dims take the two
-kernels (qk_norm_rope_fused says which).
+pairs (i, i + hd/2) V at a time and writes both halves. Backward: norm_backward_kernel, its
+dout read through QkRopeGrad and dinp overwritten: a lane's chunk at column c needs the partner
+chunk at c +- hd/2 to rotate its gradient (read twice, from the cache), so the chunks stay the
+norm's and the sums keep their order; dgain goes through the norm's shared-memory partials and
+norm_dgain_reduce_kernel. No chunk may straddle the halves: fused when hd is even and, on the
+128-bit path, (hd/2) % V == 0; other head dims take the two kernels (qk_norm_rope_fused says
+which).
 
 Cost (counts of the host backend): forward reads x once and writes out once (the pair: x read,
 y written, y read, out written); backward reads dout and x once and writes dinp once (the pair:
@@ -33,7 +35,8 @@ dout read and written by RoPE, dinp zeroed, read and written by the norm).
 #pragma once
 
 #include "llmc/cuda_common.h"
-#include "llmc/kernels/norm.cuh"  // defines: norm_layout, norm_group_sum, norm_backward_launch, GainNorm
+#include "llmc/kernels/norm.cuh"  // defines: norm_row_rstd, norm_backward_kernel, NormDinp, norm_layout,
+                                  // norm_backward_launch, GainNorm
 #include "llmc/kernels/rope.cuh"  // defines: rope_first, rope_second, rope_forward, rope_backward
 
 // x rounded to floatX and back: what a store to a floatX tensor and its load give
@@ -48,19 +51,9 @@ __global__ void qk_norm_rope_forward_kernel(floatX* out, float* rstd, const floa
                                             float gain_offset, float eps) {
     int lane = threadIdx.x % lanes;
     int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
-    bool valid = r < N;
-    const floatX* row = inp + (size_t)(valid ? r : 0) * C;
-    float sum_sq = 0.0f;  // as norm_forward_kernel: the same chunks per lane, in the same order
-    if (valid) {
-        for (int c = lane * V; c < C; c += lanes * V) {
-            float x[V];
-            load_floats<V>(x, row + c);
-            for (int k = 0; k < V; k++) { sum_sq += x[k] * x[k]; }
-        }
-    }
-    sum_sq = norm_group_sum(sum_sq, lanes);  // the whole warp, valid or not
-    if (!valid) { return; }
-    float s = rsqrtf(sum_sq / C + eps);
+    float s = norm_row_rstd<V>(inp, r, N, C, lane, lanes, eps);  // as norm_forward_kernel: the whole warp
+    if (r >= N) { return; }
+    const floatX* row = inp + (size_t)r * C;
     const int half = C / 2;
     const float* angles = table + (size_t)((r / H) % T) * C;
     for (int i = lane * V; i < half; i += lanes * V) {
@@ -81,84 +74,35 @@ __global__ void qk_norm_rope_forward_kernel(floatX* out, float* rstd, const floa
     if (lane == 0 && rstd != nullptr) { rstd[r] = s; }
 }
 
-// The gradient of the norm's output at columns c .. c + V - 1 of one row: RoPE's backward
-// rotation of dout (`row`: dout's row, `angles`: its table row), rounded to floatX as
+// The backward: norm_backward_kernel reading its gradient through this (its Grad) and with dinp
+// overwritten (NormDinp::overwrite: the pair's zeroed dinp). load gives the gradient of the
+// norm's output at columns c .. c + V - 1 of row r: RoPE's backward rotation of dout, from the
+// chunk and its partner at c +- C / 2 on the table row of r's position, rounded to floatX as
 // rope_backward's store rounds it. `direction` is -1, a run-time value as in rope_kernel.
-template <int V>
-__device__ inline void qk_rope_grad(float* d, const floatX* row, const float* angles, int half, int c,
-                                    float direction) {
-    float z1[V], z2[V];
-    if (c < half) {
-        load_floats<V>(z1, row + c);
-        load_floats<V>(z2, row + half + c);
-        for (int k = 0; k < V; k++) { d[k] = round_to_floatX(rope_first(z1[k], z2[k], angles, half, c + k, direction)); }
-    } else {
-        load_floats<V>(z1, row + c - half);
-        load_floats<V>(z2, row + c);
-        for (int k = 0; k < V; k++) {
-            d[k] = round_to_floatX(rope_second(z1[k], z2[k], angles, half, c - half + k, direction));
-        }
-    }
-}
-
-// Dynamic shared memory: (blockDim.x / lanes) * C floats. Writes scratch[blockIdx.x * C + c].
-// norm_backward_kernel with its dout rotated on the fly and dinp overwritten.
-template <int V>
-__global__ void qk_norm_rope_backward_kernel(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
-                                             const floatX* gain, const float* rstd, const float* table, int N,
-                                             int T, int H, int C, int lanes, float gain_offset, float direction) {
-    int groups = blockDim.x / lanes;
-    int group = threadIdx.x / lanes;
-    int lane = threadIdx.x % lanes;
-    const int chunks = C / V, half = C / 2;
-    float* acc = dynamic_shared_memory<float>() + (size_t)group * C;  // as norm_backward_kernel's
-    for (int c = lane * V; c < C; c += lanes * V) {
-        for (int k = 0; k < V; k++) { acc[k * chunks + c / V] = 0.0f; }
-    }
-    int stride = gridDim.x * groups;
-    int iterations = CEIL_DIV(N, stride);  // the same for every group of the block: shuffles stay converged
-    for (int it = 0; it < iterations; it++) {
-        int r = it * stride + blockIdx.x * groups + group;
-        bool valid = r < N;
-        size_t offset = (size_t)(valid ? r : 0) * C;
-        float s = valid ? rstd[r] : 0.0f;
-        const float* angles = table + (size_t)(((valid ? r : 0) / H) % T) * C;
-        float sum_dy_y = 0.0f;
-        if (valid) {
-            for (int c = lane * V; c < C; c += lanes * V) {
-                float x[V], d[V], g[V];
-                load_floats<V>(x, inp + offset + c);
-                qk_rope_grad<V>(d, dout + offset, angles, half, c, direction);
-                load_floats<V>(g, gain + c);
-                for (int k = 0; k < V; k++) {
-                    norm_backward_sums(sum_dy_y, acc[k * chunks + c / V], d[k], gain_offset + g[k], x[k] * s);
-                }
-            }
-        }
-        sum_dy_y = norm_group_sum(sum_dy_y, lanes);
-        if (valid) {
-            float mean_dy_y = sum_dy_y / C;
-            for (int c = lane * V; c < C; c += lanes * V) {
-                float x[V], d[V], g[V], di[V];
-                load_floats<V>(x, inp + offset + c);
-                qk_rope_grad<V>(d, dout + offset, angles, half, c, direction);
-                load_floats<V>(g, gain + c);
-                for (int k = 0; k < V; k++) {  // 0: the pair's zeroed dinp
-                    di[k] = norm_backward_dinp(0.0f, d[k], gain_offset + g[k], x[k], s, mean_dy_y);
-                }
-                store_floats<V>(dinp + offset + c, di);
+struct QkRopeGrad {
+    const floatX* dout;
+    const float* table;
+    int T, H, C;
+    float direction;
+    template <int V>
+    __device__ void load(float (&d)[V], int r, size_t offset, int c) const {
+        const float* angles = table + (size_t)((r / H) % T) * C;
+        const floatX* row = dout + offset;
+        const int half = C / 2;
+        float z1[V], z2[V];
+        if (c < half) {
+            load_floats<V>(z1, row + c);
+            load_floats<V>(z2, row + half + c);
+            for (int k = 0; k < V; k++) { d[k] = round_to_floatX(rope_first(z1[k], z2[k], angles, half, c + k, direction)); }
+        } else {
+            load_floats<V>(z1, row + c - half);
+            load_floats<V>(z2, row + c);
+            for (int k = 0; k < V; k++) {
+                d[k] = round_to_floatX(rope_second(z1[k], z2[k], angles, half, c - half + k, direction));
             }
         }
     }
-    __syncthreads();
-    const float* all = dynamic_shared_memory<float>();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sum = 0.0f;
-        int position = (c % V) * chunks + c / V;
-        for (int g = 0; g < groups; g++) { sum += all[(size_t)g * C + position]; }
-        scratch[(size_t)blockIdx.x * C + c] = sum;
-    }
-}
+};
 
 // ----------------------------------------------------------------------------------------
 // launchers
@@ -209,12 +153,15 @@ inline void qk_norm_rope_backward(const GainNorm& norm, floatX* dinp, floatX* do
         return;
     }
     NormBackwardLaunch launch = norm_backward_launch(N, C, layout.lanes, "qk_norm_rope_backward");
+    QkRopeGrad grad{dout, table, T, H, C, -1.0f};
     if (layout.vector) {
-        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, qk_norm_rope_backward_kernel<x128::size>)(
-            dinp, scratch, dout, inp, norm.gain.w, rstd, table, N, T, H, C, layout.lanes, norm.gain_offset, -1.0f);
+        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream,
+               norm_backward_kernel<x128::size, QkRopeGrad, NormDinp::overwrite>)(
+            dinp, scratch, grad, inp, norm.gain.w, rstd, N, C, layout.lanes, norm.gain_offset);
     } else {
-        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, qk_norm_rope_backward_kernel<1>)(
-            dinp, scratch, dout, inp, norm.gain.w, rstd, table, N, T, H, C, layout.lanes, norm.gain_offset, -1.0f);
+        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream,
+               norm_backward_kernel<1, QkRopeGrad, NormDinp::overwrite>)(
+            dinp, scratch, grad, inp, norm.gain.w, rstd, N, C, layout.lanes, norm.gain_offset);
     }
     cudaCheckLaunch();
     norm.reduce_dgain(scratch, launch.blocks, stream);
