@@ -1,75 +1,30 @@
 /*
 Causal GQA attention with an optional same-document mask on tensor cores: FlashAttention-2
-(Dao, 2023) forward and backward, bf16 operands, fp32 accumulation, through the warp-level
-primitives of llmc/kernels/mma.cuh (mma.sync m16n8k16, ldmatrix) and llmc/kernels/async_copy.cuh (cp.async).
-Same maths, shapes and contract as llmc/kernels/attention.cuh, which dispatches here in bf16 builds:
-
+(Dao, 2023) forward and backward, bf16 operands, fp32 accumulation, through llmc/kernels/mma.cuh
+(mma.sync m16n8k16, ldmatrix) and llmc/kernels/async_copy.cuh (cp.async). Same maths, shapes and
+contract as llmc/kernels/attention.cuh, which dispatches here in bf16 builds:
     q, out, dout, dq: (B, T, Hq, hd)   k, v, dk, dv: (B, T, Hkv, hd)   bf16, row-major
-    lse, D: (B, Hq, T) float            doc_ids: (B, T) int or nullptr
-    head dims: multiples of 16 up to 128 (HD = hd rounded up to 16/32/64/128; the padding
-    columns are zero in shared memory, so they add nothing); 16-byte aligned pointers.
-
-Every kernel: 4 warps (128 threads) per block, 64 rows of the operand the block owns, warp w
-owns rows 16w .. 16w+15 (one m16 tile); the other operand streams through shared memory in
-tiles of 64 rows of [64][HD + 8] bf16 (the 8-element pad shifts consecutive rows by 4 banks,
-so the 8 row reads of an ldmatrix hit distinct banks), loaded with cp.async (zero-filled past
-T) into two buffers, so that the next tile's copy overlaps the current tile's mma (one
-FlashTileStream under FlashKeyTiles, the forward's and dq kernel's K/V tiles, and
-FlashQueryTiles, the dk/dv kernel's query tiles). Fragment facts used throughout
-(llmc/kernels/mma.cuh): a row of a 16x8 accumulator lives in the 4 lanes of a lane group; the
-accumulators of two adjacent n8 tiles, rounded to bf16, are exactly the A fragment of one k16
-step, so probabilities never leave the registers; a tile stored [n][k] ([key][d]) is a B
-operand through ldmatrix, one stored [k][n] through ldmatrix.trans.
-
-- attention_forward_tc_kernel: grid (ceil(T/64), Hq, B), the latest query rows first. Per K/V
-  tile: S = Q K^T, scale by log2(e)/sqrt(hd), mask, online softmax (exp2) in the fragments,
-  O += P V; lse written in natural log.
-- attention_backward_prep_tc_kernel: one warp per (b, t, h) row: D[t] = dout[t] . out[t] (fp32),
-  and the dq turn counts and the ticket counter set to 0.
-- attention_backward_tc_kernel: FlashAttention-2's backward, 5 products per tile. Grid
-  (ceil(T/64), Hkv, B); block (x, y, z) (its ticket's place: below) owns the 64 keys of key
-  block j = gridDim.x - 1 - x of kv head y and iterates over the query heads of the group and,
-  per head, over the query tiles from tile j on: S^T = K Q^T, P^T = exp2(S^T scale - lse),
-  dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q (registers, as before);
-  dS^T also goes to a shared [64][72] bf16 tile, from which each warp computes dQ = dS K for 16
-  of the tile's queries and adds it to the tile's fp32 partial sums in the scratch (16 columns
-  at a time, so no third HD accumulator). dk = dK / sqrt(hd), dv = dV; the last block to add to
-  a query tile writes dq = sum / sqrt(hd).
-Determinism without atomics on the data (FlashAttention-2 adds dQ with fp32 atomics, whose order
-varies run to run): query tile qt of head h takes the dQ of key blocks qt, qt - 1, ..., 0 in that
-order, each waiting until a per-tile count (turn_counts, raised after the previous block's
-partial sums are visible: __threadfence, then the count) says it is its turn. The diagonal block
-writes the partial sums (no memset), key block 0 writes dq. Since every block starts at its own
-diagonal tile and walks up, block j reaches tile qt after blocks qt .. j + 1 did (in a steady
-state nobody waits). A block's place in the grid is a ticket drawn when it starts (atomicAdd on
-a counter the prep kernel zeroes), not blockIdx: the blocks it waits for hold lower tickets, so
-they have started and, waiting only on lower tickets themselves, finish. (blockIdx would need
-blocks dispatched in increasing index, which hardware does in practice but CUDA does not promise,
-as in CUB's single-pass scan; not yet run on a GPU.)
-A tile the block does not see (document mask) still takes its turn, adding nothing.
-No atomics on the data: every element of dk, dv and dq is written once by one lane, every partial
-sum in a fixed order, so results are bit-reproducible. Tiles wholly in the future are never
-visited; tiles that no row of the block can see (other documents) are skipped after a
-__syncthreads_or; edge tiles are masked.
-A and B fragments are read from shared memory with ldmatrix where they are used (not kept in
-registers), which keeps the backward kernel's registers for its accumulators.
-
-Rounding (beyond fp32 accumulation): P (forward and backward) and dS are rounded to bf16 for
-their products, as in FlashAttention-2, so an element may move by 2^-8 of the sum of the
-absolute values of its terms (dev/test/test_attention.cu checks that bound).
-
-Cost: per 64 x 64 tile and warp, 2 x 8 x HD/16 mma per product (16 x 64 x HD); the forward
-does 2 products (S, PV), the backward 5 (S, dP, dV, dK, dQ): 2.5x the forward's mma work (the
-former dq kernel's recomputation of S and dP, 3.5x, is gone). Its price: the dq partial sums,
-(B, T, Hq, hd) fp32 in the scratch, read and written once per (query tile, key block) pair but
-mostly in L2, and the prep kernel's pass over dout and out for D.
-Shared memory (double-buffered tiles): forward (64 + 4 x 64) (HD + 8) bf16 (45 KiB at HD 64,
-85 KiB at 128); backward 6 x 64 (HD + 8) bf16 + 64 x 72 bf16 + 1.5 KiB (64.5 KiB at HD 64, 112.5 KiB at 128).
-Each kernel's layout is one struct (FlashForwardSmem,
-FlashBackwardSmem) that the launcher takes the size from and the kernel its regions; above 48 KiB the launcher raises the limit, and it refuses a device that
-lacks sm_80 or the shared memory (attention.cuh, attention_tc_device_refusal). Registers per
-thread (ptxas), the measured errors and the GPU status: doc/san-model.md "Attention kernels".
-On the host backend every mma/ldmatrix is a warp collective (doc/host-backend.md).
+    lse, D: (B, Hq, T) float   doc_ids: (B, T) int or nullptr   16-byte aligned pointers
+    hd a multiple of 16 up to 128; HD = hd rounded up to 16/32/64/128 (padding columns zero).
+Layout: 4 warps (128 threads) per block, 64 rows of the operand the block owns, warp w rows
+16w .. 16w+15 (one m16 tile); the other operand streams through shared memory in [64][HD + 8]
+tiles, cp.async into two buffers so the next copy overlaps this tile's mma (FlashTileStream).
+- attention_forward_tc_kernel: grid (ceil(T/64), Hq, B), latest queries first; per K/V tile
+  S = Q K^T, online softmax (exp2) in the fragments, O += P V; lse in natural log.
+- attention_backward_prep_tc_kernel: one warp per (b, t, h): D[t] = dout[t] . out[t].
+- attention_backward_tc_kernel: grid (ceil(T/64), Hkv, B), a block owns 64 keys of a kv head
+  and walks its group's query tiles from its diagonal on, 5 products per tile: S^T = K Q^T,
+  P^T = exp2(S^T scale - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
+  dK += dS^T Q, and dQ = dS K added to fp32 partial sums in a fixed order (no atomics on the
+  data: bit-reproducible; the turns, above flash_wait_for_turn).
+Rounding: P and dS are rounded to bf16 for their products, as in FlashAttention-2: an element
+may move by 2^-8 of the sum of |its terms| (dev/test/test_attention.cu checks that bound).
+Cost: per 64 x 64 tile and warp, 2 x 8 x HD/16 mma per product (16 x 64 x HD); forward 2
+products, backward 5 (2.5x), plus the dq partial sums ((B, T, Hq, hd) fp32, mostly in L2).
+Shared memory at HD 64 / 128: forward 45 / 85 KiB, backward 64.5 / 112.5 KiB (FlashForwardSmem,
+FlashBackwardSmem).
+Design and history, registers, spills: doc/gpu-runs/attention-backward-fa2.md; measured errors,
+the GPU status: doc/san-model.md "Attention kernels"; the host backend's mma: doc/host-backend.md.
 */
 #pragma once
 
@@ -138,7 +93,8 @@ __device__ __forceinline__ bool key_seen_by_query_tile(const int* doc_row, int s
 // laid end to end; the launcher takes `bytes` from it and the kernel its regions
 // (flash_shared), so that the two agree by construction
 
-// bytes of a shared [rows][HD + 8] bf16 tile
+// bytes of a shared [rows][HD + 8] bf16 tile. The 8-element pad shifts consecutive rows by 4
+// banks, so the 8 row reads of an ldmatrix hit distinct banks.
 template <int HD>
 constexpr size_t flash_tile_bytes(int rows) {
     return (size_t)rows * (HD + 8) * sizeof(flash_bf16);
@@ -398,7 +354,8 @@ struct FlashQueryTiles : FlashTileStream<FlashQueryTiles<HD>> {
     }
 };
 
-// The kernels' layouts. forward: the block's queries, then the K/V tiles.
+// The kernels' layouts (double-buffered tiles). forward: the block's queries, then the K/V
+// tiles: (64 + 4 x 64) (HD + 8) bf16, 45 KiB at HD 64, 85 KiB at 128.
 template <int HD>
 struct FlashForwardSmem {
     static constexpr size_t q = 0;                                     // [kFlashRows][HD + 8] bf16
@@ -406,7 +363,8 @@ struct FlashForwardSmem {
     static constexpr size_t bytes = keys + FlashKeyTiles<HD>::kSmemBytes;
 };
 
-// backward kernel: the block's keys and values, its dS^T tile, then the query tiles.
+// backward kernel: the block's keys and values, its dS^T tile, then the query tiles:
+// 6 x 64 (HD + 8) bf16 + 64 x 72 bf16 + 1.5 KiB, 64.5 KiB at HD 64, 112.5 KiB at 128.
 template <int HD>
 struct FlashBackwardSmem {
     static constexpr size_t k = 0;                                          // [kFlashRows][HD + 8] bf16
@@ -415,6 +373,14 @@ struct FlashBackwardSmem {
     static constexpr size_t queries = ds + (size_t)kFlashRows * kFlashDsStride * sizeof(flash_bf16);  // FlashQueryTiles<HD>
     static constexpr size_t bytes = queries + FlashQueryTiles<HD>::kSmemBytes;
 };
+
+// Fragment facts used throughout (llmc/kernels/mma.cuh): a row of a 16x8 accumulator lives in
+// the 4 lanes of a lane group; the accumulators of two adjacent n8 tiles, rounded to bf16, are
+// exactly the A fragment of one k16 step, so probabilities never leave the registers; a tile
+// stored [n][k] ([key][d]) is a B operand through ldmatrix, one stored [k][n] through
+// ldmatrix.trans. A and B fragments are read from shared memory with ldmatrix where they are
+// used (not kept in registers), which keeps the backward kernel's registers for its
+// accumulators. On the host backend every mma/ldmatrix is a warp collective (doc/host-backend.md).
 
 // S (16 x 64, eight n8 accumulator tiles) = A B^T over HD: A is the warp's 16 rows of a shared
 // [.][HD + 8] tile (a_rows points at its first row), B the 64 rows of another (rows are the n
@@ -498,6 +464,10 @@ __device__ __forceinline__ void flash_store_rows(flash_bf16* dst, const float ac
 // ----------------------------------------------------------------------------------------
 // forward
 
+// Per K/V tile: S = Q K^T, scaled by log2(e)/sqrt(hd), masked, online softmax (exp2) in the
+// fragments, O += P V; lse written in natural log. Tiles wholly in the future are never
+// visited; tiles that no row of the block can see (other documents) are skipped after a
+// __syncthreads_or; edge tiles are masked (the same in the backward).
 template <int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     attention_forward_tc_kernel(flash_bf16* out, float* lse, const flash_bf16* q, const flash_bf16* k,
@@ -622,6 +592,21 @@ __global__ void __launch_bounds__(kFlashThreads)
     if (thread < (size_t)n_counts) { turn_counts[thread] = 0; }
 }
 
+// Determinism without atomics on the data (FlashAttention-2 adds dQ with fp32 atomics, whose
+// order varies run to run): query tile qt of head h takes the dQ of key blocks qt, qt - 1, ..., 0
+// in that order, each waiting until a per-tile count (turn_counts, raised after the previous
+// block's partial sums are visible: __threadfence, then the count) says it is its turn. The
+// diagonal block writes the partial sums (no memset), key block 0 writes dq. Since every block
+// starts at its own diagonal tile and walks up, block j reaches tile qt after blocks qt .. j + 1
+// did (in a steady state nobody waits). A block's place in the grid is a ticket drawn when it
+// starts (atomicAdd on a counter the prep kernel zeroes), not blockIdx: the blocks it waits for
+// hold lower tickets, so they have started and, waiting only on lower tickets themselves,
+// finish. (blockIdx would need blocks dispatched in increasing index, which hardware does in
+// practice but CUDA does not promise, as in CUB's single-pass scan; not yet run on a GPU.)
+// A tile the block does not see (document mask) still takes its turn, adding nothing. Every
+// element of dk, dv and dq is written once by one lane, every partial sum in a fixed order, so
+// results are bit-reproducible.
+
 // Waits (thread 0 polls, the block's barrier passes it on) until *count == expected. The count
 // is raised by other blocks of the same launch (flash_dq_turn_done).
 __device__ __forceinline__ void flash_wait_for_turn(const int* count, int expected) {
@@ -701,7 +686,10 @@ __device__ __forceinline__ void flash_dq_turn(flash_bf16* dq, float* partial, co
 // The block owns the 64 keys of key block j = gridDim.x - 1 - x (the latest keys first: see the
 // turns) of kv head y, batch row z, (x, y, z) its ticket's place in the grid; FlashQueryTiles streams the query tiles of its
 // group's heads that see them, from tile j on. Per tile: S^T, dP^T, dS^T in registers, dS^T
-// also to shared memory; dV += P^T dO, dK += dS^T Q; then its dq turn.
+// also to shared memory (a [64][72] bf16 tile); dV += P^T dO, dK += dS^T Q; then its dq turn
+// (each warp dQ = dS K for 16 of the tile's queries, 16 columns at a time, so no third HD
+// accumulator). dk = dK / sqrt(hd), dv = dV; the last block to add to a query tile writes
+// dq = sum / sqrt(hd).
 template <int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     attention_backward_tc_kernel(flash_bf16* dq, flash_bf16* dk, flash_bf16* dv, float* partial, int* turn_counts,
@@ -715,8 +703,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     flash_bf16* v_s = flash_shared<flash_bf16, Smem::v>(smem);
     flash_bf16* ds_s = flash_shared<flash_bf16, Smem::ds>(smem);
 
-    // the block's (x, y, z) from its ticket, x fastest (the header: why not blockIdx); the ticket
-    // counter follows the B * Hq * n_tiles turn counts
+    // the block's (x, y, z) from its ticket, x fastest (why not blockIdx: above
+    // flash_wait_for_turn); the ticket counter follows the B * Hq * n_tiles turn counts
     __shared__ int ticket_s;
     if (threadIdx.x == 0) { ticket_s = atomicAdd(turn_counts + (size_t)gridDim.z * Hq * gridDim.x, 1); }
     __syncthreads();
@@ -812,7 +800,9 @@ inline bool flash_supports(int hd) { return hd % 16 == 0 && hd >= 16 && hd <= 12
 
 // The most shared memory a block of the three kernels needs at head dim hd (flash_supports):
 // what the device must allow (cudaDevAttrMaxSharedMemoryPerBlockOptin) for them to run.
-// HD 128: 115,200 B (the backward), over the 101,376 of sm_86, sm_89 and sm_120.
+// HD 128: 115,200 B (the backward), over the 101,376 of sm_86, sm_89 and sm_120. Above 48 KiB
+// the launchers raise the limit; llmc/kernels/attention.cuh (attention_tc_device_refusal)
+// refuses a device that lacks sm_80 or this much shared memory.
 inline size_t flash_shared_bytes(int hd) {
     size_t bytes = 0;
     flash_dispatch_head_dim(hd, [&](auto head_dim) {
