@@ -1,53 +1,28 @@
 /*
-Causal grouped-query attention with an optional same-document mask, forward and
-backward, flash-attention style: memory O(T) per head, no T x T matrix is ever stored.
-
-Which kernels run (attention_forward / attention_backward at the end of this file): in bf16
-builds, for head dims that are multiples of 16 up to 128, the tensor-core FlashAttention-2
-kernels of llmc/kernels/attention_tc.cuh (by default on a GPU; attention_tensor_cores()), else
-the scalar kernels below, the exact reference (every fp32 build, other head dims, and the host
-backend by default, whose mma emulation is a warp collective per instruction).
-
+Causal grouped-query attention with an optional same-document mask, forward and backward,
+flash-attention style: memory O(T) per head, no T x T matrix is ever stored. These scalar
+kernels are the exact reference (fp32 builds, other head dims, the host backend by default);
+bf16 builds take llmc/kernels/attention_tc.cuh where they can ("which kernel runs", below).
     q: (B, T, Hq, hd)   k, v: (B, T, Hkv, hd)   out: (B, T, Hq, hd)   all floatX, row-major
     lse: (B, Hq, T) float: natural-log logsumexp of each query row's scaled scores
-
 Query head h uses kv head j = h / (Hq / Hkv). For a query row t:
     s[tau]  = q[t] . k[tau] / sqrt(hd)        for the visible tau, -inf elsewhere
     visible = tau <= t and (doc_ids == nullptr or doc_ids[b*T + tau] == doc_ids[b*T + t])
     out[t]  = sum_tau softmax(s)[tau] v[tau],   lse[t] = log sum_tau exp(s[tau])
-Every row sees itself, so no softmax row is empty. Document ids are only compared for
-equality (they need not be sorted).
-
+Every row sees itself (no softmax row is empty); document ids are only compared for equality
+(they need not be sorted).
 Backward (gradients are overwritten, not accumulated), with P = exp(s - lse):
-    D[t]     = dout[t] . out[t]       (kept in `scratch`: attention_backward_scratch_floats)
-    dS[t,tau]= P[t,tau] (dout[t] . v[tau] - D[t])
-    dq[t]    = sum_tau dS[t,tau] k[tau] / sqrt(hd)
-    dk[tau]  = sum over the query heads of its group, sum_t dS[t,tau] q[t] / sqrt(hd)
-    dv[tau]  = sum over the query heads of its group, sum_t P[t,tau] dout[t]
-
-Launch layout (all kernels): one GPU thread per row, kAttnRows = 64 consecutive rows of one
-(batch, head) per block; the block walks over tiles of kAttnTile = 64 rows of the other
-operand, which it loads cooperatively into shared memory (converted to float), with one
-barrier before and one after each load. Each thread keeps its own row vectors and its
-accumulators in registers (arrays of HD floats, HD = hd rounded up to 8/16/32/64/128;
-the padding lanes are zero, so they add nothing).
-- attention_forward_kernel: grid (T/64, Hq, B), threads own query rows; online softmax
-  over key tiles 0 .. the block's last row (tiles in the future are never loaded).
-- attention_backward_dq_kernel: the same layout; computes D (written to scratch) and dq,
-  recomputing P from lse.
-- attention_backward_dkdv_kernel: grid (T/64, Hkv, B), threads own key rows of kv head j;
-  loops over the query tiles from the block's first key onwards, for every query head of
-  j's group. No atomics: every output element is written by exactly one thread, in a fixed
-  order, so results are bit-reproducible run to run.
-With doc_ids, a tile that no row of the block can see (another document) is skipped
-before it is loaded (__syncthreads_or over the rows' checks).
-
-Cost: per 64 x 64 tile, two barriers (on the host backend: two fiber switches per thread)
-against ~64 x hd x 4 flops of per-thread work; registers go to the row arrays (3 and 4
-HD-arrays per thread in the backward kernels), and hd 128 needs 64 KiB of shared memory per
-block (raised with cudaFuncSetAttribute). The kernels are compiled with O3 on the host (below)
-and their exp is kernel_expf (llmc/cuda_common.h), inlined, where libm's expf had taken about
-half their time. Registers, spills and measured times: doc/san-model.md "Attention kernels".
+    D[t] = dout[t] . out[t]  (in `scratch`),   dS[t,tau] = P[t,tau] (dout[t] . v[tau] - D[t])
+    dq[t] = sum_tau dS[t,tau] k[tau] / sqrt(hd)
+    dk[tau], dv[tau] = sum over the query heads of its group of sum_t dS[t,tau] q[t] / sqrt(hd),
+                       resp. sum_t P[t,tau] dout[t]
+Layout: one thread per row, kAttnRows = 64 rows of one (batch, head) per block, walking tiles
+of kAttnTile = 64 rows of the other operand loaded into shared memory (as float); each thread's
+row vectors and accumulators are HD-arrays in registers (HD = hd rounded up to 8/16/32/64/128,
+the padding lanes zero). Per kernel: the comment above it. No atomics: bit-reproducible.
+Cost: per 64 x 64 tile, two barriers (host backend: two fiber switches per thread) against
+~64 x hd x 4 flops per thread; 3-4 HD-arrays per thread in the backward; hd 128 needs 64 KiB
+of shared memory. Registers, spills, times: doc/san-model.md "Attention kernels".
 */
 #pragma once
 
@@ -133,6 +108,12 @@ __device__ inline bool attn_load_key_tile(float* k_tile, float* v_tile, int* doc
 // ----------------------------------------------------------------------------------------
 // forward
 
+// Grid (T/64, Hq, B), threads own query rows: online softmax over key tiles 0 .. the block's
+// last row (tiles in the future are never loaded). Each tile is loaded cooperatively, with one
+// barrier before and one after the load; with doc_ids, a tile that no row of the block can see
+// (another document) is skipped before it is loaded (__syncthreads_or over the rows' checks;
+// the same in both backward kernels). exp is kernel_expf (llmc/cuda_common.h), inlined, where
+// libm's expf had taken about half these kernels' time on the host (built with O3: Makefile).
 template <int HD, int Tile>
 __global__ void __launch_bounds__(kAttnRows)
     attention_forward_kernel(floatX* out, float* lse, const floatX* q, const floatX* k, const floatX* v,
@@ -190,6 +171,8 @@ __global__ void __launch_bounds__(kAttnRows)
 // ----------------------------------------------------------------------------------------
 // backward, kernel 1: D = rowsum(dout * out) and dq, one thread per query row
 
+// The forward's layout; computes D (written to scratch: attention_backward_scratch_floats) and
+// dq, recomputing P from lse.
 template <int HD, int Tile>
 __global__ void __launch_bounds__(kAttnRows)
     attention_backward_dq_kernel(floatX* dq, float* D, const floatX* dout, const floatX* out, const floatX* q,
@@ -245,6 +228,10 @@ __global__ void __launch_bounds__(kAttnRows)
 // ----------------------------------------------------------------------------------------
 // backward, kernel 2: dk and dv, one thread per key row of a kv head
 
+// Grid (T/64, Hkv, B), threads own key rows of kv head j; loops over the query tiles from the
+// block's first key onwards, for every query head of j's group. No atomics: every output
+// element is written by exactly one thread, in a fixed order, so results are bit-reproducible
+// run to run.
 template <int HD, int Tile>
 __global__ void __launch_bounds__(kAttnRows)
     attention_backward_dkdv_kernel(floatX* dk, floatX* dv, const float* D, const floatX* dout, const floatX* q,
@@ -336,7 +323,8 @@ inline void attention_check_shapes(const char* who, const AttnShape& s) {
     }
 }
 
-// Raises the kernel's dynamic shared memory limit when it needs more than the default 48 KiB.
+// Raises the kernel's dynamic shared memory limit when it needs more than the default 48 KiB
+// (hd 128: 64 KiB per block).
 template <typename Kernel>
 void attention_allow_shared(Kernel* kernel, size_t bytes) {
     if (bytes > 48 * 1024) {

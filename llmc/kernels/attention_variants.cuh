@@ -1,53 +1,29 @@
 /*
-The token mixers of "Deconstructing Attention" (doc/deconstructing.md) that need kernels of their
-own: `approximate` (exp replaced by its second-order Taylor polynomial) and `nonapprox` (a causal
-running softmax-weighted average of the values, weighted by each position's own q.k). The other
-variants reuse llmc/kernels/attention.cuh (staticembqk) or llmc/kernels/swiglu.cuh (mlp), plus the SiLU below.
-
-Tensors as in llmc/kernels/attention.cuh:
-    q: (B, T, Hq, hd)   k, v: (B, T, Hkv, hd)   out, dq: (B, T, Hq, hd)   dk, dv: (B, T, Hkv, hd)
-    floatX, row-major; per-row statistics (B, Hq, T) float (`stats`, several planes of B*Hq*T).
-Query head h uses kv head j = h / (Hq / Hkv); visible(t, tau) = tau <= t and (doc_ids == nullptr
-or doc_ids[b*T + tau] == doc_ids[b*T + t]). Every row sees itself. Gradients are OVERWRITTEN.
-
-1. Taylor attention, the masked quadratic form, x = q[t].k[tau] / sqrt(hd):
-   joint (default; Based's feature map, phi(q).phi(k) = f(x)):
-       f(x) = 1 + x + x^2/2  (>= 1/2 for every x, so Z[t] >= 1/2 never vanishes)
-       Z[t] = sum_visible f(x);   out[t] = sum_visible f(x) v[tau] / Z[t]        stats: Z
-       backward, D[t] = dout[t].out[t]:  dx = (1 + x) / Z[t] * (dout[t].v[tau] - D[t])
-                                         dv[tau] += f(x) / Z[t] * dout[t]
-   separate (the paper's equations): the terms f_0 = 1, f_1 = x, f_2 = x^2/2 normalised apart,
-       A_n[t] = sum f_n v / Z_n[t],  Z_n[t] = sum f_n;   out[t] = A_0 + A_1 + A_2  stats: Z_0..Z_2
+The token mixers of "Deconstructing Attention" (doc/deconstructing.md: the decisions, the
+separate form's pole) that need kernels of their own: `approximate` (exp replaced by its
+second-order Taylor polynomial) and `nonapprox` (a causal running softmax-weighted average of the
+values, weighted by each position's own q.k). The other variants reuse llmc/kernels/attention.cuh
+(staticembqk) or llmc/kernels/swiglu.cuh (mlp), plus the SiLU below.
+Tensors as in llmc/kernels/attention.cuh: q, out, dq (B, T, Hq, hd), k, v, dk, dv (B, T, Hkv, hd),
+floatX, row-major; per-row statistics `stats`: planes of (B, Hq, T) float. Query head h uses kv
+head j = h / (Hq / Hkv); visible(t, tau) = tau <= t and (doc_ids == nullptr or the same id):
+every row sees itself. Gradients are OVERWRITTEN; the backward maths is above each backward kernel.
+1. Taylor, x = q[t].k[tau] / sqrt(hd), sums over the visible tau:
+   joint (default; Based's feature map, phi(q).phi(k) = f(x)): f(x) = 1 + x + x^2/2 (>= 1/2)
+       Z[t] = sum f(x) (>= 1/2, never vanishes);  out[t] = sum f(x) v[tau] / Z[t]    stats: Z
+   separate (the paper's equations): f_0 = 1, f_1 = x, f_2 = x^2/2 normalised apart,
+       Z_n[t] = sum f_n;  A_n[t] = sum f_n v / Z_n[t];  out[t] = A_0 + A_1 + A_2   stats: Z_0..Z_2
        (Z_1 = sum x changes sign and can be near 0: the reason this is not the default)
-       backward, D_n[t] = dout[t].A_n[t]:  dx = (dout.v - D_1) / Z_1 + x (dout.v - D_2) / Z_2
-                                           dv[tau] += (1/Z_0 + x/Z_1 + x^2/(2 Z_2)) dout[t]
-   both: dq[t] = sum_tau dx k[tau] / sqrt(hd);  dk[tau] = sum_{h of its group} sum_t dx q[t] / sqrt(hd)
-   Launch layout: one thread per row, taylor_rows per block, no shared memory: the forward and
-   dq kernels own query rows (grid (ceil(T/64), Hq, B)) and read the keys they see from global
-   memory; the dk/dv kernel owns key rows of a kv head (grid (ceil(T/64), Hkv, B)) and reads
-   the queries that see them. Each output element is written once, in a fixed order (no
-   atomics). Cost: like the scalar attention kernels without their shared-memory tiles, O(T^2 hd)
-   per head; the separate mode's dq kernel runs over the keys twice (it recomputes A_1, A_2).
-
-2. nonapprox, per query head h (kv head j) with the scalar score of each position:
-       s[t]   = q[t].k[t] / sqrt(hd)                            stats plane 0 (the scores)
+   Layout: one thread per row, kTaylorRows per block, no shared memory; the forward and dq kernels
+   own query rows (grid (ceil(T/64), Hq, B)), the dk/dv kernel key rows of a kv head (grid
+   (ceil(T/64), Hkv, B)); each reads the other side from global memory. Cost: O(T^2 hd) per head,
+   like the scalar attention kernels without their shared-memory tiles.
+2. nonapprox, s[t] = q[t].k[t] / sqrt(hd) (stats plane 0), per query head h (kv head j):
        out[t] = sum_visible e^{s[tau]} v[tau] / sum_visible e^{s[tau]}     stats plane 1: lse[t]
-   computed as an online softmax with a running maximum (never exp of a positive number).
-   Backward, D[t] = dout[t].out[t], with w[t,tau] = exp(s[tau] - lse[t]) <= 1:
-       dvh[tau] = sum_{t >= tau, visible} w[t,tau] dout[t]        (per query head)
-       ds[tau]  = v[tau].dvh[tau] - sum_{t >= tau, visible} w[t,tau] D[t]
-       dq[t] = ds[t] k[t] / sqrt(hd);  dk[t] = sum_{h of the group} ds_h[t] q_h[t] / sqrt(hd);
-       dv[t] = sum_{h of the group} dvh_h[t]
-   The suffix sums run backwards with a running reference m = min_{t' >= tau} lse[t'] (>= s[tau],
-   since lse[t'] >= s[tau] for every t' that sees tau): they hold sum exp(m - lse[t]) (...), every
-   factor <= 1, and dvh[tau] = exp(s[tau] - m) * sum, again <= 1 per term.
-   Launch layout: scores and D: one thread per (b, t, h). The scans: one thread per
-   (b, h, e) (e < hd, consecutive threads consecutive e, so the v/out/dout accesses coalesce),
-   each walking the whole row of positions; the running scalars are computed by every thread of
-   the head alike (thread e = 0 writes them). Finish: one thread per (b, t, kv head).
-   Document boundaries reset the running state (a document starts where its id changes).
-   Cost: O(T hd) per head, sequential in T (parallel over B x Hq x hd threads).
-   Scratch (nonapprox_backward_scratch_floats): D, the suffix term of ds, and dvh (fp32).
+   an online softmax with a running maximum (never exp of a positive number); document
+   boundaries (where the id changes) reset the running state. Layout: scores and D a thread per
+   (b, t, h); the scans a thread per (b, h, e), each walking the whole row; finish a thread per
+   (b, t, kv head). Cost: O(T hd) per head, sequential in T (parallel over B x Hq x hd threads).
 */
 #pragma once
 
@@ -123,6 +99,15 @@ __global__ void taylor_forward_kernel(floatX* out, float* stats, const floatX* q
 // ----------------------------------------------------------------------------------------
 // Taylor attention, backward kernel 1: the row statistics D and dq, one thread per query row.
 // D (scratch): joint: one plane D[t]; separate: two planes D_1[t], D_2[t].
+// The backward of the Taylor forms (header), dx the gradient of x:
+//   joint, D[t] = dout[t].out[t]:       dx = (1 + x) / Z[t] * (dout[t].v[tau] - D[t])
+//                                       dv[tau] += f(x) / Z[t] * dout[t]
+//   separate, D_n[t] = dout[t].A_n[t]:  dx = (dout.v - D_1) / Z_1 + x (dout.v - D_2) / Z_2
+//                                       dv[tau] += (1/Z_0 + x/Z_1 + x^2/(2 Z_2)) dout[t]
+//   both: dq[t] = sum_tau dx k[tau] / sqrt(hd)
+//         dk[tau] = sum_{h of its group} sum_t dx q[t] / sqrt(hd)
+// Each output element is written once, in a fixed order (no atomics). The separate mode's dq
+// kernel runs over the keys twice (it recomputes A_1, A_2).
 
 template <int HD>
 __global__ void taylor_backward_dq_kernel(floatX* dq, float* D, const floatX* dout, const floatX* out,
@@ -303,6 +288,18 @@ __global__ void nonapprox_forward_kernel(floatX* out, float* lse, const float* s
         if (e == 0) { lse[((size_t)b * Hq + h) * T + t] = running_max + logf(running_sum); }
     }
 }
+
+// The backward, D[t] = dout[t].out[t], with w[t,tau] = exp(s[tau] - lse[t]) <= 1:
+//     dvh[tau] = sum_{t >= tau, visible} w[t,tau] dout[t]        (per query head)
+//     ds[tau]  = v[tau].dvh[tau] - sum_{t >= tau, visible} w[t,tau] D[t]
+//     dq[t] = ds[t] k[t] / sqrt(hd);  dk[t] = sum_{h of the group} ds_h[t] q_h[t] / sqrt(hd);
+//     dv[t] = sum_{h of the group} dvh_h[t]
+// The suffix sums run backwards with a running reference m = min_{t' >= tau} lse[t'] (>= s[tau],
+// since lse[t'] >= s[tau] for every t' that sees tau): they hold sum exp(m - lse[t]) (...), every
+// factor <= 1, and dvh[tau] = exp(s[tau] - m) * sum, again <= 1 per term.
+// The scans: consecutive threads consecutive e, so the v/out/dout accesses coalesce; the running
+// scalars are computed by every thread of the head alike (thread e = 0 writes them).
+// Scratch (nonapprox_backward_scratch_floats): D, the suffix term of ds, and dvh (fp32).
 
 // D[b, h, t] = dout . out, one thread per (b, t, h)
 __global__ void nonapprox_rowdot_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int Hq, int hd) {
