@@ -1,10 +1,11 @@
 /*
 Warp-level tensor-core primitives: the only way kernels reach tensor cores, so that every
-kernel keeps one source for both executors (doc/host-backend.md). Under nvcc each is one
-PTX instruction (sm_80 or newer); on the host backend each is a warp collective that follows the PTX ISA fragment layouts (llmc/hostcuda/mma.h),
-so a kernel written against them runs in `make test` on any CPU. dev/test/test_mma.cu
-checks the layouts lane by lane, on both executors.
-
+kernel keeps one source for both executors. Under nvcc each is one PTX instruction (sm_80 or
+newer); on the host backend a warp collective that follows the PTX ISA fragment layouts
+(llmc/hostcuda/mma.h), so a kernel written against them runs in `make test` on any CPU. They are
+warp-wide: every lane of the warp must call them together (.aligned). Operands are bf16
+whatever floatX is. The emulation, its checks and the GPU status: doc/host-backend.md
+"Tensor-core fragments".
   mma_m16n8k16_bf16(d, a, b, c)   D(16x8) = A(16x16) * B(16x8) + C, bf16 inputs, fp32
                                   accumulate (mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32)
   ldmatrix_x{1,2,4}(r, row)       load 1, 2 or 4 8x8 matrices of 16-bit elements from shared
@@ -24,13 +25,6 @@ With lane = 0..31, g = lane >> 2, t = lane & 3 (a register's lower-numbered elem
 So ldmatrix_x4 over a row-major 16x16 bf16 tile (lane l addressing row l % 16, column
 8 * (l / 16)) yields the A fragment; ldmatrix_x2 over an [n][k] tile (B stored transposed,
 like a weight W[out][in]) yields B without _trans, over a [k][n] tile with _trans.
-
-The primitives are warp-wide: every lane of the warp must call them together (.aligned).
-Operands are bf16 whatever floatX is.
-
-Status: the host emulation passes test_mma; the PTX side compiles for sm_90 (ptxas accepts
-every instruction) but has NOT yet run on a GPU: `build/gpu-bf16/test_mma` on one is what
-proves that the emulated layouts are the hardware's.
 */
 #pragma once
 

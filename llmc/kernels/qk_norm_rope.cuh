@@ -1,33 +1,22 @@
 /*
 Fused QK-norm + RoPE, forward and backward: q = RoPE(norm(q_lin)) per head in one pass over
 q_lin (and the same for k), where llmc/kernels/norm.cuh and llmc/kernels/rope.cuh take two
-passes and a third over the gradient (issue 55 target 4; doc/gpu-runs/fused-qk-norm-rope.md).
-
+passes and a third over the gradient (issue 55 target 4; doc/gpu-runs/fused-qk-norm-rope.md:
+the kernels, their numerics, tests, registers and the cost model's view).
     forward:  y = round((x * rstd) * (gain_offset + gain)),  out = round(RoPE(y))
     backward: dy = round(RoPE^T(dout)),  dinp = norm's backward of dy (dinp OVERWRITTEN),
               gain.grad += sum over rows of dy * x * rstd
-
 inp, out, dout, dinp: (B, T, H, hd) floatX, one row per head vector (N = B T H rows of C = hd,
 position t = (row / H) % T); gain: (hd), shared by the heads; rstd: (N) fp32; table: the RoPE
 table (rope_table, from the tensor's first position). round() is the rounding to floatX that
 the unfused pair stores between its two kernels: the fused kernels keep it, and every float
-operation of the pair in the same order (the rotation through rope.cuh's rope_first /
-rope_second, whose fmas are written out; the forward's rstd through norm_row_rstd, as
-norm_forward_kernel's, and its scaling as norm_forward_kernel writes it, with the same lanes per
-row; the backward is norm.cuh's norm_backward_kernel itself, another instantiation, whose fmas
-are written out too), so their results are the pair's bit for bit
-(dev/test/test_norm_rope_swiglu.cu).
-
-Launch layout: norm.cuh's (a row group of L lanes per row, V-element chunks, the norm's
-sums over the same lanes in the same order). Forward: after the row's rstd, each lane takes
-pairs (i, i + hd/2) V at a time and writes both halves. Backward: norm_backward_kernel, its
-dout read through QkRopeGrad and dinp overwritten: a lane's chunk at column c needs the partner
-chunk at c +- hd/2 to rotate its gradient (read twice, from the cache), so the chunks stay the
-norm's and the sums keep their order; dgain goes through the norm's shared-memory partials and
-norm_dgain_reduce_kernel. No chunk may straddle the halves: fused when hd is even and, on the
-128-bit path, (hd/2) % V == 0; other head dims take the two kernels (qk_norm_rope_fused says
-which).
-
+operation of the pair in the same order (how: above each kernel), so their results are the
+pair's bit for bit (dev/test/test_norm_rope_swiglu.cu).
+Launch layout: norm.cuh's (a row group of L lanes per row, V-element chunks, the norm's sums
+over the same lanes in the same order). Forward: after the row's rstd, each lane takes pairs
+(i, i + hd/2) V at a time and writes both halves. Backward: norm_backward_kernel, its dout read
+through QkRopeGrad (a chunk and its partner at c +- hd/2) and dinp overwritten. No chunk may
+straddle the halves: other head dims take the two kernels (qk_norm_rope_fused says which).
 Cost (counts of the host backend): forward reads x once and writes out once (the pair: x read,
 y written, y read, out written); backward reads dout and x once and writes dinp once (the pair:
 dout read and written by RoPE, dinp zeroed, read and written by the norm).
@@ -45,6 +34,10 @@ __device__ inline float round_to_floatX(float x) { return to_float(from_float<fl
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of 32 and of `lanes`; C even, (C / 2) % V == 0.
 
+// The forward does the pair's float operations in the pair's order: the rotation through
+// rope.cuh's rope_first / rope_second, whose fmas are written out; rstd through norm_row_rstd,
+// as norm_forward_kernel's, and its scaling as norm_forward_kernel writes it, with the same
+// lanes per row.
 template <int V>
 __global__ void qk_norm_rope_forward_kernel(floatX* out, float* rstd, const floatX* inp, const floatX* gain,
                                             const float* table, int N, int T, int H, int C, int lanes,
@@ -79,6 +72,10 @@ __global__ void qk_norm_rope_forward_kernel(floatX* out, float* rstd, const floa
 // norm's output at columns c .. c + V - 1 of row r: RoPE's backward rotation of dout, from the
 // chunk and its partner at c +- C / 2 on the table row of r's position, rounded to floatX as
 // rope_backward's store rounds it. `direction` is -1, a run-time value as in rope_kernel.
+// The backward is norm.cuh's norm_backward_kernel itself, another instantiation, whose fmas are
+// written out too. The partner chunk is read twice (from the cache), so the chunks stay the
+// norm's and the sums keep their order; dgain goes through the norm's shared-memory partials
+// and norm_dgain_reduce_kernel.
 struct QkRopeGrad {
     const floatX* dout;
     const float* table;
@@ -107,7 +104,8 @@ struct QkRopeGrad {
 // ----------------------------------------------------------------------------------------
 // launchers
 
-// Whether the fused kernels serve this head dim with this layout (else the two kernels run).
+// Whether the fused kernels serve this head dim with this layout (else the two kernels run):
+// no chunk may straddle the halves, so hd even and, on the 128-bit path, (hd/2) % V == 0.
 inline bool qk_norm_rope_fused(int hd, const NormLayout& layout) {
     return hd % 2 == 0 && (!layout.vector || (hd / 2) % x128::size == 0);
 }
