@@ -129,12 +129,12 @@ HOST_LDFLAGS += $(BLAS_LIBS)
 RACECHECK_DIR := build/racecheck-$(precision)
 RACECHECK_CXXFLAGS := $(HOST_CXXFLAGS) -DHOSTCUDA_RACECHECK -fsanitize=thread --param tsan-instrument-func-entry-exit=0
 # what `make test-racecheck` runs once more under a random thread order with race checking:
-# the race checker's own test, the backend tests, the attention, norm and embedding tests, and every
+# the race checker's own test, the backend tests, the attention, norm, residual + norm and embedding tests, and every
 # kernel playground (classifier; muon: the Newton-Schulz kernels).
 # Not test_muon: its double-precision reference dominates and runs ~30x slower instrumented,
 # while its kernels are the ones dev/cuda/muon.cu runs.
 RACECHECK_SEED ?= 1
-RACECHECK_TEST_NAMES = test_racecheck test_backend test_attention test_norm_rope_swiglu test_embedding \
+RACECHECK_TEST_NAMES = test_racecheck test_backend test_attention test_norm_rope_swiglu test_residual_norm test_embedding \
   $(filter-out $(BENCHMARK_ONLY),$(notdir $(basename $(wildcard dev/cuda/*.cu))))
 
 # ---- AddressSanitizer + UndefinedBehaviorSanitizer host build ------------------------------

@@ -42,6 +42,7 @@ against the PyTorch reference train_san.py.
 #include "llmc/model/swiglu_mlp.h"        // SwiGLUMLP: the FFN arm's body
 #include "llmc/model/layer_weights.h"     // LayerWeights: a layer's tensors by name
 #include "llmc/kernels/residual.cuh"
+#include "llmc/kernels/residual_norm.cuh"
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/model/spectrum.h"          // effective_rank (the per-layer measurements)
 #include "llmc/model/attention_indicators.h"  // attention_patterns: indicators, logit summary (the per-layer measurements)
@@ -464,28 +465,43 @@ struct SubLayer {
         }
     }
     void forward_in(const floatX* x, int N, cudaStream_t stream) { norm.forward(in, in_rstd, x, N, stream); }
-    void forward_out(floatX* x_out, const floatX* x, int N, cudaStream_t stream) {
+    // next: the sub-layer that reads x_out, whose pre-norm the residual add then writes too
+    // (llmc/kernels/residual_norm.cuh), or null
+    void forward_out(floatX* x_out, const floatX* x, int N, cudaStream_t stream, SubLayer* next = nullptr) {
         const floatX* branch = out;
         if (sandwich) {
             post_norm.forward(out_normed, out_rstd, out, N, stream);
             branch = out_normed;
         }
-        residual_forward(x_out, x, branch, gate.w, mode, (size_t)N * norm.C, stream);
+        if (next != nullptr) {
+            residual_norm_forward(x_out, x, branch, gate.w, mode, next->norm, next->in, next->in_rstd, N, stream);
+        } else {
+            residual_forward(x_out, x, branch, gate.w, mode, (size_t)N * norm.C, stream);
+        }
     }
-    // dx holds dL/d x_out; returns dL/d out (the body's output) and, with mode none, clears dx
-    floatX* backward_out(floatX* dx, int N, const BackwardScratch& s, cudaStream_t stream) const {
+    // dx holds dL/d x_out; returns dL/d out (the body's output) and, with mode none, clears dx.
+    // branch_done: the backward above already wrote s.d_branch (backward_in's `below`).
+    floatX* backward_out(floatX* dx, int N, const BackwardScratch& s, cudaStream_t stream,
+                         bool branch_done = false) const {
         const size_t Nd = (size_t)N * norm.C;
-        residual_backward(s.d_branch, gate.grad, s.reduce, dx, sandwich ? out_normed : out, gate.w, mode, Nd, stream);
+        const floatX* h = sandwich ? out_normed : out;
+        if (!branch_done) { residual_branch_grad(s.d_branch, dx, gate.w, mode, Nd, stream); }
+        residual_gate_backward(gate.grad, s.reduce, dx, h, gate.w, mode, Nd, stream);
         if (mode == ResidualMode::None) { cudaCheck(cudaMemsetAsync(dx, 0, Nd * sizeof(floatX), stream)); }
         if (!sandwich) { return s.d_branch; }
         cudaCheck(cudaMemsetAsync(s.d_proj, 0, Nd * sizeof(floatX), stream));
         post_norm.backward(s.d_proj, s.d_branch, out, out_rstd, N, s.reduce, stream);
         return s.d_proj;
     }
-    // dx += dL/dx through the pre-norm, from d_in = dL/d in
+    // dx += dL/dx through the pre-norm, from d_in = dL/d in; with `below` (the sub-layer whose
+    // residual add wrote x) also s.d_branch = below's branch gradient, its backward_out's first pass
     void backward_in(floatX* dx, const floatX* d_in, const floatX* x, int N, const BackwardScratch& s,
-                     cudaStream_t stream) const {
-        norm.backward(dx, d_in, x, in_rstd, N, s.reduce, stream);
+                     cudaStream_t stream, const SubLayer* below = nullptr) const {
+        if (below != nullptr) {
+            residual_norm_backward(dx, s.d_branch, d_in, x, in_rstd, norm, below->gate.w, below->mode, N, s.reduce, stream);
+        } else {
+            norm.backward(dx, d_in, x, in_rstd, N, s.reduce, stream);
+        }
     }
 };
 
@@ -679,6 +695,7 @@ struct SAN : LanguageModel<SANConfig> {
         const size_t bytes = (size_t)N * cfg.n_embd * sizeof(floatX);
         const int64_t count = embed_batch(inputs, targets, Bn, Tn, F, cache, dloss_scale != 0.0f);
         const MixerPass pass = mixer_pass(Bn, Bn + F, Tn, cache);
+        bool normed = false;  // the residual add before this sub-layer wrote its pre-norm too
         for (int l = 0; l < cfg.n_layer; l++) {
             Block& b = blocks[l];
             floatX *x = residual[l], *x_out = residual[l + 1];
@@ -686,19 +703,25 @@ struct SAN : LanguageModel<SANConfig> {
             // --skip-nonstandard (evaluation): the variant's sub-layer, or its whole block, is left out
             if (skipped(l) && skip == SkipNonstandard::Block) {
                 cudaCheck(cudaMemcpyAsync(x_out, x, bytes, cudaMemcpyDeviceToDevice, stream));
+                normed = false;
                 continue;
             }
+            SubLayer* next_attn = l + 1 < cfg.n_layer && !skipped(l + 1) ? &blocks[l + 1].attn : nullptr;
             if (skipped(l)) {
                 cudaCheck(cudaMemcpyAsync(x_attn_out, x, bytes, cudaMemcpyDeviceToDevice, stream));
+                normed = false;
             } else {
-                b.attn.forward_in(x, N, stream);
+                if (!normed) { b.attn.forward_in(x, N, stream); }
                 b.mixer->forward(layer_pass(pass, l), b.attn.in, b.attn.out);
-                b.attn.forward_out(x_attn_out, x, N, stream);
+                SubLayer* next = cfg.has_ffn() ? &b.ffn : next_attn;
+                b.attn.forward_out(x_attn_out, x, N, stream, next);
+                normed = next != nullptr;
             }
             if (cfg.has_ffn()) {
-                b.ffn.forward_in(b.x_mid, N, stream);
+                if (!normed) { b.ffn.forward_in(b.x_mid, N, stream); }
                 b.ffn_body.forward(b.ffn.out, b.ffn.in, N, stream);
-                b.ffn.forward_out(x_out, b.x_mid, N, stream);
+                b.ffn.forward_out(x_out, b.x_mid, N, stream, next_attn);
+                normed = next_attn != nullptr;
             }
         }
         return head_forward(Bn * Tn, count, dloss_scale, row_losses);
@@ -782,18 +805,24 @@ struct SAN : LanguageModel<SANConfig> {
         if (dx0 != nullptr) { cudaCheck(cudaMemsetAsync(dx0, 0, Nd * sizeof(floatX), stream)); }
 
         const MixerPass pass = mixer_pass(Bn, Rn, Tn, nullptr);
+        bool branch_done = false;
         for (int l = cfg.n_layer - 1; l >= 0; l--) {
             // layer l + 1's gradients are final: their reduction may start (--overlap-reduce)
             if (l + 1 < cfg.n_layer) { layer_gradients_done(l + 1); }
             Block& b = blocks[l];
+            // a pre-norm's backward also gives the residual below its branch gradient
+            // (llmc/kernels/residual_norm.cuh): branch_done says the next backward_out has it
             if (cfg.has_ffn()) {
-                floatX* d_ffn_out = b.ffn.backward_out(dx, N, scratch, stream);
+                floatX* d_ffn_out = b.ffn.backward_out(dx, N, scratch, stream, branch_done);
                 b.ffn_body.backward(d_block_in, d_ffn_out, b.ffn.in, N, scratch.swiglu, stream);
-                b.ffn.backward_in(dx, d_block_in, b.x_mid, N, scratch, stream);
+                b.ffn.backward_in(dx, d_block_in, b.x_mid, N, scratch, stream, &b.attn);
+                branch_done = true;
             }
-            floatX* d_attn_out = b.attn.backward_out(dx, N, scratch, stream);
+            floatX* d_attn_out = b.attn.backward_out(dx, N, scratch, stream, branch_done);
             b.mixer->backward(layer_pass(pass, l), b.attn.in, d_attn_out, d_block_in);
-            b.attn.backward_in(dx, d_block_in, residual[l], N, scratch, stream);
+            const SubLayer* below = l == 0 ? nullptr : cfg.has_ffn() ? &blocks[l - 1].ffn : &blocks[l - 1].attn;
+            b.attn.backward_in(dx, d_block_in, residual[l], N, scratch, stream, below);
+            branch_done = below != nullptr;
         }
         layer_gradients_done(0);
         if (dx0 != nullptr) {  // the staticembqk layers' path to the embedding joins the stream's

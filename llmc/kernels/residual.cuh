@@ -36,9 +36,16 @@ __device__ inline float residual_coefficient(ResidualMode mode, const floatX* ga
     }
 }
 
+// one element of x_out before its rounding to floatX (residual_norm.cuh's fused kernel calls it
+// too). The fma written out: nvcc contracts x + coef * h into it anyway, g++ in some inlined
+// copies and not in others (the host loop and the kernel came out an ulp apart).
+__device__ __forceinline__ float residual_value(float x, float h, float coef, bool skip) {
+    return fmaf(coef, h, skip ? x : 0.0f);
+}
+
 __device__ __forceinline__ void residual_forward_element(size_t i, floatX* x_out, const floatX* x, const floatX* h,
                                                          float coef, bool skip) {
-    x_out[i] = from_float<floatX>((skip ? to_float(x[i]) : 0.0f) + coef * to_float(h[i]));
+    x_out[i] = from_float<floatX>(residual_value(to_float(x[i]), to_float(h[i]), coef, skip));
 }
 
 __global__ void residual_forward_kernel(floatX* x_out, const floatX* x, const floatX* h, const floatX* gate,
@@ -87,11 +94,11 @@ __global__ void gate_grad_kernel(floatX* dgate, const float* dot, const floatX* 
     *dgate = from_float<floatX>(to_float(*dgate) + dcoef * *dot);
 }
 
-// dh = coef * dx_out (overwritten); dgate += dcoef/dg * sum(dx_out * h) for gated modes.
-// scratch: kReduceBlocks + 1 floats.
-void residual_backward(floatX* dh, floatX* dgate, float* scratch, const floatX* dx_out, const floatX* h, const floatX* gate,
-                       ResidualMode mode, size_t N, cudaStream_t stream) {
+// dh = coef * dx_out (overwritten): the branch's gradient
+void residual_branch_grad(floatX* dh, const floatX* dx_out, const floatX* gate, ResidualMode mode, size_t N,
+                          cudaStream_t stream) {
 #if HOST_BACKEND
+    (void)stream;
     float coef = residual_coefficient(mode, gate);
     hostcuda::run_elementwise("residual_branch_grad (host loop)", N,
                               [=](size_t i) { residual_branch_grad_element(i, dh, dx_out, coef); });
@@ -100,10 +107,22 @@ void residual_backward(floatX* dh, floatX* dgate, float* scratch, const floatX* 
     LAUNCH(CEIL_DIV(N, block), block, 0, stream, residual_branch_grad_kernel)(dh, dx_out, gate, mode, N);
     cudaCheckLaunch();
 #endif
-    if (residual_has_gate(mode)) {
-        float* dot = scratch + kReduceBlocks;
-        dot_product(dot, scratch, dx_out, h, N, 1.0f, false, stream);
-        LAUNCH(1, 1, 0, stream, gate_grad_kernel)(dgate, dot, gate, mode);
-        cudaCheckLaunch();
-    }
+}
+
+// dgate += dcoef/dg * sum(dx_out * h) for gated modes (nothing for the others). scratch: kReduceBlocks + 1 floats.
+void residual_gate_backward(floatX* dgate, float* scratch, const floatX* dx_out, const floatX* h, const floatX* gate,
+                            ResidualMode mode, size_t N, cudaStream_t stream) {
+    if (!residual_has_gate(mode)) { return; }
+    float* dot = scratch + kReduceBlocks;
+    dot_product(dot, scratch, dx_out, h, N, 1.0f, false, stream);
+    LAUNCH(1, 1, 0, stream, gate_grad_kernel)(dgate, dot, gate, mode);
+    cudaCheckLaunch();
+}
+
+// both: dh = coef * dx_out (overwritten); dgate += dcoef/dg * sum(dx_out * h) for gated modes.
+// scratch: kReduceBlocks + 1 floats.
+void residual_backward(floatX* dh, floatX* dgate, float* scratch, const floatX* dx_out, const floatX* h, const floatX* gate,
+                       ResidualMode mode, size_t N, cudaStream_t stream) {
+    residual_branch_grad(dh, dx_out, gate, mode, N, stream);
+    residual_gate_backward(dgate, scratch, dx_out, h, gate, mode, N, stream);
 }

@@ -1,0 +1,195 @@
+/*
+Fused residual add + the next pre-norm, forward and backward (issue 55 target 4;
+doc/gpu-runs/fused-residual-norm.md): in a pre-norm stack the residual add that ends one
+sub-layer, x_out = x + coef * h (llmc/kernels/residual.cuh), is followed by the next sub-layer's
+norm of x_out (llmc/kernels/norm.cuh); backward, the norm's backward adds into the stream's
+gradient dx, which the residual's backward then reads to give the branch below its gradient.
+
+    forward:  x_out = round(residual_value(x, h, coef)),  out = norm(x_out) (its rstd kept)
+    backward: dx = round(dx + the norm's dinp),  dh = round(coef_below * dx)
+
+x, h, x_out, out, dx, dout, dh: (N, C) floatX; coef from the residual's mode and gate (device
+memory: residual_coefficient). round() is the rounding to floatX that the unfused pair stores
+between its kernels; the fused kernels keep it and every float operation of the pair in the
+same order (residual.cuh's residual_value; the norm's sum of squares through norm.cuh's
+norm_row_rstd and its scaling as norm_forward_kernel writes it, over the same lanes and
+chunks; the norm's backward through norm_backward_sums / norm_backward_dinp with the same
+dgain partials), so their results are the pair's bit for bit (dev/test/test_residual_norm.cu). A compiler may contract a * b + c
+into an fma in one inlined copy and not another (g++ does, by default in C++), so the forward
+keeps the pair's loops as they are: the residual's over x and h, then norm_row_rstd and
+norm_forward_kernel's second loop over x_out, read back (from the cache), not from registers:
+with the sum of squares taken inside the first loop, g++'s FP32 host build put x_out, out and
+rstd one or two ulps off the pair's. When the pointers give the fused kernel another vector
+width than the norm alone would take, the pair runs instead.
+
+Launch layout: norm.cuh's (a row group of L lanes per row, V-element chunks, norm_layout and
+norm_backward_launch). Forward: the first loop reads x and h and writes x_out; the norm's two
+loops then read the lane's own chunks of x_out back (from the cache) and write out. Backward:
+the norm's backward kernel with one more store per chunk (dh) after dx's.
+
+Cost (counts of the host backend, bytes per element of the stream): forward reads x, h and
+writes x_out, out (the pair: x, h read, x_out written, x_out read, out written); backward reads
+x, dout, dx and writes dx, dh (the pair: the same, then dx read again and dh written).
+*/
+#pragma once
+
+#include "llmc/cuda_common.h"
+#include "llmc/kernels/norm.cuh"      // defines: norm_layout, norm_row_rstd, norm_backward_sums, norm_backward_dinp, GainNorm
+#include "llmc/kernels/residual.cuh"  // defines: ResidualMode, residual_coefficient, residual_value, residual_branch_grad
+
+// ----------------------------------------------------------------------------------------
+// kernels. blockDim.x is a multiple of 32 and of `lanes`; C % V == 0.
+
+template <int V>
+__global__ void residual_norm_forward_kernel(floatX* x_out, floatX* out, float* rstd, const floatX* x,
+                                             const floatX* h, const floatX* gate, ResidualMode mode,
+                                             const floatX* gain, int N, int C, int lanes, float gain_offset,
+                                             float eps) {
+    int lane = threadIdx.x % lanes;
+    int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
+    bool valid = r < N;
+    const size_t offset = (size_t)(valid ? r : 0) * C;
+    const float coef = residual_coefficient(mode, gate);
+    const bool skip = mode != ResidualMode::None;
+    if (valid) {
+        for (int c = lane * V; c < C; c += lanes * V) {
+            float a[V], b[V], y[V];
+            load_floats<V>(a, x + offset + c);
+            load_floats<V>(b, h + offset + c);
+            for (int k = 0; k < V; k++) { y[k] = residual_value(a[k], b[k], coef, skip); }
+            store_floats<V>(x_out + offset + c, y);
+        }
+    }
+    // norm_forward_kernel from here, on x_out: this lane's own chunks, back from the cache
+    float s = norm_row_rstd<V>(x_out, r, N, C, lane, lanes, eps);  // the whole warp, rows past N too
+    if (!valid) { return; }
+    const floatX* row = x_out + offset;
+    for (int c = lane * V; c < C; c += lanes * V) {
+        float v[V], g[V], y[V];
+        load_floats<V>(v, row + c);
+        load_floats<V>(g, gain + c);
+        for (int k = 0; k < V; k++) { y[k] = (v[k] * s) * (gain_offset + g[k]); }
+        store_floats<V>(out + offset + c, y);
+    }
+    if (lane == 0 && rstd != nullptr) { rstd[r] = s; }
+}
+
+// norm_backward_kernel's loop, and dh = coef * round(dinp) after each chunk of dinp.
+// Dynamic shared memory: (blockDim.x / lanes) * C floats. Writes scratch[blockIdx.x * C + c].
+template <int V>
+__global__ void residual_norm_backward_kernel(floatX* dinp, floatX* dh, float* scratch, const floatX* dout,
+                                              const floatX* inp, const floatX* gain, const float* rstd,
+                                              const floatX* gate, ResidualMode mode, int N, int C, int lanes,
+                                              float gain_offset) {
+    int groups = blockDim.x / lanes;
+    int group = threadIdx.x / lanes;
+    int lane = threadIdx.x % lanes;
+    const float coef = residual_coefficient(mode, gate);
+    // this group's dgain partials, column c at (c % V) * (C / V) + c / V, as norm_backward_kernel
+    const int chunks = C / V;
+    float* acc = dynamic_shared_memory<float>() + (size_t)group * C;
+    for (int c = lane * V; c < C; c += lanes * V) {
+        for (int k = 0; k < V; k++) { acc[k * chunks + c / V] = 0.0f; }
+    }
+    int stride = gridDim.x * groups;
+    int iterations = CEIL_DIV(N, stride);  // the same for every group of the block: shuffles stay converged
+    for (int it = 0; it < iterations; it++) {
+        int r = it * stride + blockIdx.x * groups + group;
+        bool valid = r < N;
+        size_t offset = (size_t)(valid ? r : 0) * C;
+        float s = valid ? rstd[r] : 0.0f;
+        float sum_dy_y = 0.0f;
+        if (valid) {
+            for (int c = lane * V; c < C; c += lanes * V) {
+                float x[V], d[V], g[V];
+                load_floats<V>(x, inp + offset + c);
+                load_floats<V>(d, dout + offset + c);
+                load_floats<V>(g, gain + c);
+                for (int k = 0; k < V; k++) {
+                    norm_backward_sums(sum_dy_y, acc[k * chunks + c / V], d[k], gain_offset + g[k], x[k] * s);
+                }
+            }
+        }
+        sum_dy_y = norm_group_sum(sum_dy_y, lanes);
+        if (valid) {
+            float mean_dy_y = sum_dy_y / C;
+            for (int c = lane * V; c < C; c += lanes * V) {
+                float x[V], d[V], g[V], di[V], b[V];
+                load_floats<V>(x, inp + offset + c);
+                load_floats<V>(d, dout + offset + c);
+                load_floats<V>(g, gain + c);
+                load_floats<V>(di, dinp + offset + c);
+                for (int k = 0; k < V; k++) {
+                    di[k] = norm_backward_dinp(di[k], d[k], gain_offset + g[k], x[k], s, mean_dy_y);
+                    b[k] = coef * to_float(from_float<floatX>(di[k]));  // residual_branch_grad_element's
+                }
+                store_floats<V>(dinp + offset + c, di);
+                store_floats<V>(dh + offset + c, b);
+            }
+        }
+    }
+    __syncthreads();
+    const float* all = dynamic_shared_memory<float>();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = 0.0f;
+        int position = (c % V) * chunks + c / V;
+        for (int g = 0; g < groups; g++) { sum += all[(size_t)g * C + position]; }
+        scratch[(size_t)blockIdx.x * C + c] = sum;
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// launchers
+
+// x_out = residual(x, h) (mode, gate as residual_forward; x_out may alias x), then
+// out, rstd = norm.forward(x_out): N rows of norm.C.
+inline void residual_norm_forward(floatX* x_out, const floatX* x, const floatX* h, const floatX* gate,
+                                  ResidualMode mode, const GainNorm& norm, floatX* out, float* rstd, int N,
+                                  cudaStream_t stream) {
+    if (N <= 0) { return; }
+    const int C = norm.C;
+    NormLayout alone = norm_layout(C, {out, x_out, norm.gain.w});
+    NormLayout layout = norm_layout(C, {out, x_out, x, h, norm.gain.w});
+    if (layout.vector != alone.vector) {  // another chunking: the norm's sums in another order
+        residual_forward(x_out, x, h, gate, mode, (size_t)N * C, stream);
+        norm.forward(out, rstd, x_out, N, stream);
+        return;
+    }
+    const int block_size = 256;
+    int grid = CEIL_DIV(N, block_size / layout.lanes);
+    if (layout.vector) {
+        LAUNCH(grid, block_size, 0, stream, residual_norm_forward_kernel<x128::size>)(
+            x_out, out, rstd, x, h, gate, mode, norm.gain.w, N, C, layout.lanes, norm.gain_offset, norm.eps);
+    } else {
+        LAUNCH(grid, block_size, 0, stream, residual_norm_forward_kernel<1>)(
+            x_out, out, rstd, x, h, gate, mode, norm.gain.w, N, C, layout.lanes, norm.gain_offset, norm.eps);
+    }
+    cudaCheckLaunch();
+}
+
+// norm.backward(dx, dout, x, rstd, N, scratch) (dx += dL/dx through the norm, the gain's gradient),
+// then dh = coef * dx (overwritten) with the coefficient of the residual below (gate_below,
+// mode_below): the gradient of that residual's branch, as residual_branch_grad gives it.
+inline void residual_norm_backward(floatX* dx, floatX* dh, const floatX* dout, const floatX* x, const float* rstd,
+                                   const GainNorm& norm, const floatX* gate_below, ResidualMode mode_below, int N,
+                                   float* scratch, cudaStream_t stream) {
+    if (N <= 0) { return; }
+    const int C = norm.C;
+    NormLayout alone = norm_layout(C, {dx, dout, x, norm.gain.w});
+    NormLayout layout = norm_layout(C, {dx, dh, dout, x, norm.gain.w});
+    if (layout.vector != alone.vector) {
+        norm.backward(dx, dout, x, rstd, N, scratch, stream);
+        residual_branch_grad(dh, dx, gate_below, mode_below, (size_t)N * C, stream);
+        return;
+    }
+    NormBackwardLaunch launch = norm_backward_launch(N, C, layout.lanes, "residual_norm_backward");
+    if (layout.vector) {
+        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, residual_norm_backward_kernel<x128::size>)(
+            dx, dh, scratch, dout, x, norm.gain.w, rstd, gate_below, mode_below, N, C, layout.lanes, norm.gain_offset);
+    } else {
+        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, residual_norm_backward_kernel<1>)(
+            dx, dh, scratch, dout, x, norm.gain.w, rstd, gate_below, mode_below, N, C, layout.lanes, norm.gain_offset);
+    }
+    cudaCheckLaunch();
+    norm.reduce_dgain(scratch, launch.blocks, stream);
+}
