@@ -125,10 +125,18 @@ struct NormDout {
 // dinp accumulated: the same float operations, without reading dinp)
 enum class NormDinp { accumulate, overwrite };
 
+// What else it writes from each finished chunk of dinp (its Extra): store(di, offset, c) after
+// dinp's store. NormNoExtra: nothing; residual_norm.cuh's ResidualBranchGrad: the gradient of
+// the branch of the residual below.
+struct NormNoExtra {
+    template <int V>
+    __device__ void store(const float (&)[V], size_t, int) const {}
+};
+
 // Dynamic shared memory: (blockDim.x / lanes) * C floats. Writes scratch[blockIdx.x * C + c].
-template <int V, class Grad = NormDout, NormDinp dinp_mode = NormDinp::accumulate>
+template <int V, class Grad = NormDout, NormDinp dinp_mode = NormDinp::accumulate, class Extra = NormNoExtra>
 __global__ void norm_backward_kernel(floatX* dinp, float* scratch, Grad grad, const floatX* inp, const floatX* gain,
-                                     const float* rstd, int N, int C, int lanes, float gain_offset) {
+                                     const float* rstd, int N, int C, int lanes, float gain_offset, Extra extra) {
     int groups = blockDim.x / lanes;
     int group = threadIdx.x / lanes;
     int lane = threadIdx.x % lanes;
@@ -175,6 +183,7 @@ __global__ void norm_backward_kernel(floatX* dinp, float* scratch, Grad grad, co
                     di[k] = norm_backward_dinp(di[k], d[k], gain_offset + g[k], x[k], s, mean_dy_y);
                 }
                 store_floats<V>(dinp + offset + c, di);
+                extra.store(di, offset, c);
             }
         }
     }
@@ -288,10 +297,10 @@ struct GainNorm {
         NormBackwardLaunch launch = norm_backward_launch(N, C, layout.lanes, "GainNorm::backward");
         if (layout.vector) {
             LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, norm_backward_kernel<x128::size>)(
-                dx, scratch, NormDout{dout}, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
+                dx, scratch, NormDout{dout}, x, gain.w, rstd, N, C, layout.lanes, gain_offset, NormNoExtra{});
         } else {
             LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, norm_backward_kernel<1>)(
-                dx, scratch, NormDout{dout}, x, gain.w, rstd, N, C, layout.lanes, gain_offset);
+                dx, scratch, NormDout{dout}, x, gain.w, rstd, N, C, layout.lanes, gain_offset, NormNoExtra{});
         }
         cudaCheckLaunch();
         reduce_dgain(scratch, launch.blocks, stream);

@@ -155,11 +155,11 @@ inline void qk_norm_rope_backward(const GainNorm& norm, floatX* dinp, floatX* do
     if (layout.vector) {
         LAUNCH(launch.blocks, launch.block_size, launch.shared, stream,
                norm_backward_kernel<x128::size, QkRopeGrad, NormDinp::overwrite>)(
-            dinp, scratch, grad, inp, norm.gain.w, rstd, N, C, layout.lanes, norm.gain_offset);
+            dinp, scratch, grad, inp, norm.gain.w, rstd, N, C, layout.lanes, norm.gain_offset, NormNoExtra{});
     } else {
         LAUNCH(launch.blocks, launch.block_size, launch.shared, stream,
                norm_backward_kernel<1, QkRopeGrad, NormDinp::overwrite>)(
-            dinp, scratch, grad, inp, norm.gain.w, rstd, N, C, layout.lanes, norm.gain_offset);
+            dinp, scratch, grad, inp, norm.gain.w, rstd, N, C, layout.lanes, norm.gain_offset, NormNoExtra{});
     }
     cudaCheckLaunch();
     norm.reduce_dgain(scratch, launch.blocks, stream);

@@ -74,69 +74,20 @@ __global__ void residual_norm_forward_kernel(floatX* x_out, floatX* out, float* 
     if (lane == 0 && rstd != nullptr) { rstd[r] = s; }
 }
 
-// norm_backward_kernel's loop, and dh = coef * round(dinp) after each chunk of dinp.
-// Dynamic shared memory: (blockDim.x / lanes) * C floats. Writes scratch[blockIdx.x * C + c].
-template <int V>
-__global__ void residual_norm_backward_kernel(floatX* dinp, floatX* dh, float* scratch, const floatX* dout,
-                                              const floatX* inp, const floatX* gain, const float* rstd,
-                                              const floatX* gate, ResidualMode mode, int N, int C, int lanes,
-                                              float gain_offset) {
-    int groups = blockDim.x / lanes;
-    int group = threadIdx.x / lanes;
-    int lane = threadIdx.x % lanes;
-    const float coef = residual_coefficient(mode, gate);
-    // this group's dgain partials, column c at (c % V) * (C / V) + c / V, as norm_backward_kernel
-    const int chunks = C / V;
-    float* acc = dynamic_shared_memory<float>() + (size_t)group * C;
-    for (int c = lane * V; c < C; c += lanes * V) {
-        for (int k = 0; k < V; k++) { acc[k * chunks + c / V] = 0.0f; }
+// The backward's Extra (norm.cuh's norm_backward_kernel): dh = coef * round(dinp) from each
+// finished chunk of dinp, residual_branch_grad_element's arithmetic (coef: the residual below's).
+struct ResidualBranchGrad {
+    floatX* dh;
+    const floatX* gate;
+    ResidualMode mode;
+    template <int V>
+    __device__ void store(const float (&di)[V], size_t offset, int c) const {
+        const float coef = residual_coefficient(mode, gate);
+        float b[V];
+        for (int k = 0; k < V; k++) { b[k] = coef * to_float(from_float<floatX>(di[k])); }
+        store_floats<V>(dh + offset + c, b);
     }
-    int stride = gridDim.x * groups;
-    int iterations = CEIL_DIV(N, stride);  // the same for every group of the block: shuffles stay converged
-    for (int it = 0; it < iterations; it++) {
-        int r = it * stride + blockIdx.x * groups + group;
-        bool valid = r < N;
-        size_t offset = (size_t)(valid ? r : 0) * C;
-        float s = valid ? rstd[r] : 0.0f;
-        float sum_dy_y = 0.0f;
-        if (valid) {
-            for (int c = lane * V; c < C; c += lanes * V) {
-                float x[V], d[V], g[V];
-                load_floats<V>(x, inp + offset + c);
-                load_floats<V>(d, dout + offset + c);
-                load_floats<V>(g, gain + c);
-                for (int k = 0; k < V; k++) {
-                    norm_backward_sums(sum_dy_y, acc[k * chunks + c / V], d[k], gain_offset + g[k], x[k] * s);
-                }
-            }
-        }
-        sum_dy_y = norm_group_sum(sum_dy_y, lanes);
-        if (valid) {
-            float mean_dy_y = sum_dy_y / C;
-            for (int c = lane * V; c < C; c += lanes * V) {
-                float x[V], d[V], g[V], di[V], b[V];
-                load_floats<V>(x, inp + offset + c);
-                load_floats<V>(d, dout + offset + c);
-                load_floats<V>(g, gain + c);
-                load_floats<V>(di, dinp + offset + c);
-                for (int k = 0; k < V; k++) {
-                    di[k] = norm_backward_dinp(di[k], d[k], gain_offset + g[k], x[k], s, mean_dy_y);
-                    b[k] = coef * to_float(from_float<floatX>(di[k]));  // residual_branch_grad_element's
-                }
-                store_floats<V>(dinp + offset + c, di);
-                store_floats<V>(dh + offset + c, b);
-            }
-        }
-    }
-    __syncthreads();
-    const float* all = dynamic_shared_memory<float>();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sum = 0.0f;
-        int position = (c % V) * chunks + c / V;
-        for (int g = 0; g < groups; g++) { sum += all[(size_t)g * C + position]; }
-        scratch[(size_t)blockIdx.x * C + c] = sum;
-    }
-}
+};
 
 // ----------------------------------------------------------------------------------------
 // launchers
@@ -183,12 +134,15 @@ inline void residual_norm_backward(floatX* dx, floatX* dh, const floatX* dout, c
         return;
     }
     NormBackwardLaunch launch = norm_backward_launch(N, C, layout.lanes, "residual_norm_backward");
+    ResidualBranchGrad branch{dh, gate_below, mode_below};
     if (layout.vector) {
-        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, residual_norm_backward_kernel<x128::size>)(
-            dx, dh, scratch, dout, x, norm.gain.w, rstd, gate_below, mode_below, N, C, layout.lanes, norm.gain_offset);
+        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream,
+               norm_backward_kernel<x128::size, NormDout, NormDinp::accumulate, ResidualBranchGrad>)(
+            dx, scratch, NormDout{dout}, x, norm.gain.w, rstd, N, C, layout.lanes, norm.gain_offset, branch);
     } else {
-        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream, residual_norm_backward_kernel<1>)(
-            dx, dh, scratch, dout, x, norm.gain.w, rstd, gate_below, mode_below, N, C, layout.lanes, norm.gain_offset);
+        LAUNCH(launch.blocks, launch.block_size, launch.shared, stream,
+               norm_backward_kernel<1, NormDout, NormDinp::accumulate, ResidualBranchGrad>)(
+            dx, scratch, NormDout{dout}, x, norm.gain.w, rstd, N, C, layout.lanes, norm.gain_offset, branch);
     }
     cudaCheckLaunch();
     norm.reduce_dgain(scratch, launch.blocks, stream);
