@@ -109,9 +109,10 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
     esac
     echo "setup: installing the '$tier' tier of requirements.txt into $venv ($about)"
     mapfile -t packages < <(tier_lines requirements.txt)
-    # (--no-compile: Python compiles a module when it is first imported; pip's compiling every
-    # module of the full tier was 60 of its 140 CPU-seconds, 2-core EPYC, 2026-12-07)
-    "$venv/bin/pip" install -q --disable-pip-version-check --no-compile "${packages[@]}"
+    # (pip compiles every module, 60 of the full tier's 140 CPU-seconds on a 2-core EPYC; not
+    # --no-compile: where PYTHONDONTWRITEBYTECODE is set, as on this project's machines, Python
+    # would compile torch again in every process that imports it, ~180 CPU-s more a make test)
+    "$venv/bin/pip" install -q --disable-pip-version-check "${packages[@]}"
     touch "$venv/.complete-$tier"
   fi
   if [ "$tier" = full ]; then
