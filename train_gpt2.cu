@@ -38,6 +38,7 @@ PyTorch reference train_gpt2.py.
 #include "llmc/kernels/kv_cache.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/residual.cuh"
+#include "llmc/kernels/residual_norm.cuh"  // defines: residual_layernorm_forward (a residual add + the next LayerNorm)
 #include "llmc/kernels/classifier.cuh"
 #include "llmc/model/parameters.h"     // ModelParameters: parameters, gradients, optimizer
 #include "llmc/train/preset_files.h"   // compiled_config_files: presets/gpt2/NAME.conf
@@ -260,11 +261,13 @@ struct GPT2 : LanguageModel<GPT2Config> {
         const int pos = cache != nullptr ? cache->pos : 0;
         embedding_forward(residual[0], d_inputs, P.wte, N, d, 1.0f, stream);
         position_forward(residual[0], P.wpe + (size_t)pos * d, Bn, Tn, d, stream);  // positions pos, pos + 1, ...
+        const StreamNorm first = stream_norm(0);
+        first.norm.forward(first.out, first.mean, first.rstd, residual[0], N, stream);
         for (int l = 0; l < cfg.n_layer; l++) {
             const LayerTensors<floatX>& p = P.layers[l];
             LayerActivations& a = acts[l];
-            // attention block: the fused qkv weight (3d, d) is three (d, d) row blocks
-            ln_1(l).forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual[l], N, stream);
+            // attention block (its ln_1 ran with the residual add before it): the fused qkv
+            // weight (3d, d) is three (d, d) row blocks
             // keys and values: the activations, or with a cache its row `pos`
             floatX* qkv[3] = {a.q, cache != nullptr ? cache->k[l] + (size_t)pos * d : a.k,
                               cache != nullptr ? cache->v[l] + (size_t)pos * d : a.v};
@@ -279,17 +282,20 @@ struct GPT2 : LanguageModel<GPT2Config> {
             }
             linear_forward(branch, a.o, p.attprojw, N, d, d, stream);
             bias_forward(branch, branch, p.attprojb, N, d, stream);
-            residual_forward(a.x_mid, residual[l], branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
+            // the residual add and the MLP block's ln_2, one launch (llmc/kernels/residual_norm.cuh)
+            residual_layernorm_forward(a.x_mid, residual[l], branch, nullptr, ResidualMode::Standard, ln_2(l), a.ln2,
+                                       a.ln2_mean, a.ln2_rstd, N, stream);
             // MLP block
-            ln_2(l).forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, N, stream);
             linear_forward(a.fc, a.ln2, p.fcw, N, d, 4 * d, stream);
             bias_forward(a.fc, a.fc, p.fcb, N, 4 * d, stream);
             gelu_forward(a.gelu, a.fc, (size_t)N * 4 * d, stream);
             linear_forward(branch, a.gelu, p.fcprojw, N, 4 * d, d, stream);
             bias_forward(branch, branch, p.fcprojb, N, d, stream);
-            residual_forward(residual[l + 1], a.x_mid, branch, nullptr, ResidualMode::Standard, (size_t)N * d, stream);
+            // the residual add and the next layer's ln_1 (after the last layer: ln_f), one launch
+            const StreamNorm next = stream_norm(l + 1);
+            residual_layernorm_forward(residual[l + 1], a.x_mid, branch, nullptr, ResidualMode::Standard, next.norm,
+                                       next.out, next.mean, next.rstd, N, stream);
         }
-        ln_f().forward(xf, lnf_mean, lnf_rstd, residual[cfg.n_layer], N, stream);
         linear_forward(logits, xf, P.wte, N, d, Vp, stream);
         ClassifierTensors head{logits, d_targets, row_loss, row_lse_sq, dloss_scale != 0.0f ? dlogits : nullptr};
         classifier_forward_backward(head, N, V, Vp, 0.0f, dloss_scale, stream);
@@ -349,6 +355,17 @@ struct GPT2 : LanguageModel<GPT2Config> {
     LayerNorm ln_1(int l) const { return layernorm(P.layers[l].ln1w, P.layers[l].ln1b, G.layers[l].ln1w, G.layers[l].ln1b); }
     LayerNorm ln_2(int l) const { return layernorm(P.layers[l].ln2w, P.layers[l].ln2b, G.layers[l].ln2w, G.layers[l].ln2b); }
     LayerNorm ln_f() const { return layernorm(P.lnfw, P.lnfb, G.lnfw, G.lnfb); }
+    // The LayerNorm that reads residual[l] and what it writes: layer l's ln_1, or for l = L, ln_f
+    struct StreamNorm {
+        LayerNorm norm;
+        floatX* out;
+        float *mean, *rstd;
+    };
+    StreamNorm stream_norm(int l) const {
+        if (l == cfg.n_layer) { return {ln_f(), xf, lnf_mean, lnf_rstd}; }
+        const LayerActivations& a = acts[l];
+        return {ln_1(l), a.ln1, a.ln1_mean, a.ln1_rstd};
+    }
     LayerNorm layernorm(floatX* w, floatX* b, floatX* dw, floatX* db) const {
         return {{w, dw}, {b, db}, cfg.n_embd, kLayerNormEps};
     }

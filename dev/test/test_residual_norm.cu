@@ -6,7 +6,9 @@ file, in either precision: x_out, out, rstd; dx
 (accumulated), dh (overwritten) and dgain (accumulated); for widths on the 128-bit path
 (san20's 512, GPT-2's 768, 64) and on the scalar path (odd widths, a misaligned branch that
 makes the pair run instead), every residual mode and both norm offsets (ZCN, RMS), x_out
-aliasing x, rows not a multiple of a block's.
+aliasing x, rows not a multiple of a block's. And GPT-2's residual add + LayerNorm
+(residual_layernorm_forward against residual_forward then LayerNorm::forward: x_out, out, mean,
+rstd) over the same widths and layouts.
 
 Usage: test_residual_norm [name-filter]
 */
@@ -16,6 +18,7 @@ Usage: test_residual_norm [name-filter]
 #include <vector>
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/norm.cuh"
 #include "llmc/kernels/residual.cuh"
 #include "llmc/kernels/residual_norm.cuh"
@@ -124,6 +127,76 @@ TEST_CASE(residual_norm_aliasing_and_misaligned_branch) {
     // not, so the pair runs (bf16: 8 elements a chunk; fp32: 4)
     CHECK(!check_case({21, 64, ResidualMode::Gated, 1.0f, 1, false, 11}));
     CHECK(check_case({21, 37, ResidualMode::Gated, 1.0f, 1, false, 12}));  // scalar either way: fused
+}
+
+// GPT-2's forward pair (offset unused; the weights around 1, the biases around 0) through
+// residual_forward + LayerNorm::forward and through residual_layernorm_forward; with
+// `statistics` false the mean and rstd are not asked for (null), as a forward without a
+// backward may. Returns whether the fused kernel ran.
+static bool check_layernorm_case(const Case& k, bool statistics = true) {
+    const int N = k.N, C = k.C, m = k.misalign;
+    const size_t n = (size_t)N * C;
+    std::vector<floatX> x = random_floats(n, k.seed, -2.0f, 2.0f), h = random_floats(n, k.seed + 1);
+    std::vector<floatX> w = random_floats(C, k.seed + 2, 0.5f, 1.5f), b = random_floats(C, k.seed + 3, -0.5f, 0.5f);
+    std::vector<floatX> garbage = random_floats(n, k.seed + 6), gate = {from_float<floatX>(0.37f)};
+    std::vector<float> stale(N, -7.0f);
+    auto upload = [](const std::vector<floatX>& v, int offset) {
+        std::vector<floatX> padded(offset, from_float<floatX>(0.0f));
+        padded.insert(padded.end(), v.begin(), v.end());
+        return copy_to_device(padded) + offset;
+    };
+    floatX *d_x = upload(x, 0), *d_h = upload(h, m), *d_w = upload(w, 0), *d_b = upload(b, 0);
+    floatX *d_gate = upload(gate, 0), *d_xout = k.alias ? d_x : upload(garbage, 0), *d_out = upload(garbage, 0);
+    float *d_mean = copy_to_device(stale), *d_rstd = copy_to_device(stale);
+    float* mean = statistics ? d_mean : nullptr;
+    float* rstd = statistics ? d_rstd : nullptr;
+    LayerNorm norm{{d_w, nullptr}, {d_b, nullptr}, C, 1e-5f};
+    const floatX* gate_ptr = residual_has_gate(k.mode) ? d_gate : nullptr;
+    const bool fused = norm_layout(C, {d_out, d_xout, d_w, d_b}).vector ==
+                       norm_layout(C, {d_out, d_xout, d_x, d_h, d_w, d_b}).vector;
+
+    residual_forward(d_xout, d_x, d_h, gate_ptr, k.mode, n, 0);
+    norm.forward(d_out, mean, rstd, d_xout, N, 0);
+    std::vector<floatX> xout_pair = copy_from_device(d_xout, n), out_pair = copy_from_device(d_out, n);
+    std::vector<float> mean_pair = copy_from_device(d_mean, N), rstd_pair = copy_from_device(d_rstd, N);
+
+    cudaCheck(cudaMemcpy(d_x, x.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    if (!k.alias) { cudaCheck(cudaMemcpy(d_xout, garbage.data(), n * sizeof(floatX), cudaMemcpyHostToDevice)); }
+    cudaCheck(cudaMemcpy(d_out, garbage.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_mean, stale.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_rstd, stale.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    residual_layernorm_forward(d_xout, d_x, d_h, gate_ptr, k.mode, norm, d_out, mean, rstd, N, 0);
+    CHECK(bits_equal(copy_from_device(d_xout, n), xout_pair));
+    CHECK(bits_equal(copy_from_device(d_out, n), out_pair));
+    CHECK(bits_equal(copy_from_device(d_mean, N), mean_pair));
+    CHECK(bits_equal(copy_from_device(d_rstd, N), rstd_pair));
+    CHECK(statistics || bits_equal(copy_from_device(d_rstd, N), stale));  // not asked: not written
+    if (!k.alias) { CHECK(bits_equal(copy_from_device(d_x, n), x)); }  // read only
+    CHECK(bits_equal(copy_from_device(d_h, n), h));
+
+    for (floatX* p : {d_x, d_w, d_b, d_gate, d_out}) { cudaCheck(cudaFree(p)); }
+    if (!k.alias) { cudaCheck(cudaFree(d_xout)); }
+    cudaCheck(cudaFree(d_h - m));
+    cudaCheck(cudaFree(d_mean));
+    cudaCheck(cudaFree(d_rstd));
+    return fused;
+}
+
+TEST_CASE(residual_layernorm_equals_pair) {
+    CHECK(check_layernorm_case({19, 768, ResidualMode::Standard, 0.0f, 0, false, 21}));  // GPT-2 124M's d
+    CHECK(check_layernorm_case({300, 64, ResidualMode::Standard, 0.0f, 0, false, 22}));  // tiny's d; past one block
+    CHECK(check_layernorm_case({41, 8, ResidualMode::Standard, 0.0f, 0, false, 23}));  // one 128-bit chunk (bf16)
+    CHECK(check_layernorm_case({23, 96, ResidualMode::Gated, 0.0f, 0, false, 24}));  // (any mode: the same add)
+    CHECK(check_layernorm_case({7, 1600, ResidualMode::None, 0.0f, 0, false, 25}));  // GPT-2 XL's d
+    CHECK(check_layernorm_case({33, 128, ResidualMode::Standard, 0.0f, 0, false, 26}, false));  // no mean, rstd
+    // scalar path
+    CHECK(check_layernorm_case({17, 37, ResidualMode::Standard, 0.0f, 0, false, 27}));
+    CHECK(check_layernorm_case({9, 1, ResidualMode::Standard, 0.0f, 0, false, 28}));
+    CHECK(check_layernorm_case({13, 130, ResidualMode::Rezero, 0.0f, 0, false, 29}));
+    // x_out = x; a misaligned branch (the pair runs, checked as above), and on the scalar path (fused)
+    CHECK(check_layernorm_case({29, 768, ResidualMode::Standard, 0.0f, 0, true, 30}));
+    CHECK(!check_layernorm_case({21, 64, ResidualMode::Standard, 0.0f, 1, false, 31}));
+    CHECK(check_layernorm_case({21, 37, ResidualMode::Standard, 0.0f, 1, false, 32}));
 }
 
 TEST_MAIN()

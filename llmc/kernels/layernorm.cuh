@@ -27,7 +27,9 @@ order. Scratch: layernorm_backward_scratch_floats(N, C). dinp must not alias dou
 
 Calls: LayerNorm{weight, bias, C, eps} (at the end: a layernorm with its weight and bias
 and their gradients), .forward(out, mean, rstd, inp, N, stream) and
-.backward(dinp, dout, inp, mean, rstd, N, scratch, stream).
+.backward(dinp, dout, inp, mean, rstd, N, scratch, stream). The forward kernel takes a policy,
+what it does to a row first (Before): llmc/kernels/residual_norm.cuh's
+residual_layernorm_forward runs the residual add that writes inp in the same launch.
 */
 #pragma once
 
@@ -37,13 +39,17 @@ and their gradients), .forward(out, mean, rstd, inp, N, stream) and
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of `lanes` (and of 32 when lanes > 1); C % V == 0.
 
-template <int V>
+// before: what it does to each valid row first (norm.cuh's NormNothingBefore, or
+// residual_norm.cuh's ResidualAdd, which writes inp's row as a residual add); the statistics
+// then read the row back, each lane its own chunks.
+template <int V, class Before = NormNothingBefore>
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                                         const floatX* bias, int N, int C, int lanes, float eps) {
+                                         const floatX* bias, int N, int C, int lanes, float eps, Before before) {
     int lane = threadIdx.x % lanes;
     int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
     bool valid = r < N;
     const floatX* row = inp + (size_t)(valid ? r : 0) * C;
+    if (valid) { before.template row<V>((size_t)r * C, lane, lanes, C); }
     float sum = 0.0f;
     if (valid) {
         for (int c = lane * V; c < C; c += lanes * V) {
@@ -169,17 +175,21 @@ struct LayerNorm {
     int C = 0;
     float eps = 0.0f;
 
-    void forward(floatX* out, float* mean, float* rstd, const floatX* x, int N, cudaStream_t stream) const {
+    // `before` (the kernel's Before) writes x's rows first: its pointers must give the layout
+    // that out, x and the weights give (residual_norm.cuh's residual_layernorm_forward checks)
+    template <class Before = NormNothingBefore>
+    void forward(floatX* out, float* mean, float* rstd, const floatX* x, int N, cudaStream_t stream,
+                 Before before = {}) const {
         if (N <= 0) { return; }
         NormLayout layout = norm_layout(C, {out, x, weight.w, bias.w});
         const int block_size = 256;
         int grid = CEIL_DIV(N, block_size / layout.lanes);
         if (layout.vector) {
-            LAUNCH(grid, block_size, 0, stream, layernorm_forward_kernel<x128::size>)(out, mean, rstd, x, weight.w,
-                                                                                      bias.w, N, C, layout.lanes, eps);
+            LAUNCH(grid, block_size, 0, stream, layernorm_forward_kernel<x128::size, Before>)(
+                out, mean, rstd, x, weight.w, bias.w, N, C, layout.lanes, eps, before);
         } else {
-            LAUNCH(grid, block_size, 0, stream, layernorm_forward_kernel<1>)(out, mean, rstd, x, weight.w, bias.w, N, C,
-                                                                             layout.lanes, eps);
+            LAUNCH(grid, block_size, 0, stream, layernorm_forward_kernel<1, Before>)(
+                out, mean, rstd, x, weight.w, bias.w, N, C, layout.lanes, eps, before);
         }
         cudaCheckLaunch();
     }

@@ -90,6 +90,15 @@ __device__ inline float norm_row_rstd(const floatX* inp, int r, int N, int C, in
     return rsqrtf(sum_sq / C + eps);
 }
 
+// What a forward kernel does to a valid row before it normalises it (its Before):
+// row<V>(offset, lane, lanes, C) over the lane's own chunks of the row that starts at element
+// offset. NormNothingBefore: nothing; residual_norm.cuh's ResidualAdd: writes the row as a
+// residual add, so that the norm reads it back.
+struct NormNothingBefore {
+    template <int V>
+    __device__ void row(size_t, int, int, int) const {}
+};
+
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of 32 and of `lanes`; C % V == 0.
 

@@ -22,6 +22,12 @@ with the sum of squares taken inside the first loop, g++'s FP32 host build put x
 rstd one or two ulps off the pair's. When the pointers give the fused kernel another vector
 width than the norm alone would take, the pair runs instead.
 
+GPT-2's LayerNorm (llmc/kernels/layernorm.cuh) has the forward only: residual_layernorm_forward
+runs layernorm_forward_kernel with the residual add (ResidualAdd, the same loop as the SAN's
+fused kernel) as its Before, then the LayerNorm's own three loops over x_out read back, so its
+x_out, out, mean and rstd are the pair's bit for bit. Its backward has no residual pass to take
+in: a standard residual's branch gradient is dx itself.
+
 Launch layout: norm.cuh's (a row group of L lanes per row, V-element chunks, norm_layout and
 norm_backward_launch). Forward: the first loop reads x and h and writes x_out; the norm's two
 loops then read the lane's own chunks of x_out back (from the cache) and write out. Backward:
@@ -34,11 +40,35 @@ x, dout, dx and writes dx, dh (the pair: the same, then dx read again and dh wri
 #pragma once
 
 #include "llmc/cuda_common.h"
+#include "llmc/kernels/layernorm.cuh"  // defines: LayerNorm (its forward kernel takes a Before)
 #include "llmc/kernels/norm.cuh"      // defines: norm_layout, norm_row_rstd, norm_backward_sums, norm_backward_dinp, GainNorm
 #include "llmc/kernels/residual.cuh"  // defines: ResidualMode, residual_coefficient, residual_value, residual_branch_grad
 
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of 32 and of `lanes`; C % V == 0.
+
+// The residual add over a row group's lane's chunks of one row (offset: the row's first
+// element): x_out = round(residual_value(x, h, coef)), coef from mode and gate. The fused
+// forward kernels' first loop (a norm's Before: layernorm_forward_kernel's policy).
+struct ResidualAdd {
+    floatX* x_out;
+    const floatX* x;
+    const floatX* h;
+    const floatX* gate;
+    ResidualMode mode;
+    template <int V>
+    __device__ void row(size_t offset, int lane, int lanes, int C) const {
+        const float coef = residual_coefficient(mode, gate);
+        const bool skip = mode != ResidualMode::None;
+        for (int c = lane * V; c < C; c += lanes * V) {
+            float a[V], b[V], y[V];
+            load_floats<V>(a, x + offset + c);
+            load_floats<V>(b, h + offset + c);
+            for (int k = 0; k < V; k++) { y[k] = residual_value(a[k], b[k], coef, skip); }
+            store_floats<V>(x_out + offset + c, y);
+        }
+    }
+};
 
 template <int V>
 __global__ void residual_norm_forward_kernel(floatX* x_out, floatX* out, float* rstd, const floatX* x,
@@ -49,17 +79,7 @@ __global__ void residual_norm_forward_kernel(floatX* x_out, floatX* out, float* 
     int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
     bool valid = r < N;
     const size_t offset = (size_t)(valid ? r : 0) * C;
-    const float coef = residual_coefficient(mode, gate);
-    const bool skip = mode != ResidualMode::None;
-    if (valid) {
-        for (int c = lane * V; c < C; c += lanes * V) {
-            float a[V], b[V], y[V];
-            load_floats<V>(a, x + offset + c);
-            load_floats<V>(b, h + offset + c);
-            for (int k = 0; k < V; k++) { y[k] = residual_value(a[k], b[k], coef, skip); }
-            store_floats<V>(x_out + offset + c, y);
-        }
-    }
+    if (valid) { ResidualAdd{x_out, x, h, gate, mode}.row<V>(offset, lane, lanes, C); }
     // norm_forward_kernel from here, on x_out: this lane's own chunks, back from the cache
     float s = norm_row_rstd<V>(x_out, r, N, C, lane, lanes, eps);  // the whole warp, rows past N too
     if (!valid) { return; }
@@ -146,4 +166,22 @@ inline void residual_norm_backward(floatX* dx, floatX* dh, const floatX* dout, c
     }
     cudaCheckLaunch();
     norm.reduce_dgain(scratch, launch.blocks, stream);
+}
+
+// GPT-2's pair (train_gpt2.cu): x_out = residual(x, h) (mode, gate as residual_forward; x_out may
+// alias x), then out, mean, rstd = norm.forward(x_out), in one launch: layernorm_forward_kernel with
+// the residual add as its Before. (Its backward has nothing to fuse: with a standard residual the
+// branch's gradient is dx itself, which GPT-2's backward reads in place.)
+inline void residual_layernorm_forward(floatX* x_out, const floatX* x, const floatX* h, const floatX* gate,
+                                       ResidualMode mode, const LayerNorm& norm, floatX* out, float* mean,
+                                       float* rstd, int N, cudaStream_t stream) {
+    if (N <= 0) { return; }
+    NormLayout alone = norm_layout(norm.C, {out, x_out, norm.weight.w, norm.bias.w});
+    NormLayout layout = norm_layout(norm.C, {out, x_out, x, h, norm.weight.w, norm.bias.w});
+    if (layout.vector != alone.vector) {  // another chunking: the norm's sums in another order
+        residual_forward(x_out, x, h, gate, mode, (size_t)N * norm.C, stream);
+        norm.forward(out, mean, rstd, x_out, N, stream);
+        return;
+    }
+    norm.forward(out, mean, rstd, x_out, N, stream, ResidualAdd{x_out, x, h, gate, mode});
 }
