@@ -13,7 +13,9 @@ checkpoints" and "Debug state"), on whichever executor built it (host backend in
   5. resume: 4 steps, save a checkpoint, 6 more; versus load + the same 6: bit-identical;
   6. llm.c compatibility: the llm.c model files (fp32 version 3, bf16 version 5) that
      train_gpt2.py wrote from the same initial parameters load (load_llmc) to exactly
-     those parameters (bf16: rounded to bf16), and the fp32 file gives bit-identical logits.
+     those parameters (bf16: rounded to bf16), and the fp32 file gives bit-identical logits;
+  7. the training loop's loss queue: micro-batches that do not wait for their loss sums read
+     them later, the same bit for bit (check_loss_queue).
 
 Usage: test_gpt2 [DEBUG_STATE_DIR (default build/debug-states-gpt2)] [name-filter]
 `make test` writes the debug states (dev/test/make_gpt2_debug_states.py) before running it.
@@ -137,6 +139,50 @@ static void check_llmc(const std::string& state_path, const std::string& llmc_pr
     CHECK(memcmp(la.data(), lb.data(), n * sizeof(float)) == 0);
 }
 
+// The training loop's loss queue (llmc/model/model.h begin_loss_queue, read_loss_queue; used by
+// llmc/train/training.h): two micro-batches' forwards and backwards that do not wait for their
+// loss sums, which are NaN until read (a loss taken before then is not finite: the trainer stops),
+// then read once: the sums that forwards waiting for them give, bit for bit, in the forwards'
+// order. The host backend runs every copy at once, so it cannot show a read that comes too early;
+// it counts the host's waits instead: none for the stream inside the queue (each forward waits
+// only for the event after the last forward's id copies, and the read for the last sums' copy).
+static void check_loss_queue(const std::string& state_path) {
+    DebugCase<GPT2> dc(state_path);
+    GPT2 model(dc.cfg, dc.B, dc.T);
+    model.set_parameters(dc.init);
+    const int n = dc.B * dc.T;
+    std::vector<int> inputs2(dc.inputs.rbegin(), dc.inputs.rend()), targets2(dc.targets.rbegin(), dc.targets.rend());
+    const int* inputs[2] = {dc.inputs.data(), inputs2.data()};
+    const int* targets[2] = {dc.targets.data(), targets2.data()};
+    LossStats want[2];
+    for (int i = 0; i < 2; i++) { want[i] = model.forward(inputs[i], targets[i], dc.B, dc.T, 0.5f / n); }
+    CHECK(want[0].ce_sum != want[1].ce_sum);  // two batches, two sums
+
+#if HOST_BACKEND
+    const long stream_waits = hostcuda::host_waits().stream, event_waits = hostcuda::host_waits().event;
+#endif
+    model.begin_loss_queue(2);
+    LossStats queued[2];
+    for (int i = 0; i < 2; i++) {
+        queued[i] = model.forward(inputs[i], targets[i], dc.B, dc.T, 0.5f / n);
+        model.backward();
+        CHECK(std::isnan(queued[i].ce_sum) && queued[i].count == want[i].count);
+    }
+    std::vector<LossStats> got = model.read_loss_queue();
+#if HOST_BACKEND
+    CHECK_EQ(hostcuda::host_waits().stream - stream_waits, 0L);
+    CHECK_EQ(hostcuda::host_waits().event - event_waits, 3L);  // 2 forwards' staging, 1 read
+#endif
+    CHECK_EQ(got.size(), (size_t)2);
+    for (size_t i = 0; i < got.size() && i < 2; i++) {
+        CHECK(memcmp(&got[i].ce_sum, &want[i].ce_sum, sizeof(double)) == 0);
+        CHECK(got[i].lse_sq_sum == 0.0);  // GPT-2 asks for no lse^2 sum
+    }
+    // closed again: a forward waits for its own sums
+    LossStats again = model.forward(inputs[1], targets[1], dc.B, dc.T, 0.0f);
+    CHECK(memcmp(&again.ce_sum, &want[1].ce_sum, sizeof(double)) == 0);
+}
+
 int main(int argc, char** argv) {
     // bf16 states through the tensor-core attention on the host too (the trainer's default
     // there is the scalar kernels, which test_attention and test_san check)
@@ -148,6 +194,7 @@ int main(int argc, char** argv) {
         std::string name = f.substr(0, f.size() - 4);
         std::string path = dir + "/" + f;
         testing::register_case(name, [path] { check_state(path); });
+        if (f == files.front()) { testing::register_case("loss_queue", [path] { check_loss_queue(path); }); }
         std::string llmc = dir + "/llmc/" + name;
         if (file_exists(llmc + ".fp32.llmc")) {
             testing::register_case(name + "_llmc", [path, llmc] { check_llmc(path, llmc); });

@@ -252,6 +252,7 @@ struct GPT2 : LanguageModel<GPT2Config> {
             sums.count += targets[i] >= 0;
         }
         // through the pinned staging (model.h), copies queued on the stream
+        begin_staging();
         std::copy(inputs, inputs + N, staged_inputs());
         std::copy(targets, targets + N, staged_targets());
         upload_ids(d_inputs, staged_inputs(), N);

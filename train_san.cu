@@ -734,6 +734,7 @@ struct SAN : LanguageModel<SANConfig> {
     int64_t embed_batch(const int* inputs, const int* targets, int Bn, int Tn, int F, KVCache* cache, bool training) {
         const int Nh = Bn * Tn, N = (Bn + F) * Tn, V = cfg.vocab_size, d = cfg.n_embd;
         // into the pinned staging (model.h), then up with copies queued on the stream
+        begin_staging();
         int *stream_inputs = staged_inputs(), *masked = staged_targets(), *doc_ids = staged_doc_ids();
         std::copy(inputs, inputs + Nh, stream_inputs);
         std::fill(doc_ids, doc_ids + N, 0);
@@ -753,7 +754,7 @@ struct SAN : LanguageModel<SANConfig> {
         if (cache != nullptr) {  // the document id continues the cached positions'
             cache->next_doc += inputs[0] == cfg.bos_id;
             doc_ids[0] = cache->next_doc;
-            cudaCheck(cudaMemcpyAsync(cache->doc + cache->pos, doc_ids, sizeof(int), cudaMemcpyHostToDevice, stream));
+            upload_ids(cache->doc + cache->pos, doc_ids, 1);
         }
         const bool fixed_tokens = F && !fixed.random;
         if (fixed_tokens) { std::copy(fixed.tokens.begin(), fixed.tokens.begin() + Tn, stream_inputs + Nh); }

@@ -9,6 +9,7 @@ API calls return them, launch errors are kept for cudaGetLastError().
 */
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -104,6 +105,18 @@ inline cudaError_t set_error(cudaError_t e) {
     return e;
 }
 
+// How often the host asked to wait for the device: for the whole stream or device
+// (cudaStreamSynchronize, cudaDeviceSynchronize) or for an event (cudaEventSynchronize). Here they
+// return at once; on a GPU each is a wait, and a stream's drain leaves it idle until the host
+// queues more. Tests count a training step's (test_gpt2's loss_queue case).
+struct HostWaits {
+    std::atomic<long> stream{0}, event{0};
+};
+inline HostWaits& host_waits() {
+    static HostWaits waits;
+    return waits;
+}
+
 // Dynamic shared memory limits raised with cudaFuncSetAttribute, per kernel.
 inline std::mutex& attribute_mutex() {
     static std::mutex m;
@@ -143,7 +156,10 @@ inline cudaError_t cudaSetDevice(int device) {
     return hostcuda::set_error(device == 0 ? cudaSuccess : cudaErrorInvalidDevice);
 }
 inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() {
+    hostcuda::host_waits().stream++;
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     if (device != 0) { return hostcuda::set_error(cudaErrorInvalidDevice); }
@@ -306,7 +322,10 @@ cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t count, size_t 
 inline cudaError_t cudaStreamCreate(cudaStream_t* stream) { *stream = new CUstream_st(); return cudaSuccess; }
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) { return cudaStreamCreate(stream); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t stream) { delete stream; return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    hostcuda::host_waits().stream++;
+    return cudaSuccess;
+}
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
 inline cudaError_t cudaEventCreate(cudaEvent_t* event) { *event = new CUevent_st(); return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) { return cudaEventCreate(event); }
@@ -316,7 +335,10 @@ inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t = nullptr) {
     event->recorded = true;
     return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
+    hostcuda::host_waits().event++;
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (!start->recorded || !end->recorded) { return hostcuda::set_error(cudaErrorInvalidValue); }

@@ -217,13 +217,21 @@ __global__ void loss_sums_kernel(double* sums, const float* row_loss, const floa
     }
 }
 
-// The batch's loss sums (count left 0: the caller knows it). `scratch`: 2 doubles on the device;
-// `host`: 2 doubles the copy lands in (pinned, so the copy is one DMA). Waits for the stream.
-inline LossStats classifier_loss_sums(const float* row_loss, const float* row_lse_sq, int N, double* scratch, double* host,
-                                      cudaStream_t stream) {
+// The batch's loss sums queued: summed into `scratch` (2 doubles on the device), then copied
+// into `host` (2 doubles, pinned, so the copy is one DMA that the host does not wait for). They
+// are there once the stream has passed the copy (an event recorded after it).
+inline void classifier_loss_sums_queue(const float* row_loss, const float* row_lse_sq, int N, double* scratch,
+                                       double* host, cudaStream_t stream) {
     LAUNCH(1, kLossSumThreads, 0, stream, loss_sums_kernel)(scratch, row_loss, row_lse_sq, N);
     cudaCheckLaunch();
     cudaCheck(cudaMemcpyAsync(host, scratch, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream));
+}
+
+// The batch's loss sums (count left 0: the caller knows it), as classifier_loss_sums_queue
+// leaves them; waits for the stream.
+inline LossStats classifier_loss_sums(const float* row_loss, const float* row_lse_sq, int N, double* scratch, double* host,
+                                      cudaStream_t stream) {
+    classifier_loss_sums_queue(row_loss, row_lse_sq, N, scratch, host, stream);
     cudaCheck(cudaStreamSynchronize(stream));
     LossStats stats;
     stats.ce_sum = host[0];

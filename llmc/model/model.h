@@ -9,7 +9,9 @@ argument-dependent lookup. The SAN model itself: doc/san-model.md; the checkpoin
 */
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -141,6 +143,18 @@ struct PinnedBuffer {
     PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 };
 
+// A CUDA event (cudaEventDisableTiming), created and destroyed with its owner: record() marks
+// the stream's position, wait() waits for the stream to pass it (not for the whole stream).
+struct StreamEvent {
+    cudaEvent_t event = nullptr;
+    StreamEvent() { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+    ~StreamEvent() { cudaEventDestroy(event); }
+    StreamEvent(const StreamEvent&) = delete;
+    StreamEvent& operator=(const StreamEvent&) = delete;
+    void record(cudaStream_t stream) { cudaCheck(cudaEventRecord(event, stream)); }
+    void wait() const { cudaCheck(cudaEventSynchronize(event)); }
+};
+
 // The base of a trainer's model (SAN, GPT2): ModelParameters, and for B rows of T positions
 // the buffers every model has (the residual stream, logits and loss buffers, the backward's
 // stream gradient, the sampling cache); the model adds its tensors' pointers and activations.
@@ -157,17 +171,23 @@ struct LanguageModel : ModelParameters {
     floatX *dx = nullptr, *dxf = nullptr;  // backward: dL/d(residual stream), dL/d(final norm output)
     EmbeddingBuckets buckets;             // the embedding backward's positions per token
     // A micro-batch's ids on their way up, 3 N ints (inputs | targets | document ids): the trainer
-    // fills them and queues their copies (upload_ids). Rewritten only by the next forward, after
-    // this one's loss copy waited for the stream, so never under a queued copy.
+    // fills them after begin_staging(), which waits for the copies the last forward queued from
+    // them (the event upload_ids records after each), and queues their copies (upload_ids).
     PinnedBuffer<int> staged_ids;
-    PinnedBuffer<double> loss_host;  // the 2 loss sums back from the device (loss_sums)
+    StreamEvent staged_ids_read;
+    // The loss sums back from the device (loss_sums): 2 doubles a forward, in slot 0, or with the
+    // loss queue open (begin_loss_queue) in the forward's own slot of the step
+    std::unique_ptr<PinnedBuffer<double>> loss_host;
     double* d_loss_sums = nullptr;
+    int loss_slots = 0;         // slots of loss_host and d_loss_sums
+    int queued_losses = -1;     // forwards whose sums are queued since begin_loss_queue (-1: closed)
+    StreamEvent losses_copied;  // recorded after the last queued copy of sums
     int last_B = 0, last_T = 0;           // the last forward's batch (what backward() differentiates)
     KVCache kv;                           // sampling's keys and values (sample() below)
 
     LanguageModel(const Config& config, int batch, int seq)
         : ModelParameters(parameter_spec(config)), cfg(config), B(batch), T(seq),
-          staged_ids(3 * (size_t)batch * seq), loss_host(2) {
+          staged_ids(3 * (size_t)batch * seq) {
         if (T > cfg.seq_len) { fatal("sequence length %d exceeds the model's seq_len %d", T, cfg.seq_len); }
         const size_t N = (size_t)B * T, d = cfg.n_embd, Vp = cfg.padded_vocab();
         for (int l = 0; l <= cfg.n_layer; l++) { residual.push_back(arena.alloc<floatX>(N * d)); }
@@ -179,20 +199,59 @@ struct LanguageModel : ModelParameters {
         d_targets = arena.alloc<int>(N);
         dx = arena.alloc<floatX>(N * d);
         dxf = arena.alloc<floatX>(N * d);
-        d_loss_sums = arena.alloc<double>(2);
+        reserve_loss_slots(1);
     }
+    ~LanguageModel() { cudaFree(d_loss_sums); }
 
     int* staged_inputs() { return staged_ids.data; }
     int* staged_targets() { return staged_ids.data + (size_t)B * T; }
     int* staged_doc_ids() { return staged_ids.data + 2 * (size_t)B * T; }
+    // Before the staging is written: the copies queued from it have read it
+    void begin_staging() { staged_ids_read.wait(); }
     // `count` staged ids to the device, queued on the stream
     void upload_ids(int* device, const int* staged, int count) {
         cudaCheck(cudaMemcpyAsync(device, staged, (size_t)count * sizeof(int), cudaMemcpyHostToDevice, stream));
+        staged_ids_read.record(stream);
     }
+
     // The classifier's per-row outputs of the first N rows summed on the device (lse^2 too when
-    // asked); waits for the stream.
+    // asked). Waits for the stream, unless the loss queue is open: then the sums and their copy
+    // are queued in this forward's slot, and the sums returned are NaN until read_loss_queue().
     LossStats loss_sums(int N, bool with_lse_sq) {
-        return classifier_loss_sums(row_loss, with_lse_sq ? row_lse_sq : nullptr, N, d_loss_sums, loss_host.data, stream);
+        const float* lse_sq = with_lse_sq ? row_lse_sq : nullptr;
+        if (queued_losses < 0) { return classifier_loss_sums(row_loss, lse_sq, N, d_loss_sums, loss_host->data, stream); }
+        if (queued_losses == loss_slots) { fatal("loss_sums: more forwards than the %d of begin_loss_queue", loss_slots); }
+        const size_t slot = 2 * (size_t)queued_losses++;
+        classifier_loss_sums_queue(row_loss, lse_sq, N, d_loss_sums + slot, loss_host->data + slot, stream);
+        losses_copied.record(stream);
+        LossStats pending;
+        pending.ce_sum = pending.lse_sq_sum = std::nan("");
+        return pending;
+    }
+    // The training loop's micro-batches (llmc/train/training.h): the next `forwards` forwards do
+    // not wait for their loss sums; read_loss_queue() waits once, after their backward passes are
+    // queued, for the last copy (not for the stream), and returns the sums in the forwards' order.
+    void begin_loss_queue(int forwards) {
+        reserve_loss_slots(forwards);
+        queued_losses = 0;
+    }
+    std::vector<LossStats> read_loss_queue() {
+        losses_copied.wait();
+        std::vector<LossStats> sums(std::max(queued_losses, 0));
+        for (size_t i = 0; i < sums.size(); i++) {
+            sums[i].ce_sum = loss_host->data[2 * i];
+            sums[i].lse_sq_sum = loss_host->data[2 * i + 1];
+        }
+        queued_losses = -1;
+        return sums;
+    }
+    // (no copy into the buffers is queued when they grow: begin_loss_queue follows a read)
+    void reserve_loss_slots(int slots) {
+        if (slots <= loss_slots) { return; }
+        cudaFree(d_loss_sums);
+        d_loss_sums = cudaMallocElements(double, 2 * (size_t)slots);
+        loss_host = std::make_unique<PinnedBuffer<double>>(2 * (size_t)slots);
+        loss_slots = slots;
     }
 
     // A forward's batch: within the activations, or (sampling with `cache`) one position

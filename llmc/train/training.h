@@ -128,10 +128,12 @@ public:
             drop_lost_console();  // (its reader gone, the run goes on: llmc/train/stop_signal.h)
             Timer timer;
             model.zero_grad();
-            std::vector<double> group_loss(groups.local(), 0.0);  // each group's share of the mean loss
-            for (int micro = 0; micro < o.grad_accum; micro++) { micro_batch(micro, group_loss); }
+            // the forwards queue their loss sums (no wait per micro-batch); read once, all queued
+            model.begin_loss_queue(o.grad_accum * groups.local());
+            std::vector<QueuedLoss> queued;
+            for (int micro = 0; micro < o.grad_accum; micro++) { micro_batch(micro, queued); }
             groups.combine(model);
-            const double loss = groups.total(group_loss);
+            const double loss = groups.total(group_losses(queued));
             if (!std::isfinite(loss)) { diverged(step + 1, "the loss", loss); }
             guard(loss_guard, step + 1, "the training loss", loss, "steps");
             double lr_multiplier = o.opt.schedule.multiplier(step, o.steps);
@@ -402,9 +404,17 @@ private:
         arm_stop_signals(world > 1);
     }
 
+    // A forward's loss, its sums still on their way (model.begin_loss_queue): what weighs its
+    // share of the step's mean loss.
+    struct QueuedLoss {
+        LossStats stats;  // the count; the sums NaN until read_loss_queue
+        int group;
+        int64_t counted, count_all;
+    };
+
     // One micro-batch's forward and backward passes, group by group (llmc/parallel/grad_groups.h);
-    // adds each group's share of the step's mean loss into group_loss.
-    void micro_batch(int micro, std::vector<double>& group_loss) {
+    // appends each group's queued loss to `queued`.
+    void micro_batch(int micro, std::vector<QueuedLoss>& queued) {
         DataLoader& train = *train_loader;
         train.next_batch();
         if (micro == 0) { step_shard = {train.batch_shard(), step_shard.first}; }
@@ -428,8 +438,24 @@ private:
             model.overlap_reduction(false);
             model.end_micro_batch();
             groups.end(model, g);
-            group_loss[g] += model.loss_value(s) * (double)counted / (double)count_all / o.grad_accum;
+            queued.push_back({s, g, counted, count_all});
         }
+    }
+
+    // Each group's share of the step's mean loss, from the micro-batches' sums (one wait for the
+    // last of their copies, every backward queued before it), added in the micro-batches' order.
+    std::vector<double> group_losses(const std::vector<QueuedLoss>& queued) {
+        std::vector<LossStats> sums = model.read_loss_queue();
+        if (sums.size() != queued.size()) { fatal("the loss queue holds %zu sums for %zu forwards", sums.size(), queued.size()); }
+        std::vector<double> group_loss(groups.local(), 0.0);
+        for (size_t i = 0; i < queued.size(); i++) {
+            const QueuedLoss& q = queued[i];
+            LossStats s = q.stats;
+            s.ce_sum = sums[i].ce_sum;
+            s.lse_sq_sum = sums[i].lse_sq_sum;
+            group_loss[q.group] += model.loss_value(s) * (double)q.counted / (double)q.count_all / o.grad_accum;
+        }
+        return group_loss;
     }
 
     // --spike-guard: stops the run (before anything of this step is saved) when `value` is a
