@@ -145,8 +145,13 @@ static void check_llmc(const std::string& state_path, const std::string& llmc_pr
 // then read once: the sums that forwards waiting for them give, bit for bit, in the forwards'
 // order. The host backend runs every copy at once, so it cannot show a read that comes too early;
 // it counts the host's waits instead: none for the stream inside the queue (each forward waits
-// only for the event after the last forward's id copies, and the read for the last sums' copy).
+// only for the event after the last forward's id copies, and the read for the last sums' copy),
+// and it runs with HOSTCUDA_QUEUED_COPIES' check (llmc/hostcuda/queued_copies.h): the host dies
+// if it rewrites the staging or reads the sums before the wait that covers their copies.
 static void check_loss_queue(const std::string& state_path) {
+#if HOST_BACKEND
+    hostcuda::queued_copies_check(true);  // (before the model's pinned buffers are allocated)
+#endif
     DebugCase<GPT2> dc(state_path);
     GPT2 model(dc.cfg, dc.B, dc.T);
     model.set_parameters(dc.init);
@@ -181,6 +186,9 @@ static void check_loss_queue(const std::string& state_path) {
     // closed again: a forward waits for its own sums
     LossStats again = model.forward(inputs[1], targets[1], dc.B, dc.T, 0.0f);
     CHECK(memcmp(&again.ce_sum, &want[1].ce_sum, sizeof(double)) == 0);
+#if HOST_BACKEND
+    hostcuda::queued_copies_check(false);
+#endif
 }
 
 int main(int argc, char** argv) {

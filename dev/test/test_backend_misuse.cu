@@ -1,8 +1,9 @@
 /*
 Tests that the host backend refuses what would break only on a GPU: a kernel given a host
 buffer, a copy whose kind does not match its pointers, a memset or free of host memory
-(llmc/hostcuda/device_memory.h), and a cp.async wait with copies never committed
-(llmc/hostcuda/async_copy.h). Each misuse runs in a forked child, which must die naming the
+(llmc/hostcuda/device_memory.h), a cp.async wait with copies never committed
+(llmc/hostcuda/async_copy.h), and (HOSTCUDA_QUEUED_COPIES) host accesses to pinned memory that a
+queued copy still holds (llmc/hostcuda/queued_copies.h). Each misuse runs in a forked child, which must die naming the
 kernel or call and the problem; the correct use next to it must pass. The parent launches
 nothing itself, so the children fork from a process without worker threads.
 
@@ -164,6 +165,55 @@ TEST_CASE(async_copy_wait_refuses_uncommitted_copies) {
 
 // The sync check (llmc/launch_check.h) reports a failed launch at the launch, by kernel
 // name, launch shape and call site; without it the error waits for the next cudaCheckLaunch.
+// HOSTCUDA_QUEUED_COPIES (llmc/hostcuda/queued_copies.h): the host may not write a queued copy's
+// pinned source nor read its pinned destination before a wait covers the copy.
+TEST_CASE(queued_copy_pinned_memory_waits_first) {
+    static const int n = 64;
+    struct Buffers {
+        int *pinned = nullptr, *device = nullptr;
+        cudaEvent_t event = nullptr;
+        Buffers() {
+            hostcuda::queued_copies_check(true);
+            cudaCheck(cudaMallocHost(&pinned, n * sizeof(int)));
+            device = cudaMallocElements(int, n);
+            cudaCheck(cudaEventCreate(&event));
+        }
+        void up() { cudaCheck(cudaMemcpyAsync(device, pinned, n * sizeof(int), cudaMemcpyHostToDevice, 0)); }
+        void down() { cudaCheck(cudaMemcpyAsync(pinned, device, n * sizeof(int), cudaMemcpyDeviceToHost, 0)); }
+    };
+    CHECK(runs_clean([] {
+        Buffers b;
+        b.up();
+        volatile int seen = b.pinned[3];  // reading a source: allowed
+        (void)seen;
+        cudaCheck(cudaEventRecord(b.event, 0));
+        cudaCheck(cudaEventSynchronize(b.event));
+        b.pinned[3] = 7;  // after the wait: allowed
+        b.down();
+        cudaCheck(cudaStreamSynchronize(0));
+        if (b.pinned[3] != 0) { abort(); }
+        b.up();
+        cudaCheck(cudaEventRecord(b.event, 0));
+        if (cudaEventQuery(b.event) != cudaSuccess) { abort(); }  // done: as a wait
+        b.pinned[0] = 1;
+        b.up();
+        cudaCheck(cudaFreeHost(b.pinned));  // its copies go with it
+    }));
+    CHECK(dies_saying([] {
+        Buffers b;
+        b.up();
+        b.pinned[3] = 7;  // the copy may not have read it yet
+    }, "in the pinned source of a queued cudaMemcpyAsync"));
+    CHECK(dies_saying([] {
+        Buffers b;
+        cudaCheck(cudaEventRecord(b.event, 0));  // an event before the copy covers nothing of it
+        b.down();
+        cudaCheck(cudaEventSynchronize(b.event));
+        volatile int seen = b.pinned[3];  // the copy may not have written it yet
+        (void)seen;
+    }, "in the pinned destination of a queued cudaMemcpyAsync"));
+}
+
 TEST_CASE(sync_check_names_the_failing_kernel) {
     auto bad_launch = [](bool check) {
         sync_check() = check;

@@ -20,6 +20,7 @@ API calls return them, launch errors are kept for cudaGetLastError().
 
 #include "device_memory.h"
 #include "emulated_device.h"
+#include "queued_copies.h"
 #include "scheduler.h"
 
 enum cudaError_t {
@@ -59,6 +60,7 @@ struct CUstream_st {};
 struct CUevent_st {
     std::chrono::steady_clock::time_point time;
     bool recorded = false;
+    long queued_copies = 0;  // the copies queued before it was recorded (queued_copies.h)
 };
 typedef CUstream_st* cudaStream_t;
 typedef CUevent_st* cudaEvent_t;
@@ -158,6 +160,7 @@ inline cudaError_t cudaSetDevice(int device) {
 inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() {
     hostcuda::host_waits().stream++;
+    hostcuda::QueuedCopies::get().waited();
     return cudaSuccess;
 }
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
@@ -234,7 +237,9 @@ inline cudaError_t hostcuda_allocate(void** ptr, size_t size, hostcuda::MemoryKi
     if (size == 0) { return cudaSuccess; }
     // (the cost counts protect device memory page by page: whole pages of its own there, cost.h)
     hostcuda::CostRecorder* cost = kind != hostcuda::MemoryKind::Pinned ? hostcuda::CostRecorder::instance() : nullptr;
-    size_t align = cost != nullptr ? hostcuda::kCostPage : 256;
+    // (and the check of queued copies pinned memory: queued_copies.h)
+    bool pages = cost != nullptr || (kind == hostcuda::MemoryKind::Pinned && hostcuda::QueuedCopies::get().on());
+    size_t align = pages ? hostcuda::kCostPage : 256;
     void* p = aligned_alloc(align, (size + align - 1) / align * align);
     if (p == nullptr) { return hostcuda::set_error(cudaErrorMemoryAllocation); }
     hostcuda::register_allocation(p, size, kind);
@@ -263,6 +268,10 @@ inline cudaError_t cudaFree(void* ptr) {
 }
 inline cudaError_t cudaFreeHost(void* ptr) {
     if (ptr == nullptr) { return cudaSuccess; }
+    hostcuda::Allocation a;
+    if (hostcuda::find_allocation(ptr, 0, &a)) {
+        hostcuda::QueuedCopies::get().freed(ptr, a.end - reinterpret_cast<uintptr_t>(ptr));
+    }
     hostcuda::release_allocation(ptr, true, "cudaFreeHost");
     free(ptr);
     return cudaSuccess;
@@ -285,17 +294,38 @@ inline void count_copy(const char* call, const void* dst, const void* src, size_
 }
 }  // namespace hostcuda
 
+namespace hostcuda {
+// A copy, run now. Its pinned ends are opened first for the check of queued copies
+// (queued_copies.h); a queued one (cudaMemcpyAsync) then holds them until a wait covers it, a
+// synchronous one waits for everything queued before it, as on a GPU.
+inline void run_copy(const char* call, void* dst, const void* src, size_t count, bool queued) {
+    QueuedCopies& q = QueuedCopies::get();
+    Allocation a;
+    bool dst_pinned = q.on() && find_allocation(dst, count, &a) && a.kind == MemoryKind::Pinned;
+    bool src_pinned = q.on() && find_allocation(src, count, &a) && a.kind == MemoryKind::Pinned;
+    if (dst_pinned) { q.open(dst, count); }
+    if (src_pinned) { q.open(src, count); }
+    if (count > 0) { memmove(dst, src, count); }
+    if (!queued) {
+        q.waited();
+        return;
+    }
+    if (dst_pinned) { q.queue(call, dst, count, true); }
+    if (src_pinned) { q.queue(call, src, count, false); }
+}
+}  // namespace hostcuda
+
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
     hostcuda::check_copy("cudaMemcpy", dst, src, count, static_cast<int>(kind));
     hostcuda::count_copy("cudaMemcpy", dst, src, count, static_cast<int>(kind));
-    if (count > 0) { memmove(dst, src, count); }
+    hostcuda::run_copy("cudaMemcpy", dst, src, count, false);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                    cudaStream_t = nullptr) {
     hostcuda::check_copy("cudaMemcpyAsync", dst, src, count, static_cast<int>(kind));
     hostcuda::count_copy("cudaMemcpyAsync", dst, src, count, static_cast<int>(kind));
-    if (count > 0) { memmove(dst, src, count); }
+    hostcuda::run_copy("cudaMemcpyAsync", dst, src, count, true);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* dst, int value, size_t count) {
@@ -324,6 +354,7 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) { r
 inline cudaError_t cudaStreamDestroy(cudaStream_t stream) { delete stream; return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
     hostcuda::host_waits().stream++;
+    hostcuda::QueuedCopies::get().waited();
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
@@ -333,13 +364,18 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t event) { delete event; return cu
 inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t = nullptr) {
     event->time = std::chrono::steady_clock::now();
     event->recorded = true;
+    event->queued_copies = hostcuda::QueuedCopies::get().mark();
     return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
+inline cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     hostcuda::host_waits().event++;
+    hostcuda::QueuedCopies::get().waited(event->queued_copies);
     return cudaSuccess;
 }
-inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t event) {  // (done: what it follows may be touched)
+    hostcuda::QueuedCopies::get().waited(event->queued_copies);
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (!start->recorded || !end->recorded) { return hostcuda::set_error(cudaErrorInvalidValue); }
     *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
