@@ -119,15 +119,16 @@ def test_without_a_gpu_the_arch_check_is_test_alls(tree):
     assert [re.search(r"-arch=(sm_\d+) -cubin", c).group(1) for c in nvcc_calls(tmp) if "-cubin" in c] == ["sm_80"]
 
 
-def test_without_a_gpu_the_nvcc_build_proves_it_compiles_at_host_O0(tree):
+def test_without_a_gpu_the_nvcc_build_proves_it_compiles_unoptimised(tree):
     root, env, tmp = tree
     set_card(tmp, None)
     make(root, env, "gpu-build")
     compile_line = [c for c in nvcc_calls(tmp) if " -c train_x.cu" in c][0]
     assert " -O0 " in compile_line and " -O3 " not in compile_line
+    assert " -Xcicc -O0 -Xptxas -O0 " in compile_line  # the device code too: never run here
     make(root, env, "build/gpu-bf16/train_x")  # a user's build: optimised, so rebuilt (the flags stamp)
     compile_line = [c for c in nvcc_calls(tmp) if " -c train_x.cu" in c][0]
-    assert " -O3 " in compile_line and " -O0 " not in compile_line
+    assert " -O3 " in compile_line and " -O0 " not in compile_line and "-Xcicc" not in compile_line
 
 
 def test_nvccs_O_leaves_the_device_code_as_it_is(tmp_path):
