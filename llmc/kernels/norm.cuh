@@ -102,11 +102,14 @@ struct NormNothingBefore {
 // ----------------------------------------------------------------------------------------
 // kernels. blockDim.x is a multiple of 32 and of `lanes`; C % V == 0.
 
-template <int V>
+// before: what it does to each valid row first (NormNothingBefore, or residual_norm.cuh's
+// ResidualAdd, which writes inp's row); the sums then read the row back, each lane its own chunks.
+template <int V, class Before = NormNothingBefore>
 __global__ void norm_forward_kernel(floatX* out, float* rstd, const floatX* inp, const floatX* gain, int N, int C,
-                                    int lanes, float gain_offset, float eps) {
+                                    int lanes, float gain_offset, float eps, Before before) {
     int lane = threadIdx.x % lanes;
     int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
+    if (r < N) { before.template row<V>((size_t)r * C, lane, lanes, C); }
     float s = norm_row_rstd<V>(inp, r, N, C, lane, lanes, eps);  // the whole warp, rows past N too
     if (r >= N) { return; }
     const floatX* row = inp + (size_t)r * C;
@@ -244,18 +247,21 @@ inline NormLayout norm_layout(int C, std::initializer_list<const void*> pointers
     return layout;
 }
 
+// `before` (the kernel's Before) writes inp's rows first: its pointers must give the layout that
+// out, inp and gain give (residual_norm.cuh's residual_norm_forward checks)
+template <class Before = NormNothingBefore>
 inline void norm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* gain, int N, int C,
-                         float gain_offset, float eps, cudaStream_t stream) {
+                         float gain_offset, float eps, cudaStream_t stream, Before before = {}) {
     if (N <= 0) { return; }
     NormLayout layout = norm_layout(C, {out, inp, gain});
     const int block_size = 256;
     int grid = CEIL_DIV(N, block_size / layout.lanes);
     if (layout.vector) {
-        LAUNCH(grid, block_size, 0, stream, norm_forward_kernel<x128::size>)(out, rstd, inp, gain, N, C, layout.lanes,
-                                                                             gain_offset, eps);
+        LAUNCH(grid, block_size, 0, stream, norm_forward_kernel<x128::size, Before>)(
+            out, rstd, inp, gain, N, C, layout.lanes, gain_offset, eps, before);
     } else {
-        LAUNCH(grid, block_size, 0, stream, norm_forward_kernel<1>)(out, rstd, inp, gain, N, C, layout.lanes,
-                                                                    gain_offset, eps);
+        LAUNCH(grid, block_size, 0, stream, norm_forward_kernel<1, Before>)(
+            out, rstd, inp, gain, N, C, layout.lanes, gain_offset, eps, before);
     }
     cudaCheckLaunch();
 }

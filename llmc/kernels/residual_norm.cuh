@@ -22,9 +22,9 @@ with the sum of squares taken inside the first loop, g++'s FP32 host build put x
 rstd one or two ulps off the pair's. When the pointers give the fused kernel another vector
 width than the norm alone would take, the pair runs instead.
 
-GPT-2's LayerNorm (llmc/kernels/layernorm.cuh) has the forward only: residual_layernorm_forward
-runs layernorm_forward_kernel with the residual add (ResidualAdd, the same loop as the SAN's
-fused kernel) as its Before, then the LayerNorm's own three loops over x_out read back, so its
+The forward is the norm's own kernel with the residual add (ResidualAdd) as its Before:
+norm_forward_kernel for the SAN's norm. GPT-2's LayerNorm (llmc/kernels/layernorm.cuh) has the
+forward only: residual_layernorm_forward runs layernorm_forward_kernel with the same Before, then the LayerNorm's own three loops over x_out read back, so its
 x_out, out, mean and rstd are the pair's bit for bit. Its backward has no residual pass to take
 in: a standard residual's branch gradient is dx itself.
 
@@ -49,7 +49,7 @@ x, dout, dx and writes dx, dh (the pair: the same, then dx read again and dh wri
 
 // The residual add over a row group's lane's chunks of one row (offset: the row's first
 // element): x_out = round(residual_value(x, h, coef)), coef from mode and gate. The fused
-// forward kernels' first loop (a norm's Before: layernorm_forward_kernel's policy).
+// forwards' first loop (a norm's Before: norm_forward_kernel's and layernorm_forward_kernel's).
 struct ResidualAdd {
     floatX* x_out;
     const floatX* x;
@@ -69,30 +69,6 @@ struct ResidualAdd {
         }
     }
 };
-
-template <int V>
-__global__ void residual_norm_forward_kernel(floatX* x_out, floatX* out, float* rstd, const floatX* x,
-                                             const floatX* h, const floatX* gate, ResidualMode mode,
-                                             const floatX* gain, int N, int C, int lanes, float gain_offset,
-                                             float eps) {
-    int lane = threadIdx.x % lanes;
-    int r = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
-    bool valid = r < N;
-    const size_t offset = (size_t)(valid ? r : 0) * C;
-    if (valid) { ResidualAdd{x_out, x, h, gate, mode}.row<V>(offset, lane, lanes, C); }
-    // norm_forward_kernel from here, on x_out: this lane's own chunks, back from the cache
-    float s = norm_row_rstd<V>(x_out, r, N, C, lane, lanes, eps);  // the whole warp, rows past N too
-    if (!valid) { return; }
-    const floatX* row = x_out + offset;
-    for (int c = lane * V; c < C; c += lanes * V) {
-        float v[V], g[V], y[V];
-        load_floats<V>(v, row + c);
-        load_floats<V>(g, gain + c);
-        for (int k = 0; k < V; k++) { y[k] = (v[k] * s) * (gain_offset + g[k]); }
-        store_floats<V>(out + offset + c, y);
-    }
-    if (lane == 0 && rstd != nullptr) { rstd[r] = s; }
-}
 
 // The backward's Extra (norm.cuh's norm_backward_kernel): dh = coef * round(dinp) from each
 // finished chunk of dinp, residual_branch_grad_element's arithmetic (coef: the residual below's).
@@ -126,16 +102,9 @@ inline void residual_norm_forward(floatX* x_out, const floatX* x, const floatX* 
         norm.forward(out, rstd, x_out, N, stream);
         return;
     }
-    const int block_size = 256;
-    int grid = CEIL_DIV(N, block_size / layout.lanes);
-    if (layout.vector) {
-        LAUNCH(grid, block_size, 0, stream, residual_norm_forward_kernel<x128::size>)(
-            x_out, out, rstd, x, h, gate, mode, norm.gain.w, N, C, layout.lanes, norm.gain_offset, norm.eps);
-    } else {
-        LAUNCH(grid, block_size, 0, stream, residual_norm_forward_kernel<1>)(
-            x_out, out, rstd, x, h, gate, mode, norm.gain.w, N, C, layout.lanes, norm.gain_offset, norm.eps);
-    }
-    cudaCheckLaunch();
+    // norm_forward_kernel with the residual add as its Before (as GPT-2's LayerNorm, below)
+    norm_forward(out, rstd, x_out, norm.gain.w, N, C, norm.gain_offset, norm.eps, stream,
+                 ResidualAdd{x_out, x, h, gate, mode});
 }
 
 // norm.backward(dx, dout, x, rstd, N, scratch) (dx += dL/dx through the norm, the gain's gradient),
