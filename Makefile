@@ -61,7 +61,8 @@ else
 endif
 precision := $(shell echo $(PRECISION) | tr A-Z a-z)
 HOST_MARCH ?= native
-HOST_DIR := build/host-$(precision)$(if $(filter-out native,$(HOST_MARCH)),-$(HOST_MARCH))
+MARCH_SUFFIX := $(if $(filter-out native,$(HOST_MARCH)),-$(HOST_MARCH))
+HOST_DIR := build/host-$(precision)$(MARCH_SUFFIX)
 # (cuDNN builds get a directory of their own, so that switching USE_CUDNN back and forth rebuilds neither)
 GPU_DIR := build/gpu-$(precision)$(if $(filter 1,$(USE_CUDNN)),-cudnn)
 GPU_ARCH_CHECK_DIR := build/gpu-$(precision)-arch-check
@@ -126,7 +127,7 @@ HOST_LDFLAGS += $(BLAS_LIBS)
 # build/racecheck-<precision>/NAME: the host build with every load and store instrumented
 # (-fsanitize=thread code, linked without ThreadSanitizer's runtime: llmc/hostcuda/racecheck.h
 # implements the hooks and checks shared memory only). doc/host-backend.md has the details.
-RACECHECK_DIR := build/racecheck-$(precision)
+RACECHECK_DIR := build/racecheck-$(precision)$(MARCH_SUFFIX)
 RACECHECK_CXXFLAGS := $(HOST_CXXFLAGS) -DHOSTCUDA_RACECHECK -fsanitize=thread --param tsan-instrument-func-entry-exit=0
 # what `make test-racecheck` runs once more under a random thread order with race checking:
 # the race checker's own test, the backend tests, the attention, norm, residual + norm and embedding tests, and every
@@ -141,7 +142,7 @@ RACECHECK_TEST_NAMES = test_racecheck test_backend test_attention test_norm_rope
 # build/asan-<precision>/NAME: the host build with -fsanitize=address,undefined, halting at the
 # first report (the fibers tell ASan about their stack switches: llmc/hostcuda/fiber.h). -O1
 # keeps the build cheap; the checks do not depend on the optimisation level.
-ASAN_DIR := build/asan-$(precision)
+ASAN_DIR := build/asan-$(precision)$(MARCH_SUFFIX)
 ASAN_SANITIZERS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 ASAN_CXXFLAGS = $(filter-out -O3,$(HOST_CXXFLAGS)) -O1 $(ASAN_SANITIZERS)
 ASAN_OPTIONS_RUN := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
@@ -414,7 +415,7 @@ checks: $(CHECKS)
 ready-to-check: setup-venv build-trainers-bf16 build-trainers-fp32 debug-states
 
 build-trainers-bf16 build-trainers-fp32: build-trainers-%:
-	@$(MAKE) --no-print-directory $(addprefix build/host-$*/,$(TRAINERS)) PRECISION=$(call upper,$*)
+	@$(MAKE) --no-print-directory $(addprefix build/host-$*$(MARCH_SUFFIX)/,$(TRAINERS)) PRECISION=$(call upper,$*)
 debug-states: setup-venv
 	@$(MAKE) --no-print-directory $(DEBUG_STATES) $(DEBUG_STATES_GPT2)
 check-host-bf16 check-host-fp32: check-host-%:
@@ -518,8 +519,8 @@ test-asan: $(addprefix $(ASAN_DIR)/,$(ASAN_TEST_NAMES))
 # (and the fp32 builds of both trainers, for the comparisons that need fp32 agreement: the
 # eval-set scoring against the reference takes train_gpt2 from beside train_san)
 test-python: setup $(if $(wildcard train_san.cu),$(HOST_DIR)/train_san $(HOST_DIR)/train_gpt2)
-	$(if $(wildcard train_san.cu),@$(MAKE) --no-print-directory build/host-fp32/train_san build/host-fp32/train_gpt2 PRECISION=FP32)
-	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32/train_san $(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(if $(wildcard train_san.cu),@$(MAKE) --no-print-directory $(addprefix build/host-fp32$(MARCH_SUFFIX)/,train_san train_gpt2) PRECISION=FP32)
+	HAS_MPIRUN=$(HAS_MPIRUN) TRAIN_SAN_BIN=$(HOST_DIR)/train_san TRAIN_GPT2_BIN=$(HOST_DIR)/train_gpt2 TRAIN_SAN_FP32_BIN=build/host-fp32$(MARCH_SUFFIX)/train_san $(PYTHON) -m pytest $(PYTEST_ARGS)
 
 # The backend tests must FAIL against a deliberately broken backend. (-O1: the mutants only have
 # to fail, and compile in ~60% of the time)

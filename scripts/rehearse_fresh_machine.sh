@@ -4,22 +4,28 @@
 # from nothing), and, for the first command, a PATH without MPI's compilers and launcher and
 # without ccache, as if `make test`'s set-up installed them after `make demo` had built the
 # trainer. Prints each command's wall time and the result; the logs stay in the work directory.
-# Usage: scripts/rehearse_fresh_machine.sh [--cold-pip] [--interrupt-demo] [--test-only] [WORK_DIR]
+# Usage: scripts/rehearse_fresh_machine.sh [--cold-pip] [--interrupt-demo] [--test-only] [--isa avx2] [WORK_DIR]
 #   --cold-pip        download every Python package from PyPI again (PIP_NO_CACHE_DIR=1)
 #   --interrupt-demo  Ctrl-C (SIGINT) the demo's training after its first progress line, then
 #                     `make test`, then `make demo` again (a rerun after an interruption)
 #   --test-only       `make test` alone, no demo before it
+#   --isa avx2        as an AVX2-only CPU (Zen 3, Haswell): host builds -march=x86-64-v3
+#                     (HOST_MARCH) and oneDNN, OpenBLAS and PyTorch capped at AVX2 (the clock
+#                     and the caches stay this machine's)
 # What it cannot rehearse: Debian packages already installed stay installed (set-up's apt step
 # then only checks them), and the pip cache is warm unless --cold-pip. doc/testing.md says more.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-cold_pip=0; interrupt=0; test_only=0; work=""
-for arg in "$@"; do
+cold_pip=0; interrupt=0; test_only=0; work=""; isa=native
+while [ $# -gt 0 ]; do
+  arg=$1; shift
   case "$arg" in
+    --isa) isa=${1:-}; shift
+      [ "$isa" = avx2 ] || [ "$isa" = native ] || { echo "rehearse: --isa takes avx2 or native, not '$isa'" >&2; exit 2; } ;;
     --cold-pip) cold_pip=1 ;;
     --interrupt-demo) interrupt=1 ;;
     --test-only) test_only=1 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "rehearse: unknown option '$arg'" >&2; exit 2 ;;
     *) work=$arg ;;
   esac
@@ -32,6 +38,10 @@ echo "rehearse: work directory $work (clone, ccache, venv root, logs)"
 git clone -q . "$work/attn.c" || exit 1
 export CCACHE_DIR=$work/ccache ATTN_VENV_ROOT=$work/venvs
 [ "$cold_pip" = 1 ] && export PIP_NO_CACHE_DIR=1
+if [ "$isa" = avx2 ]; then   # (the same caps as scripts/bench_cpu.sh --isa avx2)
+  export HOST_MARCH=x86-64-v3 ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2
+  echo "rehearse: as an AVX2-only CPU: HOST_MARCH=$HOST_MARCH, ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY"
+fi
 
 # a PATH without mpicxx, mpirun, mpiexec and ccache: every other program of PATH, linked
 hidden=$work/path-without-optional-tools

@@ -117,8 +117,9 @@ def test_doc_commands_start_the_venvs_python():
 def make_targets(variables=()):
     """The Makefile's targets (explicit ones and the files its rules would build) with these
     VAR=value settings: some targets exist only with theirs (build/host-fp32/NAME with PRECISION=FP32)."""
-    proc = subprocess.run(["make", "-pRrq", "-f", "Makefile", *variables, ":"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "HOST_MARCH"}  # (the default build)
+    proc = subprocess.run(["make", "-pRrq", "-f", "Makefile", *variables, ":"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
     targets = set()
     for line in proc.stdout.splitlines():
         m = re.match(r"^([^\s#:=%][^:=]*?):(?!=)", line)
