@@ -98,7 +98,7 @@ fi
 
 # --- the trainer
 if [ $mode = host ]; then
-  binary=build/host-fp32/train_san
+  binary=build/host-fp32$([ "${HOST_MARCH:-native}" = native ] || echo "-$HOST_MARCH")/train_san   # (the Makefile's HOST_DIR)
   if [ ! -x "$repo/$binary" ]; then
     (cd "$repo" && nice -n 5 make --no-print-directory $binary PRECISION=FP32) || exit 1
   fi

@@ -12,8 +12,12 @@ against an independent computation from the PyTorch reference's own queries and 
   --steps 0 evaluation.
 
 The trainer is the fp32 host build (TRAIN_SAN_FP32_BIN): its q, k differ from the reference's
-fp32 ones by rounding only.
+by rounding only. The reference runs twice, in fp32 and in float64: the trainer must be within
+the tolerance of the float64 values, widened where the fp32 reference itself strays from them
+(a logit that a few steps of training left ill-conditioned: an AVX2 build's checkpoint had
+median |logits| of 1.00417 (trainer), 1.004228 (fp32 reference), 1.0041346 (float64)).
 """
+import copy
 import json
 import os
 
@@ -33,8 +37,9 @@ pytestmark = pytest.mark.skipif(not BIN, reason="TRAIN_SAN_FP32_BIN not set (mak
 ROWS, T = 4, 64  # the measurement slice: 4 windows of min(257, seq_len) tokens; tiny's seq_len is 64
 # Measured on these runs (fp32 trainer vs fp32 reference, both then in float64): indicators
 # agree to <= 4.6e-6 relative, the rounding of the log's 6 significant digits; the
-# histograms exactly.
-RTOL, ATOL = 2e-5, 1e-7
+# histograms exactly. Beyond it, FP32_STRAY times the fp32 reference's own distance from the
+# float64 one: the trainer's fp32 rounding, in other orders, is allowed as much again and more.
+RTOL, ATOL, FP32_STRAY = 2e-5, 1e-7, 4.0
 
 
 @pytest.fixture(scope="module")
@@ -61,34 +66,39 @@ def train_and_evaluate(data, tmp, flags, skip="none"):
     return validation_records(train_log), record, ckpt
 
 
+def measured(model, idx):
+    """The reference's [(indicators, logits)] per layer, in fp32 and in float64: a pair of lists."""
+    return ref.measure(model, idx), ref.measure(copy.deepcopy(model).double(), idx)
+
+
 def reference(data, ckpt, skip):
     model, _, _, _ = san.load_checkpoint(str(ckpt))
     model.skip = skip
     tokens = read_shard(data / "toy_val_000000.bin").astype(np.int64)
     idx = torch.from_numpy(np.stack([tokens[r * T:(r + 1) * T] for r in range(ROWS)]))
-    return model, ref.measure(model, idx)
+    return model, measured(model, idx)
 
 
-def close(got, want):
-    np.testing.assert_allclose(np.array(got, dtype=float), np.array(want, dtype=float), rtol=RTOL, atol=ATOL)
+def close(got, want, exact):
+    """got (the trainer's) against the reference's fp32 `want` and float64 `exact`."""
+    got, want, exact = (np.array(x, dtype=float) for x in (got, want, exact))
+    allowed = ATOL + RTOL * np.abs(exact) + FP32_STRAY * np.abs(want - exact)
+    bad = np.abs(got - exact) > allowed
+    assert not bad.any(), f"trainer {got[bad]}, reference fp32 {want[bad]}, float64 {exact[bad]}"
 
 
-def compare(record, expected):
-    for l, (ind, logits) in enumerate(expected):
+def compare(record, references):
+    for l, ((ind, logits), (ind64, logits64)) in enumerate(zip(*references)):
         if ind is None:
             for key in ("attn_entropy", "attn_conc", "attn_sink", "attn_sink_doc", "attn_locfoc", "attn_headdiv"):
                 assert record[key][l] is None, (l, key, record[key][l])
         else:
-            close(record["attn_entropy"][l], ind["entropy"])
-            close(record["attn_conc"][l], ind["conc"])
-            close(record["attn_sink"][l], ind["sink"])
-            close(record["attn_sink_doc"][l], ind["sink_doc"])
-            close(record["attn_locfoc"][l], ind["locfoc"])
-            close(record["attn_headdiv"][l], ind["headdiv"])
+            for key in ("entropy", "conc", "sink", "sink_doc", "locfoc", "headdiv"):
+                close(record["attn_" + key][l], ind[key], ind64[key])
         if logits is None:
             assert record["logit_abs_quantiles"][l] is None and record["logit_abs_hist"][l] is None
         else:
-            close(record["logit_abs_quantiles"][l], logits["quantiles"])
+            close(record["logit_abs_quantiles"][l], logits["quantiles"], logits64["quantiles"])
             got, want = np.array(record["logit_abs_hist"][l]), np.array(logits["hist"])
             assert got.sum() == want.sum(), (l, got.sum(), want.sum())  # the same visible pairs
             assert np.abs(got - want).sum() <= 2e-3 * want.sum(), (l, got, want)  # moved across an edge
@@ -119,10 +129,11 @@ def test_indicators_equal_the_references(data, tmp_path, case):
     assert [r["step"] for r in train_records] == [2, 4]
     for r in train_records + [record]:
         assert len(r["attn_entropy"]) == 2 and len(r["logit_abs_hist"]) == 2, r
-    model, expected = reference(data, ckpt, skip)
+    model, references = reference(data, ckpt, skip)
+    expected = references[0]
     assert [l for l, (ind, _) in enumerate(expected) if ind is None] == NULL_INDICATORS.get(case, [])
     assert [l for l, (_, lg) in enumerate(expected) if lg is None] == NULL_LOGITS.get(case, [])
-    compare(record, expected)
+    compare(record, references)
     for ind, _ in expected:  # the matrices are row-stochastic: LocFoc and Sink within [0, 1]
         if ind is not None:
             assert all(0.0 <= x <= 1.0 for x in ind["sink"] + sum(ind["locfoc"], []))
@@ -147,8 +158,8 @@ def test_sink_is_the_papers_formula_under_the_document_mask(data, tmp_path):
         literal = A[..., 0].mean(axis=(0, 2))                             # per head
         first = vis.argmax(-1)                                            # each query's first visible key
         doc_aware = np.take_along_axis(A, first[..., None], -1)[..., 0].mean(axis=(0, 2))
-        close(record["attn_sink"][l], literal)
-        close(record["attn_sink_doc"][l], doc_aware)
+        close(record["attn_sink"][l], literal, literal)
+        close(record["attn_sink_doc"][l], doc_aware, doc_aware)
         assert (doc_aware > 2 * literal).all(), (l, doc_aware, literal)  # documents of ~30 tokens in rows of 64
 
 
@@ -177,7 +188,7 @@ def reference_over(data, ckpt, window):
     """The reference's indicators over the first ROWS validation windows of `window` tokens."""
     model, _, _, _ = san.load_checkpoint(str(ckpt))
     tokens = read_shard(data / "toy_val_000000.bin").astype(np.int64)
-    return ref.measure(model, torch.from_numpy(np.stack([tokens[r * window:(r + 1) * window] for r in range(ROWS)])))
+    return measured(model, torch.from_numpy(np.stack([tokens[r * window:(r + 1) * window] for r in range(ROWS)])))
 
 
 def test_indicator_context(tmp_path):
