@@ -27,9 +27,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CASES = int(os.environ.get("FUZZ_CASES", "200"))
 
 CHILD = r'''
-import json, os, random, resource, signal, struct, sys, tempfile
+import json, os, random, resource, signal, struct, sys
 import numpy as np
-root, cases = sys.argv[1], int(sys.argv[2])
+root, cases, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]   # d: the test's tmp_path
 sys.path[:0] = [root]
 from attnref import evalset, shards, tokenizer
 from attnref import container
@@ -38,7 +38,6 @@ from attnref import container
 in_use = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 resource.setrlimit(resource.RLIMIT_AS, (in_use + (1 << 30), in_use + (1 << 30)))
 
-d = tempfile.mkdtemp(prefix="attn_pyfuzz_")
 rng0 = np.random.default_rng(3)
 
 
@@ -168,8 +167,8 @@ print(json.dumps(report))
 '''
 
 
-def test_python_readers_refuse_or_read_every_mutant():
-    proc = subprocess.run([sys.executable, "-c", CHILD, ROOT, str(CASES)], capture_output=True, text=True,
+def test_python_readers_refuse_or_read_every_mutant(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", CHILD, ROOT, str(CASES), str(tmp_path)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout.splitlines()[-1])
