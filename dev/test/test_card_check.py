@@ -52,15 +52,15 @@ def test_a_build_for_another_card_stops_before_its_first_kernel_and_says_what_to
 
 
 def test_a_test_binary_checks_the_card_too():
-    binary = os.path.join(os.path.dirname(BIN), "test_backend")
+    binary = os.path.join(os.path.dirname(BIN), "test_mma")  # (one make test builds beside the trainer)
     if not os.path.exists(binary):
         pytest.skip(f"{binary} not built")
     env = {**os.environ, "HOSTCUDA_DEVICE": "sm_86", "HOSTCUDA_GPU_ARCHS": "89 90"}
-    proc = run_binary(binary, ["indices_3d"], check=False, env=env)
+    proc = run_binary(binary, ["mma_layout_a"], check=False, env=env)
     assert proc.returncode == 1 and 'GPU_ARCHS="89 90" only; the GPU is host backend' in proc.stderr, proc.stderr
     assert "(sm_86)" in proc.stderr and "`make GPU_ARCHS=86" in proc.stderr
     env["HOSTCUDA_GPU_ARCHS"] = "80 90"  # sm_80 machine code runs on an sm_86
-    assert run_binary(binary, ["indices_3d"], check=False, env=env).returncode == 0
+    assert run_binary(binary, ["mma_layout_a"], check=False, env=env).returncode == 0
 
 
 def test_machine_code_or_ptx_that_runs_passes_without_a_word(data):
