@@ -82,7 +82,7 @@ if [ "$test_only" = 0 ]; then
   fi
 fi
 timed test make test || status=1
-grep -E "^make test: |FAILED|make: skipped" "$work/test.log" | sed 's/^/rehearse:   /'
+grep -E "^make test: |FAILED|make: skipped|^SKIPPED" "$work/test.log" | sed 's/^/rehearse:   /'
 if [ "$interrupt" = 1 ]; then timed demo-again make demo || status=1; fi
 timed test-warm make test || status=1
 exit $status
