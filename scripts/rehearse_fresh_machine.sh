@@ -4,7 +4,7 @@
 # from nothing), and, for the first command, a PATH without MPI's compilers and launcher and
 # without ccache, as if `make test`'s set-up installed them after `make demo` had built the
 # trainer. Prints each command's wall time and the result; the logs stay in the work directory.
-# Usage: scripts/rehearse_fresh_machine.sh [--cold-pip] [--interrupt-demo] [--test-only] [--isa avx2] [WORK_DIR]
+# Usage: scripts/rehearse_fresh_machine.sh [--cold-pip] [--interrupt-demo] [--test-only] [--isa avx2] [--keep-venv] [WORK_DIR]
 #   --cold-pip        download every Python package from PyPI again (PIP_NO_CACHE_DIR=1)
 #   --interrupt-demo  Ctrl-C (SIGINT) the demo's training after its first progress line, then
 #                     `make test`, then `make demo` again (a rerun after an interruption)
@@ -12,11 +12,13 @@
 #   --isa avx2        as an AVX2-only CPU (Zen 3, Haswell): host builds -march=x86-64-v3
 #                     (HOST_MARCH) and oneDNN, OpenBLAS and PyTorch capped at AVX2 (the clock
 #                     and the caches stay this machine's)
+#   --keep-venv       keep the venv (~6.5 GB) at the end; by default it is removed, the logs,
+#                     the clone and the compiler cache stay
 # What it cannot rehearse: Debian packages already installed stay installed (set-up's apt step
 # then only checks them), and the pip cache is warm unless --cold-pip. doc/testing.md says more.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-cold_pip=0; interrupt=0; test_only=0; work=""; isa=native
+cold_pip=0; interrupt=0; test_only=0; work=""; isa=native; keep_venv=0
 while [ $# -gt 0 ]; do
   arg=$1; shift
   case "$arg" in
@@ -25,7 +27,8 @@ while [ $# -gt 0 ]; do
     --cold-pip) cold_pip=1 ;;
     --interrupt-demo) interrupt=1 ;;
     --test-only) test_only=1 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --keep-venv) keep_venv=1 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "rehearse: unknown option '$arg'" >&2; exit 2 ;;
     *) work=$arg ;;
   esac
@@ -85,4 +88,7 @@ timed test make test || status=1
 grep -E "^make test: |FAILED|make: skipped|^SKIPPED" "$work/test.log" | sed 's/^/rehearse:   /'
 if [ "$interrupt" = 1 ]; then timed demo-again make demo || status=1; fi
 timed test-warm make test || status=1
+if [ "$keep_venv" = 0 ]; then
+  rm -rf "$ATTN_VENV_ROOT" && echo "rehearse: removed the venv root $ATTN_VENV_ROOT (--keep-venv keeps it)"
+fi
 exit $status
