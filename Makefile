@@ -129,9 +129,6 @@ HOST_LDFLAGS += $(BLAS_LIBS)
 # implements the hooks and checks shared memory only). doc/host-backend.md has the details.
 RACECHECK_DIR := build/racecheck-$(precision)$(MARCH_SUFFIX)
 RACECHECK_CXXFLAGS := $(HOST_CXXFLAGS) -DHOSTCUDA_RACECHECK -fsanitize=thread --param tsan-instrument-func-entry-exit=0
-# the small playgrounds at -O1: 37 instead of 54 s of CPU to build cold, their runs 1.6 s instead
-# of 1.3 (the attention playgrounds stay at -O3: at -O1 they run twice as long instrumented)
-RACECHECK_AT_O1 = $(filter-out attention_forward attention_backward taylor_attention $(BENCHMARK_ONLY),$(PLAYGROUNDS))
 # what `make test-racecheck` runs once more under a random thread order with race checking:
 # the race checker's own test, the backend tests, the attention, norm, residual + norm and embedding tests, and every
 # kernel playground (classifier; muon: the Newton-Schulz kernels).
@@ -139,7 +136,11 @@ RACECHECK_AT_O1 = $(filter-out attention_forward attention_backward taylor_atten
 # while its kernels are the ones dev/cuda/muon.cu runs.
 RACECHECK_SEED ?= 1
 RACECHECKED_TESTS := test_racecheck test_backend test_attention test_norm_rope_swiglu test_residual_norm test_embedding
-RACECHECK_TEST_NAMES = $(RACECHECKED_TESTS) $(filter-out $(BENCHMARK_ONLY),$(notdir $(basename $(wildcard dev/cuda/*.cu))))
+RACECHECK_PLAYGROUNDS = $(filter-out $(BENCHMARK_ONLY),$(PLAYGROUNDS))
+RACECHECK_TEST_NAMES = $(RACECHECKED_TESTS) $(RACECHECK_PLAYGROUNDS)
+# the small playgrounds at -O1: 37 instead of 54 s of CPU to build cold, their runs 1.6 s instead
+# of 1.3 (the attention playgrounds stay at -O3: at -O1 they run twice as long instrumented)
+RACECHECK_AT_O1 = $(filter-out attention_forward attention_backward taylor_attention,$(RACECHECK_PLAYGROUNDS))
 
 # ---- AddressSanitizer + UndefinedBehaviorSanitizer host build ------------------------------
 # build/asan-<precision>/NAME: the host build with -fsanitize=address,undefined, halting at the
