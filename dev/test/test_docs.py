@@ -22,6 +22,8 @@ import subprocess
 
 import pytest
 
+from trainer_cli import default_build_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINS = {"train_san": os.environ.get("TRAIN_SAN_BIN", ""), "train_gpt2": os.environ.get("TRAIN_GPT2_BIN", "")}
 needs_bins = pytest.mark.skipif(not all(b and os.path.exists(os.path.join(ROOT, b)) for b in BINS.values()),
@@ -117,9 +119,8 @@ def test_doc_commands_start_the_venvs_python():
 def make_targets(variables=()):
     """The Makefile's targets (explicit ones and the files its rules would build) with these
     VAR=value settings: some targets exist only with theirs (build/host-fp32/NAME with PRECISION=FP32)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "HOST_MARCH"}  # (the default build)
-    proc = subprocess.run(["make", "-pRrq", "-f", "Makefile", *variables, ":"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(["make", "-pRrq", "-f", "Makefile", *variables, ":"], cwd=ROOT, env=default_build_env(),
+                          capture_output=True, text=True, timeout=120)
     targets = set()
     for line in proc.stdout.splitlines():
         m = re.match(r"^([^\s#:=%][^:=]*?):(?!=)", line)

@@ -28,6 +28,7 @@ from study import match, spectra
 from study import runner as study
 from study import runs as run_files
 from study.findings import Rule
+from trainer_cli import default_build_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "dev", "data"))  # dev/data's evals, imported where a test builds eval sets
@@ -1596,8 +1597,8 @@ def test_the_trainers_make_targets():
     for binary, precision in (("build/host-fp32/train_san", "FP32"), ("build/host-bf16/train_gpt2", "BF16")):
         cmd = study.make_command(os.path.join(ROOT, binary))
         assert cmd[0] == "make" and cmd[-2:] == [binary, f"PRECISION={precision}"]  # (-C ROOT from elsewhere)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "HOST_MARCH"}  # (the default build)
-        dry = subprocess.run(cmd[:1] + ["-n"] + cmd[1:], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        dry = subprocess.run(cmd[:1] + ["-n"] + cmd[1:], cwd=ROOT, env=default_build_env(), capture_output=True, text=True,
+                             timeout=120)
         assert dry.returncode == 0 and "No rule" not in dry.stderr, dry.stderr
     assert study.make_command(os.path.join(ROOT, "train_san"))[-1] == "train_san"
     assert study.make_command("/opt/elsewhere/train_san") is None

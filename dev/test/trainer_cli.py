@@ -26,6 +26,12 @@ def hangup_ends():
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
+def default_build_env():
+    """os.environ without make's own variables (MAKEFLAGS carries a parent make's VAR=value) and
+    HOST_MARCH: a make started with it sees the default build (build/host-<precision>)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "HOST_MARCH"}
+
+
 def state_differences(a, b):
     """How two checkpoints' states differ (attnref/ckpt_diff.py: tensors bit for bit, keys but
     run.*, which hold where each run wrote its outputs); [] for the same state."""
