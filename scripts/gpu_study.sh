@@ -98,7 +98,8 @@ fi
 
 # --- the trainer
 if [ $mode = host ]; then
-  binary=build/host-fp32$([ "${HOST_MARCH:-native}" = native ] || echo "-$HOST_MARCH")/train_san   # (the Makefile's HOST_DIR)
+  host_dir=$(cd "$repo" && make -s --no-print-directory print-HOST_DIR PRECISION=FP32) || exit 1   # (build/host-fp32[-march])
+  binary=$host_dir/train_san
   if [ ! -x "$repo/$binary" ]; then
     (cd "$repo" && nice -n 5 make --no-print-directory $binary PRECISION=FP32) || exit 1
   fi
