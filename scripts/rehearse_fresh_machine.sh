@@ -5,17 +5,19 @@
 # without ccache, as if `make test`'s set-up installed them after `make demo` had built the
 # trainer. Prints each command's wall time and the result; the logs stay in the work directory.
 # Usage: scripts/rehearse_fresh_machine.sh [--cold-pip] [--interrupt-demo] [--test-only] [--isa avx2] [--keep-venv] [WORK_DIR]
-#   --cold-pip        download every Python package from PyPI again (PIP_NO_CACHE_DIR=1)
+#   --cold-pip        where set-up installs with pip (ATTN_SETUP_PIP=1, or uv cannot be had):
+#                     download every package from PyPI again (PIP_NO_CACHE_DIR=1)
 #   --interrupt-demo  Ctrl-C (SIGINT) the demo's training after its first progress line, then
 #                     `make test`, then `make demo` again (a rerun after an interruption)
 #   --test-only       `make test` alone, no demo before it
 #   --isa avx2        as an AVX2-only CPU (Zen 3, Haswell): host builds -march=x86-64-v3
 #                     (HOST_MARCH) and oneDNN, OpenBLAS and PyTorch capped at AVX2 (the clock
 #                     and the caches stay this machine's)
-#   --keep-venv       keep the venv (~6.5 GB) at the end; by default it is removed, the logs,
-#                     the clone and the compiler cache stay
+#   --keep-venv       keep the venv (~6.5 GB) and uv's cache at the end; by default they are
+#                     removed, the logs, the clone and the compiler cache stay
 # What it cannot rehearse: Debian packages already installed stay installed (set-up's apt step
-# then only checks them), and the pip cache is warm unless --cold-pip. doc/testing.md says more.
+# then only checks them), and pip's cache is warm unless --cold-pip (uv's is empty: a cache of
+# the work directory's). doc/testing.md says more.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cold_pip=0; interrupt=0; test_only=0; work=""; isa=native; keep_venv=0
@@ -39,7 +41,7 @@ echo "rehearse: machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | s
   "$(grep -o -m1 -w 'avx512f' /proc/cpuinfo || echo 'no AVX-512') (AVX2: $(grep -q -m1 -w avx2 /proc/cpuinfo && echo yes || echo no))"
 echo "rehearse: work directory $work (clone, ccache, venv root, logs)"
 git clone -q . "$work/attn.c" || exit 1
-export CCACHE_DIR=$work/ccache ATTN_VENV_ROOT=$work/venvs
+export CCACHE_DIR=$work/ccache ATTN_VENV_ROOT=$work/venvs UV_CACHE_DIR=$work/uv-cache
 [ "$cold_pip" = 1 ] && export PIP_NO_CACHE_DIR=1
 if [ "$isa" = avx2 ]; then   # (the same caps as scripts/bench_cpu.sh --isa avx2)
   export HOST_MARCH=x86-64-v3 ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2
@@ -89,6 +91,7 @@ grep -E "^make test: |FAILED|make: skipped|^SKIPPED" "$work/test.log" | sed 's/^
 if [ "$interrupt" = 1 ]; then timed demo-again make demo || status=1; fi
 timed test-warm make test || status=1
 if [ "$keep_venv" = 0 ]; then
-  rm -rf "$ATTN_VENV_ROOT" && echo "rehearse: removed the venv root $ATTN_VENV_ROOT (--keep-venv keeps it)"
+  rm -rf "$ATTN_VENV_ROOT" "$UV_CACHE_DIR" &&
+    echo "rehearse: removed the venv root $ATTN_VENV_ROOT and uv's cache (--keep-venv keeps them)"
 fi
 exit $status

@@ -60,6 +60,31 @@ tiers_of() {
   if [ -n "$names" ]; then echo "tiers $names"; else echo "no tier"; fi
 }
 
+# Installs packages into venv DIR: with uv (from PyPI, into the venv) where it can be had, else
+# with pip. uv downloads in parallel and unpacks faster: the full tier from PyPI in 46 s wall
+# and 83 CPU-s against pip's 123 s and 120 (2-core EPYC, 2026-12-08), the same versions. Both
+# compile every module to bytecode (not skipped: where PYTHONDONTWRITEBYTECODE is set, as on this
+# project's machines, Python would compile torch again in every process that imports it, ~180
+# CPU-s more a make test). uv does not read pip's configuration: the index and find-links of
+# PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS and `pip config` are passed on; where uv
+# fails (a proxy's certificate, an index it cannot reach), pip installs. ATTN_SETUP_PIP=1: pip only.
+install_packages() {  # VENV PACKAGE...
+  local venv=$1 args=()
+  shift
+  if [ "${ATTN_SETUP_PIP:-0}" != 1 ] &&
+     { [ -x "$venv/bin/uv" ] || { "$venv/bin/pip" install -q --disable-pip-version-check uv >/dev/null 2>&1 &&
+                                   [ -x "$venv/bin/uv" ]; }; }; then
+    local index
+    index=${PIP_INDEX_URL:-$("$venv/bin/pip" config get global.index-url 2>/dev/null || true)}
+    [ -n "$index" ] && args+=(--index-url "$index")
+    [ -n "${PIP_EXTRA_INDEX_URL:-}" ] && args+=(--extra-index-url "$PIP_EXTRA_INDEX_URL")
+    [ -n "${PIP_FIND_LINKS:-}" ] && args+=(--find-links "$PIP_FIND_LINKS")
+    "$venv/bin/uv" pip install -q --python "$venv/bin/python" --compile-bytecode "${args[@]}" "$@" && return 0
+    echo "setup: uv could not install them; pip will" >&2
+  fi
+  "$venv/bin/pip" install -q --disable-pip-version-check "$@"
+}
+
 # --- 1. system packages -------------------------------------------------------------
 if [ "${SKIP_APT:-0}" != 1 ] && command -v dpkg-query >/dev/null 2>&1; then
   missing=()
@@ -105,14 +130,11 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
     fi
     case "$tier" in   # what it costs (measured on a 2-core machine, 2026-12-02 and 12-03)
       demo) about="numpy, sentencepiece: about 70 MB, some 20 s" ;;
-      *) about="PyTorch with its CUDA libraries, transformers, lm-eval, matplotlib: about 6.5 GB, some 3 minutes from a warm pip cache, more from PyPI" ;;
+      *) about="PyTorch with its CUDA libraries, transformers, lm-eval, matplotlib: about 6.5 GB, about a minute from PyPI with uv, two with pip" ;;
     esac
     echo "setup: installing the '$tier' tier of requirements.txt into $venv ($about)"
     mapfile -t packages < <(tier_lines requirements.txt)
-    # (pip compiles every module, 60 of the full tier's 140 CPU-seconds on a 2-core EPYC; not
-    # --no-compile: where PYTHONDONTWRITEBYTECODE is set, as on this project's machines, Python
-    # would compile torch again in every process that imports it, ~180 CPU-s more a make test)
-    "$venv/bin/pip" install -q --disable-pip-version-check "${packages[@]}"
+    install_packages "$venv" "${packages[@]}"
     touch "$venv/.complete-$tier"
   fi
   if [ "$tier" = full ]; then

@@ -59,9 +59,36 @@ def pip_calls(venv):
     return log.read_text().splitlines() if log.exists() else []
 
 
-def setup(co, venv_root, *args):
+def make_uv(venv, rc):
+    """A uv in `venv` that records its arguments in uv.log and exits `rc`."""
+    uv = venv / "bin" / "uv"
+    uv.write_text(f'#!/bin/sh\necho "$*" >> {venv / "uv.log"}\nexit {rc}\n')
+    uv.chmod(0o755)
+
+
+def uv_calls(venv):
+    log = venv / "uv.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def demo_packages():
+    """The demo tier's lines of requirements.txt."""
+    lines, tier = [], None
+    for line in open(os.path.join(ROOT, "requirements.txt")):
+        line = line.strip()
+        if line.startswith("# tier: "):
+            tier = line.split()[2]
+        elif line and not line.startswith("#") and tier == "demo":
+            lines.append(line)
+    return lines
+
+
+def setup(co, venv_root, *args, **env_extra):
     """setup.sh of checkout `co`, as make runs it: PYTHONPATH is the checkout."""
-    env = dict(os.environ, SKIP_APT="1", ATTN_VENV_ROOT=str(venv_root), PYTHONPATH=str(co))
+    env = dict(os.environ, SKIP_APT="1", ATTN_VENV_ROOT=str(venv_root), PYTHONPATH=str(co), **env_extra)
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "ATTN_SETUP_PIP"):
+        if name not in env_extra:
+            env.pop(name, None)
     proc = subprocess.run(["bash", str(co / "scripts" / "setup.sh"), *args], cwd="/", env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -113,3 +140,33 @@ def test_setup_says_from_what_to_what_when_it_re_points_the_venv(tmp_path):
     assert os.readlink(co / ".venv") == str(full)
     assert (f"setup: re-pointing .venv from {stale} (tiers demo, full) to {full} (tiers demo, full): "
             f"it was made from another requirements.txt") in out, out
+
+
+def test_setup_installs_a_tier_with_uv_and_with_pip_where_uv_fails(tmp_path):
+    co = checkout(tmp_path)
+    packages = " ".join(demo_packages())
+    assert packages, "requirements.txt has no demo tier"
+    # uv there: it installs the tier, with bytecode, into the venv's python, the index passed on
+    venv = make_venv(tmp_path / "a" / venv_name(co), [])
+    make_uv(venv, 0)
+    setup(co, tmp_path / "a", "--tier", "demo", PIP_INDEX_URL="https://mirror.example/simple")
+    assert uv_calls(venv) == [f"pip install -q --python {venv}/bin/python --compile-bytecode "
+                              f"--index-url https://mirror.example/simple {packages}"], uv_calls(venv)
+    assert not any("numpy" in call for call in pip_calls(venv)), pip_calls(venv)
+    assert (venv / ".complete-demo").exists()
+    # uv fails: pip installs the tier, and setup says so
+    os.unlink(co / ".venv")
+    venv = make_venv(tmp_path / "b" / venv_name(co), [])
+    make_uv(venv, 1)
+    out = setup(co, tmp_path / "b", "--tier", "demo")
+    assert "setup: uv could not install them; pip will" in out, out
+    assert f"install -q --disable-pip-version-check {packages}" in pip_calls(venv), pip_calls(venv)
+    # no uv to be had (the fake pip installs nothing), or ATTN_SETUP_PIP=1: pip alone, silently
+    for name, env in (("c", {}), ("d", {"ATTN_SETUP_PIP": "1"})):
+        os.unlink(co / ".venv")
+        venv = make_venv(tmp_path / name / venv_name(co), [])
+        if env:
+            make_uv(venv, 0)
+        out = setup(co, tmp_path / name, "--tier", "demo", **env)
+        assert "uv" not in out and uv_calls(venv) == [], out
+        assert f"install -q --disable-pip-version-check {packages}" in pip_calls(venv), pip_calls(venv)
