@@ -167,11 +167,14 @@ static void check_state(const std::string& path, bool tensor_cores = true) {
 // shapes again under another norm, optimizer or residual.
 static std::set<std::string> tensor_core_states(const std::string& dir, const std::vector<std::string>& files) {
     std::set<std::string> chosen, shapes;
-    std::vector<std::string> order = files;  // san.bin first: the SAN itself speaks for its shape
-    std::stable_partition(order.begin(), order.end(), [](const std::string& f) { return f == "san.bin"; });
+    if (PRECISION_MODE != PrecisionMode::BF16) { return chosen; }  // (fp32 builds have no tensor-core attention)
+    std::vector<std::pair<std::string, SANConfig>> states;  // san.bin first: the SAN itself speaks for its shape
+    for (const std::string& f : files) {
+        states.emplace_back(f, read_config(TensorFileReader(dir + "/" + f, TENSOR_FILE_DEBUG_STATE)));
+    }
+    std::stable_partition(states.begin(), states.end(), [](const auto& s) { return s.first == "san.bin"; });
     for (bool all_standard : {true, false}) {
-        for (const std::string& f : order) {
-            SANConfig c = read_config(TensorFileReader(dir + "/" + f, TENSOR_FILE_DEBUG_STATE));
+        for (const auto& [f, c] : states) {
             bool standard = c.attention == AttnKind::Standard, some_standard = standard || c.layout != "uniform";
             if (all_standard ? !standard : !some_standard) { continue; }
             char shape[96];
@@ -332,7 +335,6 @@ TEST_CASE(mfu_peaks_by_device_name) {
     CHECK_EQ(peak_flops_for("NVIDIA GeForce RTX 4090", false), 165e12);
     CHECK_EQ(peak_flops_for("Tesla V100-SXM2-16GB", false), 0.0);
 }
-
 
 int main(int argc, char** argv) {
     attention_tensor_cores() = true;  // on the host too (the trainer's default there is scalar)

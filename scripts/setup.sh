@@ -128,7 +128,7 @@ if [ "${SKIP_VENV:-0}" != 1 ]; then
       rm -rf "$venv"   # an interrupted earlier attempt; venvs hard-code their path, so build in place
       "$python" -m venv "$venv"
     fi
-    case "$tier" in   # what it costs (measured on a 2-core machine, 2026-12-02 and 12-03)
+    case "$tier" in   # what it costs (measured on a 2-core machine, 2026-12-02, 12-03 and, with uv, 12-08)
       demo) about="numpy, sentencepiece: about 70 MB, some 20 s" ;;
       *) about="PyTorch with its CUDA libraries, transformers, lm-eval, matplotlib: about 6.5 GB, about a minute from PyPI with uv, two with pip" ;;
     esac
